@@ -1,0 +1,85 @@
+# caldrix: a plain Makefile. `make` builds build/libcaldrix.a, build/libcaldrix.so and build/caldrix.
+# `make test` runs every test; `make SAN=1 test` the same under ASan+UBSan (in build-san/).
+CC      ?= cc
+PKGS    := libcurl libmicrohttpd libpcre2-8 libutf8proc jansson
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+OPT     ?= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD   ?= build
+OPT     ?= -O2 -g
+endif
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -pthread -Wall -Wextra -Wno-unused-parameter \
+           -Iinclude -Isrc $(PKG_CFLAGS)
+LDFLAGS += $(filter -fsanitize=%,$(OPT)) -pthread
+LDLIBS  += $(PKG_LIBS) -lm
+
+# Per-ISA kernel files are compiled with that ISA's flags; everything else stays baseline x86-64
+# so the binary runs anywhere and picks kernels at run time.
+ISA_avx2   := -mavx2 -mfma -mf16c
+ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2
+
+LAYERS  := base format quant kernel model engine text hub server
+LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
+CLI_SRC := $(wildcard src/cli/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/*/test_*.c)
+TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+
+all: $(BUILD)/libcaldrix.a $(BUILD)/libcaldrix.so $(BUILD)/caldrix
+
+$(BUILD)/%_avx2.o: EXTRA := $(ISA_avx2)
+$(BUILD)/%_avx512.o: EXTRA := $(ISA_avx512)
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
+
+$(BUILD)/models/stories260K.o: models/stories260K.gguf
+	@mkdir -p $(dir $@)
+	printf '.section .rodata\n.global cdx_embedded_model\n.global cdx_embedded_model_end\n.balign 64\ncdx_embedded_model:\n.incbin "%s"\ncdx_embedded_model_end:\n.section .note.GNU-stack,"",@progbits\n' "$(CURDIR)/$<" > $(BUILD)/models/stories260K.s
+	$(CC) -c $(BUILD)/models/stories260K.s -o $@
+
+$(BUILD)/libcaldrix.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libcaldrix.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/caldrix: $(CLI_OBJ) $(BUILD)/models/stories260K.o $(BUILD)/libcaldrix.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libcaldrix.a tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libcaldrix.a $(LDFLAGS) $(LDLIBS)
+
+tests: $(TEST_BIN)
+
+deps:
+	scripts/deps
+
+# The main job: a short story from the default model (stories260K, embedded in the binary).
+run: deps
+	$(MAKE) all
+	$(BUILD)/caldrix run $(if $(wildcard ../shared/models/stories260K/stories260K.gguf),../shared/models/stories260K/stories260K.gguf,models/stories260K.gguf) -p "Once upon a time" -n 120 --temp 0.8 --seed 42
+
+test: deps
+	$(MAKE) all tests
+	BUILD=$(BUILD) tests/run
+
+# Fuzz targets (clang + libFuzzer): make fuzz, then build-fuzz/fuzz_gguf corpus/
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libcaldrix.a
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  echo clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $$f -o build-fuzz/$$n; \
+	  clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(PKG_CFLAGS) $$f build-fuzz/libcaldrix.a $(PKG_LIBS) -lm -pthread -o build-fuzz/$$n || exit 1; done
+
+clean:
+	rm -rf build build-san build-fuzz
+
+.PHONY: all tests test run deps fuzz clean
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,16 @@
+/* caldrix: a local LLM inference engine. The public C API, everything the CLI and the server use.
+ *
+ *   cdx_err err = {0};
+ *   cdx_model *m = NULL;
+ *   if (cdx_model_open("stories260K.gguf", NULL, &m, &err) < 0) fprintf(stderr, "%s\n", err.msg);
+ *   ... create a session, feed tokens, sample ...
+ *   cdx_model_close(m);
+ *
+ * Each layer has its own header under include/caldrix/; this one includes them all.
+ */
+#ifndef CALDRIX_H
+#define CALDRIX_H
+
+#include "caldrix/base.h"
+
+#endif

@@ -1,0 +1,26 @@
+/* Shared pieces of the caldrix command line. Only cli/ prints or exits. */
+#ifndef CDX_CLI_H
+#define CDX_CLI_H
+
+#include "caldrix.h"
+
+#define CDX_VERSION_STRING "0.1.0"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv); /* argv[0] is the command name */
+    const char *help;
+} cli_command;
+
+int cmd_run(int argc, char **argv);
+
+/* Strict number parsing for options: the whole string must be a number in range.
+ * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */
+int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
+
+/* The stories260K model linked into the binary (see Makefile). */
+extern const unsigned char cdx_embedded_model[];
+extern const unsigned char cdx_embedded_model_end[];
+
+#endif

@@ -1,0 +1,40 @@
+/* caldrix: the command-line front end. One table lists every subcommand; --help reads it. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int cmd_version(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const cli_command k_commands[] = {
+    { "version",  cmd_version,  "print the version" },
+    { "help",     cmd_help,     "list the commands" },
+};
+
+static int cmd_version(int argc, char **argv)
+{
+    printf("caldrix %s\n", CDX_VERSION_STRING);
+    return 0;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    printf("usage: caldrix COMMAND [ARGS]   (caldrix COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        printf("  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return cmd_help(argc, argv), argc < 2 ? 2 : 0;
+    if (!strcmp(argv[1], "--version"))
+        return cmd_version(argc, argv);
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (!strcmp(argv[1], k_commands[i].name))
+            return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "caldrix: unknown command \"%s\" (caldrix --help lists them)\n", argv[1]);
+    return 2;
+}

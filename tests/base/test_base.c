@@ -1,0 +1,73 @@
+/* base layer: errors, mapped files, UTF-8 validation. */
+#include "caldrix.h"
+#include "test.h"
+
+#include <unistd.h>
+
+static void err_set_formats_and_returns_code(void)
+{
+    cdx_err e = {0};
+    int rc = cdx_err_set(&e, CDX_EFORMAT, "%s: field %s is %d", "a.gguf", "n_dims", 9);
+    CHECK(rc == CDX_EFORMAT);
+    CHECK(e.code == CDX_EFORMAT);
+    CHECK(strcmp(e.msg, "a.gguf: field n_dims is 9") == 0);
+    cdx_err_prefix(&e, "loading %s", "x");
+    CHECK(strcmp(e.msg, "loading x: a.gguf: field n_dims is 9") == 0);
+    CHECK(strcmp(cdx_err_name(CDX_ENOMEM), "out of memory") == 0);
+    CHECK(strcmp(cdx_err_name(12345), "unknown error") == 0);
+    CHECK(cdx_err_set(NULL, CDX_EIO, "ignored") == CDX_EIO);
+}
+
+static void size_helpers_detect_overflow(void)
+{
+    size_t out;
+    CHECK(cdx_mul_size(1u << 20, 1u << 10, &out) && out == (size_t)1 << 30);
+    CHECK(!cdx_mul_size(SIZE_MAX / 2 + 1, 2, &out));
+    CHECK(!cdx_add_size(SIZE_MAX, 1, &out));
+}
+
+static void file_map_reads_bytes_and_names_missing_file(void)
+{
+    char path[] = "/tmp/cdx_test_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, "hello", 5) == 5);
+    close(fd);
+    cdx_err e = {0};
+    cdx_file *f = NULL;
+    CHECK(cdx_file_map(path, &f, &e) == CDX_OK);
+    REQUIRE(f);
+    CHECK(f->size == 5 && memcmp(f->data, "hello", 5) == 0);
+    cdx_file_unmap(f);
+    char *buf;
+    size_t n;
+    CHECK(cdx_file_read_all(path, 100, &buf, &n, &e) == CDX_OK && n == 5 && !strcmp(buf, "hello"));
+    free(buf);
+    CHECK(cdx_file_read_all(path, 4, &buf, &n, &e) == CDX_ERANGE);
+    unlink(path);
+    CHECK(cdx_file_map(path, &f, &e) == CDX_ENOTFOUND);
+    CHECK(f == NULL);
+    CHECK(strstr(e.msg, path) != NULL);
+    cdx_file_unmap(NULL);
+}
+
+static void utf8_check_rejects_bad_sequences(void)
+{
+    CHECK(cdx_utf8_check("abc", 3) == 3);
+    CHECK(cdx_utf8_check("h\xc3\xa9llo", 6) == 6);
+    CHECK(cdx_utf8_check("\xf0\x9f\x98\x80", 4) == 4);
+    CHECK(cdx_utf8_check("ab\xc3", 3) == 2);           /* truncated */
+    CHECK(cdx_utf8_check("\xc0\xaf", 2) == 0);         /* overlong */
+    CHECK(cdx_utf8_check("\xed\xa0\x80", 3) == 0);     /* surrogate */
+    CHECK(cdx_utf8_check("\xf4\x90\x80\x80", 4) == 0); /* > U+10FFFF */
+    CHECK(cdx_utf8_check("a\xff", 2) == 1);
+}
+
+int main(void)
+{
+    RUN("err_set formats the message and returns the code", err_set_formats_and_returns_code);
+    RUN("size helpers detect overflow", size_helpers_detect_overflow);
+    RUN("file_map reads bytes and names a missing file", file_map_reads_bytes_and_names_missing_file);
+    RUN("utf8_check rejects bad sequences", utf8_check_rejects_bad_sequences);
+    return t_done("base");
+}
