@@ -12,5 +12,7 @@
 #define CALDRIX_H
 
 #include "caldrix/base.h"
+#include "caldrix/quant.h"
+#include "caldrix/format.h"
 
 #endif
