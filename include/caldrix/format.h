@@ -128,7 +128,7 @@ typedef struct cdx_st_tensor {
     uint32_t n_dims;     /* 0..8 */
     uint64_t shape[8];   /* safetensors order: shape[n_dims-1] is the row length */
     size_t n_bytes;
-    const void *data;    /* into the mapping of its shard */
+    const void *data;    /* into the mapping of its shard (an aligned copy when the file's is not) */
     uint32_t shard;      /* index into files */
 } cdx_st_tensor;
 
@@ -143,7 +143,9 @@ typedef struct cdx_safetensors {
 /* path: a .safetensors file, a model.safetensors.index.json, or a directory (model.safetensors,
  * else the index, else every *.safetensors file, as transformers chooses). */
 CDX_API int cdx_st_open(const char *path, cdx_safetensors **out, cdx_err *err);
-CDX_API void cdx_st_close(cdx_safetensors *st);
+/* One safetensors file in caller-owned memory that must outlive the reader (fuzzing). n_files is 0. */
+CDX_API int cdx_st_open_mem(const void *data, size_t size, const char *name, cdx_safetensors **out, cdx_err *err);
+CDX_API void cdx_st_close(cdx_safetensors *st); /* NULL: no-op */
 CDX_API const cdx_st_tensor *cdx_st_find(const cdx_safetensors *st, const char *name);
 /* Writer: one file, tensors given in any order (written sorted by name). */
 typedef struct cdx_st_writer cdx_st_writer;
