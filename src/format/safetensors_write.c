@@ -229,7 +229,7 @@ int cdx_st_writer_write(cdx_st_writer *w, const char *path, cdx_err *err)
         len8[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
     bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.p, 1, h.len, f) == h.len;
     for (size_t i = 0; ok && i < w->n; i++)
-        ok = fwrite(order[i]->data, 1, order[i]->n_bytes, f) == order[i]->n_bytes;
+        ok = !order[i]->n_bytes || fwrite(order[i]->data, 1, order[i]->n_bytes, f) == order[i]->n_bytes;
     if (fclose(f) != 0)
         ok = false;
     f = NULL;
