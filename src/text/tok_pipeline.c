@@ -37,11 +37,13 @@ static bool is_numeric(uint32_t c)
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
+/* BertNormalizer's control chars: tokenizers uses the unicode_categories crate, whose "other"
+ * covers Cc, Cf, Co and Cs but not unassigned code points (they stay and become [UNK]). */
 static bool is_other_cat(uint32_t c)
 {
     int k = utf8proc_category((utf8proc_int32_t)c);
     return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-           k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
+           k == UTF8PROC_CATEGORY_CO;
 }
 
 /* The CJK ranges BERT pads with spaces (google-research/bert tokenization.py _is_chinese_char). */
@@ -497,7 +499,10 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
             bool prepend = p->prepend_scheme == PREPEND_ALWAYS || (p->prepend_scheme == PREPEND_FIRST && sp.first) ||
                            (p->prepend_scheme == PREPEND_AFTER_SPECIAL && sp.after_special);
             const char *s = io->buf.s + sp.off;
-            if (prepend && !(sp.len >= p->str_len && !memcmp(s, p->str, p->str_len)) &&
+            /* tokenizers prepends unless the text (after ' ' -> ▁) already starts with ▁;
+             * llama.cpp's SPM always adds its space */
+            bool starts = (sp.len >= 1 && s[0] == ' ') || (sp.len >= p->str_len && !memcmp(s, p->str, p->str_len));
+            if (prepend && (p->prepend_scheme == PREPEND_AFTER_SPECIAL || !starts) &&
                 (rc = tk_str_put(&io->buf, p->str, p->str_len)))
                 break;
             /* the text may have moved: re-read from the buffer by offset */
