@@ -14,5 +14,7 @@
 #include "caldrix/base.h"
 #include "caldrix/quant.h"
 #include "caldrix/format.h"
+#include "caldrix/pool.h"
+#include "caldrix/kernel.h"
 
 #endif
