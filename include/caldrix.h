@@ -16,5 +16,6 @@
 #include "caldrix/format.h"
 #include "caldrix/pool.h"
 #include "caldrix/kernel.h"
+#include "caldrix/hub.h"
 
 #endif

@@ -163,6 +163,7 @@ typedef struct cdx_hub_opts {
     bool skip_memory_check;     /* fetch anyway; the loader decides against the real files */
     bool check_local;           /* apply the config.json rules to local directories too */
     uint64_t mem_available;     /* 0: cdx_hub_mem_available() */
+    bool cache_only;            /* no network: resolve through the caches alone (caldrix inspect) */
 } cdx_hub_opts;
 
 /* Resolves ref to a local path the model layer opens: a file (.gguf, an Ollama model) or a
@@ -191,8 +192,12 @@ typedef struct cdx_hub_report {
     char unsupported_tensor_types[512];/* "none" or the list */
     char missing_required_tensors[1024];/* "none" or the list (a count and the first names) */
     uint64_t n_missing;
+    uint64_t n_unused;
+    char unused_tensors[512];          /* "none" or a count and the first names (tensors no role reads) */
     uint64_t weight_bytes, kv_bytes;   /* estimated memory = weights + KV at kv_ctx */
     uint32_t kv_ctx;
+    char refusal[1024];                /* "" or what the import rules refuse, with the field and value */
+    char note[1024];                   /* "" or notes (files not read, a shipped head beside a tied one) */
 } cdx_hub_report;
 
 /* path: a .gguf file or a checkpoint directory. Reads headers only. */

@@ -260,12 +260,24 @@ static int net_error(cdx_err *err, const char *what, const char *url, CURLcode r
 int hub_http_get(const char *url, const char *auth_token, const char *accept, size_t max, hub_http_resp *r,
                  cdx_err *err)
 {
+    return hub_http_get_range(url, auth_token, accept, NULL, max, r, err);
+}
+
+int hub_http_get_range(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
+                       hub_http_resp *r, cdx_err *err)
+{
     memset(r, 0, sizeof *r);
     xfer x = { .r = r, .max = max, .fd = -1 };
     struct curl_slist *hdrs = NULL;
     CURL *c = make_handle(url, auth_token, accept, &hdrs, &x);
     if (!c)
         return cdx_err_set(err, CDX_ENOMEM, "GET %s: cannot create a curl handle", url);
+    if (range) {
+        char h[96];
+        snprintf(h, sizeof h, "Range: bytes=%s", range);
+        hdrs = curl_slist_append(hdrs, h);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    }
     char errbuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);

@@ -34,6 +34,9 @@ typedef void (*hub_progress_fn)(uint64_t done, uint64_t total, void *user);
  * fails only on transport errors (CDX_ENET) or a body over max (CDX_ERANGE). */
 int hub_http_get(const char *url, const char *auth_token, const char *accept, size_t max, hub_http_resp *r,
                  cdx_err *err);
+/* The same with a Range header ("0-262143"); a 206 answer is the usual success. */
+int hub_http_get_range(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
+                       hub_http_resp *r, cdx_err *err);
 /* HEAD, following only redirects relative to the same server (as huggingface_hub does), so that
  * the headers of the Hub's own answer (X-Repo-Commit, X-Linked-Etag) are the ones read. */
 int hub_http_head(const char *url, const char *auth_token, hub_http_resp *r, cdx_err *err);
@@ -70,6 +73,9 @@ int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx
 /* The memory admission refusal (seed 004); weight_bytes from the listing, before any weight. */
 int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight_bytes, const cdx_hub_opts *o,
                      const char *downloaded, cdx_err *err);
+/* The few GGUF keys that size a model, read from the first bytes of a file (a Range answer):
+ * returns true when the architecture and the attention shape were all found. */
+bool hub_gguf_peek(const uint8_t *p, size_t n, cdx_hub_config *c);
 void hub_fmt_bytes(uint64_t n, char *buf, size_t cap);        /* "1.2 GB" (decimal units) */
 
 #endif

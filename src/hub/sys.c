@@ -64,6 +64,8 @@ void cdx_hub_cpu_detect(cdx_hub_cpu *c)
         while (*s == ' ')
             s++;
         memmove(c->brand, s, strlen(s) + 1);
+        for (size_t n = strlen(c->brand); n && c->brand[n - 1] == ' ';)
+            c->brand[--n] = 0;
     }
 }
 
