@@ -17,5 +17,6 @@
 #include "caldrix/tokenizer.h"
 #include "caldrix/pool.h"
 #include "caldrix/kernel.h"
+#include "caldrix/hub.h"
 
 #endif
