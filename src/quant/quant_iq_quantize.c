@@ -137,3 +137,276 @@ void cdx_iq4_xs_from_f32_ref(const float *x, void *vy, int64_t n)
         y[i].scales_h = sh; /* a native u16: the table is little-endian on every target caldrix builds for */
     }
 }
+
+/* ---------------------------------------------------------------- grid search helpers */
+
+/* Among the listed neighbours (nb[0] = count), the grid entry nearest to scale * pos in the
+ * weighted norm; writes its levels to L and returns its index. */
+static int best_neighbour(const cdx_iq_index *ix, int nc, const uint16_t *nb, const float *xval, const float *w,
+                          float scale, int8_t *L)
+{
+    float best_d2 = FLT_MAX;
+    int best = nb[1];
+    for (int j = 1; j <= nb[0]; j++) {
+        const uint8_t *pg = ix->pos + (size_t)nb[j] * nc;
+        float d2 = 0;
+        for (int i = 0; i < nc; i++) {
+            float diff = scale * (float)pg[i] - xval[i];
+            d2 += w[i] * diff * diff;
+        }
+        if (d2 < best_d2) {
+            best_d2 = d2;
+            best = nb[j];
+        }
+    }
+    const uint8_t *pg = ix->pos + (size_t)best * nc;
+    for (int i = 0; i < nc; i++)
+        L[i] = (int8_t)((pg[i] - 1) / 2);
+    return best;
+}
+
+/* Grid index of the 4 levels L (3 bits each), or of the nearest listed neighbour (which then
+ * replaces L). *on_grid tells which. */
+static int iq3_lookup(const cdx_iq_index *ix, int8_t *L, const float *xval, const float *w, float scale, bool *on_grid)
+{
+    int u = 0;
+    for (int i = 0; i < 4; i++)
+        u |= L[i] << 3 * i;
+    int g = ix->map[u];
+    *on_grid = g >= 0;
+    if (g < 0)
+        g = best_neighbour(ix, 4, ix->neighbours - g - 1, xval, w, scale, L);
+    return g;
+}
+
+/* Levels for value x at inverse scale id: x ~ (2l+1)/id, l in [0, 7]. */
+static inline int8_t iq3_level(float id, float x) { return (int8_t)clampi(cdx_nearest_int(0.5f * (id * x - 1)), 0, 7); }
+
+/* The shared scale search of IQ3_XXS and IQ3_S for one 32-block of magnitudes xval (weights
+ * weight, waux = sqrt(weight)): tries 2*ntry+1 inverse scales, then re-rounds groups that were
+ * off the grid at the best scale. Fills L (levels) and returns the scale. */
+static float iq3_search(const cdx_iq_index *ix, const float *xval, const float *weight, const float *waux, float max,
+                        int ntry, bool start_on_grid, bool reround_all, int8_t L[32])
+{
+    int8_t Laux[32];
+    bool on[8], on_aux[8];
+    float best = 0, scale = max / 15;
+    for (int k = 0; k < 8; k++)
+        on[k] = start_on_grid;
+    for (int is = -ntry; is <= ntry; is++) {
+        float id = (15 + (float)is * 0.2f) / max, this_scale = 1 / id;
+        for (int k = 0; k < 8; k++) {
+            for (int i = 0; i < 4; i++)
+                Laux[4 * k + i] = iq3_level(id, xval[4 * k + i]);
+            iq3_lookup(ix, Laux + 4 * k, xval + 4 * k, waux + 4 * k, this_scale, &on_aux[k]);
+        }
+        float sumqx = 0, sumq2 = 0;
+        for (int i = 0; i < 32; i++) {
+            float q = (float)(2 * Laux[i] + 1);
+            sumqx += weight[i] * xval[i] * q;
+            sumq2 += weight[i] * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            scale = sumqx / sumq2;
+            best = scale * sumqx;
+            memcpy(L, Laux, 32);
+            memcpy(on, on_aux, sizeof on);
+        }
+    }
+    int n_off = 0;
+    for (int k = 0; k < 8; k++)
+        n_off += !on[k];
+    if (n_off > 0 && scale > 0) {
+        float id = 1 / scale;
+        for (int k = 0; k < 8; k++) {
+            if (on[k] && !reround_all)
+                continue;
+            for (int i = 0; i < 4; i++)
+                L[4 * k + i] = iq3_level(id, xval[4 * k + i]);
+            bool dummy;
+            iq3_lookup(ix, L + 4 * k, xval + 4 * k, waux + 4 * k, scale, &dummy);
+        }
+        float sumqx = 0, sumq2 = 0;
+        for (int i = 0; i < 32; i++) {
+            float q = (float)(2 * L[i] + 1);
+            sumqx += weight[i] * xval[i] * q;
+            sumq2 += weight[i] * q * q;
+        }
+        if (sumq2 > 0)
+            scale = sumqx / sumq2;
+    }
+    return scale;
+}
+
+static int iq3_grid_index(const cdx_iq_index *ix, const int8_t *L)
+{
+    int u = 0;
+    for (int i = 0; i < 4; i++)
+        u |= L[i] << 3 * i;
+    return ix->map[u] >= 0 ? ix->map[u] : 0; /* always on the grid after the search */
+}
+
+/* ---------------------------------------------------------------- IQ3_XXS
+ * Per 32-block: signs of each 8 values with even parity (the cheapest value flips if needed), 8
+ * grid indices for magnitudes, a 4-bit scale; a half super-scale with ggml's 1.0125 fudge. */
+
+void cdx_iq3_xxs_from_f32_ref(const float *x, void *vy, int64_t n)
+{
+    cdx_block_iq3_xxs *y = vy;
+    const cdx_iq_index *ix = cdx_iq3xxs_index();
+    if (!ix) {
+        memset(y, 0, (size_t)(n / 256) * sizeof *y);
+        return;
+    }
+    for (int64_t ibl = 0; ibl < n / 256; ibl++) {
+        const float *xbl = x + 256 * ibl;
+        uint8_t q3[96] = { 0 };
+        uint32_t sas[8] = { 0 }; /* scales and signs */
+        float scales[8], max_scale = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const float *xb = xbl + 32 * ib;
+            float weight[32], waux[32], xval[32];
+            uint8_t signs[4];
+            for (int i = 0; i < 32; i++) {
+                weight[i] = xb[i] * xb[i];
+                waux[i] = sqrtf(weight[i]);
+            }
+            for (int k = 0; k < 4; k++) {
+                int nflip = 0;
+                uint8_t s = 0;
+                for (int i = 0; i < 8; i++) {
+                    if (xb[8 * k + i] >= 0) {
+                        xval[8 * k + i] = xb[8 * k + i];
+                    } else {
+                        xval[8 * k + i] = -xb[8 * k + i];
+                        nflip++;
+                        s |= (uint8_t)(1u << i);
+                    }
+                }
+                if (nflip % 2) { /* odd: flip the value that costs least */
+                    int imin = 0;
+                    float min = weight[8 * k] * xb[8 * k] * xb[8 * k];
+                    for (int i = 1; i < 8; i++) {
+                        float ax = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
+                        if (ax < min) {
+                            min = ax;
+                            imin = i;
+                        }
+                    }
+                    xval[8 * k + imin] = -xval[8 * k + imin];
+                    s ^= (uint8_t)(1u << imin);
+                }
+                signs[k] = s & 127;
+            }
+            float max = xval[0];
+            for (int i = 1; i < 32; i++)
+                max = xval[i] > max ? xval[i] : max;
+            if (max < 1e-8f) { /* GROUP_MAX_EPS_IQ3_XXS */
+                scales[ib] = 0;
+                continue;
+            }
+            int8_t L[32];
+            float scale = iq3_search(ix, xval, weight, waux, max, 15, true, false, L);
+            if (scale < 0) {
+                scale = -scale;
+                for (int k = 0; k < 4; k++)
+                    signs[k] = (uint8_t)(~signs[k] & 127);
+            }
+            for (int k = 0; k < 8; k++)
+                q3[8 * ib + k] = (uint8_t)iq3_grid_index(ix, L + 4 * k);
+            sas[ib] = signs[0] | (uint32_t)signs[1] << 7 | (uint32_t)signs[2] << 14 | (uint32_t)signs[3] << 21;
+            scales[ib] = scale;
+            max_scale = scale > max_scale ? scale : max_scale;
+        }
+        if (!max_scale) {
+            memset(&y[ibl], 0, sizeof y[ibl]);
+            continue;
+        }
+        float d = max_scale / 31;
+        y[ibl].d = cdx_f2h(d * 1.0125f);
+        float id = 1 / d;
+        for (int ib = 0; ib < 8; ib++)
+            sas[ib] |= (uint32_t)clampi(cdx_nearest_int(0.5f * (id * scales[ib] - 1)), 0, 15) << 28;
+        memcpy(y[ibl].qs, q3, 64);
+        for (int ib = 0; ib < 8; ib++)
+            for (int b = 0; b < 4; b++)
+                y[ibl].qs[64 + 4 * ib + b] = (uint8_t)(sas[ib] >> (8 * b));
+    }
+}
+
+/* ---------------------------------------------------------------- IQ3_S
+ * Like IQ3_XXS with a 512-entry grid (9-bit indices, high bits in qh), free signs, and 4-bit
+ * scales in pairs; super-scale fudge 1.033. */
+
+void cdx_iq3_s_from_f32_ref(const float *x, void *vy, int64_t n)
+{
+    cdx_block_iq3_s *y = vy;
+    const cdx_iq_index *ix = cdx_iq3s_index();
+    if (!ix) {
+        memset(y, 0, (size_t)(n / 256) * sizeof *y);
+        return;
+    }
+    for (int64_t ibl = 0; ibl < n / 256; ibl++) {
+        memset(&y[ibl], 0, sizeof y[ibl]);
+        const float *xbl = x + 256 * ibl;
+        /* ggml advances its qs / signs write positions only for blocks that are not all zero, so
+         * a zero block shifts the following blocks' bytes; reproduced for identical files. */
+        uint8_t *qs = y[ibl].qs, *signs = y[ibl].signs;
+        float scales[8], max_scale = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const float *xb = xbl + 32 * ib;
+            float weight[32], waux[32], xval[32];
+            uint8_t bsigns[4];
+            for (int i = 0; i < 32; i++) {
+                weight[i] = xb[i] * xb[i];
+                waux[i] = sqrtf(weight[i]);
+            }
+            for (int k = 0; k < 4; k++) {
+                uint8_t s = 0;
+                for (int i = 0; i < 8; i++) {
+                    if (xb[8 * k + i] >= 0) {
+                        xval[8 * k + i] = xb[8 * k + i];
+                    } else {
+                        xval[8 * k + i] = -xb[8 * k + i];
+                        s |= (uint8_t)(1u << i);
+                    }
+                }
+                bsigns[k] = s;
+            }
+            float max = xval[0];
+            for (int i = 1; i < 32; i++)
+                max = xval[i] > max ? xval[i] : max;
+            if (!max) {
+                scales[ib] = 0;
+                continue;
+            }
+            int8_t L[32];
+            float scale = iq3_search(ix, xval, weight, waux, max, 9, false, true, L);
+            if (scale < 0) {
+                scale = -scale;
+                for (int k = 0; k < 4; k++)
+                    bsigns[k] = (uint8_t)~bsigns[k];
+            }
+            for (int k = 0; k < 8; k++) {
+                int g = iq3_grid_index(ix, L + 4 * k);
+                qs[k] = (uint8_t)(g & 255);
+                y[ibl].qh[(ib * 8 + k) / 8] |= (uint8_t)((g >> 8) << ((ib * 8 + k) % 8));
+            }
+            qs += 8;
+            memcpy(signs, bsigns, 4);
+            signs += 4;
+            scales[ib] = scale;
+            max_scale = scale > max_scale ? scale : max_scale;
+        }
+        if (!max_scale)
+            continue;
+        float d = max_scale / 31;
+        y[ibl].d = cdx_f2h(d * 1.033f);
+        float id = 1 / d;
+        for (int ib = 0; ib < 8; ib += 2) {
+            int l1 = clampi(cdx_nearest_int(0.5f * (id * scales[ib] - 1)), 0, 15);
+            int l2 = clampi(cdx_nearest_int(0.5f * (id * scales[ib + 1] - 1)), 0, 15);
+            y[ibl].scales[ib / 2] = (uint8_t)(l1 | l2 << 4);
+        }
+    }
+}
