@@ -1,9 +1,11 @@
 /* Reference quantizers (no importance matrix) of the i-quants, following the path that ggml's
  * ggml_quantize_chunk takes when imatrix == NULL (that is what llama-quantize and the fixtures use).
- * IQ2_XXS, IQ2_XS and IQ1_S have none: ggml requires an importance matrix for them. */
+ * IQ2_XXS, IQ2_XS and IQ1_S have none: ggml requires an importance matrix for them (llama.cpp
+ * refuses to make them without one), so the traits table leaves their from_f32 NULL. */
 #include "quant/quant_ref.h"
 
 #include <float.h>
+#include <stdlib.h>
 
 #define GROUP_MAX_EPS 1e-15f
 
@@ -407,6 +409,321 @@ void cdx_iq3_s_from_f32_ref(const float *x, void *vy, int64_t n)
             int l1 = clampi(cdx_nearest_int(0.5f * (id * scales[ib] - 1)), 0, 15);
             int l2 = clampi(cdx_nearest_int(0.5f * (id * scales[ib + 1] - 1)), 0, 15);
             y[ibl].scales[ib / 2] = (uint8_t)(l1 | l2 << 4);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- IQ2_S
+ * Per 16 values: 2 grid indices (10 bits: qs byte + 2 bits of qh) for magnitudes on a 3-level
+ * lattice, free sign bytes, a 4-bit scale; half super-scale with ggml's 0.9875 fudge. */
+
+static inline int8_t iq2_level(float id, float x) { return (int8_t)clampi(cdx_nearest_int(0.5f * (id * x - 1)), 0, 2); }
+
+static int iq2_code(const int8_t *L)
+{
+    int u = 0;
+    for (int i = 0; i < 8; i++)
+        u |= L[i] << 2 * i;
+    return u;
+}
+
+void cdx_iq2_s_from_f32_ref(const float *x, void *vy, int64_t n)
+{
+    cdx_block_iq2_s *y = vy;
+    const cdx_iq_index *ix = cdx_iq2s_index();
+    if (!ix) {
+        memset(y, 0, (size_t)(n / 256) * sizeof *y);
+        return;
+    }
+    for (int64_t ibl = 0; ibl < n / 256; ibl++) {
+        memset(&y[ibl], 0, sizeof y[ibl]);
+        const float *xbl = x + 256 * ibl;
+        float sumx2 = 0;
+        for (int i = 0; i < 256; i++)
+            sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = 2 * sumx2 / 256;
+        float scales[16], max_scale = 0;
+        for (int ib = 0; ib < 16; ib++) {
+            const float *xb = xbl + 16 * ib;
+            float weight[16], waux[16], xval[16];
+            uint8_t bsigns[2];
+            int8_t L[16] = { 0 }, Laux[16];
+            bool on[2] = { true, true }, on_aux[2];
+            for (int i = 0; i < 16; i++) {
+                weight[i] = 0.25f * sigma2 + xb[i] * xb[i];
+                waux[i] = sqrtf(weight[i]);
+            }
+            for (int k = 0; k < 2; k++) {
+                uint8_t s = 0;
+                for (int i = 0; i < 8; i++) {
+                    if (xb[8 * k + i] >= 0) {
+                        xval[8 * k + i] = xb[8 * k + i];
+                    } else {
+                        xval[8 * k + i] = -xb[8 * k + i];
+                        s |= (uint8_t)(1u << i);
+                    }
+                }
+                bsigns[k] = s;
+            }
+            float max = xval[0];
+            for (int i = 1; i < 16; i++)
+                max = xval[i] > max ? xval[i] : max;
+            if (max < 1e-8f) { /* GROUP_MAX_EPS_IQ2_S */
+                scales[ib] = 0;
+                continue;
+            }
+            float best = 0, scale = max / 5;
+            for (int is = -9; is <= 9; is++) {
+                float id = (5 + (float)is * 0.1f) / max, this_scale = 1 / id;
+                for (int k = 0; k < 2; k++) {
+                    for (int i = 0; i < 8; i++)
+                        Laux[8 * k + i] = iq2_level(id, xval[8 * k + i]);
+                    int g = ix->map[iq2_code(Laux + 8 * k)];
+                    on_aux[k] = g >= 0;
+                    if (g < 0)
+                        best_neighbour(ix, 8, ix->neighbours - g - 1, xval + 8 * k, waux + 8 * k, this_scale, Laux + 8 * k);
+                }
+                float sumqx = 0, sumq2 = 0;
+                for (int i = 0; i < 16; i++) {
+                    float q = (float)(2 * Laux[i] + 1);
+                    sumqx += weight[i] * xval[i] * q;
+                    sumq2 += weight[i] * q * q;
+                }
+                if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                    scale = sumqx / sumq2;
+                    best = scale * sumqx;
+                    memcpy(L, Laux, 16);
+                    on[0] = on_aux[0];
+                    on[1] = on_aux[1];
+                }
+            }
+            if ((!on[0] || !on[1]) && scale > 0) {
+                float id = 1 / scale;
+                for (int k = 0; k < 2; k++) {
+                    if (on[k])
+                        continue;
+                    for (int i = 0; i < 8; i++)
+                        L[8 * k + i] = iq2_level(id, xval[8 * k + i]);
+                    int g = ix->map[iq2_code(L + 8 * k)];
+                    if (g < 0)
+                        best_neighbour(ix, 8, ix->neighbours - g - 1, xval + 8 * k, waux + 8 * k, scale, L + 8 * k);
+                }
+                float sumqx = 0, sumq2 = 0;
+                for (int i = 0; i < 16; i++) {
+                    float q = (float)(2 * L[i] + 1);
+                    sumqx += weight[i] * xval[i] * q;
+                    sumq2 += weight[i] * q * q;
+                }
+                if (sumq2 > 0)
+                    scale = sumqx / sumq2;
+            }
+            if (scale < 0) {
+                scale = -scale;
+                bsigns[0] = (uint8_t)~bsigns[0];
+                bsigns[1] = (uint8_t)~bsigns[1];
+            }
+            for (int k = 0; k < 2; k++) {
+                int g = ix->map[iq2_code(L + 8 * k)];
+                g = g < 0 ? 0 : g; /* always on the grid after the search */
+                const int i8 = 2 * ib + k;
+                y[ibl].qs[i8] = (uint8_t)(g & 255);
+                y[ibl].qh[i8 / 4] |= (uint8_t)((g >> 8) << 2 * (i8 % 4));
+                y[ibl].qs[32 + i8] = bsigns[k];
+            }
+            scales[ib] = scale;
+            max_scale = scale > max_scale ? scale : max_scale;
+        }
+        if (!max_scale)
+            continue;
+        float d = max_scale / 31;
+        y[ibl].d = cdx_f2h(d * 0.9875f);
+        float id = 1 / d;
+        for (int ib = 0; ib < 16; ib++) {
+            int l = clampi(cdx_nearest_int(0.5f * (id * scales[ib] - 1)), 0, 15);
+            if (ib % 2 == 0)
+                y[ibl].scales[ib / 2] = (uint8_t)l;
+            else
+                y[ibl].scales[ib / 2] |= (uint8_t)(l << 4);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- IQ1_M
+ * Per 16 values: values in {-1, 0, 1} + shift (+-1/8 per 8 values), found by an exhaustive search
+ * over the two split points of the sorted values and the four shift-sign combinations; then the
+ * nearest grid points. 3-bit block scales, the half super-scale spread over the scale words. */
+
+typedef struct { float v; int i; } iq1_pair;
+
+static int iq1_pair_cmp(const void *a, const void *b)
+{
+    const iq1_pair *l = a, *r = b;
+    /* by value; equal values keep their original order (as a stable merge sort would) */
+    return l->v < r->v ? -1 : l->v > r->v ? 1 : l->i - r->i;
+}
+
+static const float k_x_p[3] = { -1 + CDX_IQ1S_DELTA, CDX_IQ1S_DELTA, 1 + CDX_IQ1S_DELTA };
+static const float k_x_m[3] = { -1 - CDX_IQ1S_DELTA, -CDX_IQ1S_DELTA, 1 - CDX_IQ1S_DELTA };
+
+/* The value table of 8-group k (0, 1) of a 16-block with shift combination s (0..3). */
+static inline const float *iq1m_values(int s, int k) { return (k == 0 ? s < 2 : s % 2 == 0) ? k_x_p : k_x_m; }
+
+/* Among the listed neighbours, the grid entry nearest to scale * xg[level] (weighted). */
+static int iq1_best_neighbour2(const cdx_iq_index *ix, const uint16_t *nb, const float *xval, const float *w,
+                               float scale, const float *xg, int8_t *L)
+{
+    float best_d2 = FLT_MAX;
+    int best = nb[1];
+    for (int j = 1; j <= nb[0]; j++) {
+        const uint8_t *pg = ix->pos + (size_t)nb[j] * 8;
+        float d2 = 0;
+        for (int i = 0; i < 8; i++) {
+            float diff = scale * xg[(pg[i] - 1) / 2] - xval[i];
+            d2 += w[i] * diff * diff;
+        }
+        if (d2 < best_d2) {
+            best_d2 = d2;
+            best = nb[j];
+        }
+    }
+    const uint8_t *pg = ix->pos + (size_t)best * 8;
+    for (int i = 0; i < 8; i++)
+        L[i] = (int8_t)((pg[i] - 1) / 2);
+    return best;
+}
+
+void cdx_iq1_m_from_f32_ref(const float *x, void *vy, int64_t n)
+{
+    static const uint8_t masks[4] = { 0x00, 0x80, 0x08, 0x88 };
+    cdx_block_iq1_m *y = vy;
+    const cdx_iq_index *ix = cdx_iq1s_index();
+    if (!ix) {
+        memset(y, 0, (size_t)(n / 256) * sizeof *y);
+        return;
+    }
+    for (int64_t ibl = 0; ibl < n / 256; ibl++) {
+        memset(&y[ibl], 0, sizeof y[ibl]);
+        const float *xbl = x + 256 * ibl;
+        float scales[16], max_scale = 0;
+        int8_t shifts[16];
+        for (int ib = 0; ib < 16; ib++) {
+            const float *xb = xbl + 16 * ib;
+            float weight[16];
+            int8_t L[16];
+            for (int i = 0; i < 16; i++)
+                weight[i] = xb[i] * xb[i];
+            float max = fabsf(xb[0]);
+            for (int i = 1; i < 16; i++)
+                max = fabsf(xb[i]) > max ? fabsf(xb[i]) : max;
+            if (max < 1e-7f) { /* GROUP_MAX_EPS_IQ1_M */
+                scales[ib] = 0;
+                shifts[ib] = 0;
+                continue;
+            }
+            iq1_pair pairs[16];
+            for (int j = 0; j < 16; j++)
+                pairs[j] = (iq1_pair){ xb[j], j };
+            qsort(pairs, 16, sizeof pairs[0], iq1_pair_cmp);
+            /* sorted values [0, i1) -> level 0, [i1, i2) -> 1, [i2, 16) -> 2 */
+            float best_score = -FLT_MAX, scale = max;
+            int besti1 = -1, besti2 = -1, best_k = -1;
+            for (int i1 = 0; i1 <= 16; i1++)
+                for (int i2 = i1; i2 <= 16; i2++) {
+                    float sumqx[4] = { 0 }, sumq2[4] = { 0 };
+                    for (int j = 0; j < 16; j++) {
+                        const int i = pairs[j].i, lev = j < i1 ? 0 : j < i2 ? 1 : 2;
+                        for (int k = 0; k < 4; k++) {
+                            const float q = iq1m_values(k, i >= 8)[lev];
+                            sumqx[k] += weight[i] * q * xb[i];
+                            sumq2[k] += weight[i] * q * q;
+                        }
+                    }
+                    for (int k = 0; k < 4; k++)
+                        if (sumq2[k] > 0 && sumqx[k] * sumqx[k] > best_score * sumq2[k]) {
+                            scale = sumqx[k] / sumq2[k];
+                            best_score = scale * sumqx[k];
+                            besti1 = i1;
+                            besti2 = i2;
+                            best_k = k;
+                        }
+                }
+            if (besti1 < 0 || besti2 < 0 || best_k < 0) {
+                scales[ib] = 0;
+                shifts[ib] = 0;
+                continue;
+            }
+            for (int j = 0; j < 16; j++)
+                L[pairs[j].i] = (int8_t)(j < besti1 ? 0 : j < besti2 ? 1 : 2);
+            if (scale < 0) {
+                for (int j = 0; j < 16; j++)
+                    L[j] = (int8_t)(2 - L[j]);
+                scale = -scale;
+                best_k = 3 - best_k;
+            }
+            int index[2];
+            bool all_on_grid = true;
+            for (int k = 0; k < 2; k++) {
+                int g = ix->map[iq2_code(L + 8 * k)];
+                if (g < 0) {
+                    all_on_grid = false;
+                    g = iq1_best_neighbour2(ix, ix->neighbours - g - 1, xb + 8 * k, weight + 8 * k, scale,
+                                            iq1m_values(best_k, k), L + 8 * k);
+                }
+                index[k] = g;
+            }
+            if (!all_on_grid) {
+                float sumqx_f = 0, sumq2_f = 0;
+                for (int k = 0; k < 2; k++) {
+                    const float *xx = iq1m_values(best_k, k);
+                    const uint8_t *pg = ix->pos + (size_t)index[k] * 8;
+                    for (int j = 0; j < 8; j++) {
+                        float w = weight[8 * k + j], q = xx[(pg[j] - 1) / 2];
+                        sumqx_f += w * q * xb[8 * k + j];
+                        sumq2_f += w * q * q;
+                    }
+                }
+                if (sumqx_f > 0 && sumq2_f > 0)
+                    scale = sumqx_f / sumq2_f;
+            }
+            y[ibl].qs[2 * ib] = (uint8_t)(index[0] & 255);
+            y[ibl].qs[2 * ib + 1] = (uint8_t)(index[1] & 255);
+            y[ibl].qh[ib] = (uint8_t)((index[0] >> 8) | ((index[1] >> 8) << 4));
+            scales[ib] = scale;
+            shifts[ib] = (int8_t)best_k;
+            max_scale = scale > max_scale ? scale : max_scale;
+        }
+        if (!max_scale)
+            continue;
+        uint16_t sc[4] = { 0, 0, 0, 0 };
+        float d = max_scale / 15, id = 1 / d;
+        float sumqx_f = 0, sumq2_f = 0;
+        for (int ib = 0; ib < 16; ib++) {
+            int l = clampi(cdx_nearest_int(0.5f * (id * scales[ib] - 1)), 0, 7);
+            sc[ib / 4] |= (uint16_t)(l << 3 * (ib % 4));
+            y[ibl].qh[ib] |= masks[shifts[ib]];
+            const float *xb = xbl + 16 * ib;
+            for (int k = 0; k < 2; k++) { /* refit the super-scale to the stored levels */
+                const float *xx = iq1m_values(shifts[ib], k);
+                const int g = y[ibl].qs[2 * ib + k] + ((y[ibl].qh[ib] << (8 - 4 * k)) & 0x700);
+                const uint8_t *pg = ix->pos + (size_t)g * 8;
+                for (int j = 0; j < 8; j++) {
+                    float w = xb[8 * k + j] * xb[8 * k + j];
+                    float q = xx[(pg[j] - 1) / 2] * (float)(2 * l + 1);
+                    sumqx_f += w * q * xb[8 * k + j];
+                    sumq2_f += w * q * q;
+                }
+            }
+        }
+        if (sumq2_f > 0)
+            d = sumqx_f / sumq2_f;
+        const uint16_t s = cdx_f2h(d * 1.1125f);
+        sc[0] |= (uint16_t)((s & 0x000f) << 12);
+        sc[1] |= (uint16_t)((s & 0x00f0) << 8);
+        sc[2] |= (uint16_t)((s & 0x0f00) << 4);
+        sc[3] |= (uint16_t)(s & 0xf000);
+        for (int k = 0; k < 4; k++) {
+            y[ibl].scales[2 * k] = (uint8_t)sc[k];
+            y[ibl].scales[2 * k + 1] = (uint8_t)(sc[k] >> 8);
         }
     }
 }
