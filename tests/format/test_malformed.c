@@ -168,6 +168,7 @@ static blob g_array_huge(void) { blob b = dup_blob(g_gguf); put64(b, after(b, "x
 static blob g_string_long(void) { blob b = dup_blob(g_gguf); put64(b, after(b, "general.architecture") + 4, (uint64_t)1 << 40); return b; }
 static blob g_string_max(void) { blob b = dup_blob(g_gguf); put64(b, after(b, "general.architecture") + 4, UINT64_MAX); return b; }
 static blob g_alignment3(void) { blob b = dup_blob(g_gguf); put32(b, after(b, "general.alignment") + 4, 3); return b; }
+static blob g_alignment1(void) { blob b = dup_blob(g_gguf); put32(b, after(b, "general.alignment") + 4, 1); return b; }
 static blob g_alignment_type(void) { blob b = dup_blob(g_gguf); put32(b, after(b, "general.alignment"), CDX_GGUF_I32); return b; }
 
 /* One key whose value nests arrays 100000 deep: [[[[...]]]]. */
@@ -310,6 +311,7 @@ static const bad_file k_gguf[] = {
     { "gguf/string_longer_than_file.gguf", g_string_long, CDX_EFORMAT, "truncated: general.architecture needs 1099511627776 bytes" },
     { "gguf/string_len_u64_max.gguf", g_string_max, CDX_EFORMAT, "truncated: general.architecture needs 18446744073709551615 bytes" },
     { "gguf/alignment_3.gguf", g_alignment3, CDX_EFORMAT, "general.alignment is 3" },
+    { "gguf/alignment_1_misaligned_f32.gguf", g_alignment1, CDX_EFORMAT, "tensor \"t.a\" data at file offset 325 is not aligned to 4 bytes" },
     { "gguf/alignment_i32.gguf", g_alignment_type, CDX_EFORMAT, "general.alignment is 32 (i32)" },
     { "gguf/array_depth_bomb.gguf", g_depth_bomb, CDX_EFORMAT, "key \"bomb\" nests arrays deeper than 8" },
 };
