@@ -537,7 +537,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if (json_is_null(json_object_get(root, "eos_token_id")))
         cfg->n_eos = 0;
     if ((rc = get_int(&c, "bos_token_id", 0, INT32_MAX, &cfg->bos_token_id, NULL)) ||
-        (rc = get_int(&c, "pad_token_id", 0, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
+        (rc = get_int(&c, "pad_token_id", -1, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
         goto out;
 
     if ((rc = read_sliding(&c, cfg, row)))
@@ -568,7 +568,7 @@ int cdx_hf_config_apply_generation(cdx_hf_config *cfg, const char *json, size_t 
     }
     /* Generation uses these ids in place of the model config's. */
     if ((rc = get_int(&c, "bos_token_id", 0, INT32_MAX, &cfg->bos_token_id, NULL)) ||
-        (rc = get_int(&c, "pad_token_id", 0, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
+        (rc = get_int(&c, "pad_token_id", -1, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
         goto out;
     if ((rc = get_bool(&c, "do_sample", &cfg->do_sample, &cfg->has_do_sample)))
         goto out;

@@ -201,6 +201,17 @@ static int cmp_offset(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* The alignment a tensor's data needs to be read through its element type. */
+static size_t elem_align(uint32_t type)
+{
+    switch (type) {
+    case CDX_TYPE_F32: case CDX_TYPE_I32: return 4;
+    case CDX_TYPE_F64: case CDX_TYPE_I64: return 8;
+    case CDX_TYPE_I8: return 1;
+    default: return 2; /* F16, BF16, I16 and every block type (their scales are halves) */
+    }
+}
+
 static int cmp_strp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* n names, each a char * found every `stride` bytes from first. */
@@ -335,6 +346,17 @@ static int parse(cdx_gguf *g, cdx_err *err)
                                (unsigned long long)data_size);
         }
         t->data = g->base + data_off + t->offset;
+        /* Kernels read F32/F16/blocks through typed pointers: a general.alignment below the
+         * element size (legal in GGUF, never written by llama.cpp) could misplace them. */
+        size_t need = elem_align(t->type);
+        if ((uintptr_t)t->data % need) {
+            free(by_off);
+            return cdx_err_set(err, CDX_EFORMAT,
+                               "%s: tensor \"%s\" data at file offset %llu is not aligned to %zu bytes "
+                               "(general.alignment is %llu)",
+                               g->path, t->name, (unsigned long long)(data_off + t->offset), need,
+                               (unsigned long long)g->alignment);
+        }
         by_off[i] = t;
     }
     qsort(by_off, (size_t)n_tensors, sizeof *by_off, cmp_offset);

@@ -110,6 +110,9 @@ static void missing_fields_take_the_class_defaults(void)
     /* Llama's attention_bias covers q, k, v and o. */
     REQUIRE(parse("{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":true,\"mlp_bias\":true," LLAMA_DIMS "}", &c, &e) == CDX_OK);
     CHECK(c.attn_qkv_bias && c.attn_o_bias && c.mlp_bias);
+    /* Old Llama configs carry pad_token_id -1 (no padding token). */
+    REQUIRE(parse("{\"architectures\":[\"LlamaForCausalLM\"],\"pad_token_id\":-1,\"rms_norm_eps\":1e-05," LLAMA_DIMS "}", &c, &e) == CDX_OK);
+    CHECK(c.pad_token_id == -1 && c.rms_norm_eps == 1e-5);
 }
 
 static void qwen_sliding_window_applies_only_when_switched_on(void)

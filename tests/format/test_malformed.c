@@ -168,6 +168,7 @@ static blob g_array_huge(void) { blob b = dup_blob(g_gguf); put64(b, after(b, "x
 static blob g_string_long(void) { blob b = dup_blob(g_gguf); put64(b, after(b, "general.architecture") + 4, (uint64_t)1 << 40); return b; }
 static blob g_string_max(void) { blob b = dup_blob(g_gguf); put64(b, after(b, "general.architecture") + 4, UINT64_MAX); return b; }
 static blob g_alignment3(void) { blob b = dup_blob(g_gguf); put32(b, after(b, "general.alignment") + 4, 3); return b; }
+static blob g_alignment1(void) { blob b = dup_blob(g_gguf); put32(b, after(b, "general.alignment") + 4, 1); return b; }
 static blob g_alignment_type(void) { blob b = dup_blob(g_gguf); put32(b, after(b, "general.alignment"), CDX_GGUF_I32); return b; }
 
 /* One key whose value nests arrays 100000 deep: [[[[...]]]]. */
@@ -310,6 +311,7 @@ static const bad_file k_gguf[] = {
     { "gguf/string_longer_than_file.gguf", g_string_long, CDX_EFORMAT, "truncated: general.architecture needs 1099511627776 bytes" },
     { "gguf/string_len_u64_max.gguf", g_string_max, CDX_EFORMAT, "truncated: general.architecture needs 18446744073709551615 bytes" },
     { "gguf/alignment_3.gguf", g_alignment3, CDX_EFORMAT, "general.alignment is 3" },
+    { "gguf/alignment_1_misaligned_f32.gguf", g_alignment1, CDX_EFORMAT, "tensor \"t.a\" data at file offset 325 is not aligned to 4 bytes" },
     { "gguf/alignment_i32.gguf", g_alignment_type, CDX_EFORMAT, "general.alignment is 32 (i32)" },
     { "gguf/array_depth_bomb.gguf", g_depth_bomb, CDX_EFORMAT, "key \"bomb\" nests arrays deeper than 8" },
 };
@@ -409,6 +411,24 @@ static void the_valid_files_open(void)
     CHECK(cdx_st_open_mem(b.p, b.n, NULL, &st, &e) == CDX_OK && st->n_tensors == 1 && st->tensors[0].n_dims == 0);
     cdx_st_close(st);
     free(b.p);
+    /* A header that is not padded (other writers) leaves F32 data misaligned in the file: the
+     * reader hands out an aligned copy with the same bytes. */
+    const char *h = "{\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    size_t hn = strlen(h);
+    CHECK(hn % 4 != 0);
+    blob raw = { malloc(8 + hn + 8), 8 + hn + 8 };
+    put64(raw, 0, hn);
+    memcpy(raw.p + 8, h, hn);
+    float two[2] = { 1.5f, -2.25f };
+    memcpy(raw.p + 8 + hn, two, 8);
+    const char *path = tmp_path("unpadded.safetensors");
+    write_blob(path, raw);
+    REQUIRE(cdx_st_open(path, &st, &e) == CDX_OK);
+    const cdx_st_tensor *t = cdx_st_find(st, "y");
+    CHECK(t && (uintptr_t)t->data % 4 == 0 && ((const float *)t->data)[0] == 1.5f && ((const float *)t->data)[1] == -2.25f);
+    cdx_st_close(st);
+    unlink(path);
+    free(raw.p);
 }
 
 /* Every prefix of a valid file is refused; single-byte changes anywhere in the headers are
@@ -523,6 +543,15 @@ int main(void)
     RUN("the safetensors corpus is refused row by row, from a file and from memory", safetensors_corpus_is_refused_row_by_row);
     RUN("every truncation and byte flip is handled", every_truncation_and_byte_flip_is_handled);
     RUN("bad sharded checkpoints are refused", bad_sharded_checkpoints_are_refused);
+    /* CDX_FUZZ_SEEDS=dir keeps the valid files there as fuzzing seeds. */
+    const char *seeds = getenv("CDX_FUZZ_SEEDS");
+    if (seeds) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/valid.gguf", seeds);
+        write_blob(p, g_gguf);
+        snprintf(p, sizeof p, "%s/valid.safetensors", seeds);
+        write_blob(p, g_st);
+    }
     unlink(tmp_path("valid.gguf"));
     unlink(tmp_path("valid.safetensors"));
     rmdir(g_dir);
