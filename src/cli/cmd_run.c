@@ -1,5 +1,6 @@
 /* caldrix run: generate text from a model, streaming to stdout (or one JSON object with --json). */
 #include "cli.h"
+#include "cli_hub.h"
 #include "caldrix/engine.h"
 #include "caldrix/model.h"
 #include "caldrix/tokenizer.h"
@@ -13,8 +14,9 @@
 static const char k_run_usage[] =
     "usage: caldrix run [MODEL] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
     "\n"
-    "MODEL is a .gguf file or a Hugging Face checkpoint directory; without one, the bundled\n"
-    "stories260K model is used.\n"
+    "MODEL is a .gguf file, a Hugging Face checkpoint directory, an alias (caldrix models supported),\n"
+    "owner/name[@revision] from the Hugging Face Hub, or ollama:name[:tag]; a model named that way is\n"
+    "checked and downloaded into its cache first. Without MODEL, the bundled stories260K model runs.\n"
     "\n"
     "  -p, --prompt TEXT      prompt text (tokenized with the model's tokenizer, BOS added if it says so)\n"
     "  --prompt-ids IDS       comma-separated token ids, used exactly as given\n"
@@ -241,9 +243,23 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "caldrix run: --isa \"%s\" is unknown or this CPU lacks it (avx512, avx2, scalar)\n", o.isa);
         return 2;
     }
-    if (o.model)
+    char *resolved = NULL;
+    if (o.model) {
+        /* a path opens as it is; anything else is a reference the hub resolves (and downloads) */
+        struct stat st;
+        if (stat(o.model, &st) != 0) {
+            cli_hub_ui ui;
+            cdx_hub_opts ho;
+            cli_hub_opts_init(&ho, &ui, o.json);
+            ho.ctx = (uint32_t)o.ctx;
+            if (cdx_hub_resolve(o.model, &ho, &resolved, &err) < 0) {
+                fprintf(stderr, "caldrix: %s\n", err.msg);
+                goto done;
+            }
+            o.model = resolved;
+        }
         rc = cdx_model_open(o.model, NULL, &m, &err);
-    else
+    } else
         rc = cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
                                      "stories260K.gguf (bundled)", &m, &err);
     if (rc) {
@@ -465,5 +481,6 @@ done:
     cdx_kv_free(&kv);
     cdx_tok_close(tok);
     cdx_model_close(m);
+    free(resolved);
     return status;
 }
