@@ -462,7 +462,9 @@ int cdx_tok_stream_put(cdx_tok_stream *s, int32_t id, char *out, size_t cap)
         cdx_tok_piece(s->tok, id, s->first, s->skip_special, big, (size_t)n);
         src = big;
     }
-    if (n > 0)
+    /* the decoder strips the first char of the whole text: after any token that is kept, the
+     * next one is no longer first (even when this one came out empty) */
+    if (!(s->skip_special && (s->tok->attr[id] & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN))))
         s->first = false;
     uint8_t *all = malloc(s->n_pend + (size_t)n + 1);
     if (!all) { free(big); return CDX_ENOMEM; }

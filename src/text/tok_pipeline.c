@@ -24,11 +24,13 @@ static bool is_punct_cat(uint32_t c)
     return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
+static bool after_unicode9(uint32_t c);
+
 static bool is_bert_punc(uint32_t c)
 {
     if (c < 0x80 && ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)))
         return true;
-    return is_punct_cat(c);
+    return is_punct_cat(c) && !after_unicode9(c);
 }
 
 static bool is_numeric(uint32_t c)
@@ -37,13 +39,48 @@ static bool is_numeric(uint32_t c)
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
+/* tokenizers' BERT steps (BertNormalizer, BertPreTokenizer, Punctuation) take categories from the
+ * unicode_categories crate (0.1.1), whose tables predate Unicode 10: a code point assigned later is
+ * "unassigned" there, so neither punctuation, control nor a nonspacing mark (e.g. U+061D, Unicode 14,
+ * stays inside its word). These are the code points of categories P*, Cc, Cf, Co, Cs and Mn not
+ * present in Unicode 9.0 (generated with Perl's Unicode::UCD: gc=... minus Present_In=9.0). */
+static const uint32_t k_after_unicode9[][2] = {
+    {0x61D, 0x61D}, {0x7FD, 0x7FD}, {0x890, 0x891}, {0x898, 0x89F}, {0x8CA, 0x8D3}, {0x9FD, 0x9FE}, {0xA76, 0xA76},
+    {0xAFA, 0xAFF}, {0xB55, 0xB55}, {0xC04, 0xC04}, {0xC3C, 0xC3C}, {0xC77, 0xC77}, {0xC84, 0xC84}, {0xD00, 0xD00},
+    {0xD3B, 0xD3C}, {0xD81, 0xD81}, {0xEBA, 0xEBA}, {0x180F, 0x180F}, {0x1ABF, 0x1ACE}, {0x1B7D, 0x1B7E},
+    {0x1DF6, 0x1DFA}, {0x2E45, 0x2E4F}, {0x2E52, 0x2E5D}, {0xA82C, 0xA82C}, {0xA8FF, 0xA8FF}, {0x10D24, 0x10D27},
+    {0x10EAB, 0x10EAD}, {0x10F46, 0x10F50}, {0x10F55, 0x10F59}, {0x10F82, 0x10F89}, {0x11070, 0x11070},
+    {0x11073, 0x11074}, {0x110C2, 0x110C2}, {0x110CD, 0x110CD}, {0x111CF, 0x111CF}, {0x1133B, 0x1133B},
+    {0x1145A, 0x1145A}, {0x1145E, 0x1145E}, {0x116B9, 0x116B9}, {0x1182F, 0x11837}, {0x11839, 0x1183B},
+    {0x1193B, 0x1193C}, {0x1193E, 0x1193E}, {0x11943, 0x11946}, {0x119D4, 0x119D7}, {0x119DA, 0x119DB},
+    {0x119E0, 0x119E0}, {0x119E2, 0x119E2}, {0x11A01, 0x11A0A}, {0x11A33, 0x11A38}, {0x11A3B, 0x11A47},
+    {0x11A51, 0x11A56}, {0x11A59, 0x11A5B}, {0x11A8A, 0x11A96}, {0x11A98, 0x11A9C}, {0x11A9E, 0x11AA2},
+    {0x11D31, 0x11D36}, {0x11D3A, 0x11D3A}, {0x11D3C, 0x11D3D}, {0x11D3F, 0x11D45}, {0x11D47, 0x11D47},
+    {0x11D90, 0x11D91}, {0x11D95, 0x11D95}, {0x11D97, 0x11D97}, {0x11EF3, 0x11EF4}, {0x11EF7, 0x11EF8},
+    {0x11FFF, 0x11FFF}, {0x12FF1, 0x12FF2}, {0x13430, 0x13438}, {0x16E97, 0x16E9A}, {0x16F4F, 0x16F4F},
+    {0x16FE2, 0x16FE2}, {0x16FE4, 0x16FE4}, {0x1CF00, 0x1CF2D}, {0x1CF30, 0x1CF46}, {0x1E130, 0x1E136},
+    {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF},
+};
+
+static bool after_unicode9(uint32_t c)
+{
+    size_t lo = 0, hi = sizeof k_after_unicode9 / sizeof *k_after_unicode9;
+    while (lo < hi) {
+        size_t m = (lo + hi) / 2;
+        if (c < k_after_unicode9[m][0]) hi = m;
+        else if (c > k_after_unicode9[m][1]) lo = m + 1;
+        else return true;
+    }
+    return false;
+}
+
 /* BertNormalizer's control chars: tokenizers uses the unicode_categories crate, whose "other"
  * covers Cc, Cf, Co and Cs but not unassigned code points (they stay and become [UNK]). */
 static bool is_other_cat(uint32_t c)
 {
     int k = utf8proc_category((utf8proc_int32_t)c);
-    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-           k == UTF8PROC_CATEGORY_CO;
+    return (k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
+            k == UTF8PROC_CATEGORY_CO) && !after_unicode9(c);
 }
 
 /* The CJK ranges BERT pads with spaces (google-research/bert tokenization.py _is_chinese_char). */
@@ -203,7 +240,7 @@ static int norm_step(const tk_norm *nm, const char *s, size_t n, tk_str *o)
             a.len = 0;
             for (size_t i = 0; i < d.len && !rc; i += adv) {
                 uint32_t c = tk_utf8_dec(d.s + i, d.len - i, &adv);
-                if (utf8proc_category((utf8proc_int32_t)c) != UTF8PROC_CATEGORY_MN)
+                if (utf8proc_category((utf8proc_int32_t)c) != UTF8PROC_CATEGORY_MN || after_unicode9(c))
                     rc = tk_str_put(&a, d.s + i, adv);
             }
         }
