@@ -55,6 +55,8 @@ int tk_ids_push(tk_ids *v, int32_t id)
 
 int tk_ids_append(tk_ids *v, const int32_t *p, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (grow((void **)&v->v, &v->cap, v->n + n, sizeof(int32_t)))
         return CDX_ENOMEM;
     memcpy(v->v + v->n, p, n * sizeof(int32_t));
@@ -67,7 +69,8 @@ char *tk_strndup(const char *s, size_t n)
     char *p = malloc(n + 1);
     if (!p)
         return NULL;
-    memcpy(p, s, n);
+    if (n)
+        memcpy(p, s, n);
     p[n] = 0;
     return p;
 }
@@ -384,7 +387,8 @@ int tk_finish(cdx_tok *t, cdx_err *err)
         t->added[i].off = t->off[t->added[i].id];
         t->added[i].len = t->len[t->added[i].id];
     }
-    qsort_r(t->added, t->n_added, sizeof *t->added, cmp_added, t->pool.s);
+    if (t->n_added)
+        qsort_r(t->added, t->n_added, sizeof *t->added, cmp_added, t->pool.s);
     for (int c = 0, k = 0; c <= 256; c++) {
         while ((size_t)k < t->n_added && (uint8_t)t->pool.s[t->added[k].off] < c)
             k++;

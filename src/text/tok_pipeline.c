@@ -362,7 +362,8 @@ static int emit_pieces(pieces *ps, int behavior, bool invert, const tk_span *sp,
                 ps->p[--w] = c;
             prev = c.m;
         }
-        memmove(ps->p, ps->p + w, (ps->n - w) * sizeof *ps->p);
+        if (ps->n > w)
+            memmove(ps->p, ps->p + w, (ps->n - w) * sizeof *ps->p);
         k = ps->n - w;
         break;
     }

@@ -12,15 +12,42 @@
 #define TOKS SHARED "/fixtures/tokenizers"
 #define VOCAB SHARED "/models/llamacpp-vocab"
 
+/* Tokenizers are opened once per path and shared by the cases (the big tokenizer.json files
+ * take a while to parse under ASan); they are closed at the end of main. */
+static struct { char path[256]; cdx_tok *t; } g_open[16];
+
 static cdx_tok *open_or_null(const char *path)
 {
+    for (int i = 0; i < 16; i++)
+        if (g_open[i].t && !strcmp(g_open[i].path, path))
+            return g_open[i].t;
     cdx_err err = {0};
     cdx_tok *t = NULL;
     if (cdx_tok_open(path, &t, &err) < 0) {
         fprintf(stderr, "  cannot open %s: %s\n", path, err.msg);
         return NULL;
     }
+    for (int i = 0; i < 16; i++)
+        if (!g_open[i].t) {
+            snprintf(g_open[i].path, sizeof g_open[i].path, "%s", path);
+            g_open[i].t = t;
+            return t;
+        }
     return t;
+}
+
+static void release(cdx_tok *t)
+{
+    for (int i = 0; i < 16; i++)
+        if (g_open[i].t == t)
+            return; /* shared: closed at the end */
+    cdx_tok_close(t);
+}
+
+static void close_all(void)
+{
+    for (int i = 0; i < 16; i++)
+        cdx_tok_close(g_open[i].t), g_open[i].t = NULL;
 }
 
 static int32_t *encode(const cdx_tok *t, const char *s, size_t n, bool add, bool parse, size_t *n_ids)
@@ -132,7 +159,7 @@ static void golden(const char *name)
     CHECKF(ok_ids == n_lines, "%s ids: %zu of %zu", name, ok_ids, n_lines);
     CHECKF(ok_dec == n_lines, "%s decoded: %zu of %zu", name, ok_dec, n_lines);
     CHECKF(ok_stream == n_stream, "%s stream: %zu of %zu", name, ok_stream, n_stream);
-    cdx_tok_close(t);
+    release(t);
 }
 
 static void golden_qwen3(void) { golden("qwen3"); }
@@ -230,7 +257,7 @@ static void vocab_case(const char *name, const char *model)
     printf("  %s (%s): %zu/%zu vectors\n", name, model, ok, v.n);
     CHECK(v.n == 46);
     CHECKF(ok == v.n, "%s: %zu of %zu", name, ok, v.n);
-    cdx_tok_close(t);
+    release(t);
     free_vectors(&v);
 }
 
@@ -276,7 +303,7 @@ static void vectors_on_threads(void)
         pthread_join(th[i], NULL);
         CHECK(a[i].ok == 3 * v.n);
     }
-    cdx_tok_close(t);
+    release(t);
     free_vectors(&v);
 }
 
@@ -293,7 +320,7 @@ static void special_ids_follow_the_files(void)
     CHECK(cdx_tok_n_vocab(t) == 128256);
     CHECK(cdx_tok_chat_template(t) != NULL);
     CHECK(cdx_tok_find(t, "<|eot_id|>", 10) == 128009);
-    cdx_tok_close(t);
+    release(t);
     t = open_or_null(TOKS "/qwen3");
     REQUIRE(t);
     CHECK(!cdx_tok_add_bos(t));
@@ -301,7 +328,7 @@ static void special_ids_follow_the_files(void)
     CHECK(cdx_tok_pad(t) == 151643);
     CHECK(cdx_tok_eot(t) == 151645);
     CHECK(cdx_tok_is_eog(t, 151643));            /* <|endoftext|> ends generation too */
-    cdx_tok_close(t);
+    release(t);
     t = open_or_null(VOCAB "/ggml-vocab-llama-spm.gguf");
     REQUIRE(t);
     CHECK(cdx_tok_bos(t) == 1 && cdx_tok_eos(t) == 2 && cdx_tok_add_bos(t) && !cdx_tok_add_eos(t));
@@ -316,7 +343,7 @@ static void special_ids_follow_the_files(void)
     ids = encode(t, "<s>", 3, false, false, &n);
     CHECK(ids && n > 1);
     free(ids);
-    cdx_tok_close(t);
+    release(t);
 }
 
 /* ---- pieces ---- */
@@ -348,7 +375,7 @@ static void pieces_handle_spm_space_and_bytes(void)
     /* a dangling lead byte flushes as U+FFFD */
     CHECK(cdx_tok_stream_put(&st, e2, buf, sizeof buf) == 0);
     CHECK(cdx_tok_stream_flush(&st, buf, sizeof buf) == 3 && !memcmp(buf, "\xef\xbf\xbd", 3));
-    cdx_tok_close(t);
+    release(t);
 }
 
 /* ---- SentencePiece tokenizer.model ---- */
@@ -391,7 +418,7 @@ static void sentencepiece_model_agrees_away_from_whitespace(void)
     printf("  tokenizer.model: %zu/%zu golden lines away from whitespace/specials\n", ok, checked);
     CHECK(checked > 250);
     CHECK(ok == checked);
-    cdx_tok_close(t);
+    release(t);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
 }
@@ -414,7 +441,7 @@ static void invalid_utf8_is_refused(void)
     int32_t bad_id = 1 << 30;
     size_t need;
     CHECK(cdx_tok_decode(t, &bad_id, 1, false, NULL, 0, &need, &err) == CDX_ERANGE && strstr(err.msg, "out of range"));
-    cdx_tok_close(t);
+    release(t);
 }
 
 static void malformed_tokenizer_json_gives_clear_errors(void)
@@ -459,7 +486,7 @@ static void malformed_tokenizer_json_gives_clear_errors(void)
         int32_t ids[4];
         size_t n = 0;
         CHECK(cdx_tok_encode(t, "aba", 3, true, true, ids, 4, &n, &err) == 0 && n == 2 && ids[0] == 0 && ids[1] == 0);
-        cdx_tok_close(t);
+        release(t);
     }
     CHECK(cdx_tok_open(TOKS "/no-such-dir", &t, &err) == CDX_ENOTFOUND);
 }
@@ -479,7 +506,7 @@ static void bpe_merges_follow_rank_order(void)
     CHECK(cdx_tok_encode(t, "abab", 4, false, true, ids, 8, &n, &err) == 0 && n == 2 && ids[0] == 3 && ids[1] == 3);
     /* the cap is respected and n_need is the full count */
     CHECK(cdx_tok_encode(t, "abab", 4, false, true, ids, 1, &n, &err) == 0 && n == 2);
-    cdx_tok_close(t);
+    release(t);
 }
 
 int main(void)
@@ -511,5 +538,6 @@ int main(void)
     RUN("invalid UTF-8 and bad ids are refused with the offset", invalid_utf8_is_refused);
     RUN("malformed tokenizer.json gives clear errors", malformed_tokenizer_json_gives_clear_errors);
     RUN("bpe merges respect rank order", bpe_merges_follow_rank_order);
+    close_all();
     return t_done("text/tokenizer");
 }
