@@ -436,6 +436,11 @@ static int load_json_tokens(cdx_tok *t, json_t *model, json_t *added, bool *is_b
     }
     if (max_id < 0)
         return bad(t, err, "model.vocab", "is empty");
+    /* ids index arrays: refuse a sparse id space that would size them far past the token count */
+    size_t count = json_object_size(vocab) + json_array_size(added);
+    if ((size_t)max_id >= 2 * count + 1024)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: token ids go up to %lld for %zu tokens; expected ids below %zu",
+                           t->name, (long long)max_id, count, 2 * count + 1024);
     int rc = tk_set_vocab_size(t, (uint32_t)max_id + 1, err);
     if (rc < 0) return rc;
     json_object_foreach(vocab, k, v) {

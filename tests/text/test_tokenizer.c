@@ -467,6 +467,7 @@ static void malformed_tokenizer_json_gives_clear_errors(void)
           "\"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}], \"special_tokens\": {}}}",
           CDX_EFORMAT, "\"<s>\" has no \"ids\"" },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999999}, \"merges\": []}}", CDX_EFORMAT, "not an id" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 5555555}, \"merges\": []}}", CDX_EFORMAT, "ids go up to 5555555" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cdx_err err = {0};
