@@ -423,6 +423,59 @@ static void sentencepiece_model_agrees_away_from_whitespace(void)
     CHECK(system(cmd) == 0);
 }
 
+
+/* ---- vocab.json + merges.txt ---- */
+
+static void vocab_json_and_merges_txt_load_as_gpt2(void)
+{
+    /* Writes GPT-2's vocabulary and merges (from llama.cpp's gpt-2 vocab GGUF) in the original
+     * vocab.json + merges.txt layout, then runs llama.cpp's gpt-2 vectors through that directory. */
+    cdx_err err = {0};
+    cdx_gguf *g = NULL;
+    REQUIRE(cdx_gguf_open(VOCAB "/ggml-vocab-gpt-2.gguf", &g, &err) == 0);
+    const cdx_gguf_kv *tk = cdx_gguf_find(g, "tokenizer.ggml.tokens"), *mk = cdx_gguf_find(g, "tokenizer.ggml.merges");
+    if (!tk || !mk) { cdx_gguf_close(g); REQUIRE(tk && mk); }
+    char dir[] = "/tmp/cdx_bpe_XXXXXX", path[512];
+    REQUIRE(mkdtemp(dir));
+    json_t *vocab = json_object();
+    for (uint64_t i = 0; i < tk->val.n; i++) {
+        char *k = strndup(tk->val.str_items[i].ptr, tk->val.str_items[i].len);
+        json_object_set_new(vocab, k, json_integer((json_int_t)i));
+        free(k);
+    }
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    CHECK(json_dump_file(vocab, path, JSON_COMPACT) == 0);
+    json_decref(vocab);
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "#version: 0.2\n");
+    for (uint64_t i = 0; i < mk->val.n; i++)
+        fprintf(f, "%.*s\n", (int)mk->val.str_items[i].len, mk->val.str_items[i].ptr);
+    fclose(f);
+    cdx_gguf_close(g);
+    cdx_tok *t = NULL;
+    CHECKF(cdx_tok_open_dir(dir, &t, &err) == 0, "%s", err.msg);
+    vectors v;
+    if (t && read_vectors("gpt-2", &v)) {
+        size_t ok = check_vectors(t, &v, "gpt-2 vocab.json");
+        printf("  gpt-2 from vocab.json + merges.txt: %zu/%zu vectors\n", ok, v.n);
+        CHECK(ok == v.n && v.n == 46);
+        free_vectors(&v);
+        /* decode is byte-level: a round trip gives the text back */
+        size_t n = 0, dl = 0;
+        const char *s = "Hello world, \xc3\xa9t\xc3\xa9 \xf0\x9f\xa6\x99!";
+        int32_t *ids = encode(t, s, strlen(s), false, false, &n);
+        char *d = ids ? decode(t, ids, n, &dl) : NULL;
+        CHECK(d && dl == strlen(s) && !memcmp(d, s, dl));
+        free(ids); free(d);
+    }
+    cdx_tok_close(t);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* ---- bad input ---- */
 
 static void invalid_utf8_is_refused(void)
@@ -536,6 +589,7 @@ int main(void)
     RUN("special ids and flags follow the tokenizer files", special_ids_follow_the_files);
     RUN("pieces drop the SPM first space and stream byte tokens as whole characters", pieces_handle_spm_space_and_bytes);
     RUN("tokenizer.model (SentencePiece) agrees with the goldens away from whitespace", sentencepiece_model_agrees_away_from_whitespace);
+    RUN("vocab.json + merges.txt load as GPT-2 byte-level BPE (llama.cpp gpt-2 vectors)", vocab_json_and_merges_txt_load_as_gpt2);
     RUN("invalid UTF-8 and bad ids are refused with the offset", invalid_utf8_is_refused);
     RUN("malformed tokenizer.json gives clear errors", malformed_tokenizer_json_gives_clear_errors);
     RUN("bpe merges respect rank order", bpe_merges_follow_rank_order);
