@@ -378,6 +378,58 @@ static void pieces_handle_spm_space_and_bytes(void)
     release(t);
 }
 
+
+/* ---- stories260K: llama.cpp's prompt ids and detokenization (fixtures/llamacpp) ---- */
+
+static void stories260k_prompts_and_text_match_llama_cpp(void)
+{
+    cdx_tok *t = open_or_null(SHARED "/models/stories260K/stories260K.gguf");
+    REQUIRE(t);
+    json_error_t je;
+    json_t *root = json_load_file(SHARED "/fixtures/llamacpp/stories260K.json", 0, &je);
+    REQUIRE(root);
+    size_t i, n_prompt = 0, n_text = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        json_t *prompt = json_object_get(c, "prompt"), *pids = json_object_get(c, "prompt_ids");
+        if (json_is_string(prompt)) {
+            size_t n = 0;
+            int32_t *ids = encode(t, json_string_value(prompt), json_string_length(prompt),
+                                  json_is_true(json_object_get(c, "add_bos")), false, &n);
+            CHECKF(ids && ids_equal(pids, ids, n), "case %zu prompt ids", i);
+            free(ids);
+            n_prompt++;
+        }
+        json_t *toks = json_object_get(c, "tokens");
+        size_t nt = json_array_size(toks), dl = 0;
+        int32_t *w = malloc(nt * sizeof *w);
+        for (size_t k = 0; k < nt; k++)
+            w[k] = (int32_t)json_integer_value(json_array_get(toks, k));
+        /* text_alone: the ids detokenized on their own (leading space of the first piece dropped) */
+        char *d = decode(t, w, nt, &dl);
+        json_t *alone = json_object_get(c, "text_alone"), *text = json_object_get(c, "text");
+        CHECKF(d && dl == json_string_length(alone) && !memcmp(d, json_string_value(alone), dl), "case %zu text_alone: %s", i, d);
+        free(d);
+        /* text: the same ids streamed after the prompt (not first, so the space stays) */
+        cdx_tok_stream st;
+        cdx_tok_stream_init(&st, t, true);
+        st.first = false;
+        char acc[4096], buf[256];
+        size_t al = 0;
+        for (size_t k = 0; k < nt; k++) {
+            int r = cdx_tok_stream_put(&st, w[k], buf, sizeof buf);
+            if (r > 0 && al + (size_t)r < sizeof acc) { memcpy(acc + al, buf, (size_t)r); al += (size_t)r; }
+        }
+        CHECKF(al == json_string_length(text) && !memcmp(acc, json_string_value(text), al), "case %zu text: %.*s", i, (int)al, acc);
+        n_text++;
+        free(w);
+    }
+    printf("  stories260K: %zu prompts, %zu detokenizations checked\n", n_prompt, n_text);
+    CHECK(n_prompt == 3 && n_text == 5);
+    json_decref(root);
+    release(t);
+}
+
 /* ---- SentencePiece tokenizer.model ---- */
 
 static void sentencepiece_model_agrees_away_from_whitespace(void)
@@ -588,6 +640,7 @@ int main(void)
     RUN("vectors tokenize identically on 4 threads at once", vectors_on_threads);
     RUN("special ids and flags follow the tokenizer files", special_ids_follow_the_files);
     RUN("pieces drop the SPM first space and stream byte tokens as whole characters", pieces_handle_spm_space_and_bytes);
+    RUN("stories260K prompt ids and detokenized text match llama.cpp", stories260k_prompts_and_text_match_llama_cpp);
     RUN("tokenizer.model (SentencePiece) agrees with the goldens away from whitespace", sentencepiece_model_agrees_away_from_whitespace);
     RUN("vocab.json + merges.txt load as GPT-2 byte-level BPE (llama.cpp gpt-2 vectors)", vocab_json_and_merges_txt_load_as_gpt2);
     RUN("invalid UTF-8 and bad ids are refused with the offset", invalid_utf8_is_refused);
