@@ -597,6 +597,32 @@ static void malformed_tokenizer_json_gives_clear_errors(void)
     CHECK(cdx_tok_open(TOKS "/no-such-dir", &t, &err) == CDX_ENOTFOUND);
 }
 
+
+static void json_string_escapes_decode_exactly(void)
+{
+    /* vocab keys with every kind of escape; ignore_merges looks a whole word up, so each text
+     * must map to its own id */
+    const char *js = "{\"added_tokens\": [], \"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"merges\": [[\"a\", \"b\"]],"
+                     " \"vocab\": {\"\\u00e9t\\u00E9\": 0, \"a\\\"b\": 1, \"\\ud83e\\udd99\": 2, \"x\\\\y\\/\": 3,"
+                     " \"\\t\\n\": 4, \"a\": 5, \"b\": 6, \"ab\": 7}}}";
+    cdx_err err = {0};
+    cdx_tok *t = NULL;
+    REQUIRE(cdx_tok_open_json(js, strlen(js), NULL, 0, "esc.json", &t, &err) == 0);
+    static const struct { const char *s; int32_t id; } k[] = {
+        { "\xc3\xa9t\xc3\xa9", 0 }, { "a\"b", 1 }, { "\xf0\x9f\xa6\x99", 2 }, { "x\\y/", 3 }, { "\t\n", 4 }, { "ab", 7 },
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        int32_t ids[8];
+        size_t n = 0;
+        CHECKF(cdx_tok_encode(t, k[i].s, strlen(k[i].s), false, true, ids, 8, &n, &err) == 0 && n == 1 && ids[0] == k[i].id,
+               "case %zu: n %zu id %d", i, n, n ? ids[0] : -1);
+    }
+    cdx_tok_close(t);
+    /* a lone surrogate is refused (by jansson, after the scanner hands over) */
+    const char *bad = "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {\"\\ud83e\": 0}}}";
+    CHECK(cdx_tok_open_json(bad, strlen(bad), NULL, 0, "esc.json", &t, &err) == CDX_EFORMAT && strstr(err.msg, "invalid JSON"));
+}
+
 static void bpe_merges_follow_rank_order(void)
 {
     /* "abc": merges rank 0 "b c", rank 1 "a b": rank 0 wins, so a + bc -> "a" "bc" (no "abc"
@@ -646,6 +672,7 @@ int main(void)
     RUN("invalid UTF-8 and bad ids are refused with the offset", invalid_utf8_is_refused);
     RUN("malformed tokenizer.json gives clear errors", malformed_tokenizer_json_gives_clear_errors);
     RUN("bpe merges respect rank order", bpe_merges_follow_rank_order);
+    RUN("JSON string escapes in the vocabulary decode exactly", json_string_escapes_decode_exactly);
     close_all();
     return t_done("text/tokenizer");
 }
