@@ -384,7 +384,7 @@ static int apply_config(cdx_tok *t, json_t *cfg, bool default_cleanup, cdx_err *
         }
     }
     const char *cls = jstr(cfg, "tokenizer_class");
-    bool llama = false;
+    bool llama = t->model == MODEL_SPM; /* tokenizer.model: transformers' LlamaTokenizer rules */
     for (size_t i = 0; cls && i < sizeof k_llama_classes / sizeof *k_llama_classes; i++)
         if (!strcmp(cls, k_llama_classes[i])) llama = true;
     if (llama) {

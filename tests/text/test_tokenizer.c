@@ -528,6 +528,31 @@ static void vocab_json_and_merges_txt_load_as_gpt2(void)
     CHECK(system(cmd) == 0);
 }
 
+
+static void chat_template_file_wins_over_the_config(void)
+{
+    char dir[] = "/tmp/cdx_tpl_XXXXXX", cmd[600], path[300];
+    REQUIRE(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cp " TOKS "/bert/tokenizer.json %s/ && printf '{\"chat_template\": \"from config\"}' > %s/tokenizer_config.json",
+             dir, dir);
+    REQUIRE(system(cmd) == 0);
+    cdx_err err = {0};
+    cdx_tok *t = NULL;
+    REQUIRE(cdx_tok_open_dir(dir, &t, &err) == 0);
+    CHECK(cdx_tok_chat_template(t) && !strcmp(cdx_tok_chat_template(t), "from config"));
+    cdx_tok_close(t);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("{{ messages }}", f);
+    fclose(f);
+    REQUIRE(cdx_tok_open_dir(dir, &t, &err) == 0);
+    CHECK(cdx_tok_chat_template(t) && !strcmp(cdx_tok_chat_template(t), "{{ messages }}"));
+    cdx_tok_close(t);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* ---- bad input ---- */
 
 static void invalid_utf8_is_refused(void)
@@ -669,6 +694,7 @@ int main(void)
     RUN("stories260K prompt ids and detokenized text match llama.cpp", stories260k_prompts_and_text_match_llama_cpp);
     RUN("tokenizer.model (SentencePiece) agrees with the goldens away from whitespace", sentencepiece_model_agrees_away_from_whitespace);
     RUN("vocab.json + merges.txt load as GPT-2 byte-level BPE (llama.cpp gpt-2 vectors)", vocab_json_and_merges_txt_load_as_gpt2);
+    RUN("chat_template.jinja wins over tokenizer_config.json", chat_template_file_wins_over_the_config);
     RUN("invalid UTF-8 and bad ids are refused with the offset", invalid_utf8_is_refused);
     RUN("malformed tokenizer.json gives clear errors", malformed_tokenizer_json_gives_clear_errors);
     RUN("bpe merges respect rank order", bpe_merges_follow_rank_order);
