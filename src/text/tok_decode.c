@@ -408,9 +408,11 @@ int cdx_tok_piece(const cdx_tok *t, int32_t id, bool first, bool skip_special, c
             rc |= tk_str_put(&o, s, n);
         }
     } else {
-        /* SentencePiece-style: ▁ is a space; the decoder drops the text's first one */
+        /* SentencePiece-style: ▁ is a space; the decoder drops the text's first one (tokenizers'
+         * Metaspace decoder: every ▁ of the first token) */
+        bool drop = first && t->meta_first_all;
         for (size_t k = 0; k < n;) {
-            if (n - k >= 3 && !memcmp(s + k, "\xe2\x96\x81", 3)) { rc |= tk_str_putc(&o, ' '); k += 3; }
+            if (n - k >= 3 && !memcmp(s + k, "\xe2\x96\x81", 3)) { if (!drop) rc |= tk_str_putc(&o, ' '); k += 3; }
             else rc |= tk_str_putc(&o, s[k++]);
         }
         if (first && t->spm_strip_first && o.len && o.s[0] == ' ') {

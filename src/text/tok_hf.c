@@ -243,7 +243,7 @@ static int parse_dec(cdx_tok *t, json_t *o, int depth, cdx_err *err)
         d.a = dupz(r ? r : "\xe2\x96\x81");
         d.a_len = strlen(d.a);
         d.prepend = prepend_scheme(o) != PREPEND_NEVER;
-        if (d.prepend) t->spm_strip_first = true;
+        if (d.prepend) t->spm_strip_first = t->meta_first_all = true;
     } else if (!strcmp(ty, "Strip")) {
         const char *c = jstr(o, "content");
         size_t adv;
