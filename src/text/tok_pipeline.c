@@ -108,16 +108,40 @@ static int put_lower(tk_str *o, uint32_t cp)
 
 /* ---- normalizers ---- */
 
-static int unorm(const char *s, size_t n, int opts, tk_str *o)
+static int unorm_run(const char *s, size_t n, int opts, tk_str *o)
 {
-    if (n == 0)
-        return 0;
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, (utf8proc_option_t)(UTF8PROC_STABLE | opts));
     if (r < 0)
         return CDX_EINVAL;
     int rc = tk_str_put(o, dst, (size_t)r);
     free(dst);
+    return rc;
+}
+
+/* Unicode normalization (NFC/NFD/NFKC/NFKD by opts). ASCII chars are invariant and never combine
+ * with what precedes them, so the text can be cut before any ASCII char: only the stretches that
+ * hold non-ASCII (with the ASCII char before them, which a combining mark may attach to) go
+ * through utf8proc. */
+static int unorm(const char *s, size_t n, int opts, tk_str *o)
+{
+    size_t i = 0;
+    int rc = 0;
+    while (i < n && !rc) {
+        size_t j = i;
+        while (j < n && (uint8_t)s[j] < 0x80 && (j + 1 == n || (uint8_t)s[j + 1] < 0x80))
+            j++;
+        if (j > i) { /* ASCII not followed by non-ASCII */
+            rc = tk_str_put(o, s + i, j - i);
+            i = j;
+            continue;
+        }
+        j = i + 1;
+        while (j < n && (uint8_t)s[j] >= 0x80)
+            j++;
+        rc = unorm_run(s + i, j - i, opts, o);
+        i = j;
+    }
     return rc;
 }
 
