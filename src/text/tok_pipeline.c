@@ -411,13 +411,18 @@ static int emit_pieces(pieces *ps, int behavior, bool invert, const tk_span *sp,
     return 0;
 }
 
-static int regex_pieces(pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, pieces *ps)
+static int regex_pieces(pcre2_code *re, pcre2_match_data *md, pcre2_match_context *mc, const char *s, size_t n,
+                        pieces *ps)
 {
     size_t prev = 0, at = 0;
     while (at <= n) {
         int m = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (m < 0)
+        if (m == PCRE2_ERROR_JIT_STACKLIMIT && mc) /* long whitespace runs: retry on a big JIT stack */
+            m = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, mc);
+        if (m == PCRE2_ERROR_NOMATCH)
             break;
+        if (m < 0)
+            return CDX_ERANGE; /* a match or JIT stack limit: refuse rather than split wrongly */
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t b = ov[0], e = ov[1];
         if (b > prev && pc_push(ps, prev, b, false))
@@ -522,7 +527,7 @@ static int wpm_llama(const tk_pre *p, const char *s, size_t n, const tk_span *sp
     return rc;
 }
 
-static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_data **mds, size_t step)
+static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_data **mds, pcre2_match_context *mc, size_t step)
 {
     pieces ps = {0};
     int rc = 0;
@@ -534,7 +539,7 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
         switch (p->type) {
         case PRE_SPLIT:
             if (p->re)
-                rc = regex_pieces(p->re, mds[step], io->buf.s + sp.off, sp.len, &ps);
+                rc = regex_pieces(p->re, mds[step], mc, io->buf.s + sp.off, sp.len, &ps);
             else
                 rc = str_pieces(p->str, p->str_len, io->buf.s + sp.off, sp.len, &ps);
             if (!rc)
@@ -549,7 +554,7 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
                 sp.len += 1;
             }
             if (p->re) {
-                rc = regex_pieces(p->re, mds[step], io->buf.s + sp.off, sp.len, &ps);
+                rc = regex_pieces(p->re, mds[step], mc, io->buf.s + sp.off, sp.len, &ps);
                 if (!rc)
                     rc = emit_pieces(&ps, SPLIT_ISOLATED, false, &sp, out);
             } else {
@@ -590,7 +595,7 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
                 rc = emit_pieces(&ps, p->individual ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS, false, &sp, out);
             break;
         case PRE_WHITESPACE:
-            rc = regex_pieces(p->re, mds[step], io->buf.s + sp.off, sp.len, &ps);
+            rc = regex_pieces(p->re, mds[step], mc, io->buf.s + sp.off, sp.len, &ps);
             if (!rc)
                 rc = emit_pieces(&ps, SPLIT_REMOVED, true, &sp, out);
             break;
@@ -637,11 +642,18 @@ int tk_pretokenize(const cdx_tok *t, tk_spans *io, tk_spans *tmp)
 {
     pcre2_match_data *mds[16] = {0};
     int rc = 0;
+    /* a big JIT stack for the rare match that overflows PCRE2's default 32 KiB one */
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    if (!mc || !js)
+        rc = CDX_ENOMEM;
+    else
+        pcre2_jit_stack_assign(mc, NULL, js);
     for (size_t i = 0; i < t->n_pre && i < 16; i++)
         if (t->pre[i].re && !(mds[i] = pcre2_match_data_create_from_pattern(t->pre[i].re, NULL)))
             rc = CDX_ENOMEM;
     for (size_t i = 0; i < t->n_pre && !rc; i++) {
-        rc = pre_step(&t->pre[i], io, tmp, mds, i);
+        rc = pre_step(&t->pre[i], io, tmp, mds, mc, i);
         tk_span *sp = io->sp; size_t n = io->n, cap = io->cap;
         io->sp = tmp->sp; io->n = tmp->n; io->cap = tmp->cap;
         tmp->sp = sp; tmp->n = n; tmp->cap = cap;
@@ -649,5 +661,7 @@ int tk_pretokenize(const cdx_tok *t, tk_spans *io, tk_spans *tmp)
     }
     for (size_t i = 0; i < 16; i++)
         pcre2_match_data_free(mds[i]);
+    pcre2_jit_stack_free(js);
+    pcre2_match_context_free(mc);
     return rc;
 }

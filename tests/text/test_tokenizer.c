@@ -553,6 +553,26 @@ static void chat_template_file_wins_over_the_config(void)
     CHECK(system(cmd) == 0);
 }
 
+
+static void long_whitespace_runs_encode_and_round_trip(void)
+{
+    /* PCRE2's default JIT stack is too small for \s+(?!\S) over a long run: the encoder must
+     * still split it (on a bigger stack), not fail or cut the text */
+    cdx_tok *t = open_or_null(TOKS "/qwen3");
+    REQUIRE(t);
+    size_t n = 100000;
+    char *s = malloc(n + 3);
+    memset(s, ' ', n);
+    memcpy(s + n, "x\n", 3);
+    size_t k = 0, dl = 0;
+    int32_t *ids = encode(t, s, n + 2, false, true, &k);
+    CHECK(ids && k > 0 && k < n / 4);
+    char *d = ids ? decode(t, ids, k, &dl) : NULL;
+    CHECK(d && dl == n + 2 && !memcmp(d, s, dl));
+    free(d); free(ids); free(s);
+    release(t);
+}
+
 /* ---- bad input ---- */
 
 static void invalid_utf8_is_refused(void)
@@ -695,6 +715,7 @@ int main(void)
     RUN("tokenizer.model (SentencePiece) agrees with the goldens away from whitespace", sentencepiece_model_agrees_away_from_whitespace);
     RUN("vocab.json + merges.txt load as GPT-2 byte-level BPE (llama.cpp gpt-2 vectors)", vocab_json_and_merges_txt_load_as_gpt2);
     RUN("chat_template.jinja wins over tokenizer_config.json", chat_template_file_wins_over_the_config);
+    RUN("long whitespace runs encode and round-trip", long_whitespace_runs_encode_and_round_trip);
     RUN("invalid UTF-8 and bad ids are refused with the offset", invalid_utf8_is_refused);
     RUN("malformed tokenizer.json gives clear errors", malformed_tokenizer_json_gives_clear_errors);
     RUN("bpe merges respect rank order", bpe_merges_follow_rank_order);
