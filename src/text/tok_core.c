@@ -342,7 +342,7 @@ static int cmp_added(const void *a, const void *b, void *pool)
 /* Tokens llama.cpp treats as end-of-generation by their text. */
 static const char *const k_eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "<|eom_id|>",
-    "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>", "</s>", "<|END_OF_TURN_TOKEN|>",
+    "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>", "<|END_OF_TURN_TOKEN|>",
 };
 
 int tk_finish(cdx_tok *t, cdx_err *err)
