@@ -275,7 +275,7 @@ void cdx_q2_K_from_f32_ref(const float *x, void *vy, int64_t n)
         if (max_min > 0) {
             float iscale = q4scale / max_min;
             for (int j = 0; j < 16; j++)
-                y[i].scales[j] |= (uint8_t)(cdx_nearest_int(iscale * mins[j]) << 4);
+                y[i].scales[j] |= (uint8_t)((unsigned)cdx_nearest_int(iscale * mins[j]) << 4);
             y[i].dmin = cdx_f2h(max_min / q4scale);
         } else {
             y[i].dmin = cdx_f2h(0.f);

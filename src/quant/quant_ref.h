@@ -121,6 +121,13 @@ static inline int cdx_nearest_int(float f)
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* float -> int truncation with x86's answer (INT_MIN) for NaN and out-of-range values, where a
+ * plain C cast is undefined: ggml's casts give that on x86, and caldrix stays defined. */
+static inline int cdx_ftoi(float f)
+{
+    return f > -2147483648.0f && f < 2147483648.0f ? (int)f : (-2147483647 - 1);
+}
+
 static inline float cdx_h2f(cdx_half h) { return cdx_f16_to_f32(h); }
 static inline cdx_half cdx_f2h(float f) { return cdx_f32_to_f16(f); }
 

@@ -326,6 +326,61 @@ static void round_trips_at_awkward_lengths(void)
     CHECK(tested >= 20);
 }
 
+/* ---- arbitrary bytes: to_f32 and dot stay in bounds and agree; NaN/Inf input is survived ---- */
+
+static void random_blocks_dequantize_and_dot_consistently(void)
+{
+    int compared = 0;
+    for (uint32_t id = 0; id < CDX_TYPE_COUNT; id++) {
+        const cdx_type_traits *t = cdx_type_get(id);
+        if (!t || t->retired || !t->to_f32 || !t->vec_dot || t->block == 1)
+            continue;
+        const cdx_type_traits *a = cdx_type_get(t->vec_dot_type);
+        const int64_t n = (t->block > a->block ? t->block : a->block) * 3;
+        const size_t qb = (size_t)(n / t->block) * t->bytes, ab = (size_t)(n / a->block) * a->bytes;
+        uint8_t *q = malloc(qb), *aq = malloc(ab);
+        float *y = malloc(sizeof(float) * n), *act = malloc(sizeof(float) * n), *ad = malloc(sizeof(float) * n);
+        for (int trial = 0; trial < 20; trial++) {
+            for (size_t i = 0; i < qb; i++) {
+                g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+                q[i] = (uint8_t)(g_rng >> 32);
+            }
+            for (int64_t i = 0; i < n; i++)
+                act[i] = rnd_gauss();
+            a->from_f32(act, aq, n);
+            a->to_f32(aq, ad, n);
+            t->to_f32(q, y, n);
+            double want = 0, as = 0;
+            int finite = 1;
+            for (int64_t i = 0; i < n; i++) {
+                finite &= isfinite(y[i]) && fabsf(y[i]) < 1e30f;
+                want += (double)y[i] * ad[i];
+                as += fabs((double)y[i] * ad[i]);
+            }
+            if (!finite) /* a random half scale may be Inf/NaN: nothing to compare */
+                continue;
+            float got = t->vec_dot(n, q, aq);
+            double tol = 1e-4 * fabs(want) + (a == cdx_type_get(CDX_TYPE_Q8_1) ? 5e-4 : 2e-6) * as + 1e-30;
+            CHECKF(fabs(got - want) <= tol, "%s trial %d: dot %.9g vs dequantized %.9g (tol %.3g)", t->name, trial, got,
+                   want, tol);
+            compared++;
+        }
+        /* quantizers survive NaN and Inf (values unspecified, but no fault and nothing written past) */
+        if (t->from_f32) {
+            for (int64_t i = 0; i < n; i++)
+                act[i] = i % 7 == 0 ? NAN : i % 11 == 0 ? INFINITY : i % 13 == 0 ? -INFINITY : rnd_gauss();
+            uint8_t *q2 = malloc(qb + 1);
+            q2[qb] = 0x5A;
+            t->from_f32(act, q2, n);
+            t->to_f32(q2, y, n);
+            CHECKF(q2[qb] == 0x5A, "%s: wrote past the end on NaN input", t->name);
+            free(q2);
+        }
+        free(q), free(aq), free(y), free(act), free(ad);
+    }
+    CHECK(compared > 300);
+}
+
 /* ---- unknown and retired ids are refused by name ---- */
 
 static void unknown_and_retired_types_are_refused_by_name(void)
@@ -361,6 +416,7 @@ int main(void)
     RUN("q8_0 / q8_1 / q8_K activation quantizers reproduce act_q.bin", activation_quantizers_match_act_q);
     RUN("vec_dot is within the README tolerance of ggml's dots", vec_dot_within_tolerance_of_ggml);
     RUN("quantize / dequantize / dot round trips at n = block * k", round_trips_at_awkward_lengths);
+    RUN("random blocks: to_f32 and vec_dot agree; quantizers survive NaN/Inf", random_blocks_dequantize_and_dot_consistently);
     RUN("unknown and retired type ids are refused by name", unknown_and_retired_types_are_refused_by_name);
     json_decref(g_manifest);
     return t_done("quant");
