@@ -112,7 +112,8 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L)
 }
 
 /* Asymmetric levels L in [0, nmax] for x ~ scale*L - the_min, by weighted least squares over
- * nstep+1 trial inverse scales (ggml's make_qkx2_quants). */
+ * nstep+1 trial inverse scales (ggml's make_qkx2_quants). The trials are not independent: a
+ * better trial moves `min`, which the following trials use, so they must run in order. */
 static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                               float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad)
 {

@@ -185,13 +185,17 @@ CDX_REF_DECL(q5_K)
 CDX_REF_DECL(q6_K)
 CDX_REF_DECL(tq1_0)
 CDX_REF_DECL(tq2_0)
-CDX_REF_DECL(iq2_xxs)
-CDX_REF_DECL(iq2_xs)
 CDX_REF_DECL(iq2_s)
 CDX_REF_DECL(iq3_xxs)
 CDX_REF_DECL(iq3_s)
-CDX_REF_DECL(iq1_s)
 CDX_REF_DECL(iq1_m)
+/* No reference quantizer: ggml only quantizes these with an importance matrix. */
+void cdx_iq2_xxs_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq2_xxs_dot_ref(int64_t n, const void *x, const void *y);
+void cdx_iq2_xs_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq2_xs_dot_ref(int64_t n, const void *x, const void *y);
+void cdx_iq1_s_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq1_s_dot_ref(int64_t n, const void *x, const void *y);
 CDX_REF_DECL(iq4_nl)
 CDX_REF_DECL(iq4_xs)
 /* Activation formats: q8_1 has no dequantizer in ggml, but one is handy for tests. */
