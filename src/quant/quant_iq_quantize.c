@@ -193,6 +193,7 @@ static float iq3_search(const cdx_iq_index *ix, const float *xval, const float *
     int8_t Laux[32];
     bool on[8], on_aux[8];
     float best = 0, scale = max / 15;
+    memset(L, 0, 32); /* stays all-zero if no trial scale is accepted (ggml does the same) */
     for (int k = 0; k < 8; k++)
         on[k] = start_on_grid;
     for (int is = -ntry; is <= ntry; is++) {

@@ -121,6 +121,13 @@ static inline int cdx_nearest_int(float f)
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* float -> int truncation with x86's answer (INT_MIN) for NaN and out-of-range values, where a
+ * plain C cast is undefined: ggml's casts give that on x86, and caldrix stays defined. */
+static inline int cdx_ftoi(float f)
+{
+    return f > -2147483648.0f && f < 2147483648.0f ? (int)f : (-2147483647 - 1);
+}
+
 static inline float cdx_h2f(cdx_half h) { return cdx_f16_to_f32(h); }
 static inline cdx_half cdx_f2h(float f) { return cdx_f32_to_f16(f); }
 
@@ -178,13 +185,17 @@ CDX_REF_DECL(q5_K)
 CDX_REF_DECL(q6_K)
 CDX_REF_DECL(tq1_0)
 CDX_REF_DECL(tq2_0)
-CDX_REF_DECL(iq2_xxs)
-CDX_REF_DECL(iq2_xs)
 CDX_REF_DECL(iq2_s)
 CDX_REF_DECL(iq3_xxs)
 CDX_REF_DECL(iq3_s)
-CDX_REF_DECL(iq1_s)
 CDX_REF_DECL(iq1_m)
+/* No reference quantizer: ggml only quantizes these with an importance matrix. */
+void cdx_iq2_xxs_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq2_xxs_dot_ref(int64_t n, const void *x, const void *y);
+void cdx_iq2_xs_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq2_xs_dot_ref(int64_t n, const void *x, const void *y);
+void cdx_iq1_s_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq1_s_dot_ref(int64_t n, const void *x, const void *y);
 CDX_REF_DECL(iq4_nl)
 CDX_REF_DECL(iq4_xs)
 /* Activation formats: q8_1 has no dequantizer in ggml, but one is handy for tests. */

@@ -4,7 +4,7 @@
 #include "caldrix.h"
 #include "test.h"
 
-#define MAXT 512
+#define MAXT 1024
 
 typedef struct {
     char names[MAXT][64];
@@ -224,6 +224,65 @@ static void names_and_order(void)
     CHECK(cdx_quant_tensor_cmp("blk.3.attn_k.weight", "blk.3.attn_q.weight") < 0);
 }
 
+/* tests/quant/data/quant_mix_golden.txt: the types llama.cpp's own llama_quant_compute_types
+ * picks for mock models (see tools/quant_mix_golden.cpp, which wrote it). */
+static void matches_llama_cpp_on_mock_models(void)
+{
+    FILE *f = fopen("tests/quant/data/quant_mix_golden.txt", "r");
+    REQUIRE(f);
+    static char line[1 << 16];
+    static model gm;
+    static char *names[MAXT];
+    cdx_quant_model_info info = { 0 };
+    char mname[64] = "";
+    int n_models = 0, n_lines = 0, n_checked = 0, n_bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (line[0] == 'M') {
+            unsigned nl, nh, nkv, ne;
+            char arch[32];
+            REQUIRE(sscanf(line, "M %63s %u %u %u %u %31s", mname, &nl, &nh, &nkv, &ne, arch) == 6);
+            info = (cdx_quant_model_info){ .n_layer = (int)nl, .n_gqa = (int)(nh / nkv), .n_expert = (int)ne,
+                                           .arch_falcon = !strcmp(arch, "falcon"),
+                                           .is_70b = !strcmp(arch, "llama") && nl == 80 && nh != nkv };
+            gm.n = 0;
+            n_models++;
+        } else if (line[0] == 'T') {
+            REQUIRE(gm.n < MAXT);
+            long long a, b, c;
+            REQUIRE(sscanf(line, "T %63s %lld %lld %lld", gm.names[gm.n], &a, &b, &c) == 4);
+            gm.ne[gm.n][0] = a, gm.ne[gm.n][1] = b, gm.ne[gm.n][2] = c, gm.ne[gm.n][3] = 1;
+            names[gm.n] = gm.names[gm.n];
+            gm.n++;
+        } else if (line[0] == 'F') {
+            char *save = NULL, *tok = strtok_r(line + 2, " ", &save);
+            const cdx_ftype_info *ft = cdx_ftype_by_id(atoi(tok));
+            CHECKF(ft != NULL, "ftype %s unknown", tok);
+            if (!ft)
+                continue;
+            cdx_quant_mix mix;
+            cdx_err e = {0};
+            REQUIRE(cdx_quant_mix_init(&mix, ft->name, &info, (const char *const *)names, (size_t)gm.n, &e) == 0);
+            /* the file lists tensors in llama.cpp's order already; check ours agrees */
+            for (int i = 0; i + 1 < gm.n; i++)
+                CHECK(cdx_quant_tensor_cmp(gm.names[i], gm.names[i + 1]) < 0);
+            for (int i = 0; i < gm.n; i++) {
+                tok = strtok_r(NULL, " ", &save);
+                REQUIRE(tok);
+                cdx_type got = cdx_quant_mix_choose(&mix, gm.names[i], gm.ne[i], CDX_TYPE_F32);
+                bool ok = !strcmp(tok, "-") ? got == CDX_TYPE_F32 : !strcmp(tok, cdx_type_name(got));
+                if (!ok && n_bad++ < 10)
+                    CHECKF(ok, "%s %s %s: %s, llama.cpp %s", mname, ft->name, gm.names[i], cdx_type_name(got), tok);
+                n_checked++;
+            }
+            n_lines++;
+        }
+    }
+    fclose(f);
+    printf("  %d models, %d file types, %d tensor choices compared, %d differ\n", n_models, n_lines, n_checked, n_bad);
+    CHECK(n_models >= 8 && n_lines >= 200 && n_bad == 0);
+}
+
 int main(void)
 {
     RUN("Q4_K_M on a 32-layer GQA Llama: Q6_K attn_v/ffn_down on use_more_bits layers", q4_k_m_on_a_32_layer_gqa4_llama);
@@ -233,5 +292,6 @@ int main(void)
     RUN("IQ4_NL and TQ2_0 rules", iq4_nl_and_ternary_rules);
     RUN("rows a block does not divide fall back as tensor_type_fallback", rows_that_do_not_fit_fall_back);
     RUN("file type names and llama.cpp's tensor order", names_and_order);
+    RUN("every choice matches llama.cpp's llama_quant_compute_types on 8 mock models", matches_llama_cpp_on_mock_models);
     return t_done("quant_mix");
 }
