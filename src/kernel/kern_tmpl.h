@@ -344,6 +344,16 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
 
 /* ---- the tile tables and the tiling driver ---- */
 
+#ifdef KT_WIDE_HEADER
+#include KT_WIDE_HEADER /* wider tile families for this ISA */
+#endif
+#ifndef KT_FAM_B32
+#define KT_FAM_B32 tile_b32
+#endif
+#ifndef KT_FAM_K
+#define KT_FAM_K tile_k
+#endif
+
 typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const uint8_t *x, size_t xrb, int64_t nb, float *y,
                         int64_t ys);
 
@@ -384,13 +394,13 @@ typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const uint8_t *x, size_t x
 #error "unsupported RMAX x TMAX"
 #endif
 
-KT_TILES(tile_b32, W_Q8_0)
-KT_TILES(tile_b32, W_Q4_0)
-KT_TILES(tile_b32, W_IQ4_NL)
-KT_TILES(tile_k, W_Q4_K)
-KT_TILES(tile_k, W_Q5_K)
-KT_TILES(tile_k, W_Q6_K)
-KT_TILES(tile_k, W_IQ4_XS)
+KT_TILES(KT_FAM_B32, W_Q8_0)
+KT_TILES(KT_FAM_B32, W_Q4_0)
+KT_TILES(KT_FAM_B32, W_IQ4_NL)
+KT_TILES(KT_FAM_K, W_Q4_K)
+KT_TILES(KT_FAM_K, W_Q5_K)
+KT_TILES(KT_FAM_K, W_Q6_K)
+KT_TILES(KT_FAM_K, W_IQ4_XS)
 KT_TILES(tile_f, W_F32)
 KT_TILES(tile_f, W_F16)
 KT_TILES(tile_f, W_BF16)

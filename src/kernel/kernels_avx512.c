@@ -22,4 +22,5 @@ typedef __m512 VF;
 #define vf_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define vf_hsum(v) _mm512_reduce_add_ps(v)
 
+#define KT_WIDE_HEADER "kernel/kern_wide512.h"
 #include "kernel/kern_tmpl.h"
