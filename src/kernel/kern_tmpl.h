@@ -66,7 +66,8 @@ KT_INLINE __m256i dot_signed_sc(__m256i acc, __m256i w, __m256i a, __m256i sc)
 
 /* ---- tiles over 32-value blocks paired with q8_0 activations (Q8_0, Q4_0, IQ4_NL) ---- */
 
-enum { W_Q8_0, W_Q4_0, W_IQ4_NL };
+/* One id per weight layout (distinct across the families: the prefill GEMM tests them all). */
+enum { W_Q8_0, W_Q4_0, W_IQ4_NL, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_XS, W_F32, W_F16, W_BF16 };
 
 KT_INLINE void tile_b32(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
                         const int T, int64_t nb, float *y, int64_t ys)
@@ -128,7 +129,6 @@ typedef struct {
     float d, dmin;
 } kprep;
 
-enum { W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_XS };
 
 KT_INLINE size_t kblock_bytes(int kind)
 {
@@ -287,7 +287,6 @@ KT_INLINE void tile_k(int kind, const uint8_t *w, size_t wrb, const int R, const
 
 /* ---- tiles over F32 / F16 / BF16 rows with f32 activations ---- */
 
-enum { W_F32, W_F16, W_BF16 };
 
 KT_INLINE VF vf_loadw(int kind, const uint8_t *row, int64_t c)
 {
@@ -427,18 +426,23 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
     }
 }
 
+#ifndef KT_GEMM
+#define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) false
+#endif
 #define KT_ROWS_Q(kind, blk)                                                                             \
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
-                                size_t xrb, int64_t n, float *y)                                         \
+                                size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
         (void)x;                                                                                         \
+        if (n >= CDX_GEMM_MIN_N && KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch))                     \
+            return;                                                                                      \
         KT(drive)(KT(tiles_##kind), w, r0, r1, xq, xrb, n, y, w->cols / (blk));                          \
     }
 #define KT_ROWS_F(kind)                                                                                  \
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
-                                size_t xrb, int64_t n, float *y)                                         \
+                                size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
-        (void)xq; (void)xrb;                                                                             \
+        (void)xq; (void)xrb; (void)scratch;                                                              \
         KT(drive)(KT(tiles_##kind), w, r0, r1, (const uint8_t *)x, (size_t)w->cols * sizeof(float), n, y, \
                   w->cols);                                                                              \
     }

@@ -252,3 +252,208 @@ KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, cons
 
 #define KT_FAM_B32 tile_b32w
 #define KT_FAM_K tile_kw
+
+/* ---- prefill: integer GEMM over unpacked 16-row panels ---- */
+
+/* Every supported type is written as w = S·(u - bias) + M per group of G values, u an unsigned
+ * byte, S and M floats per (row, group): Q8_0/IQ4_NL/IQ4_XS bias their signed values by 128,
+ * Q4_0 keeps its +8 nibble, Q6_K its +32, Q4_K/Q5_K their mins as M. A 16-row panel is unpacked
+ * once into u interleaved 4 bytes per row ([k][row][4]), so one vpdpbusd against 4 broadcast
+ * activation bytes advances 16 rows at once; only one float step per group and token remains.
+ * The products S·da and the group sums are the only float reassociation against vec_dot. */
+
+KT_INLINE int g_size(int kind) { return kind == W_Q6_K ? 16 : 32; }
+KT_INLINE int g_bias(int kind)
+{
+    return kind == W_Q4_0 ? 8 : kind == W_Q6_K ? 32 : (kind == W_Q4_K || kind == W_Q5_K) ? 0 : 128;
+}
+KT_INLINE bool g_has_m(int kind) { return kind == W_Q4_K || kind == W_Q5_K; }
+KT_INLINE bool g_q8k(int kind) { return kind != W_Q8_0 && kind != W_Q4_0 && kind != W_IQ4_NL; }
+
+/* One weight row → u[cols], S[groups], M[groups]. */
+KT_INLINE void g_unpack_row(int kind, const uint8_t *row, int64_t cols, uint8_t *u, float *S, float *M)
+{
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    const __m256i kvb = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)), x80);
+    if (!g_q8k(kind)) {
+        const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + (size_t)b * bb;
+            S[b] = h2f(*(const uint16_t *)blk);
+            __m256i v = kind == W_Q8_0 ? _mm256_xor_si256(load32(blk + 2), x80)
+                      : kind == W_Q4_0 ? nib32(blk + 2) : _mm256_shuffle_epi8(kvb, nib32(blk + 2));
+            _mm256_storeu_si256((__m256i *)(u + 32 * b), v);
+        }
+        return;
+    }
+    const size_t bb = kblock_bytes(kind);
+    for (int64_t b = 0; b < cols / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bb;
+        if (kind == W_Q4_K || kind == W_Q5_K) {
+            const cdx_block_q4_K *q = (const cdx_block_q4_K *)blk;
+            uint8_t sc[8], m[8];
+            k4_scales(q->scales, sc, m);
+            const float d = h2f(q->d), dmin = h2f(q->dmin);
+            for (int j = 0; j < 8; j++) {
+                S[8 * b + j] = d * sc[j];
+                M[8 * b + j] = -(dmin * m[j]);
+            }
+        } else if (kind == W_Q6_K) {
+            const cdx_block_q6_K *q = (const cdx_block_q6_K *)blk;
+            const float d = h2f(q->d);
+            for (int j = 0; j < 16; j++)
+                S[16 * b + j] = d * q->scales[j];
+        } else {
+            const cdx_block_iq4_xs *q = (const cdx_block_iq4_xs *)blk;
+            const float d = h2f(q->d);
+            for (int j = 0; j < 8; j++)
+                S[8 * b + j] = d * (float)((((q->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) |
+                                            (((q->scales_h >> (2 * j)) & 3) << 4)) - 32);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i v = ksub(kind, blk, j);
+            if (kind == W_IQ4_XS)
+                v = _mm256_xor_si256(v, x80);
+            _mm256_storeu_si256((__m256i *)(u + 256 * b + 32 * j), v);
+        }
+    }
+}
+
+/* Activation bytes of group g of one token's quantized row. */
+KT_INLINE const int8_t *g_act(int kind, const uint8_t *xrow, int64_t g)
+{
+    if (!g_q8k(kind))
+        return ((const cdx_block_q8_0 *)xrow)[g].qs;
+    const int G = g_size(kind), per = 256 / G;
+    return ((const cdx_block_q8_K *)xrow)[g / per].qs + G * (g % per);
+}
+
+/* da and Σa of every group of every token. */
+static void g_act_sums(int kind, const uint8_t *x, size_t xrb, int64_t n, int64_t ng, float *da, int32_t *sa)
+{
+    const int G = g_size(kind);
+    for (int64_t t = 0; t < n; t++) {
+        const uint8_t *xr = x + (size_t)t * xrb;
+        for (int64_t g = 0; g < ng; g++) {
+            if (!g_q8k(kind)) {
+                const cdx_block_q8_0 *b = (const cdx_block_q8_0 *)xr + g;
+                da[t * ng + g] = h2f(b->d);
+                sa[t * ng + g] = hsum8i(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), load32(b->qs)));
+            } else {
+                const int per = 256 / G;
+                const cdx_block_q8_K *b = (const cdx_block_q8_K *)xr + g / per;
+                da[t * ng + g] = b->d;
+                sa[t * ng + g] = G == 16 ? b->bsums[g % per] : b->bsums[2 * (g % per)] + b->bsums[2 * (g % per) + 1];
+            }
+        }
+    }
+}
+
+KT_INLINE void g_micro(int kind, const uint8_t *P, const float *S, const float *M, int64_t ng, const uint8_t *x,
+                       size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys,
+                       __mmask16 rmask)
+{
+    const int G = g_size(kind), bias = g_bias(kind);
+    __m512 acc[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i is[CDX_GEMM_TOK];
+        const int8_t *a[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            is[t] = _mm512_set1_epi32(-bias * sa[t * ng + g]);
+            a[t] = g_act(kind, x + (size_t)t * xrb, g);
+        }
+        const uint8_t *pg = P + (size_t)g * G * CDX_GEMM_PANEL;
+#pragma GCC unroll 8
+        for (int k = 0; k < G / 4; k++) {
+            const __m512i wv = load64(pg + 64 * k);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                int32_t a4;
+                memcpy(&a4, a[t] + 4 * k, 4);
+                is[t] = _mm512_dpbusd_epi32(is[t], wv, _mm512_set1_epi32(a4));
+            }
+        }
+        const __m512 sg = _mm512_load_ps(S + g * CDX_GEMM_PANEL);
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const float d = da[t * ng + g];
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(sg, _mm512_set1_ps(d)), acc[t]);
+            if (g_has_m(kind))
+                acc[t] = _mm512_fmadd_ps(_mm512_load_ps(M + g * CDX_GEMM_PANEL),
+                                         _mm512_set1_ps(d * (float)sa[t * ng + g]), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_mask_storeu_ps(y + t * ys, rmask, acc[t]);
+}
+
+#define G_MICRO_CASE(kind, n_)                                                                          \
+    case n_: g_micro(kind, P, S, M, ng, x, xrb, da, sa, n_, yt, ys, rmask); break;
+
+KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
+                      float *y, void *scratch)
+{
+    if (!scratch)
+        return false;
+    const int G = g_size(kind);
+    const int64_t cols = w->cols, ng = cols / G;
+    uint8_t *p = scratch;
+    uint8_t *P = p;                       p += (CDX_GEMM_PANEL * (size_t)cols + 63) & ~(size_t)63;
+    float *S = (float *)p;                p += ((size_t)ng * CDX_GEMM_PANEL * sizeof(float) + 63) & ~(size_t)63;
+    float *M = (float *)p;                p += ((size_t)ng * CDX_GEMM_PANEL * sizeof(float) + 63) & ~(size_t)63;
+    float *dav = (float *)p;              p += ((size_t)n * ng * sizeof(float) + 63) & ~(size_t)63;
+    int32_t *sav = (int32_t *)p;
+    g_act_sums(kind, xq, xrb, n, ng, dav, sav);
+    const uint8_t *wb = w->data;
+    for (int64_t r = r0; r < r1; r += CDX_GEMM_PANEL) {
+        const int nr = r1 - r < CDX_GEMM_PANEL ? (int)(r1 - r) : CDX_GEMM_PANEL;
+        /* unpack row by row into the interleaved panel: word k of row i goes to P[k][i] */
+        for (int i = 0; i < CDX_GEMM_PANEL; i++) {
+            uint32_t *pw = (uint32_t *)P;
+            if (i >= nr) {
+                for (int64_t k = 0; k < cols / 4; k++)
+                    pw[k * CDX_GEMM_PANEL + i] = 0;
+                for (int64_t g = 0; g < ng; g++)
+                    S[g * CDX_GEMM_PANEL + i] = M[g * CDX_GEMM_PANEL + i] = 0;
+                continue;
+            }
+            uint8_t rowu[4096];
+            float rs[4096 / 16], rm[4096 / 16];
+            for (int64_t c0 = 0; c0 < cols; c0 += 4096) { /* 4096 columns at a time (a multiple of 256) */
+                const int64_t cn = cols - c0 < 4096 ? cols - c0 : 4096;
+                const size_t off = (size_t)(c0 / (g_q8k(kind) ? 256 : 32)) * (g_q8k(kind) ? kblock_bytes(kind)
+                                   : kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0));
+                g_unpack_row(kind, wb + (size_t)(r + i) * w->row_bytes + off, cn, rowu, rs, rm);
+                const uint32_t *rw = (const uint32_t *)rowu;
+                for (int64_t k = 0; k < cn / 4; k++)
+                    pw[(c0 / 4 + k) * CDX_GEMM_PANEL + i] = rw[k];
+                for (int64_t g = 0; g < cn / G; g++) {
+                    S[(c0 / G + g) * CDX_GEMM_PANEL + i] = rs[g];
+                    M[(c0 / G + g) * CDX_GEMM_PANEL + i] = g_has_m(kind) ? rm[g] : 0;
+                }
+            }
+        }
+        const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+        for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
+            const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            const float *da = dav + t * ng;
+            const int32_t *sa = sav + t * ng;
+            float *yt = y + t * w->rows + r;
+            const int64_t ys = w->rows;
+            switch (tt) {
+                G_MICRO_CASE(kind, 1) G_MICRO_CASE(kind, 2) G_MICRO_CASE(kind, 3) G_MICRO_CASE(kind, 4)
+                G_MICRO_CASE(kind, 5) G_MICRO_CASE(kind, 6) G_MICRO_CASE(kind, 7) G_MICRO_CASE(kind, 8)
+            }
+        }
+    }
+    return true;
+}
+
+#define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) g_gemm(kind, w, r0, r1, xq, xrb, n, y, scratch)

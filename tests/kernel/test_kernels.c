@@ -150,7 +150,7 @@ static void row_kernels_match_ggml_fixture_dots(void)
                 continue;
             REQUIRE(k->row[type]);
             float y[4];
-            k->row[type](&w, 0, 4, NULL, act, alen, 1, y);
+            k->row[type](&w, 0, 4, NULL, act, alen, 1, y, NULL);
             for (int r = 0; r < 4; r++) {
                 double want = json_real_value(json_array_get(dots, r)), as = json_real_value(json_array_get(abs, r));
                 CHECKF(fabs(y[r] - want) <= 1e-4 * fabs(want) + 2e-6 * as, "%s %s row %d: %.9g vs %.9g",
