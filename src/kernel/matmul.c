@@ -96,6 +96,21 @@ static void matmul_rows(void *arg, int ith, int nth)
     }
 }
 
+typedef struct {
+    cdx_quantize_fn q;
+    const float *x;
+    uint8_t *xq;
+    size_t xq_row_bytes;
+    int64_t n, cols;
+} quantize_job;
+
+static void quantize_rows(void *arg, int ith, int nth)
+{
+    quantize_job *j = arg;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
+        j->q(j->x + i * j->cols, j->xq + (size_t)i * j->xq_row_bytes, j->cols);
+}
+
 void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n, float *y,
                 void *ws)
 {
@@ -106,8 +121,12 @@ void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const fl
         const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
         j.xq_row_bytes = ((size_t)w->cols / vt->block) * vt->bytes;
         cdx_quantize_fn q = k->quantize[t->vec_dot_type] ? k->quantize[t->vec_dot_type] : vt->from_f32;
-        for (int64_t i = 0; i < n; i++)
-            q(x + i * w->cols, p + (size_t)i * j.xq_row_bytes, w->cols);
+        /* a batch's activations are quantized by all threads (a prompt of 512 tokens is 512 rows) */
+        quantize_job qj = { .q = q, .x = x, .xq = p, .xq_row_bytes = j.xq_row_bytes, .n = n, .cols = w->cols };
+        if (n >= 4)
+            cdx_pool_run(pool, quantize_rows, &qj);
+        else
+            quantize_rows(&qj, 0, 1);
         j.xq = p;
         p += (size_t)n * j.xq_row_bytes;
         p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
