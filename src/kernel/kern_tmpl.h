@@ -18,6 +18,7 @@
 #include "quant/quant_ref.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define KT_INLINE static inline __attribute__((always_inline))
@@ -570,10 +571,78 @@ static void KT(quantize_q8_K)(const float *x, void *out, int64_t n)
     }
 }
 
+/* ---- f32 vector primitives (norms, softmax, attention) ---- */
+
+static float KT(vdot)(const float *a, const float *b, int64_t n)
+{
+    VF s0 = vf_zero(), s1 = vf_zero();
+    int64_t i = 0;
+    for (; i + 2 * VF_N <= n; i += 2 * VF_N) {
+        s0 = vf_fma(vf_load_f32(a + i), vf_load_f32(b + i), s0);
+        s1 = vf_fma(vf_load_f32(a + i + VF_N), vf_load_f32(b + i + VF_N), s1);
+    }
+    for (; i + VF_N <= n; i += VF_N)
+        s0 = vf_fma(vf_load_f32(a + i), vf_load_f32(b + i), s0);
+    float s = vf_hsum(vf_add(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void KT(vaxpy)(float *y, float a, const float *x, int64_t n)
+{
+    const VF av = vf_set1(a);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(y + i, vf_fma(av, vf_load_f32(x + i), vf_load_f32(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void KT(vscale)(float *y, float a, int64_t n)
+{
+    const VF av = vf_set1(a);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(y + i, vf_mul(av, vf_load_f32(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static float KT(vmax)(const float *x, int64_t n)
+{
+    VF m = vf_set1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        m = vf_max(m, vf_load_f32(x + i));
+    float r = vf_hmax(m);
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+/* expf stays the C library's (the same values as the scalar twin); only the sum is vectorised. */
+static float KT(vexp_sum)(float *x, float sub, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = expf(x[i] - sub);
+    VF s = vf_zero();
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        s = vf_add(s, vf_load_f32(x + i));
+    float r = vf_hsum(s);
+    for (; i < n; i++)
+        r += x[i];
+    return r;
+}
+
+static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum) };
+
 /* ---- the table ---- */
 
 const cdx_kernels KT(cdx_kernels) = {
     .isa = KT_ISA_NAME,
+    .vec = &KT(vec_ops),
     .row = {
         [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),
         [CDX_TYPE_Q8_0] = KT(rows_W_Q8_0), [CDX_TYPE_Q4_0] = KT(rows_W_Q4_0), [CDX_TYPE_IQ4_NL] = KT(rows_W_IQ4_NL),

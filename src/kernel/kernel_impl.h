@@ -29,8 +29,20 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
 }
 typedef void (*cdx_quantize_fn)(const float *x, void *out, int64_t n);
 
+/* f32 vector primitives for norms, softmax and attention. */
+typedef struct cdx_vec_ops {
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n);   /* y += a·x */
+    void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
+    float (*max)(const float *x, int64_t n);
+    float (*exp_sum)(float *x, float sub, int64_t n);            /* x = exp(x - sub); returns Σ */
+} cdx_vec_ops;
+
+extern const cdx_vec_ops cdx_vec_scalar;
+
 struct cdx_kernels {
     const char *isa;
+    const cdx_vec_ops *vec;                   /* NULL: cdx_vec_scalar */
     cdx_row_kernel row[CDX_TYPE_COUNT];       /* NULL: the generic scalar path */
     cdx_quantize_fn quantize[CDX_TYPE_COUNT]; /* activation quantizers; NULL: the scalar from_f32 */
 };

@@ -21,5 +21,11 @@ typedef __m256 VF;
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define vf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define vf_hsum(v) hsum8(v)
+#define vf_add(a, b) _mm256_add_ps((a), (b))
+#define vf_mul(a, b) _mm256_mul_ps((a), (b))
+#define vf_max(a, b) _mm256_max_ps((a), (b))
+#define vf_hmax(v) hmax8(v)
+#define vf_set1(a) _mm256_set1_ps(a)
+#define vf_store(p, v) _mm256_storeu_ps((p), (v))
 
 #include "kernel/kern_tmpl.h"

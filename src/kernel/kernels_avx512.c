@@ -21,6 +21,12 @@ typedef __m512 VF;
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define vf_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define vf_hsum(v) _mm512_reduce_add_ps(v)
+#define vf_add(a, b) _mm512_add_ps((a), (b))
+#define vf_mul(a, b) _mm512_mul_ps((a), (b))
+#define vf_max(a, b) _mm512_max_ps((a), (b))
+#define vf_hmax(v) _mm512_reduce_max_ps(v)
+#define vf_set1(a) _mm512_set1_ps(a)
+#define vf_store(p, v) _mm512_storeu_ps((p), (v))
 
 #define KT_WIDE_HEADER "kernel/kern_wide512.h"
 #include "kernel/kern_tmpl.h"
