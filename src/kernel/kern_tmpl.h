@@ -18,6 +18,7 @@
 #include "quant/quant_ref.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define KT_INLINE static inline __attribute__((always_inline))
@@ -66,7 +67,8 @@ KT_INLINE __m256i dot_signed_sc(__m256i acc, __m256i w, __m256i a, __m256i sc)
 
 /* ---- tiles over 32-value blocks paired with q8_0 activations (Q8_0, Q4_0, IQ4_NL) ---- */
 
-enum { W_Q8_0, W_Q4_0, W_IQ4_NL };
+/* One id per weight layout (distinct across the families: the prefill GEMM tests them all). */
+enum { W_Q8_0, W_Q4_0, W_IQ4_NL, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_XS, W_F32, W_F16, W_BF16 };
 
 KT_INLINE void tile_b32(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
                         const int T, int64_t nb, float *y, int64_t ys)
@@ -128,7 +130,6 @@ typedef struct {
     float d, dmin;
 } kprep;
 
-enum { W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_XS };
 
 KT_INLINE size_t kblock_bytes(int kind)
 {
@@ -287,7 +288,6 @@ KT_INLINE void tile_k(int kind, const uint8_t *w, size_t wrb, const int R, const
 
 /* ---- tiles over F32 / F16 / BF16 rows with f32 activations ---- */
 
-enum { W_F32, W_F16, W_BF16 };
 
 KT_INLINE VF vf_loadw(int kind, const uint8_t *row, int64_t c)
 {
@@ -344,6 +344,16 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
 
 /* ---- the tile tables and the tiling driver ---- */
 
+#ifdef KT_WIDE_HEADER
+#include KT_WIDE_HEADER /* wider tile families for this ISA */
+#endif
+#ifndef KT_FAM_B32
+#define KT_FAM_B32 tile_b32
+#endif
+#ifndef KT_FAM_K
+#define KT_FAM_K tile_k
+#endif
+
 typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const uint8_t *x, size_t xrb, int64_t nb, float *y,
                         int64_t ys);
 
@@ -384,13 +394,13 @@ typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const uint8_t *x, size_t x
 #error "unsupported RMAX x TMAX"
 #endif
 
-KT_TILES(tile_b32, W_Q8_0)
-KT_TILES(tile_b32, W_Q4_0)
-KT_TILES(tile_b32, W_IQ4_NL)
-KT_TILES(tile_k, W_Q4_K)
-KT_TILES(tile_k, W_Q5_K)
-KT_TILES(tile_k, W_Q6_K)
-KT_TILES(tile_k, W_IQ4_XS)
+KT_TILES(KT_FAM_B32, W_Q8_0)
+KT_TILES(KT_FAM_B32, W_Q4_0)
+KT_TILES(KT_FAM_B32, W_IQ4_NL)
+KT_TILES(KT_FAM_K, W_Q4_K)
+KT_TILES(KT_FAM_K, W_Q5_K)
+KT_TILES(KT_FAM_K, W_Q6_K)
+KT_TILES(KT_FAM_K, W_IQ4_XS)
 KT_TILES(tile_f, W_F32)
 KT_TILES(tile_f, W_F16)
 KT_TILES(tile_f, W_BF16)
@@ -417,18 +427,23 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
     }
 }
 
+#ifndef KT_GEMM
+#define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) false
+#endif
 #define KT_ROWS_Q(kind, blk)                                                                             \
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
-                                size_t xrb, int64_t n, float *y)                                         \
+                                size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
         (void)x;                                                                                         \
+        if (n >= CDX_GEMM_MIN_N && KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch))                     \
+            return;                                                                                      \
         KT(drive)(KT(tiles_##kind), w, r0, r1, xq, xrb, n, y, w->cols / (blk));                          \
     }
 #define KT_ROWS_F(kind)                                                                                  \
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
-                                size_t xrb, int64_t n, float *y)                                         \
+                                size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
-        (void)xq; (void)xrb;                                                                             \
+        (void)xq; (void)xrb; (void)scratch;                                                              \
         KT(drive)(KT(tiles_##kind), w, r0, r1, (const uint8_t *)x, (size_t)w->cols * sizeof(float), n, y, \
                   w->cols);                                                                              \
     }
@@ -556,10 +571,78 @@ static void KT(quantize_q8_K)(const float *x, void *out, int64_t n)
     }
 }
 
+/* ---- f32 vector primitives (norms, softmax, attention) ---- */
+
+static float KT(vdot)(const float *a, const float *b, int64_t n)
+{
+    VF s0 = vf_zero(), s1 = vf_zero();
+    int64_t i = 0;
+    for (; i + 2 * VF_N <= n; i += 2 * VF_N) {
+        s0 = vf_fma(vf_load_f32(a + i), vf_load_f32(b + i), s0);
+        s1 = vf_fma(vf_load_f32(a + i + VF_N), vf_load_f32(b + i + VF_N), s1);
+    }
+    for (; i + VF_N <= n; i += VF_N)
+        s0 = vf_fma(vf_load_f32(a + i), vf_load_f32(b + i), s0);
+    float s = vf_hsum(vf_add(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void KT(vaxpy)(float *y, float a, const float *x, int64_t n)
+{
+    const VF av = vf_set1(a);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(y + i, vf_fma(av, vf_load_f32(x + i), vf_load_f32(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void KT(vscale)(float *y, float a, int64_t n)
+{
+    const VF av = vf_set1(a);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(y + i, vf_mul(av, vf_load_f32(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static float KT(vmax)(const float *x, int64_t n)
+{
+    VF m = vf_set1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        m = vf_max(m, vf_load_f32(x + i));
+    float r = vf_hmax(m);
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+/* expf stays the C library's (the same values as the scalar twin); only the sum is vectorised. */
+static float KT(vexp_sum)(float *x, float sub, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = expf(x[i] - sub);
+    VF s = vf_zero();
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        s = vf_add(s, vf_load_f32(x + i));
+    float r = vf_hsum(s);
+    for (; i < n; i++)
+        r += x[i];
+    return r;
+}
+
+static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum) };
+
 /* ---- the table ---- */
 
 const cdx_kernels KT(cdx_kernels) = {
     .isa = KT_ISA_NAME,
+    .vec = &KT(vec_ops),
     .row = {
         [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),
         [CDX_TYPE_Q8_0] = KT(rows_W_Q8_0), [CDX_TYPE_Q4_0] = KT(rows_W_Q4_0), [CDX_TYPE_IQ4_NL] = KT(rows_W_IQ4_NL),

@@ -1,5 +1,6 @@
 /* AVX2 + FMA + F16C kernels (the shared template in kern_tmpl.h). Integer dots use maddubs:
  * u8·s8 pair sums in i16 (callers keep them below 2^15), then madd to i32. */
+#pragma GCC optimize("O3")
 #include <immintrin.h>
 
 #define KT(name) name##_avx2
@@ -20,5 +21,11 @@ typedef __m256 VF;
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define vf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define vf_hsum(v) hsum8(v)
+#define vf_add(a, b) _mm256_add_ps((a), (b))
+#define vf_mul(a, b) _mm256_mul_ps((a), (b))
+#define vf_max(a, b) _mm256_max_ps((a), (b))
+#define vf_hmax(v) hmax8(v)
+#define vf_set1(a) _mm256_set1_ps(a)
+#define vf_store(p, v) _mm256_storeu_ps((p), (v))
 
 #include "kernel/kern_tmpl.h"

@@ -150,7 +150,7 @@ static void row_kernels_match_ggml_fixture_dots(void)
                 continue;
             REQUIRE(k->row[type]);
             float y[4];
-            k->row[type](&w, 0, 4, NULL, act, alen, 1, y);
+            k->row[type](&w, 0, 4, NULL, act, alen, 1, y, NULL);
             for (int r = 0; r < 4; r++) {
                 double want = json_real_value(json_array_get(dots, r)), as = json_real_value(json_array_get(abs, r));
                 CHECKF(fabs(y[r] - want) <= 1e-4 * fabs(want) + 2e-6 * as, "%s %s row %d: %.9g vs %.9g",
@@ -308,6 +308,26 @@ static void prefill_tiles_span_several_panels(void)
     cdx_pool_destroy(pool);
 }
 
+/* Rows longer than the prefill path's 4096-column unpack chunk, and a ragged last panel. */
+static void prefill_handles_long_rows(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t types[] = { CDX_TYPE_Q4_0, CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
+    for (size_t ii = 0; ii < 2; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t ti = 0; ti < 5; ti++) {
+            const cdx_type_traits *t = cdx_type_get(types[ti]);
+            int bad = check_case(k, pool, types[ti], 19, 5120 / t->block, 9);
+            CHECKF(bad == 0, "%s %s: %d mismatches", k_isas[ii], t->name, bad);
+        }
+    }
+    cdx_pool_destroy(pool);
+}
+
 static void isa_table_picks_what_the_cpu_runs(void)
 {
     const cdx_cpu_features *f = cdx_cpu_features_get();
@@ -330,5 +350,6 @@ int main(void)
     RUN("row kernels match ggml's fixture dots", row_kernels_match_ggml_fixture_dots);
     RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);
     RUN("prefill tiles span several panels", prefill_tiles_span_several_panels);
+    RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     return t_done("kernels");
 }
