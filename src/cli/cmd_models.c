@@ -195,8 +195,8 @@ static int cmd_info(int argc, char **argv)
     while (d && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char sp[4800];
-        snprintf(sp, sizeof sp, "%s/%s", p, e->d_name);
+        char sp[4900];
+        snprintf(sp, sizeof sp, "%.4600s/%.255s", p, e->d_name);
         char *note = NULL;
         cdx_err e2 = { 0 };
         bool complete = cdx_hub_check_dir(sp, true, &note, &e2) == 0;
