@@ -608,7 +608,7 @@ static int index_files(const char *text, size_t len, const char *label, names *o
         }
     }
     json_decref(root);
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
     return 0;
 }
 
@@ -650,7 +650,7 @@ static int choose_weights(const names *all, const char *index_text, size_t index
         if (ends_with(all->v[i], ".safetensors") && !(adapter && !strcmp(all->v[i], "adapter_model.safetensors")))
             if (names_add(chosen, all->v[i]) < 0)
                 return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    qsort(chosen->v, chosen->n, sizeof *chosen->v, cmp_str);
+    if (chosen->n) qsort(chosen->v, chosen->n, sizeof *chosen->v, cmp_str);
     if (chosen->n)
         return 0;
     char other[600];
@@ -709,7 +709,7 @@ static int list_dir(const char *dir, names *out, cdx_err *err)
         }
     }
     closedir(d);
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
     return 0;
 }
 
@@ -948,7 +948,7 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
             rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
             goto done;
         }
-    qsort(all.v, all.n, sizeof *all.v, cmp_str);
+    if (all.n) qsort(all.v, all.n, sizeof *all.v, cmp_str);
 
     /* 1. what the listing alone refuses: nothing is downloaded */
     const char *tk = tokenizer_kind(&all);

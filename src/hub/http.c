@@ -109,7 +109,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         size_t en = strlen(e);
         if (en >= 2 && e[0] == '"' && e[en - 1] == '"')
             e[en - 1] = 0, e++;
-        snprintf(r->etag, sizeof r->etag, "%s", e);
+        snprintf(r->etag, sizeof r->etag, "%.159s", e);
         if (IS("x-linked-etag"))
             x->linked_etag = true;
     } else if (IS("x-linked-size")) {
