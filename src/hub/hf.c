@@ -928,8 +928,26 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
         rc = resolve_offline(&x, revision, out, err);
         goto done;
     }
-    if ((rc = api_info(env, repo, revision, x.commit, &x.sibs, &x.n_sibs, err)) < 0)
+    if ((rc = api_info(env, repo, revision, x.commit, &x.sibs, &x.n_sibs, err)) < 0) {
+        /* the Hub unreachable (no HTTP answer at all): use the cache when it holds the model, as
+         * huggingface_hub does; an HTTP refusal (401, 404) is never papered over */
+        cdx_err e2 = { 0 };
+        if (rc == CDX_ENET && !strstr(err->msg, "answered")) {
+            cdx_hub_env off = *env;
+            off.offline_var = "the Hub is unreachable";
+            x.env = &off;
+            if (resolve_offline(&x, revision, out, &e2) == 0) {
+                hub_note(o, "%s: the Hub at %s is unreachable (%s); using the cached commit %s", label, env->endpoint,
+                         err->msg, x.commit);
+                rc = 0;
+            } else {
+                size_t n = strlen(err->msg);
+                snprintf(err->msg + n, sizeof err->msg - n, " (and the cache does not hold it complete)");
+            }
+            x.env = env;
+        }
         goto done;
+    }
     if (strcmp(revision, x.commit)) {
         /* as huggingface_hub: refs/<revision> holds the commit the revision resolved to */
         char *ref = hub_strdup_printf("%s/refs/%s", x.repo_dir, revision);

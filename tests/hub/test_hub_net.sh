@@ -154,6 +154,11 @@ check "second pull exits 0" '[ "$rc" -eq 0 ]'
 check "second pull downloads nothing" 'bash -c "! grep -q resolve $T/again.log"'
 check "second pull says the files are kept" 'has "$T/again.err" "kept model.safetensors"'
 
+HF_ENDPOINT=http://127.0.0.1:1 run down pull acme/tiny
+check "the Hub unreachable: the cached commit is used, with a note" '[ "$rc" -eq 0 ] && has "$T/down.err" "unreachable" && [ "$(cat $T/down.out)" = "$R/snapshots/$C1" ]'
+HF_ENDPOINT=http://127.0.0.1:1 run down2 pull acme/sp
+check "the Hub unreachable and not cached: a network error" '[ "$rc" -eq 1 ] && has "$T/down2.err" "127.0.0.1:1"'
+
 # 3. offline
 run off1 pull acme/tiny
 HF_HUB_OFFLINE=1 run off1 pull acme/tiny
@@ -251,6 +256,25 @@ run ad pull acme/adapter
 check "full weights identical to the adapter's base: refused as an adapter" '[ "$rc" -eq 1 ] && has "$T/ad.err" "adapter over acme/tiny" && hasnt "$T/ad.log" "/cdn/acme/adapter/"'
 run tu pull acme/tuned
 check "different weights beside an adapter: runs, adapter files not read" '[ "$rc" -eq 0 ] && has "$T/tu.err" "not read: adapter_config.json, adapter_model.safetensors" && hasnt "$T/tu.log" "adapter_model"'
+
+# 11b. a vision model needs its processor files, fetched before the weights
+F=$(mkrepo acme/vlm $C1 '"lfs": ["model.safetensors"]')
+cp $SH/fixtures/tokenizers/smollm2/tokenizer.json $SH/fixtures/hf/llama/model.safetensors "$F/"
+python3 - "$SH/fixtures/hf/llama/config.json" > "$F/config.json" <<'PY'
+import json, sys
+text = json.load(open(sys.argv[1]))
+text.pop("architectures", None)
+print(json.dumps({"architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
+                  "text_config": text, "vision_config": {"hidden_size": 32}, "scale_factor": 4}))
+PY
+echo '{"do_resize": true, "size": {"longest_edge": 512}}' > "$F/preprocessor_config.json"
+echo '{"image_seq_len": 64}' > "$F/processor_config.json"
+run vlm pull acme/vlm
+pp=$(grep -n "GET /acme/vlm/resolve/$C1/processor_config.json" $T/vlm.log | cut -d: -f1); wl=$(grep -n "GET /cdn/acme/vlm/" $T/vlm.log | head -1 | cut -d: -f1)
+check "a vision model: processor files before the weights" '[ "$rc" -eq 0 -a -n "$pp" -a -n "$wl" ] && [ "$pp" -lt "$wl" ] && [ -e "$CACHE/models--acme--vlm/snapshots/$C1/preprocessor_config.json" ]'
+rm "$F/processor_config.json"; rm -rf "$CACHE/models--acme--vlm"
+run vlm2 pull acme/vlm
+check "a vision model without processor_config.json: refused after config.json" '[ "$rc" -eq 1 ] && has "$T/vlm2.err" "processor_config.json" && hasnt "$T/vlm2.log" "/cdn/"'
 
 # 12. a cache written the way huggingface_hub writes it is read
 HR="$CACHE/models--acme--local"; C3=3333333333333333333333333333333333333333
