@@ -802,8 +802,8 @@ static int resolve_offline(hfctx *x, const char *revision, char **out, cdx_err *
     int rc = cdx_hub_cache_commit(x->env->hf_cache, x->repo, revision, x->commit, err);
     if (rc < 0)
         return cdx_err_set(err, CDX_EOFFLINE,
-                           "%s: offline (%s is set) and the cache under %s has no commit for revision \"%s\"; run "
-                           "caldrix pull %s with the network first", x->label, x->env->offline_var, x->env->hf_cache,
+                           "%s: %s and the cache under %s has no commit for revision \"%s\"; run "
+                           "caldrix pull %s with the network first", x->label, hub_offline_reason(x->env), x->env->hf_cache,
                            revision, x->label);
     x->snap = hub_strdup_printf("%s/snapshots/%s", x->repo_dir, x->commit);
     if (!x->snap)
@@ -812,8 +812,8 @@ static int resolve_offline(hfctx *x, const char *revision, char **out, cdx_err *
     cdx_err e2 = { 0 };
     if (!hub_is_dir(x->snap) || cdx_hub_check_dir(x->snap, true, &notes, &e2) < 0)
         return cdx_err_set(err, e2.code == CDX_EUNSUPPORTED ? CDX_EUNSUPPORTED : CDX_EOFFLINE,
-                           "%s: offline (%s is set) and commit %s is not complete in the cache: %s; run caldrix pull "
-                           "%s with the network first", x->label, x->env->offline_var, x->commit,
+                           "%s: %s and commit %s is not complete in the cache: %s; run caldrix pull "
+                           "%s with the network first", x->label, hub_offline_reason(x->env), x->commit,
                            e2.msg[0] ? e2.msg : "no snapshot folder", x->label);
     if (notes)
         hub_note(x->o, "%s", notes);

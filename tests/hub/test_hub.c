@@ -2,6 +2,7 @@
  * folder checks and inspect reports against the format layer's own readers. No network here:
  * tests/hub/test_hub_net.sh runs the fake Hub and registry. */
 #include "caldrix.h"
+#include "caldrix/model.h"
 #include "hub/hub_int.h"
 #include "test.h"
 
@@ -568,6 +569,7 @@ static void inspect_reports_missing_tensors_and_refuses_malformed_files(void)
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,80]}}", "outside" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", "data_offsets" },
         { "not json at all", "not a JSON object" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3,4,5,6,7,8,9,10],\"data_offsets\":[0,8]}}", "at most 8 dims" },
     };
     for (size_t i = 0; i < sizeof sth / sizeof sth[0]; i++) {
         snprintf(p, sizeof p, "%s/model.safetensors", d);
@@ -615,6 +617,40 @@ static void the_gguf_peek_sizes_a_model_from_its_first_bytes(void)
     CHECK(!hub_gguf_peek((const uint8_t *)"GGML....", 8, &c));
 }
 
+/* What cdx_hub_resolve returns for a Hub model (a snapshot of relative links into blobs/) is what
+ * the model layer opens. */
+static void a_cache_snapshot_opens_in_the_model_layer(void)
+{
+    char snap[400], blobs[400];
+    cdx_err err = { 0 };
+    snprintf(snap, sizeof snap, "%s/models--o--m/snapshots/0123456789abcdef0123456789abcdef01234567", g_tmp);
+    snprintf(blobs, sizeof blobs, "%s/models--o--m/blobs", g_tmp);
+    REQUIRE(hub_mkdirs(snap, &err) == 0 && hub_mkdirs(blobs, &err) == 0);
+    static const char *const files[] = { "config.json", "model.safetensors", "generation_config.json" };
+    for (int i = 0; i < 3; i++) {
+        char src[300], blob[500], link[500], hex[65];
+        snprintf(src, sizeof src, SHARED "/fixtures/hf/qwen3/%s", files[i]);
+        REQUIRE(cdx_sha256_file(src, hex, &err) == 0);
+        copy(src, blobs, hex);
+        snprintf(blob, sizeof blob, "%s/%s", blobs, hex);
+        snprintf(link, sizeof link, "%s/%s", snap, files[i]);
+        REQUIRE(hub_symlink_relative(blob, link, &err) == 0);
+        char target[200];
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        REQUIRE(n > 0);
+        target[n] = 0;
+        char want[200];
+        snprintf(want, sizeof want, "../../blobs/%s", hex);
+        CHECKF(!strcmp(target, want), "%s -> %s", files[i], target);
+    }
+    cdx_model *m = NULL;
+    CHECKF(cdx_model_open(snap, NULL, &m, &err) == 0, "%s", err.msg);
+    if (m) {
+        CHECK(cdx_model_hparams(m)->n_layer == 3);
+        cdx_model_close(m);
+    }
+}
+
 static void cpu_detection_is_consistent(void)
 {
     cdx_hub_cpu c;
@@ -646,6 +682,7 @@ int main(void)
     RUN("inspect reports missing tensors and refuses malformed files",
         inspect_reports_missing_tensors_and_refuses_malformed_files);
     RUN("the gguf peek sizes a model from its first bytes", the_gguf_peek_sizes_a_model_from_its_first_bytes);
+    RUN("a cache snapshot opens in the model layer", a_cache_snapshot_opens_in_the_model_layer);
     RUN("cpu detection is consistent", cpu_detection_is_consistent);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
