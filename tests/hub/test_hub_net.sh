@@ -148,6 +148,11 @@ check "no other safetensors, .bin, README, tokenizer.model or subfolder file" 'b
 check "the file count and total size are printed first" 'grep -qE '\''^caldrix: 4 files, '\'' "$T/full.err"'
 check "a huggingface_hub lock file was taken" '[ -d "$CACHE/.locks/models--acme--tiny" ]'
 
+# the pulled snapshot runs, offline, with the PyTorch golden's tokens (qwen3 fixture, first case)
+read -r PIDS GTOK < <(python3 -c 'import json; c=json.load(open("../shared/fixtures/hf/qwen3/golden.json"))["cases"][0]; print(",".join(map(str,c["prompt_ids"])), ",".join(map(str,c["tokens"][:4])))')
+HF_HUB_OFFLINE=1 run runhf run acme/tiny --prompt-ids "$PIDS" -n 4 --temp 0 --ignore-eos --json
+check "caldrix run acme/tiny works offline and gives the golden tokens" '[ "$rc" -eq 0 ] && [ ! -s "$T/runhf.log" ] && python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"tokens\"]==[int(x) for x in sys.argv[2].split(\",\")]" "$T/runhf.out" "$GTOK"'
+
 # 2. again: everything kept, nothing downloaded
 run again pull acme/tiny
 check "second pull exits 0" '[ "$rc" -eq 0 ]'
@@ -304,6 +309,8 @@ check "template and params layers are kept beside it" '[ -e "$OM/template" -a -e
 check "the manifest was asked for with the v2 media type" 'has "$T/ol.log" "GET /v2/library/tiny/manifests/q8"'
 check "the manifest is stored" '[ -s "$CALDRIX_CACHE/ollama/manifests/127.0.0.1_$PORT/library/tiny/q8" ]'
 check "the GGUF header was read (a Range request) before the download" 'grep -q "range=bytes=0-" "$T/ol.log"'
+CALDRIX_OFFLINE=1 run olrun run ollama:tiny:q8 --prompt-ids "$PIDS" -n 4 --temp 0 --ignore-eos --json
+check "caldrix run ollama:tiny:q8 gives the same golden tokens" '[ "$rc" -eq 0 ] && python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"tokens\"]==[int(x) for x in sys.argv[2].split(\",\")]" "$T/olrun.out" "$GTOK"'
 run oli inspect ollama:tiny:q8
 check "inspect ollama:tiny:q8 from the cache" '[ "$rc" -eq 0 ] && has "$T/oli.out" "architecture=qwen3" && has "$T/oli.out" "missing_required_tensors=none"'
 CALDRIX_OFFLINE=1 run oloff pull ollama:tiny:q8
