@@ -153,6 +153,10 @@ read -r PIDS GTOK < <(python3 -c 'import json; c=json.load(open("../shared/fixtu
 HF_HUB_OFFLINE=1 run runhf run acme/tiny --prompt-ids "$PIDS" -n 4 --temp 0 --ignore-eos --json
 check "caldrix run acme/tiny works offline and gives the golden tokens" '[ "$rc" -eq 0 ] && [ ! -s "$T/runhf.log" ] && python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"tokens\"]==[int(x) for x in sys.argv[2].split(\",\")]" "$T/runhf.out" "$GTOK"'
 
+# on a terminal, a progress bar per file (script(1) gives the command a pseudo-terminal)
+HF_HOME="$T/tty" timeout 60 script -qec "$CALDRIX pull acme/tiny" /dev/null > "$T/tty.out" 2>&1
+check "on a terminal: a progress bar per download" 'grep -q "model.safetensors *\[#*\] 100%" "$T/tty.out" && grep -q "snapshots/$C1" "$T/tty.out"'
+
 # 2. again: everything kept, nothing downloaded
 run again pull acme/tiny
 check "second pull exits 0" '[ "$rc" -eq 0 ]'
