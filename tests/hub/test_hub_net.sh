@@ -331,6 +331,8 @@ run olns pull ollama:someone/tiny
 check "ollama:namespace/name defaults to :latest" '[ "$rc" -eq 0 ] && has "$T/olns.log" "GET /v2/someone/tiny/manifests/latest"'
 run olmiss pull ollama:tiny:nope
 check "an unknown Ollama tag: 404 named" '[ "$rc" -eq 1 ] && has "$T/olmiss.err" "no such model or tag"'
+run oinfo models info ollama:tiny:q8 --json
+check "models info of a cached Ollama tag" '[ "$rc" -eq 0 ] && has "$T/oinfo.out" "\"complete\": true" && has "$T/oinfo.out" "\"architecture\": \"qwen3\"" && [ ! -s "$T/oinfo.log" ]'
 rm -rf "$CALDRIX_CACHE/ollama/blobs"
 CALDRIX_MEM_AVAILABLE=200K run olmem pull ollama:someone/tiny
 check "Ollama: sized from the manifest and the GGUF header, refused before the download" '[ "$rc" -eq 1 ] && has "$T/olmem.err" "KV cache" && [ "$(grep -c '\''/ollama-cdn/'\'' $T/olmem.log)" -eq 1 ] && grep -q "range=bytes=0-" "$T/olmem.log"'
@@ -338,6 +340,8 @@ check "Ollama: sized from the manifest and the GGUF header, refused before the d
 # 14. models info / search from the cache
 run info models info acme/tiny --json
 check "models info: refs and a complete snapshot" '[ "$rc" -eq 0 ] && has "$T/info.out" '\''"main": "'\''$C1'\''"'\'' && has "$T/info.out" '\''"complete": true'\'''
+run oinfo2 models info ollama:tiny:q8 --json
+check "models info of an Ollama tag whose blob is gone: incomplete" '[ "$rc" -eq 0 ] && has "$T/oinfo2.out" "\"complete\": false" && [ ! -s "$T/oinfo2.log" ]'
 run srch models search tiny
 check "models search finds cached repos and Ollama tags" '[ "$rc" -eq 0 ] && has "$T/srch.out" "acme/tiny" && has "$T/srch.out" "ollama:tiny:q8"'
 run ins inspect acme/cut
