@@ -906,10 +906,14 @@ static int fetch_group(hfctx *x, const names *files, cdx_err *err)
     return 0;
 }
 
+/* What a refusal before the weights cost: the files this call fetched are all small ones. */
 static const char *nothing_else(const hfctx *x)
 {
-    return x->n_downloaded <= 1 ? "Nothing else was downloaded (config.json alone)."
-                                : "Nothing else was downloaded (config.json and the tokenizer files alone).";
+    if (x->n_downloaded == 0)
+        return "Nothing was downloaded (config.json was already in the cache).";
+    return x->n_downloaded == 1 ? "Nothing else was downloaded (config.json alone)."
+                                : "Nothing else was downloaded (config.json and the small files before the weights "
+                                  "alone).";
 }
 
 int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revision, const char *label,
@@ -1035,13 +1039,24 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
         free(text);
         text = NULL;
     }
+    bool weights_missing = false;
     for (size_t i = 0; i < chosen.n; i++) {
         const sib *s = find_sib(&x, chosen.v[i]);
         x.weight_bytes += s ? s->size : 0;
+        char *p = hub_strdup_printf("%s/%s", x.snap, chosen.v[i]);
+        weights_missing |= !p || !hub_exists(p);
+        free(p);
     }
-    if ((rc = hub_check_memory(label, &cfg, x.weight_bytes, o, "Nothing but config.json was downloaded, so nothing "
-                               "was spent finding this out.", err)) < 0)
-        goto done;
+    /* admission before the first weight byte; weights already here are the loader's to judge */
+    if (weights_missing) {
+        const char *spent = x.n_downloaded == 0 ? "Nothing was downloaded, so nothing was spent finding this out."
+                            : x.n_downloaded == 1 ? "Nothing but config.json was downloaded, so nothing was spent "
+                                                    "finding this out."
+                                                  : "Only config.json and the small files before the weights were "
+                                                    "downloaded.";
+        if ((rc = hub_check_memory(label, &cfg, x.weight_bytes, o, spent, err)) < 0)
+            goto done;
+    }
 
     /* 5. a vision model's processor files, within their caps, before any weight */
     if (cfg.vision) {

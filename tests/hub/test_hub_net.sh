@@ -259,6 +259,8 @@ check "too big for memory: refused with both numbers" '[ "$rc" -eq 1 ] && has "$
 check "the memory refusal comes before any weight" 'hasnt "$T/mem.log" "model.safetensors" && hasnt "$T/mem.log" "tokenizer.json"'
 CALDRIX_MEM_AVAILABLE=100K run mem2 pull acme/big --fetch-anyway
 check "--fetch-anyway fetches it" '[ "$rc" -eq 0 ]'
+CALDRIX_MEM_AVAILABLE=100K run mem3 pull acme/big
+check "weights already in the cache are not refused again" '[ "$rc" -eq 0 ]'
 
 # 11. adapters
 run ad pull acme/adapter
