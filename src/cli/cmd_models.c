@@ -144,6 +144,49 @@ static void list_refs(const char *dir, const char *prefix, json_t *refs)
     closedir(d);
 }
 
+/* An Ollama tag: what caldrix's cache holds for it (resolved through the cache alone). */
+static int info_ollama(const char *ref, bool json)
+{
+    cdx_err err = { 0 };
+    cdx_hub_opts o = { .cache_only = true };
+    char *path = NULL;
+    bool cached = cdx_hub_resolve(ref, &o, &path, &err) == 0;
+    json_t *out = json_pack("{s:s,s:b}", "ref", ref, "complete", cached);
+    json_object_set_new(out, "path", path ? json_string(path) : json_null());
+    json_object_set_new(out, "problem", cached ? json_null() : json_string(err.msg));
+    if (cached) {
+        cdx_hub_report *r = calloc(1, sizeof *r);
+        if (r && cdx_hub_inspect_path(path, r, &err) == 0)
+            json_object_set_new(out, "model", json_pack("{s:s,s:I,s:I,s:s,s:I}", "architecture", r->architecture,
+                                                        "layers", (json_int_t)r->n_layer, "context",
+                                                        (json_int_t)r->ctx, "tensor_types", r->tensor_types,
+                                                        "bytes", (json_int_t)r->weight_bytes));
+        free(r);
+    }
+    free(path);
+    if (json) {
+        print_json(out);
+        return 0;
+    }
+    printf("%s\n", ref);
+    if (!cached) {
+        printf("  not complete in the cache (caldrix pull %s downloads it)\n", ref);
+    } else {
+        json_t *m = json_object_get(out, "model");
+        printf("  %s\n", json_string_value(json_object_get(out, "path")));
+        if (m) {
+            char b[32];
+            cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(m, "bytes")), b, sizeof b);
+            printf("  %s, %lld layers, context %lld, %s (%s)\n", json_string_value(json_object_get(m, "architecture")),
+                   (long long)json_integer_value(json_object_get(m, "layers")),
+                   (long long)json_integer_value(json_object_get(m, "context")),
+                   json_string_value(json_object_get(m, "tensor_types")), b);
+        }
+    }
+    json_decref(out);
+    return 0;
+}
+
 static int cmd_info(int argc, char **argv)
 {
     const char *ref = NULL;
@@ -163,9 +206,11 @@ static int cmd_info(int argc, char **argv)
         fprintf(stderr, "caldrix: %s\n", err.msg);
         return 1;
     }
+    if (r.kind == CDX_REF_OLLAMA)
+        return info_ollama(ref, json);
     if (r.kind != CDX_REF_ALIAS && r.kind != CDX_REF_HF) {
-        fprintf(stderr, "caldrix: models info takes an alias or owner/name (\"%s\" is a %s; caldrix inspect reads "
-                "it)\n", ref, r.kind == CDX_REF_PATH ? "path" : "Ollama name");
+        fprintf(stderr, "caldrix: models info takes an alias, owner/name or ollama:name[:tag] (\"%s\" is a path; "
+                "caldrix inspect reads it)\n", ref);
         return 1;
     }
     cdx_hub_env env;
@@ -195,8 +240,8 @@ static int cmd_info(int argc, char **argv)
     while (d && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char sp[4800];
-        snprintf(sp, sizeof sp, "%s/%s", p, e->d_name);
+        char sp[4900];
+        snprintf(sp, sizeof sp, "%.4600s/%.255s", p, e->d_name);
         char *note = NULL;
         cdx_err e2 = { 0 };
         bool complete = cdx_hub_check_dir(sp, true, &note, &e2) == 0;

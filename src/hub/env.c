@@ -155,3 +155,18 @@ void cdx_hub_env_free(cdx_hub_env *env)
     free(env->ollama_registry);
     memset(env, 0, sizeof *env);
 }
+
+const char *hub_offline_reason(const cdx_hub_env *env)
+{
+    static __thread char buf[128];
+    const char *v = env->offline_var ? env->offline_var : "offline";
+    bool var = true;
+    for (const char *p = v; *p; p++)
+        if (!(*p == '_' || (*p >= 'A' && *p <= 'Z')))
+            var = false;
+    if (var)
+        snprintf(buf, sizeof buf, "offline (%s is set)", v);
+    else
+        snprintf(buf, sizeof buf, "%s", v);
+    return buf;
+}

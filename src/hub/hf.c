@@ -608,7 +608,7 @@ static int index_files(const char *text, size_t len, const char *label, names *o
         }
     }
     json_decref(root);
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
     return 0;
 }
 
@@ -650,7 +650,7 @@ static int choose_weights(const names *all, const char *index_text, size_t index
         if (ends_with(all->v[i], ".safetensors") && !(adapter && !strcmp(all->v[i], "adapter_model.safetensors")))
             if (names_add(chosen, all->v[i]) < 0)
                 return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    qsort(chosen->v, chosen->n, sizeof *chosen->v, cmp_str);
+    if (chosen->n) qsort(chosen->v, chosen->n, sizeof *chosen->v, cmp_str);
     if (chosen->n)
         return 0;
     char other[600];
@@ -709,7 +709,7 @@ static int list_dir(const char *dir, names *out, cdx_err *err)
         }
     }
     closedir(d);
-    qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
     return 0;
 }
 
@@ -802,8 +802,8 @@ static int resolve_offline(hfctx *x, const char *revision, char **out, cdx_err *
     int rc = cdx_hub_cache_commit(x->env->hf_cache, x->repo, revision, x->commit, err);
     if (rc < 0)
         return cdx_err_set(err, CDX_EOFFLINE,
-                           "%s: offline (%s is set) and the cache under %s has no commit for revision \"%s\"; run "
-                           "caldrix pull %s with the network first", x->label, x->env->offline_var, x->env->hf_cache,
+                           "%s: %s and the cache under %s has no commit for revision \"%s\"; run "
+                           "caldrix pull %s with the network first", x->label, hub_offline_reason(x->env), x->env->hf_cache,
                            revision, x->label);
     x->snap = hub_strdup_printf("%s/snapshots/%s", x->repo_dir, x->commit);
     if (!x->snap)
@@ -812,8 +812,8 @@ static int resolve_offline(hfctx *x, const char *revision, char **out, cdx_err *
     cdx_err e2 = { 0 };
     if (!hub_is_dir(x->snap) || cdx_hub_check_dir(x->snap, true, &notes, &e2) < 0)
         return cdx_err_set(err, e2.code == CDX_EUNSUPPORTED ? CDX_EUNSUPPORTED : CDX_EOFFLINE,
-                           "%s: offline (%s is set) and commit %s is not complete in the cache: %s; run caldrix pull "
-                           "%s with the network first", x->label, x->env->offline_var, x->commit,
+                           "%s: %s and commit %s is not complete in the cache: %s; run caldrix pull "
+                           "%s with the network first", x->label, hub_offline_reason(x->env), x->commit,
                            e2.msg[0] ? e2.msg : "no snapshot folder", x->label);
     if (notes)
         hub_note(x->o, "%s", notes);
@@ -906,10 +906,14 @@ static int fetch_group(hfctx *x, const names *files, cdx_err *err)
     return 0;
 }
 
+/* What a refusal before the weights cost: the files this call fetched are all small ones. */
 static const char *nothing_else(const hfctx *x)
 {
-    return x->n_downloaded <= 1 ? "Nothing else was downloaded (config.json alone)."
-                                : "Nothing else was downloaded (config.json and the tokenizer files alone).";
+    if (x->n_downloaded == 0)
+        return "Nothing was downloaded (config.json was already in the cache).";
+    return x->n_downloaded == 1 ? "Nothing else was downloaded (config.json alone)."
+                                : "Nothing else was downloaded (config.json and the small files before the weights "
+                                  "alone).";
 }
 
 int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revision, const char *label,
@@ -928,8 +932,26 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
         rc = resolve_offline(&x, revision, out, err);
         goto done;
     }
-    if ((rc = api_info(env, repo, revision, x.commit, &x.sibs, &x.n_sibs, err)) < 0)
+    if ((rc = api_info(env, repo, revision, x.commit, &x.sibs, &x.n_sibs, err)) < 0) {
+        /* the Hub unreachable (no HTTP answer at all): use the cache when it holds the model, as
+         * huggingface_hub does; an HTTP refusal (401, 404) is never papered over */
+        cdx_err e2 = { 0 };
+        if (rc == CDX_ENET && !strstr(err->msg, "answered")) {
+            cdx_hub_env off = *env;
+            off.offline_var = "the Hub is unreachable";
+            x.env = &off;
+            if (resolve_offline(&x, revision, out, &e2) == 0) {
+                hub_note(o, "%s: the Hub at %s is unreachable (%s); using the cached commit %s", label, env->endpoint,
+                         err->msg, x.commit);
+                rc = 0;
+            } else {
+                size_t n = strlen(err->msg);
+                snprintf(err->msg + n, sizeof err->msg - n, " (and the cache does not hold it complete)");
+            }
+            x.env = env;
+        }
         goto done;
+    }
     if (strcmp(revision, x.commit)) {
         /* as huggingface_hub: refs/<revision> holds the commit the revision resolved to */
         char *ref = hub_strdup_printf("%s/refs/%s", x.repo_dir, revision);
@@ -948,7 +970,7 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
             rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
             goto done;
         }
-    qsort(all.v, all.n, sizeof *all.v, cmp_str);
+    if (all.n) qsort(all.v, all.n, sizeof *all.v, cmp_str);
 
     /* 1. what the listing alone refuses: nothing is downloaded */
     const char *tk = tokenizer_kind(&all);
@@ -1017,13 +1039,24 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
         free(text);
         text = NULL;
     }
+    bool weights_missing = false;
     for (size_t i = 0; i < chosen.n; i++) {
         const sib *s = find_sib(&x, chosen.v[i]);
         x.weight_bytes += s ? s->size : 0;
+        char *p = hub_strdup_printf("%s/%s", x.snap, chosen.v[i]);
+        weights_missing |= !p || !hub_exists(p);
+        free(p);
     }
-    if ((rc = hub_check_memory(label, &cfg, x.weight_bytes, o, "Nothing but config.json was downloaded, so nothing "
-                               "was spent finding this out.", err)) < 0)
-        goto done;
+    /* admission before the first weight byte; weights already here are the loader's to judge */
+    if (weights_missing) {
+        const char *spent = x.n_downloaded == 0 ? "Nothing was downloaded, so nothing was spent finding this out."
+                            : x.n_downloaded == 1 ? "Nothing but config.json was downloaded, so nothing was spent "
+                                                    "finding this out."
+                                                  : "Only config.json and the small files before the weights were "
+                                                    "downloaded.";
+        if ((rc = hub_check_memory(label, &cfg, x.weight_bytes, o, spent, err)) < 0)
+            goto done;
+    }
 
     /* 5. a vision model's processor files, within their caps, before any weight */
     if (cfg.vision) {

@@ -109,7 +109,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         size_t en = strlen(e);
         if (en >= 2 && e[0] == '"' && e[en - 1] == '"')
             e[en - 1] = 0, e++;
-        snprintf(r->etag, sizeof r->etag, "%s", e);
+        snprintf(r->etag, sizeof r->etag, "%.159s", e);
         if (IS("x-linked-etag"))
             x->linked_etag = true;
     } else if (IS("x-linked-size")) {
@@ -118,7 +118,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         r->has_size = x->linked_size = true;
     } else if (IS("content-length")) {
         copy_value(tmp, sizeof tmp, v, vn);
-        if (!x->linked_size)
+        /* a redirect's own (empty) body says nothing about the file */
+        if (!x->linked_size && (r->status < 300 || r->status >= 400))
             r->size = strtoull(tmp, NULL, 10), r->has_size = true;
     } else if (IS("content-range")) {
         copy_value(tmp, sizeof tmp, v, vn);

@@ -250,13 +250,13 @@ static bool st_has(const void *ctx, const char *name)
 {
     const st_set *s = ctx;
     st_entry key = { .name = (char *)name };
-    return bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) != NULL;
+    return s->n && bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) != NULL;
 }
 
 static const st_entry *st_find(const st_set *s, const char *name)
 {
     st_entry key = { .name = (char *)name };
-    return bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry);
+    return s->n ? bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) : NULL;
 }
 
 /* Reads one file's header: 8-byte little-endian length, then JSON. Every offset is checked
@@ -425,7 +425,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     }
     if (rc < 0)
         goto done;
-    qsort(set.v, set.n, sizeof *set.v, cmp_entry);
+    if (set.n)
+        qsort(set.v, set.n, sizeof *set.v, cmp_entry);
     for (size_t i = 1; i < set.n; i++)
         if (!strcmp(set.v[i].name, set.v[i - 1].name)) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor %s appears twice", dir, set.v[i].name);

@@ -196,8 +196,8 @@ int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx
     if (env->offline) {
         cdx_err e2 = { 0 };
         if (cdx_file_read_all(mpath, 1u << 20, &text, &len, &e2) < 0) {
-            rc = cdx_err_set(err, CDX_EOFFLINE, "%s: offline (%s is set) and not in the cache (%s); run caldrix pull "
-                             "%s with the network first", label, env->offline_var, mpath, label);
+            rc = cdx_err_set(err, CDX_EOFFLINE, "%s: %s and not in the cache (%s); run caldrix pull "
+                             "%s with the network first", label, hub_offline_reason(env), mpath, label);
             goto done;
         }
     } else {
@@ -270,8 +270,8 @@ int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx
         }
         if (env->offline) {
             if (hub_file_size(blob) != (int64_t)layers[i].size)
-                rc = cdx_err_set(err, CDX_EOFFLINE, "%s: offline (%s is set) and %s is not complete in the cache "
-                                 "(%s)", label, env->offline_var, layers[i].file, blob);
+                rc = cdx_err_set(err, CDX_EOFFLINE, "%s: %s and %s is not complete in the cache "
+                                 "(%s)", label, hub_offline_reason(env), layers[i].file, blob);
         } else {
             rc = fetch_blob(env, ref, label, &layers[i], blob, o, err);
         }

@@ -34,7 +34,7 @@ int cdx_hub_resolve_ref(const cdx_hub_ref *ref, const cdx_hub_opts *opts, char *
         return rc;
     if (opts && opts->cache_only && !env.offline) {
         env.offline = env.hf_offline = true;
-        env.offline_var = "cache-only lookup";
+        env.offline_var = "this command reads the cache only";
     }
     char label[512];
     switch (ref->kind) {

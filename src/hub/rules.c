@@ -446,7 +446,9 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
     uint64_t avail = o && o->mem_available ? o->mem_available : cdx_hub_mem_available();
     if (!avail)
         return 0; /* unknown: the loader decides against the real files */
-    uint32_t ctx = cdx_hub_ctx_for(c, o ? o->ctx : 0);
+    cdx_hub_config none;
+    memset(&none, 0, sizeof none);
+    uint32_t ctx = cdx_hub_ctx_for(c ? c : &none, o ? o->ctx : 0);
     uint64_t kv = c ? cdx_hub_kv_bytes(c, ctx) : 0;
     uint64_t need = weight_bytes + kv;
     if (need <= avail)
