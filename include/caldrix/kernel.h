@@ -36,6 +36,8 @@ typedef struct cdx_mat {
     const void *data;
     int64_t rows, cols;
     size_t row_bytes;
+    bool act_half;       /* F16/BF16 weights: round the activations to that type first, as ggml's
+                            F16/BF16 dot products do (GGUF models follow llama.cpp; checkpoints stay f32) */
 } cdx_mat;
 
 /* Bytes of workspace cdx_matmul needs for n activation rows on n_threads threads. */

@@ -35,6 +35,8 @@ size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads)
         const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
         bytes = (size_t)n * ((size_t)w->cols / vt->block) * vt->bytes;
     }
+    if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16))
+        bytes += (size_t)n * (size_t)w->cols * sizeof(float) + 64;
     /* per-thread scratch: a dequantized row (generic path) or a GEMM panel (fast paths) */
     bytes += (size_t)(n_threads > 0 ? n_threads : 1) * cdx_kernel_scratch_bytes(w->cols, n) + 64 * 2;
     return bytes;
@@ -130,6 +132,14 @@ void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const fl
         j.xq = p;
         p += (size_t)n * j.xq_row_bytes;
         p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    }
+    if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16)) {
+        float *xr = (float *)p;
+        size_t nx = (size_t)n * (size_t)w->cols;
+        for (size_t i = 0; i < nx; i++)
+            xr[i] = w->type == CDX_TYPE_F16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_to_f32(cdx_f32_to_bf16(x[i]));
+        j.x = xr;
+        p = (uint8_t *)(((uintptr_t)(xr + nx) + 63) & ~(uintptr_t)63);
     }
     j.scratch = p;
     cdx_pool_run(pool, matmul_rows, &j);

@@ -140,7 +140,8 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
         int rc = cdx_type_row_bytes(t->type, (uint64_t)t->cols, &rb, err);
         if (rc)
             return cdx_err_prefix(err, "%s: tensor \"%s\"", b->path, name);
-        *mat = (cdx_mat){ .type = t->type, .data = t->data, .rows = t->rows, .cols = t->cols, .row_bytes = rb };
+        *mat = (cdx_mat){ .type = t->type, .data = t->data, .rows = t->rows, .cols = t->cols, .row_bytes = rb,
+                          .act_half = b->gguf };
         return CDX_OK;
     }
     return to_f32_copy(b, t, vec, err);

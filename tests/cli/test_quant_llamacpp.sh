@@ -19,8 +19,9 @@ for ((f = 0; f < n; f++)); do
         ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['files'][$f]['cases'][$c]['prompt_ids'])))")
         "$CALDRIX" run "$tmp/$type.gguf" --prompt-ids "$ids" -n 32 --temp 0 --ignore-eos --json --top-logits 2 >"$tmp/o.json" 2>/dev/null
         # Tokens must be equal. The one allowance: both engines see a near-tie (top-2 logit gap under
-        # 0.01 in llama.cpp's run and in caldrix's), where f32 summation order alone decides; the
-        # comparison then ends at that step and the test says so.
+        # 0.03 in llama.cpp's run and in caldrix's). With 8-bit activations a last-bit difference
+        # upstream (f32 summation order) can flip one q8 rounding and move a logit by ~0.02, so such
+        # a tie is decided by noise; the comparison then ends at that step and the test says so.
         if python3 - "$GOLD" "$f" "$c" "$tmp/o.json" <<'PY'; then
 import json, sys
 g = json.load(open(sys.argv[1]))['files'][int(sys.argv[2])]['cases'][int(sys.argv[3])]
@@ -29,7 +30,7 @@ for s, (a, b) in enumerate(zip(o['tokens'], g['tokens'])):
     if a != b:
         top = o['steps'][s]['top']
         mine = top[0][1] - top[1][1]
-        if g['top2_logit_gap'][s] < 0.01 and mine < 0.01 and {a, b} == {top[0][0], top[1][0]}:
+        if g['top2_logit_gap'][s] < 0.03 and mine < 0.03 and {a, b} == {top[0][0], top[1][0]}:
             print('  near-tie at step %d: llama.cpp gap %.4f, caldrix gap %.4f; equal before it' % (s, g['top2_logit_gap'][s], mine))
             sys.exit(0)
         print('  step %d: caldrix %d, llama.cpp %d' % (s, a, b)); sys.exit(1)
