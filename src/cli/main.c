@@ -10,6 +10,8 @@ static int cmd_help(int argc, char **argv);
 static const cli_command k_commands[] = {
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
+    { "bench",    cmd_bench,    "time load, prefill and decode of a model" },
+    { "synth",    cmd_synth,    "write a random-weight model with a real model's shapes" },
 };
 
 static int cmd_version(int argc, char **argv)
