@@ -12,9 +12,14 @@
 #define CALDRIX_H
 
 #include "caldrix/base.h"
+#include "caldrix/pool.h"
 #include "caldrix/quant.h"
 #include "caldrix/format.h"
-#include "caldrix/pool.h"
+#include "caldrix/config.h"
 #include "caldrix/kernel.h"
+#include "caldrix/model.h"
+#include "caldrix/engine.h"
+#include "caldrix/tokenizer.h"
+#include "caldrix/hub.h"
 
 #endif

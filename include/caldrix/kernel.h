@@ -14,6 +14,16 @@
 
 typedef struct cdx_kernels cdx_kernels;
 
+/* What this CPU and OS offer (cpuid; AVX and AVX-512 also need the OS to save their registers,
+ * checked with xgetbv). Filled once; the same answer on every call. */
+typedef struct cdx_cpu_features {
+    bool sse42, avx, avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi, avx_vnni;
+} cdx_cpu_features;
+CDX_API const cdx_cpu_features *cdx_cpu_features_get(void);
+/* The CPU's brand string ("AMD EPYC ..."), or "" where cpuid does not give one. */
+CDX_API const char *cdx_cpu_brand(void);
+
 /* The best kernel set this CPU runs (AVX-512, then AVX2, then scalar). Never NULL. */
 CDX_API const cdx_kernels *cdx_kernels_best(void);
 /* A kernel set by name ("avx512", "avx2", "scalar"); NULL when unknown or this CPU lacks it. */

@@ -13,6 +13,11 @@ typedef struct {
 } cli_command;
 
 int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 

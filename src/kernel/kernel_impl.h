@@ -16,4 +16,7 @@ struct cdx_kernels {
     cdx_quantize_fn quantize[CDX_TYPE_COUNT]; /* activation quantizers; NULL: the scalar from_f32 */
 };
 
+extern const cdx_kernels cdx_kernels_avx2;
+extern const cdx_kernels cdx_kernels_avx512;
+
 #endif

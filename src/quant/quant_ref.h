@@ -96,6 +96,20 @@ extern const uint64_t cdx_iq1s_grid[2048];
 /* Byte j of a packed grid entry (endian-independent). */
 static inline uint8_t cdx_grid8(uint64_t g, int j) { return (uint8_t)(g >> (8 * j)); }
 
+/* Search index of a grid quantizer (quant_iq_index.c): pos holds each grid entry as ncoord
+ * lattice positions 2*l+1; map[u] for a lattice point u (levels packed bits-wise) is its grid
+ * index, or -(o+1) where neighbours[o] is the count and neighbours[o+1..] the nearest entries.
+ * NULL only if the index could not be built (a bug). */
+typedef struct cdx_iq_index {
+    const uint8_t *pos;
+    const int32_t *map;
+    const uint16_t *neighbours;
+} cdx_iq_index;
+const cdx_iq_index *cdx_iq3xxs_index(void);
+const cdx_iq_index *cdx_iq3s_index(void);
+const cdx_iq_index *cdx_iq2s_index(void);
+const cdx_iq_index *cdx_iq1s_index(void);
+
 /* ---- small shared helpers ---- */
 
 /* Round to nearest, ties to even, by the 1.5*2^23 trick (ggml's nearest_int); |f| <= 4194303. */
