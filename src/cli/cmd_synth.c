@@ -5,8 +5,8 @@
  * Weights are N(0, 0.02) (norms 1.0), drawn from a seeded generator so a seed always gives the
  * same file whatever the thread count. The vocabulary is a minimal SentencePiece-style one
  * (<unk>, <s>, </s>, the 256 byte tokens, then filler pieces) so llama.cpp loads the file too.
- * Quantized types use the quant layer's reference quantizers; mixtures (Q4_K_M, ...) choose a
- * type per tensor by llama.cpp's rules (src/llama-quant.cpp, llama_tensor_get_type_impl).
+ * --type is a llama.cpp file type: each tensor's type is chosen by the quant layer's copy of
+ * llama.cpp's rules (cdx_quant_mix), and quantized with its reference quantizers.
  */
 #include "cli.h"
 #include "caldrix/pool.h"
@@ -40,59 +40,9 @@ static const synth_shape k_shapes[] = {
       "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)" },
 };
 
-/* ---- file types: plain types and llama.cpp's per-tensor mixtures ---- */
-
-typedef enum { MIX_NONE, MIX_Q4_K_S, MIX_Q4_K_M, MIX_Q5_K_S, MIX_Q5_K_M } mix_kind;
-
-/* llama_ftype values for general.file_type (llama.h); -1: not written. */
-static const struct { const char *name; int type; mix_kind mix; int ftype; } k_ftypes[] = {
-    { "F32", CDX_TYPE_F32, MIX_NONE, 0 },     { "F16", CDX_TYPE_F16, MIX_NONE, 1 },
-    { "BF16", CDX_TYPE_BF16, MIX_NONE, 32 },  { "Q4_0", CDX_TYPE_Q4_0, MIX_NONE, 2 },
-    { "Q4_1", CDX_TYPE_Q4_1, MIX_NONE, 3 },   { "Q8_0", CDX_TYPE_Q8_0, MIX_NONE, 7 },
-    { "Q5_0", CDX_TYPE_Q5_0, MIX_NONE, 8 },   { "Q5_1", CDX_TYPE_Q5_1, MIX_NONE, 9 },
-    { "Q6_K", CDX_TYPE_Q6_K, MIX_NONE, 18 },  { "IQ4_NL", CDX_TYPE_IQ4_NL, MIX_NONE, 25 },
-    { "IQ4_XS", CDX_TYPE_IQ4_XS, MIX_NONE, 30 }, { "TQ1_0", CDX_TYPE_TQ1_0, MIX_NONE, 36 },
-    { "TQ2_0", CDX_TYPE_TQ2_0, MIX_NONE, 37 },
-    { "Q4_K_S", CDX_TYPE_Q4_K, MIX_Q4_K_S, 14 }, { "Q4_K_M", CDX_TYPE_Q4_K, MIX_Q4_K_M, 15 },
-    { "Q5_K_S", CDX_TYPE_Q5_K, MIX_Q5_K_S, 16 }, { "Q5_K_M", CDX_TYPE_Q5_K, MIX_Q5_K_M, 17 },
-};
-
 typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN } tensor_role;
 
 static bool is_float_type(int t) { return t == CDX_TYPE_F32 || t == CDX_TYPE_F16 || t == CDX_TYPE_BF16; }
-
-/* llama.cpp's layers that get more bits in the _M mixtures: the first and last eighth, and every
- * third layer between. */
-static bool more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-/* The type of one tensor. Norms stay F32. A tied embedding is also the output head, which llama.cpp
- * stores in Q6_K for every quantized type except Q8_0 (Q8_0 when its rows don't fit 256-blocks). */
-static int tensor_type(int base, mix_kind mix, tensor_role role, int64_t layer, int64_t n_layer, int64_t cols)
-{
-    if (role == R_NORM)
-        return CDX_TYPE_F32;
-    if (is_float_type(base))
-        return base;
-    if (role == R_EMBD) {
-        if (base == CDX_TYPE_Q8_0)
-            return base;
-        return cols % 256 ? CDX_TYPE_Q8_0 : CDX_TYPE_Q6_K;
-    }
-    switch (mix) {
-    case MIX_Q4_K_M:
-    case MIX_Q5_K_M:
-        if ((role == R_V || role == R_DOWN) && more_bits(layer, n_layer))
-            return CDX_TYPE_Q6_K;
-        break;
-    case MIX_Q4_K_S:
-        if ((role == R_V && layer < 4) || (role == R_DOWN && layer < n_layer / 8))
-            return CDX_TYPE_Q5_K;
-        break;
-    default:
-        break;
-    }
-    return base;
-}
 
 /* ---- random numbers: splitmix64 seeds a xoshiro256+ per chunk of rows ---- */
 
@@ -280,12 +230,14 @@ static void usage(FILE *f)
                "and a minimal SentencePiece-style vocabulary, for benchmarks. Not a trained model.\n\nshapes:\n");
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         fprintf(f, "  %-13s %s\n", k_shapes[i].name, k_shapes[i].about);
-    fprintf(f, "\ntypes:\n ");
-    for (size_t i = 0; i < sizeof k_ftypes / sizeof k_ftypes[0]; i++)
-        fprintf(f, " %s", k_ftypes[i].name);
-    fprintf(f, "\n  and any other type with a reference quantizer (Q2_K, Q3_K, Q4_K, Q5_K, ...).\n"
-               "  Quantized files keep norms in F32 and the tied embedding/output in Q6_K (Q8_0 for Q8_0),\n"
-               "  as llama.cpp's quantizer does; the _M/_S mixtures choose per tensor as llama.cpp does.\n");
+    fprintf(f, "\ntypes (llama.cpp's file types; each tensor's type is chosen as llama-quantize does):\n ");
+    for (int id = 0; id < 64; id++) {
+        const cdx_ftype_info *fi = cdx_ftype_by_id(id);
+        const cdx_type_traits *tr = fi ? cdx_type_get(fi->default_type) : NULL;
+        if (tr && (is_float_type((int)fi->default_type) || tr->from_f32))
+            fprintf(f, " %s", fi->name);
+    }
+    fprintf(f, "\n  (norms stay F32; a tied embedding is also the output head and gets the head's type)\n");
 }
 
 int cmd_synth(int argc, char **argv)
@@ -337,24 +289,12 @@ int cmd_synth(int argc, char **argv)
                 shape_name);
         return 2;
     }
-    int base = -1, ftype = -1;
-    mix_kind mix = MIX_NONE;
-    for (size_t i = 0; i < sizeof k_ftypes / sizeof k_ftypes[0]; i++)
-        if (!strcasecmp(k_ftypes[i].name, type_name)) {
-            base = k_ftypes[i].type;
-            mix = k_ftypes[i].mix;
-            ftype = k_ftypes[i].ftype;
-        }
-    if (base < 0)
-        base = cdx_type_from_name(type_name);
-    const cdx_type_traits *btr = base >= 0 ? cdx_type_get((uint32_t)base) : NULL;
-    if (!btr || btr->retired || (!is_float_type(base) && !btr->from_f32) || base == CDX_TYPE_Q8_1 ||
-        base == CDX_TYPE_Q8_K) {
-        fprintf(stderr, "caldrix synth: --type: \"%s\" is not a type caldrix can write without an importance matrix\n",
+    const cdx_ftype_info *fi = cdx_ftype_find(type_name);
+    if (!fi) {
+        fprintf(stderr, "caldrix synth: --type: \"%s\" is not a llama.cpp file type (caldrix synth --help lists them)\n",
                 type_name);
         return 2;
     }
-
     /* the tensor list, in the order llama.cpp's converter writes them */
     const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim;
     size_t n_t = 2 + (size_t)sh->n_layer * (sh->qk_norm ? 11 : 9);
@@ -370,7 +310,6 @@ int cmd_synth(int argc, char **argv)
         ts[k].role = role_;                                                                        \
         ts[k].rows = rows_;                                                                        \
         ts[k].cols = cols_;                                                                        \
-        ts[k].type = tensor_type(base, mix, role_, layer_, sh->n_layer, cols_);                    \
         k++;                                                                                       \
     } while (0)
     ADD(R_EMBD, 0, sh->n_vocab, E, "token_embd.weight");
@@ -393,7 +332,45 @@ int cmd_synth(int argc, char **argv)
     ADD(R_NORM, 0, 1, E, "output_norm.weight");
 #undef ADD
 
+    /* each tensor's type, by llama.cpp's rules, visited in llama.cpp's order */
     cdx_err err = {0};
+    const char **names = calloc(n_t, sizeof *names);
+    size_t *order = calloc(n_t, sizeof *order);
+    cdx_quant_mix mix;
+    cdx_quant_model_info info = { .n_layer = (int)sh->n_layer, .n_gqa = (int)(sh->n_head / sh->n_head_kv) };
+    if (!names || !order) {
+        fprintf(stderr, "caldrix synth: out of memory\n");
+        free(names), free(order), free(ts);
+        return 1;
+    }
+    for (size_t i = 0; i < n_t; i++)
+        names[i] = ts[i].name, order[i] = i;
+    for (size_t i = 1; i < n_t; i++) /* insertion sort: a few hundred names */
+        for (size_t j = i; j > 0 && cdx_quant_tensor_cmp(names[order[j - 1]], names[order[j]]) > 0; j--) {
+            size_t x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+    int mrc = cdx_quant_mix_init(&mix, fi->name, &info, names, n_t, &err);
+    for (size_t i = 0; i < n_t && !mrc; i++) {
+        synth_tensor *t = &ts[order[i]];
+        int64_t ne[4] = { t->cols, t->rows, 1, 1 };
+        t->type = (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
+        const cdx_type_traits *tr = cdx_type_get((uint32_t)t->type);
+        if (!tr || (!is_float_type(t->type) && !tr->from_f32)) {
+            fprintf(stderr, "caldrix synth: --type %s: tensor \"%s\" would be %s, which needs an importance matrix\n",
+                    type_name, t->name, cdx_type_name((uint32_t)t->type));
+            free(names), free(order), free(ts);
+            return 2;
+        }
+    }
+    free(names);
+    free(order);
+    if (mrc) {
+        fprintf(stderr, "caldrix synth: %s\n", err.msg);
+        free(ts);
+        return 1;
+    }
+
     if (list) {
         /* the plan only: one line per tensor, "name type cols rows bytes" (GGUF order of dims) */
         size_t sum = 0;
@@ -464,8 +441,7 @@ int cmd_synth(int argc, char **argv)
     snprintf(gname, sizeof gname, "caldrix synth %s %s (random weights)", sh->name, type_name);
     int wrc = cdx_gguf_writer_set_str(w, "general.architecture", a);
     wrc = wrc ? wrc : cdx_gguf_writer_set_str(w, "general.name", gname);
-    if (ftype >= 0)
-        wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)fi->llama_ftype);
     wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
     static const struct { const char *key; size_t off; } u32keys[] = {
         { "context_length", offsetof(synth_shape, n_ctx) },
