@@ -208,6 +208,7 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "model", json_string(path));
         json_object_set_new(o, "arch", json_string(hp->arch_name ? hp->arch_name : ""));
         json_object_set_new(o, "isa", json_string(cdx_kernels_isa(kern)));
+        json_object_set_new(o, "n_vocab", json_integer(hp->n_vocab));
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
         json_object_set_new(o, "n_gen", json_integer(n_gen));
