@@ -189,6 +189,8 @@ int main(int argc, char **argv)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (llama_token)(3 + (s >> 33) % (uint64_t)(n_vocab - 3));
     }
+    llama_token kept[16];
+    int n_kept = 0;
     double *tp_s = calloc((size_t)runs, sizeof *tp_s), *td_s = calloc((size_t)runs, sizeof *td_s);
     for (int r = -1; r < runs; r++) {
         int np = r < 0 ? (n_prompt < 16 ? n_prompt : 16) : n_prompt, ng = r < 0 ? 2 : n_gen; /* r < 0: warm-up */
@@ -200,8 +202,11 @@ int main(int argc, char **argv)
         }
         llama_synchronize(ctx);
         double b = now_s();
+        n_kept = 0;
         for (int i = 0; i < ng; i++) {
             llama_token tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+            if (n_kept < 16)
+                kept[n_kept++] = tok;
             if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) {
                 fprintf(stderr, "llama_bench: llama_decode failed at step %d\n", i);
                 return 1;
@@ -227,6 +232,9 @@ int main(int argc, char **argv)
     printf("], \"decode_tok_s_runs\": [");
     for (int r = 0; r < runs; r++)
         printf("%s%.4f", r ? ", " : "", td_s[r]);
+    printf("], \"greedy_tokens\": [");
+    for (int i = 0; i < n_kept; i++)
+        printf("%s%d", i ? ", " : "", kept[i]);
     printf("], \"system_info\": \"");
     for (const char *p = llama_print_system_info(); *p; p++)
         if (*p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)

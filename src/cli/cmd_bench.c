@@ -60,11 +60,15 @@ static void synth_ids(int32_t *ids, int64_t n, int64_t n_vocab)
     }
 }
 
+#define N_KEEP 16 /* greedy tokens kept from the last run, to compare engines on the same file */
+
 typedef struct {
     cdx_forward_ctx *fc;
     cdx_kv *kv;
     float *logits;
     int64_t n_vocab;
+    int32_t kept[N_KEEP];
+    int n_kept;
 } bench_state;
 
 /* One prefill of n_prompt ids, then n_gen single-token steps; times in seconds. */
@@ -79,8 +83,11 @@ static int bench_once(bench_state *b, const int32_t *ids, int64_t n_prompt, int6
     if (rc)
         return rc;
     double t1 = now_s();
+    b->n_kept = 0;
     for (int64_t i = 0; i < n_gen; i++) {
         int32_t tok = cdx_argmax(b->logits, b->n_vocab);
+        if (b->n_kept < N_KEEP)
+            b->kept[b->n_kept++] = tok;
         cdx_batch db = { .n = 1, .tokens = &tok };
         rc = cdx_forward(b->fc, &kvp, 1, &db, b->logits, err);
         if (rc)
@@ -220,6 +227,10 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "decode_tok_s_best", json_real(best_d));
         json_object_set_new(o, "prefill_tok_s_runs", runs_p);
         json_object_set_new(o, "decode_tok_s_runs", runs_d);
+        json_t *kept = json_array();
+        for (int i = 0; i < b.n_kept; i++)
+            json_array_append_new(kept, json_integer(b.kept[i]));
+        json_object_set_new(o, "greedy_tokens", kept);
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)wbytes));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
         if (mem_bw > 0) {
