@@ -19,6 +19,8 @@ int cmd_pull(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 
 /* Strict number parsing for options: the whole string must be a number in range.
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */

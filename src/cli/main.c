@@ -17,6 +17,8 @@ static const cli_command k_commands[] = {
     { "inspect",  cmd_inspect,  "report what caldrix makes of a model from its headers alone" },
     { "models",   cmd_models,   "aliases, cached models and the import rules (supported, info, search, rules)" },
     { "doctor",   cmd_doctor,   "this machine: CPU features, lanes, caches, memory and disk" },
+    { "bench",    cmd_bench,    "time load, prefill and decode of a model" },
+    { "synth",    cmd_synth,    "write a random-weight model with a real model's shapes" },
 };
 
 static int cmd_version(int argc, char **argv)

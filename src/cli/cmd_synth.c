@@ -1,0 +1,498 @@
+/* caldrix synth: writes a random-weight GGUF with a real model's shapes, for benchmarks.
+ *
+ *   caldrix synth bench/out/llama1b-q4km.gguf --shape llama-3.2-1b --type Q4_K_M
+ *
+ * Weights are N(0, 0.02) (norms 1.0), drawn from a seeded generator so a seed always gives the
+ * same file whatever the thread count. The vocabulary is a minimal SentencePiece-style one
+ * (<unk>, <s>, </s>, the 256 byte tokens, then filler pieces) so llama.cpp loads the file too.
+ * --type is a llama.cpp file type: each tensor's type is chosen by the quant layer's copy of
+ * llama.cpp's rules (cdx_quant_mix), and quantized with its reference quantizers.
+ */
+#include "cli.h"
+#include "caldrix/pool.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- shapes: one row per model ---- */
+
+typedef struct {
+    const char *name;
+    const char *arch;        /* GGUF general.architecture */
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    double rope_theta;
+    float rms_eps;
+    bool qk_norm;
+    const char *about;
+} synth_shape;
+
+static const synth_shape k_shapes[] = {
+    { "llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5f, false,
+      "Llama-3.2-1B: 1.24 B parameters, tied embeddings" },
+    { "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6f, true,
+      "Qwen3-0.6B: 0.6 B parameters, QK-norm, tied embeddings" },
+    { "tiny", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5f, false,
+      "a 2-layer llama for tests (rows are multiples of 256, so every type fits)" },
+    { "tiny-qwen3", "qwen3", 256, 2, 4, 2, 32, 512, 512, 2048, 1000000.0, 1e-6f, true,
+      "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)" },
+};
+
+typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN } tensor_role;
+
+static bool is_float_type(int t) { return t == CDX_TYPE_F32 || t == CDX_TYPE_F16 || t == CDX_TYPE_BF16; }
+
+/* ---- random numbers: splitmix64 seeds a xoshiro256+ per chunk of rows ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct { uint64_t s[4]; } rng;
+
+static void rng_seed(rng *r, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t x = a ^ (b * 0x9e3779b97f4a7c15ull) ^ (c * 0xd1b54a32d192ed03ull);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rng_next(rng *r)
+{
+    uint64_t *s = r->s, res = s[0] + s[3], t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return res;
+}
+
+/* n normal values with standard deviation sd (Box-Muller, two values per draw). */
+static void fill_normal(rng *r, float *out, int64_t n, float sd)
+{
+    for (int64_t i = 0; i < n; i += 2) {
+        uint64_t b = rng_next(r);
+        float u1 = ((float)(uint32_t)(b >> 40) + 1.0f) * (1.0f / 16777217.0f); /* (0, 1] */
+        float u2 = (float)(uint32_t)(b & 0xffffff) * (1.0f / 16777216.0f);
+        float rad = sd * sqrtf(-2.0f * logf(u1)), s, c;
+        sincosf(6.2831853f * u2, &s, &c);
+        out[i] = rad * c;
+        if (i + 1 < n)
+            out[i + 1] = rad * s;
+    }
+}
+
+/* ---- one tensor, filled by the pool in chunks of rows ---- */
+
+#define CHUNK_ROWS 32
+
+typedef struct {
+    char name[64];
+    tensor_role role;
+    int type;
+    int64_t rows, cols;     /* rows == 1 for vectors */
+    size_t row_bytes;
+    void *data;
+} synth_tensor;
+
+typedef struct {
+    synth_tensor *t;
+    uint64_t seed, index;
+    float sd;
+    int64_t n_chunks;
+    int64_t next;           /* atomic chunk counter */
+    float **scratch;        /* [nth][CHUNK_ROWS * cols] */
+} fill_job;
+
+static void fill_work(void *arg, int ith, int nth)
+{
+    fill_job *j = arg;
+    synth_tensor *t = j->t;
+    float *buf = j->scratch[ith];
+    const cdx_type_traits *tr = cdx_type_get((uint32_t)t->type);
+    for (;;) {
+        int64_t c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (c >= j->n_chunks)
+            break;
+        int64_t r0 = c * CHUNK_ROWS, nr = t->rows - r0 < CHUNK_ROWS ? t->rows - r0 : CHUNK_ROWS;
+        int64_t n = nr * t->cols;
+        uint8_t *dst = (uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+        if (t->role == R_NORM) {
+            for (int64_t i = 0; i < n; i++)
+                buf[i] = 1.0f;
+        } else {
+            rng r;
+            rng_seed(&r, j->seed, j->index, (uint64_t)c);
+            fill_normal(&r, buf, n, j->sd);
+        }
+        switch (t->type) {
+        case CDX_TYPE_F32:
+            memcpy(dst, buf, (size_t)n * sizeof(float));
+            break;
+        case CDX_TYPE_F16:
+            for (int64_t i = 0; i < n; i++)
+                ((uint16_t *)dst)[i] = cdx_f32_to_f16(buf[i]);
+            break;
+        case CDX_TYPE_BF16:
+            for (int64_t i = 0; i < n; i++)
+                ((uint16_t *)dst)[i] = cdx_f32_to_bf16(buf[i]);
+            break;
+        default:
+            for (int64_t i = 0; i < nr; i++)
+                tr->from_f32(buf + i * t->cols, dst + (size_t)i * t->row_bytes, t->cols);
+            break;
+        }
+    }
+}
+
+/* ---- the vocabulary: SentencePiece-style, as llama.cpp's "llama" tokenizer model reads it ---- */
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 }; /* llama_token_type (llama.h) */
+
+static int set_vocab(cdx_gguf_writer *w, int64_t n_vocab, char **store)
+{
+    size_t n = (size_t)n_vocab;
+    const char **toks = calloc(n, sizeof *toks);
+    float *scores = calloc(n, sizeof *scores);
+    int32_t *types = calloc(n, sizeof *types);
+    char *text = malloc(n * 16); /* every piece is < 16 bytes */
+    int rc = CDX_ENOMEM;
+    if (!toks || !scores || !types || !text)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        char *p = text + i * 16;
+        if (i == 0)
+            strcpy(p, "<unk>"), types[i] = TT_UNKNOWN;
+        else if (i == 1)
+            strcpy(p, "<s>"), types[i] = TT_CONTROL;
+        else if (i == 2)
+            strcpy(p, "</s>"), types[i] = TT_CONTROL;
+        else if (i < 3 + 256)
+            snprintf(p, 16, "<0x%02X>", (unsigned)(i - 3)), types[i] = TT_BYTE;
+        else {
+            /* "▁" then the piece's rank in base 26: unique, printable, never a byte or special */
+            size_t k = i - 259;
+            char digits[12];
+            int nd = 0;
+            do {
+                digits[nd++] = (char)('a' + k % 26);
+                k /= 26;
+            } while (k && nd < 11);
+            memcpy(p, "\xe2\x96\x81", 3);
+            for (int d = 0; d < nd; d++)
+                p[3 + d] = digits[nd - 1 - d];
+            p[3 + nd] = 0;
+            types[i] = TT_NORMAL;
+            scores[i] = -(float)(i - 259);
+        }
+        toks[i] = p;
+    }
+    rc = cdx_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    if (!rc)
+        rc = cdx_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, n);
+    if (!rc)
+        rc = cdx_gguf_writer_set_arr(w, "tokenizer.ggml.scores", CDX_GGUF_F32, scores, n);
+    if (!rc)
+        rc = cdx_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", CDX_GGUF_I32, types, n);
+    if (!rc)
+        rc = cdx_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (!rc)
+        rc = cdx_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (!rc)
+        rc = cdx_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (!rc)
+        rc = cdx_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (!rc)
+        rc = cdx_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+out:
+    free(toks);
+    free(scores);
+    free(types);
+    *store = text; /* the writer copies strings, but keep them until it is done */
+    return rc;
+}
+
+/* ---- the command ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: caldrix synth OUT.gguf --shape SHAPE --type TYPE [--seed S] [--threads N]\n"
+               "       caldrix synth --list --shape SHAPE --type TYPE   (the tensors it would write)\n\n"
+               "Writes a random-weight model (weights N(0, 0.02), norms 1.0) with a real model's shapes\n"
+               "and a minimal SentencePiece-style vocabulary, for benchmarks. Not a trained model.\n\nshapes:\n");
+    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
+        fprintf(f, "  %-13s %s\n", k_shapes[i].name, k_shapes[i].about);
+    fprintf(f, "\ntypes (llama.cpp's file types; each tensor's type is chosen as llama-quantize does):\n ");
+    for (int id = 0; id < 64; id++) {
+        const cdx_ftype_info *fi = cdx_ftype_by_id(id);
+        const cdx_type_traits *tr = fi ? cdx_type_get(fi->default_type) : NULL;
+        if (tr && (is_float_type((int)fi->default_type) || tr->from_f32))
+            fprintf(f, " %s", fi->name);
+    }
+    fprintf(f, "\n  (norms stay F32; a tied embedding is also the output head and gets the head's type)\n");
+}
+
+int cmd_synth(int argc, char **argv)
+{
+    const char *out = NULL, *shape_name = NULL, *type_name = NULL;
+    long seed = 1, threads = 0;
+    bool list = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "--list"))
+            list = true;
+        else if (!strcmp(a, "--shape") && has)
+            shape_name = argv[++i];
+        else if (!strcmp(a, "--type") && has)
+            type_name = argv[++i];
+        else if (!strcmp(a, "--seed") && has) {
+            if (cli_parse_int("--seed", argv[++i], 0, 0x7fffffffL, &seed))
+                return 2;
+        } else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) {
+            if (cli_parse_int(a, argv[++i], 1, 1024, &threads))
+                return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "caldrix synth: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!out)
+            out = a;
+        else {
+            fprintf(stderr, "caldrix synth: unexpected argument \"%s\"\n", a);
+            return 2;
+        }
+    }
+    if ((!out && !list) || !shape_name || !type_name) {
+        fprintf(stderr, "caldrix synth: OUT.gguf, --shape and --type are required\n");
+        usage(stderr);
+        return 2;
+    }
+    const synth_shape *sh = NULL;
+    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
+        if (!strcmp(k_shapes[i].name, shape_name))
+            sh = &k_shapes[i];
+    if (!sh) {
+        fprintf(stderr, "caldrix synth: --shape: \"%s\" is not a known shape (caldrix synth --help lists them)\n",
+                shape_name);
+        return 2;
+    }
+    const cdx_ftype_info *fi = cdx_ftype_find(type_name);
+    if (!fi) {
+        fprintf(stderr, "caldrix synth: --type: \"%s\" is not a llama.cpp file type (caldrix synth --help lists them)\n",
+                type_name);
+        return 2;
+    }
+    /* the tensor list, in the order llama.cpp's converter writes them */
+    const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim;
+    size_t n_t = 2 + (size_t)sh->n_layer * (sh->qk_norm ? 11 : 9);
+    synth_tensor *ts = calloc(n_t, sizeof *ts);
+    if (!ts) {
+        fprintf(stderr, "caldrix synth: out of memory\n");
+        return 1;
+    }
+    size_t k = 0;
+#define ADD(role_, layer_, rows_, cols_, ...)                                                      \
+    do {                                                                                           \
+        snprintf(ts[k].name, sizeof ts[k].name, __VA_ARGS__);                                      \
+        ts[k].role = role_;                                                                        \
+        ts[k].rows = rows_;                                                                        \
+        ts[k].cols = cols_;                                                                        \
+        k++;                                                                                       \
+    } while (0)
+    ADD(R_EMBD, 0, sh->n_vocab, E, "token_embd.weight");
+    for (int64_t l = 0; l < sh->n_layer; l++) {
+        int li = (int)l;
+        ADD(R_NORM, l, 1, E, "blk.%d.attn_norm.weight", li);
+        ADD(R_Q, l, Q, E, "blk.%d.attn_q.weight", li);
+        ADD(R_K, l, KV, E, "blk.%d.attn_k.weight", li);
+        ADD(R_V, l, KV, E, "blk.%d.attn_v.weight", li);
+        ADD(R_O, l, E, Q, "blk.%d.attn_output.weight", li);
+        if (sh->qk_norm) {
+            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_q_norm.weight", li);
+            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_k_norm.weight", li);
+        }
+        ADD(R_NORM, l, 1, E, "blk.%d.ffn_norm.weight", li);
+        ADD(R_GATE, l, sh->n_ff, E, "blk.%d.ffn_gate.weight", li);
+        ADD(R_UP, l, sh->n_ff, E, "blk.%d.ffn_up.weight", li);
+        ADD(R_DOWN, l, E, sh->n_ff, "blk.%d.ffn_down.weight", li);
+    }
+    ADD(R_NORM, 0, 1, E, "output_norm.weight");
+#undef ADD
+
+    /* each tensor's type, by llama.cpp's rules, visited in llama.cpp's order */
+    cdx_err err = {0};
+    const char **names = calloc(n_t, sizeof *names);
+    size_t *order = calloc(n_t, sizeof *order);
+    cdx_quant_mix mix;
+    cdx_quant_model_info info = { .n_layer = (int)sh->n_layer, .n_gqa = (int)(sh->n_head / sh->n_head_kv) };
+    if (!names || !order) {
+        fprintf(stderr, "caldrix synth: out of memory\n");
+        free(names), free(order), free(ts);
+        return 1;
+    }
+    for (size_t i = 0; i < n_t; i++)
+        names[i] = ts[i].name, order[i] = i;
+    for (size_t i = 1; i < n_t; i++) /* insertion sort: a few hundred names */
+        for (size_t j = i; j > 0 && cdx_quant_tensor_cmp(names[order[j - 1]], names[order[j]]) > 0; j--) {
+            size_t x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+    int mrc = cdx_quant_mix_init(&mix, fi->name, &info, names, n_t, &err);
+    for (size_t i = 0; i < n_t && !mrc; i++) {
+        synth_tensor *t = &ts[order[i]];
+        int64_t ne[4] = { t->cols, t->rows, 1, 1 };
+        t->type = (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
+        const cdx_type_traits *tr = cdx_type_get((uint32_t)t->type);
+        if (!tr || (!is_float_type(t->type) && !tr->from_f32)) {
+            fprintf(stderr, "caldrix synth: --type %s: tensor \"%s\" would be %s, which needs an importance matrix\n",
+                    type_name, t->name, cdx_type_name((uint32_t)t->type));
+            free(names), free(order), free(ts);
+            return 2;
+        }
+    }
+    free(names);
+    free(order);
+    if (mrc) {
+        fprintf(stderr, "caldrix synth: %s\n", err.msg);
+        free(ts);
+        return 1;
+    }
+
+    if (list) {
+        /* the plan only: one line per tensor, "name type cols rows bytes" (GGUF order of dims) */
+        size_t sum = 0;
+        for (size_t i = 0; i < n_t; i++) {
+            size_t rb = 0;
+            if (cdx_type_row_bytes((uint32_t)ts[i].type, (uint64_t)ts[i].cols, &rb, &err) < 0) {
+                fprintf(stderr, "caldrix synth: tensor \"%s\": %s\n", ts[i].name, err.msg);
+                free(ts);
+                return 1;
+            }
+            printf("%s %s %lld %lld %zu\n", ts[i].name, cdx_type_name((uint32_t)ts[i].type), (long long)ts[i].cols,
+                   (long long)ts[i].rows, rb * (size_t)ts[i].rows);
+            sum += rb * (size_t)ts[i].rows;
+        }
+        printf("total %zu\n", sum);
+        free(ts);
+        return 0;
+    }
+    cdx_gguf_writer *w = NULL;
+    cdx_pool *pool = NULL;
+    float **scratch = NULL;
+    char *vocab_text = NULL;
+    int rc = 1, nth = 0;
+    size_t total = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+
+    for (size_t i = 0; i < n_t; i++) {
+        synth_tensor *t = &ts[i];
+        size_t bytes;
+        if (cdx_type_row_bytes((uint32_t)t->type, (uint64_t)t->cols, &t->row_bytes, &err) < 0) {
+            fprintf(stderr, "caldrix synth: %s: tensor \"%s\": %s\n", out, t->name, err.msg);
+            goto done;
+        }
+        if (!cdx_mul_size(t->row_bytes, (size_t)t->rows, &bytes) || !cdx_add_size(total, bytes, &total) ||
+            !(t->data = malloc(bytes))) {
+            fprintf(stderr, "caldrix synth: %s: out of memory for tensor \"%s\" (%zu bytes)\n", out, t->name, bytes);
+            goto done;
+        }
+    }
+    if (cdx_pool_create((int)threads, &pool, &err) < 0) {
+        fprintf(stderr, "caldrix synth: %s\n", err.msg);
+        goto done;
+    }
+    nth = cdx_pool_size(pool);
+    int64_t max_cols = E > Q ? E : Q;
+    max_cols = sh->n_ff > max_cols ? sh->n_ff : max_cols;
+    scratch = calloc((size_t)nth, sizeof *scratch);
+    for (int i = 0; scratch && i < nth; i++)
+        scratch[i] = malloc((size_t)CHUNK_ROWS * (size_t)max_cols * sizeof(float));
+    for (int i = 0; i < nth; i++)
+        if (!scratch || !scratch[i]) {
+            fprintf(stderr, "caldrix synth: out of memory\n");
+            goto done;
+        }
+    for (size_t i = 0; i < n_t; i++) {
+        fill_job j = { .t = &ts[i], .seed = (uint64_t)seed, .index = i, .sd = 0.02f,
+                       .n_chunks = (ts[i].rows + CHUNK_ROWS - 1) / CHUNK_ROWS, .scratch = scratch };
+        cdx_pool_run(pool, fill_work, &j);
+    }
+
+    if (cdx_gguf_writer_new(&w, &err) < 0) {
+        fprintf(stderr, "caldrix synth: %s\n", err.msg);
+        goto done;
+    }
+    char key[128], gname[160];
+    const char *a = sh->arch;
+    snprintf(gname, sizeof gname, "caldrix synth %s %s (random weights)", sh->name, type_name);
+    int wrc = cdx_gguf_writer_set_str(w, "general.architecture", a);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_str(w, "general.name", gname);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)fi->llama_ftype);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    static const struct { const char *key; size_t off; } u32keys[] = {
+        { "context_length", offsetof(synth_shape, n_ctx) },
+        { "embedding_length", offsetof(synth_shape, n_embd) },
+        { "block_count", offsetof(synth_shape, n_layer) },
+        { "feed_forward_length", offsetof(synth_shape, n_ff) },
+        { "attention.head_count", offsetof(synth_shape, n_head) },
+        { "attention.head_count_kv", offsetof(synth_shape, n_head_kv) },
+        { "attention.key_length", offsetof(synth_shape, head_dim) },
+        { "attention.value_length", offsetof(synth_shape, head_dim) },
+        { "rope.dimension_count", offsetof(synth_shape, head_dim) },
+        { "vocab_size", offsetof(synth_shape, n_vocab) },
+    };
+    for (size_t i = 0; i < sizeof u32keys / sizeof u32keys[0] && !wrc; i++) {
+        snprintf(key, sizeof key, "%s.%s", a, u32keys[i].key);
+        wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)*(const int64_t *)((const char *)sh + u32keys[i].off));
+    }
+    snprintf(key, sizeof key, "%s.rope.freq_base", a);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, (float)sh->rope_theta);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, sh->rms_eps);
+    wrc = wrc ? wrc : set_vocab(w, sh->n_vocab, &vocab_text);
+    if (wrc) {
+        fprintf(stderr, "caldrix synth: %s: cannot build the metadata (%s)\n", out, cdx_err_name(wrc));
+        goto done;
+    }
+    for (size_t i = 0; i < n_t; i++) {
+        uint64_t ne[2] = { (uint64_t)ts[i].cols, (uint64_t)ts[i].rows };
+        if (cdx_gguf_writer_add_tensor(w, ts[i].name, (uint32_t)ts[i].type, ts[i].role == R_NORM ? 1 : 2, ne,
+                                       ts[i].data, &err) < 0) {
+            fprintf(stderr, "caldrix synth: %s: %s\n", out, err.msg);
+            goto done;
+        }
+    }
+    if (cdx_gguf_writer_write(w, out, &err) < 0) {
+        fprintf(stderr, "caldrix synth: %s\n", err.msg);
+        goto done;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "caldrix synth: wrote %s: %s %s, %zu tensors, %.1f MB of weights in %.1f s\n", out, sh->name,
+            type_name, n_t, (double)total / 1e6, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    rc = 0;
+done:
+    cdx_gguf_writer_free(w);
+    free(vocab_text);
+    for (int i = 0; scratch && i < nth; i++)
+        free(scratch[i]);
+    free(scratch);
+    cdx_pool_destroy(pool);
+    for (size_t i = 0; i < n_t; i++)
+        free(ts[i].data);
+    free(ts);
+    return rc;
+}
