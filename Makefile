@@ -17,9 +17,10 @@ LDFLAGS += $(filter -fsanitize=%,$(OPT)) -pthread
 LDLIBS  += $(PKG_LIBS) -lm
 
 # Per-ISA kernel files are compiled with that ISA's flags; everything else stays baseline x86-64
-# so the binary runs anywhere and picks kernels at run time.
-ISA_avx2   := -mavx2 -mfma -mf16c
-ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2
+# so the binary runs anywhere and picks kernels at run time. They also get -O3: their tiles index
+# small register arrays in loops that only -O3 unrolls early enough to keep them in registers.
+ISA_avx2   := -mavx2 -mfma -mf16c -O3
+ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2 -O3
 
 LAYERS  := base format quant kernel model engine text hub server
 LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))

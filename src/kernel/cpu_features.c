@@ -58,6 +58,8 @@ static void detect(void)
         while (*s == ' ')
             s++;
         memmove(g_brand, s, strlen(s) + 1);
+        for (size_t n = strlen(g_brand); n > 0 && g_brand[n - 1] == ' '; n--) /* and trailing ones */
+            g_brand[n - 1] = 0;
     }
 #endif
 }

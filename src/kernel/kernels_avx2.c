@@ -1,6 +1,5 @@
 /* AVX2 + FMA + F16C kernels (the shared template in kern_tmpl.h). Integer dots use maddubs:
  * u8·s8 pair sums in i16 (callers keep them below 2^15), then madd to i32. */
-#pragma GCC optimize("O3")
 #include <immintrin.h>
 
 #define KT(name) name##_avx2

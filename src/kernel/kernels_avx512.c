@@ -1,7 +1,6 @@
 /* AVX-512 (F, BW, VL, DQ, VNNI) kernels (the shared template in kern_tmpl.h). Integer dots use
  * VNNI: vpdpbusd (u8·s8, 4 at a time, no saturation) and vpdpwssd (i16 pairs · i16 scales) on
  * 256-bit registers, one 32-value sub-block each; float rows use 512-bit registers. */
-#pragma GCC optimize("O3")
 #include <immintrin.h>
 
 #define KT(name) name##_avx512
