@@ -31,7 +31,7 @@ mkrepo() { # owner/name commit [json extras]
 }
 F=$(mkrepo acme/tiny $C1 '"refs": {"main": "'$C1'", "v1": "'$C1'"}, "lfs": ["model.safetensors", "consolidated.safetensors"]')
 cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/hf/qwen3/model.safetensors $SH/fixtures/hf/qwen3/generation_config.json "$F/"
-cp $SH/fixtures/tokenizers/qwen3/tokenizer.json $SH/fixtures/tokenizers/qwen3/tokenizer_config.json "$F/"
+cp $SH/fixtures/tokenizers/mistral/tokenizer.json $SH/fixtures/tokenizers/qwen3/tokenizer_config.json "$F/"
 cp $SH/fixtures/tokenizers/mistral/tokenizer.model "$F/"          # present, but tokenizer.json wins
 cp $SH/fixtures/hf/qwen3/model.safetensors "$F/consolidated.safetensors"
 echo "# tiny" > "$F/README.md"; echo "not read" > "$F/pytorch_model.bin"
@@ -39,13 +39,13 @@ mkdir -p "$F/onnx"; echo x > "$F/onnx/model.onnx"
 
 F=$(mkrepo acme/gpt2ish $C1 '"lfs": ["model.safetensors"]')
 echo '{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2}' > "$F/config.json"
-cp $SH/fixtures/tokenizers/qwen3/tokenizer.json $SH/fixtures/hf/qwen3/model.safetensors "$F/"
+cp $SH/fixtures/tokenizers/mistral/tokenizer.json $SH/fixtures/hf/qwen3/model.safetensors "$F/"
 
 F=$(mkrepo acme/gated $C1 '"gated": true, "lfs": ["model.safetensors"]')
-cp $SH/fixtures/hf/llama/config.json $SH/fixtures/hf/llama/model.safetensors $SH/fixtures/tokenizers/llama3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/llama/config.json $SH/fixtures/hf/llama/model.safetensors $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 
 F=$(mkrepo acme/cut $C2 '"lfs": ["model.safetensors"], "cut": {"model.safetensors": 300000}')
-cp $SH/fixtures/hf/qwen2/config.json $SH/fixtures/hf/qwen2/model.safetensors $SH/fixtures/tokenizers/qwen3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/qwen2/config.json $SH/fixtures/hf/qwen2/model.safetensors $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 
 F=$(mkrepo acme/sp $C1 '"lfs": ["model.safetensors", "tokenizer.model"]')
 cp $SH/fixtures/hf/llama_bf16/config.json $SH/fixtures/hf/llama_bf16/model.safetensors "$F/"
@@ -66,23 +66,23 @@ printf '\x0a\x08\x0a\x01\x61\x15\x00\x00\x00\x00\x12\x02\x18\x01' > "$F/tokenize
 F=$(mkrepo acme/sharded $C1 '"lfs": ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model-old.safetensors"]')
 cp $SH/fixtures/hf/llama3_rope/* "$F/"; rm -f "$F/golden.json"
 cp $SH/fixtures/hf/llama/model.safetensors "$F/model-old.safetensors"
-cp $SH/fixtures/tokenizers/llama3/tokenizer.json "$F/"
+cp $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 
 F=$(mkrepo acme/quant $C1)
 sed 's/"torch_dtype"/"quantization_config": {"quant_method": "gptq", "bits": 4}, "torch_dtype"/' \
     $SH/fixtures/hf/llama/config.json > "$F/config.json"
-cp $SH/fixtures/hf/llama/model.safetensors $SH/fixtures/tokenizers/llama3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/llama/model.safetensors $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 
 F=$(mkrepo acme/big $C1 '"lfs": ["model.safetensors"]')
-cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/hf/qwen3/model.safetensors $SH/fixtures/tokenizers/qwen3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/hf/qwen3/model.safetensors $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 
 F=$(mkrepo acme/adapter $C1 '"lfs": ["model.safetensors", "adapter_model.safetensors"]')
-cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/hf/qwen3/model.safetensors $SH/fixtures/tokenizers/qwen3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/hf/qwen3/model.safetensors $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 echo '{"base_model_name_or_path": "acme/tiny", "peft_type": "LORA", "r": 8}' > "$F/adapter_config.json"
 cp $SH/fixtures/hf/qwen2/model.safetensors "$F/adapter_model.safetensors"
 
 F=$(mkrepo acme/tuned $C1 '"lfs": ["model.safetensors", "adapter_model.safetensors"]')
-cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/tokenizers/qwen3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/qwen3/config.json $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 cp $SH/fixtures/hf/llama/model.safetensors "$F/model.safetensors"   # different weights from the base
 echo '{"base_model_name_or_path": "acme/tiny", "peft_type": "LORA"}' > "$F/adapter_config.json"
 cp $SH/fixtures/hf/qwen2/model.safetensors "$F/adapter_model.safetensors"
@@ -91,7 +91,7 @@ F=$(mkrepo acme/notok $C1)
 cp $SH/fixtures/hf/llama/config.json $SH/fixtures/hf/llama/model.safetensors "$F/"
 
 F=$(mkrepo acme/ggufonly $C1)
-cp $SH/fixtures/hf/llama/config.json $SH/fixtures/tokenizers/llama3/tokenizer.json "$F/"
+cp $SH/fixtures/hf/llama/config.json $SH/fixtures/tokenizers/mistral/tokenizer.json "$F/"
 cp $SH/fixtures/hf-gguf/llama.gguf "$F/model.gguf"
 
 mkdir -p "$T/srv/hf/acme/oldname"; echo '{"commit": "'$C1'", "renamed_to": "acme/tiny"}' > "$T/srv/hf/acme/oldname/repo.json"
@@ -270,7 +270,7 @@ check "different weights beside an adapter: runs, adapter files not read" '[ "$r
 
 # 11b. a vision model needs its processor files, fetched before the weights
 F=$(mkrepo acme/vlm $C1 '"lfs": ["model.safetensors"]')
-cp $SH/fixtures/tokenizers/smollm2/tokenizer.json $SH/fixtures/hf/llama/model.safetensors "$F/"
+cp $SH/fixtures/tokenizers/mistral/tokenizer.json $SH/fixtures/hf/llama/model.safetensors "$F/"
 python3 - "$SH/fixtures/hf/llama/config.json" > "$F/config.json" <<'PY'
 import json, sys
 text = json.load(open(sys.argv[1]))
@@ -294,7 +294,7 @@ for f in config.json model.safetensors generation_config.json; do
     h=$(sha256sum $SH/fixtures/hf/llama/$f | cut -c1-64); cp $SH/fixtures/hf/llama/$f "$HR/blobs/$h"
     ln -s "../../blobs/$h" "$HR/snapshots/$C3/$f"
 done
-h=$(sha256sum $SH/fixtures/tokenizers/llama3/tokenizer.json | cut -c1-64); cp $SH/fixtures/tokenizers/llama3/tokenizer.json "$HR/blobs/$h"
+h=$(sha256sum $SH/fixtures/tokenizers/mistral/tokenizer.json | cut -c1-64); cp $SH/fixtures/tokenizers/mistral/tokenizer.json "$HR/blobs/$h"
 ln -s "../../blobs/$h" "$HR/snapshots/$C3/tokenizer.json"
 printf '%s' "$C3" > "$HR/refs/main"
 HF_HUB_OFFLINE=1 run hfc pull acme/local
