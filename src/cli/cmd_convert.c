@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 static const char k_convert_usage[] =
-    "usage: caldrix convert HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0] [--name NAME]\n"
+    "usage: caldrix convert HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0] [--name NAME] [--vocab-only]\n"
     "\n"
     "Converts a Hugging Face checkpoint (config.json + safetensors; Llama, Mistral, Qwen2, Qwen3) to\n"
     "GGUF as llama.cpp's convert_hf_to_gguf.py does: its tensor names, the Llama q/k permutation,\n"
@@ -17,6 +17,8 @@ static const char k_convert_usage[] =
     "  --type T   type of the weight matrices (norms and vectors stay F32). Default: F16 when the\n"
     "             checkpoint is F16, BF16 when it is BF16, else F16 (llama.cpp's \"auto\").\n"
     "  --name N   general.name (default: the directory's name)\n"
+    "  --vocab-only  write only general.architecture, general.name and the tokenizer keys (no\n"
+    "             config.json or weights needed; the vocabulary is the tokenizer's own size)\n"
     "Without tokenizer files a placeholder vocabulary sized to the model is written.\n";
 
 /* llama.cpp's fingerprint of a BPE tokenizer: sha256 of Python's str() of the ids. */
@@ -61,6 +63,7 @@ int cmd_convert(int argc, char **argv)
 {
     const char *pos[2] = { 0 }, *type_name = NULL, *name = NULL;
     int n_pos = 0;
+    bool vocab_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(k_convert_usage, stdout);
@@ -72,6 +75,8 @@ int cmd_convert(int argc, char **argv)
             }
             *(!strcmp(argv[i], "--name") ? &name : &type_name) = argv[i + 1];
             i++;
+        } else if (!strcmp(argv[i], "--vocab-only")) {
+            vocab_only = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "caldrix convert: unknown option \"%s\" (caldrix convert --help)\n", argv[i]);
             return 2;
@@ -108,6 +113,28 @@ int cmd_convert(int argc, char **argv)
     cdx_convert *c = NULL;
     cdx_tok *tok = NULL;
     int status = 1;
+    if (vocab_only) {
+        char hex[65] = "";
+        cdx_tok_export_info info;
+        if (cdx_gguf_writer_new(&w, &err)) {
+            fprintf(stderr, "caldrix: %s\n", err.msg);
+            goto done;
+        }
+        cdx_gguf_writer_set_str(w, "general.architecture", "llama");
+        cdx_gguf_writer_set_str(w, "general.type", "vocab");
+        cdx_gguf_writer_set_str(w, "general.name", name ? name : dir);
+        if (!has_file(dir, "tokenizer.model") && !cdx_tok_open_dir(dir, &tok, &err) && pre_hash(tok, hex))
+            hex[0] = 0;
+        cdx_tok_export_opts to = { .pre_hash = hex[0] ? hex : NULL, .bos_id = -1, .eos_id = -1, .pad_id = -1 };
+        if (err.code || cdx_tok_export_gguf(dir, tok, &to, w, &info, &err) || cdx_gguf_writer_write(w, out, &err)) {
+            fprintf(stderr, "caldrix: %s\n", err.msg);
+            goto done;
+        }
+        fprintf(stderr, "caldrix convert: wrote %s: tokenizer \"%s\", pre-tokenizer \"%s\" (from %s)\n", out, info.model,
+                info.pre, info.pre_source);
+        status = 0;
+        goto done;
+    }
     if (type < 0) {
         /* llama.cpp's "auto": the dtype of the first 2-D tensor, F16 unless it is BF16/F16 */
         cdx_safetensors *sf = NULL;
