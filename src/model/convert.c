@@ -90,7 +90,7 @@ static bool config_has(const char *dir, const char *key)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *j = json_load_file(path, 0, NULL);
+    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
     bool has = j && json_object_get(j, key) && !json_is_null(json_object_get(j, key));
     json_decref(j);
     return has;

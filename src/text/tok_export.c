@@ -104,7 +104,7 @@ static const char *pre_from_json(const char *dir)
         return NULL;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    json_t *j = json_load_file(path, 0, NULL);
+    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
     if (!j)
         return NULL;
     char re[1024] = "";
@@ -264,7 +264,7 @@ static json_t *load_json(const char *dir, const char *file)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    return json_load_file(path, 0, NULL);
+    return json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
 }
 
 static bool file_exists(const char *dir, const char *file)
