@@ -62,11 +62,11 @@ golden() { # MODEL NAME TOL
 
 # ---- every dense fixture, F32: PyTorch's tokens and logits ----
 for m in llama llama_bf16 llama_f16 llama3_rope qwen2 qwen3; do
-    if "$CALDRIX" convert $HF/$m "$tmp/$m.gguf" --type F32 2>"$tmp/err" && golden "$tmp/$m.gguf" $m 1e-3; then
+    if "$CALDRIX" convert $HF/$m "$tmp/$m.gguf" --type F32 2>"$tmp/conv.$m" && golden "$tmp/$m.gguf" $m 1e-3; then
         ok "convert $m --type F32 runs to PyTorch's goldens"
-    else bad "convert $m --type F32 runs to PyTorch's goldens"; cat "$tmp/err"; fi
+    else bad "convert $m --type F32 runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
 done
-grep -q "placeholder vocabulary of 320 tokens" "$tmp/err" && [ "$(kv "$tmp/qwen3.gguf" tokenizer.ggml.model)" = llama ] &&
+grep -q "placeholder vocabulary of 320 tokens" "$tmp/conv.qwen3" && [ "$(kv "$tmp/qwen3.gguf" tokenizer.ggml.model)" = llama ] &&
     ok "no tokenizer files: a placeholder vocabulary, said on stderr" || bad "no tokenizer files: a placeholder vocabulary, said on stderr"
 
 # ---- the stored type: BF16/F16 weights stay exact, so the goldens hold; Q8_0 runs ----
@@ -175,6 +175,52 @@ import json,sys; a=json.load(open('$tmp/a.json')); b=json.load(open('$tmp/b.json
 sys.exit(0 if a['prompt']==b['prompt'] and a['tokens']==b['tokens'] and a['text']==b['text'] else 1)" &&
     ok "run -p on the converted file: same prompt ids, tokens and text as the checkpoint" ||
     bad "run -p on the converted file: same prompt ids, tokens and text as the checkpoint"
+
+# ---- llama.cpp on caldrix's files (tests/golden/convert-llamacpp.json, made by
+# scripts/goldens/llamacpp-convert.mjs): same file (sha256), then caldrix gives llama.cpp's tokens ----
+LG=tests/golden/convert-llamacpp.json
+if [ -f "$LG" ]; then
+    n=$(python3 -c "import json; print(len(json.load(open('$LG'))['models']))")
+    for i in $(seq 0 $((n-1))); do
+        read -r name type hash same <<<"$(python3 -c "
+import json; m=json.load(open('$LG'))['models'][$i]; print(m['name'], m['type'], m['sha256'], m['same_as_pytorch'])")"
+        "$CALDRIX" convert $HF/$name "$tmp/l.gguf" --type $type 2>/dev/null
+        if [ "$(sha256sum "$tmp/l.gguf" | cut -d' ' -f1)" != "$hash" ]; then
+            bad "llama.cpp golden $name $type: the converted file is not the one llama.cpp ran (sha256)"; continue
+        fi
+        good=1
+        for c in 0 1 2; do
+            ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$LG'))['models'][$i]['cases'][$c]['prompt_ids'])))")
+            "$CALDRIX" run "$tmp/l.gguf" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json >"$tmp/o.json" 2>/dev/null &&
+                python3 -c "
+import json,sys; o=json.load(open('$tmp/o.json')); c=json.load(open('$LG'))['models'][$i]['cases'][$c]
+sys.exit(0 if o['tokens']==c['tokens'] else 1)" || good=0
+        done
+        [ $good = 1 ] && ok "llama.cpp loads caldrix's $name $type file; caldrix gives its tokens (llama.cpp = PyTorch on $same)" ||
+            bad "llama.cpp loads caldrix's $name $type file; caldrix gives its tokens"
+    done
+    for name in llama3 qwen3 smollm2 mistral; do
+        "$CALDRIX" convert $TK/$name "$tmp/t.gguf" --vocab-only 2>/dev/null
+        python3 - "$LG" "$name" "$(sha256sum "$tmp/t.gguf" | cut -d' ' -f1)" "$TK/texts.jsonl" >"$tmp/t.jsonl" <<'PY'
+import json, sys
+t = [x for x in json.load(open(sys.argv[1]))['tokenizers'] if x['name'] == sys.argv[2]][0]
+if t['sha256'] != sys.argv[3]: sys.exit(1)
+for l in open(sys.argv[4]): print(json.dumps({'text': json.loads(l)['text'], 'add_special_tokens': False}))
+PY
+        if [ $? != 0 ]; then bad "llama.cpp golden tokenizer $name: not the file llama.cpp read (sha256)"; continue; fi
+        "$CALDRIX" tokenize "$tmp/t.gguf" --jsonl <"$tmp/t.jsonl" >"$tmp/t.out" 2>/dev/null
+        python3 - "$LG" "$name" "$tmp/t.out" <<'PY' >"$tmp/cmp" && ok "llama.cpp reads caldrix's $name vocabulary: $(cat "$tmp/cmp")" || { bad "llama.cpp reads caldrix's $name vocabulary"; cat "$tmp/cmp"; }
+import json, sys
+t = [x for x in json.load(open(sys.argv[1]))['tokenizers'] if x['name'] == sys.argv[2]][0]
+ours = [json.loads(l)['ids'] for l in open(sys.argv[3])]
+diff = sum(a != b for a, b in zip(ours, t['ids']))
+print('caldrix = llama.cpp on %d/%d texts; llama.cpp = transformers on %s' % (len(ours) - diff, len(ours), t['same_as_transformers']))
+sys.exit(1 if diff or len(ours) != len(t['ids']) else 0)
+PY
+    done
+else
+    bad "tests/golden/convert-llamacpp.json is missing (scripts/goldens/llamacpp-convert.mjs makes it)"
+fi
 
 # ---- usage and refusals: exit 2 for usage, 1 with a message naming the thing ----
 "$CALDRIX" convert --help | grep -q "Q8_0" && ok "convert --help" || bad "convert --help"
