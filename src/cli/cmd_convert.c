@@ -21,19 +21,29 @@ static const char k_convert_usage[] =
     "             config.json or weights needed; the vocabulary is the tokenizer's own size)\n"
     "Without tokenizer files a placeholder vocabulary sized to the model is written.\n";
 
-/* llama.cpp's fingerprint of a BPE tokenizer: sha256 of Python's str() of the ids. */
+/* llama.cpp's fingerprint of a BPE tokenizer: sha256 of Python's str() of encode(chktxt) with
+ * add_special_tokens. The BOS/EOS the tokenizer adds are placed around an add_special=false
+ * encoding (the same ids for the BOS/EOS templates of these families). */
 static int pre_hash(const cdx_tok *tok, char hex[65])
 {
     size_t tl, n = 0;
     const char *txt = cdx_tok_pre_check_text(&tl);
     cdx_err err = {0};
-    if (cdx_tok_encode(tok, txt, tl, true, true, NULL, 0, &n, &err) && !n)
+    if (cdx_tok_encode(tok, txt, tl, false, true, NULL, 0, &n, &err) && !n)
         return -1;
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    if (!ids || cdx_tok_encode(tok, txt, tl, true, true, ids, n, &n, &err)) {
+    int32_t *ids = malloc((n + 2) * sizeof *ids);
+    size_t k = 0;
+    if (!ids)
+        return -1;
+    if (cdx_tok_add_bos(tok) && cdx_tok_bos(tok) >= 0)
+        ids[k++] = cdx_tok_bos(tok);
+    if (cdx_tok_encode(tok, txt, tl, false, true, ids + k, n, &n, &err)) {
         free(ids);
         return -1;
     }
+    n += k;
+    if (cdx_tok_add_eos(tok) && cdx_tok_eos(tok) >= 0)
+        ids[n++] = cdx_tok_eos(tok);
     cdx_sha256 s;
     cdx_sha256_init(&s);
     cdx_sha256_update(&s, "[", 1);
