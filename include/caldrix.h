@@ -18,6 +18,7 @@
 #include "caldrix/config.h"
 #include "caldrix/kernel.h"
 #include "caldrix/model.h"
+#include "caldrix/convert.h"
 #include "caldrix/engine.h"
 #include "caldrix/tokenizer.h"
 #include "caldrix/hub.h"

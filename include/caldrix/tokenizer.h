@@ -110,6 +110,36 @@ CDX_API const char *cdx_tok_eos_text(const cdx_tok *tok);
 /* "bpe", "spm", "wordpiece" */
 CDX_API const char *cdx_tok_model_name(const cdx_tok *tok);
 
+/* ---- GGUF export (caldrix convert) ---- */
+
+typedef struct cdx_tok_export_opts {
+    uint32_t n_vocab;          /* the model's vocab size (config.json); 0: the tokenizer's */
+    const char *pre_hash;      /* llama.cpp's fingerprint: sha256 hex of the ids of cdx_tok_pre_check_text
+                                  encoded with add_special, written as Python prints a list ("[1, 2]"); NULL: unknown */
+    int64_t bos_id, eos_id, pad_id; /* config.json's ids, used where tokenizer_config.json names none; -1: none */
+} cdx_tok_export_opts;
+
+typedef struct cdx_tok_export_info {
+    const char *model;         /* "gpt2" or "llama" */
+    const char *pre;           /* tokenizer.ggml.pre */
+    const char *pre_source;    /* how pre was chosen, for messages */
+} cdx_tok_export_info;
+
+/* Adds the tokenizer.* keys llama.cpp's convert_hf_to_gguf.py writes for the Hugging Face tokenizer
+ * files of dir: "llama" (SentencePiece) from tokenizer.model, or from a byte-fallback BPE tokenizer.json
+ * (scores from the merge ranks); "gpt2" from a byte-level BPE (tokens, token types, merges,
+ * tokenizer.ggml.pre named by llama.cpp's fingerprint table, else by the pre-tokenizer regex); then
+ * bos/eos/unk/pad ids, add_bos/add_eos and the chat template. tok: dir's tokenizer as
+ * cdx_tok_open_dir opens it, borrowed (NULL: opened here). info (may be NULL) says what was written. */
+CDX_API int cdx_tok_export_gguf(const char *dir, const cdx_tok *tok, const cdx_tok_export_opts *opts,
+                                cdx_gguf_writer *w, cdx_tok_export_info *info, cdx_err *err);
+/* The placeholder vocabulary of the shared fixture converter, for checkpoints without tokenizer
+ * files: "<unk>", "<s>", "</s>", the 256 byte tokens "<0x00>".., then "<t{i}>" up to n_vocab. */
+CDX_API int cdx_tok_export_gguf_dummy(cdx_gguf_writer *w, uint32_t n_vocab, int64_t bos, int64_t eos, cdx_err *err);
+/* llama.cpp's check text (get_vocab_base_pre's chktxt) and its table of fingerprints. */
+CDX_API const char *cdx_tok_pre_check_text(size_t *len);
+CDX_API const char *cdx_tok_pre_by_hash(const char *sha256_hex); /* NULL when unknown */
+
 #ifdef __cplusplus
 }
 #endif

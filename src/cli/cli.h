@@ -15,6 +15,7 @@ typedef struct {
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_models(int argc, char **argv);

@@ -10,6 +10,7 @@ static int cmd_help(int argc, char **argv);
 static const cli_command k_commands[] = {
     { "run",      cmd_run,      "generate text from a model (streams to stdout)" },
     { "quantize", cmd_quantize, "requantize a GGUF to Q4_K_M, Q8_0, ... as llama.cpp does" },
+    { "convert", cmd_convert, "convert a Hugging Face checkpoint to GGUF as llama.cpp does" },
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
     { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },

@@ -26,6 +26,10 @@ typedef enum {
     ROLE_COUNT
 } tensor_role;
 
+/* The GGUF ("blk.%d.attn_q.weight") or HF ("model.layers.%d.self_attn.q_proj.weight") name pattern of
+ * a role; NULL where the format has no such tensor (HF has no rope_freqs). *per_layer: "%d" is the layer. */
+const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer);
+
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies */
     float *bq, *bk, *bv;                /* [n_head*hd], [n_head_kv*hd] or NULL */

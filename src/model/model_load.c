@@ -42,6 +42,15 @@ static const struct role_desc {
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
 };
 
+const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer)
+{
+    if ((unsigned)r >= ROLE_COUNT)
+        return NULL;
+    if (per_layer)
+        *per_layer = k_roles[r].per_layer;
+    return gguf ? k_roles[r].gguf : k_roles[r].hf;
+}
+
 static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
 {
     switch (d) {

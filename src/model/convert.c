@@ -1,0 +1,433 @@
+/* Hugging Face checkpoint -> GGUF, as llama.cpp's convert_hf_to_gguf.py does it (conversion/base.py
+ * TextModel + llama.py LlamaModel + qwen.py Qwen2Model/Qwen3Model, gguf-py's GGUFWriter):
+ *   - tensors in the order the converter meets them: generated ones first (rope_freqs), then each
+ *     safetensors shard in file-name order, tensors sorted by name within a shard;
+ *   - names from the role table (model_load.c), the one place HF and GGUF names are written down;
+ *   - "llama" (Llama, Mistral): q/k rows permuted from HF's rotate-half order to adjacent pairs
+ *     (LlamaModel.permute); qwen2/qwen3 keep HF's order (GGUF NeoX RoPE);
+ *   - 1-D tensors and *_norm.weight stay F32; other weights take the requested type; a Q8_0 row
+ *     that is not a multiple of 32 falls back to F16 (the converter's QuantError path);
+ *   - the metadata keys of TextModel.set_gguf_parameters with gguf-py's value types. */
+#include "arch.h"
+
+#include "caldrix/convert.h"
+#include "caldrix/quant.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cdx_convert {
+    cdx_hf_config cfg;
+    cdx_safetensors *st;
+    void **bufs;            /* converted tensor data the writer borrows */
+    size_t n_bufs, cap_bufs;
+    char notes[512];
+    size_t n_tensors, n_bytes;
+};
+
+void cdx_convert_free(cdx_convert *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n_bufs; i++)
+        free(c->bufs[i]);
+    free(c->bufs);
+    cdx_st_close(c->st);
+    free(c);
+}
+
+const cdx_hf_config *cdx_convert_config(const cdx_convert *c) { return &c->cfg; }
+const char *cdx_convert_notes(const cdx_convert *c) { return c->notes; }
+
+void cdx_convert_totals(const cdx_convert *c, size_t *n_tensors, size_t *n_bytes)
+{
+    if (n_tensors) *n_tensors = c->n_tensors;
+    if (n_bytes) *n_bytes = c->n_bytes;
+}
+
+static void *keep(cdx_convert *c, size_t n_bytes)
+{
+    if (c->n_bufs == c->cap_bufs) {
+        size_t cap = c->cap_bufs ? c->cap_bufs * 2 : 64;
+        void **b = realloc(c->bufs, cap * sizeof *b);
+        if (!b)
+            return NULL;
+        c->bufs = b;
+        c->cap_bufs = cap;
+    }
+    void *p = malloc(n_bytes ? n_bytes : 1);
+    if (p)
+        c->bufs[c->n_bufs++] = p;
+    return p;
+}
+
+/* ---- metadata ---- */
+
+/* gguf-py model_weight_count_rounded_notation: at least two significant digits before the point. */
+static void size_label(uint64_t n, char *out, size_t cap)
+{
+    double x;
+    const char *suf;
+    if (n > 1e12) { x = n * 1e-12; suf = "T"; }
+    else if (n > 1e9) { x = n * 1e-9; suf = "B"; }
+    else if (n > 1e6) { x = n * 1e-6; suf = "M"; }
+    else { x = n * 1e-3; suf = "K"; }
+    /* Python's round() is half-to-even, as rint() in the default rounding mode */
+    char digits[64];
+    snprintf(digits, sizeof digits, "%.0f", rint(x));
+    const char *d = digits;
+    while (*d == '0')
+        d++;
+    int fix = 2 - (int)strlen(d);
+    snprintf(out, cap, "%.*f%s", fix > 0 ? fix : 0, x, suf);
+}
+
+/* Whether config.json names a key at the top level (the converter tests presence, not defaults). */
+static bool config_has(const char *dir, const char *key)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
+    bool has = j && json_object_get(j, key) && !json_is_null(json_object_get(j, key));
+    json_decref(j);
+    return has;
+}
+
+static const char *base_name(const char *dir, char *buf, size_t cap)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t s = n;
+    while (s > 0 && dir[s - 1] != '/')
+        s--;
+    snprintf(buf, cap, "%.*s", (int)(n - s), dir + s);
+    return buf;
+}
+
+/* ---- tensors ---- */
+
+typedef struct {
+    const cdx_st_tensor *t;
+    const char *file;       /* shard path, for the order */
+} src_ref;
+
+static int src_cmp(const void *a, const void *b)
+{
+    const src_ref *x = a, *y = b;
+    int c = strcmp(x->file, y->file);
+    return c ? c : strcmp(x->t->name, y->t->name);
+}
+
+/* HF name -> GGUF name through the role table; false when no role matches. */
+static bool map_name(const char *hf, char *out, size_t cap, tensor_role *role, int *layer)
+{
+    for (int r = 0; r < ROLE_COUNT; r++) {
+        bool per_layer;
+        const char *h = arch_role_name((tensor_role)r, false, &per_layer);
+        const char *g = arch_role_name((tensor_role)r, true, NULL);
+        if (!h || !g)
+            continue;
+        if (!per_layer) {
+            if (strcmp(h, hf))
+                continue;
+            snprintf(out, cap, "%s", g);
+            *role = (tensor_role)r;
+            *layer = -1;
+            return true;
+        }
+        const char *pct = strstr(h, "%d");
+        size_t pre = (size_t)(pct - h);
+        if (strncmp(hf, h, pre) || hf[pre] < '0' || hf[pre] > '9')
+            continue;
+        const char *p = hf + pre;
+        long l = 0;
+        while (*p >= '0' && *p <= '9' && l < 1000000)
+            l = l * 10 + (*p++ - '0');
+        if (strcmp(p, pct + 2) || (p - (hf + pre) > 1 && hf[pre] == '0'))
+            continue;
+        snprintf(out, cap, g, (int)l);
+        *role = (tensor_role)r;
+        *layer = (int)l;
+        return true;
+    }
+    return false;
+}
+
+/* LlamaModel.permute: rows (head, half, i) -> (head, i, half), so that RoPE's rotate-half pairs
+ * (i, i + d/2) of HF become the adjacent pairs (2i, 2i + 1) ggml's normal RoPE rotates. */
+static void permute_rows(const float *in, float *out, int64_t rows, int64_t cols, int64_t n_head)
+{
+    int64_t hd = rows / n_head, half = hd / 2;
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t i = 0; i < half; i++)
+            for (int64_t j = 0; j < 2; j++)
+                memcpy(out + (h * hd + 2 * i + j) * cols, in + (h * hd + j * half + i) * cols, (size_t)cols * sizeof *out);
+}
+
+/* LlamaModel.generate_extra_tensors for rope_type "llama3": one factor per rotated pair. The
+ * frequencies are float32 as the converter computes them; the wavelength arithmetic is double (it
+ * reproduces the shared reference files bit for bit; see tests/model/test_convert.c). */
+static void llama3_factors(const cdx_hf_config *cfg, int64_t dim, float *out)
+{
+    double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+    double old = (double)cfg->rope_original_max_position;
+    double lo_wl = old / lo, hi_wl = old / hi;
+    for (int64_t i = 0; i < dim / 2; i++) {
+        float e = (float)(2 * i) / (float)dim;
+        float freq = 1.0f / powf((float)cfg->rope_theta, e);
+        double wl = 2 * M_PI / (double)freq;
+        double f;
+        if (wl < hi_wl)
+            f = 1.0;
+        else if (wl > lo_wl)
+            f = factor;
+        else {
+            double s = (old / wl - lo) / (hi - lo);
+            f = 1.0 / ((1 - s) / factor + s);
+        }
+        out[i] = (float)f;
+    }
+}
+
+static uint32_t tensor_type(uint32_t want, const char *gguf_name, uint32_t n_dims, uint64_t ne0)
+{
+    size_t n = strlen(gguf_name);
+    if (n_dims <= 1 || (n >= 12 && !strcmp(gguf_name + n - 12, "_norm.weight")) ||
+        (n < 7 || strcmp(gguf_name + n - 7, ".weight")))
+        return CDX_TYPE_F32;
+    const cdx_type_traits *tr = cdx_type_get(want);
+    if (tr && ne0 % tr->block)
+        return CDX_TYPE_F16;
+    return want;
+}
+
+static int add_tensor(cdx_convert *c, cdx_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                      const uint64_t *ne, const float *f32, const void *raw, cdx_err *err)
+{
+    /* raw: data already in `type` (borrowed from the mapping); else f32 values to convert */
+    const void *data = raw;
+    size_t row, bytes;
+    int rc = cdx_type_row_bytes(type, ne[0], &row, err);
+    if (rc)
+        return cdx_err_prefix(err, "tensor \"%s\"", name);
+    uint64_t rows = 1;
+    for (uint32_t d = 1; d < n_dims; d++)
+        rows *= ne[d];
+    if (rows > SIZE_MAX || !cdx_mul_size(row, (size_t)rows, &bytes))
+        return cdx_err_set(err, CDX_ERANGE, "tensor \"%s\" is too large", name);
+    if (!raw) {
+        void *out = keep(c, bytes);
+        if (!out)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", name);
+        const cdx_type_traits *tr = cdx_type_get(type);
+        if (type == CDX_TYPE_F32)
+            memcpy(out, f32, bytes);
+        else
+            for (uint64_t r = 0; r < rows; r++)
+                tr->from_f32(f32 + r * ne[0], (uint8_t *)out + r * row, (int64_t)ne[0]);
+        data = out;
+    }
+    if ((rc = cdx_gguf_writer_add_tensor(w, name, type, n_dims, ne, data, err)))
+        return rc;
+    c->n_tensors++;
+    c->n_bytes += bytes;
+    return CDX_OK;
+}
+
+static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tensor *t, const arch_desc *d,
+                          uint32_t want, const char *dir, cdx_err *err)
+{
+    char name[160];
+    tensor_role role;
+    int layer;
+    if (!map_name(t->name, name, sizeof name, &role, &layer))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has no GGUF name for the %s architecture", dir,
+                           t->name, d->gguf_name);
+    if (layer >= c->cfg.n_layers)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" belongs to layer %d; config.json has %lld layers", dir,
+                           t->name, layer, (long long)c->cfg.n_layers);
+    if (t->n_dims < 1 || t->n_dims > 4)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; expected 1..4", dir, t->name, t->n_dims);
+    uint64_t ne[4] = { 1, 1, 1, 1 };
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < t->n_dims; i++) {
+        ne[i] = t->shape[t->n_dims - 1 - i];
+        n *= ne[i];
+    }
+    const cdx_type_traits *st = cdx_type_get(t->type);
+    if (!st || !st->to_f32 || n > SIZE_MAX / sizeof(float))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; expected F32, F16 or BF16", dir,
+                           t->name, cdx_type_name(t->type));
+    uint32_t type = tensor_type(want, name, t->n_dims, ne[0]);
+    bool permute = d->gguf_rope == CDX_ROPE_ADJACENT &&
+                   (role == ROLE_WQ || role == ROLE_WK || role == ROLE_BQ || role == ROLE_BK);
+    /* the converter widens BF16 to F32 first; F16/F32 data that stays in its type is copied as is */
+    if (!permute && type == t->type && (type == CDX_TYPE_F32 || type == CDX_TYPE_F16))
+        return add_tensor(c, w, name, type, t->n_dims, ne, NULL, t->data, err);
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+    st->to_f32(t->data, f, (int64_t)n);
+    int rc = CDX_OK;
+    if (permute) {
+        int64_t heads = role == ROLE_WQ || role == ROLE_BQ ? c->cfg.n_heads : c->cfg.n_kv_heads;
+        int64_t rows = (int64_t)(t->n_dims == 1 ? ne[0] : ne[1]), cols = t->n_dims == 1 ? 1 : (int64_t)ne[0];
+        if (t->n_dims > 2 || heads <= 0 || rows % (2 * heads)) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %lld rows, not a multiple of 2 x %lld heads", dir,
+                             t->name, (long long)rows, (long long)heads);
+        } else {
+            float *p = malloc((size_t)n * sizeof *p);
+            if (!p)
+                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+            else {
+                permute_rows(f, p, rows, cols, heads);
+                free(f);
+                f = p;
+            }
+        }
+    }
+    if (!rc)
+        rc = add_tensor(c, w, name, type, t->n_dims, ne, f, NULL, err);
+    free(f);
+    return rc;
+}
+
+/* ---- the whole checkpoint ---- */
+
+static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, const arch_desc *d,
+                          const cdx_convert_opts *o, int ftype, uint64_t n_params)
+{
+    const cdx_hf_config *cfg = &c->cfg;
+    const char *a = d->gguf_name;
+    char key[128], nbuf[256], label[32];
+#define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
+    cdx_gguf_writer_set_str(w, "general.architecture", a);
+    cdx_gguf_writer_set_str(w, "general.type", "model");
+    /* gguf-py Metadata: sampling defaults from generation_config.json, then the name */
+    if (cfg->has_top_k) cdx_gguf_writer_set_i32(w, "general.sampling.top_k", (int32_t)cfg->top_k);
+    if (cfg->has_top_p) cdx_gguf_writer_set_f32(w, "general.sampling.top_p", (float)cfg->top_p);
+    if (cfg->has_temperature) cdx_gguf_writer_set_f32(w, "general.sampling.temp", (float)cfg->temperature);
+    if (cfg->has_repetition_penalty)
+        cdx_gguf_writer_set_f32(w, "general.sampling.penalty_repeat", (float)cfg->repetition_penalty);
+    cdx_gguf_writer_set_str(w, "general.name", o->name ? o->name : base_name(dir, nbuf, sizeof nbuf));
+    if (n_params > 0) {
+        size_label(n_params, label, sizeof label);
+        cdx_gguf_writer_set_str(w, "general.size_label", label);
+    }
+    /* TextModel.set_gguf_parameters */
+    cdx_gguf_writer_set_u32(w, K("block_count"), (uint32_t)cfg->n_layers);
+    cdx_gguf_writer_set_u32(w, K("context_length"), (uint32_t)cfg->max_position_embeddings);
+    cdx_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)cfg->hidden_size);
+    cdx_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)cfg->intermediate_size);
+    cdx_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)cfg->n_heads);
+    cdx_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)cfg->n_kv_heads);
+    cdx_gguf_writer_set_f32(w, K("rope.freq_base"), (float)cfg->rope_theta);
+    cdx_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)cfg->rms_norm_eps);
+    if (config_has(dir, "head_dim")) {
+        cdx_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)cfg->head_dim);
+        cdx_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)cfg->head_dim);
+    }
+    cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    /* LlamaModel.set_gguf_parameters adds these two; Qwen2/Qwen3 do not */
+    if (d->arch == CDX_ARCH_LLAMA) {
+        cdx_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)cfg->vocab_size);
+        cdx_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)cfg->head_dim);
+    }
+    return cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
+#undef K
+}
+
+int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_writer *w, cdx_convert **out, cdx_err *err)
+{
+    *out = NULL;
+    cdx_convert_opts o = opts ? *opts : (cdx_convert_opts){ .type = CDX_TYPE_F32 };
+    const char *ft_name = o.type == CDX_TYPE_F32 ? "F32" : o.type == CDX_TYPE_F16 ? "F16"
+                        : o.type == CDX_TYPE_BF16 ? "BF16" : o.type == CDX_TYPE_Q8_0 ? "Q8_0" : NULL;
+    const cdx_ftype_info *ft = ft_name ? cdx_ftype_find(ft_name) : NULL;
+    if (!ft)
+        return cdx_err_set(err, CDX_EINVAL, "convert: output type %s; expected F32, F16, BF16 or Q8_0",
+                           cdx_type_name(o.type));
+    cdx_convert *c = calloc(1, sizeof *c);
+    if (!c)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    src_ref *refs = NULL;
+    int rc = cdx_hf_config_read(dir, &c->cfg, err);
+    if (rc)
+        goto fail;
+    const cdx_hf_config *cfg = &c->cfg;
+    const arch_desc *d = arch_by_hf(cfg->arch);
+    if (!d || d->moe || !d->gguf_name) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: architectures is \"%s\"; caldrix convert handles dense "
+                         "Llama, Mistral, Qwen2 and Qwen3 checkpoints", dir, cfg->architecture);
+        goto fail;
+    }
+    if (cfg->sliding_window > 0)
+        snprintf(c->notes, sizeof c->notes, "sliding_window %lld is not written: GGUF \"%s\" has no key for it, so "
+                 "llama.cpp attends to the whole context\n", (long long)cfg->sliding_window, d->gguf_name);
+    if ((rc = cdx_st_open(dir, &c->st, err)))
+        goto fail;
+    size_t nt = (size_t)c->st->n_tensors;
+    refs = calloc(nt ? nt : 1, sizeof *refs);
+    if (!refs) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    size_t n_src = 0;
+    uint64_t n_params = 0;
+    for (size_t i = 0; i < nt; i++) {
+        const cdx_st_tensor *t = &c->st->tensors[i];
+        size_t n = strlen(t->name);
+        /* the converter drops these buffers (base.py prepare_tensors) */
+        static const char *const k_skip[] = { ".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq" };
+        bool skip = false;
+        for (size_t k = 0; k < 3; k++) {
+            size_t l = strlen(k_skip[k]);
+            skip |= n >= l && !strcmp(t->name + n - l, k_skip[k]);
+        }
+        if (skip)
+            continue;
+        refs[n_src].t = t;
+        refs[n_src].file = c->st->n_files && t->shard < c->st->n_files ? c->st->files[t->shard]->path : "";
+        uint64_t p = 1;
+        for (uint32_t k = 0; k < t->n_dims; k++)
+            p *= t->shape[k];
+        n_params += p;
+        n_src++;
+    }
+    qsort(refs, n_src, sizeof *refs, src_cmp);
+
+    float freqs[512];
+    bool has_freqs = d->arch == CDX_ARCH_LLAMA && cfg->rope_type == CDX_HF_ROPE_LLAMA3;
+    if (has_freqs) {
+        if (cfg->head_dim < 2 || cfg->head_dim > 1024) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: head_dim %lld is out of range for rope_freqs", dir,
+                             (long long)cfg->head_dim);
+            goto fail;
+        }
+        llama3_factors(cfg, cfg->head_dim, freqs);
+        n_params += (uint64_t)(cfg->head_dim / 2);
+    }
+    if ((rc = write_metadata(c, w, dir, d, &o, ft->llama_ftype, n_params)) < 0) {
+        rc = cdx_err_set(err, rc, "%s: out of memory writing metadata", dir);
+        goto fail;
+    }
+    if (has_freqs) {
+        uint64_t ne[1] = { (uint64_t)(cfg->head_dim / 2) };
+        if ((rc = add_tensor(c, w, "rope_freqs.weight", CDX_TYPE_F32, 1, ne, freqs, NULL, err)))
+            goto fail;
+    }
+    for (size_t i = 0; i < n_src; i++)
+        if ((rc = convert_tensor(c, w, refs[i].t, d, o.type, dir, err)))
+            goto fail;
+    free(refs);
+    *out = c;
+    return CDX_OK;
+fail:
+    free(refs);
+    cdx_convert_free(c);
+    return rc;
+}
