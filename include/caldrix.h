@@ -14,5 +14,6 @@
 #include "caldrix/base.h"
 #include "caldrix/quant.h"
 #include "caldrix/format.h"
+#include "caldrix/template.h"
 
 #endif

@@ -13,6 +13,7 @@ typedef struct {
 } cli_command;
 
 int cmd_run(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* Strict number parsing for options: the whole string must be a number in range.
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */

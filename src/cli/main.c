@@ -10,6 +10,7 @@ static int cmd_help(int argc, char **argv);
 static const cli_command k_commands[] = {
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
+    { "template", cmd_template, "render a chat template with messages (as transformers does)" },
 };
 
 static int cmd_version(int argc, char **argv)
