@@ -15,5 +15,8 @@
 #include "caldrix/quant.h"
 #include "caldrix/format.h"
 #include "caldrix/template.h"
+#include "caldrix/tokenizer.h"
+#include "caldrix/pool.h"
+#include "caldrix/kernel.h"
 
 #endif

@@ -100,14 +100,19 @@ CDX_API const char *cdx_gguf_vtype_name(uint32_t t);
 
 CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const char *name);
 
-/* GGUF writer: collects metadata and tensors, then writes a v3 file in one go. */
+/* GGUF writer: collects metadata and tensors, then writes a v3 file in one go.
+ * Setting a key twice keeps the last value (in the first position). A setter that fails (bad key,
+ * out of memory) returns CDX_E* and leaves the writer failed: cdx_gguf_writer_write then returns
+ * that error. Tensors are written in the order added, aligned to general.alignment (default 32). */
 typedef struct cdx_gguf_writer cdx_gguf_writer;
 CDX_API int cdx_gguf_writer_new(cdx_gguf_writer **out, cdx_err *err);
 CDX_API void cdx_gguf_writer_free(cdx_gguf_writer *w);
 CDX_API int cdx_gguf_writer_set_u32(cdx_gguf_writer *w, const char *key, uint32_t v);
 CDX_API int cdx_gguf_writer_set_i32(cdx_gguf_writer *w, const char *key, int32_t v);
 CDX_API int cdx_gguf_writer_set_u64(cdx_gguf_writer *w, const char *key, uint64_t v);
+CDX_API int cdx_gguf_writer_set_i64(cdx_gguf_writer *w, const char *key, int64_t v);
 CDX_API int cdx_gguf_writer_set_f32(cdx_gguf_writer *w, const char *key, float v);
+CDX_API int cdx_gguf_writer_set_f64(cdx_gguf_writer *w, const char *key, double v);
 CDX_API int cdx_gguf_writer_set_bool(cdx_gguf_writer *w, const char *key, bool v);
 CDX_API int cdx_gguf_writer_set_str(cdx_gguf_writer *w, const char *key, const char *v);
 /* Arrays of fixed-size elements (elem_type not STRING/ARRAY) and of strings. Data are copied. */
@@ -128,7 +133,7 @@ typedef struct cdx_st_tensor {
     uint32_t n_dims;     /* 0..8 */
     uint64_t shape[8];   /* safetensors order: shape[n_dims-1] is the row length */
     size_t n_bytes;
-    const void *data;    /* into the mapping of its shard */
+    const void *data;    /* into the mapping of its shard (an aligned copy when the file's is not) */
     uint32_t shard;      /* index into files */
 } cdx_st_tensor;
 
@@ -143,7 +148,9 @@ typedef struct cdx_safetensors {
 /* path: a .safetensors file, a model.safetensors.index.json, or a directory (model.safetensors,
  * else the index, else every *.safetensors file, as transformers chooses). */
 CDX_API int cdx_st_open(const char *path, cdx_safetensors **out, cdx_err *err);
-CDX_API void cdx_st_close(cdx_safetensors *st);
+/* One safetensors file in caller-owned memory that must outlive the reader (fuzzing). n_files is 0. */
+CDX_API int cdx_st_open_mem(const void *data, size_t size, const char *name, cdx_safetensors **out, cdx_err *err);
+CDX_API void cdx_st_close(cdx_safetensors *st); /* NULL: no-op */
 CDX_API const cdx_st_tensor *cdx_st_find(const cdx_safetensors *st, const char *name);
 /* Writer: one file, tensors given in any order (written sorted by name). */
 typedef struct cdx_st_writer cdx_st_writer;

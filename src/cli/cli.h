@@ -14,6 +14,7 @@ typedef struct {
 
 int cmd_run(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Strict number parsing for options: the whole string must be a number in range.
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */

@@ -11,6 +11,7 @@ static const cli_command k_commands[] = {
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
     { "template", cmd_template, "render a chat template with messages (as transformers does)" },
+    { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },
 };
 
 static int cmd_version(int argc, char **argv)

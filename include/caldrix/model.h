@@ -1,0 +1,112 @@
+/* caldrix model layer: architectures, binding a file's tensors to them, the forward pass.
+ *
+ *   cdx_model *m;  cdx_model_open("model.gguf", NULL, &m, &err);     // or a checkpoint directory
+ *   const cdx_hparams *hp = cdx_model_hparams(m);
+ *   ... the engine (caldrix/engine.h) runs it ...
+ *   cdx_model_close(m);
+ */
+#ifndef CALDRIX_MODEL_H
+#define CALDRIX_MODEL_H
+
+#include "caldrix/base.h"
+#include "caldrix/format.h"
+#include "caldrix/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cdx_arch {
+    CDX_ARCH_LLAMA = 0,   /* Llama, Mistral (GGUF "llama") */
+    CDX_ARCH_QWEN2,
+    CDX_ARCH_QWEN3,
+    CDX_ARCH_QWEN3_MOE,
+    CDX_ARCH_QWEN2_MOE,
+    CDX_ARCH_MIXTRAL,     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */
+    CDX_ARCH_COUNT
+} cdx_arch;
+
+typedef enum cdx_rope_mode {
+    CDX_ROPE_ADJACENT = 0, /* rotate pairs (2i, 2i+1): GGUF "llama" (q/k rows permuted by the converter) */
+    CDX_ROPE_HALVES = 1,   /* rotate pairs (i, i + d/2): HF rotate_half, GGUF NeoX (qwen2/qwen3) */
+} cdx_rope_mode;
+
+#define CDX_MAX_EOS 8
+
+typedef struct cdx_hparams {
+    cdx_arch arch;
+    const char *arch_name;   /* "llama", "qwen2", ... */
+    int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int64_t n_ctx_train;
+    float rms_eps;
+    double rope_theta;
+    cdx_rope_mode rope_mode;
+    int64_t n_rot;           /* rotated dims per head (= head_dim for the supported families) */
+    int64_t sliding_window;  /* 0: none; else a query at q sees keys q-W < k <= q */
+    bool qkv_bias, qk_norm, tied_embeddings;
+    /* mixture of experts (n_expert == 0: dense) */
+    int64_t n_expert, n_expert_used, n_ff_expert, n_ff_shared;
+    bool norm_topk_prob;
+    int32_t bos_id;          /* -1: none */
+    int32_t eos_ids[CDX_MAX_EOS];
+    int n_eos;
+} cdx_hparams;
+
+typedef struct cdx_model cdx_model;
+
+typedef struct cdx_model_opts {
+    int reserved;            /* zero-initialise; room for future options */
+} cdx_model_opts;
+
+/* path: a .gguf file or a Hugging Face checkpoint directory (config.json + safetensors).
+ * Every tensor's name, shape and type is checked against the architecture before any compute. */
+CDX_API int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err);
+/* A GGUF image in caller-owned memory that outlives the model (the embedded default model). */
+CDX_API int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx_model **out, cdx_err *err);
+CDX_API void cdx_model_close(cdx_model *m);
+CDX_API const cdx_hparams *cdx_model_hparams(const cdx_model *m);
+/* The GGUF the model came from (NULL for a checkpoint directory): for its tokenizer. */
+CDX_API const cdx_gguf *cdx_model_gguf(const cdx_model *m);
+/* Bytes of weights read for one decoded token (for bandwidth figures). */
+CDX_API size_t cdx_model_weight_bytes(const cdx_model *m);
+/* Notes produced while loading (e.g. "llama3 rope scaling applied"), newline-separated; may be "". */
+CDX_API const char *cdx_model_notes(const cdx_model *m);
+
+/* ---- the forward pass ---- */
+
+/* The KV cache of one sequence: K and V for every layer, positions [0, n_ctx). */
+typedef struct cdx_kv {
+    float *k;        /* [n_layer][n_ctx][n_head_kv * head_dim] */
+    float *v;        /* same */
+    int64_t n_ctx;   /* capacity in positions */
+    int64_t n_past;  /* positions filled */
+} cdx_kv;
+
+CDX_API int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err);
+CDX_API void cdx_kv_free(cdx_kv *kv);
+
+/* Scratch for forward passes of up to max_tokens tokens. */
+typedef struct cdx_forward_ctx cdx_forward_ctx;
+CDX_API int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads,
+                                   const cdx_kernels *k, cdx_forward_ctx **out, cdx_err *err);
+CDX_API void cdx_forward_ctx_free(cdx_forward_ctx *fc);
+CDX_API cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc);
+
+/* One batch: token i belongs to sequence kv[seq[i]] at position kv[seq[i]]->n_past + (its rank
+ * among earlier tokens of the same sequence in this batch). Tokens of one sequence must be given
+ * in order. For every i with want_logits[i] (NULL: only the last token), a row of n_vocab logits
+ * is written to logits, in order. On success each sequence's n_past advances. */
+typedef struct cdx_batch {
+    int64_t n;
+    const int32_t *tokens;
+    const int32_t *seq;         /* NULL: all tokens belong to kv[0] */
+    const bool *want_logits;    /* NULL: only token n-1 */
+} cdx_batch;
+
+CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits,
+                        cdx_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

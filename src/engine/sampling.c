@@ -1,0 +1,198 @@
+/* Token sampling: repetition penalty, top-k, top-p, min-p, temperature, then a seeded draw.
+ * The order and the penalty rule follow llama.cpp's default sampler chain. */
+#include "caldrix/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cdx_sampler {
+    cdx_sampler_params p;
+    int64_t n_vocab;
+    uint64_t rng;
+    float *work;        /* [n_vocab] penalised logits */
+    int32_t *ids;       /* [n_vocab] candidate ids */
+    float *probs;       /* [n_vocab] */
+};
+
+cdx_sampler_params cdx_sampler_defaults(void)
+{
+    return (cdx_sampler_params){ .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                 .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0 };
+}
+
+int cdx_sampler_create(const cdx_sampler_params *p, int64_t n_vocab, cdx_sampler **out, cdx_err *err)
+{
+    *out = NULL;
+    if (n_vocab <= 0 || n_vocab > (1 << 24))
+        return cdx_err_set(err, CDX_EINVAL, "vocabulary of %lld tokens is out of range", (long long)n_vocab);
+    if (!(p->repeat_penalty > 0) || isnan(p->temp) || isnan(p->top_p) || isnan(p->min_p))
+        return cdx_err_set(err, CDX_EINVAL, "sampler settings out of range (repeat penalty %g must be > 0)",
+                           (double)p->repeat_penalty);
+    cdx_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->rng = p->seed ^ 0x9E3779B97F4A7C15ull;
+    s->work = malloc((size_t)n_vocab * sizeof(float));
+    s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
+    s->probs = malloc((size_t)n_vocab * sizeof(float));
+    if (!s->work || !s->ids || !s->probs) {
+        cdx_sampler_free(s);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    *out = s;
+    return CDX_OK;
+}
+
+void cdx_sampler_free(cdx_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->work);
+    free(s->ids);
+    free(s->probs);
+    free(s);
+}
+
+/* splitmix64: small, seedable, good enough for sampling */
+static uint64_t next_u64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int32_t cdx_argmax(const float *logits, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return (int32_t)best;
+}
+
+static int by_logit_desc(const void *a, const void *b, void *ctx)
+{
+    const float *vals = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float vx = vals[x], vy = vals[y];
+    if (vx != vy)
+        return vx > vy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts ids by value, highest first: a partial selection when only the first k are needed. */
+static void sort_desc(const float *vals, int32_t *ids, int64_t n, int64_t k)
+{
+    if (k > 0 && k < n) {
+        /* selection of the k best into ids[0..k), O(n·k) for small k, else full sort */
+        if (k <= 64) {
+            for (int64_t i = 0; i < k; i++) {
+                int64_t best = i;
+                for (int64_t j = i + 1; j < n; j++) {
+                    float a = vals[ids[j]], b = vals[ids[best]];
+                    if (a > b || (a == b && ids[j] < ids[best]))
+                        best = j;
+                }
+                int32_t t = ids[i]; ids[i] = ids[best]; ids[best] = t;
+            }
+            return;
+        }
+    }
+    qsort_r(ids, (size_t)n, sizeof *ids, by_logit_desc, (void *)vals);
+}
+
+void cdx_top_logits(const float *logits, int64_t n, int k, int32_t *ids, float *vals)
+{
+    if (k <= 0)
+        return;
+    if (k > n)
+        k = (int)n;
+    /* keep a sorted list of the best k seen so far */
+    int m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = logits[i];
+        if (m == k && !(v > vals[m - 1]))
+            continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && v > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = v;
+        ids[j] = (int32_t)i;
+    }
+}
+
+int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *history, int64_t n_history)
+{
+    const cdx_sampler_params *p = &s->p;
+    int64_t n = s->n_vocab;
+    float *w = s->work;
+    memcpy(w, logits, (size_t)n * sizeof(float));
+    if (p->repeat_penalty != 1.0f && history && n_history > 0) {
+        int64_t from = p->repeat_last_n > 0 && n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;
+        /* each distinct recent token is penalised once (llama.cpp counts occurrences, applies once) */
+        for (int64_t i = from; i < n_history; i++) {
+            int32_t t = history[i];
+            if (t < 0 || t >= n)
+                continue;
+            bool seen = false;
+            for (int64_t j = from; j < i && !seen; j++)
+                seen = history[j] == t;
+            if (!seen)
+                w[t] = w[t] > 0 ? w[t] / p->repeat_penalty : w[t] * p->repeat_penalty;
+        }
+    }
+    if (p->temp <= 0)
+        return cdx_argmax(w, n);
+
+    int64_t m = n;
+    for (int64_t i = 0; i < n; i++)
+        s->ids[i] = (int32_t)i;
+    int64_t k = p->top_k > 0 && p->top_k < n ? p->top_k : 0;
+    sort_desc(w, s->ids, n, k);
+    if (k)
+        m = k;
+    /* probabilities of the survivors (before temperature, as llama.cpp's top-p/min-p see them) */
+    float mx = w[s->ids[0]];
+    double sum = 0;
+    for (int64_t i = 0; i < m; i++) {
+        s->probs[i] = expf(w[s->ids[i]] - mx);
+        sum += s->probs[i];
+    }
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        for (int64_t i = 0; i < m; i++) {
+            cum += s->probs[i] / sum;
+            if (cum >= p->top_p) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0) {
+        float thresh = p->min_p * s->probs[0];
+        int64_t keep = 1;
+        while (keep < m && s->probs[keep] >= thresh)
+            keep++;
+        m = keep;
+    }
+    sum = 0;
+    for (int64_t i = 0; i < m; i++) {
+        s->probs[i] = expf((w[s->ids[i]] - mx) / p->temp);
+        sum += s->probs[i];
+    }
+    double r = (double)(next_u64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double acc = 0;
+    for (int64_t i = 0; i < m; i++) {
+        acc += s->probs[i];
+        if (r < acc)
+            return s->ids[i];
+    }
+    return s->ids[m - 1];
+}

@@ -1,0 +1,114 @@
+/* Matrix × activations, dispatched per weight type. This file holds the generic paths that work
+ * for every type with a scalar reference; ISA-specific fast paths plug in through cdx_kernels. */
+#include "caldrix/kernel.h"
+#include "kernel_impl.h"
+
+#include <string.h>
+
+const char *cdx_kernels_isa(const cdx_kernels *k) { return k->isa; }
+
+bool cdx_matmul_supports(uint32_t type)
+{
+    const cdx_type_traits *t = cdx_type_get(type);
+    if (!t || t->retired)
+        return false;
+    if (type == CDX_TYPE_F32 || type == CDX_TYPE_F16 || type == CDX_TYPE_BF16)
+        return true;
+    const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
+    return (t->vec_dot && vt && vt->from_f32) || t->to_f32;
+}
+
+/* How activations are presented to a type's row kernel. */
+static bool uses_quantized_x(const cdx_type_traits *t, uint32_t type)
+{
+    if (type == CDX_TYPE_F32 || type == CDX_TYPE_F16 || type == CDX_TYPE_BF16)
+        return false;
+    const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
+    return t->vec_dot && vt && vt->from_f32;
+}
+
+size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads)
+{
+    const cdx_type_traits *t = cdx_type_get(w->type);
+    size_t bytes = 0;
+    if (t && uses_quantized_x(t, w->type)) {
+        const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
+        bytes = (size_t)n * ((size_t)w->cols / vt->block) * vt->bytes;
+    }
+    /* one dequantized row per thread for the generic path */
+    bytes += (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)w->cols * sizeof(float) + 64 * 2;
+    return bytes;
+}
+
+typedef struct {
+    const cdx_kernels *k;
+    const cdx_mat *w;
+    const cdx_type_traits *t;
+    const float *x;
+    const void *xq;       /* activations in vec_dot_type, or NULL */
+    size_t xq_row_bytes;
+    int64_t n;
+    float *y;
+    float *row_scratch;   /* [nth][cols] */
+} matmul_job;
+
+static void matmul_rows(void *arg, int ith, int nth)
+{
+    matmul_job *j = arg;
+    const cdx_mat *w = j->w;
+    /* rows split in contiguous chunks, aligned to 4 for the SIMD kernels */
+    int64_t per = ((w->rows + nth - 1) / nth + 3) & ~(int64_t)3;
+    int64_t r0 = per * ith, r1 = r0 + per < w->rows ? r0 + per : w->rows;
+    if (r0 >= r1)
+        return;
+    const cdx_row_kernel fast = j->k->row[w->type];
+    if (fast) {
+        fast(w, r0, r1, j->x, j->xq, j->xq_row_bytes, j->n, j->y);
+        return;
+    }
+    const uint8_t *base = w->data;
+    if (j->xq) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t t = 0; t < j->n; t++)
+                j->y[t * w->rows + r] = j->t->vec_dot(w->cols, base + r * w->row_bytes,
+                                                       (const uint8_t *)j->xq + t * j->xq_row_bytes);
+        return;
+    }
+    float *row = j->row_scratch + (size_t)ith * (size_t)w->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *wr;
+        if (w->type == CDX_TYPE_F32) {
+            wr = (const float *)(base + r * w->row_bytes);
+        } else {
+            j->t->to_f32(base + r * w->row_bytes, row, w->cols);
+            wr = row;
+        }
+        for (int64_t t = 0; t < j->n; t++) {
+            const float *xt = j->x + t * w->cols;
+            float s = 0;
+            for (int64_t c = 0; c < w->cols; c++)
+                s += wr[c] * xt[c];
+            j->y[t * w->rows + r] = s;
+        }
+    }
+}
+
+void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n, float *y,
+                void *ws)
+{
+    const cdx_type_traits *t = cdx_type_get(w->type);
+    matmul_job j = { .k = k, .w = w, .t = t, .x = x, .n = n, .y = y };
+    uint8_t *p = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    if (uses_quantized_x(t, w->type)) {
+        const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
+        j.xq_row_bytes = ((size_t)w->cols / vt->block) * vt->bytes;
+        cdx_quantize_fn q = k->quantize[t->vec_dot_type] ? k->quantize[t->vec_dot_type] : vt->from_f32;
+        for (int64_t i = 0; i < n; i++)
+            q(x + i * w->cols, p + (size_t)i * j.xq_row_bytes, w->cols);
+        j.xq = p;
+        p += (size_t)n * j.xq_row_bytes;
+        p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    }
+    j.row_scratch = (float *)p;
+    cdx_pool_run(pool, matmul_rows, &j);
+}

@@ -1,0 +1,50 @@
+/* Inside the model layer: the architecture table, tensor roles and the loaded model. */
+#ifndef CDX_MODEL_ARCH_H
+#define CDX_MODEL_ARCH_H
+
+#include "caldrix/model.h"
+
+/* What a family needs, in one row per architecture. */
+typedef struct arch_desc {
+    cdx_arch arch;
+    const char *gguf_name;      /* general.architecture */
+    const char *hf_name;        /* config.json architectures[0] */
+    cdx_rope_mode gguf_rope;    /* RoPE pairing of the GGUF layout */
+    bool qkv_bias, qk_norm;
+    bool moe;
+} arch_desc;
+
+const arch_desc *arch_by_gguf(const char *name, size_t len);
+const arch_desc *arch_by_hf(const char *name);
+const arch_desc *arch_get(cdx_arch a);
+
+/* Tensor roles: one row each, with the GGUF and HF names ("%d" = layer). */
+typedef enum {
+    ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUTPUT, ROLE_ROPE_FREQS,
+    ROLE_ATTN_NORM, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_QNORM, ROLE_KNORM,
+    ROLE_FFN_NORM, ROLE_GATE, ROLE_UP, ROLE_DOWN,
+    ROLE_COUNT
+} tensor_role;
+
+typedef struct layer_weights {
+    float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies */
+    float *bq, *bk, *bv;                /* [n_head*hd], [n_head_kv*hd] or NULL */
+    float *q_norm, *k_norm;             /* [head_dim] or NULL */
+    cdx_mat wq, wk, wv, wo;             /* [n_head*hd × n_embd], [n_kv*hd × n_embd] ×2, [n_embd × n_head*hd] */
+    cdx_mat gate, up, down;             /* [n_ff × n_embd] ×2, [n_embd × n_ff] */
+} layer_weights;
+
+struct cdx_model {
+    cdx_hparams hp;
+    const arch_desc *desc;
+    cdx_gguf *gguf;                     /* owned when loaded from GGUF */
+    cdx_safetensors *st;                /* owned when loaded from a checkpoint */
+    cdx_mat tok_embd;                   /* [n_vocab × n_embd] */
+    cdx_mat output;                     /* [n_vocab × n_embd] (tok_embd when tied) */
+    float *out_norm;                    /* [n_embd] */
+    float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
+    layer_weights *layers;              /* [n_layer] */
+    char notes[512];
+};
+
+#endif

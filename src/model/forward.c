@@ -1,0 +1,290 @@
+/* The forward pass of the dense Llama family over a batch of tokens from one or more sequences.
+ * Follows transformers' modeling_llama / qwen2 / qwen3 step by step, in f32:
+ *   x = embed(tokens)
+ *   per layer: h = rmsnorm(x)·w; q,k,v = h·Wqᵀ(+b) ...; [qwen3: per-head rmsnorm of q,k];
+ *              rope(q,k); attn = softmax(q·kᵀ/√d)·v over the sequence's cache; x += attn·Woᵀ
+ *              h = rmsnorm(x)·w; x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ
+ *   logits = rmsnorm(x)·w · Woutᵀ
+ */
+#include "arch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cdx_forward_ctx {
+    const cdx_model *m;
+    const cdx_kernels *k;
+    cdx_pool *pool;
+    int64_t max_tokens;
+    float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;   /* [max_tokens][...] */
+    int64_t *pos;          /* [max_tokens] */
+    int32_t *seq;          /* [max_tokens] */
+    void *ws;              /* matmul workspace */
+};
+
+int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err)
+{
+    memset(kv, 0, sizeof *kv);
+    size_t per_pos = (size_t)(hp->n_head_kv * hp->head_dim), n;
+    if (n_ctx <= 0 || !cdx_mul_size(per_pos, (size_t)n_ctx, &n) || !cdx_mul_size(n, (size_t)hp->n_layer, &n) ||
+        !cdx_mul_size(n, sizeof(float), &n))
+        return cdx_err_set(err, CDX_ERANGE, "context of %lld positions is out of range", (long long)n_ctx);
+    kv->k = malloc(n);
+    kv->v = malloc(n);
+    if (!kv->k || !kv->v) {
+        cdx_kv_free(kv);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a KV cache of %lld positions (%zu MiB)",
+                           (long long)n_ctx, 2 * n >> 20);
+    }
+    kv->n_ctx = n_ctx;
+    return CDX_OK;
+}
+
+void cdx_kv_free(cdx_kv *kv)
+{
+    free(kv->k);
+    free(kv->v);
+    kv->k = kv->v = NULL;
+    kv->n_ctx = kv->n_past = 0;
+}
+
+void cdx_forward_ctx_free(cdx_forward_ctx *fc)
+{
+    if (!fc)
+        return;
+    free(fc->x); free(fc->xn); free(fc->q); free(fc->kk); free(fc->vv); free(fc->attn);
+    free(fc->ffn_g); free(fc->ffn_u); free(fc->pos); free(fc->seq); free(fc->ws);
+    cdx_pool_destroy(fc->pool);
+    free(fc);
+}
+
+cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc) { return fc->pool; }
+
+int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k,
+                           cdx_forward_ctx **out, cdx_err *err)
+{
+    *out = NULL;
+    const cdx_hparams *hp = &m->hp;
+    if (max_tokens <= 0 || max_tokens > (1 << 20))
+        return cdx_err_set(err, CDX_EINVAL, "batch size %lld is out of range (1..1048576)", (long long)max_tokens);
+    cdx_forward_ctx *fc = calloc(1, sizeof *fc);
+    if (!fc)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    fc->m = m;
+    fc->k = k ? k : cdx_kernels_best();
+    fc->max_tokens = max_tokens;
+    int rc = cdx_pool_create(n_threads, &fc->pool, err);
+    if (rc) {
+        free(fc);
+        return rc;
+    }
+    size_t n = (size_t)max_tokens, q = (size_t)(hp->n_head * hp->head_dim), kvd = (size_t)(hp->n_head_kv * hp->head_dim);
+    fc->x = malloc(n * (size_t)hp->n_embd * sizeof(float));
+    fc->xn = malloc(n * (size_t)hp->n_embd * sizeof(float));
+    fc->q = malloc(n * q * sizeof(float));
+    fc->kk = malloc(n * kvd * sizeof(float));
+    fc->vv = malloc(n * kvd * sizeof(float));
+    fc->attn = malloc(n * q * sizeof(float));
+    fc->ffn_g = malloc(n * (size_t)hp->n_ff * sizeof(float));
+    fc->ffn_u = malloc(n * (size_t)hp->n_ff * sizeof(float));
+    fc->pos = malloc(n * sizeof(int64_t));
+    fc->seq = malloc(n * sizeof(int32_t));
+    size_t ws = cdx_matmul_ws_bytes(&m->output, max_tokens, cdx_pool_size(fc->pool));
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+        for (int i = 0; i < 7; i++) {
+            size_t b = cdx_matmul_ws_bytes(mats[i], max_tokens, cdx_pool_size(fc->pool));
+            ws = b > ws ? b : ws;
+        }
+    }
+    fc->ws = malloc(ws);
+    if (!fc->x || !fc->xn || !fc->q || !fc->kk || !fc->vv || !fc->attn || !fc->ffn_g || !fc->ffn_u || !fc->pos ||
+        !fc->seq || !fc->ws) {
+        cdx_forward_ctx_free(fc);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
+    }
+    *out = fc;
+    return CDX_OK;
+}
+
+/* ---- small ops ---- */
+
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++)
+        out[i] = w[i] * (x[i] * scale);
+}
+
+static void rope(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq, cdx_rope_mode mode)
+{
+    int64_t half = hd / 2;
+    for (int64_t i = 0; i < half; i++) {
+        float ang = (float)pos * inv_freq[i];
+        float c = cosf(ang), s = sinf(ang);
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *p = v + h * hd;
+            int64_t a = mode == CDX_ROPE_ADJACENT ? 2 * i : i, b = mode == CDX_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+            float x0 = p[a], x1 = p[b];
+            p[a] = x0 * c - x1 * s;
+            p[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- attention ---- */
+
+typedef struct {
+    cdx_forward_ctx *fc;
+    cdx_kv *const *kv;
+    int64_t n, layer;
+} attn_job;
+
+/* One (token, head) pair at a time, online softmax over the sequence's cached keys. */
+static void attn_work(void *arg, int ith, int nth)
+{
+    attn_job *j = arg;
+    const cdx_hparams *hp = &j->fc->m->hp;
+    int64_t hd = hp->head_dim, n_head = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    int64_t kvd = hp->n_head_kv * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    float acc[1024];
+    int64_t total = j->n * n_head;
+    for (int64_t idx = ith; idx < total; idx += nth) {
+        int64_t t = idx / n_head, h = idx % n_head, kh = h / group;
+        const cdx_kv *kv = j->kv[j->fc->seq[t]];
+        int64_t pos = j->fc->pos[t];
+        int64_t lo = hp->sliding_window > 0 && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
+        const float *q = j->fc->q + t * n_head * hd + h * hd;
+        const float *K = kv->k + (size_t)j->layer * (size_t)kv->n_ctx * (size_t)kvd + (size_t)kh * (size_t)hd;
+        const float *V = kv->v + (size_t)j->layer * (size_t)kv->n_ctx * (size_t)kvd + (size_t)kh * (size_t)hd;
+        float mx = -INFINITY, sum = 0;
+        for (int64_t d = 0; d < hd; d++)
+            acc[d] = 0;
+        for (int64_t p = lo; p <= pos; p++) {
+            const float *kp = K + (size_t)p * (size_t)kvd, *vp = V + (size_t)p * (size_t)kvd;
+            float s = 0;
+            for (int64_t d = 0; d < hd; d++)
+                s += q[d] * kp[d];
+            s *= scale;
+            if (s > mx) {
+                float corr = expf(mx - s);
+                sum *= corr;
+                for (int64_t d = 0; d < hd; d++)
+                    acc[d] *= corr;
+                mx = s;
+            }
+            float e = expf(s - mx);
+            sum += e;
+            for (int64_t d = 0; d < hd; d++)
+                acc[d] += e * vp[d];
+        }
+        float *o = j->fc->attn + t * n_head * hd + h * hd;
+        for (int64_t d = 0; d < hd; d++)
+            o[d] = acc[d] / sum;
+    }
+}
+
+/* ---- the pass ---- */
+
+static void embed_row(const cdx_mat *e, int32_t tok, float *out)
+{
+    const uint8_t *row = (const uint8_t *)e->data + (size_t)tok * e->row_bytes;
+    const cdx_type_traits *t = cdx_type_get(e->type);
+    t->to_f32(row, out, e->cols);
+}
+
+int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits, cdx_err *err)
+{
+    const cdx_model *m = fc->m;
+    const cdx_hparams *hp = &m->hp;
+    int64_t n = b->n, E = hp->n_embd, hd = hp->head_dim;
+    int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    if (n <= 0 || n > fc->max_tokens)
+        return cdx_err_set(err, CDX_EINVAL, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
+                           (long long)fc->max_tokens);
+    if (!cdx_type_get(m->tok_embd.type)->to_f32)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "token embedding type %s cannot be read", cdx_type_name(m->tok_embd.type));
+    /* positions, checked before anything changes */
+    int64_t added[64] = {0};
+    if (n_seq <= 0 || n_seq > 64)
+        return cdx_err_set(err, CDX_EINVAL, "%d sequences in one batch; 1..64 are supported", n_seq);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t s = b->seq ? b->seq[i] : 0;
+        if (s < 0 || s >= n_seq)
+            return cdx_err_set(err, CDX_EINVAL, "batch token %lld names sequence %d of %d", (long long)i, s, n_seq);
+        int32_t tok = b->tokens[i];
+        if (tok < 0 || tok >= hp->n_vocab)
+            return cdx_err_set(err, CDX_EINVAL, "token id %d is outside the vocabulary (0..%lld)", tok,
+                               (long long)hp->n_vocab - 1);
+        fc->seq[i] = s;
+        fc->pos[i] = kv[s]->n_past + added[s]++;
+        if (fc->pos[i] >= kv[s]->n_ctx)
+            return cdx_err_set(err, CDX_ERANGE, "the context is full: position %lld does not fit in --ctx %lld",
+                               (long long)fc->pos[i], (long long)kv[s]->n_ctx);
+    }
+    const cdx_kernels *K = fc->k;
+    cdx_pool *pool = fc->pool;
+    for (int64_t i = 0; i < n; i++)
+        embed_row(&m->tok_embd, b->tokens[i], fc->x + i * E);
+
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        for (int64_t i = 0; i < n; i++)
+            rmsnorm(fc->xn + i * E, fc->x + i * E, L->attn_norm, E, hp->rms_eps);
+        cdx_matmul(K, pool, &L->wq, fc->xn, n, fc->q, fc->ws);
+        cdx_matmul(K, pool, &L->wk, fc->xn, n, fc->kk, fc->ws);
+        cdx_matmul(K, pool, &L->wv, fc->xn, n, fc->vv, fc->ws);
+        for (int64_t i = 0; i < n; i++) {
+            float *q = fc->q + i * qd, *k = fc->kk + i * kvd, *v = fc->vv + i * kvd;
+            if (L->bq) {
+                for (int64_t d = 0; d < qd; d++) q[d] += L->bq[d];
+                for (int64_t d = 0; d < kvd; d++) k[d] += L->bk[d];
+                for (int64_t d = 0; d < kvd; d++) v[d] += L->bv[d];
+            }
+            if (L->q_norm) {
+                for (int64_t h = 0; h < hp->n_head; h++)
+                    rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+                for (int64_t h = 0; h < hp->n_head_kv; h++)
+                    rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+            }
+            rope(q, hp->n_head, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
+            rope(k, hp->n_head_kv, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
+            cdx_kv *c = kv[fc->seq[i]];
+            size_t off = ((size_t)l * (size_t)c->n_ctx + (size_t)fc->pos[i]) * (size_t)kvd;
+            memcpy(c->k + off, k, (size_t)kvd * sizeof(float));
+            memcpy(c->v + off, v, (size_t)kvd * sizeof(float));
+        }
+        attn_job aj = { fc, kv, n, l };
+        cdx_pool_run(pool, attn_work, &aj);
+        cdx_matmul(K, pool, &L->wo, fc->attn, n, fc->xn, fc->ws);
+        for (int64_t i = 0; i < n * E; i++)
+            fc->x[i] += fc->xn[i];
+        for (int64_t i = 0; i < n; i++)
+            rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
+        cdx_matmul(K, pool, &L->gate, fc->xn, n, fc->ffn_g, fc->ws);
+        cdx_matmul(K, pool, &L->up, fc->xn, n, fc->ffn_u, fc->ws);
+        for (int64_t i = 0; i < n * hp->n_ff; i++)
+            fc->ffn_g[i] = silu(fc->ffn_g[i]) * fc->ffn_u[i];
+        cdx_matmul(K, pool, &L->down, fc->ffn_g, n, fc->xn, fc->ws);
+        for (int64_t i = 0; i < n * E; i++)
+            fc->x[i] += fc->xn[i];
+    }
+    for (int s = 0; s < n_seq; s++)
+        kv[s]->n_past += added[s];
+
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (b->want_logits ? b->want_logits[i] : i == n - 1)
+            rmsnorm(fc->xn + (n_out++) * E, fc->x + i * E, m->out_norm, E, hp->rms_eps);
+    if (n_out)
+        cdx_matmul(K, pool, &m->output, fc->xn, n_out, logits, fc->ws);
+    return CDX_OK;
+}

@@ -1,0 +1,606 @@
+/* Binding a file's tensors to an architecture. Hyperparameters come from GGUF metadata or
+ * config.json; then every tensor the architecture needs is looked up by role, its shape and type
+ * checked, and any tensor left over is refused by name. */
+#include "arch.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- tensor roles ---- */
+
+typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2 } dim_kind;
+typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM } need_kind;
+
+static const struct role_desc {
+    const char *gguf, *hf;
+    bool per_layer, is_mat;
+    dim_kind rows, cols;    /* a vector has rows = its length, cols = D_NONE */
+    need_kind need;
+} k_roles[ROLE_COUNT] = {
+    [ROLE_TOK_EMBD]   = { "token_embd.weight",          "model.embed_tokens.weight",                   false, true,  D_VOCAB, D_EMBD, NEED_ALWAYS },
+    [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS },
+    [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
+    [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
+    [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_ALWAYS },
+    [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_Q,     D_EMBD, NEED_ALWAYS },
+    [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
+    [ROLE_WV]         = { "blk.%d.attn_v.weight",       "model.layers.%d.self_attn.v_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
+    [ROLE_WO]         = { "blk.%d.attn_output.weight",  "model.layers.%d.self_attn.o_proj.weight",     true,  true,  D_EMBD,  D_Q,    NEED_ALWAYS },
+    [ROLE_BQ]         = { "blk.%d.attn_q.bias",         "model.layers.%d.self_attn.q_proj.bias",       true,  false, D_Q,     D_NONE, NEED_QKV_BIAS },
+    [ROLE_BK]         = { "blk.%d.attn_k.bias",         "model.layers.%d.self_attn.k_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
+    [ROLE_BV]         = { "blk.%d.attn_v.bias",         "model.layers.%d.self_attn.v_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
+    [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM },
+    [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM },
+    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_ALWAYS },
+    [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
+    [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
+    [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
+};
+
+static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
+{
+    switch (d) {
+    case D_EMBD: return hp->n_embd;
+    case D_VOCAB: return hp->n_vocab;
+    case D_Q: return hp->n_head * hp->head_dim;
+    case D_KV: return hp->n_head_kv * hp->head_dim;
+    case D_FF: return hp->n_ff;
+    case D_HD: return hp->head_dim;
+    case D_ROT2: return hp->n_rot / 2;
+    default: return 1;
+    }
+}
+
+/* A tensor as the loader sees it, from either file format: row-major rows × cols. */
+typedef struct {
+    const char *name;
+    uint32_t type;
+    int n_dims;
+    int64_t rows, cols;
+    const void *data;
+    size_t n_bytes;
+} src_tensor;
+
+typedef struct {
+    cdx_model *m;
+    const char *path;
+    src_tensor *tensors;
+    bool *used;
+    int64_t n;
+    bool gguf;
+} binder;
+
+static const src_tensor *find_tensor(binder *b, const char *name, int64_t *idx)
+{
+    for (int64_t i = 0; i < b->n; i++)
+        if (!strcmp(b->tensors[i].name, name)) {
+            *idx = i;
+            return &b->tensors[i];
+        }
+    return NULL;
+}
+
+static int to_f32_copy(binder *b, const src_tensor *t, float **out, cdx_err *err)
+{
+    const cdx_type_traits *tr = cdx_type_get(t->type);
+    if (!tr || !tr->to_f32)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; caldrix cannot read it as floats",
+                           b->path, t->name, cdx_type_name(t->type));
+    int64_t n = t->rows * t->cols;
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return cdx_err_set(err, CDX_ENOMEM, "%s: out of memory for tensor \"%s\"", b->path, t->name);
+    tr->to_f32(t->data, f, n);
+    *out = f;
+    return CDX_OK;
+}
+
+static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float **vec, bool *present, cdx_err *err)
+{
+    const struct role_desc *rd = &k_roles[role];
+    const cdx_hparams *hp = &b->m->hp;
+    const char *fmt = b->gguf ? rd->gguf : rd->hf;
+    bool needed = rd->need == NEED_ALWAYS || (rd->need == NEED_QKV_BIAS && hp->qkv_bias) ||
+                  (rd->need == NEED_QK_NORM && hp->qk_norm);
+    if (present)
+        *present = false;
+    if (!fmt)
+        return CDX_OK;
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    int64_t idx = -1;
+    const src_tensor *t = find_tensor(b, name, &idx);
+    if (!t) {
+        if (needed)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; the %s architecture needs it", b->path,
+                               name, hp->arch_name);
+        return CDX_OK;
+    }
+    if (!needed && rd->need != NEED_OPTIONAL)
+        return CDX_OK; /* left unused: reported as unexpected below */
+    int64_t rows = dim_value(hp, rd->rows), cols = rd->is_mat ? dim_value(hp, rd->cols) : 1;
+    bool shape_ok = rd->is_mat ? (t->n_dims == 2 && t->rows == rows && t->cols == cols)
+                               : (t->rows * t->cols == rows && (t->n_dims == 1 || t->rows == 1 || t->cols == 1));
+    if (!shape_ok)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld]; the model's hyperparameters need [%lld, %lld]",
+                           b->path, name, (long long)t->rows, (long long)t->cols, (long long)rows, (long long)cols);
+    b->used[idx] = true;
+    if (present)
+        *present = true;
+    if (rd->is_mat) {
+        if (!cdx_matmul_supports(t->type))
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s, which caldrix cannot compute with yet",
+                               b->path, name, cdx_type_name(t->type));
+        size_t rb;
+        int rc = cdx_type_row_bytes(t->type, (uint64_t)t->cols, &rb, err);
+        if (rc)
+            return cdx_err_prefix(err, "%s: tensor \"%s\"", b->path, name);
+        *mat = (cdx_mat){ .type = t->type, .data = t->data, .rows = t->rows, .cols = t->cols, .row_bytes = rb };
+        return CDX_OK;
+    }
+    return to_f32_copy(b, t, vec, err);
+}
+
+/* ---- RoPE frequencies ---- */
+
+static int rope_init(cdx_model *m, const float *freq_factors, const json_t *scaling, const char *path, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    int64_t half = hp->n_rot / 2;
+    m->inv_freq = malloc((size_t)half * sizeof(float));
+    if (!m->inv_freq)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < half; i++) {
+        /* transformers: 1 / base^(2i/d), computed in float32 */
+        float e = (float)(2 * i) / (float)hp->n_rot;
+        m->inv_freq[i] = (float)(1.0 / pow(hp->rope_theta, (double)e));
+        if (freq_factors)
+            m->inv_freq[i] /= freq_factors[i];
+    }
+    if (scaling) {
+        /* Llama 3 (modeling_rope_utils._compute_llama3_parameters) */
+        double factor = json_number_value(json_object_get(scaling, "factor"));
+        double low = json_number_value(json_object_get(scaling, "low_freq_factor"));
+        double high = json_number_value(json_object_get(scaling, "high_freq_factor"));
+        double orig = json_number_value(json_object_get(scaling, "original_max_position_embeddings"));
+        if (!(factor > 0) || !(low > 0) || !(high > low) || !(orig > 0))
+            return cdx_err_set(err, CDX_EFORMAT,
+                               "%s: rope_scaling (llama3) needs factor, low_freq_factor < high_freq_factor and "
+                               "original_max_position_embeddings, all positive", path);
+        double low_wl = orig / low, high_wl = orig / high;
+        for (int64_t i = 0; i < half; i++) {
+            double f = m->inv_freq[i], wl = 2 * M_PI / f;
+            double nf;
+            if (wl < high_wl)
+                nf = f;
+            else if (wl > low_wl)
+                nf = f / factor;
+            else {
+                double s = (orig / wl - low) / (high - low);
+                nf = (1 - s) * f / factor + s * f;
+            }
+            m->inv_freq[i] = (float)nf;
+        }
+        snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
+                 "llama3 rope scaling applied (factor %g)\n", factor);
+    }
+    return CDX_OK;
+}
+
+/* ---- common binding ---- */
+
+static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
+{
+    const struct { const char *name; int64_t v, lo, hi; } dims[] = {
+        { "vocab size", hp->n_vocab, 1, 1 << 22 },      { "hidden size", hp->n_embd, 1, 1 << 16 },
+        { "layers", hp->n_layer, 1, 1024 },             { "attention heads", hp->n_head, 1, 1024 },
+        { "kv heads", hp->n_head_kv, 1, 1024 },         { "head dim", hp->head_dim, 2, 1024 },
+        { "feed-forward size", hp->n_ff, 1, 1 << 20 },
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v < dims[i].lo || dims[i].v > dims[i].hi)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s is %lld; expected %lld..%lld", path, dims[i].name,
+                               (long long)dims[i].v, (long long)dims[i].lo, (long long)dims[i].hi);
+    if (hp->n_head % hp->n_head_kv)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %lld attention heads is not a multiple of %lld kv heads", path,
+                           (long long)hp->n_head, (long long)hp->n_head_kv);
+    if (hp->n_rot != hp->head_dim || hp->n_rot % 2)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope dimension count is %lld; caldrix needs it equal to head_dim (%lld)",
+                           path, (long long)hp->n_rot, (long long)hp->head_dim);
+    if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
+                           (double)hp->rms_eps, hp->rope_theta);
+    return CDX_OK;
+}
+
+static int bind_all(binder *b, const json_t *rope_scaling, cdx_err *err)
+{
+    cdx_model *m = b->m;
+    cdx_hparams *hp = &m->hp;
+    int rc;
+    if (m->desc->moe)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: architecture %s is a mixture of experts; caldrix does not run "
+                           "mixtures of experts yet (dense Llama, Mistral, Qwen2 and Qwen3 only)", b->path, hp->arch_name);
+    if ((rc = check_hparams(hp, b->path, err)))
+        return rc;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    bool has_output = false, has_freqs = false;
+    float *freqs = NULL;
+    if ((rc = bind_role(b, ROLE_TOK_EMBD, 0, &m->tok_embd, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_OUT_NORM, 0, NULL, &m->out_norm, NULL, err)) ||
+        (rc = bind_role(b, ROLE_OUTPUT, 0, &m->output, NULL, &has_output, err)) ||
+        (rc = bind_role(b, ROLE_ROPE_FREQS, 0, NULL, &freqs, &has_freqs, err)))
+        goto out;
+    if (!has_output) {
+        if (!b->gguf && !hp->tied_embeddings) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"lm_head.weight\" is missing and tie_word_embeddings is false",
+                             b->path);
+            goto out;
+        }
+        m->output = m->tok_embd;
+        hp->tied_embeddings = true;
+    } else if (!b->gguf && hp->tied_embeddings) {
+        /* transformers runs the shipped head when one is present; say so */
+        snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
+                 "config ties the output head to the embedding, but lm_head.weight is present: using lm_head.weight\n");
+        hp->tied_embeddings = false;
+    }
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        int il = (int)l;
+        if ((rc = bind_role(b, ROLE_ATTN_NORM, il, NULL, &L->attn_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_WQ, il, &L->wq, NULL, NULL, err)) ||
+            (rc = bind_role(b, ROLE_WK, il, &L->wk, NULL, NULL, err)) ||
+            (rc = bind_role(b, ROLE_WV, il, &L->wv, NULL, NULL, err)) ||
+            (rc = bind_role(b, ROLE_WO, il, &L->wo, NULL, NULL, err)) ||
+            (rc = bind_role(b, ROLE_BQ, il, NULL, &L->bq, NULL, err)) ||
+            (rc = bind_role(b, ROLE_BK, il, NULL, &L->bk, NULL, err)) ||
+            (rc = bind_role(b, ROLE_BV, il, NULL, &L->bv, NULL, err)) ||
+            (rc = bind_role(b, ROLE_QNORM, il, NULL, &L->q_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_KNORM, il, NULL, &L->k_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) ||
+            (rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)) ||
+            (rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err)))
+            goto out;
+    }
+    for (int64_t i = 0; i < b->n; i++)
+        if (!b->used[i]) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not used by the %s architecture", b->path,
+                             b->tensors[i].name, hp->arch_name);
+            goto out;
+        }
+    if (has_freqs && rope_scaling) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: both rope_freqs.weight and rope_scaling are given", b->path);
+        goto out;
+    }
+    if (has_freqs)
+        snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
+                 "rope frequencies scaled by rope_freqs.weight\n");
+    rc = rope_init(m, freqs, rope_scaling, b->path, err);
+out:
+    free(freqs);
+    return rc;
+}
+
+/* ---- from GGUF ---- */
+
+static bool gguf_arch_u64(const cdx_gguf *g, const char *arch, const char *key, uint64_t *out)
+{
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return cdx_gguf_get_u64(g, full, out);
+}
+
+static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
+{
+    const char *path = g->path;
+    cdx_gguf_str an;
+    if (!cdx_gguf_get_str(g, "general.architecture", &an))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: general.architecture is missing or not a string", path);
+    const arch_desc *d = arch_by_gguf(an.ptr, an.len);
+    if (!d)
+        return cdx_err_set(err, CDX_EUNSUPPORTED,
+                           "%s: general.architecture is \"%.*s\"; caldrix runs llama, qwen2 and qwen3 (and Mistral as llama)",
+                           path, (int)(an.len > 64 ? 64 : an.len), an.ptr);
+    m->desc = d;
+    cdx_hparams *hp = &m->hp;
+    hp->arch = d->arch;
+    hp->arch_name = d->gguf_name;
+    const char *a = d->gguf_name;
+    uint64_t v;
+    static const struct { const char *key; size_t off; } req[] = {
+        { "embedding_length", offsetof(cdx_hparams, n_embd) },
+        { "block_count", offsetof(cdx_hparams, n_layer) },
+        { "feed_forward_length", offsetof(cdx_hparams, n_ff) },
+        { "attention.head_count", offsetof(cdx_hparams, n_head) },
+    };
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        if (!gguf_arch_u64(g, a, req[i].key, &v) || v > ((uint64_t)1 << 32))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is missing or not a valid unsigned integer", path, a,
+                               req[i].key);
+        *(int64_t *)((char *)hp + req[i].off) = (int64_t)v;
+    }
+    hp->n_head_kv = gguf_arch_u64(g, a, "attention.head_count_kv", &v) && v <= 4096 ? (int64_t)v : hp->n_head;
+    hp->head_dim = gguf_arch_u64(g, a, "attention.key_length", &v) && v <= 4096 ? (int64_t)v
+                   : hp->n_head ? hp->n_embd / hp->n_head : 0;
+    hp->n_rot = gguf_arch_u64(g, a, "rope.dimension_count", &v) && v <= 4096 ? (int64_t)v : hp->head_dim;
+    hp->n_ctx_train = gguf_arch_u64(g, a, "context_length", &v) && v <= ((uint64_t)1 << 31) ? (int64_t)v : 4096;
+    char key[160];
+    double f;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+    hp->rms_eps = cdx_gguf_get_f64(g, key, &f) ? (float)f : 1e-5f;
+    snprintf(key, sizeof key, "%s.rope.freq_base", a);
+    hp->rope_theta = cdx_gguf_get_f64(g, key, &f) ? f : 10000.0;
+    if (gguf_arch_u64(g, a, "expert_count", &v) && v > 0)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_count is %llu: a mixture of experts; caldrix does not "
+                           "run mixtures of experts yet", path, a, (unsigned long long)v);
+    hp->rope_mode = d->gguf_rope;
+    hp->qkv_bias = d->qkv_bias;
+    hp->qk_norm = d->qk_norm;
+    const cdx_gguf_tensor *emb = cdx_gguf_tensor_find(g, "token_embd.weight");
+    hp->n_vocab = emb && emb->n_dims == 2 ? (int64_t)emb->ne[1] : 0;
+    int64_t id;
+    hp->bos_id = cdx_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &id) && id >= 0 && id < hp->n_vocab ? (int32_t)id : -1;
+    static const char *const eos_keys[] = { "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                            "tokenizer.ggml.eom_token_id" };
+    for (size_t i = 0; i < 3; i++)
+        if (cdx_gguf_get_i64(g, eos_keys[i], &id) && id >= 0 && id < hp->n_vocab && hp->n_eos < CDX_MAX_EOS) {
+            bool dup = false;
+            for (int j = 0; j < hp->n_eos; j++)
+                dup |= hp->eos_ids[j] == id;
+            if (!dup)
+                hp->eos_ids[hp->n_eos++] = (int32_t)id;
+        }
+
+    binder b = { .m = m, .path = path, .gguf = true, .n = (int64_t)g->n_tensors };
+    b.tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *b.tensors);
+    b.used = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *b.used);
+    if (!b.tensors || !b.used) {
+        free(b.tensors);
+        free(b.used);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    int rc = CDX_OK;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const cdx_gguf_tensor *t = &g->tensors[i];
+        if (t->n_dims > 2 && (t->ne[2] != 1 || t->ne[3] != 1)) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
+                             path, t->name, t->n_dims);
+            break;
+        }
+        b.tensors[i] = (src_tensor){ t->name, t->type, t->n_dims > 2 ? 2 : (int)t->n_dims, (int64_t)t->ne[1],
+                                     (int64_t)t->ne[0], t->data, t->n_bytes };
+    }
+    if (!rc)
+        rc = bind_all(&b, NULL, err);
+    free(b.tensors);
+    free(b.used);
+    return rc;
+}
+
+/* ---- from a checkpoint directory ---- */
+
+static int cfg_int(const json_t *cfg, const char *path, const char *key, bool required, int64_t dflt, int64_t *out,
+                   cdx_err *err)
+{
+    const json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s is missing", path, key);
+        *out = dflt;
+        return CDX_OK;
+    }
+    if (!json_is_integer(v))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s is not an integer", path, key);
+    *out = (int64_t)json_integer_value(v);
+    return CDX_OK;
+}
+
+static int cfg_num(const json_t *cfg, const char *path, const char *key, double dflt, double *out, cdx_err *err)
+{
+    const json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return CDX_OK;
+    }
+    if (!json_is_number(v))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s is not a number", path, key);
+    *out = json_number_value(v);
+    return CDX_OK;
+}
+
+static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr);
+    if (!cfg)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    int rc = CDX_OK;
+    cdx_hparams *hp = &m->hp;
+    const json_t *archs = json_object_get(cfg, "architectures");
+    const char *an = json_is_array(archs) && json_array_size(archs) == 1 ? json_string_value(json_array_get(archs, 0)) : NULL;
+    if (!an) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: architectures must list exactly one architecture name", path);
+        goto out;
+    }
+    const arch_desc *d = arch_by_hf(an);
+    if (!d) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: architectures is [\"%s\"]; caldrix runs LlamaForCausalLM, "
+                         "MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM", path, an);
+        goto out;
+    }
+    m->desc = d;
+    hp->arch = d->arch;
+    hp->arch_name = d->gguf_name ? d->gguf_name : "mixtral";
+    const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
+    if (act && strcmp(act, "silu")) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: hidden_act is \"%s\"; only \"silu\" is supported", path, act);
+        goto out;
+    }
+    double eps, theta;
+    if ((rc = cfg_int(cfg, path, "hidden_size", true, 0, &hp->n_embd, err)) ||
+        (rc = cfg_int(cfg, path, "num_hidden_layers", true, 0, &hp->n_layer, err)) ||
+        (rc = cfg_int(cfg, path, "num_attention_heads", true, 0, &hp->n_head, err)) ||
+        (rc = cfg_int(cfg, path, "intermediate_size", true, 0, &hp->n_ff, err)) ||
+        (rc = cfg_int(cfg, path, "vocab_size", true, 0, &hp->n_vocab, err)) ||
+        (rc = cfg_int(cfg, path, "num_key_value_heads", false, hp->n_head, &hp->n_head_kv, err)) ||
+        (rc = cfg_int(cfg, path, "head_dim", false, hp->n_head > 0 ? hp->n_embd / hp->n_head : 0, &hp->head_dim, err)) ||
+        (rc = cfg_int(cfg, path, "max_position_embeddings", false, 4096, &hp->n_ctx_train, err)) ||
+        (rc = cfg_num(cfg, path, "rms_norm_eps", 1e-6, &eps, err)) ||
+        (rc = cfg_num(cfg, path, "rope_theta", 10000.0, &theta, err)))
+        goto out;
+    hp->rms_eps = (float)eps;
+    hp->rope_theta = theta;
+    hp->n_rot = hp->head_dim;
+    hp->rope_mode = CDX_ROPE_HALVES;
+    hp->qkv_bias = d->qkv_bias;
+    hp->qk_norm = d->qk_norm;
+    const json_t *tie = json_object_get(cfg, "tie_word_embeddings");
+    hp->tied_embeddings = tie ? json_is_true(tie) : false;
+    /* sliding window: Mistral applies a non-null sliding_window; Qwen only with use_sliding_window */
+    const json_t *sw = json_object_get(cfg, "sliding_window");
+    bool sw_on = json_is_integer(sw) && json_integer_value(sw) > 0;
+    if (d->arch == CDX_ARCH_QWEN2 || d->arch == CDX_ARCH_QWEN3)
+        sw_on = sw_on && json_is_true(json_object_get(cfg, "use_sliding_window"));
+    hp->sliding_window = sw_on ? (int64_t)json_integer_value(sw) : 0;
+    const json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (rs && !json_is_null(rs)) {
+        const char *type = json_string_value(json_object_get(rs, "rope_type"));
+        if (!type)
+            type = json_string_value(json_object_get(rs, "type"));
+        if (!type || (strcmp(type, "llama3") && strcmp(type, "default"))) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope_scaling type is \"%s\"; caldrix applies only llama3 scaling",
+                             path, type ? type : "(none)");
+            goto out;
+        }
+        if (!strcmp(type, "default"))
+            rs = NULL;
+    } else {
+        rs = NULL;
+    }
+    const json_t *bos = json_object_get(cfg, "bos_token_id");
+    hp->bos_id = json_is_integer(bos) ? (int32_t)json_integer_value(bos) : -1;
+    const json_t *eos = json_object_get(cfg, "eos_token_id");
+    if (json_is_integer(eos))
+        hp->eos_ids[hp->n_eos++] = (int32_t)json_integer_value(eos);
+    else if (json_is_array(eos))
+        for (size_t i = 0; i < json_array_size(eos) && hp->n_eos < CDX_MAX_EOS; i++)
+            if (json_is_integer(json_array_get(eos, i)))
+                hp->eos_ids[hp->n_eos++] = (int32_t)json_integer_value(json_array_get(eos, i));
+
+    if ((rc = cdx_st_open(dir, &m->st, err)))
+        goto out;
+    binder b = { .m = m, .path = dir, .gguf = false, .n = (int64_t)m->st->n_tensors };
+    b.tensors = calloc(b.n ? (size_t)b.n : 1, sizeof *b.tensors);
+    b.used = calloc(b.n ? (size_t)b.n : 1, sizeof *b.used);
+    if (!b.tensors || !b.used) {
+        free(b.tensors);
+        free(b.used);
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < b.n && !rc; i++) {
+        const cdx_st_tensor *t = &m->st->tensors[i];
+        if (t->n_dims < 1 || t->n_dims > 2)
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
+                             dir, t->name, t->n_dims);
+        b.tensors[i] = (src_tensor){ t->name, t->type, (int)t->n_dims, t->n_dims == 2 ? (int64_t)t->shape[0] : 1,
+                                     (int64_t)t->shape[t->n_dims ? t->n_dims - 1 : 0], t->data, t->n_bytes };
+    }
+    if (!rc)
+        rc = bind_all(&b, rs, err);
+    free(b.tensors);
+    free(b.used);
+out:
+    json_decref(cfg);
+    return rc;
+}
+
+/* ---- public ---- */
+
+void cdx_model_close(cdx_model *m)
+{
+    if (!m)
+        return;
+    if (m->layers)
+        for (int64_t l = 0; l < m->hp.n_layer; l++) {
+            layer_weights *L = &m->layers[l];
+            free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
+            free(L->q_norm); free(L->k_norm);
+        }
+    free(m->layers);
+    free(m->out_norm);
+    free(m->inv_freq);
+    cdx_gguf_close(m->gguf);
+    cdx_st_close(m->st);
+    free(m);
+}
+
+static int finish(cdx_model *m, int rc, cdx_model **out)
+{
+    if (rc) {
+        cdx_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return CDX_OK;
+}
+
+int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx_model **out, cdx_err *err)
+{
+    *out = NULL;
+    cdx_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    int rc = cdx_gguf_open_mem(data, size, name, &m->gguf, err);
+    if (!rc)
+        rc = load_gguf(m, m->gguf, err);
+    return finish(m, rc, out);
+}
+
+int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
+{
+    (void)opts;
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return cdx_err_set(err, CDX_ENOTFOUND, "%s: no such file or directory", path);
+    cdx_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        rc = load_checkpoint(m, path, err);
+    } else {
+        rc = cdx_gguf_open(path, &m->gguf, err);
+        if (!rc)
+            rc = load_gguf(m, m->gguf, err);
+    }
+    return finish(m, rc, out);
+}
+
+const cdx_hparams *cdx_model_hparams(const cdx_model *m) { return &m->hp; }
+const cdx_gguf *cdx_model_gguf(const cdx_model *m) { return m->gguf; }
+const char *cdx_model_notes(const cdx_model *m) { return m->notes; }
+
+size_t cdx_model_weight_bytes(const cdx_model *m)
+{
+    size_t total = (size_t)m->output.rows * m->output.row_bytes;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+        for (int i = 0; i < 7; i++)
+            total += (size_t)mats[i]->rows * mats[i]->row_bytes;
+    }
+    return total;
+}
