@@ -1092,11 +1092,6 @@ bool jinja_method(jctx *c, jval obj, const char *name, jval *out)
 
 #define FILTER(name) static jval name(jctx *c, jval v, jcall *a, uint32_t off)
 
-static void undef_check(jctx *c, jval v, uint32_t off)
-{
-    (void)c; (void)v; (void)off;
-}
-
 FILTER(f_abs)
 {
     no_args(c, a, off, "abs");
@@ -1241,8 +1236,6 @@ FILTER(f_last)
 /* Python float(str): decimal, inf, nan, underscores between digits; surrounding whitespace. */
 static bool parse_py_float(const jstr *s, double *out)
 {
-    jval tmp = { .t = JT_STR };
-    tmp.s = (jstr *)s;
     char buf[128];
     size_t b = 0, e = s->len;
     while (b < e && py_isspace((unsigned char)s->s[b]))
@@ -1285,9 +1278,6 @@ FILTER(f_float)
     static const char *const names[] = { "default", NULL };
     jval p[1];
     jbind(c, a, off, "float", names, p);
-    double dflt = jarg_given(p[0]) ? (jv_is_num(p[0]) ? jv_as_double(p[0]) : 0.0) : 0.0;
-    if (jarg_given(p[0]) && !jv_is_num(p[0]))
-        ; /* jinja returns the default object as is */
     if (jv_is_num(v))
         return jv_float(jv_as_double(v));
     if (v.t == JT_STR) {
@@ -1295,7 +1285,7 @@ FILTER(f_float)
         if (parse_py_float(v.s, &d))
             return jv_float(d);
     }
-    return jarg_given(p[0]) ? p[0] : jv_float(dflt);
+    return jarg_given(p[0]) ? p[0] : jv_float(0.0); /* jinja returns the default as given */
 }
 
 FILTER(f_format)

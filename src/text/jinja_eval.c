@@ -457,7 +457,7 @@ jval jinja_str_format(jctx *c, jval fmt, jval args, uint32_t off);
 
 static jval binop(jctx *c, int op, jval a, jval b, uint32_t off)
 {
-    int64_t x, y, r;
+    int64_t x = 0, y = 0, r;
     bool ints = num_int(a, &x) && num_int(b, &y);
     bool nums = jv_is_num(a) && jv_is_num(b);
     switch (op) {

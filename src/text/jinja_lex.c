@@ -361,7 +361,7 @@ static bool lex_tag_token(lexer *L, bool block)
         L->pos = q2;
         return true;
     }
-    if (ch == '_' || (ch | 0x20) >= 'a' && (ch | 0x20) <= 'z' || ch >= 0x80) {
+    if (ch == '_' || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z') || ch >= 0x80) {
         size_t q = p;
         while (q < n) {
             unsigned char d = (unsigned char)s[q];
