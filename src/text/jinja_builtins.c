@@ -209,9 +209,8 @@ static jval str_split(jctx *c, const jstr *s, const jstr *sep, int64_t maxsplit,
                 if (i >= s->len)
                     break;
                 if (splits == maxsplit) {
-                    /* the rest, with trailing whitespace stripped */
-                    jval rest = jv_str(c, s->s + i, s->len - i);
-                    jl_push(c, parts.l, str_strip(c, rest, NULL, 2));
+                    /* the rest as it is, trailing whitespace included */
+                    jl_push(c, parts.l, jv_str(c, s->s + i, s->len - i));
                     break;
                 }
                 size_t st = i;
@@ -247,8 +246,7 @@ static jval str_split(jctx *c, const jstr *s, const jstr *sep, int64_t maxsplit,
             if (e == 0)
                 break;
             if (splits == maxsplit) {
-                jval rest = jv_str(c, s->s, e);
-                jl_push(c, parts.l, str_strip(c, rest, NULL, 1));
+                jl_push(c, parts.l, jv_str(c, s->s, e));
                 break;
             }
             size_t b = e;
