@@ -1602,8 +1602,28 @@ FILTER(f_round)
     if (prec > 300 || prec < -300)
         prec = prec > 0 ? 300 : -300;
     if (!strcmp(method, "common")) {
-        if (v.t != JT_FLOAT)
-            return jv_int(v.t == JT_BOOL ? v.b : v.i); /* round(int, n) stays an int for n >= 0 */
+        if (v.t != JT_FLOAT) {
+            /* round(int, n) stays an int; a negative n rounds to tens, hundreds, ... ties to even */
+            int64_t x = v.t == JT_BOOL ? v.b : v.i;
+            if (prec >= 0)
+                return jv_int(x);
+            if (prec < -18)
+                return jv_int(0);
+            int64_t m = 1;
+            for (int64_t k = 0; k < -prec; k++)
+                m *= 10;
+            int64_t q = x / m, r = x % m;
+            if (r < 0) {
+                r += m;
+                q--;
+            }
+            if (2 * r > m || (2 * r == m && (q & 1)))
+                q++;
+            int64_t out;
+            if (__builtin_mul_overflow(q, m, &out))
+                jfail(c, off, "integer overflow in round");
+            return jv_int(out);
+        }
         if (isnan(v.f) || isinf(v.f))
             return v;
         if (prec >= 0) {

@@ -24,7 +24,6 @@ typedef struct parser {
     jmp_buf jb;
     int depth;
     int loop_depth;
-    int in_cond;
     int *macro_flags;
 } parser;
 
@@ -260,9 +259,7 @@ static jnode *parse_filter(parser *P, jnode *in, bool start_inline)
         jnode *f = node(P, N_FILTER, off);
         f->a = in;
         f->name = name;
-        f->impl = jinja_find_filter(name);
-        if (!f->impl && !P->in_cond)
-            pfail(P, off, "No filter named '%s'.", name);
+        f->impl = jinja_find_filter(name); /* NULL: check_names decides */
         if (is_op(P, "("))
             parse_call_args(P, &f->args);
         in = f;
@@ -285,9 +282,8 @@ static jnode *parse_test(parser *P, jnode *in)
     jnode *t = node(P, N_TEST, off);
     t->a = in;
     t->name = name;
-    t->impl = jinja_find_test(name);
-    if (!t->impl && !P->in_cond)
-        pfail(P, name_off, "No test named '%s'.", name);
+    t->impl = jinja_find_test(name); /* NULL: check_names decides */
+    t->off = name_off;
     jtoken *c = cur(P);
     if (is_op(P, "(")) {
         parse_call_args(P, &t->args);
@@ -691,7 +687,6 @@ static jnode *parse_expression(parser *P, bool with_condexpr)
         while (is_name(P, "if")) {
             uint32_t off = cur(P)->off;
             next(P);
-            P->in_cond++;
             jnode *n = node(P, N_COND, off);
             n->b = e;                /* value when true */
             n->a = parse_or(P);      /* test */
@@ -699,7 +694,6 @@ static jnode *parse_expression(parser *P, bool with_condexpr)
                 next(P);
                 n->c = parse_expression(P, true);
             }
-            P->in_cond--;
             e = n;
         }
     }
@@ -841,7 +835,6 @@ static jnode *parse_statement(parser *P)
         next(P);
         n = node(P, N_IF, off);
         jnode *cur_if = n;
-        P->in_cond++;
         for (;;) {
             cur_if->a = parse_tuple(P, false, false, NULL, false);
             expect_block_end(P);
@@ -866,7 +859,6 @@ static jnode *parse_statement(parser *P)
             expect_block_end(P);
             break;
         }
-        P->in_cond--;
     } else if (is_name(P, "for")) {
         next(P);
         n = node(P, N_FOR, off);
@@ -1054,6 +1046,91 @@ static jnode *parse_body(parser *P, const char *const *ends, const char **which)
     return body;
 }
 
+/* ---- unknown filters and tests ----
+ * jinja 3 compiles an unknown filter or test into a runtime error when it sits in a "soft" frame
+ * (an {% if %} test or body, a conditional expression), and refuses the template otherwise.
+ * Loop, macro, block-set, filter-block and with bodies open new frames, which are not soft. */
+
+static void check_stmt(parser *P, const jnode *n, bool soft);
+
+static void check_expr(parser *P, const jnode *n, bool soft)
+{
+    if (!n)
+        return;
+    enter(P);
+    if (n->kind == N_COND)
+        soft = true;
+    if ((n->kind == N_FILTER || n->kind == N_TEST) && !n->impl && !soft)
+        pfail(P, n->off, "No %s named '%s'.", n->kind == N_FILTER ? "filter" : "test", n->name);
+    check_expr(P, n->a, soft);
+    check_expr(P, n->b, soft);
+    check_expr(P, n->c, soft);
+    if (n->kind == N_LIST || n->kind == N_TUPLE || n->kind == N_DICT || n->kind == N_COMPARE)
+        for (size_t i = 0; i < n->n; i++) {
+            check_expr(P, n->kids[i], soft);
+            if (n->kind == N_DICT)
+                check_expr(P, n->kids2[i], soft);
+        }
+    for (size_t i = 0; i < n->args.n_pos; i++)
+        check_expr(P, n->args.pos[i], soft);
+    for (size_t i = 0; i < n->args.n_kw; i++)
+        check_expr(P, n->args.kwv[i], soft);
+    check_expr(P, n->args.star, soft);
+    check_expr(P, n->args.dstar, soft);
+    leave(P);
+}
+
+static void check_macro(parser *P, const jnode *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        check_expr(P, m->kids2[i], false);
+    check_stmt(P, m->body, false);
+}
+
+static void check_stmt(parser *P, const jnode *n, bool soft)
+{
+    if (!n)
+        return;
+    enter(P);
+    switch (n->kind) {
+    case N_BODY:
+        for (size_t i = 0; i < n->n; i++)
+            check_stmt(P, n->kids[i], soft);
+        break;
+    case N_PRINT: check_expr(P, n->a, soft); break;
+    case N_IF:
+        check_expr(P, n->a, true);
+        check_stmt(P, n->body, true);
+        check_stmt(P, n->else_body, true);
+        break;
+    case N_FOR:
+        check_expr(P, n->b, soft);
+        check_expr(P, n->c, false);
+        check_stmt(P, n->body, false);
+        check_stmt(P, n->else_body, false);
+        break;
+    case N_SET: check_expr(P, n->b, soft); break;
+    case N_SETBLOCK:
+    case N_FILTERBLOCK:
+        check_expr(P, n->c, false);
+        check_stmt(P, n->body, false);
+        break;
+    case N_MACRO: check_macro(P, n); break;
+    case N_CALLBLOCK:
+        check_expr(P, n->a, soft);
+        check_macro(P, n->b);
+        break;
+    case N_WITH:
+        for (size_t i = 0; i < n->n; i++)
+            check_expr(P, n->kids2[i], soft);
+        check_stmt(P, n->body, false);
+        break;
+    case N_SCOPE: check_stmt(P, n->body, false); break;
+    default: break;
+    }
+    leave(P);
+}
+
 int jinja_parse(jtemplate *t, const char *src, size_t len, cdx_err *err)
 {
     size_t bad = cdx_utf8_check(src, len);
@@ -1091,5 +1168,7 @@ int jinja_parse(jtemplate *t, const char *src, size_t len, cdx_err *err)
     if (setjmp(P.jb))
         return err && err->code ? err->code : CDX_ETEMPLATE;
     t->root = parse_body(&P, NULL, NULL);
+    P.depth = 0;
+    check_stmt(&P, t->root, false);
     return 0;
 }

@@ -685,7 +685,7 @@ static void json_str(jctx *c, jbuf *b, const char *s, size_t n, bool ensure_asci
     size_t i = 0, run = 0;
     while (i < n) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\' && (ch < 0x80 || !ensure_ascii)) {
+        if (ch >= 0x20 && ch != '"' && ch != '\\' && (ensure_ascii ? ch < 0x7f : true)) {
             i++;
             run++;
             continue;
@@ -695,6 +695,7 @@ static void json_str(jctx *c, jbuf *b, const char *s, size_t n, bool ensure_asci
         if (ch < 0x80) {
             i++;
             switch (ch) {
+            case 0x7f: jb_puts(c, b, "\\u007f"); break;
             case '"': jb_puts(c, b, "\\\""); break;
             case '\\': jb_puts(c, b, "\\\\"); break;
             case '\n': jb_puts(c, b, "\\n"); break;
