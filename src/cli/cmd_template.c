@@ -68,7 +68,7 @@ int cmd_template(int argc, char **argv)
                     goto done;
                 }
                 json_error_t je;
-                json_t *val = json_loads(eq + 1, JSON_DECODE_ANY, &je);
+                json_t *val = json_loads(eq + 1, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
                 if (!val) {
                     fprintf(stderr, "caldrix template: --set %.*s: the value is not JSON (%s): %s\n", (int)(eq - v), v,
                             je.text, eq + 1);
@@ -120,8 +120,8 @@ int cmd_template(int argc, char **argv)
         src_len = strlen(source);
     }
     json_error_t je;
-    messages = !strcmp(messages_file, "-") ? json_loadf(stdin, JSON_DECODE_ANY, &je)
-                                           : json_load_file(messages_file, JSON_DECODE_ANY, &je);
+    messages = !strcmp(messages_file, "-") ? json_loadf(stdin, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je)
+                                           : json_load_file(messages_file, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!messages) {
         fprintf(stderr, "caldrix template: %s: line %d col %d: %s\n", messages_file, je.line, je.column, je.text);
         goto done;
