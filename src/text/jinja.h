@@ -21,6 +21,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* memcpy that accepts (NULL, 0): empty lists and buffers have no storage. */
+static inline void jcopy(void *dst, const void *src, size_t n)
+{
+    if (n)
+        memcpy(dst, src, n);
+}
 
 /* ---- arena ---- */
 

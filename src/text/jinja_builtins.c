@@ -417,7 +417,7 @@ static void merge_sort(sort_ctx *S, jval *keys, size_t *idx, size_t *tmp, size_t
         tmp[k++] = idx[i++];
     while (j < n)
         tmp[k++] = idx[j++];
-    memcpy(idx, tmp, n * sizeof *idx);
+    jcopy(idx, tmp, n * sizeof *idx);
     jinja_step(S->c, S->off, n);
 }
 
@@ -945,7 +945,7 @@ METHOD(m_keys)
 {
     no_args(c, a, off, "keys");
     jval l = jv_list(c, SELF.d->n, false);
-    memcpy(l.l->v, SELF.d->k, SELF.d->n * sizeof(jval));
+    jcopy(l.l->v, SELF.d->k, SELF.d->n * sizeof(jval));
     l.l->n = SELF.d->n;
     return l;
 }
@@ -954,7 +954,7 @@ METHOD(m_values)
 {
     no_args(c, a, off, "values");
     jval l = jv_list(c, SELF.d->n, false);
-    memcpy(l.l->v, SELF.d->v, SELF.d->n * sizeof(jval));
+    jcopy(l.l->v, SELF.d->v, SELF.d->n * sizeof(jval));
     l.l->n = SELF.d->n;
     return l;
 }
@@ -975,7 +975,7 @@ METHOD(m_copy)
     if (SELF.t == JT_LIST) {
         jval l = jv_list(c, SELF.l->n, SELF.l->tuple);
         if (SELF.l->n)
-            memcpy(l.l->v, SELF.l->v, SELF.l->n * sizeof(jval));
+            jcopy(l.l->v, SELF.l->v, SELF.l->n * sizeof(jval));
         l.l->n = SELF.l->n;
         return l;
     }
@@ -1294,7 +1294,7 @@ FILTER(f_format)
     if (a->n_kw && a->n_pos)
         jfail(c, off, "can't handle positional and keyword arguments at the same time");
     jval args = jv_list(c, a->n_pos, true);
-    memcpy(args.l->v, a->pos, a->n_pos * sizeof(jval));
+    jcopy(args.l->v, a->pos, a->n_pos * sizeof(jval));
     args.l->n = a->n_pos;
     return jinja_str_format(c, fmt, args, off);
 }
@@ -1446,7 +1446,7 @@ FILTER(f_list)
     jlist *l = jv_iter_list(c, v, off);
     jval out = jv_list(c, l->n, false);
     if (l->n)
-        memcpy(out.l->v, l->v, l->n * sizeof(jval));
+        jcopy(out.l->v, l->v, l->n * sizeof(jval));
     out.l->n = l->n;
     return out;
 }
@@ -1485,7 +1485,7 @@ FILTER(f_map)
     const jfilter_row *row = jinja_find_filter(fname->s);
     if (!row)
         jfail(c, off, "No filter named '%s'.", fname->s);
-    jcall rest = { .pos = a->pos + 1, .n_pos = a->n_pos - 1, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw };
+    jcall rest = { .pos = a->n_pos > 1 ? a->pos + 1 : NULL, .n_pos = a->n_pos - 1, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw };
     for (size_t i = 0; i < l->n; i++)
         out.l->v[out.l->n++] = row->fn(c, l->v[i], &rest, off);
     return out;
@@ -1535,7 +1535,7 @@ static jval select_common(jctx *c, jval v, jcall *a, uint32_t off, bool attr, bo
         if (!test)
             jfail(c, off, "No test named '%s'.", tn->s);
     }
-    jcall rest = { .pos = a->pos + k, .n_pos = a->n_pos - k, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw };
+    jcall rest = { .pos = a->n_pos > k ? a->pos + k : NULL, .n_pos = a->n_pos - k, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw };
     jval out = jv_list(c, 0, false);
     for (size_t i = 0; i < l->n; i++) {
         jval x = attr ? attr_get(c, l->v[i], attribute, off) : l->v[i];
@@ -2063,8 +2063,12 @@ METHOD(g_range)
         jfail(c, off, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     jinja_step(c, off, (uint64_t)n);
     jval l = jv_list(c, (size_t)n, false);
-    for (int64_t i = 0; i < (int64_t)n; i++)
-        l.l->v[i] = jv_int(start + i * step);
+    int64_t x = start;
+    for (int64_t i = 0; i < (int64_t)n; i++) {
+        l.l->v[i] = jv_int(x);
+        if (i + 1 < (int64_t)n)
+            x += step; /* stays inside [start, stop): no overflow */
+    }
     l.l->n = (size_t)n;
     return l;
 }
@@ -2122,7 +2126,7 @@ METHOD(g_cycler)
         jfail(c, off, "at least one item has to be provided");
     cycler_state *st = jalloc(c, sizeof *st, off);
     jval l = jv_list(c, a->n_pos, false);
-    memcpy(l.l->v, a->pos, a->n_pos * sizeof(jval));
+    jcopy(l.l->v, a->pos, a->n_pos * sizeof(jval));
     l.l->n = a->n_pos;
     st->items = l.l;
     jval f = jv_func(c, "cycler", g_cycler_call, jv_none());

@@ -68,7 +68,7 @@ static const char *fmt_hint(jctx *c, const char *fmt, ...)
     if ((size_t)n >= sizeof tmp)
         n = sizeof tmp - 1;
     char *s = jalloc(c, (size_t)n + 1, 0);
-    memcpy(s, tmp, (size_t)n);
+    jcopy(s, tmp, (size_t)n);
     return s;
 }
 
@@ -130,7 +130,7 @@ static void scope_set(jctx *c, jscope *s, const char *name, jval v)
         size_t cap = s->cap ? s->cap * 2 : 8;
         jvar *p = jalloc(c, cap * sizeof *p, 0);
         if (s->n)
-            memcpy(p, s->vars, s->n * sizeof *p);
+            jcopy(p, s->vars, s->n * sizeof *p);
         s->vars = p;
         s->cap = cap;
     }
@@ -352,17 +352,23 @@ static jval do_slice(jctx *c, jval obj, jval vstart, jval vstop, jval vstep, uin
         else if (stop >= len)
             stop = step < 0 ? len - 1 : len;
     }
+    /* how many items: computed in 128 bits, so a huge step cannot overflow */
+    __int128 count = 0;
+    if (step > 0 && stop > start)
+        count = ((__int128)stop - start + step - 1) / step;
+    else if (step < 0 && stop < start)
+        count = ((__int128)start - stop - step - 1) / -(__int128)step;
     if (obj.t == JT_LIST) {
-        jval r = jv_list(c, 0, obj.l->tuple);
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-            jl_push(c, r.l, obj.l->v[i]);
+        jval r = jv_list(c, (size_t)count, obj.l->tuple);
+        for (__int128 k = 0; k < count; k++)
+            r.l->v[r.l->n++] = obj.l->v[(int64_t)(start + k * step)];
         jinja_step(c, off, r.l->n);
         return r;
     }
     jbuf b = {0};
     if (obj.s->ascii) {
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-            jb_putc(c, &b, obj.s->s[i]);
+        for (__int128 k = 0; k < count; k++)
+            jb_putc(c, &b, obj.s->s[(int64_t)(start + k * step)]);
     } else {
         /* offsets of every code point, then pick */
         size_t *offs = jalloc(c, ((size_t)len + 1) * sizeof *offs, off);
@@ -371,8 +377,10 @@ static jval do_slice(jctx *c, jval obj, jval vstart, jval vstop, jval vstep, uin
             if (((unsigned char)obj.s->s[i] & 0xC0) != 0x80)
                 offs[k++] = i;
         offs[k] = obj.s->len;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+        for (__int128 k = 0; k < count; k++) {
+            int64_t i = (int64_t)(start + k * step);
             jb_put(c, &b, obj.s->s + offs[i], offs[i + 1] - offs[i]);
+        }
     }
     jinja_step(c, off, b.n);
     return jv_strbuf(c, &b);
@@ -477,8 +485,8 @@ static jval binop(jctx *c, int op, jval a, jval b, uint32_t off)
         }
         if (a.t == JT_LIST && b.t == JT_LIST && a.l->tuple == b.l->tuple) {
             jval l = jv_list(c, a.l->n + b.l->n, a.l->tuple);
-            memcpy(l.l->v, a.l->v, a.l->n * sizeof(jval));
-            memcpy(l.l->v + a.l->n, b.l->v, b.l->n * sizeof(jval));
+            jcopy(l.l->v, a.l->v, a.l->n * sizeof(jval));
+            jcopy(l.l->v + a.l->n, b.l->v, b.l->n * sizeof(jval));
             l.l->n = a.l->n + b.l->n;
             jinja_step(c, off, l.l->n);
             return l;
@@ -512,8 +520,6 @@ static jval binop(jctx *c, int op, jval a, jval b, uint32_t off)
         if (nums) {
             if (jv_as_double(b) == 0)
                 jfail(c, off, "division by zero");
-            if (ints && x % (y ? y : 1) == 0 && llabs(x) < (1LL << 53) && llabs(y) < (1LL << 53))
-                return jv_float((double)x / (double)y);
             return jv_float(jv_as_double(a) / jv_as_double(b));
         }
         bad_operands(c, "/", a, b, off);
@@ -1070,8 +1076,8 @@ static int exec_stmt(jctx *c, jscope *s, const jnode *n)
         const char **kw = jalloc(c, (a.n_kw + 1) * sizeof *kw, n->off);
         jval *kwv = jalloc(c, (a.n_kw + 1) * sizeof *kwv, n->off);
         if (a.n_kw) {
-            memcpy(kw, a.kw, a.n_kw * sizeof *kw);
-            memcpy(kwv, a.kwv, a.n_kw * sizeof *kwv);
+            jcopy(kw, a.kw, a.n_kw * sizeof *kw);
+            jcopy(kwv, a.kwv, a.n_kw * sizeof *kwv);
         }
         kw[a.n_kw] = "caller";
         kwv[a.n_kw] = cv;
@@ -1151,7 +1157,7 @@ int jinja_render(const jtemplate *t, const json_t *vars, const cdx_tmpl_opts *op
         json_object_foreach((json_t *)vars, key, val) {
             size_t kl = strlen(key);
             char *k = jalloc(c, kl + 1, 0);
-            memcpy(k, key, kl);
+            jcopy(k, key, kl);
             scope_set(c, root, k, jv_from_json(c, val, 0));
         }
     }
@@ -1165,7 +1171,7 @@ int jinja_render(const jtemplate *t, const json_t *vars, const cdx_tmpl_opts *op
         goto done;
     }
     if (buf.n)
-        memcpy(res, buf.p, buf.n);
+        jcopy(res, buf.p, buf.n);
     res[buf.n] = 0;
     *out = res;
     if (out_len)

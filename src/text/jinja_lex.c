@@ -58,7 +58,7 @@ static jtoken *emit(lexer *L, int type, size_t off, const char *s, size_t len)
         size_t cap = L->cap ? L->cap * 2 : 256;
         jtoken *p = lalloc(L, cap * sizeof *p);
         if (L->nt)
-            memcpy(p, L->toks, L->nt * sizeof *p);
+            jcopy(p, L->toks, L->nt * sizeof *p);
         L->toks = p;
         L->cap = cap;
     }

@@ -125,7 +125,7 @@ static const char *expect_name(parser *P)
     if (cur(P)->type != TK_NAME)
         unexpected(P, "a name");
     char *s = palloc(P, cur(P)->len + 1);
-    memcpy(s, cur(P)->s, cur(P)->len);
+    jcopy(s, cur(P)->s, cur(P)->len);
     next(P);
     return s;
 }
@@ -157,7 +157,7 @@ static void nv_push(parser *P, nvec *a, jnode *x)
         size_t cap = a->cap ? a->cap * 2 : 4;
         jnode **p = palloc(P, cap * sizeof *p);
         if (a->n)
-            memcpy(p, a->v, a->n * sizeof *p);
+            jcopy(p, a->v, a->n * sizeof *p);
         a->v = p;
         a->cap = cap;
     }
@@ -213,7 +213,7 @@ static void parse_call_args(parser *P, jargs *a)
                 kw_cap = kw_cap ? kw_cap * 2 : 4;
                 const char **p = palloc(P, kw_cap * sizeof *p);
                 if (kwv.n)
-                    memcpy(p, kw, kwv.n * sizeof *p);
+                    jcopy(p, kw, kwv.n * sizeof *p);
                 kw = p;
             }
             kw[kwv.n] = key;
@@ -241,9 +241,9 @@ static const char *parse_dotted_name(parser *P)
         const char *part = expect_name(P);
         size_t a = strlen(name), b = strlen(part);
         char *s = palloc(P, a + b + 2);
-        memcpy(s, name, a);
+        jcopy(s, name, a);
         s[a] = '.';
-        memcpy(s + a + 1, part, b + 1);
+        jcopy(s + a + 1, part, b + 1);
         name = s;
     }
     return name;
@@ -443,7 +443,7 @@ static jnode *parse_primary(parser *P)
         char *s = palloc(P, total + 1);
         size_t o = 0;
         while (cur(P)->type == TK_STRING) {
-            memcpy(s + o, cur(P)->s, cur(P)->len);
+            jcopy(s + o, cur(P)->s, cur(P)->len);
             o += cur(P)->len;
             next(P);
         }
@@ -454,7 +454,7 @@ static jnode *parse_primary(parser *P)
         for (size_t i = 0; i < total; i++)
             if ((unsigned char)s[i] >= 0x80)
                 js->ascii = false;
-        memcpy(js->s, s, total);
+        jcopy(js->s, s, total);
         n->v.t = JT_STR;
         n->v.s = js;
         break;
@@ -633,7 +633,7 @@ static jnode *parse_compare(parser *P)
     n->kids = operands.v;
     n->n = operands.n;
     n->ops = palloc(P, n_ops);
-    memcpy(n->ops, ops, n_ops);
+    jcopy(n->ops, ops, n_ops);
     return n;
 }
 
@@ -1007,7 +1007,7 @@ static jnode *parse_body(parser *P, const char *const *ends, const char **which)
             jnode *d = node(P, N_DATA, t->off);
             jstr *s = palloc(P, sizeof(jstr) + t->len + 1);
             s->len = t->len;
-            memcpy(s->s, t->s, t->len);
+            jcopy(s->s, t->s, t->len);
             d->v.t = JT_STR;
             d->v.s = s;
             nv_push(P, &items, d);

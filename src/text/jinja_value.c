@@ -54,6 +54,19 @@ void *ja_alloc(jarena *a, size_t n)
     return p;
 }
 
+/* Grows the most recent allocation p (old_n bytes) to new_n bytes in place when the current
+ * chunk has room; returns false otherwise. Growing buffers this way avoids copying each time. */
+static bool ja_extend(jarena *a, void *p, size_t old_n, size_t new_n)
+{
+    jchunk *h = a->head;
+    old_n = (old_n + 15) & ~(size_t)15;
+    new_n = (new_n + 15) & ~(size_t)15;
+    if (!h || (unsigned char *)p + old_n != h->data + h->used || new_n < old_n || new_n - old_n > h->cap - h->used)
+        return false;
+    h->used += new_n - old_n;
+    return true;
+}
+
 void ja_free_all(jarena *a)
 {
     jchunk *c = a->head;
@@ -91,9 +104,13 @@ static void jb_reserve(jctx *c, jbuf *b, size_t extra)
             jfail(c, 0, "output too large");
         cap *= 2;
     }
+    if (b->p && ja_extend(&c->arena, b->p, b->cap, cap)) {
+        b->cap = cap;
+        return;
+    }
     char *p = jalloc(c, cap, 0);
     if (b->n)
-        memcpy(p, b->p, b->n);
+        jcopy(p, b->p, b->n);
     b->p = p;
     b->cap = cap;
 }
@@ -103,7 +120,7 @@ void jb_put(jctx *c, jbuf *b, const char *s, size_t n)
     if (!n)
         return;
     jb_reserve(c, b, n);
-    memcpy(b->p + b->n, s, n);
+    jcopy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -147,7 +164,7 @@ jval jv_str(jctx *c, const char *s, size_t n)
         }
     p->ascii = ascii;
     if (n)
-        memcpy(p->s, s, n);
+        jcopy(p->s, s, n);
     p->s[n] = 0;
     jval v = { .t = JT_STR };
     v.s = p;
@@ -181,7 +198,7 @@ void jl_push(jctx *c, jlist *l, jval v)
             jfail(c, 0, "list too large");
         jval *p = jalloc(c, bytes, 0);
         if (l->n)
-            memcpy(p, l->v, l->n * sizeof(jval));
+            jcopy(p, l->v, l->n * sizeof(jval));
         l->v = p;
         l->cap = cap;
     }
@@ -243,8 +260,8 @@ void jd_set(jctx *c, jdict *d, jval key, jval v)
             jfail(c, 0, "dict too large");
         jval *k = jalloc(c, bytes, 0), *vv = jalloc(c, bytes, 0);
         if (d->n) {
-            memcpy(k, d->k, d->n * sizeof(jval));
-            memcpy(vv, d->v, d->n * sizeof(jval));
+            jcopy(k, d->k, d->n * sizeof(jval));
+            jcopy(vv, d->v, d->n * sizeof(jval));
         }
         d->k = k;
         d->v = vv;
@@ -545,20 +562,20 @@ void py_float_repr(double d, char out[32])
             *o++ = '.';
             for (int i = 0; i < -decpt; i++)
                 *o++ = '0';
-            memcpy(o, digits, (size_t)nd);
+            jcopy(o, digits, (size_t)nd);
             o += nd;
         } else if (decpt >= nd) {
-            memcpy(o, digits, (size_t)nd);
+            jcopy(o, digits, (size_t)nd);
             o += nd;
             for (int i = nd; i < decpt; i++)
                 *o++ = '0';
             *o++ = '.';
             *o++ = '0';
         } else {
-            memcpy(o, digits, (size_t)decpt);
+            jcopy(o, digits, (size_t)decpt);
             o += decpt;
             *o++ = '.';
-            memcpy(o, digits + decpt, (size_t)(nd - decpt));
+            jcopy(o, digits + decpt, (size_t)(nd - decpt));
             o += nd - decpt;
         }
         *o = 0;
@@ -566,7 +583,7 @@ void py_float_repr(double d, char out[32])
         *o++ = digits[0];
         if (nd > 1) {
             *o++ = '.';
-            memcpy(o, digits + 1, (size_t)(nd - 1));
+            jcopy(o, digits + 1, (size_t)(nd - 1));
             o += nd - 1;
         }
         sprintf(o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
