@@ -1132,6 +1132,48 @@ static void t_load_variants(void)
     CHECK(cdx_chat_template_load("/nonexistent/caldrix", NULL, &src, &tok, &err) == CDX_ENOTFOUND);
 }
 
+/* llama.cpp's vocab GGUFs for phi-3 and qwen2 carry tokenizer.chat_template; the expected texts
+ * are Python Jinja2's renderings (shared/tools/fixtures/chat/render.py) of those templates with
+ * the tokens the GGUF names by id (phi-3: bos "<s>", eos/pad "<|endoftext|>", unk "<unk>"). */
+static void t_load_gguf(void)
+{
+    static const struct { const char *path, *want; } k[] = {
+        { "../shared/models/llamacpp-vocab/ggml-vocab-phi-3.gguf",
+          "<s><|user|>\nHello!<|end|>\n<|assistant|>\nHi.<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n" },
+        { "../shared/models/llamacpp-vocab/ggml-vocab-qwen2.gguf",
+          "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\nHi.<|im_end|>\n"
+          "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n" },
+    };
+    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"Be nice.\"},{\"role\":\"user\",\"content\":\"Hello!\"},"
+                              "{\"role\":\"assistant\",\"content\":\"Hi.\"},{\"role\":\"user\",\"content\":\"Bye\"}]", 0, NULL);
+    REQUIRE(msgs != NULL);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char *src = NULL, *out = NULL;
+        json_t *tok = NULL;
+        cdx_err err = {0};
+        cdx_tmpl *t = NULL;
+        size_t n = 0;
+        int rc = cdx_chat_template_load(k[i].path, NULL, &src, &tok, &err);
+        CHECKF(rc == 0, "%s: %s", k[i].path, err.msg);
+        if (rc == 0 && cdx_tmpl_parse(src, strlen(src), &t, &err) == 0 &&
+            cdx_chat_render(t, msgs, true, tok, NULL, &out, &n, &err) == 0)
+            CHECKF(!strcmp(out, k[i].want), "%s: got %s", k[i].path, out);
+        else
+            CHECKF(0, "%s: %s", k[i].path, err.msg);
+        free(out);
+        free(src);
+        json_decref(tok);
+        cdx_tmpl_free(t);
+    }
+    json_decref(msgs);
+    /* a GGUF without a template says which key is missing */
+    char *src = NULL;
+    json_t *tok = NULL;
+    cdx_err err = {0};
+    CHECK(cdx_chat_template_load("../shared/models/llamacpp-vocab/ggml-vocab-gpt-2.gguf", NULL, &src, &tok, &err) == CDX_ENOTFOUND);
+    CHECK(strstr(err.msg, "tokenizer.chat_template") != NULL);
+}
+
 static void t_strftime(void)
 {
     char *out = NULL;
@@ -1154,6 +1196,7 @@ int main(void)
     RUN("variables must be an object; a template renders the same twice; bad UTF-8 is refused", t_vars);
     RUN("a model folder gives its chat template and special tokens", t_load_fixture_dir);
     RUN("chat_template.jinja, chat_template.json, named templates and token objects", t_load_variants);
+    RUN("a GGUF's tokenizer.chat_template renders with the tokens it names", t_load_gguf);
     RUN("strftime_now uses the render's clock", t_strftime);
     return t_done("template");
 }
