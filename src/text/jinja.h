@@ -45,11 +45,18 @@ void ja_free_all(jarena *a);
 
 /* ---- values ---- */
 
-enum { JT_UNDEF, JT_NONE, JT_BOOL, JT_INT, JT_FLOAT, JT_STR, JT_LIST, JT_DICT, JT_FUNC, JT_LOOP };
+enum { JT_UNDEF, JT_NONE, JT_BOOL, JT_INT, JT_FLOAT, JT_STR, JT_LIST, JT_DICT, JT_FUNC, JT_LOOP, JT_VIEW };
+
+/* JT_VIEW: the lazy sequences Python hands templates instead of lists. Generators (map, select,
+ * unique, batch, the items filter...) are consumed by iteration, have no len(), are always true and
+ * do not serialize; dict views (d.items(), d.keys(), d.values()) and range() have a len() but do
+ * not serialize either. Templates can tell the difference, so we keep it. */
+enum { VK_GEN, VK_REVITER, VK_ITEMS, VK_KEYS, VK_VALUES, VK_RANGE };
 
 typedef struct jstr {
     size_t len;     /* bytes, not counting the NUL */
     bool ascii;     /* every byte < 0x80: byte index == code point index */
+    bool markup;    /* a markupsafe.Markup (from |safe, |escape): `+` escapes the other side */
     char s[];       /* NUL-terminated, valid UTF-8 */
 } jstr;
 
@@ -57,6 +64,7 @@ typedef struct jlist jlist;
 typedef struct jdict jdict;
 typedef struct jfunc jfunc;
 typedef struct jloop jloop;
+typedef struct jview jview;
 
 typedef struct jval {
     uint8_t t;
@@ -69,6 +77,7 @@ typedef struct jval {
         jdict *d;
         jfunc *fn;
         jloop *loop;
+        jview *vw;
         const char *hint; /* JT_UNDEF: why it is undefined ("'x' is undefined"), may be NULL */
     };
 } jval;
@@ -83,6 +92,14 @@ struct jdict {
     size_t n, cap;
     jval *k, *v; /* insertion order */
     bool ns;     /* a namespace(): attributes can be assigned with {% set ns.x = ... %} */
+};
+
+struct jview {
+    uint8_t kind;        /* VK_* */
+    jlist *items;        /* everything it yields */
+    size_t pos;          /* generators and iterators: how many were consumed */
+    const char *gen_name; /* VK_GEN: the Python function behind it, for printing */
+    int64_t start, stop, step; /* VK_RANGE */
 };
 
 typedef struct jctx jctx;
@@ -237,6 +254,8 @@ jval *jd_get(jdict *d, jval key);                  /* NULL when absent */
 jval *jd_get_s(jdict *d, const char *key);
 void jd_set(jctx *c, jdict *d, jval key, jval v);
 jval jv_func(jctx *c, const char *name, jbuiltin_fn fn, jval self);
+jval jv_view(jctx *c, int kind, jlist *items);
+jval jv_gen(jctx *c, const char *name, jlist *items);
 
 /* Python semantics. */
 bool jv_truthy(jval v);
@@ -261,6 +280,10 @@ typedef struct jjson_opts {
     const char *item_sep, *key_sep; size_t item_sep_len, key_sep_len;
 } jjson_opts;
 void jv_write_json(jctx *c, jbuf *b, jval v, const jjson_opts *o, int level, uint32_t off);
+
+/* markupsafe: escape(v) (a Markup stays as it is) and Markup(v). */
+jval jinja_escape(jctx *c, jval v);
+jval jinja_markup(jctx *c, jval v);
 
 /* Iteration: every iterable as a list (str: its characters; dict: its keys; undefined: empty). */
 jlist *jv_iter_list(jctx *c, jval v, uint32_t off);

@@ -473,6 +473,26 @@ static jval attr_get(jctx *c, jval item, jval attr, uint32_t off)
 
 /* ---- html escape ---- */
 
+jval jinja_markup(jctx *c, jval v)
+{
+    if (v.t == JT_STR && v.s->markup)
+        return v;
+    jstr *s = jv_to_str(c, v);
+    jval r = jv_str(c, s->s, s->len);
+    r.s->markup = true;
+    return r;
+}
+
+static jval html_escape(jctx *c, jval v);
+
+jval jinja_escape(jctx *c, jval v)
+{
+    if (v.t == JT_STR && v.s->markup)
+        return v;
+    return html_escape(c, v);
+}
+
+/* Markup.escape(str(v)): always escapes. */
 static jval html_escape(jctx *c, jval v)
 {
     jstr *s = jv_to_str(c, v);
@@ -487,7 +507,9 @@ static jval html_escape(jctx *c, jval v)
         default: jb_putc(c, &b, s->s[i]);
         }
     }
-    return jv_strbuf(c, &b);
+    jval r = jv_strbuf(c, &b);
+    r.s->markup = true;
+    return r;
 }
 
 /* ---- printf-style formatting: "%s" % x, |format ---- */
@@ -925,10 +947,16 @@ METHOD(m_rjust) { return pad_method(c, self, a, off, '>', "rjust"); }
 
 /* ---- dict / list methods ---- */
 
+static jlist *dict_pairs(jctx *c, jdict *d);
+
 METHOD(m_items)
 {
     no_args(c, a, off, "items");
-    jdict *d = SELF.d;
+    return jv_view(c, VK_ITEMS, dict_pairs(c, SELF.d));
+}
+
+static jlist *dict_pairs(jctx *c, jdict *d)
+{
     jval l = jv_list(c, d->n, false);
     for (size_t i = 0; i < d->n; i++) {
         jval t = jv_list(c, 2, true);
@@ -938,7 +966,7 @@ METHOD(m_items)
         l.l->v[i] = t;
     }
     l.l->n = d->n;
-    return l;
+    return l.l;
 }
 
 METHOD(m_keys)
@@ -947,7 +975,7 @@ METHOD(m_keys)
     jval l = jv_list(c, SELF.d->n, false);
     jcopy(l.l->v, SELF.d->k, SELF.d->n * sizeof(jval));
     l.l->n = SELF.d->n;
-    return l;
+    return jv_view(c, VK_KEYS, l.l);
 }
 
 METHOD(m_values)
@@ -956,7 +984,7 @@ METHOD(m_values)
     jval l = jv_list(c, SELF.d->n, false);
     jcopy(l.l->v, SELF.d->v, SELF.d->n * sizeof(jval));
     l.l->n = SELF.d->n;
-    return l;
+    return jv_view(c, VK_VALUES, l.l);
 }
 
 METHOD(m_get)
@@ -1150,10 +1178,16 @@ FILTER(f_batch)
                 jl_push(c, cur.l, p[1]);
         jl_push(c, out.l, cur);
     }
-    return out;
+    return jv_gen(c, "do_batch", out.l);
 }
 
-FILTER(f_capitalize) { no_args(c, a, off, "capitalize"); return str_capitalize(c, jv_to_str(c, v)); }
+/* soft_str(v).method() keeps a Markup a Markup */
+static jval keep_markup(jctx *c, jval in, jval out)
+{
+    return in.t == JT_STR && in.s->markup && out.t == JT_STR ? jinja_markup(c, out) : out;
+}
+
+FILTER(f_capitalize) { no_args(c, a, off, "capitalize"); return keep_markup(c, v, str_capitalize(c, jv_to_str(c, v))); }
 
 FILTER(f_center)
 {
@@ -1165,7 +1199,7 @@ FILTER(f_center)
     jfunc self = { .self = s };
     jval w = jarg_given(p[0]) ? p[0] : jv_int(80);
     jcall ca = { .pos = &w, .n_pos = 1 };
-    return m_center(c, &self, &ca, off);
+    return keep_markup(c, v, m_center(c, &self, &ca, off));
 }
 
 FILTER(f_length) { no_args(c, a, off, "length"); return jv_int((int64_t)jv_len(c, v, off)); }
@@ -1202,22 +1236,25 @@ FILTER(f_dictsort)
         else
             jfail(c, off, "You can only sort by either \"key\" or \"value\"");
     }
-    jfunc self = { .self = v };
-    jcall none = {0};
-    jval items = m_items(c, &self, &none, off);
-    jval *keys = jalloc(c, (items.l->n + 1) * sizeof *keys, off);
-    for (size_t i = 0; i < items.l->n; i++)
-        keys[i] = fold_key(c, items.l->v[i].l->v[pos], !cs);
-    return sorted_by(c, items.l, keys, jarg_given(p[2]) && jv_truthy(p[2]), off);
+    jlist *items = dict_pairs(c, v.d);
+    jval *keys = jalloc(c, (items->n + 1) * sizeof *keys, off);
+    for (size_t i = 0; i < items->n; i++)
+        keys[i] = fold_key(c, items->v[i].l->v[pos], !cs);
+    return sorted_by(c, items, keys, jarg_given(p[2]) && jv_truthy(p[2]), off);
 }
 
-FILTER(f_escape) { no_args(c, a, off, "escape"); return html_escape(c, v); }
+FILTER(f_escape) { no_args(c, a, off, "escape"); return jinja_escape(c, v); }
+FILTER(f_forceescape) { no_args(c, a, off, "forceescape"); return html_escape(c, v); }
 
 FILTER(f_first)
 {
     no_args(c, a, off, "first");
     if (v.t == JT_UNDEF)
         return jv_undef("No first item, sequence was empty.");
+    if (v.t == JT_VIEW && (v.vw->kind == VK_GEN || v.vw->kind == VK_REVITER)) {
+        jview *w = v.vw;
+        return w->pos < w->items->n ? w->items->v[w->pos++] : jv_undef("No first item, sequence was empty.");
+    }
     jlist *l = jv_iter_list(c, v, off);
     return l->n ? l->v[0] : jv_undef("No first item, sequence was empty.");
 }
@@ -1227,6 +1264,8 @@ FILTER(f_last)
     no_args(c, a, off, "last");
     if (v.t == JT_UNDEF)
         return jv_undef("No last item, sequence was empty.");
+    if (v.t == JT_VIEW && (v.vw->kind == VK_GEN || v.vw->kind == VK_REVITER))
+        jfail(c, off, "'%s' object is not reversible", jv_type_name(v));
     jlist *l = jv_iter_list(c, v, off);
     return l->n ? l->v[l->n - 1] : jv_undef("No last item, sequence was empty.");
 }
@@ -1337,7 +1376,7 @@ FILTER(f_indent)
         jb_put(c, &f, r.s->s, r.s->len);
         r = jv_strbuf(c, &f);
     }
-    return r;
+    return keep_markup(c, v, r);
 }
 
 /* Python int(str, base): optional sign, digits with single underscores, base prefixes when base 0. */
@@ -1415,12 +1454,10 @@ FILTER(f_items)
 {
     no_args(c, a, off, "items");
     if (v.t == JT_UNDEF)
-        return jv_list(c, 0, false);
+        return jv_gen(c, "do_items", jv_list(c, 0, false).l);
     if (v.t != JT_DICT || v.d->ns)
         jfail(c, off, "Can only get item pairs from a mapping.");
-    jfunc self = { .self = v };
-    jcall none = {0};
-    return m_items(c, &self, &none, off);
+    return jv_gen(c, "do_items", dict_pairs(c, v.d));
 }
 
 FILTER(f_join)
@@ -1451,12 +1488,13 @@ FILTER(f_list)
     return out;
 }
 
-FILTER(f_lower) { no_args(c, a, off, "lower"); return str_case(c, jv_to_str(c, v), CASE_LOWER); }
-FILTER(f_upper) { no_args(c, a, off, "upper"); return str_case(c, jv_to_str(c, v), CASE_UPPER); }
+FILTER(f_lower) { no_args(c, a, off, "lower"); return keep_markup(c, v, str_case(c, jv_to_str(c, v), CASE_LOWER)); }
+FILTER(f_upper) { no_args(c, a, off, "upper"); return keep_markup(c, v, str_case(c, jv_to_str(c, v), CASE_UPPER)); }
 
 FILTER(f_map)
 {
-    jlist *l = jv_iter_list(c, v, off);
+    /* jinja's do_map is a generator that yields nothing for a false value (None included) */
+    jlist *l = jv_truthy(v) ? jv_iter_list(c, v, off) : jv_list(c, 0, false).l;
     jval out = jv_list(c, l->n, false);
     jval attribute = jv_undef(NULL), dflt = jv_undef(NULL);
     for (size_t k = 0; k < a->n_kw; k++) {
@@ -1477,7 +1515,7 @@ FILTER(f_map)
                 x = dflt;
             out.l->v[out.l->n++] = x;
         }
-        return out;
+        return jv_gen(c, "do_map", out.l);
     }
     if (a->n_pos < 1)
         jfail(c, off, "map requires a filter argument");
@@ -1488,7 +1526,7 @@ FILTER(f_map)
     jcall rest = { .pos = a->n_pos > 1 ? a->pos + 1 : NULL, .n_pos = a->n_pos - 1, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw };
     for (size_t i = 0; i < l->n; i++)
         out.l->v[out.l->n++] = row->fn(c, l->v[i], &rest, off);
-    return out;
+    return jv_gen(c, "do_map", out.l);
 }
 
 static jval minmax(jctx *c, jval v, jcall *a, uint32_t off, bool max)
@@ -1520,7 +1558,8 @@ FILTER(f_pprint) { no_args(c, a, off, "pprint"); jbuf b = {0}; jv_write(c, &b, v
 /* select / reject / selectattr / rejectattr */
 static jval select_common(jctx *c, jval v, jcall *a, uint32_t off, bool attr, bool keep)
 {
-    jlist *l = jv_iter_list(c, v, off);
+    /* a generator; a false value (None included) yields nothing */
+    jlist *l = jv_truthy(v) ? jv_iter_list(c, v, off) : jv_list(c, 0, false).l;
     size_t k = 0;
     jval attribute = { .t = JT_UNDEF };
     if (attr) {
@@ -1543,7 +1582,7 @@ static jval select_common(jctx *c, jval v, jcall *a, uint32_t off, bool attr, bo
         if (r == keep)
             jl_push(c, out.l, l->v[i]);
     }
-    return out;
+    return jv_gen(c, "select_or_reject", out.l);
 }
 FILTER(f_select) { return select_common(c, v, a, off, false, true); }
 FILTER(f_reject) { return select_common(c, v, a, off, false, false); }
@@ -1578,12 +1617,16 @@ FILTER(f_reverse)
         }
         return jv_strbuf(c, &b);
     }
+    /* reversed(x): an iterator for sequences, dicts and views; a generator is read into a list */
+    bool was_gen = v.t == JT_VIEW && (v.vw->kind == VK_GEN || v.vw->kind == VK_REVITER);
+    if (v.t == JT_VIEW && v.vw->kind == VK_REVITER)
+        jfail(c, off, "'list_reverseiterator' object is not reversible");
     jlist *l = jv_iter_list(c, v, off);
     jval out = jv_list(c, l->n, false);
     for (size_t i = 0; i < l->n; i++)
         out.l->v[i] = l->v[l->n - 1 - i];
     out.l->n = l->n;
-    return out;
+    return was_gen ? out : jv_view(c, VK_REVITER, out.l);
 }
 
 FILTER(f_round)
@@ -1639,7 +1682,7 @@ FILTER(f_round)
     return jv_float((!strcmp(method, "ceil") ? ceil(d * m) : floor(d * m)) / m);
 }
 
-FILTER(f_safe) { no_args(c, a, off, "safe"); return v.t == JT_STR ? v : (jval){ .t = JT_STR, .s = jv_to_str(c, v) }; }
+FILTER(f_safe) { no_args(c, a, off, "safe"); return jinja_markup(c, v); }
 
 FILTER(f_slice)
 {
@@ -1664,7 +1707,7 @@ FILTER(f_slice)
             jl_push(c, tmp.l, p[1]);
         jl_push(c, out.l, tmp);
     }
-    return out;
+    return jv_gen(c, "do_slice", out.l);
 }
 
 FILTER(f_sort)
@@ -1784,7 +1827,7 @@ FILTER(f_trim)
     jval s = { .t = JT_STR };
     s.s = jv_to_str(c, v);
     const jstr *chars = jarg_given(p[0]) && p[0].t != JT_NONE ? want_str(c, p[0], off, "chars") : NULL;
-    return str_strip(c, s, chars, 3);
+    return keep_markup(c, v, str_strip(c, s, chars, 3));
 }
 
 FILTER(f_truncate)
@@ -1840,7 +1883,7 @@ FILTER(f_unique)
             jl_push(c, out.l, l->v[i]);
         }
     }
-    return out;
+    return jv_gen(c, "do_unique", out.l);
 }
 
 FILTER(f_wordcount)
@@ -1864,7 +1907,7 @@ static const jfilter_row k_filters[] = {
     { "abs", f_abs }, { "attr", f_attr }, { "batch", f_batch }, { "capitalize", f_capitalize },
     { "center", f_center }, { "count", f_length }, { "d", f_default }, { "default", f_default },
     { "dictsort", f_dictsort }, { "e", f_escape }, { "escape", f_escape }, { "first", f_first },
-    { "float", f_float }, { "forceescape", f_escape }, { "format", f_format }, { "indent", f_indent },
+    { "float", f_float }, { "forceescape", f_forceescape }, { "format", f_format }, { "indent", f_indent },
     { "int", f_int }, { "items", f_items }, { "join", f_join }, { "last", f_last }, { "length", f_length },
     { "list", f_list }, { "lower", f_lower }, { "map", f_map }, { "max", f_max }, { "min", f_min },
     { "pprint", f_pprint }, { "reject", f_reject }, { "rejectattr", f_rejectattr }, { "replace", f_replace },
@@ -1909,12 +1952,14 @@ TEST(t_escaped) { (void)c; (void)a; (void)off; (void)v; return false; }
 TEST(t_iterable)
 {
     (void)c; (void)a; (void)off;
-    return v.t == JT_UNDEF || v.t == JT_STR || v.t == JT_LIST || v.t == JT_LOOP || (v.t == JT_DICT && !v.d->ns);
+    return v.t == JT_UNDEF || v.t == JT_STR || v.t == JT_LIST || v.t == JT_LOOP || v.t == JT_VIEW ||
+           (v.t == JT_DICT && !v.d->ns);
 }
 TEST(t_sequence)
 {
     (void)c; (void)a; (void)off;
-    return v.t == JT_UNDEF || v.t == JT_STR || v.t == JT_LIST || (v.t == JT_DICT && !v.d->ns);
+    return v.t == JT_UNDEF || v.t == JT_STR || v.t == JT_LIST || (v.t == JT_VIEW && v.vw->kind == VK_RANGE) ||
+           (v.t == JT_DICT && !v.d->ns);
 }
 
 static bool case_test(jctx *c, jval v, uint32_t off, int kind)
@@ -2006,6 +2051,7 @@ TEST(t_sameas)
     case JT_DICT: return v.d == o.d;
     case JT_FUNC: return v.fn == o.fn;
     case JT_LOOP: return v.loop == o.loop;
+    case JT_VIEW: return v.vw == o.vw;
     default: return false;
     }
 }
@@ -2070,7 +2116,11 @@ METHOD(g_range)
             x += step; /* stays inside [start, stop): no overflow */
     }
     l.l->n = (size_t)n;
-    return l;
+    jval r = jv_view(c, VK_RANGE, l.l);
+    r.vw->start = start;
+    r.vw->stop = stop;
+    r.vw->step = step;
+    return r;
 }
 
 static void dict_update(jctx *c, jval d, jcall *a, uint32_t off, const char *name)

@@ -85,6 +85,15 @@ static const char *obj_type_repr(jval v)
     case JT_INT: return "int object";
     case JT_FLOAT: return "float object";
     case JT_BOOL: return "bool object";
+    case JT_VIEW:
+        switch (v.vw->kind) {
+        case VK_GEN: return "generator object";
+        case VK_REVITER: return "list_reverseiterator object";
+        case VK_ITEMS: return "dict_items object";
+        case VK_KEYS: return "dict_keys object";
+        case VK_VALUES: return "dict_values object";
+        default: return "range object";
+        }
     default: return "object";
     }
 }
@@ -279,6 +288,16 @@ jval jinja_getitem(jctx *c, jval obj, jval key, uint32_t off)
             return jv_undef(fmt_hint(c, "'%s' has no element %lld", obj_type_repr(obj), (long long)key.i));
         }
         break;
+    case JT_VIEW:
+        if (obj.vw->kind == VK_RANGE && as_index(key, &idx)) {
+            int64_t n = (int64_t)obj.vw->items->n;
+            if (idx < 0)
+                idx += n;
+            if (idx >= 0 && idx < n)
+                return obj.vw->items->v[idx];
+            return jv_undef("range object index out of range");
+        }
+        break;
     case JT_STR:
         if (as_index(key, &idx)) {
             int64_t n = (int64_t)jv_len(c, obj, off);
@@ -422,7 +441,9 @@ static jval repeat(jctx *c, jval seq, int64_t k, uint32_t off)
         jbuf b = {0};
         for (int64_t i = 0; i < k; i++)
             jb_put(c, &b, seq.s->s, seq.s->len);
-        return jv_strbuf(c, &b);
+        jval r = jv_strbuf(c, &b);
+        r.s->markup = seq.s->markup;
+        return r;
     }
     size_t total;
     if (!cdx_mul_size(seq.l->n, (size_t)k, &total))
@@ -478,10 +499,18 @@ static jval binop(jctx *c, int op, jval a, jval b, uint32_t off)
         if (nums)
             return jv_float(jv_as_double(a) + jv_as_double(b));
         if (a.t == JT_STR && b.t == JT_STR) {
+            /* Markup + str escapes the str (markupsafe's __add__ / __radd__) */
+            bool markup = a.s->markup || b.s->markup;
+            if (markup) {
+                a = jinja_escape(c, a);
+                b = jinja_escape(c, b);
+            }
             jbuf buf = {0};
             jb_put(c, &buf, a.s->s, a.s->len);
             jb_put(c, &buf, b.s->s, b.s->len);
-            return jv_strbuf(c, &buf);
+            jval r = jv_strbuf(c, &buf);
+            r.s->markup = markup;
+            return r;
         }
         if (a.t == JT_LIST && b.t == JT_LIST && a.l->tuple == b.l->tuple) {
             jval l = jv_list(c, a.l->n + b.l->n, a.l->tuple);
@@ -607,6 +636,19 @@ bool jinja_contains(jctx *c, jval container, jval item, uint32_t off)
         if (container.d->ns)
             break;
         return jd_get(container.d, item) != NULL;
+    case JT_VIEW: {
+        jview *w = container.vw;
+        bool consume = w->kind == VK_GEN || w->kind == VK_REVITER;
+        for (size_t i = consume ? w->pos : 0; i < w->items->n; i++)
+            if (jv_eq(w->items->v[i], item)) {
+                if (consume)
+                    w->pos = i + 1; /* a generator is consumed up to the match */
+                return true;
+            }
+        if (consume)
+            w->pos = w->items->n;
+        return false;
+    }
     default:
         break;
     }
@@ -910,10 +952,20 @@ jval jinja_call(jctx *c, jval fn, jcall *a, uint32_t off)
     enter(c, off);
     jval r;
     if (fn.t == JT_FUNC) {
-        if (fn.fn->kind == JF_MACRO)
+        if (fn.fn->kind == JF_MACRO) {
             r = call_macro(c, fn.fn, a, off);
-        else
+        } else {
             r = fn.fn->fn(c, fn.fn, a, off);
+            /* markupsafe wraps these str methods so that a Markup stays a Markup */
+            static const char *const keep[] = { "capitalize", "title", "lower", "upper", "replace", "ljust", "rjust",
+                                                "lstrip", "rstrip", "center", "strip", NULL };
+            if (fn.fn->self.t == JT_STR && fn.fn->self.s->markup && r.t == JT_STR)
+                for (int i = 0; keep[i]; i++)
+                    if (!strcmp(fn.fn->name, keep[i])) {
+                        r = jinja_markup(c, r);
+                        break;
+                    }
+        }
     } else if (fn.t == JT_LOOP && fn.loop->node && (fn.loop->node->flags & FF_RECURSIVE)) {
         if (a->n_pos != 1 || a->n_kw)
             jfail(c, off, "loop() takes exactly one argument");

@@ -284,6 +284,37 @@ jval jv_func(jctx *c, const char *name, jbuiltin_fn fn, jval self)
     return v;
 }
 
+jval jv_view(jctx *c, int kind, jlist *items)
+{
+    jview *w = jalloc(c, sizeof *w, 0);
+    w->kind = (uint8_t)kind;
+    w->items = items;
+    jval v = { .t = JT_VIEW };
+    v.vw = w;
+    return v;
+}
+
+jval jv_gen(jctx *c, const char *name, jlist *items)
+{
+    jval v = jv_view(c, VK_GEN, items);
+    v.vw->gen_name = name;
+    return v;
+}
+
+static bool view_consumable(const jview *w) { return w->kind == VK_GEN || w->kind == VK_REVITER; }
+
+static const char *view_type_name(const jview *w)
+{
+    switch (w->kind) {
+    case VK_GEN: return "generator";
+    case VK_REVITER: return "list_reverseiterator";
+    case VK_ITEMS: return "dict_items";
+    case VK_KEYS: return "dict_keys";
+    case VK_VALUES: return "dict_values";
+    default: return "range";
+    }
+}
+
 /* ---- unicode ---- */
 
 int32_t utf8_next(const char *s, size_t n, size_t *i)
@@ -382,6 +413,7 @@ bool jv_truthy(jval v)
     case JT_STR: return v.s->len != 0;
     case JT_LIST: return v.l->n != 0;
     case JT_DICT: return v.d->ns || v.d->n != 0;
+    case JT_VIEW: return view_consumable(v.vw) || v.vw->items->n != 0;
     default: return true;
     }
 }
@@ -399,6 +431,7 @@ const char *jv_type_name(jval v)
     case JT_DICT: return v.d->ns ? "Namespace" : "dict";
     case JT_FUNC: return v.fn->kind == JF_MACRO ? "Macro" : "builtin_function_or_method";
     case JT_LOOP: return "LoopContext";
+    case JT_VIEW: return view_type_name(v.vw);
     }
     return "object";
 }
@@ -436,6 +469,28 @@ bool jv_eq(jval a, jval b)
         return true;
     case JT_FUNC: return a.fn == b.fn;
     case JT_LOOP: return a.loop == b.loop;
+    case JT_VIEW:
+        if (a.vw == b.vw)
+            return true;
+        if (a.vw->kind != b.vw->kind || a.vw->items->n != b.vw->items->n)
+            return false;
+        if (a.vw->kind == VK_RANGE) {
+            for (size_t i = 0; i < a.vw->items->n; i++)
+                if (!jv_eq(a.vw->items->v[i], b.vw->items->v[i]))
+                    return false;
+            return true;
+        }
+        if (a.vw->kind == VK_ITEMS || a.vw->kind == VK_KEYS) { /* set-like */
+            for (size_t i = 0; i < a.vw->items->n; i++) {
+                bool found = false;
+                for (size_t j = 0; j < b.vw->items->n && !found; j++)
+                    found = jv_eq(a.vw->items->v[i], b.vw->items->v[j]);
+                if (!found)
+                    return false;
+            }
+            return true;
+        }
+        return false;
     }
     return false;
 }
@@ -480,6 +535,10 @@ size_t jv_len(jctx *c, jval v, uint32_t off)
         if (!v.d->ns)
             return v.d->n;
         break;
+    case JT_VIEW:
+        if (!view_consumable(v.vw))
+            return v.vw->items->n;
+        break;
     default: break;
     }
     jfail(c, off, "object of type '%s' has no len()", jv_type_name(v));
@@ -489,6 +548,17 @@ jlist *jv_iter_list(jctx *c, jval v, uint32_t off)
 {
     switch (v.t) {
     case JT_UNDEF: return jv_list(c, 0, false).l;
+    case JT_VIEW: {
+        jview *w = v.vw;
+        if (!view_consumable(w))
+            return w->items;
+        /* a generator yields what is left once */
+        jval rest = jv_list(c, w->items->n - w->pos, false);
+        jcopy(rest.l->v, w->items->v + w->pos, (w->items->n - w->pos) * sizeof(jval));
+        rest.l->n = w->items->n - w->pos;
+        w->pos = w->items->n;
+        return rest.l;
+    }
     case JT_LIST: return v.l;
     case JT_DICT:
         if (v.d->ns)
@@ -682,6 +752,31 @@ void jv_write(jctx *c, jbuf *b, jval v, bool repr, int depth)
     case JT_LOOP:
         jb_puts(c, b, "<LoopContext>");
         return;
+    case JT_VIEW: {
+        jview *w = v.vw;
+        switch (w->kind) {
+        case VK_GEN:
+            jb_printf(c, b, "<generator object %s at 0x7f0000000000>", w->gen_name ? w->gen_name : "?");
+            return;
+        case VK_REVITER:
+            jb_puts(c, b, "<list_reverseiterator object at 0x7f0000000000>");
+            return;
+        case VK_RANGE:
+            if (w->step == 1)
+                jb_printf(c, b, "range(%lld, %lld)", (long long)w->start, (long long)w->stop);
+            else
+                jb_printf(c, b, "range(%lld, %lld, %lld)", (long long)w->start, (long long)w->stop, (long long)w->step);
+            return;
+        default: {
+            jb_printf(c, b, "%s(", view_type_name(w));
+            jval l = { .t = JT_LIST };
+            l.l = w->items;
+            jv_write(c, b, l, true, depth + 1);
+            jb_putc(c, b, ')');
+            return;
+        }
+        }
+    }
     }
 }
 
