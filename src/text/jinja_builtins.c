@@ -562,6 +562,8 @@ jval jinja_str_format(jctx *c, jval fmt, jval args, uint32_t off)
                 jfail(c, off, "not enough arguments for format string");
             v = single;
         }
+        if (f->markup && conv == 's')
+            v = jinja_escape(c, v); /* Markup % args escapes the args */
         switch (conv) {
         case 's':
         case 'r': {
@@ -615,7 +617,9 @@ jval jinja_str_format(jctx *c, jval fmt, jval args, uint32_t off)
     }
     if (list && ai < list->n)
         jfail(c, off, "not all arguments converted during string formatting");
-    return jv_strbuf(c, &b);
+    jval r = jv_strbuf(c, &b);
+    r.s->markup = f->markup;
+    return r;
 }
 
 /* str.format: {} {0} {name} with !r/!s and a simple spec [[fill]align][width][.precision][type]. */
@@ -1515,7 +1519,7 @@ FILTER(f_map)
                 x = dflt;
             out.l->v[out.l->n++] = x;
         }
-        return jv_gen(c, "do_map", out.l);
+        return jv_gen(c, "sync_do_map", out.l);
     }
     if (a->n_pos < 1)
         jfail(c, off, "map requires a filter argument");
@@ -1526,7 +1530,7 @@ FILTER(f_map)
     jcall rest = { .pos = a->n_pos > 1 ? a->pos + 1 : NULL, .n_pos = a->n_pos - 1, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw };
     for (size_t i = 0; i < l->n; i++)
         out.l->v[out.l->n++] = row->fn(c, l->v[i], &rest, off);
-    return jv_gen(c, "do_map", out.l);
+    return jv_gen(c, "sync_do_map", out.l);
 }
 
 static jval minmax(jctx *c, jval v, jcall *a, uint32_t off, bool max)
@@ -1883,7 +1887,7 @@ FILTER(f_unique)
             jl_push(c, out.l, l->v[i]);
         }
     }
-    return jv_gen(c, "do_unique", out.l);
+    return jv_gen(c, "sync_do_unique", out.l);
 }
 
 FILTER(f_wordcount)

@@ -307,7 +307,9 @@ jval jinja_getitem(jctx *c, jval obj, jval key, uint32_t off)
                 size_t b = utf8_cp_off(obj.s, (size_t)idx), e = b + 1;
                 while (e < obj.s->len && ((unsigned char)obj.s->s[e] & 0xC0) == 0x80)
                     e++;
-                return jv_str(c, obj.s->s + b, e - b);
+                jval r = jv_str(c, obj.s->s + b, e - b);
+                r.s->markup = obj.s->markup;
+                return r;
             }
             return jv_undef(fmt_hint(c, "'str object' has no element %lld", (long long)key.i));
         }
