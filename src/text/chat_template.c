@@ -24,6 +24,7 @@ int cdx_tmpl_parse(const char *src, size_t len, cdx_tmpl **out, cdx_err *err)
     if (!t)
         return cdx_err_set(err, CDX_ENOMEM, "template: out of memory");
     t->t.arena.cap_bytes = 0;
+    t->t.cache = ja_cache_new();
     int rc = jinja_parse(&t->t, src ? src : "", len, err);
     if (rc < 0) {
         cdx_tmpl_free(t);
@@ -38,6 +39,7 @@ void cdx_tmpl_free(cdx_tmpl *t)
     if (!t)
         return;
     ja_free_all(&t->t.arena);
+    ja_cache_free(t->t.cache);
     free(t);
 }
 

@@ -33,15 +33,24 @@ static inline void jcopy(void *dst, const void *src, size_t n)
 /* ---- arena ---- */
 
 typedef struct jchunk jchunk;
+typedef struct jchunk_cache jchunk_cache;
 typedef struct jarena {
     jchunk *head;
+    jchunk *spare;     /* chunks from earlier renders, free to reuse */
     size_t used_bytes; /* bytes handed out or reserved in chunks */
     size_t cap_bytes;  /* 0: no cap */
 } jarena;
 
 /* NULL when the cap would be passed or malloc fails; memory is zeroed. */
 void *ja_alloc(jarena *a, size_t n);
+void *ja_alloc_raw(jarena *a, size_t n); /* not zeroed */
 void ja_free_all(jarena *a);
+/* A template keeps the chunks of its last renders (up to 64 MiB) under a mutex, so the next render
+ * reuses warm memory; concurrent renders simply allocate their own. */
+jchunk_cache *ja_cache_new(void);
+void ja_cache_free(jchunk_cache *k);           /* NULL: no-op */
+void ja_take_spares(jarena *a, jchunk_cache *k);
+void ja_release(jarena *a, jchunk_cache *k);    /* frees or caches every chunk of a */
 
 /* ---- values ---- */
 
@@ -182,6 +191,7 @@ enum { MF_VARARGS = 1, MF_KWARGS = 2, MF_CALLER = 4, FF_RECURSIVE = 8 };
 typedef struct jtemplate {
     jarena arena;
     char *src;          /* normalized source (newlines are \n, one trailing newline removed) */
+    jchunk_cache *cache; /* render memory kept between renders (NULL: none) */
     size_t src_len;
     jnode *root;
 } jtemplate;
@@ -230,13 +240,15 @@ struct jctx {
 _Noreturn void jfail(jctx *c, uint32_t off, const char *fmt, ...) CDX_PRINTF(3, 4);
 /* For raise_exception: the message is the template's own text. */
 _Noreturn void jfail_raw(jctx *c, uint32_t off, const char *msg, size_t len);
-void *jalloc(jctx *c, size_t n, uint32_t off); /* never NULL: fails the render instead */
+void *jalloc(jctx *c, size_t n, uint32_t off); /* zeroed; never NULL: fails the render instead */
+void *jalloc_raw(jctx *c, size_t n, uint32_t off); /* the same, not zeroed (strings, buffers, arrays) */
 
 /* Buffers. */
 void jb_put(jctx *c, jbuf *b, const char *s, size_t n);
 void jb_puts(jctx *c, jbuf *b, const char *s);
 void jb_putc(jctx *c, jbuf *b, char ch);
 void jb_printf(jctx *c, jbuf *b, const char *fmt, ...) CDX_PRINTF(3, 4);
+void jb_need(jctx *c, jbuf *b, size_t extra); /* room for extra more bytes */
 
 /* Value constructors. */
 static inline jval jv_undef(const char *hint) { jval v = { .t = JT_UNDEF }; v.hint = hint; return v; }
@@ -246,7 +258,7 @@ static inline jval jv_int(int64_t i) { jval v = { .t = JT_INT }; v.i = i; return
 static inline jval jv_float(double f) { jval v = { .t = JT_FLOAT }; v.f = f; return v; }
 jval jv_str(jctx *c, const char *s, size_t n);
 jval jv_cstr(jctx *c, const char *s);
-jval jv_strbuf(jctx *c, const jbuf *b);
+jval jv_strbuf(jctx *c, const jbuf *b); /* turns the buffer into a string in place: use b no more */
 jval jv_list(jctx *c, size_t cap, bool tuple);
 jval jv_dict(jctx *c, size_t cap);
 void jl_push(jctx *c, jlist *l, jval v);

@@ -542,12 +542,18 @@ jval jinja_str_format(jctx *c, jval fmt, jval args, uint32_t off)
         spec[sn++] = '%';
         while (i < f->len && strchr("-+ #0", f->s[i]) && sn < 10)
             spec[sn++] = f->s[i++];
+        size_t wstart = sn;
         while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && sn < 20)
             spec[sn++] = f->s[i++];
+        if (sn - wstart > 5)
+            jfail(c, off, "format width too large");
         if (i < f->len && f->s[i] == '.') {
             spec[sn++] = f->s[i++];
+            size_t pstart = sn;
             while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && sn < 28)
                 spec[sn++] = f->s[i++];
+            if (sn - pstart > 5)
+                jfail(c, off, "format precision too large");
         }
         if (i >= f->len)
             jfail(c, off, "incomplete format");
@@ -574,13 +580,7 @@ jval jinja_str_format(jctx *c, jval fmt, jval args, uint32_t off)
             spec[sn++] = 's';
             spec[sn] = 0;
             /* width counts bytes here; fine for ASCII */
-            jb_printf(c, &b, "%s", "");
-            char *tmp = NULL;
-            int w = asprintf(&tmp, spec, (int)t.n, t.p ? t.p : "");
-            if (w < 0 || !tmp)
-                jfail(c, off, "out of memory");
-            jb_put(c, &b, tmp, (size_t)w);
-            free(tmp);
+            jb_printf(c, &b, spec, (int)t.n, t.p ? t.p : "");
             break;
         }
         case 'd':
@@ -1152,7 +1152,7 @@ FILTER(f_attr)
         return jinja_getattr(c, v, name->s, off);
     if (jinja_method(c, v, name->s, &m))
         return m;
-    char *h = jalloc(c, 64 + name->len, off);
+    char *h = jalloc(c, 128 + name->len, off);
     sprintf(h, "'%s object' has no attribute '%s'", jv_type_name(v), name->s);
     return jv_undef(h);
 }

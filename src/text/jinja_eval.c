@@ -508,6 +508,7 @@ static jval binop(jctx *c, int op, jval a, jval b, uint32_t off)
                 b = jinja_escape(c, b);
             }
             jbuf buf = {0};
+            jb_need(c, &buf, a.s->len + b.s->len);
             jb_put(c, &buf, a.s->s, a.s->len);
             jb_put(c, &buf, b.s->s, b.s->len);
             jval r = jv_strbuf(c, &buf);
@@ -1199,6 +1200,7 @@ int jinja_render(const jtemplate *t, const json_t *vars, const cdx_tmpl_opts *op
     c->max_steps = opts && opts->max_steps ? opts->max_steps : 50000000ull;
     c->max_depth = opts && opts->max_depth ? opts->max_depth : 1000;
     c->now_s = opts && opts->now_s ? opts->now_s : -1;
+    ja_take_spares(&c->arena, t->cache);
     int rc = 0;
     if (setjmp(c->jb)) {
         rc = err && err->code ? err->code : CDX_ETEMPLATE;
@@ -1231,7 +1233,7 @@ int jinja_render(const jtemplate *t, const json_t *vars, const cdx_tmpl_opts *op
     if (out_len)
         *out_len = buf.n;
 done:
-    ja_free_all(&c->arena);
+    ja_release(&c->arena, t->cache);
     free(c);
     return rc;
 }

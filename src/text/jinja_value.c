@@ -4,6 +4,8 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,12 @@ struct jchunk {
 
 #define JA_CHUNK (64 * 1024)
 
-void *ja_alloc(jarena *a, size_t n)
+static void *ja_alloc_impl(jarena *a, size_t n, bool zero);
+
+void *ja_alloc(jarena *a, size_t n) { return ja_alloc_impl(a, n, true); }
+void *ja_alloc_raw(jarena *a, size_t n) { return ja_alloc_impl(a, n, false); }
+
+static void *ja_alloc_impl(jarena *a, size_t n, bool zero)
 {
     n = (n + 15) & ~(size_t)15;
     if (n == 0)
@@ -32,10 +39,23 @@ void *ja_alloc(jarena *a, size_t n)
             return NULL;
         if (a->cap_bytes && (a->used_bytes > a->cap_bytes || cap > a->cap_bytes - a->used_bytes))
             return NULL;
-        jchunk *c = malloc(total);
-        if (!c)
-            return NULL;
-        c->cap = cap;
+        /* a spare chunk from an earlier render (the smallest that fits) saves the page faults of
+         * fresh memory, which cost more than the rendering itself */
+        jchunk **best = NULL;
+        for (jchunk **pp = &a->spare; *pp; pp = &(*pp)->next)
+            if ((*pp)->cap >= cap && (!best || (*pp)->cap < (*best)->cap))
+                best = pp;
+        jchunk *c;
+        if (best && (!a->cap_bytes || (*best)->cap <= a->cap_bytes - a->used_bytes)) {
+            c = *best;
+            *best = c->next;
+            cap = c->cap;
+        } else {
+            c = malloc(total);
+            if (!c)
+                return NULL;
+            c->cap = cap;
+        }
         c->used = 0;
         a->used_bytes += cap;
         if (h && cap != JA_CHUNK && h->cap - h->used >= JA_CHUNK / 4) {
@@ -50,7 +70,8 @@ void *ja_alloc(jarena *a, size_t n)
     }
     void *p = h->data + h->used;
     h->used += n;
-    memset(p, 0, n);
+    if (zero)
+        memset(p, 0, n);
     return p;
 }
 
@@ -67,16 +88,86 @@ static bool ja_extend(jarena *a, void *p, size_t old_n, size_t new_n)
     return true;
 }
 
-void ja_free_all(jarena *a)
+static void free_chunks(jchunk *c)
 {
-    jchunk *c = a->head;
     while (c) {
         jchunk *next = c->next;
         free(c);
         c = next;
     }
-    a->head = NULL;
+}
+
+void ja_free_all(jarena *a)
+{
+    free_chunks(a->head);
+    free_chunks(a->spare);
+    a->head = a->spare = NULL;
     a->used_bytes = 0;
+}
+
+/* ---- chunk cache: the memory of one render, kept for the next ---- */
+
+#define JA_CACHE_MAX_BYTES ((size_t)64 << 20)
+
+struct jchunk_cache {
+    pthread_mutex_t mu;
+    jchunk *list;
+    size_t bytes;
+};
+
+jchunk_cache *ja_cache_new(void)
+{
+    jchunk_cache *k = calloc(1, sizeof *k);
+    if (k)
+        pthread_mutex_init(&k->mu, NULL);
+    return k;
+}
+
+void ja_cache_free(jchunk_cache *k)
+{
+    if (!k)
+        return;
+    free_chunks(k->list);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+void ja_take_spares(jarena *a, jchunk_cache *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&k->mu);
+    a->spare = k->list; /* this render owns them now; a concurrent one mallocs its own */
+    k->list = NULL;
+    k->bytes = 0;
+    pthread_mutex_unlock(&k->mu);
+}
+
+void ja_release(jarena *a, jchunk_cache *k)
+{
+    if (!k) {
+        ja_free_all(a);
+        return;
+    }
+    jchunk *all[2] = { a->head, a->spare };
+    a->head = a->spare = NULL;
+    a->used_bytes = 0;
+    pthread_mutex_lock(&k->mu);
+    for (int i = 0; i < 2; i++) {
+        jchunk *c = all[i];
+        while (c) {
+            jchunk *next = c->next;
+            if (k->bytes + c->cap <= JA_CACHE_MAX_BYTES) {
+                c->next = k->list;
+                k->list = c;
+                k->bytes += c->cap;
+            } else {
+                free(c);
+            }
+            c = next;
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
 }
 
 void *jalloc(jctx *c, size_t n, uint32_t off)
@@ -87,33 +178,48 @@ void *jalloc(jctx *c, size_t n, uint32_t off)
     return p;
 }
 
+void *jalloc_raw(jctx *c, size_t n, uint32_t off)
+{
+    void *p = ja_alloc_raw(&c->arena, n);
+    if (!p)
+        jfail(c, off, "the render needs more than %zu bytes of memory (limit)", c->arena.cap_bytes);
+    return p;
+}
+
 /* ---- buffers ---- */
+
+/* A buffer's bytes sit right after room for a jstr header, so jv_strbuf can turn it into a string
+ * without copying. */
+#define JSTR_HDR offsetof(jstr, s)
 
 static void jb_reserve(jctx *c, jbuf *b, size_t extra)
 {
     size_t need;
-    if (!cdx_add_size(b->n, extra, &need) || !cdx_add_size(need, 1, &need))
+    if (!cdx_add_size(b->n, extra, &need) || !cdx_add_size(need, 1 + JSTR_HDR, &need))
         jfail(c, 0, "output too large");
+    need -= JSTR_HDR;
     if (need <= b->cap)
         return;
     if (b == c->out && need > c->max_output_bytes)
         jfail(c, 0, "the output passes %zu bytes (limit)", c->max_output_bytes);
     size_t cap = b->cap ? b->cap : 64;
     while (cap < need) {
-        if (cap > SIZE_MAX / 2)
+        if (cap > SIZE_MAX / 4)
             jfail(c, 0, "output too large");
         cap *= 2;
     }
-    if (b->p && ja_extend(&c->arena, b->p, b->cap, cap)) {
+    if (b->p && ja_extend(&c->arena, b->p - JSTR_HDR, JSTR_HDR + b->cap, JSTR_HDR + cap)) {
         b->cap = cap;
         return;
     }
-    char *p = jalloc(c, cap, 0);
+    char *p = (char *)jalloc_raw(c, JSTR_HDR + cap, 0) + JSTR_HDR;
     if (b->n)
         jcopy(p, b->p, b->n);
     b->p = p;
     b->cap = cap;
 }
+
+void jb_need(jctx *c, jbuf *b, size_t extra) { jb_reserve(c, b, extra); }
 
 void jb_put(jctx *c, jbuf *b, const char *s, size_t n)
 {
@@ -150,19 +256,16 @@ void jb_printf(jctx *c, jbuf *b, const char *fmt, ...)
 
 /* ---- constructors ---- */
 
+static bool all_ascii(const char *s, size_t n);
+
 jval jv_str(jctx *c, const char *s, size_t n)
 {
     if (n > SIZE_MAX - sizeof(jstr) - 1)
         jfail(c, 0, "string too large");
-    jstr *p = jalloc(c, sizeof(jstr) + n + 1, 0);
+    jstr *p = jalloc_raw(c, sizeof(jstr) + n + 1, 0);
     p->len = n;
-    bool ascii = true;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] >= 0x80) {
-            ascii = false;
-            break;
-        }
-    p->ascii = ascii;
+    p->markup = false;
+    p->ascii = all_ascii(s, n);
     if (n)
         jcopy(p->s, s, n);
     p->s[n] = 0;
@@ -172,7 +275,34 @@ jval jv_str(jctx *c, const char *s, size_t n)
 }
 
 jval jv_cstr(jctx *c, const char *s) { return jv_str(c, s, strlen(s)); }
-jval jv_strbuf(jctx *c, const jbuf *b) { return jv_str(c, b->p ? b->p : "", b->n); }
+static bool all_ascii(const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ull)
+            return false;
+    }
+    for (; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80)
+            return false;
+    return true;
+}
+
+jval jv_strbuf(jctx *c, const jbuf *b)
+{
+    if (!b->p)
+        return jv_str(c, "", 0);
+    jstr *s = (jstr *)(void *)(b->p - JSTR_HDR);
+    s->len = b->n;
+    s->ascii = all_ascii(b->p, b->n);
+    s->markup = false;
+    b->p[b->n] = 0;
+    jval v = { .t = JT_STR };
+    v.s = s;
+    return v;
+}
 
 jval jv_list(jctx *c, size_t cap, bool tuple)
 {
@@ -182,7 +312,7 @@ jval jv_list(jctx *c, size_t cap, bool tuple)
         size_t bytes;
         if (!cdx_mul_size(cap, sizeof(jval), &bytes))
             jfail(c, 0, "list too large");
-        l->v = jalloc(c, bytes, 0);
+        l->v = jalloc_raw(c, bytes, 0);
         l->cap = cap;
     }
     jval v = { .t = JT_LIST };
@@ -196,7 +326,7 @@ void jl_push(jctx *c, jlist *l, jval v)
         size_t cap = l->cap ? l->cap * 2 : 4, bytes;
         if (!cdx_mul_size(cap, sizeof(jval), &bytes))
             jfail(c, 0, "list too large");
-        jval *p = jalloc(c, bytes, 0);
+        jval *p = jalloc_raw(c, bytes, 0);
         if (l->n)
             jcopy(p, l->v, l->n * sizeof(jval));
         l->v = p;
@@ -212,8 +342,8 @@ jval jv_dict(jctx *c, size_t cap)
         size_t bytes;
         if (!cdx_mul_size(cap, sizeof(jval), &bytes))
             jfail(c, 0, "dict too large");
-        d->k = jalloc(c, bytes, 0);
-        d->v = jalloc(c, bytes, 0);
+        d->k = jalloc_raw(c, bytes, 0);
+        d->v = jalloc_raw(c, bytes, 0);
         d->cap = cap;
     }
     jval v = { .t = JT_DICT };
@@ -258,7 +388,7 @@ void jd_set(jctx *c, jdict *d, jval key, jval v)
         size_t cap = d->cap ? d->cap * 2 : 4, bytes;
         if (!cdx_mul_size(cap, sizeof(jval), &bytes))
             jfail(c, 0, "dict too large");
-        jval *k = jalloc(c, bytes, 0), *vv = jalloc(c, bytes, 0);
+        jval *k = jalloc_raw(c, bytes, 0), *vv = jalloc_raw(c, bytes, 0);
         if (d->n) {
             jcopy(k, d->k, d->n * sizeof(jval));
             jcopy(vv, d->v, d->n * sizeof(jval));
