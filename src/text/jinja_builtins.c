@@ -575,12 +575,32 @@ jval jinja_str_format(jctx *c, jval fmt, jval args, uint32_t off)
         case 'r': {
             jbuf t = {0};
             jv_write(c, &t, v, conv == 'r', 0);
-            spec[sn++] = '.';
-            spec[sn++] = '*';
-            spec[sn++] = 's';
             spec[sn] = 0;
-            /* width counts bytes here; fine for ASCII */
-            jb_printf(c, &b, spec, (int)t.n, t.p ? t.p : "");
+            /* flags / width / precision by hand: they count code points, as Python does */
+            bool left = strchr(spec, '-') != NULL;
+            const char *dot = strchr(spec, '.');
+            size_t width = 0, prec = SIZE_MAX;
+            for (const char *q = spec + 1; *q && q != dot; q++)
+                if (*q >= '0' && *q <= '9')
+                    width = width * 10 + (size_t)(*q - '0'); /* a leading 0 flag adds nothing */
+            if (dot)
+                prec = (size_t)atoi(dot + 1);
+            size_t len = t.n, ncp = utf8_ncp(t.p ? t.p : "", t.n);
+            if (prec < ncp) {
+                size_t i2 = 0, k = 0;
+                while (i2 < t.n && k < prec) {
+                    utf8_next(t.p, t.n, &i2);
+                    k++;
+                }
+                len = i2;
+                ncp = prec;
+            }
+            size_t pad = width > ncp ? width - ncp : 0;
+            for (size_t k = 0; !left && k < pad; k++)
+                jb_putc(c, &b, ' ');
+            jb_put(c, &b, t.p ? t.p : "", len);
+            for (size_t k = 0; left && k < pad; k++)
+                jb_putc(c, &b, ' ');
             break;
         }
         case 'd':
