@@ -518,7 +518,8 @@ static jval binop(jctx *c, int op, jval a, jval b, uint32_t off)
         if (a.t == JT_LIST && b.t == JT_LIST && a.l->tuple == b.l->tuple) {
             jval l = jv_list(c, a.l->n + b.l->n, a.l->tuple);
             jcopy(l.l->v, a.l->v, a.l->n * sizeof(jval));
-            jcopy(l.l->v + a.l->n, b.l->v, b.l->n * sizeof(jval));
+            if (b.l->n)
+                jcopy(l.l->v + a.l->n, b.l->v, b.l->n * sizeof(jval));
             l.l->n = a.l->n + b.l->n;
             jinja_step(c, off, l.l->n);
             return l;

@@ -684,7 +684,8 @@ jlist *jv_iter_list(jctx *c, jval v, uint32_t off)
             return w->items;
         /* a generator yields what is left once */
         jval rest = jv_list(c, w->items->n - w->pos, false);
-        jcopy(rest.l->v, w->items->v + w->pos, (w->items->n - w->pos) * sizeof(jval));
+        if (w->items->n > w->pos)
+            jcopy(rest.l->v, w->items->v + w->pos, (w->items->n - w->pos) * sizeof(jval));
         rest.l->n = w->items->n - w->pos;
         w->pos = w->items->n;
         return rest.l;
