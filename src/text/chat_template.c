@@ -58,7 +58,10 @@ int cdx_chat_render(const cdx_tmpl *t, const json_t *messages, bool add_generati
         return cdx_err_set(err, CDX_ENOMEM, "template: out of memory");
     /* the order transformers builds them in: messages, tools, documents, add_generation_prompt,
      * then the special tokens, then the caller's keyword arguments */
-    json_object_set(vars, "messages", messages ? (json_t *)messages : json_array());
+    if (messages)
+        json_object_set(vars, "messages", (json_t *)messages);
+    else
+        json_object_set_new(vars, "messages", json_array());
     json_object_set_new(vars, "tools", json_null());
     json_object_set_new(vars, "documents", json_null());
     json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt));
@@ -123,8 +126,10 @@ static bool file_exists(const char *path)
 
 static json_t *load_json(const char *path, cdx_err *err)
 {
+    /* integers as reals: tokenizer_config.json's model_max_length is often 1e30 written out in
+     * full, which no 64-bit integer holds; we read only strings from these files */
     json_error_t je;
-    json_t *j = json_load_file(path, JSON_DECODE_ANY, &je);
+    json_t *j = json_load_file(path, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     if (!j)
         cdx_err_set(err, CDX_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
     return j;
@@ -156,9 +161,12 @@ static int pick_template(json_t *ct, const char *name, const char *path, char **
                        path, ct ? "non-string value" : "missing value");
 }
 
-static int load_dir(const char *dir, const char *name, char **source, json_t **tokens, cdx_err *err)
+static int load_dir(const char *dir_in, const char *name, char **source, json_t **tokens, cdx_err *err)
 {
-    char path[4096];
+    char path[4096], dir[4096];
+    snprintf(dir, sizeof dir, "%s", dir_in);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+        dir[n - 1] = 0;
     int rc = 0;
     json_t *cfg = NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
@@ -199,7 +207,7 @@ static int load_dir(const char *dir, const char *name, char **source, json_t **t
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
     if (file_exists(path)) {
         json_error_t je;
-        json_t *m = json_load_file(path, 0, &je);
+        json_t *m = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
         add_tokens_from(*tokens, m);
         json_decref(m);
     }

@@ -1275,6 +1275,45 @@ static void t_load_gguf(void)
     CHECK(strstr(err.msg, "tokenizer.chat_template") != NULL);
 }
 
+/* The tokenizer folders of ../shared/fixtures/tokenizers: their tokenizer_config.json (whose
+ * model_max_length no 64-bit integer holds) gives template and tokens. Expected texts: Python
+ * Jinja2 (render.py) with that chat_template and the config's special tokens. */
+static void t_load_tokenizer_dirs(void)
+{
+    static const struct { const char *dir, *want; } k[] = {
+        { "../shared/fixtures/tokenizers/llama3/",
+          "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe nice.<|eot_id|><|start_header_id|>user"
+          "<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi.<|eot_id|>"
+          "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n" },
+        { "../shared/fixtures/tokenizers/mistral", "<s>[INST] Hello![/INST] Hi.</s>[INST] Be nice.\n\nBye[/INST]" },
+        { "../shared/fixtures/tokenizers/qwen3",
+          "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\nHi.<|im_end|>\n"
+          "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n" },
+    };
+    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"Be nice.\"},{\"role\":\"user\",\"content\":\"Hello!\"},"
+                              "{\"role\":\"assistant\",\"content\":\"Hi.\"},{\"role\":\"user\",\"content\":\"Bye\"}]", 0, NULL);
+    REQUIRE(msgs != NULL);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char *src = NULL, *out = NULL;
+        json_t *tok = NULL;
+        cdx_err err = {0};
+        cdx_tmpl *t = NULL;
+        size_t n = 0;
+        int rc = cdx_chat_template_load(k[i].dir, NULL, &src, &tok, &err);
+        CHECKF(rc == 0, "%s: %s", k[i].dir, err.msg);
+        if (rc == 0 && cdx_tmpl_parse(src, strlen(src), &t, &err) == 0 &&
+            cdx_chat_render(t, msgs, true, tok, NULL, &out, &n, &err) == 0)
+            CHECKF(!strcmp(out, k[i].want), "%s: got %s", k[i].dir, out);
+        else
+            CHECKF(0, "%s: %s", k[i].dir, err.msg);
+        free(out);
+        free(src);
+        json_decref(tok);
+        cdx_tmpl_free(t);
+    }
+    json_decref(msgs);
+}
+
 static void t_strftime(void)
 {
     char *out = NULL;
@@ -1298,6 +1337,7 @@ int main(void)
     RUN("a model folder gives its chat template and special tokens", t_load_fixture_dir);
     RUN("chat_template.jinja, chat_template.json, named templates and token objects", t_load_variants);
     RUN("a GGUF's tokenizer.chat_template renders with the tokens it names", t_load_gguf);
+    RUN("tokenizer folders (huge model_max_length included) give template and tokens", t_load_tokenizer_dirs);
     RUN("strftime_now uses the render's clock", t_strftime);
     return t_done("template");
 }
