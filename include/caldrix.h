@@ -12,11 +12,15 @@
 #define CALDRIX_H
 
 #include "caldrix/base.h"
+#include "caldrix/pool.h"
 #include "caldrix/quant.h"
 #include "caldrix/format.h"
 #include "caldrix/template.h"
-#include "caldrix/tokenizer.h"
-#include "caldrix/pool.h"
+#include "caldrix/config.h"
 #include "caldrix/kernel.h"
+#include "caldrix/model.h"
+#include "caldrix/engine.h"
+#include "caldrix/tokenizer.h"
+#include "caldrix/hub.h"
 
 #endif

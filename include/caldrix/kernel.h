@@ -14,6 +14,16 @@
 
 typedef struct cdx_kernels cdx_kernels;
 
+/* What this CPU and OS offer (cpuid; AVX and AVX-512 also need the OS to save their registers,
+ * checked with xgetbv). Filled once; the same answer on every call. */
+typedef struct cdx_cpu_features {
+    bool sse42, avx, avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi, avx_vnni;
+} cdx_cpu_features;
+CDX_API const cdx_cpu_features *cdx_cpu_features_get(void);
+/* The CPU's brand string ("AMD EPYC ..."), or "" where cpuid does not give one. */
+CDX_API const char *cdx_cpu_brand(void);
+
 /* The best kernel set this CPU runs (AVX-512, then AVX2, then scalar). Never NULL. */
 CDX_API const cdx_kernels *cdx_kernels_best(void);
 /* A kernel set by name ("avx512", "avx2", "scalar"); NULL when unknown or this CPU lacks it. */
@@ -37,5 +47,39 @@ CDX_API void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, 
                         float *y, void *ws);
 /* Whether cdx_matmul can run this type (it has a dot product or at least a to_f32). */
 CDX_API bool cdx_matmul_supports(uint32_t type);
+
+/* ---- vector ops (f32; SIMD per kernel set, scalar twins in kernels_by_isa("scalar")) ---- */
+
+/* y[i] = x[i] · (1/sqrt(mean(x²) + eps)) · w[i]  (w NULL: 1). y may equal x. */
+CDX_API void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n, float eps, float *y);
+/* x[i] = exp(x[i] - max) / Σ exp(x[j] - max), in place. n >= 1. */
+CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
+
+/* ---- attention: blocked, online softmax, f32 ---- */
+
+/* The shape shared by all query rows of a call. Query head h reads KV head h / (n_head / n_kv_head)
+ * (grouped-query attention; n_head a multiple of n_kv_head). */
+typedef struct cdx_attn_shape {
+    int n_head, n_kv_head, head_dim;  /* head_dim <= 512 */
+    int64_t kv_stride;                /* floats between positions p and p+1 in k and v */
+    float scale;                      /* usually 1/sqrt(head_dim) */
+} cdx_attn_shape;
+
+/* One query row (a token): it attends to positions lo..hi inclusive of its sequence's cache, where
+ * hi is its own position (causal) and lo > 0 gives a sliding window (lo = hi - window + 1). */
+typedef struct cdx_attn_row {
+    const float *q;        /* [n_head][head_dim] */
+    const float *k, *v;    /* position p, KV head g: k + p*kv_stride + g*head_dim (same for v) */
+    int64_t lo, hi;        /* lo <= hi */
+    float *out;            /* [n_head][head_dim] = Σ_p softmax_p(scale · q·k_p) · v_p */
+} cdx_attn_row;
+
+/* All rows × KV heads, split over the pool's threads; each thread streams a KV head's keys and
+ * values once per row for all the query heads that share it (up to 32 at a time), 64 positions
+ * per block, with the running max/sum rescaled per block. No allocation (about 72 KiB of stack per
+ * thread). CDX_EINVAL for a bad shape (head_dim > 512, heads not a multiple of KV heads) or a row
+ * with lo > hi; nothing is written then. */
+CDX_API int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows,
+                     int64_t n_rows, cdx_err *err);
 
 #endif

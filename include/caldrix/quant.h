@@ -69,6 +69,50 @@ static inline float cdx_bf16_to_f32(uint16_t h)
 }
 CDX_API uint16_t cdx_f32_to_bf16(float f);
 
+/* ---- quantization mixtures: the per-tensor type llama.cpp's llama_model_quantize would pick ----
+ *
+ *   cdx_quant_mix mix;
+ *   cdx_quant_model_info info = { .n_layer = 16, .n_gqa = 4, .n_expert = 0 };
+ *   if (cdx_quant_mix_init(&mix, "Q4_K_M", &info, names, n_names, &err) < 0) ...
+ *   sort names with cdx_quant_tensor_cmp, then for each tensor in that order:
+ *       cdx_type t = cdx_quant_mix_choose(&mix, name, ne, src_type);
+ */
+typedef struct cdx_ftype_info {
+    const char *name;      /* "Q4_K_M" */
+    int llama_ftype;       /* the general.file_type value (llama_ftype) */
+    cdx_type default_type; /* the type of most tensors */
+} cdx_ftype_info;
+
+/* Case-insensitive lookup of a file type name; NULL when unknown. */
+CDX_API const cdx_ftype_info *cdx_ftype_find(const char *name);
+CDX_API const cdx_ftype_info *cdx_ftype_by_id(int llama_ftype);
+
+typedef struct cdx_quant_model_info {
+    int n_layer;      /* transformer blocks (hparams n_layer) */
+    int n_gqa;        /* n_head / n_head_kv (1 without GQA) */
+    int n_expert;     /* 0 or 1 for dense models */
+    bool arch_falcon; /* llama.cpp has Falcon-specific rules */
+    bool is_70b;      /* llama.cpp's LLM_TYPE_70B rule for attn_v */
+    bool has_imatrix; /* caldrix quantizes without one: false */
+} cdx_quant_model_info;
+
+typedef struct cdx_quant_mix {
+    const cdx_ftype_info *ftype;
+    cdx_quant_model_info info;
+    bool tied_embeddings; /* no output.weight: token_embd is treated as the output head */
+    int n_attention_wv;   /* attn_v-like tensors in the model */
+    int i_attention_wv, i_ffn_down, i_ffn_gate, i_ffn_up; /* advanced by cdx_quant_mix_choose */
+} cdx_quant_mix;
+
+/* names: every tensor name of the model (to count attn_v tensors and find output.weight). */
+CDX_API int cdx_quant_mix_init(cdx_quant_mix *m, const char *ftype, const cdx_quant_model_info *info,
+                               const char *const *names, size_t n_names, cdx_err *err);
+/* llama.cpp's tensor order: by "blk.N." layer (non-layer tensors first), then by name. */
+CDX_API int cdx_quant_tensor_cmp(const char *a, const char *b);
+/* The type for one tensor (ne: ggml dims, ne[0] = row length, unused dims 1); src_type is returned
+ * for tensors that stay as they are (norms, 1D tensors, ...). Call in cdx_quant_tensor_cmp order. */
+CDX_API cdx_type cdx_quant_mix_choose(cdx_quant_mix *m, const char *name, const int64_t ne[4], cdx_type src_type);
+
 #ifdef __cplusplus
 }
 #endif

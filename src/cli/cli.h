@@ -15,6 +15,11 @@ typedef struct {
 int cmd_run(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* Strict number parsing for options: the whole string must be a number in range.
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */

@@ -8,10 +8,16 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const cli_command k_commands[] = {
+    { "run",      cmd_run,      "generate text from a model (streams to stdout)" },
+    { "quantize", cmd_quantize, "requantize a GGUF to Q4_K_M, Q8_0, ... as llama.cpp does" },
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
     { "template", cmd_template, "render a chat template with messages (as transformers does)" },
     { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },
+    { "pull",     cmd_pull,     "download a model by name into its cache (caldrix pull REF)" },
+    { "inspect",  cmd_inspect,  "report what caldrix makes of a model from its headers alone" },
+    { "models",   cmd_models,   "aliases, cached models and the import rules (supported, info, search, rules)" },
+    { "doctor",   cmd_doctor,   "this machine: CPU features, lanes, caches, memory and disk" },
 };
 
 static int cmd_version(int argc, char **argv)

@@ -201,6 +201,39 @@ static int cmp_offset(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* The alignment a tensor's data needs to be read through its element type. */
+static size_t elem_align(uint32_t type)
+{
+    switch (type) {
+    case CDX_TYPE_F32: case CDX_TYPE_I32: return 4;
+    case CDX_TYPE_F64: case CDX_TYPE_I64: return 8;
+    case CDX_TYPE_I8: return 1;
+    default: return 2; /* F16, BF16, I16 and every block type (their scales are halves) */
+    }
+}
+
+static int cmp_strp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* n names, each a char * found every `stride` bytes from first. */
+static int check_unique(const cdx_gguf *g, const char *const *first, size_t stride, uint64_t n, const char *what,
+                        cdx_err *err)
+{
+    if (n < 2)
+        return CDX_OK;
+    const char **names = malloc((size_t)n * sizeof *names);
+    if (!names)
+        return cdx_err_set(err, CDX_ENOMEM, "%s: out of memory", g->path);
+    for (uint64_t i = 0; i < n; i++)
+        names[i] = *(const char *const *)((const char *)first + i * stride);
+    qsort(names, (size_t)n, sizeof *names, cmp_strp);
+    int rc = CDX_OK;
+    for (uint64_t i = 1; i < n && !rc; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: %s \"%s\" appears twice", g->path, what, names[i]);
+    free(names);
+    return rc;
+}
+
 static int parse(cdx_gguf *g, cdx_err *err)
 {
     reader r = { g->base, g->base + g->size, g->base, g->path, err };
@@ -241,9 +274,6 @@ static int parse(cdx_gguf *g, cdx_err *err)
         g->n_kv = i + 1;
         if ((rc = rd(&r, &type, 4, g->kv[i].key)) || (rc = rd_value(&r, type, &g->kv[i].val, g->kv[i].key, 0)))
             return rc;
-        for (uint64_t j = 0; j < i; j++)
-            if (!strcmp(g->kv[j].key, g->kv[i].key))
-                return cdx_err_set(err, CDX_EFORMAT, "%s: metadata key \"%s\" appears twice", g->path, g->kv[i].key);
         if (!strcmp(g->kv[i].key, "general.alignment")) {
             const cdx_gguf_value *v = &g->kv[i].val;
             if (v->type != CDX_GGUF_U32 || v->num.u == 0 || (v->num.u & (v->num.u - 1)) || v->num.u > 65536)
@@ -286,10 +316,12 @@ static int parse(cdx_gguf *g, cdx_err *err)
         if (t->offset % g->alignment)
             return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" offset %llu is not a multiple of the alignment %llu",
                                g->path, t->name, (unsigned long long)t->offset, (unsigned long long)g->alignment);
-        for (uint64_t j = 0; j < i; j++)
-            if (!strcmp(g->tensors[j].name, t->name))
-                return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" appears twice", g->path, t->name);
     }
+    /* Names must be unique: sort a scratch list of pointers (O(n log n); a pairwise scan would let
+     * a file of a million keys stall the reader). */
+    if ((rc = check_unique(g, (const char *const *)&g->kv[0].key, sizeof *g->kv, g->n_kv, "metadata key", err)) ||
+        (rc = check_unique(g, (const char *const *)&g->tensors[0].name, sizeof *g->tensors, g->n_tensors, "tensor", err)))
+        return rc;
 
     uint64_t data_off = pos(&r);
     data_off = (data_off + g->alignment - 1) / g->alignment * g->alignment;
@@ -314,6 +346,17 @@ static int parse(cdx_gguf *g, cdx_err *err)
                                (unsigned long long)data_size);
         }
         t->data = g->base + data_off + t->offset;
+        /* Kernels read F32/F16/blocks through typed pointers: a general.alignment below the
+         * element size (legal in GGUF, never written by llama.cpp) could misplace them. */
+        size_t need = elem_align(t->type);
+        if ((uintptr_t)t->data % need) {
+            free(by_off);
+            return cdx_err_set(err, CDX_EFORMAT,
+                               "%s: tensor \"%s\" data at file offset %llu is not aligned to %zu bytes "
+                               "(general.alignment is %llu)",
+                               g->path, t->name, (unsigned long long)(data_off + t->offset), need,
+                               (unsigned long long)g->alignment);
+        }
         by_off[i] = t;
     }
     qsort(by_off, (size_t)n_tensors, sizeof *by_off, cmp_offset);

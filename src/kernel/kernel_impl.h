@@ -5,15 +5,49 @@
 #include "caldrix/kernel.h"
 
 /* Computes y[t*w->rows + r] for r in [r0, r1) and t < n. x: f32 activations [n][cols];
- * xq: the same quantized to the type's vec_dot_type (NULL for F32/F16/BF16 weights). */
+ * xq: the same quantized to the type's vec_dot_type (NULL for F32/F16/BF16 weights).
+ * scratch: this thread's own cdx_kernel_scratch_bytes(cols), 64-byte aligned. */
 typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq,
-                               size_t xq_row_bytes, int64_t n, float *y);
+                               size_t xq_row_bytes, int64_t n, float *y, void *scratch);
+
+/* Prefill (n >= CDX_GEMM_MIN_N) unpacks CDX_GEMM_PANEL weight rows at a time into u8 with one
+ * float scale (and offset) per group of 16 or 32 values, interleaved 4 bytes per row, and runs
+ * an integer GEMM over it; the per-thread scratch holds that panel and the activations' group
+ * sums for CDX_GEMM_TOK tokens. */
+#define CDX_GEMM_MIN_N 8
+#define CDX_GEMM_PANEL 16
+#define CDX_GEMM_TOK 8
+static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
+{
+    size_t c = (size_t)cols, g = c / 16 + 1; /* groups of at least 16 values */
+    size_t generic = c * sizeof(float);      /* one dequantized row */
+    size_t gemm = CDX_GEMM_PANEL * c + 64                       /* u8 panel */
+                + 2 * (g * CDX_GEMM_PANEL * sizeof(float) + 64)  /* scales and offsets per group */
+                + (size_t)n * 2 * (g * sizeof(float)) + 2 * 64;  /* activation scales and sums */
+    size_t b = generic > gemm ? generic : gemm;
+    return (b + 63) & ~(size_t)63;
+}
 typedef void (*cdx_quantize_fn)(const float *x, void *out, int64_t n);
+
+/* f32 vector primitives for norms, softmax and attention. */
+typedef struct cdx_vec_ops {
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n);   /* y += a·x */
+    void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
+    float (*max)(const float *x, int64_t n);
+    float (*exp_sum)(float *x, float sub, int64_t n);            /* x = exp(x - sub); returns Σ */
+} cdx_vec_ops;
+
+extern const cdx_vec_ops cdx_vec_scalar;
 
 struct cdx_kernels {
     const char *isa;
+    const cdx_vec_ops *vec;                   /* NULL: cdx_vec_scalar */
     cdx_row_kernel row[CDX_TYPE_COUNT];       /* NULL: the generic scalar path */
     cdx_quantize_fn quantize[CDX_TYPE_COUNT]; /* activation quantizers; NULL: the scalar from_f32 */
 };
+
+extern const cdx_kernels cdx_kernels_avx2;
+extern const cdx_kernels cdx_kernels_avx512;
 
 #endif

@@ -35,8 +35,8 @@ size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads)
         const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
         bytes = (size_t)n * ((size_t)w->cols / vt->block) * vt->bytes;
     }
-    /* one dequantized row per thread for the generic path */
-    bytes += (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)w->cols * sizeof(float) + 64 * 2;
+    /* per-thread scratch: a dequantized row (generic path) or a GEMM panel (fast paths) */
+    bytes += (size_t)(n_threads > 0 ? n_threads : 1) * cdx_kernel_scratch_bytes(w->cols, n) + 64 * 2;
     return bytes;
 }
 
@@ -49,21 +49,24 @@ typedef struct {
     size_t xq_row_bytes;
     int64_t n;
     float *y;
-    float *row_scratch;   /* [nth][cols] */
+    uint8_t *scratch;     /* [nth][cdx_kernel_scratch_bytes(cols)] */
 } matmul_job;
 
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
     const cdx_mat *w = j->w;
-    /* rows split in contiguous chunks, aligned to 4 for the SIMD kernels */
-    int64_t per = ((w->rows + nth - 1) / nth + 3) & ~(int64_t)3;
+    /* rows split in equal contiguous chunks, aligned to the kernels' row tiles (4 for matvec, a
+     * 16-row panel for prefill) so no thread gets a ragged share in the middle */
+    const int64_t align = j->n >= CDX_GEMM_MIN_N ? CDX_GEMM_PANEL : 4;
+    int64_t per = ((w->rows + nth - 1) / nth + align - 1) / align * align;
     int64_t r0 = per * ith, r1 = r0 + per < w->rows ? r0 + per : w->rows;
     if (r0 >= r1)
         return;
+    uint8_t *scratch = j->scratch + (size_t)ith * cdx_kernel_scratch_bytes(w->cols, j->n);
     const cdx_row_kernel fast = j->k->row[w->type];
     if (fast) {
-        fast(w, r0, r1, j->x, j->xq, j->xq_row_bytes, j->n, j->y);
+        fast(w, r0, r1, j->x, j->xq, j->xq_row_bytes, j->n, j->y, scratch);
         return;
     }
     const uint8_t *base = w->data;
@@ -74,7 +77,7 @@ static void matmul_rows(void *arg, int ith, int nth)
                                                        (const uint8_t *)j->xq + t * j->xq_row_bytes);
         return;
     }
-    float *row = j->row_scratch + (size_t)ith * (size_t)w->cols;
+    float *row = (float *)scratch;
     for (int64_t r = r0; r < r1; r++) {
         const float *wr;
         if (w->type == CDX_TYPE_F32) {
@@ -93,6 +96,21 @@ static void matmul_rows(void *arg, int ith, int nth)
     }
 }
 
+typedef struct {
+    cdx_quantize_fn q;
+    const float *x;
+    uint8_t *xq;
+    size_t xq_row_bytes;
+    int64_t n, cols;
+} quantize_job;
+
+static void quantize_rows(void *arg, int ith, int nth)
+{
+    quantize_job *j = arg;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
+        j->q(j->x + i * j->cols, j->xq + (size_t)i * j->xq_row_bytes, j->cols);
+}
+
 void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n, float *y,
                 void *ws)
 {
@@ -103,12 +121,16 @@ void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const fl
         const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
         j.xq_row_bytes = ((size_t)w->cols / vt->block) * vt->bytes;
         cdx_quantize_fn q = k->quantize[t->vec_dot_type] ? k->quantize[t->vec_dot_type] : vt->from_f32;
-        for (int64_t i = 0; i < n; i++)
-            q(x + i * w->cols, p + (size_t)i * j.xq_row_bytes, w->cols);
+        /* a batch's activations are quantized by all threads (a prompt of 512 tokens is 512 rows) */
+        quantize_job qj = { .q = q, .x = x, .xq = p, .xq_row_bytes = j.xq_row_bytes, .n = n, .cols = w->cols };
+        if (n >= 4)
+            cdx_pool_run(pool, quantize_rows, &qj);
+        else
+            quantize_rows(&qj, 0, 1);
         j.xq = p;
         p += (size_t)n * j.xq_row_bytes;
         p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     }
-    j.row_scratch = (float *)p;
+    j.scratch = p;
     cdx_pool_run(pool, matmul_rows, &j);
 }

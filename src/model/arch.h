@@ -2,20 +2,20 @@
 #ifndef CDX_MODEL_ARCH_H
 #define CDX_MODEL_ARCH_H
 
+#include "caldrix/config.h"
 #include "caldrix/model.h"
 
 /* What a family needs, in one row per architecture. */
 typedef struct arch_desc {
     cdx_arch arch;
     const char *gguf_name;      /* general.architecture */
-    const char *hf_name;        /* config.json architectures[0] */
     cdx_rope_mode gguf_rope;    /* RoPE pairing of the GGUF layout */
     bool qkv_bias, qk_norm;
     bool moe;
 } arch_desc;
 
 const arch_desc *arch_by_gguf(const char *name, size_t len);
-const arch_desc *arch_by_hf(const char *name);
+const arch_desc *arch_by_hf(cdx_hf_arch a); /* config.h names the architectures */
 const arch_desc *arch_get(cdx_arch a);
 
 /* Tensor roles: one row each, with the GGUF and HF names ("%d" = layer). */

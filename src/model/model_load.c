@@ -3,7 +3,7 @@
  * checked, and any tensor left over is refused by name. */
 #include "arch.h"
 
-#include <jansson.h>
+#include "caldrix/config.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -148,7 +148,7 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
 
 /* ---- RoPE frequencies ---- */
 
-static int rope_init(cdx_model *m, const float *freq_factors, const json_t *scaling, const char *path, cdx_err *err)
+static int rope_init(cdx_model *m, const float *freq_factors, const cdx_hf_config *scaling, const char *path, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
     int64_t half = hp->n_rot / 2;
@@ -164,10 +164,8 @@ static int rope_init(cdx_model *m, const float *freq_factors, const json_t *scal
     }
     if (scaling) {
         /* Llama 3 (modeling_rope_utils._compute_llama3_parameters) */
-        double factor = json_number_value(json_object_get(scaling, "factor"));
-        double low = json_number_value(json_object_get(scaling, "low_freq_factor"));
-        double high = json_number_value(json_object_get(scaling, "high_freq_factor"));
-        double orig = json_number_value(json_object_get(scaling, "original_max_position_embeddings"));
+        double factor = scaling->rope_factor, low = scaling->rope_low_freq_factor;
+        double high = scaling->rope_high_freq_factor, orig = (double)scaling->rope_original_max_position;
         if (!(factor > 0) || !(low > 0) || !(high > low) || !(orig > 0))
             return cdx_err_set(err, CDX_EFORMAT,
                                "%s: rope_scaling (llama3) needs factor, low_freq_factor < high_freq_factor and "
@@ -218,7 +216,7 @@ static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
     return CDX_OK;
 }
 
-static int bind_all(binder *b, const json_t *rope_scaling, cdx_err *err)
+static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
 {
     cdx_model *m = b->m;
     cdx_hparams *hp = &m->hp;
@@ -388,116 +386,50 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
 
 /* ---- from a checkpoint directory ---- */
 
-static int cfg_int(const json_t *cfg, const char *path, const char *key, bool required, int64_t dflt, int64_t *out,
-                   cdx_err *err)
-{
-    const json_t *v = json_object_get(cfg, key);
-    if (!v || json_is_null(v)) {
-        if (required)
-            return cdx_err_set(err, CDX_EFORMAT, "%s: %s is missing", path, key);
-        *out = dflt;
-        return CDX_OK;
-    }
-    if (!json_is_integer(v))
-        return cdx_err_set(err, CDX_EFORMAT, "%s: %s is not an integer", path, key);
-    *out = (int64_t)json_integer_value(v);
-    return CDX_OK;
-}
-
-static int cfg_num(const json_t *cfg, const char *path, const char *key, double dflt, double *out, cdx_err *err)
-{
-    const json_t *v = json_object_get(cfg, key);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return CDX_OK;
-    }
-    if (!json_is_number(v))
-        return cdx_err_set(err, CDX_EFORMAT, "%s: %s is not a number", path, key);
-    *out = json_number_value(v);
-    return CDX_OK;
-}
-
 static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t jerr;
-    json_t *cfg = json_load_file(path, 0, &jerr);
+    cdx_hf_config *cfg = malloc(sizeof *cfg);
     if (!cfg)
-        return cdx_err_set(err, CDX_EFORMAT, "%s: %s (line %d)", path, jerr.text, jerr.line);
-    int rc = CDX_OK;
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    int rc = cdx_hf_config_read(dir, cfg, err);
+    if (rc)
+        goto out;
     cdx_hparams *hp = &m->hp;
-    const json_t *archs = json_object_get(cfg, "architectures");
-    const char *an = json_is_array(archs) && json_array_size(archs) == 1 ? json_string_value(json_array_get(archs, 0)) : NULL;
-    if (!an) {
-        rc = cdx_err_set(err, CDX_EFORMAT, "%s: architectures must list exactly one architecture name", path);
-        goto out;
-    }
-    const arch_desc *d = arch_by_hf(an);
-    if (!d) {
-        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: architectures is [\"%s\"]; caldrix runs LlamaForCausalLM, "
-                         "MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM", path, an);
-        goto out;
-    }
+    const arch_desc *d = arch_by_hf(cfg->arch);
     m->desc = d;
     hp->arch = d->arch;
     hp->arch_name = d->gguf_name ? d->gguf_name : "mixtral";
-    const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
-    if (act && strcmp(act, "silu")) {
-        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: hidden_act is \"%s\"; only \"silu\" is supported", path, act);
-        goto out;
-    }
-    double eps, theta;
-    if ((rc = cfg_int(cfg, path, "hidden_size", true, 0, &hp->n_embd, err)) ||
-        (rc = cfg_int(cfg, path, "num_hidden_layers", true, 0, &hp->n_layer, err)) ||
-        (rc = cfg_int(cfg, path, "num_attention_heads", true, 0, &hp->n_head, err)) ||
-        (rc = cfg_int(cfg, path, "intermediate_size", true, 0, &hp->n_ff, err)) ||
-        (rc = cfg_int(cfg, path, "vocab_size", true, 0, &hp->n_vocab, err)) ||
-        (rc = cfg_int(cfg, path, "num_key_value_heads", false, hp->n_head, &hp->n_head_kv, err)) ||
-        (rc = cfg_int(cfg, path, "head_dim", false, hp->n_head > 0 ? hp->n_embd / hp->n_head : 0, &hp->head_dim, err)) ||
-        (rc = cfg_int(cfg, path, "max_position_embeddings", false, 4096, &hp->n_ctx_train, err)) ||
-        (rc = cfg_num(cfg, path, "rms_norm_eps", 1e-6, &eps, err)) ||
-        (rc = cfg_num(cfg, path, "rope_theta", 10000.0, &theta, err)))
-        goto out;
-    hp->rms_eps = (float)eps;
-    hp->rope_theta = theta;
+    hp->n_embd = cfg->hidden_size;
+    hp->n_layer = cfg->n_layers;
+    hp->n_head = cfg->n_heads;
+    hp->n_head_kv = cfg->n_kv_heads;
+    hp->head_dim = cfg->head_dim;
+    hp->n_ff = cfg->intermediate_size;
+    hp->n_vocab = cfg->vocab_size;
+    hp->n_ctx_train = cfg->max_position_embeddings;
+    hp->rms_eps = (float)cfg->rms_norm_eps;
+    hp->rope_theta = cfg->rope_theta;
     hp->n_rot = hp->head_dim;
-    hp->rope_mode = CDX_ROPE_HALVES;
-    hp->qkv_bias = d->qkv_bias;
+    hp->rope_mode = CDX_ROPE_HALVES; /* transformers' rotate_half */
+    hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
-    const json_t *tie = json_object_get(cfg, "tie_word_embeddings");
-    hp->tied_embeddings = tie ? json_is_true(tie) : false;
-    /* sliding window: Mistral applies a non-null sliding_window; Qwen only with use_sliding_window */
-    const json_t *sw = json_object_get(cfg, "sliding_window");
-    bool sw_on = json_is_integer(sw) && json_integer_value(sw) > 0;
-    if (d->arch == CDX_ARCH_QWEN2 || d->arch == CDX_ARCH_QWEN3)
-        sw_on = sw_on && json_is_true(json_object_get(cfg, "use_sliding_window"));
-    hp->sliding_window = sw_on ? (int64_t)json_integer_value(sw) : 0;
-    const json_t *rs = json_object_get(cfg, "rope_scaling");
-    if (rs && !json_is_null(rs)) {
-        const char *type = json_string_value(json_object_get(rs, "rope_type"));
-        if (!type)
-            type = json_string_value(json_object_get(rs, "type"));
-        if (!type || (strcmp(type, "llama3") && strcmp(type, "default"))) {
-            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope_scaling type is \"%s\"; caldrix applies only llama3 scaling",
-                             path, type ? type : "(none)");
+    hp->tied_embeddings = cfg->tie_word_embeddings;
+    hp->sliding_window = cfg->sliding_window;
+    for (int64_t l = 0; l < cfg->n_layers && hp->sliding_window; l++)
+        if (!(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING)) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: sliding window %lld applies to some layers only "
+                             "(max_window_layers %lld); caldrix applies one window to every layer", dir,
+                             (long long)cfg->sliding_window, (long long)cfg->max_window_layers);
             goto out;
         }
-        if (!strcmp(type, "default"))
-            rs = NULL;
-    } else {
-        rs = NULL;
+    if (cfg->attn_o_bias || cfg->mlp_bias) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: %s is true; caldrix runs these architectures without it",
+                         dir, cfg->mlp_bias ? "mlp_bias" : "attention_bias");
+        goto out;
     }
-    const json_t *bos = json_object_get(cfg, "bos_token_id");
-    hp->bos_id = json_is_integer(bos) ? (int32_t)json_integer_value(bos) : -1;
-    const json_t *eos = json_object_get(cfg, "eos_token_id");
-    if (json_is_integer(eos))
-        hp->eos_ids[hp->n_eos++] = (int32_t)json_integer_value(eos);
-    else if (json_is_array(eos))
-        for (size_t i = 0; i < json_array_size(eos) && hp->n_eos < CDX_MAX_EOS; i++)
-            if (json_is_integer(json_array_get(eos, i)))
-                hp->eos_ids[hp->n_eos++] = (int32_t)json_integer_value(json_array_get(eos, i));
-
+    hp->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < hp->n_vocab ? (int32_t)cfg->bos_token_id : -1;
+    for (int i = 0; i < cfg->n_eos && hp->n_eos < CDX_MAX_EOS; i++)
+        hp->eos_ids[hp->n_eos++] = (int32_t)cfg->eos_token_ids[i];
     if ((rc = cdx_st_open(dir, &m->st, err)))
         goto out;
     binder b = { .m = m, .path = dir, .gguf = false, .n = (int64_t)m->st->n_tensors };
@@ -518,11 +450,11 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
                                      (int64_t)t->shape[t->n_dims ? t->n_dims - 1 : 0], t->data, t->n_bytes };
     }
     if (!rc)
-        rc = bind_all(&b, rs, err);
+        rc = bind_all(&b, cfg->rope_type == CDX_HF_ROPE_LLAMA3 ? cfg : NULL, err);
     free(b.tensors);
     free(b.used);
 out:
-    json_decref(cfg);
+    free(cfg);
     return rc;
 }
 

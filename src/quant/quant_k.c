@@ -112,7 +112,8 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L)
 }
 
 /* Asymmetric levels L in [0, nmax] for x ~ scale*L - the_min, by weighted least squares over
- * nstep+1 trial inverse scales (ggml's make_qkx2_quants). */
+ * nstep+1 trial inverse scales (ggml's make_qkx2_quants). The trials are not independent: a
+ * better trial moves `min`, which the following trials use, so they must run in order. */
 static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                               float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad)
 {
@@ -209,6 +210,23 @@ static void pack_scale_min_k4(uint8_t *s, const uint8_t *ls, const uint8_t *lm)
     }
 }
 
+/* The K-quant dots accumulate like ggml's scalar code: integer products in 8 lanes (position
+ * mod 8), one float partial sum per lane across blocks, lanes added at the end. Keeping that
+ * order makes these oracles equal ggml's bit for bit, not just within the tolerance. */
+static void lanes_add(int32_t aux[8], const int8_t *q8, const int8_t *a, int scale, int n)
+{
+    for (int j = 0; j < n; j += 8)
+        for (int l = 0; l < 8; l++)
+            aux[l] += scale * (q8[j + l] * a[j + l]);
+}
+
+static float lanes_total(float sumf, const float sums[8])
+{
+    for (int l = 0; l < 8; l++)
+        sumf += sums[l];
+    return sumf;
+}
+
 /* ---------------------------------------------------------------- Q2_K */
 
 void cdx_q2_K_to_f32_ref(const void *vx, float *y, int64_t n)
@@ -258,7 +276,7 @@ void cdx_q2_K_from_f32_ref(const float *x, void *vy, int64_t n)
         if (max_min > 0) {
             float iscale = q4scale / max_min;
             for (int j = 0; j < 16; j++)
-                y[i].scales[j] |= (uint8_t)(cdx_nearest_int(iscale * mins[j]) << 4);
+                y[i].scales[j] |= (uint8_t)((unsigned)cdx_nearest_int(iscale * mins[j]) << 4);
             y[i].dmin = cdx_f2h(max_min / q4scale);
         } else {
             y[i].dmin = cdx_f2h(0.f);
@@ -381,25 +399,25 @@ float cdx_q3_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q3_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sumf = 0;
+    float sums[8] = { 0 };
     for (int64_t i = 0; i < n / 256; i++) {
-        int8_t scales[16];
+        int8_t scales[16], a[256];
         q3_k_scales(x[i].scales, scales);
         const uint8_t *q = x[i].qs, *hm = x[i].hmask;
-        const int8_t *q8 = y[i].qs;
         uint8_t m = 1;
-        int is = 0, isum = 0;
+        int8_t *p = a;
         for (int half = 0; half < 2; half++, q += 32)
             for (int shift = 0; shift < 8; shift += 2, m <<= 1)
-                for (int k = 0; k < 2; k++) {
-                    int s = 0;
-                    for (int l = 16 * k; l < 16 * k + 16; l++)
-                        s += *q8++ * (((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-                    isum += scales[is++] * s;
-                }
-        sumf += cdx_h2f(x[i].d) * y[i].d * (float)isum;
+                for (int l = 0; l < 32; l++)
+                    *p++ = (int8_t)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+        int32_t aux[8] = { 0 };
+        for (int j = 0; j < 16; j++)
+            lanes_add(aux, y[i].qs + 16 * j, a + 16 * j, scales[j], 16);
+        const float d = cdx_h2f(x[i].d) * y[i].d;
+        for (int l = 0; l < 8; l++)
+            sums[l] += d * (float)aux[l];
     }
-    return sumf;
+    return lanes_total(0.0f, sums);
 }
 
 /* ---------------------------------------------------------------- Q4_K and Q5_K */
@@ -493,32 +511,38 @@ static void k4_scales_mins(const uint8_t *s, int sc[8], int mn[8])
     }
 }
 
+/* Q4_K / Q5_K dot over unpacked levels a[256] (0..31). */
+static void k4_dot_block(const cdx_block_q8_K *y, const uint8_t *scales12, const int8_t *a, float d, float dmin,
+                         float sums[8], float *sumf)
+{
+    int sc[8], mn[8];
+    k4_scales_mins(scales12, sc, mn);
+    int summs = 0;
+    for (int j = 0; j < 16; j++)
+        summs += y->bsums[j] * mn[j / 2];
+    int32_t aux[8] = { 0 };
+    for (int j = 0; j < 8; j++)
+        lanes_add(aux, y->qs + 32 * j, a + 32 * j, sc[j], 32);
+    for (int l = 0; l < 8; l++)
+        sums[l] += d * (float)aux[l];
+    *sumf -= dmin * (float)summs;
+}
+
 float cdx_q4_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q4_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sumf = 0;
+    float sums[8] = { 0 }, sumf = 0;
     for (int64_t i = 0; i < n / 256; i++) {
-        int sc[8], mn[8];
-        k4_scales_mins(x[i].scales, sc, mn);
-        int summs = 0;
-        for (int j = 0; j < 16; j++)
-            summs += y[i].bsums[j] * mn[j / 2];
-        const uint8_t *q4 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        int isum = 0;
-        for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
-            int s0 = 0, s1 = 0;
+        int8_t a[256];
+        for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++) {
-                s0 += q8[l] * (q4[l] & 0xF);
-                s1 += q8[l + 32] * (q4[l] >> 4);
+                a[64 * j + l] = (int8_t)(x[i].qs[32 * j + l] & 0xF);
+                a[64 * j + l + 32] = (int8_t)(x[i].qs[32 * j + l] >> 4);
             }
-            isum += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
-        }
-        const float d = cdx_h2f(x[i].d) * y[i].d, dmin = cdx_h2f(x[i].dmin) * y[i].d;
-        sumf += d * (float)isum - dmin * (float)summs;
+        k4_dot_block(&y[i], x[i].scales, a, cdx_h2f(x[i].d) * y[i].d, cdx_h2f(x[i].dmin) * y[i].d, sums, &sumf);
     }
-    return sumf;
+    return lanes_total(sumf, sums);
 }
 
 void cdx_q5_K_to_f32_ref(const void *vx, float *y, int64_t n)
@@ -570,28 +594,18 @@ float cdx_q5_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q5_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sumf = 0;
+    float sums[8] = { 0 }, sumf = 0;
     for (int64_t i = 0; i < n / 256; i++) {
-        int sc[8], mn[8];
-        k4_scales_mins(x[i].scales, sc, mn);
-        int summs = 0;
-        for (int j = 0; j < 16; j++)
-            summs += y[i].bsums[j] * mn[j / 2];
-        const uint8_t *q4 = x[i].qs, *qh = x[i].qh;
-        const int8_t *q8 = y[i].qs;
-        int isum = 0;
-        for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
-            int s0 = 0, s1 = 0;
+        int8_t a[256];
+        const uint8_t *qh = x[i].qh;
+        for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++) {
-                s0 += q8[l] * ((q4[l] & 0xF) + ((qh[l] >> (2 * j)) & 1) * 16);
-                s1 += q8[l + 32] * ((q4[l] >> 4) + ((qh[l] >> (2 * j + 1)) & 1) * 16);
+                a[64 * j + l] = (int8_t)((x[i].qs[32 * j + l] & 0xF) + ((qh[l] >> (2 * j)) & 1) * 16);
+                a[64 * j + l + 32] = (int8_t)((x[i].qs[32 * j + l] >> 4) + ((qh[l] >> (2 * j + 1)) & 1) * 16);
             }
-            isum += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
-        }
-        const float d = cdx_h2f(x[i].d) * y[i].d, dmin = cdx_h2f(x[i].dmin) * y[i].d;
-        sumf += d * (float)isum - dmin * (float)summs;
+        k4_dot_block(&y[i], x[i].scales, a, cdx_h2f(x[i].d) * y[i].d, cdx_h2f(x[i].dmin) * y[i].d, sums, &sumf);
     }
-    return sumf;
+    return lanes_total(sumf, sums);
 }
 
 /* ---------------------------------------------------------------- Q6_K */
@@ -664,22 +678,22 @@ float cdx_q6_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q6_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sumf = 0;
+    float sums[8] = { 0 };
     for (int64_t i = 0; i < n / 256; i++) {
+        int8_t a[256];
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
-        const int8_t *sc = x[i].scales, *q8 = y[i].qs;
-        int isum = 0;
-        for (int half = 0; half < 2; half++, q8 += 128, ql += 64, qh += 32, sc += 8)
-            for (int k = 0; k < 4; k++)
-                for (int g = 0; g < 2; g++) { /* 16-value groups share a scale */
-                    int s = 0;
-                    for (int l = 16 * g; l < 16 * g + 16; l++)
-                        s += q8[l + 32 * k] * (q6_value(ql, qh, l, k) - 32);
-                    isum += sc[g + 2 * k] * s;
-                }
-        sumf += cdx_h2f(x[i].d) * y[i].d * (float)isum;
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32)
+            for (int l = 0; l < 32; l++)
+                for (int k = 0; k < 4; k++)
+                    a[128 * half + l + 32 * k] = (int8_t)(q6_value(ql, qh, l, k) - 32);
+        int32_t aux[8] = { 0 };
+        for (int j = 0; j < 16; j++)
+            lanes_add(aux, y[i].qs + 16 * j, a + 16 * j, x[i].scales[j], 16);
+        const float d = cdx_h2f(x[i].d) * y[i].d;
+        for (int l = 0; l < 8; l++)
+            sums[l] += d * (float)aux[l];
     }
-    return sumf;
+    return lanes_total(0.0f, sums);
 }
 
 /* ---------------------------------------------------------------- Q8_K (activations) */

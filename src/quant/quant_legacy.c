@@ -78,7 +78,7 @@ void cdx_q2_0_from_f32_ref(const float *x, void *vy, int64_t n)
         y[i].d = cdx_f2h(amax);
         memset(y[i].qs, 0, sizeof y[i].qs);
         for (int j = 0; j < 64; j++) {
-            int q = (int)roundf(x[j] * id) + 1; /* halves away from zero, as roundf */
+            int q = cdx_ftoi(roundf(x[j] * id)) + 1; /* halves away from zero, as roundf */
             q = q < 0 ? 0 : q > 3 ? 3 : q;
             y[i].qs[j / 4] |= (uint8_t)(q << ((j % 4) * 2));
         }
@@ -131,8 +131,9 @@ void cdx_q4_0_from_f32_ref(const float *x, void *vy, int64_t n)
         const float d = max / -8, id = d ? 1.0f / d : 0.0f;
         y[i].d = cdx_f2h(d);
         for (int j = 0; j < 16; j++) {
-            int q0 = (int)(x[j] * id + 8.5f), q1 = (int)(x[j + 16] * id + 8.5f);
-            y[i].qs[j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+            const int q0 = (int8_t)cdx_ftoi(x[j] * id + 8.5f), q1 = (int8_t)cdx_ftoi(x[j + 16] * id + 8.5f);
+            const uint8_t lo = (uint8_t)(q0 < 15 ? q0 : 15), hi = (uint8_t)(q1 < 15 ? q1 : 15);
+            y[i].qs[j] = (uint8_t)(lo | hi << 4);
         }
     }
 }
@@ -190,8 +191,9 @@ void cdx_q4_1_from_f32_ref(const float *x, void *vy, int64_t n)
         y[i].d = cdx_f2h(d);
         y[i].m = cdx_f2h(min);
         for (int j = 0; j < 16; j++) {
-            int q0 = (int)((x[j] - min) * id + 0.5f), q1 = (int)((x[j + 16] - min) * id + 0.5f);
-            y[i].qs[j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+            const int q0 = (int8_t)cdx_ftoi((x[j] - min) * id + 0.5f), q1 = (int8_t)cdx_ftoi((x[j + 16] - min) * id + 0.5f);
+            const uint8_t lo = (uint8_t)(q0 < 15 ? q0 : 15), hi = (uint8_t)(q1 < 15 ? q1 : 15);
+            y[i].qs[j] = (uint8_t)(lo | hi << 4);
         }
     }
 }
@@ -275,8 +277,8 @@ void cdx_q5_0_from_f32_ref(const float *x, void *vy, int64_t n)
         y[i].d = cdx_f2h(d);
         int q[32];
         for (int j = 0; j < 32; j++) {
-            int v = (int)(x[j] * id + 16.5f);
-            q[j] = v < 31 ? v : 31;
+            int v = (int8_t)cdx_ftoi(x[j] * id + 16.5f);
+            q[j] = (uint8_t)(v < 31 ? v : 31);
         }
         q5_pack(y[i].qs, y[i].qh, q);
     }
@@ -329,7 +331,7 @@ void cdx_q5_1_from_f32_ref(const float *x, void *vy, int64_t n)
         y[i].m = cdx_f2h(min);
         int q[32];
         for (int j = 0; j < 32; j++)
-            q[j] = (uint8_t)(int)((x[j] - min) * id + 0.5f); /* ggml does not clamp here */
+            q[j] = (uint8_t)cdx_ftoi((x[j] - min) * id + 0.5f); /* ggml does not clamp here */
         q5_pack(y[i].qs, y[i].qh, q);
     }
 }
@@ -373,7 +375,7 @@ static float q8_block(const float *x, int8_t *qs)
         amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
     const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
     for (int j = 0; j < 32; j++)
-        qs[j] = (int8_t)roundf(x[j] * id);
+        qs[j] = (int8_t)cdx_ftoi(roundf(x[j] * id));
     return d;
 }
 
@@ -458,7 +460,7 @@ void cdx_mxfp4_from_f32_ref(const float *x, void *vy, int64_t n)
             if (amax < fabsf(x[j]))
                 amax = fabsf(x[j]);
         /* exponent so that amax lands in the top binade of E2M1 (max 6 = 1.5 * 2^2) */
-        const uint8_t e = amax > 0.0f ? (uint8_t)(floorf(log2f(amax)) - 2 + 127) : 0;
+        const uint8_t e = amax > 0.0f ? (uint8_t)cdx_ftoi(floorf(log2f(amax)) - 2 + 127) : 0; /* mod 256, as ggml on x86 */
         const float d = cdx_e8m0_to_f32_half(e);
         y[i].e = e;
         for (int j = 0; j < 16; j++)
@@ -513,7 +515,7 @@ static uint8_t f32_to_ue4m3(float x)
     memcpy(&bits, &x, sizeof bits);
     int exp = (int)((bits >> 23) & 0xFF) - 127 + 7;
     if (exp <= 0) { /* subnormal: man * 2^-9 */
-        int man = (int)(x * 512.0f + 0.5f);
+        int man = cdx_ftoi(x * 512.0f + 0.5f);
         if (man > 7)
             man = 7;
         return man < 1 ? 0 : (uint8_t)man;

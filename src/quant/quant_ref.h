@@ -96,6 +96,20 @@ extern const uint64_t cdx_iq1s_grid[2048];
 /* Byte j of a packed grid entry (endian-independent). */
 static inline uint8_t cdx_grid8(uint64_t g, int j) { return (uint8_t)(g >> (8 * j)); }
 
+/* Search index of a grid quantizer (quant_iq_index.c): pos holds each grid entry as ncoord
+ * lattice positions 2*l+1; map[u] for a lattice point u (levels packed bits-wise) is its grid
+ * index, or -(o+1) where neighbours[o] is the count and neighbours[o+1..] the nearest entries.
+ * NULL only if the index could not be built (a bug). */
+typedef struct cdx_iq_index {
+    const uint8_t *pos;
+    const int32_t *map;
+    const uint16_t *neighbours;
+} cdx_iq_index;
+const cdx_iq_index *cdx_iq3xxs_index(void);
+const cdx_iq_index *cdx_iq3s_index(void);
+const cdx_iq_index *cdx_iq2s_index(void);
+const cdx_iq_index *cdx_iq1s_index(void);
+
 /* ---- small shared helpers ---- */
 
 /* Round to nearest, ties to even, by the 1.5*2^23 trick (ggml's nearest_int); |f| <= 4194303. */
@@ -105,6 +119,13 @@ static inline int cdx_nearest_int(float f)
     int32_t i;
     memcpy(&i, &v, sizeof i);
     return (i & 0x007fffff) - 0x00400000;
+}
+
+/* float -> int truncation with x86's answer (INT_MIN) for NaN and out-of-range values, where a
+ * plain C cast is undefined: ggml's casts give that on x86, and caldrix stays defined. */
+static inline int cdx_ftoi(float f)
+{
+    return f > -2147483648.0f && f < 2147483648.0f ? (int)f : (-2147483647 - 1);
 }
 
 static inline float cdx_h2f(cdx_half h) { return cdx_f16_to_f32(h); }
@@ -164,13 +185,17 @@ CDX_REF_DECL(q5_K)
 CDX_REF_DECL(q6_K)
 CDX_REF_DECL(tq1_0)
 CDX_REF_DECL(tq2_0)
-CDX_REF_DECL(iq2_xxs)
-CDX_REF_DECL(iq2_xs)
 CDX_REF_DECL(iq2_s)
 CDX_REF_DECL(iq3_xxs)
 CDX_REF_DECL(iq3_s)
-CDX_REF_DECL(iq1_s)
 CDX_REF_DECL(iq1_m)
+/* No reference quantizer: ggml only quantizes these with an importance matrix. */
+void cdx_iq2_xxs_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq2_xxs_dot_ref(int64_t n, const void *x, const void *y);
+void cdx_iq2_xs_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq2_xs_dot_ref(int64_t n, const void *x, const void *y);
+void cdx_iq1_s_to_f32_ref(const void *x, float *y, int64_t n);
+float cdx_iq1_s_dot_ref(int64_t n, const void *x, const void *y);
 CDX_REF_DECL(iq4_nl)
 CDX_REF_DECL(iq4_xs)
 /* Activation formats: q8_1 has no dequantizer in ggml, but one is handy for tests. */

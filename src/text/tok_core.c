@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 /* ---- growable buffers ---- */
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -55,6 +57,8 @@ int tk_ids_push(tk_ids *v, int32_t id)
 
 int tk_ids_append(tk_ids *v, const int32_t *p, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (grow((void **)&v->v, &v->cap, v->n + n, sizeof(int32_t)))
         return CDX_ENOMEM;
     memcpy(v->v + v->n, p, n * sizeof(int32_t));
@@ -67,7 +71,8 @@ char *tk_strndup(const char *s, size_t n)
     char *p = malloc(n + 1);
     if (!p)
         return NULL;
-    memcpy(p, s, n);
+    if (n)
+        memcpy(p, s, n);
     p[n] = 0;
     return p;
 }
@@ -337,7 +342,7 @@ static int cmp_added(const void *a, const void *b, void *pool)
 /* Tokens llama.cpp treats as end-of-generation by their text. */
 static const char *const k_eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "<|eom_id|>",
-    "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>", "</s>", "<|END_OF_TURN_TOKEN|>",
+    "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>", "<|END_OF_TURN_TOKEN|>",
 };
 
 int tk_finish(cdx_tok *t, cdx_err *err)
@@ -384,7 +389,8 @@ int tk_finish(cdx_tok *t, cdx_err *err)
         t->added[i].off = t->off[t->added[i].id];
         t->added[i].len = t->len[t->added[i].id];
     }
-    qsort_r(t->added, t->n_added, sizeof *t->added, cmp_added, t->pool.s);
+    if (t->n_added)
+        qsort_r(t->added, t->n_added, sizeof *t->added, cmp_added, t->pool.s);
     for (int c = 0, k = 0; c <= 256; c++) {
         while ((size_t)k < t->n_added && (uint8_t)t->pool.s[t->added[k].off] < c)
             k++;
@@ -460,6 +466,34 @@ int cdx_tok_open_json(const char *json, size_t json_len, const char *config, siz
     return 0;
 }
 
+/* transformers (4.43+) reads chat_template.jinja, or chat_template.json, before the template in
+ * tokenizer_config.json. */
+static int dir_chat_template(const char *dir, cdx_tok *t, cdx_err *err)
+{
+    char *s = NULL;
+    size_t n = 0;
+    int rc = read_opt(dir, "chat_template.jinja", 16u << 20, &s, &n, err);
+    if (rc == 1) {
+        free(t->chat_template);
+        t->chat_template = s;
+        return 0;
+    }
+    if (rc < 0 || (rc = read_opt(dir, "chat_template.json", 16u << 20, &s, &n, err)) <= 0)
+        return rc;
+    json_error_t je;
+    json_t *o = json_loadb(s, n, 0, &je);
+    free(s);
+    json_t *v = json_object_get(o, "chat_template");
+    if (!json_is_string(v)) {
+        json_decref(o);
+        return cdx_err_set(err, CDX_EFORMAT, "%s/chat_template.json: no \"chat_template\" string", dir);
+    }
+    free(t->chat_template);
+    t->chat_template = tk_strndup(json_string_value(v), json_string_length(v));
+    json_decref(o);
+    return 0;
+}
+
 int cdx_tok_open_dir(const char *dir, cdx_tok **out, cdx_err *err)
 {
     *out = NULL;
@@ -474,6 +508,7 @@ int cdx_tok_open_dir(const char *dir, cdx_tok **out, cdx_err *err)
     if (rc == 1) {
         snprintf(name, sizeof name, "%s/tokenizer.json", dir);
         rc = cdx_tok_open_json(json, jl, cfg, cl, name, out, err);
+        if (rc < 0) *out = NULL;
         goto done;
     }
     cdx_tok *t = tk_new();
@@ -504,6 +539,10 @@ int cdx_tok_open_dir(const char *dir, cdx_tok **out, cdx_err *err)
         *out = t, rc = 0;
 done:
     free(json); free(cfg); free(a); free(b);
+    if (rc >= 0 && *out && (rc = dir_chat_template(dir, *out, err)) < 0) {
+        cdx_tok_close(*out);
+        *out = NULL;
+    }
     return rc < 0 ? rc : 0;
 }
 

@@ -408,9 +408,11 @@ int cdx_tok_piece(const cdx_tok *t, int32_t id, bool first, bool skip_special, c
             rc |= tk_str_put(&o, s, n);
         }
     } else {
-        /* SentencePiece-style: ▁ is a space; the decoder drops the text's first one */
+        /* SentencePiece-style: ▁ is a space; the decoder drops the text's first one (tokenizers'
+         * Metaspace decoder: every ▁ of the first token) */
+        bool drop = first && t->meta_first_all;
         for (size_t k = 0; k < n;) {
-            if (n - k >= 3 && !memcmp(s + k, "\xe2\x96\x81", 3)) { rc |= tk_str_putc(&o, ' '); k += 3; }
+            if (n - k >= 3 && !memcmp(s + k, "\xe2\x96\x81", 3)) { if (!drop) rc |= tk_str_putc(&o, ' '); k += 3; }
             else rc |= tk_str_putc(&o, s[k++]);
         }
         if (first && t->spm_strip_first && o.len && o.s[0] == ' ') {
@@ -462,7 +464,9 @@ int cdx_tok_stream_put(cdx_tok_stream *s, int32_t id, char *out, size_t cap)
         cdx_tok_piece(s->tok, id, s->first, s->skip_special, big, (size_t)n);
         src = big;
     }
-    if (n > 0)
+    /* the decoder strips the first char of the whole text: after any token that is kept, the
+     * next one is no longer first (even when this one came out empty) */
+    if (!(s->skip_special && (s->tok->attr[id] & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN))))
         s->first = false;
     uint8_t *all = malloc(s->n_pend + (size_t)n + 1);
     if (!all) { free(big); return CDX_ENOMEM; }

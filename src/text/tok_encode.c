@@ -184,7 +184,8 @@ int cdx_tok_encode(const cdx_tok *t, const char *text, size_t len, bool add_spec
         if (n_need)
             *n_need = out.n;
     } else {
-        cdx_err_set(err, rc, "encode: out of memory");
+        cdx_err_set(err, rc, rc == CDX_ERANGE ? "encode: a pre-tokenizer regex hit PCRE2's match limit on this text"
+                                              : "encode: out of memory");
     }
     free(out.v);
     free(c.f1.f); free(c.f2.f); free(c.norm.s);

@@ -269,6 +269,8 @@ static int gguf_load(cdx_tok *t, const cdx_gguf *g, cdx_err *err)
     t->add_eos = add_eos && t->eos >= 0;
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
+    int32_t eom = key_id(g, "tokenizer.ggml.eom_token_id", -1, n);
+    if (eom >= 0) t->eog[eom] = 1;
     cdx_gguf_str ct;
     if (cdx_gguf_get_str(g, "tokenizer.chat_template", &ct))
         t->chat_template = tk_strndup(ct.ptr, (size_t)ct.len);

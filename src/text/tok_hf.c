@@ -1,6 +1,7 @@
 /* Hugging Face tokenizer files: tokenizer.json (the tokenizers library's serialisation),
  * tokenizer_config.json (transformers' settings), vocab.json + merges.txt (GPT-2 style). */
 #include "text/tok_internal.h"
+#include "text/tok_json_fast.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -242,7 +243,7 @@ static int parse_dec(cdx_tok *t, json_t *o, int depth, cdx_err *err)
         d.a = dupz(r ? r : "\xe2\x96\x81");
         d.a_len = strlen(d.a);
         d.prepend = prepend_scheme(o) != PREPEND_NEVER;
-        if (d.prepend) t->spm_strip_first = true;
+        if (d.prepend) t->spm_strip_first = t->meta_first_all = true;
     } else if (!strcmp(ty, "Strip")) {
         const char *c = jstr(o, "content");
         size_t adv;
@@ -383,7 +384,7 @@ static int apply_config(cdx_tok *t, json_t *cfg, bool default_cleanup, cdx_err *
         }
     }
     const char *cls = jstr(cfg, "tokenizer_class");
-    bool llama = false;
+    bool llama = t->model == MODEL_SPM; /* tokenizer.model: transformers' LlamaTokenizer rules */
     for (size_t i = 0; cls && i < sizeof k_llama_classes / sizeof *k_llama_classes; i++)
         if (!strcmp(cls, k_llama_classes[i])) llama = true;
     if (llama) {
@@ -413,60 +414,30 @@ static void derive_flags(cdx_tok *t)
 
 /* ---- tokenizer.json ---- */
 
-static int load_json_tokens(cdx_tok *t, json_t *model, json_t *added, bool *is_bpe, cdx_err *err)
+/* Copies model.vocab / model.merges from jansson values into entry lists (the slow path, and
+ * vocab.json), with the same checks the fast scanner leaves to jansson. */
+static int entries_from_json(cdx_tok *t, json_t *vocab, json_t *merges, tk_json_fast *f, cdx_err *err)
 {
-    json_t *vocab = json_object_get(model, "vocab");
+    memset(f, 0, sizeof *f);
     if (!json_is_object(vocab))
         return bad(t, err, "model.vocab", "is not an object of token -> id");
-    /* size: the largest id + 1 over the model vocab and the added tokens */
-    json_int_t max_id = -1;
+    f->vocab = malloc((json_object_size(vocab) + 1) * sizeof *f->vocab);
+    if (!f->vocab) return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     const char *k; json_t *v;
     json_object_foreach(vocab, k, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 26))
             return cdx_err_set(err, CDX_EFORMAT, "%s: model.vocab[\"%.64s\"] is not an id in 0..%d", t->name, k, (1 << 26) - 1);
-        if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
+        size_t off = f->pool.len, n = strlen(k); /* jansson keys are NUL-terminated */
+        if (tk_str_put(&f->pool, k, n)) return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        f->vocab[f->n_vocab++] = (tk_json_entry){ off, n, 0, 0, json_integer_value(v) };
     }
-    size_t i; json_t *a;
-    json_array_foreach(added, i, a) {
-        json_t *id = json_object_get(a, "id");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 26) || !jstr(a, "content"))
-            return cdx_err_set(err, CDX_EFORMAT, "%s: added_tokens[%zu] needs an \"id\" in 0..%d and a \"content\" string",
-                               t->name, i, (1 << 26) - 1);
-        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
-    }
-    if (max_id < 0)
-        return bad(t, err, "model.vocab", "is empty");
-    int rc = tk_set_vocab_size(t, (uint32_t)max_id + 1, err);
-    if (rc < 0) return rc;
-    json_object_foreach(vocab, k, v) {
-        size_t n = strlen(k); /* jansson keys are NUL-terminated; a token with a NUL byte cannot be a key here */
-        if ((rc = tk_set_token(t, (uint32_t)json_integer_value(v), k, n, CDX_TOK_NORMAL, err)) < 0) return rc;
-    }
-    json_array_foreach(added, i, a) {
-        json_t *c = json_object_get(a, "content");
-        bool special = jbool(a, "special", false);
-        if ((rc = tk_set_token(t, (uint32_t)json_integer_value(json_object_get(a, "id")), json_string_value(c),
-                               json_string_length(c), special ? CDX_TOK_CONTROL : CDX_TOK_USER_DEFINED, err)) < 0)
-            return rc;
-    }
-    (void)is_bpe;
-    return 0;
-}
-
-static int register_added(cdx_tok *t, json_t *added)
-{
-    size_t i; json_t *a;
-    json_array_foreach(added, i, a) {
-        int rc = tk_add_added(t, (int32_t)json_integer_value(json_object_get(a, "id")), jbool(a, "lstrip", false),
-                              jbool(a, "rstrip", false), jbool(a, "normalized", !jbool(a, "special", false)),
-                              jbool(a, "special", false), jbool(a, "single_word", false));
-        if (rc < 0) return rc;
-    }
-    return 0;
-}
-
-static int load_merges_json(cdx_tok *t, json_t *merges, cdx_err *err)
-{
+    if (!merges)
+        return 0;
+    if (!json_is_array(merges))
+        return bad(t, err, "model.merges", "is not an array");
+    f->has_merges = true;
+    f->merges = malloc((json_array_size(merges) + 1) * sizeof *f->merges);
+    if (!f->merges) return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     size_t i; json_t *m;
     json_array_foreach(merges, i, m) {
         const char *l = NULL, *r = NULL;
@@ -485,10 +456,78 @@ static int load_merges_json(cdx_tok *t, json_t *merges, cdx_err *err)
         } else {
             return cdx_err_set(err, CDX_EFORMAT, "%s: model.merges[%zu] is neither \"left right\" nor [left, right]", t->name, i);
         }
-        int32_t a = tk_lookup(t, l, ll), b = tk_lookup(t, r, rl);
+        size_t a = f->pool.len;
+        if (tk_str_put(&f->pool, l, ll)) return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        size_t b = f->pool.len;
+        if (tk_str_put(&f->pool, r, rl)) return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        f->merges[f->n_merges++] = (tk_json_entry){ a, ll, b, rl, 0 };
+    }
+    return 0;
+}
+
+static int load_json_tokens(cdx_tok *t, const tk_json_fast *f, json_t *added, cdx_err *err)
+{
+    /* size: the largest id + 1 over the model vocab and the added tokens */
+    long long max_id = -1;
+    for (size_t i = 0; i < f->n_vocab; i++) {
+        if (f->vocab[i].id < 0 || f->vocab[i].id >= (1 << 26))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: model.vocab[\"%.*s\"] is not an id in 0..%d", t->name,
+                               (int)(f->vocab[i].a_len > 64 ? 64 : f->vocab[i].a_len), f->pool.s + f->vocab[i].a_off, (1 << 26) - 1);
+        if (f->vocab[i].id > max_id) max_id = f->vocab[i].id;
+    }
+    size_t i; json_t *a;
+    json_array_foreach(added, i, a) {
+        json_t *id = json_object_get(a, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 26) || !jstr(a, "content"))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: added_tokens[%zu] needs an \"id\" in 0..%d and a \"content\" string",
+                               t->name, i, (1 << 26) - 1);
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    if (max_id < 0)
+        return bad(t, err, "model.vocab", "is empty");
+    /* ids index arrays: refuse a sparse id space that would size them far past the token count */
+    size_t count = f->n_vocab + json_array_size(added);
+    if ((size_t)max_id >= 2 * count + 1024)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: token ids go up to %lld for %zu tokens; expected ids below %zu",
+                           t->name, max_id, count, 2 * count + 1024);
+    int rc = tk_set_vocab_size(t, (uint32_t)max_id + 1, err);
+    if (rc < 0) return rc;
+    for (size_t k = 0; k < f->n_vocab; k++)
+        if ((rc = tk_set_token(t, (uint32_t)f->vocab[k].id, f->pool.s + f->vocab[k].a_off, f->vocab[k].a_len,
+                               CDX_TOK_NORMAL, err)) < 0)
+            return rc;
+    json_array_foreach(added, i, a) {
+        json_t *c = json_object_get(a, "content");
+        bool special = jbool(a, "special", false);
+        if ((rc = tk_set_token(t, (uint32_t)json_integer_value(json_object_get(a, "id")), json_string_value(c),
+                               json_string_length(c), special ? CDX_TOK_CONTROL : CDX_TOK_USER_DEFINED, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int register_added(cdx_tok *t, json_t *added)
+{
+    size_t i; json_t *a;
+    json_array_foreach(added, i, a) {
+        int rc = tk_add_added(t, (int32_t)json_integer_value(json_object_get(a, "id")), jbool(a, "lstrip", false),
+                              jbool(a, "rstrip", false), jbool(a, "normalized", !jbool(a, "special", false)),
+                              jbool(a, "special", false), jbool(a, "single_word", false));
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+static int load_merges(cdx_tok *t, const tk_json_fast *f, cdx_err *err)
+{
+    for (size_t i = 0; i < f->n_merges; i++) {
+        const tk_json_entry *e = &f->merges[i];
+        const char *l = f->pool.s + e->a_off, *r = f->pool.s + e->b_off;
+        int32_t a = tk_lookup(t, l, e->a_len), b = tk_lookup(t, r, e->b_len);
         if (a < 0 || b < 0)
             return cdx_err_set(err, CDX_EFORMAT, "%s: model.merges[%zu] uses \"%.*s\", which is not in the vocabulary",
-                               t->name, i, (int)(a < 0 ? (ll > 64 ? 64 : ll) : (rl > 64 ? 64 : rl)), a < 0 ? l : r);
+                               t->name, i, (int)(a < 0 ? (e->a_len > 64 ? 64 : e->a_len) : (e->b_len > 64 ? 64 : e->b_len)),
+                               a < 0 ? l : r);
         if (tk_add_merge(t, a, b, (uint32_t)i) < 0)
             return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
@@ -498,7 +537,16 @@ static int load_merges_json(cdx_tok *t, json_t *merges, cdx_err *err)
 int tk_load_hf_json(cdx_tok *t, const char *json, size_t len, const char *cfg_text, size_t cfg_len, cdx_err *err)
 {
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &je), *cfg = NULL;
+    tk_json_fast f;
+    bool fast = tk_json_fast_split(json, len, &f) == 0;
+    json_t *root = fast ? json_loadb(f.rest, f.rest_len, JSON_ALLOW_NUL, &je) : NULL, *cfg = NULL;
+    if (!root) {
+        /* the slow path: jansson over the whole file (and its message when that is malformed) */
+        if (fast) tk_json_fast_free(&f);
+        fast = false;
+        memset(&f, 0, sizeof f);
+        root = json_loadb(json, len, JSON_ALLOW_NUL, &je);
+    }
     int rc = 0;
     if (!root)
         return cdx_err_set(err, CDX_EFORMAT, "%s: invalid JSON at line %d, column %d: %s", t->name, je.line, je.column, je.text);
@@ -533,7 +581,10 @@ int tk_load_hf_json(cdx_tok *t, const char *json, size_t len, const char *cfg_te
     json_t *mc = json_object_get(model, "max_input_chars_per_word");
     if (json_is_integer(mc) && json_integer_value(mc) > 0) t->wp_max_chars = (size_t)json_integer_value(mc);
 
-    if ((rc = load_json_tokens(t, model, added, &is_bpe, err)) < 0) goto done;
+    if (!fast && (rc = entries_from_json(t, json_object_get(model, "vocab"), is_bpe ? json_object_get(model, "merges") : NULL,
+                                         &f, err)) < 0)
+        goto done;
+    if ((rc = load_json_tokens(t, &f, added, err)) < 0) goto done;
     if ((rc = register_added(t, added)) < 0) { rc = cdx_err_set(err, CDX_ENOMEM, "out of memory"); goto done; }
     /* added tokens only listed in tokenizer_config.json's added_tokens_decoder are not loaded:
      * tokenizer.json is the complete record for a fast tokenizer. */
@@ -545,11 +596,8 @@ int tk_load_hf_json(cdx_tok *t, const char *json, size_t len, const char *cfg_te
     if ((rc = parse_pp(t, json_object_get(root, "post_processor"), 0, err)) < 0) goto done;
     const char *unk = jstr(model, "unk_token");
     if (unk) t->unk = lookup_z(t, unk);
-    if (is_bpe) {
-        json_t *merges = json_object_get(model, "merges");
-        if (merges && !json_is_array(merges)) { rc = bad(t, err, "model.merges", "is not an array"); goto done; }
-        if ((rc = load_merges_json(t, merges, err)) < 0) goto done;
-    }
+    if (is_bpe && (rc = load_merges(t, &f, err)) < 0)
+        goto done;
     /* byte-fallback tokens act as bytes in pieces */
     if (t->byte_fallback)
         for (int b = 0; b < 256; b++)
@@ -559,6 +607,7 @@ int tk_load_hf_json(cdx_tok *t, const char *json, size_t len, const char *cfg_te
     derive_flags(t);
     rc = 0;
 done:
+    tk_json_fast_free(&f);
     json_decref(root);
     json_decref(cfg);
     return rc;
@@ -592,11 +641,15 @@ int tk_load_vocab_merges(cdx_tok *t, const char *vocab, size_t vlen, const char 
         json_object_set_new(a, "id", json_integer(id));
         json_array_append_new(added, a);
     }
-    bool is_bpe = true;
     t->model = MODEL_BPE;
     tk_pre p = { .type = PRE_BYTELEVEL };
     t->byte_level = true;
-    if ((rc = load_json_tokens(t, model, added, &is_bpe, err)) < 0 || (rc = register_added(t, added)) < 0) goto done;
+    tk_json_fast f = {0};
+    rc = entries_from_json(t, v, NULL, &f, err);
+    if (rc == 0)
+        rc = load_json_tokens(t, &f, added, err);
+    tk_json_fast_free(&f);
+    if (rc < 0 || (rc = register_added(t, added)) < 0) goto done;
     if (!(p.re = tk_regex(tk_gpt2_regex, strlen(tk_gpt2_regex), 0, err, t->name))) { rc = err->code; goto done; }
     if ((rc = add_pre(t, p, err)) < 0 || (rc = add_dec(t, (tk_dec){ .type = DEC_BYTELEVEL }, err)) < 0) goto done;
     if ((rc = tk_finish(t, err)) < 0) goto done;

@@ -150,6 +150,7 @@ struct cdx_tok {
     bool cleanup_spaces;        /* transformers' clean_up_tokenization */
     bool llama_cleanup;         /* llama.cpp's clean_spaces variant */
     bool spm_strip_first;       /* piece: drop the first leading space */
+    bool meta_first_all;        /* piece: tokenizers' Metaspace decoder drops every ▁ of the first token */
     char *chat_template, *bos_text, *eos_text;
     const char *name;
 

@@ -24,11 +24,13 @@ static bool is_punct_cat(uint32_t c)
     return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
+static bool after_unicode9(uint32_t c);
+
 static bool is_bert_punc(uint32_t c)
 {
     if (c < 0x80 && ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)))
         return true;
-    return is_punct_cat(c);
+    return is_punct_cat(c) && !after_unicode9(c);
 }
 
 static bool is_numeric(uint32_t c)
@@ -37,13 +39,48 @@ static bool is_numeric(uint32_t c)
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
+/* tokenizers' BERT steps (BertNormalizer, BertPreTokenizer, Punctuation) take categories from the
+ * unicode_categories crate (0.1.1), whose tables predate Unicode 10: a code point assigned later is
+ * "unassigned" there, so neither punctuation, control nor a nonspacing mark (e.g. U+061D, Unicode 14,
+ * stays inside its word). These are the code points of categories P*, Cc, Cf, Co, Cs and Mn not
+ * present in Unicode 9.0 (generated with Perl's Unicode::UCD: gc=... minus Present_In=9.0). */
+static const uint32_t k_after_unicode9[][2] = {
+    {0x61D, 0x61D}, {0x7FD, 0x7FD}, {0x890, 0x891}, {0x898, 0x89F}, {0x8CA, 0x8D3}, {0x9FD, 0x9FE}, {0xA76, 0xA76},
+    {0xAFA, 0xAFF}, {0xB55, 0xB55}, {0xC04, 0xC04}, {0xC3C, 0xC3C}, {0xC77, 0xC77}, {0xC84, 0xC84}, {0xD00, 0xD00},
+    {0xD3B, 0xD3C}, {0xD81, 0xD81}, {0xEBA, 0xEBA}, {0x180F, 0x180F}, {0x1ABF, 0x1ACE}, {0x1B7D, 0x1B7E},
+    {0x1DF6, 0x1DFA}, {0x2E45, 0x2E4F}, {0x2E52, 0x2E5D}, {0xA82C, 0xA82C}, {0xA8FF, 0xA8FF}, {0x10D24, 0x10D27},
+    {0x10EAB, 0x10EAD}, {0x10F46, 0x10F50}, {0x10F55, 0x10F59}, {0x10F82, 0x10F89}, {0x11070, 0x11070},
+    {0x11073, 0x11074}, {0x110C2, 0x110C2}, {0x110CD, 0x110CD}, {0x111CF, 0x111CF}, {0x1133B, 0x1133B},
+    {0x1145A, 0x1145A}, {0x1145E, 0x1145E}, {0x116B9, 0x116B9}, {0x1182F, 0x11837}, {0x11839, 0x1183B},
+    {0x1193B, 0x1193C}, {0x1193E, 0x1193E}, {0x11943, 0x11946}, {0x119D4, 0x119D7}, {0x119DA, 0x119DB},
+    {0x119E0, 0x119E0}, {0x119E2, 0x119E2}, {0x11A01, 0x11A0A}, {0x11A33, 0x11A38}, {0x11A3B, 0x11A47},
+    {0x11A51, 0x11A56}, {0x11A59, 0x11A5B}, {0x11A8A, 0x11A96}, {0x11A98, 0x11A9C}, {0x11A9E, 0x11AA2},
+    {0x11D31, 0x11D36}, {0x11D3A, 0x11D3A}, {0x11D3C, 0x11D3D}, {0x11D3F, 0x11D45}, {0x11D47, 0x11D47},
+    {0x11D90, 0x11D91}, {0x11D95, 0x11D95}, {0x11D97, 0x11D97}, {0x11EF3, 0x11EF4}, {0x11EF7, 0x11EF8},
+    {0x11FFF, 0x11FFF}, {0x12FF1, 0x12FF2}, {0x13430, 0x13438}, {0x16E97, 0x16E9A}, {0x16F4F, 0x16F4F},
+    {0x16FE2, 0x16FE2}, {0x16FE4, 0x16FE4}, {0x1CF00, 0x1CF2D}, {0x1CF30, 0x1CF46}, {0x1E130, 0x1E136},
+    {0x1E2AE, 0x1E2AE}, {0x1E2EC, 0x1E2EF},
+};
+
+static bool after_unicode9(uint32_t c)
+{
+    size_t lo = 0, hi = sizeof k_after_unicode9 / sizeof *k_after_unicode9;
+    while (lo < hi) {
+        size_t m = (lo + hi) / 2;
+        if (c < k_after_unicode9[m][0]) hi = m;
+        else if (c > k_after_unicode9[m][1]) lo = m + 1;
+        else return true;
+    }
+    return false;
+}
+
 /* BertNormalizer's control chars: tokenizers uses the unicode_categories crate, whose "other"
  * covers Cc, Cf, Co and Cs but not unassigned code points (they stay and become [UNK]). */
 static bool is_other_cat(uint32_t c)
 {
     int k = utf8proc_category((utf8proc_int32_t)c);
-    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-           k == UTF8PROC_CATEGORY_CO;
+    return (k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
+            k == UTF8PROC_CATEGORY_CO) && !after_unicode9(c);
 }
 
 /* The CJK ranges BERT pads with spaces (google-research/bert tokenization.py _is_chinese_char). */
@@ -71,16 +108,40 @@ static int put_lower(tk_str *o, uint32_t cp)
 
 /* ---- normalizers ---- */
 
-static int unorm(const char *s, size_t n, int opts, tk_str *o)
+static int unorm_run(const char *s, size_t n, int opts, tk_str *o)
 {
-    if (n == 0)
-        return 0;
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, (utf8proc_option_t)(UTF8PROC_STABLE | opts));
     if (r < 0)
         return CDX_EINVAL;
     int rc = tk_str_put(o, dst, (size_t)r);
     free(dst);
+    return rc;
+}
+
+/* Unicode normalization (NFC/NFD/NFKC/NFKD by opts). ASCII chars are invariant and never combine
+ * with what precedes them, so the text can be cut before any ASCII char: only the stretches that
+ * hold non-ASCII (with the ASCII char before them, which a combining mark may attach to) go
+ * through utf8proc. */
+static int unorm(const char *s, size_t n, int opts, tk_str *o)
+{
+    size_t i = 0;
+    int rc = 0;
+    while (i < n && !rc) {
+        size_t j = i;
+        while (j < n && (uint8_t)s[j] < 0x80 && (j + 1 == n || (uint8_t)s[j + 1] < 0x80))
+            j++;
+        if (j > i) { /* ASCII not followed by non-ASCII */
+            rc = tk_str_put(o, s + i, j - i);
+            i = j;
+            continue;
+        }
+        j = i + 1;
+        while (j < n && (uint8_t)s[j] >= 0x80)
+            j++;
+        rc = unorm_run(s + i, j - i, opts, o);
+        i = j;
+    }
     return rc;
 }
 
@@ -203,7 +264,7 @@ static int norm_step(const tk_norm *nm, const char *s, size_t n, tk_str *o)
             a.len = 0;
             for (size_t i = 0; i < d.len && !rc; i += adv) {
                 uint32_t c = tk_utf8_dec(d.s + i, d.len - i, &adv);
-                if (utf8proc_category((utf8proc_int32_t)c) != UTF8PROC_CATEGORY_MN)
+                if (utf8proc_category((utf8proc_int32_t)c) != UTF8PROC_CATEGORY_MN || after_unicode9(c))
                     rc = tk_str_put(&a, d.s + i, adv);
             }
         }
@@ -325,7 +386,8 @@ static int emit_pieces(pieces *ps, int behavior, bool invert, const tk_span *sp,
                 ps->p[--w] = c;
             prev = c.m;
         }
-        memmove(ps->p, ps->p + w, (ps->n - w) * sizeof *ps->p);
+        if (ps->n > w)
+            memmove(ps->p, ps->p + w, (ps->n - w) * sizeof *ps->p);
         k = ps->n - w;
         break;
     }
@@ -349,13 +411,18 @@ static int emit_pieces(pieces *ps, int behavior, bool invert, const tk_span *sp,
     return 0;
 }
 
-static int regex_pieces(pcre2_code *re, pcre2_match_data *md, const char *s, size_t n, pieces *ps)
+static int regex_pieces(pcre2_code *re, pcre2_match_data *md, pcre2_match_context *mc, const char *s, size_t n,
+                        pieces *ps)
 {
     size_t prev = 0, at = 0;
     while (at <= n) {
         int m = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (m < 0)
+        if (m == PCRE2_ERROR_JIT_STACKLIMIT && mc) /* long whitespace runs: retry on a big JIT stack */
+            m = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, mc);
+        if (m == PCRE2_ERROR_NOMATCH)
             break;
+        if (m < 0)
+            return CDX_ERANGE; /* a match or JIT stack limit: refuse rather than split wrongly */
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t b = ov[0], e = ov[1];
         if (b > prev && pc_push(ps, prev, b, false))
@@ -460,7 +527,7 @@ static int wpm_llama(const tk_pre *p, const char *s, size_t n, const tk_span *sp
     return rc;
 }
 
-static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_data **mds, size_t step)
+static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_data **mds, pcre2_match_context *mc, size_t step)
 {
     pieces ps = {0};
     int rc = 0;
@@ -472,7 +539,7 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
         switch (p->type) {
         case PRE_SPLIT:
             if (p->re)
-                rc = regex_pieces(p->re, mds[step], io->buf.s + sp.off, sp.len, &ps);
+                rc = regex_pieces(p->re, mds[step], mc, io->buf.s + sp.off, sp.len, &ps);
             else
                 rc = str_pieces(p->str, p->str_len, io->buf.s + sp.off, sp.len, &ps);
             if (!rc)
@@ -487,7 +554,7 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
                 sp.len += 1;
             }
             if (p->re) {
-                rc = regex_pieces(p->re, mds[step], io->buf.s + sp.off, sp.len, &ps);
+                rc = regex_pieces(p->re, mds[step], mc, io->buf.s + sp.off, sp.len, &ps);
                 if (!rc)
                     rc = emit_pieces(&ps, SPLIT_ISOLATED, false, &sp, out);
             } else {
@@ -528,7 +595,7 @@ static int pre_step(const tk_pre *p, tk_spans *io, tk_spans *out, pcre2_match_da
                 rc = emit_pieces(&ps, p->individual ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS, false, &sp, out);
             break;
         case PRE_WHITESPACE:
-            rc = regex_pieces(p->re, mds[step], io->buf.s + sp.off, sp.len, &ps);
+            rc = regex_pieces(p->re, mds[step], mc, io->buf.s + sp.off, sp.len, &ps);
             if (!rc)
                 rc = emit_pieces(&ps, SPLIT_REMOVED, true, &sp, out);
             break;
@@ -575,11 +642,18 @@ int tk_pretokenize(const cdx_tok *t, tk_spans *io, tk_spans *tmp)
 {
     pcre2_match_data *mds[16] = {0};
     int rc = 0;
+    /* a big JIT stack for the rare match that overflows PCRE2's default 32 KiB one */
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    if (!mc || !js)
+        rc = CDX_ENOMEM;
+    else
+        pcre2_jit_stack_assign(mc, NULL, js);
     for (size_t i = 0; i < t->n_pre && i < 16; i++)
         if (t->pre[i].re && !(mds[i] = pcre2_match_data_create_from_pattern(t->pre[i].re, NULL)))
             rc = CDX_ENOMEM;
     for (size_t i = 0; i < t->n_pre && !rc; i++) {
-        rc = pre_step(&t->pre[i], io, tmp, mds, i);
+        rc = pre_step(&t->pre[i], io, tmp, mds, mc, i);
         tk_span *sp = io->sp; size_t n = io->n, cap = io->cap;
         io->sp = tmp->sp; io->n = tmp->n; io->cap = tmp->cap;
         tmp->sp = sp; tmp->n = n; tmp->cap = cap;
@@ -587,5 +661,7 @@ int tk_pretokenize(const cdx_tok *t, tk_spans *io, tk_spans *tmp)
     }
     for (size_t i = 0; i < 16; i++)
         pcre2_match_data_free(mds[i]);
+    pcre2_jit_stack_free(js);
+    pcre2_match_context_free(mc);
     return rc;
 }

@@ -1,0 +1,36 @@
+/* libFuzzer target: the GGUF reader on arbitrary bytes. Must not crash, leak or print.
+ * Build: make fuzz; run: build-fuzz/fuzz_gguf -max_total_time=60 fuzz/corpus_gguf */
+#include "caldrix.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    cdx_err err = {0};
+    cdx_gguf *g = NULL;
+    if (cdx_gguf_open_mem(data, size, "fuzz.gguf", &g, &err) == 0) {
+        /* Touch what a loader would: every value accessor and every tensor's bytes. */
+        volatile double sink = 0;
+        for (uint64_t i = 0; i < g->n_kv; i++) {
+            const cdx_gguf_value *v = &g->kv[i].val;
+            if (v->type == CDX_GGUF_ARRAY && v->arr_type != CDX_GGUF_STRING && v->arr_type != CDX_GGUF_ARRAY && v->n)
+                sink += cdx_gguf_arr_f64(v, v->n - 1) + (double)cdx_gguf_arr_i64(v, 0);
+            uint64_t u;
+            double f;
+            (void)cdx_gguf_get_u64(g, g->kv[i].key, &u);
+            (void)cdx_gguf_get_f64(g, g->kv[i].key, &f);
+        }
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const cdx_gguf_tensor *t = &g->tensors[i];
+            if (t->n_bytes)
+                sink += ((const uint8_t *)t->data)[0] + ((const uint8_t *)t->data)[t->n_bytes - 1];
+            if (cdx_gguf_tensor_find(g, t->name) == NULL)
+                __builtin_trap();
+        }
+        (void)sink;
+        cdx_gguf_close(g);
+    } else if (g != NULL || err.msg[0] == 0) {
+        __builtin_trap(); /* a failure must leave *out NULL and say why */
+    }
+    return 0;
+}

@@ -1,0 +1,96 @@
+/* caldrix format layer: Hugging Face config.json (+ generation_config.json) for the decoder
+ * architectures caldrix runs.
+ *
+ *   cdx_hf_config c;
+ *   if (cdx_hf_config_read("path/to/checkpoint", &c, &err) < 0) fprintf(stderr, "%s\n", err.msg);
+ *   ... c.hidden_size, c.n_layers, c.layer_flags[i] & CDX_HF_LAYER_SLIDING ...
+ *
+ * The struct is plain data (no heap): copy it, drop it. Fields a config.json leaves out get the
+ * default of that architecture's transformers config class. Values are checked for type and range;
+ * a wrong one gives an error naming the file, the field and the value.
+ */
+#ifndef CALDRIX_CONFIG_H
+#define CALDRIX_CONFIG_H
+
+#include "caldrix/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cdx_hf_arch {
+    CDX_HF_LLAMA,       /* LlamaForCausalLM */
+    CDX_HF_MISTRAL,     /* MistralForCausalLM */
+    CDX_HF_QWEN2,       /* Qwen2ForCausalLM */
+    CDX_HF_QWEN3,       /* Qwen3ForCausalLM */
+    CDX_HF_QWEN3_MOE,   /* Qwen3MoeForCausalLM */
+    CDX_HF_MIXTRAL,     /* MixtralForCausalLM */
+    CDX_HF_QWEN2_MOE,   /* Qwen2MoeForCausalLM */
+    CDX_HF_ARCH_COUNT
+} cdx_hf_arch;
+
+#define CDX_HF_MAX_LAYERS 1024
+#define CDX_HF_MAX_EOS 16
+
+/* Per-layer flags, computed as transformers computes them. */
+enum {
+    CDX_HF_LAYER_SLIDING = 1, /* attention limited to the last sliding_window positions */
+    CDX_HF_LAYER_MOE = 2,     /* sparse MoE block (else a dense MLP of intermediate_size) */
+};
+
+typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1 } cdx_hf_rope_type;
+
+typedef struct cdx_hf_config {
+    cdx_hf_arch arch;
+    char architecture[64];     /* architectures[0] */
+    char model_type[32];       /* "" when absent */
+    int64_t hidden_size, intermediate_size, n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    /* rope_scaling (rope_type "llama3"); CDX_HF_ROPE_DEFAULT for null / "default" */
+    cdx_hf_rope_type rope_type;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int64_t rope_original_max_position;
+    bool tie_word_embeddings;
+    /* Sliding window: config values and the effective window (0 = none). A layer uses it iff
+     * layer_flags[l] & CDX_HF_LAYER_SLIDING. */
+    int64_t sliding_window;    /* effective size, 0 when no layer slides */
+    bool use_sliding_window;   /* Qwen2/3 switch (false elsewhere) */
+    int64_t max_window_layers; /* Qwen2/Qwen2-MoE */
+    /* Token ids: -1 when absent. generation_config.json's values replace config.json's. */
+    int64_t bos_token_id, pad_token_id;
+    int n_eos;
+    int64_t eos_token_ids[CDX_HF_MAX_EOS];
+    /* Biases: attention_bias as written; qkv/o as the architecture applies them. */
+    bool attention_bias, attn_qkv_bias, attn_o_bias, mlp_bias;
+    char torch_dtype[16];      /* "float32", "bfloat16", "float16" or "" */
+    /* MoE (0 for dense architectures) */
+    int64_t n_experts, n_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size;
+    int64_t decoder_sparse_step;
+    bool norm_topk_prob;       /* renormalise the top-k weights (Mixtral: always) */
+    uint8_t layer_flags[CDX_HF_MAX_LAYERS];
+    /* generation_config.json sampling defaults; has_* false when absent */
+    bool has_generation_config;
+    bool has_do_sample, do_sample;
+    bool has_temperature, has_top_p, has_top_k, has_repetition_penalty;
+    double temperature, top_p, repetition_penalty;
+    int64_t top_k;
+} cdx_hf_config;
+
+/* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a
+ * config.json file (generation_config.json is looked for beside it). */
+CDX_API int cdx_hf_config_read(const char *path, cdx_hf_config *out, cdx_err *err);
+/* Parses config.json text (name is used in messages); no generation config. */
+CDX_API int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_config *out, cdx_err *err);
+/* Applies generation_config.json text on top of a parsed config. */
+CDX_API int cdx_hf_config_apply_generation(cdx_hf_config *c, const char *json, size_t len, const char *name, cdx_err *err);
+/* "LlamaForCausalLM" etc.; NULL out of range. */
+CDX_API const char *cdx_hf_arch_name(cdx_hf_arch a);
+/* Whether id is one of the end-of-sequence ids. */
+CDX_API bool cdx_hf_config_is_eos(const cdx_hf_config *c, int64_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

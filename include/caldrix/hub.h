@@ -1,0 +1,239 @@
+/* caldrix hub layer: model references, the Hugging Face Hub and its cache, Ollama tags, aliases,
+ * the import rules (what is refused and why) and memory admission.
+ *
+ *   cdx_err err = {0};
+ *   char *path = NULL;
+ *   if (cdx_hub_resolve("Qwen/Qwen3-0.6B@main", NULL, &path, &err) < 0) fprintf(stderr, "%s\n", err.msg);
+ *   ... open path (a .gguf file or a snapshot directory) with the model layer ...
+ *   free(path);
+ *
+ * Library code never prints: progress and notes reach the caller through opts->on_event.
+ * Network: libcurl; every request goes to HF_ENDPOINT or the Ollama registry, never elsewhere
+ * except where those servers redirect a download.
+ */
+#ifndef CALDRIX_HUB_H
+#define CALDRIX_HUB_H
+
+#include "caldrix/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- references ---- */
+
+typedef enum cdx_ref_kind {
+    CDX_REF_PATH = 0,   /* a file or a directory on disk */
+    CDX_REF_ALIAS = 1,  /* a name from the alias table: a Hub repo at a pinned revision */
+    CDX_REF_HF = 2,     /* owner/name[@revision] on the Hugging Face Hub */
+    CDX_REF_OLLAMA = 3, /* ollama:[namespace/]name[:tag] */
+} cdx_ref_kind;
+
+typedef struct cdx_hub_ref {
+    cdx_ref_kind kind;
+    char path[4096];     /* PATH */
+    char alias[64];      /* ALIAS: the alias as given */
+    char repo[200];      /* ALIAS, HF: owner/name */
+    char revision[256];  /* ALIAS, HF: the pinned commit or the @revision ("main" when absent) */
+    char ns[128];        /* OLLAMA: namespace ("library" when absent) */
+    char name[128];      /* OLLAMA: model name */
+    char tag[128];       /* OLLAMA: tag ("latest" when absent) */
+} cdx_hub_ref;
+
+/* Parses a reference. An existing file or directory is a PATH; a string starting with '/', "./",
+ * "../" or "~/" or ending in ".gguf" is a PATH that must exist; then aliases; then "ollama:";
+ * then owner/name[@revision] (Hub repo-id rules). Anything else is CDX_EINVAL naming the forms. */
+CDX_API int cdx_hub_parse_ref(const char *ref, cdx_hub_ref *out, cdx_err *err);
+
+/* The alias table: one row per alias, compiled in. `caldrix models supported` prints it. */
+typedef struct cdx_hub_alias {
+    const char *alias;
+    const char *repo;
+    const char *revision;   /* a full 40-hex commit */
+    const char *note;       /* what has been verified, in one line */
+} cdx_hub_alias;
+CDX_API const cdx_hub_alias *cdx_hub_aliases(size_t *n);
+CDX_API const cdx_hub_alias *cdx_hub_alias_find(const char *alias); /* NULL when unknown */
+
+/* ---- environment and cache ---- */
+
+/* Where things are, from the environment (see docs/models.md). Strings are owned by the struct;
+ * free with cdx_hub_env_free. */
+typedef struct cdx_hub_env {
+    char *hf_cache;        /* HF_HUB_CACHE, else HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub */
+    char *hf_home;         /* HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface */
+    char *endpoint;        /* HF_ENDPOINT without a trailing '/', else https://huggingface.co */
+    char *token;           /* HF_TOKEN, else the first line of $HF_HOME/token (HF_TOKEN_PATH); NULL when none */
+    const char *token_source; /* "HF_TOKEN", "HF_TOKEN_PATH", "$HF_HOME/token" or NULL */
+    char *caldrix_cache;   /* CALDRIX_CACHE, else $XDG_CACHE_HOME/caldrix, else ~/.cache/caldrix */
+    char *ollama_registry; /* CALDRIX_OLLAMA_REGISTRY without a trailing '/', else https://registry.ollama.ai */
+    bool hf_offline;       /* HF_HUB_OFFLINE or CALDRIX_OFFLINE is 1/on/yes/true */
+    bool offline;          /* CALDRIX_OFFLINE is 1/on/yes/true (every network edge) */
+    const char *offline_var; /* the variable that made it offline, for messages */
+} cdx_hub_env;
+CDX_API int cdx_hub_env_load(cdx_hub_env *env, cdx_err *err);
+CDX_API void cdx_hub_env_free(cdx_hub_env *env);
+/* "1", "on", "yes", "true" (any case) */
+CDX_API bool cdx_hub_env_truthy(const char *v);
+
+/* The cache folder of a repo: "<cache>/models--owner--name" (caller frees). */
+CDX_API char *cdx_hub_repo_dir(const char *cache, const char *repo);
+/* Resolves a revision through the cache alone, as huggingface_hub does offline: a 40-hex commit
+ * as given, else the commit in refs/<revision>. Fills commit[41]. CDX_ENOTFOUND when unknown. */
+CDX_API int cdx_hub_cache_commit(const char *cache, const char *repo, const char *revision,
+                                 char commit[41], cdx_err *err);
+
+/* ---- import rules over config.json ---- */
+
+/* What the import reads from config.json (0 where the key is absent and has no default). */
+typedef struct cdx_hub_config {
+    char arch[64];          /* architectures[0] */
+    char model_type[64];
+    char dtype[16];         /* torch_dtype / dtype: "float32", "bfloat16", "float16" or "" */
+    int64_t n_layer, n_head, n_kv_head, hidden, head_dim, ffn, vocab, ctx_max;
+    int64_t n_expert, n_expert_used, moe_ffn;
+    int64_t sliding_window; /* active window, 0 when none */
+    bool tied;              /* tie_word_embeddings */
+    bool vision;            /* a vision-language architecture (processor files required) */
+    bool llama3_rope;       /* rope_scaling is Llama 3's */
+    int n_keys;             /* top-level keys in config.json */
+} cdx_hub_config;
+
+/* One row per refusal: the table that the checks, `caldrix models rules` and docs/models.md read. */
+typedef struct cdx_hub_rule {
+    const char *id;       /* short name, e.g. "architecture" */
+    const char *field;    /* the config.json field(s) it reads */
+    const char *doc;      /* what is refused, one sentence */
+} cdx_hub_rule;
+CDX_API const cdx_hub_rule *cdx_hub_rules(size_t *n);
+
+/* The accepted architectures, in one table. */
+typedef struct cdx_hub_arch {
+    const char *name;     /* config.json architectures[0] */
+    const char *family;   /* model_type family */
+    const char *note;     /* "", or e.g. "accepted, not verified on hardware" */
+} cdx_hub_arch;
+CDX_API const cdx_hub_arch *cdx_hub_archs(size_t *n);
+
+/* Checks config.json text against every rule. name prefixes messages ("owner/name: config.json").
+ * On refusal returns CDX_EUNSUPPORTED (or CDX_EFORMAT for malformed JSON / values) with a message
+ * naming the field and the value and what to do; out (may be NULL) is filled on success. */
+CDX_API int cdx_hub_check_config(const char *json, size_t len, const char *name, cdx_hub_config *out,
+                                 cdx_err *err);
+
+/* ---- memory admission (seed 004) ---- */
+
+#define CDX_HUB_DEFAULT_CTX 4096u  /* the context the estimate assumes when none is given */
+#define CDX_HUB_KV_BYTES 4u        /* bytes per cached K or V value (f32) */
+
+/* KV cache bytes for ctx tokens: 2 (K and V) * layers * kv_heads * head_dim * ctx * 4, with ctx
+ * capped at the model's context and at an active sliding window. */
+CDX_API uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx);
+/* The context the estimate uses: ctx (0: CDX_HUB_DEFAULT_CTX) capped as above. */
+CDX_API uint32_t cdx_hub_ctx_for(const cdx_hub_config *c, uint32_t ctx);
+/* MemAvailable from /proc/meminfo in bytes, or CALDRIX_MEM_AVAILABLE (bytes, or with a K/M/G
+ * suffix) when set. 0 when unknown. */
+CDX_API uint64_t cdx_hub_mem_available(void);
+
+/* ---- resolving and downloading ---- */
+
+typedef enum cdx_hub_event_kind {
+    CDX_HUB_EV_NOTE = 0,     /* text: a line for the user ("reads model.safetensors ...; not read: ...") */
+    CDX_HUB_EV_PLAN = 1,     /* n_files, total: what is about to be fetched (before any of it) */
+    CDX_HUB_EV_FILE = 2,     /* file, total: one planned file (after PLAN, in order) */
+    CDX_HUB_EV_START = 3,    /* file, done (resume offset), total: a download begins */
+    CDX_HUB_EV_PROGRESS = 4, /* file, done, total */
+    CDX_HUB_EV_END = 5,      /* file, total: a file is complete in the cache */
+    CDX_HUB_EV_KEPT = 6,     /* file: already in the cache, kept */
+} cdx_hub_event_kind;
+
+typedef struct cdx_hub_event {
+    cdx_hub_event_kind kind;
+    const char *text;
+    const char *file;
+    uint64_t done, total;
+    uint32_t n_files;
+} cdx_hub_event;
+typedef void (*cdx_hub_event_fn)(const cdx_hub_event *ev, void *user);
+
+typedef struct cdx_hub_opts {
+    cdx_hub_event_fn on_event;  /* NULL: silent */
+    void *user;
+    uint32_t ctx;               /* context for the memory estimate (0: CDX_HUB_DEFAULT_CTX) */
+    bool skip_memory_check;     /* fetch anyway; the loader decides against the real files */
+    bool check_local;           /* apply the config.json rules to local directories too */
+    uint64_t mem_available;     /* 0: cdx_hub_mem_available() */
+    bool cache_only;            /* no network: resolve through the caches alone (caldrix inspect) */
+} cdx_hub_opts;
+
+/* Resolves ref to a local path the model layer opens: a file (.gguf, an Ollama model) or a
+ * directory (a local checkpoint or a Hub snapshot), downloading what is missing in the order
+ * seed 000 gives. opts may be NULL. *local_path_out is heap-allocated (caller frees). */
+CDX_API int cdx_hub_resolve(const char *ref, const cdx_hub_opts *opts, char **local_path_out, cdx_err *err);
+CDX_API int cdx_hub_resolve_ref(const cdx_hub_ref *ref, const cdx_hub_opts *opts, char **local_path_out,
+                                cdx_err *err);
+
+/* Checks a local checkpoint directory the way the import does (config.json, a supported tokenizer,
+ * weights chosen as transformers chooses them) without opening any weight. When notes is non-NULL
+ * it receives a heap string (or NULL) naming the .safetensors files the rule leaves out. */
+CDX_API int cdx_hub_check_dir(const char *dir, bool check_config, char **notes, cdx_err *err);
+
+/* ---- inspect (seed 003): a report that never loads weights ---- */
+
+typedef struct cdx_hub_report {
+    char format[16];        /* "gguf" or "safetensors" */
+    char path[4096];
+    char architecture[64];  /* GGUF general.architecture, or config.json architectures[0] */
+    char family[64];
+    uint64_t n_tensors, n_metadata;
+    int64_t n_layer, n_head, n_kv_head, hidden, head_dim, ctx;
+    int64_t n_expert, n_expert_used;
+    char tensor_types[512];            /* "f32=12,q4_K=30" */
+    char unsupported_tensor_types[512];/* "none" or the list */
+    char missing_required_tensors[1024];/* "none" or the list (a count and the first names) */
+    uint64_t n_missing;
+    uint64_t n_unused;
+    char unused_tensors[512];          /* "none" or a count and the first names (tensors no role reads) */
+    uint64_t weight_bytes, kv_bytes;   /* estimated memory = weights + KV at kv_ctx */
+    uint32_t kv_ctx;
+    char refusal[1024];                /* "" or what the import rules refuse, with the field and value */
+    char note[1024];                   /* "" or notes (files not read, a shipped head beside a tied one) */
+} cdx_hub_report;
+
+/* path: a .gguf file or a checkpoint directory. Reads headers only. */
+CDX_API int cdx_hub_inspect_path(const char *path, cdx_hub_report *out, cdx_err *err);
+
+/* ---- SHA-256 (FIPS 180-4), for Ollama's blob digests ---- */
+
+typedef struct cdx_sha256 {
+    uint32_t h[8];
+    uint64_t n_bytes;
+    uint8_t buf[64];
+    uint32_t n_buf;
+} cdx_sha256;
+CDX_API void cdx_sha256_init(cdx_sha256 *s);
+CDX_API void cdx_sha256_update(cdx_sha256 *s, const void *data, size_t n);
+CDX_API void cdx_sha256_final(cdx_sha256 *s, uint8_t out[32]);
+/* Hex digest (65 bytes with the NUL) of a whole file. */
+CDX_API int cdx_sha256_file(const char *path, char hex[65], cdx_err *err);
+
+/* ---- the machine (caldrix doctor) ---- */
+
+typedef struct cdx_hub_cpu {
+    char vendor[16];
+    char brand[64];
+    bool avx, avx2, fma, f16c, bmi2;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi;
+    bool x86_64_v3;   /* AVX2+FMA+F16C+BMI2 and the OS saves the YMM state */
+    bool x86_64_v4;   /* + AVX-512 F/BW/VL/DQ and the OS saves the ZMM state */
+} cdx_hub_cpu;
+CDX_API void cdx_hub_cpu_detect(cdx_hub_cpu *out);
+/* MemTotal and MemAvailable in bytes (0 when unknown). */
+CDX_API void cdx_hub_meminfo(uint64_t *total, uint64_t *available);
+/* Free bytes on the filesystem holding path (or its nearest existing parent). */
+CDX_API int cdx_hub_disk_free(const char *path, uint64_t *free_bytes, cdx_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

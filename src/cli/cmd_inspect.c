@@ -1,0 +1,115 @@
+/* caldrix inspect REF [--json]: seed 003's inspect-only report; weights are never loaded. */
+#include "cli.h"
+#include "cli_hub.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: caldrix inspect REF [--json]\n\n"
+               "Reports what caldrix makes of a model from its headers alone: architecture, tensor and metadata\n"
+               "counts, family, layers, heads, kv heads, hidden size, head_dim, context, tensor types,\n"
+               "unsupported_tensor_types, missing_required_tensors and the estimated memory (weights + KV cache\n"
+               "for a %u-token context). REF is a .gguf file, a checkpoint folder, or a reference already in\n"
+               "the cache (an alias, owner/name[@revision], ollama:name[:tag]); inspect never downloads.\n",
+               CDX_HUB_DEFAULT_CTX);
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    const char *ref = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "caldrix inspect: unknown option \"%s\"\n", argv[i]);
+            return 2;
+        } else if (!ref) {
+            ref = argv[i];
+        } else {
+            fprintf(stderr, "caldrix inspect: one REF only\n");
+            return 2;
+        }
+    }
+    if (!ref) {
+        usage(stderr);
+        return 2;
+    }
+    cdx_err err = { 0 };
+    cli_hub_ui ui;
+    cdx_hub_opts o;
+    cli_hub_opts_init(&o, &ui, true);
+    o.cache_only = true;
+    char *path = NULL;
+    if (cdx_hub_resolve(ref, &o, &path, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    cdx_hub_report *r = calloc(1, sizeof *r);
+    if (!r || cdx_hub_inspect_path(path, r, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", r ? err.msg : "out of memory");
+        free(r);
+        free(path);
+        return 1;
+    }
+    char w[32], k[32], t[32];
+    cli_fmt_bytes(r->weight_bytes, w, sizeof w);
+    cli_fmt_bytes(r->kv_bytes, k, sizeof k);
+    cli_fmt_bytes(r->weight_bytes + r->kv_bytes, t, sizeof t);
+    if (json) {
+        json_t *o2 = json_pack("{s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:I}",
+                               "format", r->format, "path", r->path, "architecture", r->architecture,
+                               "tensors", (json_int_t)r->n_tensors, "metadata", (json_int_t)r->n_metadata,
+                               "family", r->family, "layers", (json_int_t)r->n_layer, "heads", (json_int_t)r->n_head,
+                               "kv_heads", (json_int_t)r->n_kv_head, "hidden", (json_int_t)r->hidden,
+                               "head_dim", (json_int_t)r->head_dim, "context", (json_int_t)r->ctx,
+                               "experts", (json_int_t)r->n_expert, "experts_used", (json_int_t)r->n_expert_used,
+                               "tensor_types", r->tensor_types, "unsupported_tensor_types",
+                               r->unsupported_tensor_types, "missing_required_tensors", r->missing_required_tensors,
+                               "missing_required_count", (json_int_t)r->n_missing);
+        json_object_set_new(o2, "unused_tensors", json_string(r->unused_tensors));
+        json_object_set_new(o2, "unused_count", json_integer((json_int_t)r->n_unused));
+        json_object_set_new(o2, "estimated_memory",
+                            json_pack("{s:I,s:I,s:I,s:I}", "weights_bytes", (json_int_t)r->weight_bytes,
+                                      "kv_bytes", (json_int_t)r->kv_bytes, "kv_context", (json_int_t)r->kv_ctx,
+                                      "total_bytes", (json_int_t)(r->weight_bytes + r->kv_bytes)));
+        json_object_set_new(o2, "refusal", r->refusal[0] ? json_string(r->refusal) : json_null());
+        json_object_set_new(o2, "note", r->note[0] ? json_string(r->note) : json_null());
+        char *s = json_dumps(o2, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        json_decref(o2);
+    } else {
+        printf("%s path=%s architecture=%s tensors=%llu metadata=%llu\n", r->format, r->path, r->architecture,
+               (unsigned long long)r->n_tensors, (unsigned long long)r->n_metadata);
+        printf("  gpt family=%s layers=%lld heads=%lld kv_heads=%lld hidden=%lld head_dim=%lld context=%lld",
+               r->family, (long long)r->n_layer, (long long)r->n_head, (long long)r->n_kv_head, (long long)r->hidden,
+               (long long)r->head_dim, (long long)r->ctx);
+        if (r->n_expert)
+            printf(" experts=%lld experts_used=%lld", (long long)r->n_expert, (long long)r->n_expert_used);
+        printf("\n  tensor_types=%s\n", r->tensor_types);
+        printf("  unsupported_tensor_types=%s\n", r->unsupported_tensor_types);
+        if (r->n_missing)
+            printf("  missing_required_tensors=%llu: %s\n", (unsigned long long)r->n_missing,
+                   r->missing_required_tensors);
+        else
+            printf("  missing_required_tensors=%s\n", r->missing_required_tensors);
+        if (strcmp(r->format, "gguf"))
+            printf("  unused_tensors=%s\n", r->unused_tensors);
+        printf("  estimated_memory=%s (weights %s + KV cache %s for %u tokens)\n", t, w, k, r->kv_ctx);
+        if (r->note[0])
+            printf("  note: %s\n", r->note);
+        if (r->refusal[0])
+            printf("  refused: %s\n", r->refusal);
+    }
+    free(r);
+    free(path);
+    return 0;
+}

@@ -1,0 +1,644 @@
+/* config.json / generation_config.json reader. Defaults and derived values follow the
+ * transformers config classes (configuration_<model>.py, read at the snapshot noted in
+ * ../shared/fixtures/hf/INDEX.md): one table row per architecture below holds them. */
+#include "caldrix/config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_MAX_BYTES ((size_t)16 << 20)
+
+typedef enum {
+    SW_NONE,      /* Llama: no sliding window */
+    SW_ALL,       /* Mistral, Mixtral: every layer when sliding_window is non-null */
+    SW_QWEN,      /* Qwen2, Qwen3: only with use_sliding_window; layers >= max_window_layers or layer_types */
+    SW_QWEN2_MOE, /* Qwen2-MoE: with use_sliding_window; even layers i < max_window_layers, or layer_types */
+    SW_QWEN_ALL,  /* Qwen3-MoE: every layer, only with use_sliding_window */
+} sw_rule;
+
+typedef enum {
+    B_ATTN,   /* attention_bias on q, k, v and o (Llama, Qwen3, Qwen3-MoE) */
+    B_NONE,   /* no attention bias (Mistral, Mixtral) */
+    B_QKV,    /* q, k, v always biased, o never (Qwen2) */
+    B_QKV_KEY /* q, k, v biased when qkv_bias (default true), o never (Qwen2-MoE) */
+} bias_rule;
+
+typedef struct {
+    const char *arch, *model_type;
+    int64_t kv_heads;    /* default when absent; 0: = num_attention_heads */
+    int64_t head_dim;    /* default when absent; 0: hidden_size / num_attention_heads */
+    double rms_eps, rope_theta;
+    int64_t max_pos;
+    int64_t sliding;     /* sliding_window when the key is absent; 0: null */
+    sw_rule sw;
+    int64_t bos, eos;    /* defaults; -1: none */
+    int moe;             /* 0 dense, 1 Qwen-style (num_experts), 2 Mixtral (num_local_experts) */
+    bias_rule bias;
+    bool mlp_bias_key;   /* reads mlp_bias (Llama only) */
+    int64_t experts, per_tok, moe_ff, shared_ff;
+    bool norm_topk;      /* default norm_topk_prob */
+} arch_row;
+
+static const arch_row k_arch[CDX_HF_ARCH_COUNT] = {
+    [CDX_HF_LLAMA] = { "LlamaForCausalLM", "llama", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, 1, 2, 0, B_ATTN, true },
+    [CDX_HF_MISTRAL] = { "MistralForCausalLM", "mistral", 8, 0, 1e-6, 10000.0, 4096 * 32, 4096, SW_ALL, 1, 2, 0, B_NONE },
+    [CDX_HF_QWEN2] = { "Qwen2ForCausalLM", "qwen2", 32, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN, -1, -1, 0, B_QKV },
+    [CDX_HF_QWEN3] = { "Qwen3ForCausalLM", "qwen3", 32, 128, 1e-6, 10000.0, 32768, 4096, SW_QWEN, -1, -1, 0, B_ATTN },
+    [CDX_HF_QWEN3_MOE] = { "Qwen3MoeForCausalLM", "qwen3_moe", 4, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN_ALL, -1, -1, 1,
+                           B_ATTN, false, 128, 8, 768, 0, false },
+    [CDX_HF_MIXTRAL] = { "MixtralForCausalLM", "mixtral", 8, 0, 1e-5, 1e6, 4096 * 32, 0, SW_ALL, 1, 2, 2, B_NONE, false,
+                         8, 2, 0, 0, true },
+    [CDX_HF_QWEN2_MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN2_MOE, -1, -1, 1,
+                           B_QKV_KEY, false, 60, 4, 1408, 5632, false },
+};
+
+const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_arch[a].arch : NULL; }
+
+bool cdx_hf_config_is_eos(const cdx_hf_config *c, int64_t id)
+{
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] == id)
+            return true;
+    return false;
+}
+
+/* ---- typed field access: every failure names the file, the field and the value ---- */
+
+typedef struct {
+    json_t *root;
+    const char *name;
+    cdx_err *err;
+} ctx;
+
+/* The value as compact JSON, cut to fit a message. */
+static void show(const json_t *v, char *buf, size_t cap)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!s)
+        snprintf(buf, cap, "?");
+    else if (strlen(s) >= cap && cap > 4)
+        snprintf(buf, cap, "%.*s...", (int)cap - 4, s);
+    else
+        snprintf(buf, cap, "%s", s);
+    free(s);
+}
+
+static int type_err(ctx *c, const char *field, const json_t *v, const char *expected)
+{
+    char b[96];
+    show(v, b, sizeof b);
+    return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is %s; expected %s", c->name, field, b, expected);
+}
+
+/* NULL when absent or null */
+static json_t *field(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int get_int_in(ctx *c, json_t *obj, const char *key, const char *shown, int64_t lo, int64_t hi, int64_t *out,
+                      bool *present)
+{
+    json_t *v = field(obj, key);
+    if (present)
+        *present = v != NULL;
+    if (!v)
+        return CDX_OK;
+    if (!json_is_integer(v))
+        return type_err(c, shown, v, "an integer");
+    int64_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: %s is %lld; expected %lld..%lld", c->name, shown, (long long)x,
+                           (long long)lo, (long long)hi);
+    *out = x;
+    return CDX_OK;
+}
+
+static int get_int(ctx *c, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *present)
+{
+    return get_int_in(c, c->root, key, key, lo, hi, out, present);
+}
+
+static int req_int(ctx *c, const char *key, int64_t lo, int64_t hi, int64_t *out)
+{
+    bool present;
+    int rc = get_int(c, key, lo, hi, out, &present);
+    if (!rc && !present)
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; expected an integer", c->name, key);
+    return rc;
+}
+
+/* A finite number (integer or real) in (lo, hi]. */
+static int get_num_in(ctx *c, json_t *obj, const char *key, const char *shown, double lo, double hi, double *out,
+                      bool *present)
+{
+    json_t *v = field(obj, key);
+    if (present)
+        *present = v != NULL;
+    if (!v)
+        return CDX_OK;
+    if (!json_is_number(v))
+        return type_err(c, shown, v, "a number");
+    double x = json_number_value(v);
+    if (!isfinite(x) || x <= lo || x > hi)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: %s is %g; expected a number above %g and at most %g", c->name,
+                           shown, x, lo, hi);
+    *out = x;
+    return CDX_OK;
+}
+
+static int get_bool(ctx *c, const char *key, bool *out, bool *present)
+{
+    json_t *v = field(c->root, key);
+    if (present)
+        *present = v != NULL;
+    if (!v)
+        return CDX_OK;
+    if (!json_is_boolean(v))
+        return type_err(c, key, v, "true or false");
+    *out = json_is_true(v);
+    return CDX_OK;
+}
+
+static int get_str(ctx *c, json_t *obj, const char *key, const char *shown, const char **out)
+{
+    json_t *v = field(obj, key);
+    *out = NULL;
+    if (!v)
+        return CDX_OK;
+    if (!json_is_string(v))
+        return type_err(c, shown, v, "a string");
+    *out = json_string_value(v);
+    return CDX_OK;
+}
+
+/* eos_token_id: an integer or a list of integers. */
+static int get_eos(ctx *c, cdx_hf_config *cfg)
+{
+    json_t *v = field(c->root, "eos_token_id");
+    if (!v)
+        return CDX_OK;
+    if (json_is_integer(v)) {
+        int64_t x;
+        int rc = get_int(c, "eos_token_id", 0, INT32_MAX, &x, NULL);
+        if (rc)
+            return rc;
+        cfg->n_eos = 1;
+        cfg->eos_token_ids[0] = x;
+        return CDX_OK;
+    }
+    if (!json_is_array(v))
+        return type_err(c, "eos_token_id", v, "an integer or a list of integers");
+    if (json_array_size(v) > CDX_HF_MAX_EOS)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: eos_token_id lists %zu ids; caldrix keeps at most %d", c->name,
+                           json_array_size(v), CDX_HF_MAX_EOS);
+    cfg->n_eos = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        char shown[48];
+        snprintf(shown, sizeof shown, "eos_token_id[%zu]", i);
+        if (!json_is_integer(e))
+            return type_err(c, shown, e, "an integer");
+        if (json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
+            return cdx_err_set(c->err, CDX_ERANGE, "%s: %s is %lld; expected 0..%d", c->name, shown,
+                               (long long)json_integer_value(e), INT32_MAX);
+        cfg->eos_token_ids[cfg->n_eos++] = json_integer_value(e);
+    }
+    return CDX_OK;
+}
+
+/* ---- config.json ---- */
+
+static int find_arch(ctx *c, cdx_hf_config *cfg)
+{
+    const char *mt;
+    int rc = get_str(c, c->root, "model_type", "model_type", &mt);
+    if (rc)
+        return rc;
+    if (mt)
+        snprintf(cfg->model_type, sizeof cfg->model_type, "%s", mt);
+    json_t *archs = field(c->root, "architectures");
+    const char *name = NULL;
+    if (archs) {
+        if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0)))
+            return type_err(c, "architectures", archs, "a list of architecture names");
+        name = json_string_value(json_array_get(archs, 0));
+        for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
+            if (!strcmp(name, k_arch[a].arch)) {
+                cfg->arch = (cdx_hf_arch)a;
+                snprintf(cfg->architecture, sizeof cfg->architecture, "%s", name);
+                return CDX_OK;
+            }
+    } else if (mt) {
+        /* No architectures list: the causal-LM class of the model_type, as AutoModelForCausalLM picks. */
+        for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
+            if (!strcmp(mt, k_arch[a].model_type)) {
+                cfg->arch = (cdx_hf_arch)a;
+                snprintf(cfg->architecture, sizeof cfg->architecture, "%s", k_arch[a].arch);
+                return CDX_OK;
+            }
+    }
+    char list[256] = "";
+    for (int a = 0; a < CDX_HF_ARCH_COUNT; a++) {
+        strcat(list, a ? ", " : "");
+        strcat(list, k_arch[a].arch);
+    }
+    if (name)
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: architectures[0] is \"%.80s\"; caldrix runs %s", c->name, name,
+                           list);
+    if (mt)
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: model_type is \"%.80s\" and there is no architectures list; caldrix runs %s",
+                           c->name, mt, list);
+    return cdx_err_set(c->err, CDX_EFORMAT, "%s: architectures is missing; expected one of %s", c->name, list);
+}
+
+static int read_rope(ctx *c, cdx_hf_config *cfg)
+{
+    int rc;
+    /* transformers v5 writes rope_parameters {rope_type, rope_theta, ...}; older configs write
+     * rope_theta at the top and rope_scaling {rope_type|type, ...}. */
+    json_t *params = field(c->root, "rope_parameters");
+    json_t *rs = params ? params : field(c->root, "rope_scaling");
+    const char *rs_name = params ? "rope_parameters" : "rope_scaling";
+    if ((rc = get_num_in(c, c->root, "rope_theta", "rope_theta", 0, 1e12, &cfg->rope_theta, NULL)))
+        return rc;
+    if (!rs)
+        return CDX_OK;
+    if (!json_is_object(rs))
+        return type_err(c, rs_name, rs, "an object or null");
+    char shown[64];
+    snprintf(shown, sizeof shown, "%s.rope_theta", rs_name);
+    if ((rc = get_num_in(c, rs, "rope_theta", shown, 0, 1e12, &cfg->rope_theta, NULL)))
+        return rc;
+    const char *type = NULL;
+    snprintf(shown, sizeof shown, "%s.rope_type", rs_name);
+    if ((rc = get_str(c, rs, "rope_type", shown, &type)))
+        return rc;
+    if (!type) {
+        snprintf(shown, sizeof shown, "%s.type", rs_name);
+        if ((rc = get_str(c, rs, "type", shown, &type)))
+            return rc;
+    }
+    if (!type || !strcmp(type, "default"))
+        return CDX_OK;
+    if (strcmp(type, "llama3"))
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: %s is \"%.40s\"; caldrix supports \"llama3\" and \"default\"",
+                           c->name, shown, type);
+    cfg->rope_type = CDX_HF_ROPE_LLAMA3;
+    /* _compute_llama3_parameters needs all four. */
+    static const char *const keys[] = { "factor", "low_freq_factor", "high_freq_factor" };
+    double *dst[] = { &cfg->rope_factor, &cfg->rope_low_freq_factor, &cfg->rope_high_freq_factor };
+    for (int i = 0; i < 3; i++) {
+        bool present;
+        snprintf(shown, sizeof shown, "%s.%s", rs_name, keys[i]);
+        if ((rc = get_num_in(c, rs, keys[i], shown, 0, 1e6, dst[i], &present)))
+            return rc;
+        if (!present)
+            return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; llama3 rope scaling needs it", c->name, shown);
+    }
+    if (cfg->rope_high_freq_factor <= cfg->rope_low_freq_factor)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: %s.high_freq_factor is %g; it must exceed low_freq_factor %g", c->name,
+                           rs_name, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+    bool present;
+    snprintf(shown, sizeof shown, "%s.original_max_position_embeddings", rs_name);
+    if ((rc = get_int_in(c, rs, "original_max_position_embeddings", shown, 1, (int64_t)1 << 30,
+                         &cfg->rope_original_max_position, &present)))
+        return rc;
+    if (!present)
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; llama3 rope scaling needs it", c->name, shown);
+    return CDX_OK;
+}
+
+static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
+{
+    int rc;
+    int64_t window = row->sliding;
+    json_t *sw = json_object_get(c->root, "sliding_window");
+    if (sw && json_is_null(sw))
+        window = 0;
+    else if ((rc = get_int(c, "sliding_window", 0, (int64_t)1 << 30, &window, NULL)))
+        return rc;
+    bool use = false;
+    if ((rc = get_bool(c, "use_sliding_window", &use, NULL)))
+        return rc;
+    cfg->max_window_layers = 28;
+    if ((rc = get_int(c, "max_window_layers", 0, (int64_t)1 << 30, &cfg->max_window_layers, NULL)))
+        return rc;
+    if (row->sw == SW_NONE)
+        window = 0;
+    if (row->sw == SW_QWEN || row->sw == SW_QWEN2_MOE || row->sw == SW_QWEN_ALL) {
+        cfg->use_sliding_window = use;
+        if (!use)
+            window = 0;
+    }
+    /* layer_types, when given, decides per layer (Qwen2/3 families); Mistral ignores it. */
+    json_t *lt = field(c->root, "layer_types");
+    bool use_lt = lt && (row->sw == SW_QWEN || row->sw == SW_QWEN2_MOE);
+    if (use_lt) {
+        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layers) {
+            char b[96];
+            show(lt, b, sizeof b);
+            return cdx_err_set(c->err, CDX_EFORMAT, "%s: layer_types is %s; expected a list of %lld strings", c->name, b,
+                               (long long)cfg->n_layers);
+        }
+    }
+    bool any = false;
+    for (int64_t l = 0; l < cfg->n_layers; l++) {
+        bool s = false;
+        if (use_lt) {
+            json_t *e = json_array_get(lt, (size_t)l);
+            const char *t = json_is_string(e) ? json_string_value(e) : NULL;
+            if (!t || (strcmp(t, "full_attention") && strcmp(t, "sliding_attention"))) {
+                char shown[40];
+                snprintf(shown, sizeof shown, "layer_types[%lld]", (long long)l);
+                return type_err(c, shown, e, "\"full_attention\" or \"sliding_attention\"");
+            }
+            s = !strcmp(t, "sliding_attention");
+        } else if (row->sw == SW_ALL || row->sw == SW_QWEN_ALL)
+            s = true;
+        else if (row->sw == SW_QWEN)
+            s = l >= cfg->max_window_layers;
+        else if (row->sw == SW_QWEN2_MOE)
+            s = (l + 1) % 2 != 0 && l < cfg->max_window_layers;
+        if (s && window > 0) {
+            cfg->layer_flags[l] |= CDX_HF_LAYER_SLIDING;
+            any = true;
+        }
+    }
+    cfg->sliding_window = any ? window : 0;
+    return CDX_OK;
+}
+
+static int read_moe(ctx *c, cdx_hf_config *cfg, const arch_row *row)
+{
+    int rc;
+    cfg->n_experts = row->experts;
+    cfg->n_experts_per_tok = row->per_tok;
+    cfg->moe_intermediate_size = row->moe_ff;
+    cfg->shared_expert_intermediate_size = row->shared_ff;
+    cfg->norm_topk_prob = row->norm_topk;
+    cfg->decoder_sparse_step = 1;
+    /* Mixtral's and Qwen3-MoE's classes map num_experts onto num_local_experts; accept either key. */
+    const char *primary = row->moe == 2 ? "num_local_experts" : "num_experts";
+    const char *alias = row->moe == 2 ? "num_experts" : "num_local_experts";
+    bool present;
+    if ((rc = get_int(c, primary, row->moe == 2 ? 1 : 0, 4096, &cfg->n_experts, &present)))
+        return rc;
+    if (!present && (rc = get_int(c, alias, row->moe == 2 ? 1 : 0, 4096, &cfg->n_experts, NULL)))
+        return rc;
+    if ((rc = get_int(c, "num_experts_per_tok", 1, 4096, &cfg->n_experts_per_tok, NULL)))
+        return rc;
+    if (cfg->n_experts > 0 && cfg->n_experts_per_tok > cfg->n_experts)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: num_experts_per_tok is %lld; there are only %lld experts", c->name,
+                           (long long)cfg->n_experts_per_tok, (long long)cfg->n_experts);
+    if (row->moe == 2) {
+        /* Mixtral's experts are intermediate_size wide and always renormalise their top-k. */
+        cfg->moe_intermediate_size = cfg->intermediate_size;
+        cfg->norm_topk_prob = true;
+        for (int64_t l = 0; l < cfg->n_layers; l++)
+            cfg->layer_flags[l] |= CDX_HF_LAYER_MOE;
+        return CDX_OK;
+    }
+    if ((rc = get_int(c, "moe_intermediate_size", 1, (int64_t)1 << 22, &cfg->moe_intermediate_size, NULL)) ||
+        (rc = get_bool(c, "norm_topk_prob", &cfg->norm_topk_prob, NULL)) ||
+        (rc = get_int(c, "decoder_sparse_step", 1, CDX_HF_MAX_LAYERS, &cfg->decoder_sparse_step, NULL)))
+        return rc;
+    if (row->shared_ff && (rc = get_int(c, "shared_expert_intermediate_size", 0, (int64_t)1 << 22,
+                                        &cfg->shared_expert_intermediate_size, NULL)))
+        return rc;
+    uint8_t dense[CDX_HF_MAX_LAYERS] = {0};
+    json_t *mol = field(c->root, "mlp_only_layers");
+    if (mol) {
+        if (!json_is_array(mol))
+            return type_err(c, "mlp_only_layers", mol, "a list of layer indices");
+        for (size_t i = 0; i < json_array_size(mol); i++) {
+            char shown[40];
+            int64_t l;
+            snprintf(shown, sizeof shown, "mlp_only_layers[%zu]", i);
+            json_t *e = json_array_get(mol, i);
+            if (!json_is_integer(e))
+                return type_err(c, shown, e, "an integer");
+            l = json_integer_value(e);
+            if (l < 0 || l >= cfg->n_layers)
+                return cdx_err_set(c->err, CDX_ERANGE, "%s: %s is %lld; expected 0..%lld", c->name, shown, (long long)l,
+                                   (long long)cfg->n_layers - 1);
+            dense[l] = 1;
+        }
+    }
+    /* Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: sparse iff not in mlp_only_layers, there are
+     * experts, and (layer_idx + 1) % decoder_sparse_step == 0. */
+    for (int64_t l = 0; l < cfg->n_layers; l++)
+        if (!dense[l] && cfg->n_experts > 0 && (l + 1) % cfg->decoder_sparse_step == 0)
+            cfg->layer_flags[l] |= CDX_HF_LAYER_MOE;
+    return CDX_OK;
+}
+
+int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_config *cfg, cdx_err *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (!name)
+        name = "config.json";
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (!root)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, je.text, je.line,
+                           je.column);
+    ctx c = { root, name, err };
+    int rc;
+    if (!json_is_object(root)) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: not a JSON object", name);
+        goto out;
+    }
+    if ((rc = find_arch(&c, cfg)))
+        goto out;
+    const arch_row *row = &k_arch[cfg->arch];
+
+    if ((rc = req_int(&c, "hidden_size", 1, (int64_t)1 << 20, &cfg->hidden_size)) ||
+        (rc = req_int(&c, "intermediate_size", 1, (int64_t)1 << 22, &cfg->intermediate_size)) ||
+        (rc = req_int(&c, "num_hidden_layers", 1, CDX_HF_MAX_LAYERS, &cfg->n_layers)) ||
+        (rc = req_int(&c, "num_attention_heads", 1, 4096, &cfg->n_heads)) ||
+        (rc = req_int(&c, "vocab_size", 1, (int64_t)1 << 24, &cfg->vocab_size)))
+        goto out;
+    cfg->n_kv_heads = row->kv_heads ? row->kv_heads : cfg->n_heads;
+    if (json_is_null(json_object_get(root, "num_key_value_heads")))
+        cfg->n_kv_heads = cfg->n_heads; /* explicit null: every config class falls back to heads */
+    if ((rc = get_int(&c, "num_key_value_heads", 1, 4096, &cfg->n_kv_heads, NULL)))
+        goto out;
+    if (cfg->n_kv_heads > cfg->n_heads || cfg->n_heads % cfg->n_kv_heads) {
+        rc = cdx_err_set(err, CDX_ERANGE, "%s: num_key_value_heads is %lld; it must divide num_attention_heads (%lld)",
+                         name, (long long)cfg->n_kv_heads, (long long)cfg->n_heads);
+        goto out;
+    }
+    cfg->head_dim = row->head_dim ? row->head_dim : cfg->hidden_size / cfg->n_heads;
+    if ((rc = get_int(&c, "head_dim", 1, 4096, &cfg->head_dim, NULL)))
+        goto out;
+    if (cfg->head_dim < 2 || cfg->head_dim % 2) {
+        rc = cdx_err_set(err, CDX_ERANGE, "%s: head_dim is %lld (hidden_size %lld / num_attention_heads %lld when absent); "
+                                          "rotary embeddings need an even head_dim of at least 2",
+                         name, (long long)cfg->head_dim, (long long)cfg->hidden_size, (long long)cfg->n_heads);
+        goto out;
+    }
+    cfg->max_position_embeddings = row->max_pos;
+    if ((rc = get_int(&c, "max_position_embeddings", 1, (int64_t)1 << 30, &cfg->max_position_embeddings, NULL)))
+        goto out;
+    cfg->rms_norm_eps = row->rms_eps;
+    if ((rc = get_num_in(&c, root, "rms_norm_eps", "rms_norm_eps", 0, 1, &cfg->rms_norm_eps, NULL)))
+        goto out;
+    cfg->rope_theta = row->rope_theta;
+    if ((rc = read_rope(&c, cfg)))
+        goto out;
+
+    const char *act = "silu";
+    if ((rc = get_str(&c, root, "hidden_act", "hidden_act", &act)))
+        goto out;
+    if (!act)
+        act = "silu";
+    if (strcmp(act, "silu")) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: hidden_act is \"%.40s\"; only \"silu\" is supported", name, act);
+        goto out;
+    }
+    if ((rc = get_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)) ||
+        (rc = get_bool(&c, "attention_bias", &cfg->attention_bias, NULL)))
+        goto out;
+    if (row->mlp_bias_key && (rc = get_bool(&c, "mlp_bias", &cfg->mlp_bias, NULL)))
+        goto out;
+    switch (row->bias) {
+    case B_ATTN: cfg->attn_qkv_bias = cfg->attn_o_bias = cfg->attention_bias; break;
+    case B_NONE: break;
+    case B_QKV: cfg->attn_qkv_bias = true; break;
+    case B_QKV_KEY:
+        cfg->attn_qkv_bias = true;
+        if ((rc = get_bool(&c, "qkv_bias", &cfg->attn_qkv_bias, NULL)))
+            goto out;
+        break;
+    }
+
+    const char *dt = NULL;
+    if ((rc = get_str(&c, root, "torch_dtype", "torch_dtype", &dt)))
+        goto out;
+    if (!dt && (rc = get_str(&c, root, "dtype", "dtype", &dt)))
+        goto out;
+    if (dt)
+        snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", dt);
+
+    cfg->bos_token_id = row->bos;
+    cfg->pad_token_id = -1;
+    if (row->eos >= 0) {
+        cfg->n_eos = 1;
+        cfg->eos_token_ids[0] = row->eos;
+    }
+    if (json_is_null(json_object_get(root, "bos_token_id")))
+        cfg->bos_token_id = -1;
+    if (json_is_null(json_object_get(root, "eos_token_id")))
+        cfg->n_eos = 0;
+    if ((rc = get_int(&c, "bos_token_id", 0, INT32_MAX, &cfg->bos_token_id, NULL)) ||
+        (rc = get_int(&c, "pad_token_id", -1, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
+        goto out;
+
+    if ((rc = read_sliding(&c, cfg, row)))
+        goto out;
+    if (row->moe && (rc = read_moe(&c, cfg, row)))
+        goto out;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ---- generation_config.json ---- */
+
+int cdx_hf_config_apply_generation(cdx_hf_config *cfg, const char *json, size_t len, const char *name, cdx_err *err)
+{
+    if (!name)
+        name = "generation_config.json";
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (!root)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, je.text, je.line,
+                           je.column);
+    ctx c = { root, name, err };
+    int rc = CDX_OK;
+    if (!json_is_object(root)) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: not a JSON object", name);
+        goto out;
+    }
+    /* Generation uses these ids in place of the model config's. */
+    if ((rc = get_int(&c, "bos_token_id", 0, INT32_MAX, &cfg->bos_token_id, NULL)) ||
+        (rc = get_int(&c, "pad_token_id", -1, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
+        goto out;
+    if ((rc = get_bool(&c, "do_sample", &cfg->do_sample, &cfg->has_do_sample)))
+        goto out;
+    /* temperature may be 0 in the wild (greedy); allow [0, 100]. */
+    json_t *t = field(root, "temperature");
+    if (t) {
+        if (!json_is_number(t) || !isfinite(json_number_value(t)) || json_number_value(t) < 0 ||
+            json_number_value(t) > 100) {
+            rc = type_err(&c, "temperature", t, "a number in 0..100");
+            goto out;
+        }
+        cfg->temperature = json_number_value(t);
+        cfg->has_temperature = true;
+    }
+    if ((rc = get_num_in(&c, root, "top_p", "top_p", 0, 1, &cfg->top_p, &cfg->has_top_p)) ||
+        (rc = get_int(&c, "top_k", 0, INT32_MAX, &cfg->top_k, &cfg->has_top_k)) ||
+        (rc = get_num_in(&c, root, "repetition_penalty", "repetition_penalty", 0, 100, &cfg->repetition_penalty,
+                         &cfg->has_repetition_penalty)))
+        goto out;
+    cfg->has_generation_config = true;
+out:
+    json_decref(root);
+    return rc;
+}
+
+static int read_text(const char *path, char **text, size_t *len, cdx_err *err)
+{
+    return cdx_file_read_all(path, CONFIG_MAX_BYTES, text, len, err);
+}
+
+int cdx_hf_config_read(const char *path, cdx_hf_config *cfg, cdx_err *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return cdx_err_set(err, CDX_ENOTFOUND, "%s: no such file or folder", path);
+    size_t plen = strlen(path);
+    char *dir = NULL, *cfg_path = NULL, *gen_path = NULL, *text = NULL;
+    int rc = CDX_ENOMEM;
+    if (S_ISDIR(sb.st_mode))
+        dir = strdup(path);
+    else {
+        const char *slash = strrchr(path, '/');
+        dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    }
+    if (!dir || !(cfg_path = malloc(plen + 32)) || !(gen_path = malloc(strlen(dir) + 32))) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (S_ISDIR(sb.st_mode))
+        snprintf(cfg_path, plen + 32, "%s/config.json", path);
+    else
+        snprintf(cfg_path, plen + 32, "%s", path);
+    snprintf(gen_path, strlen(dir) + 32, "%s/generation_config.json", dir);
+    size_t len;
+    if ((rc = read_text(cfg_path, &text, &len, err)))
+        goto out;
+    if ((rc = cdx_hf_config_parse(text, len, cfg_path, cfg, err)))
+        goto out;
+    free(text);
+    text = NULL;
+    if (stat(gen_path, &sb) == 0) {
+        if ((rc = read_text(gen_path, &text, &len, err)) ||
+            (rc = cdx_hf_config_apply_generation(cfg, text, len, gen_path, err)))
+            goto out;
+    }
+out:
+    free(text);
+    free(gen_path);
+    free(cfg_path);
+    free(dir);
+    return rc;
+}

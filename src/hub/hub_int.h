@@ -1,0 +1,83 @@
+/* hub internals shared by its files: HTTP over libcurl, file helpers. Not part of the API. */
+#ifndef CDX_HUB_INT_H
+#define CDX_HUB_INT_H
+
+#include "caldrix/hub.h"
+
+#include <stdarg.h>
+
+char *hub_strdup_printf(const char *fmt, ...) CDX_PRINTF(1, 2);
+
+/* ---- HTTP ---- */
+
+typedef struct hub_http_resp {
+    long status;
+    char *body;               /* heap, NUL-terminated (get_mem, or an error body) */
+    size_t n_body;
+    char commit[64];          /* X-Repo-Commit */
+    char etag[160];           /* X-Linked-Etag, else ETag; W/ and quotes removed */
+    char location[2048];      /* Location */
+    char error_code[64];      /* X-Error-Code */
+    char error_msg[512];      /* X-Error-Message */
+    char content_type[128];
+    uint64_t size;            /* X-Linked-Size, else Content-Length */
+    bool has_size;
+    uint64_t range_start;     /* Content-Range: bytes START-END/TOTAL */
+    bool has_range;
+} hub_http_resp;
+
+void hub_http_resp_free(hub_http_resp *r);
+
+typedef void (*hub_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/* GET into memory (at most max bytes). Follows redirects. Fills r whatever the status;
+ * fails only on transport errors (CDX_ENET) or a body over max (CDX_ERANGE). */
+int hub_http_get(const char *url, const char *auth_token, const char *accept, size_t max, hub_http_resp *r,
+                 cdx_err *err);
+/* The same with a Range header ("0-262143"); a 206 answer is the usual success. */
+int hub_http_get_range(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
+                       hub_http_resp *r, cdx_err *err);
+/* HEAD, following only redirects relative to the same server (as huggingface_hub does), so that
+ * the headers of the Hub's own answer (X-Repo-Commit, X-Linked-Etag) are the ones read. */
+int hub_http_head(const char *url, const char *auth_token, hub_http_resp *r, cdx_err *err);
+/* GET into path, appending from its current size with a Range request when it already holds
+ * bytes (restarting when the server ignores the range). Follows redirects. On a non-2xx answer
+ * the file is left as it was and r->status says what came back. */
+int hub_http_download(const char *url, const char *auth_token, const char *path, uint64_t expected,
+                      hub_progress_fn progress, void *user, hub_http_resp *r, cdx_err *err);
+/* "a/b c" -> "a%2Fb%20c" (all but unreserved characters); keep_slash leaves '/' as it is. */
+char *hub_url_quote(const char *s, bool keep_slash);
+
+/* ---- files ---- */
+
+int hub_mkdirs(const char *path, cdx_err *err);               /* mkdir -p */
+int hub_mkdirs_parent(const char *path, cdx_err *err);        /* mkdir -p dirname(path) */
+bool hub_exists(const char *path);                           /* follows symlinks */
+bool hub_is_dir(const char *path);
+int64_t hub_file_size(const char *path);                      /* -1 when absent */
+/* A relative symlink at link_path pointing to target (both absolute or both relative to cwd),
+ * replacing whatever is there, as huggingface_hub's _create_symlink does. */
+int hub_symlink_relative(const char *target, const char *link_path, cdx_err *err);
+int hub_write_file(const char *path, const void *data, size_t n, cdx_err *err); /* atomic: tmp + rename */
+
+/* ---- events ---- */
+void hub_note(const cdx_hub_opts *o, const char *fmt, ...) CDX_PRINTF(2, 3);
+void hub_event(const cdx_hub_opts *o, cdx_hub_event_kind kind, const char *file, uint64_t done, uint64_t total,
+               uint32_t n_files);
+
+/* ---- pieces of resolve ---- */
+int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revision, const char *label,
+                   const cdx_hub_opts *o, char **out, cdx_err *err);
+int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx_hub_opts *o, char **out,
+                       cdx_err *err);
+/* The memory admission refusal (seed 004); weight_bytes from the listing, before any weight. */
+int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight_bytes, const cdx_hub_opts *o,
+                     const char *downloaded, cdx_err *err);
+/* The few GGUF keys that size a model, read from the first bytes of a file (a Range answer):
+ * returns true when the architecture and the attention shape were all found. */
+bool hub_gguf_peek(const uint8_t *p, size_t n, cdx_hub_config *c);
+/* "offline (HF_HUB_OFFLINE is set)", or the phrase that stands for a variable ("the Hub is unreachable") */
+const char *hub_offline_reason(const cdx_hub_env *env);
+void hub_fmt_bytes(uint64_t n, char *buf, size_t cap);        /* "1.2 GB" (decimal units) */
+
+#endif

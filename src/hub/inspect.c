@@ -1,0 +1,582 @@
+/* caldrix inspect (seed 003): what caldrix makes of a GGUF file or a checkpoint folder, from
+ * headers alone. Weights are never read: GGUF through the format layer's reader (which maps the
+ * file and checks every offset), safetensors through their JSON headers. */
+#include "caldrix/hub.h"
+#include "caldrix/format.h"
+#include "caldrix/quant.h"
+#include "hub/hub_int.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- the tensors each family requires, by name ("%d" = layer, "%e" = expert) ---- */
+
+enum { F_ALL = 0, F_DENSE = 1, F_MOE = 2, F_SHARED = 4, F_QKV_BIAS = 8, F_QK_NORM = 16, F_UNTIED = 32 };
+
+typedef struct req { const char *gguf, *hf; int when; bool per_expert; } req;
+
+/* One row per tensor role: its GGUF name, its transformers name and when it is required. */
+static const req k_reqs[] = {
+    { "token_embd.weight",            "model.embed_tokens.weight",                            F_ALL,      false },
+    { "output_norm.weight",           "model.norm.weight",                                    F_ALL,      false },
+    { "output.weight",                "lm_head.weight",                                       F_UNTIED,   false },
+    { "blk.%d.attn_norm.weight",      "model.layers.%d.input_layernorm.weight",               F_ALL,      false },
+    { "blk.%d.attn_q.weight",         "model.layers.%d.self_attn.q_proj.weight",              F_ALL,      false },
+    { "blk.%d.attn_k.weight",         "model.layers.%d.self_attn.k_proj.weight",              F_ALL,      false },
+    { "blk.%d.attn_v.weight",         "model.layers.%d.self_attn.v_proj.weight",              F_ALL,      false },
+    { "blk.%d.attn_output.weight",    "model.layers.%d.self_attn.o_proj.weight",              F_ALL,      false },
+    { "blk.%d.attn_q.bias",           "model.layers.%d.self_attn.q_proj.bias",                F_QKV_BIAS, false },
+    { "blk.%d.attn_k.bias",           "model.layers.%d.self_attn.k_proj.bias",                F_QKV_BIAS, false },
+    { "blk.%d.attn_v.bias",           "model.layers.%d.self_attn.v_proj.bias",                F_QKV_BIAS, false },
+    { "blk.%d.attn_q_norm.weight",    "model.layers.%d.self_attn.q_norm.weight",              F_QK_NORM,  false },
+    { "blk.%d.attn_k_norm.weight",    "model.layers.%d.self_attn.k_norm.weight",              F_QK_NORM,  false },
+    { "blk.%d.ffn_norm.weight",       "model.layers.%d.post_attention_layernorm.weight",      F_ALL,      false },
+    { "blk.%d.ffn_gate.weight",       "model.layers.%d.mlp.gate_proj.weight",                 F_DENSE,    false },
+    { "blk.%d.ffn_up.weight",         "model.layers.%d.mlp.up_proj.weight",                   F_DENSE,    false },
+    { "blk.%d.ffn_down.weight",       "model.layers.%d.mlp.down_proj.weight",                 F_DENSE,    false },
+    { "blk.%d.ffn_gate_inp.weight",   "model.layers.%d.mlp.gate.weight",                      F_MOE,      false },
+    { "blk.%d.ffn_gate_exps.weight",  "model.layers.%d.mlp.experts.%e.gate_proj.weight",      F_MOE,      true },
+    { "blk.%d.ffn_up_exps.weight",    "model.layers.%d.mlp.experts.%e.up_proj.weight",        F_MOE,      true },
+    { "blk.%d.ffn_down_exps.weight",  "model.layers.%d.mlp.experts.%e.down_proj.weight",      F_MOE,      true },
+    { "blk.%d.ffn_gate_shexp.weight", "model.layers.%d.mlp.shared_expert.gate_proj.weight",   F_SHARED,   false },
+    { "blk.%d.ffn_up_shexp.weight",   "model.layers.%d.mlp.shared_expert.up_proj.weight",     F_SHARED,   false },
+    { "blk.%d.ffn_down_shexp.weight", "model.layers.%d.mlp.shared_expert.down_proj.weight",   F_SHARED,   false },
+    { "blk.%d.ffn_gate_inp_shexp.weight", "model.layers.%d.mlp.shared_expert_gate.weight",    F_SHARED,   false },
+};
+
+/* Families: their flags, by GGUF architecture and by config.json architecture. */
+static const struct { const char *gguf, *hf, *family; int flags; } k_families[] = {
+    { "llama",    "LlamaForCausalLM",    "llama",     0 },
+    { NULL,       "MistralForCausalLM",  "mistral",   0 },
+    { "qwen2",    "Qwen2ForCausalLM",    "qwen2",     F_QKV_BIAS },
+    { "qwen3",    "Qwen3ForCausalLM",    "qwen3",     F_QK_NORM },
+    { "qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", F_QK_NORM | F_MOE },
+    { "qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", F_QKV_BIAS | F_MOE | F_SHARED },
+    { NULL,       "MixtralForCausalLM",  "mixtral",   F_MOE },
+};
+
+/* Mixtral's transformers names differ from Qwen's MoE names. */
+static const char *mixtral_name(const char *hf)
+{
+    static const struct { const char *from, *to; } k_map[] = {
+        { "model.layers.%d.mlp.gate.weight", "model.layers.%d.block_sparse_moe.gate.weight" },
+        { "model.layers.%d.mlp.experts.%e.gate_proj.weight", "model.layers.%d.block_sparse_moe.experts.%e.w1.weight" },
+        { "model.layers.%d.mlp.experts.%e.up_proj.weight", "model.layers.%d.block_sparse_moe.experts.%e.w3.weight" },
+        { "model.layers.%d.mlp.experts.%e.down_proj.weight", "model.layers.%d.block_sparse_moe.experts.%e.w2.weight" },
+    };
+    for (size_t i = 0; i < sizeof k_map / sizeof k_map[0]; i++)
+        if (!strcmp(hf, k_map[i].from))
+            return k_map[i].to;
+    return hf;
+}
+
+static void expand(const char *pat, int64_t layer, int64_t expert, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (const char *p = pat; *p && k + 24 < cap; p++) {
+        if (p[0] == '%' && p[1] == 'd') {
+            k += (size_t)snprintf(out + k, cap - k, "%lld", (long long)layer);
+            p++;
+        } else if (p[0] == '%' && p[1] == 'e') {
+            k += (size_t)snprintf(out + k, cap - k, "%lld", (long long)expert);
+            p++;
+        } else {
+            out[k++] = *p;
+        }
+    }
+    out[k] = 0;
+}
+
+static void append_list(char *buf, size_t cap, const char *item)
+{
+    size_t n = strlen(buf);
+    if (n + strlen(item) + 8 < cap)
+        snprintf(buf + n, cap - n, "%s%s", n ? "," : "", item);
+    else if (n + 5 < cap && strcmp(buf + n - 3, "..."))
+        snprintf(buf + n, cap - n, ",...");
+}
+
+typedef bool (*has_fn)(const void *ctx, const char *name);
+
+/* Fills missing_required_tensors. sparse(layer) says whether a layer is a MoE layer. */
+static void check_required(cdx_hub_report *out, int flags, bool gguf, bool mixtral, has_fn has, const void *ctx,
+                           const bool *dense_layer)
+{
+    out->missing_required_tensors[0] = 0;
+    out->n_missing = 0;
+    char name[256];
+    for (size_t i = 0; i < sizeof k_reqs / sizeof k_reqs[0]; i++) {
+        const req *q = &k_reqs[i];
+        int w = q->when;
+        if ((w & F_QKV_BIAS) && !(flags & F_QKV_BIAS)) continue;
+        if ((w & F_QK_NORM) && !(flags & F_QK_NORM)) continue;
+        if ((w & F_SHARED) && !(flags & F_SHARED)) continue;
+        if ((w & F_UNTIED) && !(flags & F_UNTIED)) continue;
+        bool per_layer = strstr(q->gguf, "%d") != NULL;
+        int64_t n_layer = per_layer ? out->n_layer : 1;
+        for (int64_t l = 0; l < n_layer; l++) {
+            bool moe_layer = (flags & F_MOE) && !(dense_layer && dense_layer[l]);
+            if ((w & F_DENSE) && moe_layer) continue;
+            if ((w & F_MOE) && !moe_layer) continue;
+            if ((w & F_SHARED) && !moe_layer) continue;
+            int64_t n_exp = (!gguf && q->per_expert) ? out->n_expert : 1;
+            for (int64_t e = 0; e < n_exp; e++) {
+                const char *pat = gguf ? q->gguf : mixtral ? mixtral_name(q->hf) : q->hf;
+                expand(pat, l, e, name, sizeof name);
+                if (!has(ctx, name)) {
+                    out->n_missing++;
+                    append_list(out->missing_required_tensors, sizeof out->missing_required_tensors, name);
+                }
+            }
+        }
+    }
+    if (!out->n_missing)
+        snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors, "none");
+}
+
+/* ---- GGUF ---- */
+
+static bool gguf_has(const void *ctx, const char *name) { return cdx_gguf_tensor_find(ctx, name) != NULL; }
+
+static int64_t gguf_int(const cdx_gguf *g, const char *arch, const char *suffix)
+{
+    char key[192];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint64_t v = 0;
+    return cdx_gguf_get_u64(g, key, &v) && v < (1ull << 40) ? (int64_t)v : 0;
+}
+
+typedef struct tcount { uint32_t type; uint64_t n; } tcount;
+
+static void type_lists(cdx_hub_report *out, const tcount *tc, int n_tc)
+{
+    out->tensor_types[0] = out->unsupported_tensor_types[0] = 0;
+    for (int i = 0; i < n_tc; i++) {
+        char item[64];
+        const cdx_type_traits *t = cdx_type_get(tc[i].type);
+        snprintf(item, sizeof item, "%s=%llu", t ? t->name : "unknown", (unsigned long long)tc[i].n);
+        append_list(out->tensor_types, sizeof out->tensor_types, item);
+        if (!t || t->retired || !t->to_f32) {
+            snprintf(item, sizeof item, "%s", t ? t->name : "unknown");
+            append_list(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, item);
+        }
+    }
+    if (!out->unsupported_tensor_types[0])
+        snprintf(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, "none");
+}
+
+static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
+{
+    cdx_gguf *g = NULL;
+    int rc = cdx_gguf_open(path, &g, err);
+    if (rc < 0)
+        return rc;
+    snprintf(out->format, sizeof out->format, "gguf");
+    cdx_gguf_str s = { 0 };
+    if (!cdx_gguf_get_str(g, "general.architecture", &s) || s.len == 0 || s.len > 60) {
+        cdx_gguf_close(g);
+        return cdx_err_set(err, CDX_EFORMAT, "%s: general.architecture is missing or not a short string", path);
+    }
+    snprintf(out->architecture, sizeof out->architecture, "%.*s", (int)s.len, s.ptr);
+    const char *a = out->architecture;
+    out->n_tensors = g->n_tensors;
+    out->n_metadata = g->n_kv;
+    out->n_layer = gguf_int(g, a, "block_count");
+    out->n_head = gguf_int(g, a, "attention.head_count");
+    out->n_kv_head = gguf_int(g, a, "attention.head_count_kv");
+    if (!out->n_kv_head)
+        out->n_kv_head = out->n_head;
+    out->hidden = gguf_int(g, a, "embedding_length");
+    out->head_dim = gguf_int(g, a, "attention.key_length");
+    if (!out->head_dim && out->n_head)
+        out->head_dim = out->hidden / out->n_head;
+    out->ctx = gguf_int(g, a, "context_length");
+    out->n_expert = gguf_int(g, a, "expert_count");
+    out->n_expert_used = gguf_int(g, a, "expert_used_count");
+    tcount tc[CDX_TYPE_COUNT + 1];
+    int n_tc = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const cdx_gguf_tensor *t = &g->tensors[i];
+        out->weight_bytes += t->n_bytes;
+        int k = 0;
+        while (k < n_tc && tc[k].type != t->type)
+            k++;
+        if (k == n_tc && n_tc < CDX_TYPE_COUNT + 1)
+            tc[n_tc++] = (tcount){ t->type, 0 };
+        if (k < n_tc)
+            tc[k].n++;
+    }
+    type_lists(out, tc, n_tc);
+    int fam = -1;
+    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
+        if (k_families[i].gguf && !strcmp(k_families[i].gguf, a))
+            fam = (int)i;
+    int flags = fam >= 0 ? k_families[fam].flags : 0;
+    if (fam >= 0 && !strcmp(a, "llama") && out->n_expert > 0)
+        flags |= F_MOE; /* Mixtral as GGUF "llama" with experts */
+    snprintf(out->family, sizeof out->family, "%s",
+             fam < 0 ? a : (flags & F_MOE) && !strcmp(a, "llama") ? "mixtral" : k_families[fam].family);
+    if (cdx_gguf_tensor_find(g, "output.weight") || fam < 0)
+        flags |= F_UNTIED;
+    if (fam >= 0 && out->n_layer > 0 && out->n_layer <= 4096) {
+        check_required(out, flags, true, false, gguf_has, g, NULL);
+    } else {
+        out->n_missing = 0;
+        snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
+                 fam < 0 ? "n/a (architecture %s is not one caldrix maps)" : "n/a (block_count missing)", a);
+        snprintf(out->refusal, sizeof out->refusal, "general.architecture is \"%s\"; caldrix maps llama, qwen2, "
+                 "qwen3, qwen3moe and qwen2moe GGUF files", a);
+    }
+    snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
+    cdx_hub_config c = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
+                         .ctx_max = out->ctx };
+    out->kv_ctx = cdx_hub_ctx_for(&c, 0);
+    out->kv_bytes = cdx_hub_kv_bytes(&c, 0);
+    cdx_gguf_close(g);
+    return 0;
+}
+
+/* ---- safetensors headers ---- */
+
+typedef struct st_entry { char *name; char dtype[16]; uint64_t shape[8]; int n_dims; uint64_t bytes; } st_entry;
+typedef struct st_set { st_entry *v; size_t n, cap; } st_set;
+
+static int cmp_entry(const void *a, const void *b) { return strcmp(((const st_entry *)a)->name, ((const st_entry *)b)->name); }
+
+static bool st_has(const void *ctx, const char *name)
+{
+    const st_set *s = ctx;
+    st_entry key = { .name = (char *)name };
+    return s->n && bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) != NULL;
+}
+
+static const st_entry *st_find(const st_set *s, const char *name)
+{
+    st_entry key = { .name = (char *)name };
+    return s->n ? bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) : NULL;
+}
+
+/* Reads one file's header: 8-byte little-endian length, then JSON. Every offset is checked
+ * against the file size; tensor data is never read. */
+static int read_st_header(const char *path, st_set *set, cdx_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return cdx_err_set(err, CDX_EIO, "%s: cannot open", path);
+    struct stat stt;
+    uint8_t b8[8];
+    int rc = 0;
+    char *hdr = NULL;
+    json_t *root = NULL;
+    if (fstat(fileno(f), &stt) != 0 || fread(b8, 1, 8, f) != 8) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: shorter than the 8-byte header length", path);
+        goto done;
+    }
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | b8[i];
+    uint64_t fsize = (uint64_t)stt.st_size;
+    if (hl < 2 || hl > (100u << 20) || hl > fsize - 8) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: header length is %llu; the file is %llu bytes (limit 100 MiB)", path,
+                         (unsigned long long)hl, (unsigned long long)fsize);
+        goto done;
+    }
+    hdr = malloc(hl);
+    if (!hdr || fread(hdr, 1, hl, f) != hl) {
+        rc = cdx_err_set(err, hdr ? CDX_EIO : CDX_ENOMEM, "%s: cannot read the %llu-byte header", path,
+                         (unsigned long long)hl);
+        goto done;
+    }
+    json_error_t je;
+    root = json_loadb(hdr, hl, 0, &je);
+    if (!json_is_object(root)) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: the header is not a JSON object: %s", path, je.text);
+        goto done;
+    }
+    uint64_t data_size = fsize - 8 - hl;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (!strcmp(key, "__metadata__"))
+            continue;
+        json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
+               *offs = json_object_get(v, "data_offsets");
+        if (!json_is_string(dt) || !json_is_array(shape) || json_array_size(shape) > 8 || !json_is_array(offs) ||
+            json_array_size(offs) != 2 || !json_is_integer(json_array_get(offs, 0)) ||
+            !json_is_integer(json_array_get(offs, 1))) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%.100s\": needs dtype, shape (at most 8 dims) and two "
+                             "data_offsets", path, key);
+            goto done;
+        }
+        json_int_t a = json_integer_value(json_array_get(offs, 0)), b = json_integer_value(json_array_get(offs, 1));
+        if (a < 0 || b < a || (uint64_t)b > data_size) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%.100s\": data_offsets [%lld, %lld] outside the %llu "
+                             "data bytes", path, key, (long long)a, (long long)b, (unsigned long long)data_size);
+            goto done;
+        }
+        if (set->n == set->cap) {
+            size_t cap = set->cap ? set->cap * 2 : 256;
+            st_entry *nv = realloc(set->v, cap * sizeof *nv);
+            if (!nv) {
+                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+                goto done;
+            }
+            set->v = nv;
+            set->cap = cap;
+        }
+        st_entry *e = &set->v[set->n];
+        memset(e, 0, sizeof *e);
+        if (!(e->name = strdup(key))) {
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+            goto done;
+        }
+        snprintf(e->dtype, sizeof e->dtype, "%s", json_string_value(dt));
+        e->n_dims = (int)json_array_size(shape);
+        for (int d = 0; d < e->n_dims; d++) {
+            json_t *x = json_array_get(shape, (size_t)d);
+            e->shape[d] = json_is_integer(x) && json_integer_value(x) >= 0 ? (uint64_t)json_integer_value(x) : 0;
+        }
+        e->bytes = (uint64_t)(b - a);
+        set->n++;
+    }
+done:
+    json_decref(root);
+    free(hdr);
+    fclose(f);
+    return rc;
+}
+
+static void free_set(st_set *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i].name);
+    free(s->v);
+}
+
+/* The weight files a folder's rule chooses (model.safetensors / index / every *.safetensors). */
+int hub_dir_weights(const char *dir, char ***files, size_t *n, cdx_err *err); /* hf.c */
+
+static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
+{
+    snprintf(out->format, sizeof out->format, "safetensors");
+    char *cp = hub_strdup_printf("%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = cp ? cdx_file_read_all(cp, 16u << 20, &text, &len, err) : cdx_err_set(err, CDX_ENOMEM, "oom");
+    if (rc < 0) {
+        free(cp);
+        return rc;
+    }
+    cdx_hub_config c;
+    memset(&c, 0, sizeof c);
+    cdx_err cerr = { 0 };
+    if (cdx_hub_check_config(text, len, cp, &c, &cerr) < 0) {
+        if (cerr.code == CDX_EFORMAT && strstr(cerr.msg, "not valid JSON")) {
+            free(text);
+            free(cp);
+            return cdx_err_set(err, cerr.code, "%s", cerr.msg);
+        }
+        snprintf(out->refusal, sizeof out->refusal, "%s", cerr.msg);
+    }
+    /* dimensions even when a rule refused: read them leniently */
+    json_t *root = json_loadb(text, len, 0, NULL);
+    json_t *tc = json_object_get(root, "text_config");
+    json_t *src = json_is_object(tc) ? tc : root;
+    json_t *arch = json_array_get(json_object_get(root, "architectures"), 0);
+    snprintf(out->architecture, sizeof out->architecture, "%s", json_is_string(arch) ? json_string_value(arch) : "?");
+    const char *mt = json_string_value(json_object_get(src, "model_type"));
+    if (!mt)
+        mt = json_string_value(json_object_get(root, "model_type"));
+    snprintf(out->family, sizeof out->family, "%s", mt ? mt : "?");
+#define JI(key) (json_is_integer(json_object_get(src, key)) ? (int64_t)json_integer_value(json_object_get(src, key)) : 0)
+    out->n_layer = c.n_layer ? c.n_layer : JI("num_hidden_layers");
+    out->n_head = c.n_head ? c.n_head : JI("num_attention_heads");
+    out->n_kv_head = c.n_kv_head ? c.n_kv_head : JI("num_key_value_heads");
+    if (!out->n_kv_head)
+        out->n_kv_head = out->n_head;
+    out->hidden = c.hidden ? c.hidden : JI("hidden_size");
+    out->head_dim = c.head_dim ? c.head_dim : JI("head_dim");
+    if (!out->head_dim && out->n_head)
+        out->head_dim = out->hidden / out->n_head;
+    out->ctx = c.ctx_max ? c.ctx_max : JI("max_position_embeddings");
+    out->n_expert = JI("num_experts") ? JI("num_experts") : JI("num_local_experts");
+    out->n_expert_used = JI("num_experts_per_tok");
+    bool tied = json_is_true(json_object_get(src, "tie_word_embeddings"));
+    int64_t sparse_step = JI("decoder_sparse_step");
+    json_t *mlp_only = json_object_get(src, "mlp_only_layers");
+#undef JI
+    out->n_metadata = (uint64_t)json_object_size(root);
+    free(text);
+    free(cp);
+
+    char **files = NULL;
+    size_t n_files = 0;
+    st_set set = { 0 };
+    bool *dense = NULL;
+    if ((rc = hub_dir_weights(dir, &files, &n_files, err)) < 0)
+        goto done;
+    for (size_t i = 0; i < n_files && rc == 0; i++) {
+        char *p = hub_strdup_printf("%s/%s", dir, files[i]);
+        rc = p ? read_st_header(p, &set, err) : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        free(p);
+    }
+    if (rc < 0)
+        goto done;
+    if (set.n)
+        qsort(set.v, set.n, sizeof *set.v, cmp_entry);
+    for (size_t i = 1; i < set.n; i++)
+        if (!strcmp(set.v[i].name, set.v[i - 1].name)) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor %s appears twice", dir, set.v[i].name);
+            goto done;
+        }
+    out->n_tensors = set.n;
+    /* dtypes: safetensors names; only F32, F16 and BF16 are imported */
+    char types[512] = "", unsup[512] = "";
+    const char *seen[32];
+    uint64_t counts[32];
+    int n_seen = 0;
+    for (size_t i = 0; i < set.n; i++) {
+        out->weight_bytes += set.v[i].bytes;
+        int k = 0;
+        while (k < n_seen && strcmp(seen[k], set.v[i].dtype))
+            k++;
+        if (k == n_seen && n_seen < 32)
+            seen[n_seen] = set.v[i].dtype, counts[n_seen++] = 0;
+        if (k < n_seen)
+            counts[k]++;
+    }
+    for (int k = 0; k < n_seen; k++) {
+        char item[64];
+        snprintf(item, sizeof item, "%s=%llu", seen[k], (unsigned long long)counts[k]);
+        append_list(types, sizeof types, item);
+        if (strcmp(seen[k], "F32") && strcmp(seen[k], "F16") && strcmp(seen[k], "BF16"))
+            append_list(unsup, sizeof unsup, seen[k]);
+    }
+    snprintf(out->tensor_types, sizeof out->tensor_types, "%s", types);
+    snprintf(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, "%s", unsup[0] ? unsup : "none");
+    if (unsup[0] && !out->refusal[0])
+        snprintf(out->refusal, sizeof out->refusal, "%s: tensors stored as %s; caldrix imports F32, F16 and BF16 "
+                 "tensors only (a quantized checkpoint is refused)", dir, unsup);
+    /* required tensors */
+    int fam = -1;
+    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
+        if (!strcmp(k_families[i].hf, out->architecture))
+            fam = (int)i;
+    if (fam < 0 || out->n_layer <= 0 || out->n_layer > 4096) {
+        snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
+                 "n/a (architecture %s is not one caldrix maps)", out->architecture);
+        snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
+    } else {
+        int flags = k_families[fam].flags;
+        bool mixtral = !strcmp(k_families[fam].family, "mixtral");
+        if (!tied)
+            flags |= F_UNTIED;
+        dense = calloc((size_t)out->n_layer, sizeof *dense);
+        if (!dense) {
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+            goto done;
+        }
+        /* Qwen MoE: layers in mlp_only_layers, or off the decoder_sparse_step grid, are dense */
+        for (size_t i = 0; json_is_array(mlp_only) && i < json_array_size(mlp_only); i++) {
+            json_int_t l = json_integer_value(json_array_get(mlp_only, i));
+            if (l >= 0 && l < out->n_layer)
+                dense[l] = true;
+        }
+        if (sparse_step > 1)
+            for (int64_t l = 0; l < out->n_layer; l++)
+                if ((l + 1) % sparse_step)
+                    dense[l] = true;
+        check_required(out, flags, false, mixtral, st_has, &set, dense);
+        /* tensors no role reads (Qwen3.5's mtp.* and model.visual.* are skipped by name) */
+        out->unused_tensors[0] = 0;
+        out->n_unused = 0;
+        char name[256];
+        for (size_t i = 0; i < set.n; i++) {
+            const char *t = set.v[i].name;
+            if (!strncmp(t, "mtp.", 4) || !strncmp(t, "model.visual.", 13))
+                continue;
+            bool used = false;
+            for (size_t q = 0; q < sizeof k_reqs / sizeof k_reqs[0] && !used; q++) {
+                const char *pat = mixtral ? mixtral_name(k_reqs[q].hf) : k_reqs[q].hf;
+                if (!strstr(pat, "%d")) {
+                    used = !strcmp(pat, t);
+                    continue;
+                }
+                long long l = -1, e = -1;
+                if (sscanf(t, "model.layers.%lld.", &l) != 1 || l < 0 || l >= out->n_layer)
+                    continue;
+                const char *ep = strstr(t, "experts.");
+                if (ep)
+                    sscanf(ep, "experts.%lld.", &e);
+                expand(pat, l, e < 0 ? 0 : e, name, sizeof name);
+                used = !strcmp(name, t) && (e < out->n_expert || e < 0);
+            }
+            if (!used) {
+                out->n_unused++;
+                append_list(out->unused_tensors, sizeof out->unused_tensors, t);
+            }
+        }
+        if (!out->n_unused)
+            snprintf(out->unused_tensors, sizeof out->unused_tensors, "none");
+        else if (!out->refusal[0])
+            snprintf(out->refusal, sizeof out->refusal, "%s: %llu tensor(s) the architecture does not use (%s); the "
+                     "import refuses them rather than ignore them", dir, (unsigned long long)out->n_unused,
+                     out->unused_tensors);
+        /* Qwen3 MoE: expert weights must be bf16 */
+        if (!strcmp(out->architecture, "Qwen3MoeForCausalLM") && !out->refusal[0])
+            for (size_t i = 0; i < set.n; i++)
+                if (strstr(set.v[i].name, ".mlp.experts.") && strcmp(set.v[i].dtype, "BF16")) {
+                    snprintf(out->refusal, sizeof out->refusal, "%s: %s is stored as %s; Qwen3 MoE expert weights "
+                             "must be BF16", dir, set.v[i].name, set.v[i].dtype);
+                    break;
+                }
+        /* a shipped lm_head beside a tied embedding */
+        const st_entry *head = st_find(&set, "lm_head.weight"), *emb = st_find(&set, "model.embed_tokens.weight");
+        if (tied && head && emb) {
+            bool same = head->n_dims == emb->n_dims && !strcmp(head->dtype, emb->dtype) &&
+                        !memcmp(head->shape, emb->shape, sizeof head->shape);
+            if (!same && !out->refusal[0])
+                snprintf(out->refusal, sizeof out->refusal, "%s: lm_head.weight (%s) differs in shape or type from "
+                         "the tied model.embed_tokens.weight (%s)", dir, head->dtype, emb->dtype);
+            else if (same)
+                snprintf(out->note, sizeof out->note, "tie_word_embeddings is true but the checkpoint ships "
+                         "lm_head.weight: it runs with the shipped head, as transformers does");
+        }
+    }
+    out->kv_ctx = cdx_hub_ctx_for(&(cdx_hub_config){ .ctx_max = out->ctx, .sliding_window = c.sliding_window }, 0);
+    cdx_hub_config kc = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
+                          .ctx_max = out->ctx, .sliding_window = c.sliding_window };
+    out->kv_bytes = cdx_hub_kv_bytes(&kc, 0);
+    rc = 0;
+done:
+    json_decref(root);
+    for (size_t i = 0; i < n_files; i++)
+        free(files[i]);
+    free(files);
+    free(dense);
+    free_set(&set);
+    return rc;
+}
+
+int cdx_hub_inspect_path(const char *path, cdx_hub_report *out, cdx_err *err)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->path, sizeof out->path, "%s", path);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return cdx_err_set(err, CDX_ENOTFOUND, "%s: no such file or directory", path);
+    if (S_ISDIR(st.st_mode))
+        return inspect_dir(path, out, err);
+    FILE *f = fopen(path, "rb");
+    char magic[4] = { 0 };
+    size_t got = f ? fread(magic, 1, 4, f) : 0;
+    if (f)
+        fclose(f);
+    if (got == 4 && !memcmp(magic, "GGUF", 4))
+        return inspect_gguf(path, out, err);
+    return cdx_err_set(err, CDX_EFORMAT, "%s: not a GGUF file (magic \"%.4s\") and not a checkpoint folder", path,
+                       got == 4 ? magic : "");
+}

@@ -1,0 +1,154 @@
+/* Norms, softmax and blocked online-softmax attention over the kernel set's vector primitives.
+ * cdx_vec_scalar is the scalar twin of every ISA's primitives (and the oracle of their tests). */
+#include "caldrix/kernel.h"
+#include "kernel_impl.h"
+
+#include <math.h>
+
+/* ---- scalar primitives ---- */
+
+static float dot_ref(const float *a, const float *b, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+static void axpy_ref(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+static void scale_ref(float *y, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= a;
+}
+static float max_ref(const float *x, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+static float exp_sum_ref(float *x, float sub, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - sub);
+        s += x[i];
+    }
+    return s;
+}
+
+const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref };
+
+static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
+
+/* ---- norms and softmax ---- */
+
+void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n, float eps, float *y)
+{
+    const cdx_vec_ops *v = vec(k);
+    float ss = v->dot(x, x, n);
+    float sc = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (w ? w[i] : 1.0f) * (x[i] * sc);
+}
+
+void cdx_softmax(const cdx_kernels *k, float *x, int64_t n)
+{
+    const cdx_vec_ops *v = vec(k);
+    float m = v->max(x, n);
+    float s = v->exp_sum(x, m, n);
+    v->scale(x, 1.0f / s, n);
+}
+
+/* ---- attention ---- */
+
+#define ATTN_BLOCK 64
+#define ATTN_MAX_GROUP 32
+#define ATTN_MAX_DIM 512
+
+typedef struct {
+    const cdx_vec_ops *v;
+    const cdx_attn_shape *s;
+    const cdx_attn_row *rows;
+    int64_t n_rows;
+} attn_job;
+
+/* One (row, KV head): the `group` query heads that share the KV head walk the positions together. */
+static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
+{
+    const int hd = s->head_dim;
+    float acc[ATTN_MAX_GROUP][ATTN_MAX_DIM];
+    float sc[ATTN_MAX_GROUP][ATTN_BLOCK];
+    float mx[ATTN_MAX_GROUP], sum[ATTN_MAX_GROUP];
+    for (int h = 0; h < group; h++) {
+        mx[h] = -INFINITY;
+        sum[h] = 0;
+        for (int d = 0; d < hd; d++)
+            acc[h][d] = 0;
+    }
+    const float *K = r->k + (size_t)g * hd, *V = r->v + (size_t)g * hd;
+    for (int64_t p0 = r->lo; p0 <= r->hi; p0 += ATTN_BLOCK) {
+        const int nb = r->hi - p0 + 1 < ATTN_BLOCK ? (int)(r->hi - p0 + 1) : ATTN_BLOCK;
+        for (int h = 0; h < group; h++) {
+            const float *q = r->q + (size_t)(h0 + h) * hd;
+            for (int i = 0; i < nb; i++)
+                sc[h][i] = v->dot(q, K + (size_t)(p0 + i) * s->kv_stride, hd) * s->scale;
+            /* online softmax: a new maximum rescales what was summed so far */
+            float bm = v->max(sc[h], nb);
+            if (bm > mx[h]) {
+                float corr = expf(mx[h] - bm); /* exp(-inf) = 0 on the first block */
+                sum[h] *= corr;
+                v->scale(acc[h], corr, hd);
+                mx[h] = bm;
+            }
+            sum[h] += v->exp_sum(sc[h], mx[h], nb);
+        }
+        for (int i = 0; i < nb; i++) {
+            const float *vp = V + (size_t)(p0 + i) * s->kv_stride;
+            for (int h = 0; h < group; h++)
+                v->axpy(acc[h], sc[h][i], vp, hd);
+        }
+    }
+    for (int h = 0; h < group; h++) {
+        float *o = r->out + (size_t)(h0 + h) * hd;
+        const float inv = 1.0f / sum[h];
+        for (int d = 0; d < hd; d++)
+            o[d] = acc[h][d] * inv;
+    }
+}
+
+static void attn_one(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g)
+{
+    const int group = s->n_head / s->n_kv_head;
+    for (int h = 0; h < group; h += ATTN_MAX_GROUP)
+        attn_heads(v, s, r, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
+}
+
+static void attn_work(void *arg, int ith, int nth)
+{
+    attn_job *j = arg;
+    const int64_t nk = j->s->n_kv_head, total = j->n_rows * nk;
+    /* contiguous ranges of (row, KV head): a thread keeps the same rows' caches warm */
+    for (int64_t i = total * ith / nth; i < total * (ith + 1) / nth; i++)
+        attn_one(j->v, j->s, &j->rows[i / nk], (int)(i % nk));
+}
+
+int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows, int64_t n_rows,
+             cdx_err *err)
+{
+    if (s->n_head <= 0 || s->n_kv_head <= 0 || s->n_head % s->n_kv_head || s->head_dim <= 0 ||
+        s->head_dim > ATTN_MAX_DIM)
+        return cdx_err_set(err, CDX_EINVAL, "attention shape: %d heads, %d KV heads, head_dim %d; expected heads a "
+                           "multiple of KV heads and head_dim 1..%d", s->n_head, s->n_kv_head, s->head_dim, ATTN_MAX_DIM);
+    for (int64_t i = 0; i < n_rows; i++)
+        if (rows[i].lo < 0 || rows[i].lo > rows[i].hi)
+            return cdx_err_set(err, CDX_EINVAL, "attention row %lld: positions %lld..%lld; expected 0 <= lo <= hi",
+                               (long long)i, (long long)rows[i].lo, (long long)rows[i].hi);
+    attn_job j = { vec(k), s, rows, n_rows };
+    cdx_pool_run(pool, attn_work, &j);
+    return CDX_OK;
+}

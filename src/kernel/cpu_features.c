@@ -1,0 +1,75 @@
+/* CPU feature detection: cpuid for what the core implements, xgetbv for what the OS enabled.
+ * An AVX-512 core under an OS that does not save zmm/k registers must not run AVX-512 code,
+ * so each ISA level needs both (Intel SDM vol. 1, 13.3 "Enabling the XSAVE feature set"). */
+#include "caldrix/kernel.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static cdx_cpu_features g_feat;
+static char g_brand[49];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void detect(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    bool osxsave = c & bit_OSXSAVE;
+    g_feat.sse42 = c & bit_SSE4_2;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    bool os_avx = (xcr0 & 0x6) == 0x6;        /* XMM and YMM state */
+    bool os_avx512 = (xcr0 & 0xE6) == 0xE6;   /* plus opmask, ZMM_Hi256, Hi16_ZMM */
+    g_feat.avx = os_avx && (c & bit_AVX);
+    g_feat.fma = g_feat.avx && (c & bit_FMA);
+    g_feat.f16c = g_feat.avx && (c & bit_F16C);
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        g_feat.avx2 = g_feat.avx && (b & bit_AVX2);
+        g_feat.avx512f = os_avx512 && (b & bit_AVX512F);
+        g_feat.avx512bw = g_feat.avx512f && (b & bit_AVX512BW);
+        g_feat.avx512vl = g_feat.avx512f && (b & bit_AVX512VL);
+        g_feat.avx512dq = g_feat.avx512f && (b & bit_AVX512DQ);
+        g_feat.avx512vbmi = g_feat.avx512f && (c & bit_AVX512VBMI);
+        g_feat.avx512vnni = g_feat.avx512f && (c & bit_AVX512VNNI);
+        unsigned a1, b1, c1, d1;
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        g_feat.avx512bf16 = g_feat.avx512f && (a1 & (1u << 5));
+        g_feat.avx_vnni = g_feat.avx && (a1 & (1u << 4));
+    }
+    if (__get_cpuid_max(0x80000000, NULL) >= 0x80000004) {
+        unsigned *w = (unsigned *)g_brand;
+        for (unsigned i = 0; i < 3; i++)
+            __cpuid(0x80000002 + i, w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        g_brand[48] = 0;
+        char *s = g_brand; /* some CPUs pad the brand string with leading spaces */
+        while (*s == ' ')
+            s++;
+        memmove(g_brand, s, strlen(s) + 1);
+    }
+#endif
+}
+
+const cdx_cpu_features *cdx_cpu_features_get(void)
+{
+    pthread_once(&g_once, detect);
+    return &g_feat;
+}
+
+const char *cdx_cpu_brand(void)
+{
+    pthread_once(&g_once, detect);
+    return g_brand;
+}

@@ -1,0 +1,655 @@
+/* The SIMD kernels, written once and compiled twice: kernels_avx2.c and kernels_avx512.c include
+ * this file after defining the few primitives that differ between the two instruction sets.
+ *
+ * Required before inclusion:
+ *   KT(name)                    a per-ISA name suffix (name##_avx2)
+ *   RMAX, TMAX                  tile size: weight rows × activation rows per inner kernel
+ *   DOT_US(acc, u, s)           acc (8×i32) += Σ of 4 adjacent u8·s8 products (no saturation)
+ *   DOT_SC(acc, u, s, sc)       acc (8×i32) += Σ of 2 adjacent (u8·s8 pair sums) · i16 scales sc;
+ *                               u ≤ 127 or u·|s| pair sums below 2^15 (true for every caller)
+ *   VF, VF_N, vf_*              the widest float vector (F32/F16/BF16 rows)
+ *
+ * Every quantized kernel works on 32-value sub-blocks in 256-bit registers: one sub-block is one
+ * ymm of bytes, so Q8_0/Q4_0/IQ4_NL blocks and the 32-value sub-blocks of K-quants share one shape.
+ * A tile is RMAX weight rows × TMAX activation rows: each weight block is decoded once per tile and
+ * used for TMAX activation rows, each activation block loaded once and used for RMAX weight rows.
+ */
+#include "kernel/kernel_impl.h"
+#include "quant/quant_ref.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define KT_INLINE static inline __attribute__((always_inline))
+
+/* ---- small helpers ---- */
+
+KT_INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KT_INLINE int hsum8i(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+KT_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* 16 packed bytes → 32 nibbles: low nibbles in bytes 0..15, high nibbles in bytes 16..31
+ * (the Q4_0 / IQ4_NL / IQ4_XS order: value j and value j+16 share byte j). */
+KT_INLINE __m256i nib32(const uint8_t *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(w, _mm256_set1_epi8(0x0F));
+}
+
+KT_INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* The signed-weight product by sign transfer: |w| · (a with w's sign) = w · a, for w ≥ -127. */
+KT_INLINE __m256i dot_signed(__m256i acc, __m256i w, __m256i a)
+{
+    return DOT_US(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+KT_INLINE __m256i dot_signed_sc(__m256i acc, __m256i w, __m256i a, __m256i sc)
+{
+    return DOT_SC(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w), sc);
+}
+
+/* ---- tiles over 32-value blocks paired with q8_0 activations (Q8_0, Q4_0, IQ4_NL) ---- */
+
+/* One id per weight layout (distinct across the families: the prefill GEMM tests them all). */
+enum { W_Q8_0, W_Q4_0, W_IQ4_NL, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_XS, W_F32, W_F16, W_BF16 };
+
+KT_INLINE void tile_b32(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
+                        const int T, int64_t nb, float *y, int64_t ys)
+{
+    const size_t wbb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
+    __m256 acc[RMAX][TMAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wv[RMAX];
+        float dw[RMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + (size_t)r * wrb + (size_t)b * wbb;
+            dw[r] = h2f(*(const uint16_t *)blk);
+            if (kind == W_Q8_0)
+                wv[r] = load32(blk + 2);
+            else if (kind == W_Q4_0)
+                wv[r] = nib32(blk + 2);
+            else
+                wv[r] = _mm256_shuffle_epi8(kv, nib32(blk + 2));
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const cdx_block_q8_0 *xb = (const cdx_block_q8_0 *)(x + (size_t)t * xrb) + b;
+            const __m256i a = load32(xb->qs);
+            const float da = h2f(xb->d);
+            /* Q4_0 stores q+8 as an unsigned nibble: Σ(q-8)·a = Σ q·a - 8·Σa, and 8·Σa is
+             * shared by every row of the tile */
+            __m256i base = _mm256_setzero_si256();
+            if (kind == W_Q4_0)
+                base = _mm256_sub_epi32(base, DOT_US(_mm256_setzero_si256(), _mm256_set1_epi8(8), a));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i s = kind == W_Q4_0 ? DOT_US(base, wv[r], a) : dot_signed(base, wv[r], a);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[r] * da), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = hsum8(acc[r][t]);
+}
+
+/* ---- tiles over 256-value super-blocks paired with q8_K activations ---- */
+
+/* What a K-quant row contributes to one super-block, decoded once per tile: per 32-value sub-block
+ * an i16 scale vector for DOT_SC, the super-block scales, and the i16 "mins" that multiply the
+ * activation's 16 bsums (Q4_K/Q5_K: -dmin·m; Q6_K: the -32 offset; IQ4_XS: none). */
+typedef struct {
+    __m256i sc[8];   /* i16 lanes; Q6_K has two scales per sub-block (one per 128-bit lane) */
+    __m256i mins;    /* i16 × 16, multiplies bsums[16] */
+    float d, dmin;
+} kprep;
+
+
+KT_INLINE size_t kblock_bytes(int kind)
+{
+    return kind == W_Q4_K ? sizeof(cdx_block_q4_K)
+         : kind == W_Q5_K ? sizeof(cdx_block_q5_K)
+         : kind == W_Q6_K ? sizeof(cdx_block_q6_K) : sizeof(cdx_block_iq4_xs);
+}
+
+/* 6-bit scales and mins of Q4_K/Q5_K (12 bytes → 8 + 8), as ggml packs them. */
+KT_INLINE void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    uint32_t s0 = u[0] & m6, s1 = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    uint32_t n0 = u[1] & m6, n1 = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    memcpy(sc, &s0, 4); memcpy(sc + 4, &s1, 4);
+    memcpy(m, &n0, 4); memcpy(m + 4, &n1, 4);
+}
+
+KT_INLINE __m256i bcast16(int v) { return _mm256_set1_epi16((short)v); }
+
+KT_INLINE void kprep_row(int kind, const uint8_t *blk, kprep *p)
+{
+    if (kind == W_Q4_K || kind == W_Q5_K) {
+        const cdx_block_q4_K *b = (const cdx_block_q4_K *)blk; /* Q5_K shares the head */
+        uint8_t sc[8], m[8];
+        k4_scales(b->scales, sc, m);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            p->sc[j] = bcast16(sc[j]);
+        /* mins duplicated: bsums come per 16 values, mins per 32 */
+        __m128i mm = _mm_loadl_epi64((const __m128i *)m);
+        p->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mm, mm));
+        p->d = h2f(b->d);
+        p->dmin = h2f(b->dmin);
+    } else if (kind == W_Q6_K) {
+        const cdx_block_q6_K *b = (const cdx_block_q6_K *)blk;
+        /* sub-block j of 32 values uses scales 2j (first 16) and 2j+1 (last 16) */
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            p->sc[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(b->scales[2 * j])),
+                                               _mm_set1_epi16(b->scales[2 * j + 1]), 1);
+        /* Σ(q-32)·a = Σ q·a - 32·Σ_g sc_g·bsum_g */
+        p->mins = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)), 5);
+        p->d = h2f(b->d);
+        p->dmin = 0;
+    } else {
+        const cdx_block_iq4_xs *b = (const cdx_block_iq4_xs *)blk;
+        uint16_t h = b->scales_h;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            int ls = ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((h >> (2 * j)) & 3) << 4);
+            p->sc[j] = bcast16(ls - 32);
+        }
+        p->mins = _mm256_setzero_si256();
+        p->d = h2f(b->d);
+        p->dmin = 0;
+    }
+}
+
+/* The 32 weights of sub-block j (0..7) as bytes: unsigned for Q4_K/Q5_K/Q6_K, signed for IQ4_XS. */
+KT_INLINE __m256i ksub(int kind, const uint8_t *blk, int j)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (kind == W_Q4_K) {
+        const cdx_block_q4_K *b = (const cdx_block_q4_K *)blk;
+        __m256i v = load32(b->qs + 32 * (j / 2));
+        return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
+    }
+    if (kind == W_Q5_K) {
+        const cdx_block_q5_K *b = (const cdx_block_q5_K *)blk;
+        __m256i v = load32(b->qs + 32 * (j / 2));
+        v = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
+        const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+        __m256i h = _mm256_cmpeq_epi8(_mm256_and_si256(load32(b->qh), bit), bit);
+        return _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(16)));
+    }
+    if (kind == W_Q6_K) {
+        const cdx_block_q6_K *b = (const cdx_block_q6_K *)blk;
+        const int n = j / 4, m = j % 4;
+        __m256i l = load32(b->ql + 64 * n + 32 * (m & 1));
+        l = _mm256_and_si256(m >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
+        __m256i h = load32(b->qh + 32 * n);
+        h = m == 0 ? _mm256_slli_epi16(h, 4) : m == 1 ? _mm256_slli_epi16(h, 2) : m == 2 ? h : _mm256_srli_epi16(h, 2);
+        return _mm256_or_si256(l, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+    }
+    const cdx_block_iq4_xs *b = (const cdx_block_iq4_xs *)blk;
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
+    return _mm256_shuffle_epi8(kv, nib32(b->qs + 16 * j));
+}
+
+KT_INLINE void tile_k(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
+                      const int T, int64_t nb, float *y, int64_t ys)
+{
+    const size_t wbb = kblock_bytes(kind);
+    __m256 acc[RMAX][TMAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        kprep p[RMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            kprep_row(kind, w + (size_t)r * wrb + (size_t)b * wbb, &p[r]);
+        __m256i is[RMAX][TMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                is[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i wv[RMAX];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                wv[r] = ksub(kind, w + (size_t)r * wrb + (size_t)b * wbb, j);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+                const __m256i a = load32(xb->qs + 32 * j);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    is[r][t] = kind == W_IQ4_XS ? dot_signed_sc(is[r][t], wv[r], a, p[r].sc[j])
+                                                : DOT_SC(is[r][t], wv[r], a, p[r].sc[j]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            const __m256i bs = load32(xb->bsums);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256 s;
+                if (kind == W_Q6_K) {
+                    __m256i v = _mm256_sub_epi32(is[r][t], _mm256_madd_epi16(bs, p[r].mins));
+                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p[r].d * xb->d));
+                } else {
+                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(is[r][t]), _mm256_set1_ps(p[r].d * xb->d));
+                    if (kind != W_IQ4_XS)
+                        s = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, p[r].mins)),
+                                             _mm256_set1_ps(p[r].dmin * xb->d), s);
+                }
+                acc[r][t] = _mm256_add_ps(acc[r][t], s);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = hsum8(acc[r][t]);
+}
+
+/* ---- tiles over F32 / F16 / BF16 rows with f32 activations ---- */
+
+
+KT_INLINE VF vf_loadw(int kind, const uint8_t *row, int64_t c)
+{
+    if (kind == W_F32)
+        return vf_load_f32((const float *)row + c);
+    if (kind == W_F16)
+        return vf_load_f16((const uint16_t *)row + c);
+    return vf_load_bf16((const uint16_t *)row + c);
+}
+
+KT_INLINE float scalar_w(int kind, const uint8_t *row, int64_t c)
+{
+    if (kind == W_F32)
+        return ((const float *)row)[c];
+    if (kind == W_F16)
+        return h2f(((const uint16_t *)row)[c]);
+    return cdx_bf16_to_f32(((const uint16_t *)row)[c]);
+}
+
+KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
+                      const int T, int64_t cols, float *y, int64_t ys)
+{
+    VF acc[RMAX][TMAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = vf_zero();
+    const int64_t cv = cols - cols % VF_N;
+    for (int64_t c = 0; c < cv; c += VF_N) {
+        VF wv[RMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = vf_loadw(kind, w + (size_t)r * wrb, c);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            VF a = vf_load_f32((const float *)(x + (size_t)t * xrb) + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = vf_fma(wv[r], a, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float s = vf_hsum(acc[r][t]);
+            const float *xt = (const float *)(x + (size_t)t * xrb);
+            for (int64_t c = cv; c < cols; c++)
+                s += scalar_w(kind, w + (size_t)r * wrb, c) * xt[c];
+            y[t * ys + r] = s;
+        }
+}
+
+/* ---- the tile tables and the tiling driver ---- */
+
+#ifdef KT_WIDE_HEADER
+#include KT_WIDE_HEADER /* wider tile families for this ISA */
+#endif
+#ifndef KT_FAM_B32
+#define KT_FAM_B32 tile_b32
+#endif
+#ifndef KT_FAM_K
+#define KT_FAM_K tile_k
+#endif
+
+typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const uint8_t *x, size_t xrb, int64_t nb, float *y,
+                        int64_t ys);
+
+#define KT_TILE(fam, kind, R, T)                                                                         \
+    static void KT(tile_##kind##_##R##_##T)(const uint8_t *w, size_t wrb, const uint8_t *x, size_t xrb,   \
+                                            int64_t nb, float *y, int64_t ys)                            \
+    {                                                                                                    \
+        fam(kind, w, wrb, R, x, xrb, T, nb, y, ys);                                                      \
+    }
+
+#if RMAX == 4 && TMAX == 4
+#define KT_TILES(fam, kind)                                                                              \
+    KT_TILE(fam, kind, 1, 1) KT_TILE(fam, kind, 1, 2) KT_TILE(fam, kind, 1, 3) KT_TILE(fam, kind, 1, 4)  \
+    KT_TILE(fam, kind, 2, 1) KT_TILE(fam, kind, 2, 2) KT_TILE(fam, kind, 2, 3) KT_TILE(fam, kind, 2, 4)  \
+    KT_TILE(fam, kind, 3, 1) KT_TILE(fam, kind, 3, 2) KT_TILE(fam, kind, 3, 3) KT_TILE(fam, kind, 3, 4)  \
+    KT_TILE(fam, kind, 4, 1) KT_TILE(fam, kind, 4, 2) KT_TILE(fam, kind, 4, 3) KT_TILE(fam, kind, 4, 4)  \
+    static const tile_fn KT(tiles_##kind)[RMAX][TMAX] = {                                                \
+        { KT(tile_##kind##_1_1), KT(tile_##kind##_1_2), KT(tile_##kind##_1_3), KT(tile_##kind##_1_4) },  \
+        { KT(tile_##kind##_2_1), KT(tile_##kind##_2_2), KT(tile_##kind##_2_3), KT(tile_##kind##_2_4) },  \
+        { KT(tile_##kind##_3_1), KT(tile_##kind##_3_2), KT(tile_##kind##_3_3), KT(tile_##kind##_3_4) },  \
+        { KT(tile_##kind##_4_1), KT(tile_##kind##_4_2), KT(tile_##kind##_4_3), KT(tile_##kind##_4_4) },  \
+    };
+#elif RMAX == 4 && TMAX == 2
+#define KT_TILES(fam, kind)                                                                              \
+    KT_TILE(fam, kind, 1, 1) KT_TILE(fam, kind, 1, 2) KT_TILE(fam, kind, 2, 1) KT_TILE(fam, kind, 2, 2)  \
+    KT_TILE(fam, kind, 3, 1) KT_TILE(fam, kind, 3, 2) KT_TILE(fam, kind, 4, 1) KT_TILE(fam, kind, 4, 2)  \
+    static const tile_fn KT(tiles_##kind)[RMAX][TMAX] = {                                                \
+        { KT(tile_##kind##_1_1), KT(tile_##kind##_1_2) }, { KT(tile_##kind##_2_1), KT(tile_##kind##_2_2) }, \
+        { KT(tile_##kind##_3_1), KT(tile_##kind##_3_2) }, { KT(tile_##kind##_4_1), KT(tile_##kind##_4_2) }, \
+    };
+#elif RMAX == 2 && TMAX == 2
+#define KT_TILES(fam, kind)                                                                              \
+    KT_TILE(fam, kind, 1, 1) KT_TILE(fam, kind, 1, 2) KT_TILE(fam, kind, 2, 1) KT_TILE(fam, kind, 2, 2)  \
+    static const tile_fn KT(tiles_##kind)[RMAX][TMAX] = {                                                \
+        { KT(tile_##kind##_1_1), KT(tile_##kind##_1_2) }, { KT(tile_##kind##_2_1), KT(tile_##kind##_2_2) }, \
+    };
+#else
+#error "unsupported RMAX x TMAX"
+#endif
+
+KT_TILES(KT_FAM_B32, W_Q8_0)
+KT_TILES(KT_FAM_B32, W_Q4_0)
+KT_TILES(KT_FAM_B32, W_IQ4_NL)
+KT_TILES(KT_FAM_K, W_Q4_K)
+KT_TILES(KT_FAM_K, W_Q5_K)
+KT_TILES(KT_FAM_K, W_Q6_K)
+KT_TILES(KT_FAM_K, W_IQ4_XS)
+KT_TILES(tile_f, W_F32)
+KT_TILES(tile_f, W_F16)
+KT_TILES(tile_f, W_BF16)
+
+/* Rows [r0, r1) × all n activation rows. Activations are cut into panels that stay in L2 (about
+ * 256 KiB); within a panel, RMAX weight rows are read from memory once and reused from L1 for
+ * every group of TMAX activation rows. For n = 1 this is a plain matvec, RMAX rows at a time. */
+static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r0, int64_t r1, const uint8_t *x,
+                      size_t xrb, int64_t n, float *y, int64_t nb)
+{
+    int64_t panel = (int64_t)((256u << 10) / (xrb ? xrb : 1));
+    panel = panel < TMAX ? TMAX : panel - panel % TMAX;
+    const uint8_t *wb = w->data;
+    for (int64_t t0 = 0; t0 < n; t0 += panel) {
+        const int64_t t1 = t0 + panel < n ? t0 + panel : n;
+        for (int64_t r = r0; r < r1; r += RMAX) {
+            const int rr = r1 - r < RMAX ? (int)(r1 - r) : RMAX;
+            for (int64_t t = t0; t < t1; t += TMAX) {
+                const int tt = t1 - t < TMAX ? (int)(t1 - t) : TMAX;
+                tab[rr - 1][tt - 1](wb + (size_t)r * w->row_bytes, w->row_bytes, x + (size_t)t * xrb, xrb, nb,
+                                    y + t * w->rows + r, w->rows);
+            }
+        }
+    }
+}
+
+#ifndef KT_GEMM
+#define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) false
+#endif
+#define KT_ROWS_Q(kind, blk)                                                                             \
+    static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
+                                size_t xrb, int64_t n, float *y, void *scratch)                          \
+    {                                                                                                    \
+        (void)x;                                                                                         \
+        if (n >= CDX_GEMM_MIN_N && KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch))                     \
+            return;                                                                                      \
+        KT(drive)(KT(tiles_##kind), w, r0, r1, xq, xrb, n, y, w->cols / (blk));                          \
+    }
+#define KT_ROWS_F(kind)                                                                                  \
+    static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
+                                size_t xrb, int64_t n, float *y, void *scratch)                          \
+    {                                                                                                    \
+        (void)xq; (void)xrb; (void)scratch;                                                              \
+        KT(drive)(KT(tiles_##kind), w, r0, r1, (const uint8_t *)x, (size_t)w->cols * sizeof(float), n, y, \
+                  w->cols);                                                                              \
+    }
+
+KT_ROWS_Q(W_Q8_0, 32)
+KT_ROWS_Q(W_Q4_0, 32)
+KT_ROWS_Q(W_IQ4_NL, 32)
+KT_ROWS_Q(W_Q4_K, 256)
+KT_ROWS_Q(W_Q5_K, 256)
+KT_ROWS_Q(W_Q6_K, 256)
+KT_ROWS_Q(W_IQ4_XS, 256)
+KT_ROWS_F(W_F32)
+KT_ROWS_F(W_F16)
+KT_ROWS_F(W_BF16)
+
+/* ---- activation quantizers, byte-identical to the scalar references ---- */
+
+/* roundf (halves away from zero) on integral-or-not floats, exactly: trunc, then step away
+ * from zero when the dropped fraction is at least one half. */
+KT_INLINE __m256 roundf8(__m256 v)
+{
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign));
+    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
+}
+
+KT_INLINE float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 4 × 8 int32 (each in -128..127) → 32 int8 in order. */
+KT_INLINE __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i v = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One 32-value block the way quantize_row_q8_0_ref / q8_1_ref do it: d = amax/127, q = roundf(x/d)
+ * computed as x·(1/d). Returns Σq; *dout gets d. */
+KT_INLINE int q8_block32(const float *x, int8_t *qs, float *dout)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+    }
+    const float amax = hmax8(m);
+    const float d = amax / ((1 << 7) - 1);
+    const float id = d ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm256_cvttps_epi32(roundf8(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+    _mm256_storeu_si256((__m256i *)qs, pack32(q[0], q[1], q[2], q[3]));
+    *dout = d;
+    return hsum8i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+}
+
+static void KT(quantize_q8_0)(const float *x, void *out, int64_t n)
+{
+    cdx_block_q8_0 *y = out;
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d;
+        q8_block32(x + 32 * i, y[i].qs, &d);
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+static void KT(quantize_q8_1)(const float *x, void *out, int64_t n)
+{
+    cdx_block_q8_1 *y = out;
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d;
+        int sum = q8_block32(x + 32 * i, y[i].qs, &d);
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        y[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+/* quantize_row_q8_K_ref: the scale comes from the first value of largest magnitude, with its
+ * sign (iscale = -127/max), and q = nearest_int(iscale·x) capped at 127. */
+static void KT(quantize_q8_K)(const float *x, void *out, int64_t n)
+{
+    cdx_block_q8_K *y = out;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / 256; i++, x += 256) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        const float amax = hmax8(m);
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const __m256 am = _mm256_set1_ps(amax);
+        float max = 0;
+        for (int k = 0; k < 32; k++) {
+            int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), am,
+                                                        _CMP_EQ_OQ));
+            if (mask) {
+                max = x[8 * k + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i cap = _mm256_set1_epi32(127);
+        for (int g = 0; g < 8; g++) { /* 32 values per step, two bsums each */
+            __m256i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * g + 8 * k))), cap);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * g), pack32(q[0], q[1], q[2], q[3]));
+            y[i].bsums[2 * g] = (int16_t)hsum8i(_mm256_add_epi32(q[0], q[1]));
+            y[i].bsums[2 * g + 1] = (int16_t)hsum8i(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+/* ---- f32 vector primitives (norms, softmax, attention) ---- */
+
+static float KT(vdot)(const float *a, const float *b, int64_t n)
+{
+    VF s0 = vf_zero(), s1 = vf_zero();
+    int64_t i = 0;
+    for (; i + 2 * VF_N <= n; i += 2 * VF_N) {
+        s0 = vf_fma(vf_load_f32(a + i), vf_load_f32(b + i), s0);
+        s1 = vf_fma(vf_load_f32(a + i + VF_N), vf_load_f32(b + i + VF_N), s1);
+    }
+    for (; i + VF_N <= n; i += VF_N)
+        s0 = vf_fma(vf_load_f32(a + i), vf_load_f32(b + i), s0);
+    float s = vf_hsum(vf_add(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void KT(vaxpy)(float *y, float a, const float *x, int64_t n)
+{
+    const VF av = vf_set1(a);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(y + i, vf_fma(av, vf_load_f32(x + i), vf_load_f32(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void KT(vscale)(float *y, float a, int64_t n)
+{
+    const VF av = vf_set1(a);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(y + i, vf_mul(av, vf_load_f32(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static float KT(vmax)(const float *x, int64_t n)
+{
+    VF m = vf_set1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        m = vf_max(m, vf_load_f32(x + i));
+    float r = vf_hmax(m);
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+/* expf stays the C library's (the same values as the scalar twin); only the sum is vectorised. */
+static float KT(vexp_sum)(float *x, float sub, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = expf(x[i] - sub);
+    VF s = vf_zero();
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        s = vf_add(s, vf_load_f32(x + i));
+    float r = vf_hsum(s);
+    for (; i < n; i++)
+        r += x[i];
+    return r;
+}
+
+static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum) };
+
+/* ---- the table ---- */
+
+const cdx_kernels KT(cdx_kernels) = {
+    .isa = KT_ISA_NAME,
+    .vec = &KT(vec_ops),
+    .row = {
+        [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),
+        [CDX_TYPE_Q8_0] = KT(rows_W_Q8_0), [CDX_TYPE_Q4_0] = KT(rows_W_Q4_0), [CDX_TYPE_IQ4_NL] = KT(rows_W_IQ4_NL),
+        [CDX_TYPE_Q4_K] = KT(rows_W_Q4_K), [CDX_TYPE_Q5_K] = KT(rows_W_Q5_K), [CDX_TYPE_Q6_K] = KT(rows_W_Q6_K),
+        [CDX_TYPE_IQ4_XS] = KT(rows_W_IQ4_XS),
+    },
+    .quantize = {
+        [CDX_TYPE_Q8_0] = KT(quantize_q8_0), [CDX_TYPE_Q8_1] = KT(quantize_q8_1), [CDX_TYPE_Q8_K] = KT(quantize_q8_K),
+    },
+};

@@ -1,0 +1,459 @@
+/* AVX-512 tiles on 512-bit registers: two 32-value (sub-)blocks per register. Included by
+ * kern_tmpl.h (through KT_WIDE_HEADER) in kernels_avx512.c only; it replaces the 256-bit tile
+ * families there. Same contract and numerics as tile_b32 / tile_k (integer dots are exact; only
+ * the order of the float sums differs).
+ *
+ * Signed 8-bit weights (Q8_0, IQ4_NL, IQ4_XS) are biased to unsigned (w + 128, or the IQ4 table
+ * + 128) so vpdpbusd takes them directly; the bias comes back out as 128·Σa, from the block's
+ * own activations (q8_0) or the q8_K bsums. */
+
+KT_INLINE __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
+KT_INLINE __m512i cat256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+/* ---- Q8_0 / Q4_0 / IQ4_NL, two blocks per step ---- */
+
+/* The weights of blocks b and b+1 (b+1 absent when tail) as biased u8, and their scales
+ * [d_b ×8, d_b+1 ×8]. */
+KT_INLINE void w_pair(int kind, const uint8_t *blk, bool tail, __m512i kvb, __m512i *q, __m512 *dw)
+{
+    if (kind == W_Q8_0) {
+        const __m512i z = _mm512_maskz_loadu_epi8(tail ? (1ull << 2) - 1 : (1ull << 36) - 1, blk);
+        *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
+            _mm512_set_epi64(0, 0, 0, 0, 0x0011001100110011ll, 0x0011001100110011ll, 0, 0), z)));
+        __m256i lo = load32(blk + 2);
+        __m256i hi = tail ? _mm256_setzero_si256() : load32(blk + 36);
+        *q = _mm512_xor_si512(cat256(lo, hi), _mm512_set1_epi8((char)0x80));
+        return;
+    }
+    const __m512i z = _mm512_maskz_loadu_epi8(tail ? (1ull << 18) - 1 : (1ull << 36) - 1, blk);
+    *dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
+        _mm512_set_epi64(0, 0, 0, 0, 0x0009000900090009ll, 0x0009000900090009ll, 0, 0), z)));
+    /* bytes [2..17, 2..17, 20..35, 20..35], then the second and fourth copies shifted by 4 */
+    const __m512i idx = _mm512_set_epi8(35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+                                        35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+                                        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+                                        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+    __m512i v = _mm512_permutexvar_epi8(idx, z);
+    v = _mm512_srlv_epi16(v, _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0, 0,
+                                              0x0004000400040004ll, 0x0004000400040004ll, 0, 0));
+    v = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+    *q = kind == W_IQ4_NL ? _mm512_shuffle_epi8(kvb, v) : v;
+}
+
+KT_INLINE void a_pair(const cdx_block_q8_0 *xb, bool tail, __m512i *a, __m512 *da)
+{
+    const __m512i z = _mm512_maskz_loadu_epi8(tail ? (1ull << 2) - 1 : (1ull << 36) - 1, xb);
+    *da = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
+        _mm512_set_epi64(0, 0, 0, 0, 0x0011001100110011ll, 0x0011001100110011ll, 0, 0), z)));
+    *a = cat256(load32(xb[0].qs), tail ? _mm256_setzero_si256() : load32(xb[1].qs));
+}
+
+KT_INLINE void tile_b32w(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
+                         const int T, int64_t nb, float *y, int64_t ys)
+{
+    const size_t wbb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+    const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
+                                         _mm512_set1_epi8((char)0x80));
+    const __m512i bias = _mm512_set1_epi8(kind == W_Q4_0 ? 8 : (char)0x80);
+    __m512 acc[RMAX][TMAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool tail = b + 1 == nb;
+        __m512i q[RMAX];
+        __m512 dw[RMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            w_pair(kind, w + (size_t)r * wrb + (size_t)b * wbb, tail, kvb, &q[r], &dw[r]);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m512i a;
+            __m512 da;
+            a_pair((const cdx_block_q8_0 *)(x + (size_t)t * xrb) + b, tail, &a, &da);
+            const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512i s = _mm512_dpbusd_epi32(base, q[r], a);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* ---- K-quants and IQ4_XS, two 32-value sub-blocks per step ---- */
+
+typedef struct {
+    __m512i sc[4];  /* per pair of sub-blocks: i16 scales (i32 for IQ4_XS) lane by lane */
+    __m256i mins;   /* i16 × 16 against bsums: dmin mins (Q4_K/Q5_K), 32·sc (Q6_K), 128·ls (IQ4_XS) */
+    float d, dmin;
+} kprepw;
+
+KT_INLINE void kprep_wide(int kind, const uint8_t *blk, kprepw *p)
+{
+    if (kind == W_Q4_K || kind == W_Q5_K) {
+        const cdx_block_q4_K *b = (const cdx_block_q4_K *)blk;
+        uint8_t sc[8], m[8];
+        k4_scales(b->scales, sc, m);
+        const __m512i s = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            p->sc[j] = _mm512_permutexvar_epi16(cat256(_mm256_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1))), s);
+        __m128i mm = _mm_loadl_epi64((const __m128i *)m);
+        p->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mm, mm));
+        p->d = h2f(b->d);
+        p->dmin = h2f(b->dmin);
+    } else if (kind == W_Q6_K) {
+        const cdx_block_q6_K *b = (const cdx_block_q6_K *)blk;
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const __m512i s = _mm512_castsi256_si512(s16);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            p->sc[j] = _mm512_permutexvar_epi16(
+                _mm512_set_epi64(0x0001000100010001ll * (4 * j + 3), 0x0001000100010001ll * (4 * j + 3),
+                                 0x0001000100010001ll * (4 * j + 2), 0x0001000100010001ll * (4 * j + 2),
+                                 0x0001000100010001ll * (4 * j + 1), 0x0001000100010001ll * (4 * j + 1),
+                                 0x0001000100010001ll * (4 * j), 0x0001000100010001ll * (4 * j)), s);
+        p->mins = _mm256_slli_epi16(s16, 5);
+        p->d = h2f(b->d);
+        p->dmin = 0;
+    } else {
+        const cdx_block_iq4_xs *b = (const cdx_block_iq4_xs *)blk;
+        uint16_t h = b->scales_h;
+        int16_t ls[16];
+        int l8[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            l8[j] = (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((h >> (2 * j)) & 3) << 4)) - 32;
+            ls[2 * j] = ls[2 * j + 1] = (int16_t)(128 * l8[j]);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            p->sc[j] = cat256(_mm256_set1_epi32(l8[2 * j]), _mm256_set1_epi32(l8[2 * j + 1]));
+        p->mins = _mm256_loadu_si256((const __m256i *)ls);
+        p->d = h2f(b->d);
+        p->dmin = 0;
+    }
+}
+
+/* Sub-blocks 2j and 2j+1 (values 64j .. 64j+63) as u8 (IQ4_XS: table + 128). */
+KT_INLINE __m512i ksub_wide(int kind, const uint8_t *blk, int j, __m512i kvb)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (kind == W_Q4_K || kind == W_Q5_K) {
+        const uint8_t *qs = kind == W_Q4_K ? ((const cdx_block_q4_K *)blk)->qs : ((const cdx_block_q5_K *)blk)->qs;
+        const __m256i v = load32(qs + 32 * j);
+        __m512i z = _mm512_and_si512(cat256(v, _mm256_srli_epi16(v, 4)), m4);
+        if (kind == W_Q5_K) {
+            const __m512i qh = _mm512_broadcast_i64x4(load32(((const cdx_block_q5_K *)blk)->qh));
+            const __m512i bit = cat256(_mm256_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(1 << (2 * j + 1))));
+            z = _mm512_or_si512(z, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, bit), _mm512_set1_epi8(16)));
+        }
+        return z;
+    }
+    if (kind == W_Q6_K) {
+        const cdx_block_q6_K *b = (const cdx_block_q6_K *)blk;
+        const int n = j / 2;
+        const __m512i ql = load64(b->ql + 64 * n);
+        const __m512i qh = _mm512_broadcast_i64x4(load32(b->qh + 32 * n));
+        __m512i lo, hi;
+        if (j % 2 == 0) {
+            lo = _mm512_and_si512(ql, m4);
+            hi = _mm512_sllv_epi16(qh, cat256(_mm256_set1_epi16(4), _mm256_set1_epi16(2)));
+        } else {
+            lo = _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+            hi = _mm512_srlv_epi16(qh, cat256(_mm256_setzero_si256(), _mm256_set1_epi16(2)));
+        }
+        return _mm512_or_si512(lo, _mm512_and_si512(hi, _mm512_set1_epi8(0x30)));
+    }
+    const cdx_block_iq4_xs *b = (const cdx_block_iq4_xs *)blk;
+    const __m256i v = load32(b->qs + 32 * j);
+    __m512i z = cat256(v, _mm256_srli_epi16(v, 4));         /* [qa, qb, qa>>4, qb>>4] */
+    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)); /* [qa, qa>>4, qb, qb>>4] */
+    return _mm512_shuffle_epi8(kvb, _mm512_and_si512(z, m4));
+}
+
+KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
+                       const int T, int64_t nb, float *y, int64_t ys)
+{
+    const size_t wbb = kblock_bytes(kind);
+    const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
+                                         _mm512_set1_epi8((char)0x80));
+    __m256 acc[RMAX][TMAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        kprepw p[RMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            kprep_wide(kind, w + (size_t)r * wrb + (size_t)b * wbb, &p[r]);
+        __m512i is[RMAX][TMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                is[r][t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i wv[RMAX];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                wv[r] = ksub_wide(kind, w + (size_t)r * wrb + (size_t)b * wbb, j, kvb);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+                const __m512i a = load64(xb->qs + 64 * j);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    if (kind == W_IQ4_XS)
+                        is[r][t] = _mm512_add_epi32(is[r][t], _mm512_mullo_epi32(
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a), p[r].sc[j]));
+                    else
+                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], _mm512_maddubs_epi16(wv[r], a), p[r].sc[j]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            const __m256i bs = load32(xb->bsums);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i v = _mm256_add_epi32(_mm512_castsi512_si256(is[r][t]), _mm512_extracti64x4_epi64(is[r][t], 1));
+                const __m256i mn = _mm256_madd_epi16(bs, p[r].mins);
+                __m256 s;
+                if (kind == W_Q6_K || kind == W_IQ4_XS) {
+                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v, mn)), _mm256_set1_ps(p[r].d * xb->d));
+                } else {
+                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p[r].d * xb->d));
+                    s = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(p[r].dmin * xb->d), s);
+                }
+                acc[r][t] = _mm256_add_ps(acc[r][t], s);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = hsum8(acc[r][t]);
+}
+
+#define KT_FAM_B32 tile_b32w
+#define KT_FAM_K tile_kw
+
+/* ---- prefill: integer GEMM over unpacked 16-row panels ---- */
+
+/* Every supported type is written as w = S·(u - bias) + M per group of G values, u an unsigned
+ * byte, S and M floats per (row, group): Q8_0/IQ4_NL/IQ4_XS bias their signed values by 128,
+ * Q4_0 keeps its +8 nibble, Q6_K its +32, Q4_K/Q5_K their mins as M. A 16-row panel is unpacked
+ * once into u interleaved 4 bytes per row ([k][row][4]), so one vpdpbusd against 4 broadcast
+ * activation bytes advances 16 rows at once; only one float step per group and token remains.
+ * The products S·da and the group sums are the only float reassociation against vec_dot. */
+
+KT_INLINE int g_size(int kind) { return kind == W_Q6_K ? 16 : 32; }
+KT_INLINE int g_bias(int kind)
+{
+    return kind == W_Q4_0 ? 8 : kind == W_Q6_K ? 32 : (kind == W_Q4_K || kind == W_Q5_K) ? 0 : 128;
+}
+KT_INLINE bool g_has_m(int kind) { return kind == W_Q4_K || kind == W_Q5_K; }
+KT_INLINE bool g_q8k(int kind) { return kind != W_Q8_0 && kind != W_Q4_0 && kind != W_IQ4_NL; }
+
+/* One weight row → u[cols], S[groups], M[groups]. */
+KT_INLINE void g_unpack_row(int kind, const uint8_t *row, int64_t cols, uint8_t *u, float *S, float *M)
+{
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    const __m256i kvb = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)), x80);
+    if (!g_q8k(kind)) {
+        const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + (size_t)b * bb;
+            S[b] = h2f(*(const uint16_t *)blk);
+            __m256i v = kind == W_Q8_0 ? _mm256_xor_si256(load32(blk + 2), x80)
+                      : kind == W_Q4_0 ? nib32(blk + 2) : _mm256_shuffle_epi8(kvb, nib32(blk + 2));
+            _mm256_storeu_si256((__m256i *)(u + 32 * b), v);
+        }
+        return;
+    }
+    const size_t bb = kblock_bytes(kind);
+    for (int64_t b = 0; b < cols / 256; b++) {
+        const uint8_t *blk = row + (size_t)b * bb;
+        if (kind == W_Q4_K || kind == W_Q5_K) {
+            const cdx_block_q4_K *q = (const cdx_block_q4_K *)blk;
+            uint8_t sc[8], m[8];
+            k4_scales(q->scales, sc, m);
+            const float d = h2f(q->d), dmin = h2f(q->dmin);
+            for (int j = 0; j < 8; j++) {
+                S[8 * b + j] = d * sc[j];
+                M[8 * b + j] = -(dmin * m[j]);
+            }
+        } else if (kind == W_Q6_K) {
+            const cdx_block_q6_K *q = (const cdx_block_q6_K *)blk;
+            const float d = h2f(q->d);
+            for (int j = 0; j < 16; j++)
+                S[16 * b + j] = d * q->scales[j];
+        } else {
+            const cdx_block_iq4_xs *q = (const cdx_block_iq4_xs *)blk;
+            const float d = h2f(q->d);
+            for (int j = 0; j < 8; j++)
+                S[8 * b + j] = d * (float)((((q->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) |
+                                            (((q->scales_h >> (2 * j)) & 3) << 4)) - 32);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i v = ksub(kind, blk, j);
+            if (kind == W_IQ4_XS)
+                v = _mm256_xor_si256(v, x80);
+            _mm256_storeu_si256((__m256i *)(u + 256 * b + 32 * j), v);
+        }
+    }
+}
+
+/* Activation bytes of group g of one token's quantized row. */
+KT_INLINE const int8_t *g_act(int kind, const uint8_t *xrow, int64_t g)
+{
+    if (!g_q8k(kind))
+        return ((const cdx_block_q8_0 *)xrow)[g].qs;
+    const int G = g_size(kind), per = 256 / G;
+    return ((const cdx_block_q8_K *)xrow)[g / per].qs + G * (g % per);
+}
+
+/* da and Σa of every group of every token. */
+static void g_act_sums(int kind, const uint8_t *x, size_t xrb, int64_t n, int64_t ng, float *da, int32_t *sa)
+{
+    const int G = g_size(kind);
+    for (int64_t t = 0; t < n; t++) {
+        const uint8_t *xr = x + (size_t)t * xrb;
+        for (int64_t g = 0; g < ng; g++) {
+            if (!g_q8k(kind)) {
+                const cdx_block_q8_0 *b = (const cdx_block_q8_0 *)xr + g;
+                da[t * ng + g] = h2f(b->d);
+                sa[t * ng + g] = hsum8i(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), load32(b->qs)));
+            } else {
+                const int per = 256 / G;
+                const cdx_block_q8_K *b = (const cdx_block_q8_K *)xr + g / per;
+                da[t * ng + g] = b->d;
+                sa[t * ng + g] = G == 16 ? b->bsums[g % per] : b->bsums[2 * (g % per)] + b->bsums[2 * (g % per) + 1];
+            }
+        }
+    }
+}
+
+KT_INLINE void g_micro(int kind, const uint8_t *P, const float *S, const float *M, int64_t ng, const uint8_t *x,
+                       size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys,
+                       __mmask16 rmask)
+{
+    const int G = g_size(kind), bias = g_bias(kind);
+    __m512 acc[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i is[CDX_GEMM_TOK];
+        const int8_t *a[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            is[t] = _mm512_set1_epi32(-bias * sa[t * ng + g]);
+            a[t] = g_act(kind, x + (size_t)t * xrb, g);
+        }
+        const uint8_t *pg = P + (size_t)g * G * CDX_GEMM_PANEL;
+#pragma GCC unroll 8
+        for (int k = 0; k < G / 4; k++) {
+            const __m512i wv = load64(pg + 64 * k);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                int32_t a4;
+                memcpy(&a4, a[t] + 4 * k, 4);
+                is[t] = _mm512_dpbusd_epi32(is[t], wv, _mm512_set1_epi32(a4));
+            }
+        }
+        const __m512 sg = _mm512_load_ps(S + g * CDX_GEMM_PANEL);
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const float d = da[t * ng + g];
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(sg, _mm512_set1_ps(d)), acc[t]);
+            if (g_has_m(kind))
+                acc[t] = _mm512_fmadd_ps(_mm512_load_ps(M + g * CDX_GEMM_PANEL),
+                                         _mm512_set1_ps(d * (float)sa[t * ng + g]), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_mask_storeu_ps(y + t * ys, rmask, acc[t]);
+}
+
+#define G_MICRO_CASE(kind, n_)                                                                          \
+    case n_: g_micro(kind, P, S, M, ng, x, xrb, da, sa, n_, yt, ys, rmask); break;
+
+KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
+                      float *y, void *scratch)
+{
+    if (!scratch)
+        return false;
+    const int G = g_size(kind);
+    const int64_t cols = w->cols, ng = cols / G;
+    uint8_t *p = scratch;
+    uint8_t *P = p;                       p += (CDX_GEMM_PANEL * (size_t)cols + 63) & ~(size_t)63;
+    float *S = (float *)p;                p += ((size_t)ng * CDX_GEMM_PANEL * sizeof(float) + 63) & ~(size_t)63;
+    float *M = (float *)p;                p += ((size_t)ng * CDX_GEMM_PANEL * sizeof(float) + 63) & ~(size_t)63;
+    float *dav = (float *)p;              p += ((size_t)n * ng * sizeof(float) + 63) & ~(size_t)63;
+    int32_t *sav = (int32_t *)p;
+    g_act_sums(kind, xq, xrb, n, ng, dav, sav);
+    const uint8_t *wb = w->data;
+    for (int64_t r = r0; r < r1; r += CDX_GEMM_PANEL) {
+        const int nr = r1 - r < CDX_GEMM_PANEL ? (int)(r1 - r) : CDX_GEMM_PANEL;
+        /* unpack row by row into the interleaved panel: word k of row i goes to P[k][i] */
+        for (int i = 0; i < CDX_GEMM_PANEL; i++) {
+            uint32_t *pw = (uint32_t *)P;
+            if (i >= nr) {
+                for (int64_t k = 0; k < cols / 4; k++)
+                    pw[k * CDX_GEMM_PANEL + i] = 0;
+                for (int64_t g = 0; g < ng; g++)
+                    S[g * CDX_GEMM_PANEL + i] = M[g * CDX_GEMM_PANEL + i] = 0;
+                continue;
+            }
+            uint8_t rowu[4096];
+            float rs[4096 / 16], rm[4096 / 16];
+            for (int64_t c0 = 0; c0 < cols; c0 += 4096) { /* 4096 columns at a time (a multiple of 256) */
+                const int64_t cn = cols - c0 < 4096 ? cols - c0 : 4096;
+                const size_t off = (size_t)(c0 / (g_q8k(kind) ? 256 : 32)) * (g_q8k(kind) ? kblock_bytes(kind)
+                                   : kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0));
+                g_unpack_row(kind, wb + (size_t)(r + i) * w->row_bytes + off, cn, rowu, rs, rm);
+                const uint32_t *rw = (const uint32_t *)rowu;
+                for (int64_t k = 0; k < cn / 4; k++)
+                    pw[(c0 / 4 + k) * CDX_GEMM_PANEL + i] = rw[k];
+                for (int64_t g = 0; g < cn / G; g++) {
+                    S[(c0 / G + g) * CDX_GEMM_PANEL + i] = rs[g];
+                    M[(c0 / G + g) * CDX_GEMM_PANEL + i] = g_has_m(kind) ? rm[g] : 0;
+                }
+            }
+        }
+        const __mmask16 rmask = (__mmask16)((1u << nr) - 1);
+        for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
+            const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            const float *da = dav + t * ng;
+            const int32_t *sa = sav + t * ng;
+            float *yt = y + t * w->rows + r;
+            const int64_t ys = w->rows;
+            switch (tt) {
+                G_MICRO_CASE(kind, 1) G_MICRO_CASE(kind, 2) G_MICRO_CASE(kind, 3) G_MICRO_CASE(kind, 4)
+                G_MICRO_CASE(kind, 5) G_MICRO_CASE(kind, 6) G_MICRO_CASE(kind, 7) G_MICRO_CASE(kind, 8)
+            }
+        }
+    }
+    return true;
+}
+
+#define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) g_gemm(kind, w, r0, r1, xq, xrb, n, y, scratch)

@@ -1,0 +1,31 @@
+/* AVX2 + FMA + F16C kernels (the shared template in kern_tmpl.h). Integer dots use maddubs:
+ * u8·s8 pair sums in i16 (callers keep them below 2^15), then madd to i32. */
+#pragma GCC optimize("O3")
+#include <immintrin.h>
+
+#define KT(name) name##_avx2
+#define KT_ISA_NAME "avx2"
+#define RMAX 2
+#define TMAX 2
+
+#define DOT_US(acc, u, s) \
+    _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#define DOT_SC(acc, u, s, sc) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), (sc)))
+
+typedef __m256 VF;
+#define VF_N 8
+#define vf_zero() _mm256_setzero_ps()
+#define vf_load_f32(p) _mm256_loadu_ps(p)
+#define vf_load_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define vf_load_bf16(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define vf_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define vf_hsum(v) hsum8(v)
+#define vf_add(a, b) _mm256_add_ps((a), (b))
+#define vf_mul(a, b) _mm256_mul_ps((a), (b))
+#define vf_max(a, b) _mm256_max_ps((a), (b))
+#define vf_hmax(v) hmax8(v)
+#define vf_set1(a) _mm256_set1_ps(a)
+#define vf_store(p, v) _mm256_storeu_ps((p), (v))
+
+#include "kernel/kern_tmpl.h"

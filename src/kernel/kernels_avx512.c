@@ -1,0 +1,32 @@
+/* AVX-512 (F, BW, VL, DQ, VNNI) kernels (the shared template in kern_tmpl.h). Integer dots use
+ * VNNI: vpdpbusd (u8·s8, 4 at a time, no saturation) and vpdpwssd (i16 pairs · i16 scales) on
+ * 256-bit registers, one 32-value sub-block each; float rows use 512-bit registers. */
+#pragma GCC optimize("O3")
+#include <immintrin.h>
+
+#define KT(name) name##_avx512
+#define KT_ISA_NAME "avx512"
+#define RMAX 4
+#define TMAX 4
+
+#define DOT_US(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
+#define DOT_SC(acc, u, s, sc) _mm256_dpwssd_epi32((acc), _mm256_maddubs_epi16((u), (s)), (sc))
+
+typedef __m512 VF;
+#define VF_N 16
+#define vf_zero() _mm512_setzero_ps()
+#define vf_load_f32(p) _mm512_loadu_ps(p)
+#define vf_load_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define vf_load_bf16(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define vf_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define vf_hsum(v) _mm512_reduce_add_ps(v)
+#define vf_add(a, b) _mm512_add_ps((a), (b))
+#define vf_mul(a, b) _mm512_mul_ps((a), (b))
+#define vf_max(a, b) _mm512_max_ps((a), (b))
+#define vf_hmax(v) _mm512_reduce_max_ps(v)
+#define vf_set1(a) _mm512_set1_ps(a)
+#define vf_store(p, v) _mm512_storeu_ps((p), (v))
+
+#define KT_WIDE_HEADER "kernel/kern_wide512.h"
+#include "kernel/kern_tmpl.h"

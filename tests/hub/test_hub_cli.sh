@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The hub commands without a network: inspect on every fixture and on malformed files, models,
+# doctor, --help and usage errors.
+set -u
+cd "$(dirname "$0")/../.."
+CALDRIX=${CALDRIX:-$PWD/build/caldrix}
+SH=../shared
+passed=0; failed=0
+ok()  { passed=$((passed+1)); echo "ok - $1"; }
+bad() { failed=$((failed+1)); echo "not ok - $1"; [ -n "${2:-}" ] && echo "    $2"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1" "failed: $2"; fi; } # check NAME 'CONDITION'
+T=$(mktemp -d /tmp/caldrix-hub-cli.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+unset HF_HUB_CACHE HF_TOKEN HF_ENDPOINT CALDRIX_OLLAMA_REGISTRY
+export HF_HOME="$T/hf" CALDRIX_CACHE="$T/cx" HF_HUB_OFFLINE=1 CALDRIX_OFFLINE=1
+
+for d in $SH/fixtures/hf/*/; do
+    n=$(basename $d)
+    "$CALDRIX" inspect "$d" --json > "$T/$n.json" 2> "$T/$n.err"; rc=$?
+    check "inspect $n (safetensors) gives the report" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r[\"missing_required_tensors\"]==\"none\" and r[\"layers\"]==3 and r[\"estimated_memory\"][\"total_bytes\"]>0" "$T/$n.json"'
+done
+for f in $SH/fixtures/hf-gguf/*.gguf $SH/models/stories260K/stories260K.gguf; do
+    n=$(basename $f .gguf)
+    "$CALDRIX" inspect "$f" > "$T/$n.txt" 2>&1; rc=$?
+    check "inspect $n (gguf) gives the report" '[ $rc -eq 0 ] && grep -q "^gguf path=.* tensors=[0-9]* metadata=[0-9]*" "$T/$n.txt" && grep -q "missing_required_tensors=none" "$T/$n.txt" && grep -q "unsupported_tensor_types=none" "$T/$n.txt"'
+done
+head -c 5000 $SH/fixtures/hf-gguf/qwen3.gguf > "$T/cut.gguf"
+printf 'GGUF\x03\x00\x00\x00' > "$T/tiny.gguf"
+echo "hello" > "$T/text.gguf"
+for f in cut tiny text; do
+    "$CALDRIX" inspect "$T/$f.gguf" > "$T/$f.out" 2> "$T/$f.err"; rc=$?
+    check "inspect of a malformed $f.gguf: exit 1 and a message naming the file" '[ $rc -eq 1 ] && grep -q "$T/$f.gguf" "$T/$f.err" && ! grep -qi "sanitizer" "$T/$f.err"'
+done
+mkdir -p "$T/noconf"; cp $SH/fixtures/hf/llama/model.safetensors "$T/noconf/"
+"$CALDRIX" inspect "$T/noconf" > /dev/null 2> "$T/noconf.err"; rc=$?
+check "inspect of a folder without config.json: a clear error" '[ $rc -eq 1 ] && grep -q "config.json" "$T/noconf.err"'
+"$CALDRIX" inspect qwen3-0.6b > /dev/null 2> "$T/alias.err"; rc=$?
+check "inspect of an alias not in the cache says so, without a request" '[ $rc -eq 1 ] && grep -q "run caldrix pull qwen3-0.6b" "$T/alias.err"'
+
+"$CALDRIX" models supported > "$T/sup.txt"; rc=$?
+check "models supported lists the 8 aliases with repo and revision" '[ $rc -eq 0 ] && [ $(grep -cE "^[a-z0-9.-]+ +[A-Za-z0-9-]+/[A-Za-z0-9.-]+ +[0-9a-f]{40}$" "$T/sup.txt") -eq 8 ] && grep -q "qwen3-30b-a3b *Qwen/Qwen3-30B-A3B *ad44e777bcd18fa416d9da3bd8f70d33ebb85d39" "$T/sup.txt"'
+"$CALDRIX" models supported --all --json > "$T/sup.json"; rc=$?
+check "models supported --all --json" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r[\"aliases\"])==8 and len(r[\"architectures\"])==8" "$T/sup.json"'
+"$CALDRIX" models rules --json > "$T/rules.json"; rc=$?
+check "models rules --json" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r[0][\"id\"]==\"architecture\"" "$T/rules.json"'
+"$CALDRIX" models search qwen3 > "$T/search.txt"; rc=$?
+check "models search matches aliases" '[ $rc -eq 0 ] && grep -q "^qwen3-8b " "$T/search.txt" && grep -q "qwen3-30b-a3b" "$T/search.txt" && ! grep -q smollm2 "$T/search.txt"'
+"$CALDRIX" models info smollm2 > "$T/info.txt"; rc=$?
+check "models info of an alias not downloaded" '[ $rc -eq 0 ] && grep -q "pinned at 93efa2f097d58c2a74874c7e644dbc9b0cee75a2" "$T/info.txt" && grep -q "not in the cache" "$T/info.txt"'
+"$CALDRIX" models frobnicate 2> /dev/null; rc=$?
+check "models with an unknown subcommand: usage error" '[ $rc -eq 2 ]'
+
+"$CALDRIX" doctor > "$T/doctor.txt"; rc=$?
+check "doctor prints CPU features, lanes, caches, memory" '[ $rc -eq 0 ] && grep -q "AVX2" "$T/doctor.txt" && grep -q "AVX-512VNNI" "$T/doctor.txt" && grep -q "^lanes:" "$T/doctor.txt" && grep -q "hugging face: $T/hf/hub" "$T/doctor.txt" && grep -q "^memory: .* available of " "$T/doctor.txt" && grep -q "offline: CALDRIX_OFFLINE" "$T/doctor.txt"'
+
+for c in pull inspect models doctor; do
+    "$CALDRIX" $c --help > "$T/h.txt" 2>&1; rc=$?
+    check "$c --help" '[ $rc -eq 0 ] && grep -q "usage: caldrix $c" "$T/h.txt"'
+done
+"$CALDRIX" pull > /dev/null 2>&1; rc=$?
+check "pull without REF: usage error" '[ $rc -eq 2 ]'
+"$CALDRIX" pull a b > /dev/null 2>&1; rc=$?
+check "pull with two REFs: usage error" '[ $rc -eq 2 ]'
+"$CALDRIX" pull x/y --ctx 0 > /dev/null 2> "$T/ctx.err"; rc=$?
+check "pull --ctx 0: usage error naming the value" '[ $rc -eq 2 ] && grep -q "\"0\"" "$T/ctx.err"'
+"$CALDRIX" pull "bad ref!" > /dev/null 2> "$T/badref.err"; rc=$?
+check "pull of a malformed reference: exit 1, naming the forms" '[ $rc -eq 1 ] && grep -q "not an alias" "$T/badref.err"'
+"$CALDRIX" pull $SH/fixtures/hf/llama > "$T/local.out" 2>&1; rc=$?
+check "pull of a local folder prints it, downloading nothing" '[ $rc -eq 0 ] && [ "$(cat $T/local.out)" = "$SH/fixtures/hf/llama" ]'
+
+echo "hub_cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

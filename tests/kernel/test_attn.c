@@ -1,0 +1,149 @@
+/* rmsnorm, softmax and blocked attention on every ISA against double-precision loops. */
+#include "caldrix.h"
+#include "test.h"
+
+static const char *const k_isas[] = { "avx512", "avx2", "scalar" };
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float frand(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2 - 1;
+}
+
+static void rmsnorm_and_softmax_match_double(void)
+{
+    const int64_t lens[] = { 1, 7, 16, 33, 100, 4096 };
+    float *x = malloc(sizeof(float) * 4096), *w = malloc(sizeof(float) * 4096), *y = malloc(sizeof(float) * 4096);
+    int tested = 0;
+    for (int ii = 0; ii < 3; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (int li = 0; li < 6; li++) {
+            int64_t n = lens[li];
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = frand() * 3;
+                w[i] = frand();
+            }
+            double ss = 0;
+            for (int64_t i = 0; i < n; i++)
+                ss += (double)x[i] * x[i];
+            double sc = 1 / sqrt(ss / n + 1e-5);
+            cdx_rmsnorm(k, x, w, n, 1e-5f, y);
+            for (int64_t i = 0; i < n; i++)
+                CHECK_NEAR(y[i], x[i] * sc * w[i], 2e-6 * (1 + fabs(x[i] * sc * w[i])));
+            double mx = -1e30, sum = 0;
+            for (int64_t i = 0; i < n; i++)
+                mx = x[i] > mx ? x[i] : mx;
+            for (int64_t i = 0; i < n; i++)
+                sum += exp(x[i] - mx);
+            memcpy(y, x, sizeof(float) * n);
+            cdx_softmax(k, y, n);
+            for (int64_t i = 0; i < n; i++)
+                CHECK_NEAR(y[i], exp(x[i] - mx) / sum, 1e-6 * (1 + exp(x[i] - mx) / sum));
+            tested++;
+        }
+    }
+    CHECK(tested >= 6);
+    free(x); free(w); free(y);
+}
+
+/* Naive attention in double for one row and head. */
+static void ref_attn(const cdx_attn_shape *s, const cdx_attn_row *r, int h, double *out)
+{
+    int g = h / (s->n_head / s->n_kv_head), hd = s->head_dim;
+    int64_t n = r->hi - r->lo + 1;
+    double *p = malloc(sizeof(double) * n), mx = -1e300, sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = 0;
+        for (int j = 0; j < hd; j++)
+            d += (double)r->q[h * hd + j] * r->k[(r->lo + i) * s->kv_stride + g * hd + j];
+        p[i] = d * s->scale;
+        mx = p[i] > mx ? p[i] : mx;
+    }
+    for (int64_t i = 0; i < n; i++)
+        sum += p[i] = exp(p[i] - mx);
+    for (int j = 0; j < hd; j++) {
+        double o = 0;
+        for (int64_t i = 0; i < n; i++)
+            o += p[i] * r->v[(r->lo + i) * s->kv_stride + g * hd + j];
+        out[j] = o / sum;
+    }
+    free(p);
+}
+
+static void attention_matches_naive_softmax(void)
+{
+    const struct { int nh, nkv, hd; } shapes[] = { { 4, 1, 64 }, { 8, 2, 80 }, { 6, 6, 32 }, { 40, 1, 16 }, { 2, 1, 7 } };
+    const int64_t n_ctx = 300;
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    int tested = 0;
+    for (int si = 0; si < 5; si++) {
+        cdx_attn_shape s = { shapes[si].nh, shapes[si].nkv, shapes[si].hd, 0, 0 };
+        s.kv_stride = (int64_t)s.n_kv_head * s.head_dim + 3; /* padded rows */
+        s.scale = 1.0f / sqrtf((float)s.head_dim);
+        float *kc = malloc(sizeof(float) * n_ctx * s.kv_stride), *vc = malloc(sizeof(float) * n_ctx * s.kv_stride);
+        for (int64_t i = 0; i < n_ctx * s.kv_stride; i++) {
+            kc[i] = frand() * 2;
+            vc[i] = frand();
+        }
+        enum { NR = 6 };
+        const int64_t lo[NR] = { 0, 0, 0, 100, 250, 299 }, hi[NR] = { 0, 63, 64, 229, 299, 299 };
+        float *q = malloc(sizeof(float) * NR * s.n_head * s.head_dim), *out = malloc(sizeof(float) * NR * s.n_head * s.head_dim);
+        double *ref = malloc(sizeof(double) * s.head_dim);
+        cdx_attn_row rows[NR];
+        for (int i = 0; i < NR * s.n_head * s.head_dim; i++)
+            q[i] = frand() * 2;
+        for (int i = 0; i < NR; i++)
+            rows[i] = (cdx_attn_row){ q + (size_t)i * s.n_head * s.head_dim, kc, vc, lo[i], hi[i],
+                                      out + (size_t)i * s.n_head * s.head_dim };
+        for (int ii = 0; ii < 3; ii++) {
+            const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+            if (!k)
+                continue;
+            for (int i = 0; i < NR * s.n_head * s.head_dim; i++)
+                out[i] = NAN;
+            REQUIRE(cdx_attn(k, pool, &s, rows, NR, &e) == CDX_OK);
+            int bad = 0;
+            for (int i = 0; i < NR; i++)
+                for (int h = 0; h < s.n_head; h++) {
+                    ref_attn(&s, &rows[i], h, ref);
+                    for (int j = 0; j < s.head_dim; j++)
+                        if (!(fabs(rows[i].out[h * s.head_dim + j] - ref[j]) <= 2e-6))
+                            bad++;
+                }
+            CHECKF(bad == 0, "%s heads %d/%d dim %d: %d values off", k_isas[ii], s.n_head, s.n_kv_head, s.head_dim, bad);
+            tested++;
+        }
+        free(kc); free(vc); free(q); free(out); free(ref);
+    }
+    CHECK(tested >= 5);
+    cdx_pool_destroy(pool);
+}
+
+static void attention_refuses_bad_shapes_and_rows(void)
+{
+    cdx_err e = {0};
+    float buf[64] = {0};
+    cdx_attn_row r = { buf, buf, buf, 0, 0, buf };
+    cdx_attn_shape s = { 6, 4, 8, 32, 1 };
+    CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
+    CHECK(strstr(e.msg, "6 heads, 4 KV heads") != NULL);
+    s = (cdx_attn_shape){ 2, 1, 1024, 2048, 1 };
+    CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
+    s = (cdx_attn_shape){ 2, 1, 8, 8, 1 };
+    r.lo = 3; r.hi = 2;
+    CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
+    CHECK(strstr(e.msg, "3..2") != NULL);
+}
+
+int main(void)
+{
+    RUN("rmsnorm and softmax match double precision on every ISA", rmsnorm_and_softmax_match_double);
+    RUN("blocked attention matches a naive softmax (GQA, windows, block edges)", attention_matches_naive_softmax);
+    RUN("attention refuses bad shapes and rows", attention_refuses_bad_shapes_and_rows);
+    return t_done("attn");
+}

@@ -1,0 +1,355 @@
+/* SIMD kernels against their scalar twins (the quant layer's references) and ggml's fixtures:
+ * every ISA this CPU runs, every type with a fast row kernel, awkward shapes. */
+#include "caldrix.h"
+#include "kernel/kernel_impl.h"
+#include "quant/quant_ref.h"
+#include "test.h"
+
+#include <jansson.h>
+
+static const uint32_t k_types_fast[] = {
+    CDX_TYPE_F32, CDX_TYPE_F16, CDX_TYPE_BF16, CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_IQ4_NL,
+    CDX_TYPE_Q4_K, CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS,
+};
+#define N_FAST (sizeof k_types_fast / sizeof k_types_fast[0])
+static const char *const k_isas[] = { "avx512", "avx2", "scalar" };
+
+/* ---- random numbers (xorshift; gaussian by Irwin-Hall) ---- */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float unif(void) { return (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
+static float gauss(void)
+{
+    float s = 0;
+    for (int i = 0; i < 12; i++)
+        s += unif();
+    return s - 6;
+}
+
+static void *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return p;
+}
+
+static void upper(const char *s, char *out)
+{
+    while ((*out++ = (char)((*s >= 'a' && *s <= 'z') ? *s - 32 : *s)))
+        s++;
+}
+
+/* ---- activation quantizers ---- */
+
+/* Activations with the awkward cases: zero blocks, exact ties at x·id = k + 0.5, one huge value,
+ * negative maxima, tiny magnitudes. */
+static void fill_act(float *x, int64_t n, int pattern)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (pattern) {
+        case 0: x[i] = gauss(); break;
+        case 1: x[i] = (i / 32) % 3 == 1 ? 0.0f : gauss() * 1e-3f; break;
+        case 2: x[i] = (float)((int)(rnd() % 255) - 127) * 0.5f; break;  /* many .5 ties after scaling */
+        case 3: x[i] = i % 97 == 5 ? -40.0f : gauss(); break;
+        default: x[i] = gauss() * 1e-30f; break; /* tiny, but 1/d stays finite (near FLT_MIN the
+                                                        * reference itself overflows to inf) */
+        }
+    }
+}
+
+static void quantizers_are_byte_identical_to_scalar(void)
+{
+    const uint32_t qt[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q8_1, CDX_TYPE_Q8_K };
+    const int64_t n = 256 * 7;
+    float *x = malloc(sizeof(float) * n);
+    uint8_t *a = malloc(400 * 8), *b = malloc(400 * 8);
+    int tested = 0;
+    for (size_t ii = 0; ii < 2; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t q = 0; q < 3; q++) {
+            const cdx_type_traits *t = cdx_type_get(qt[q]);
+            REQUIRE(t && t->from_f32 && k->quantize[qt[q]]);
+            size_t bytes = (size_t)(n / t->block) * t->bytes;
+            for (int pat = 0; pat < 5; pat++) {
+                for (int rep = 0; rep < 4; rep++) {
+                    fill_act(x, n, pat);
+                    memset(a, 0xAB, bytes);
+                    memset(b, 0xAB, bytes);
+                    t->from_f32(x, a, n);
+                    k->quantize[qt[q]](x, b, n);
+                    CHECKF(!memcmp(a, b, bytes), "%s %s pattern %d", k_isas[ii], t->name, pat);
+                    tested++;
+                }
+            }
+            /* ggml's own bytes for the fixture inputs */
+            char dir[64], path[256];
+            upper(t->name, dir);
+            snprintf(path, sizeof path, SHARED "/fixtures/quant/%s/in.f32", dir);
+            size_t len, qlen;
+            float *in = read_all(path, &len);
+            snprintf(path, sizeof path, SHARED "/fixtures/quant/%s/q.bin", dir);
+            uint8_t *want = read_all(path, &qlen);
+            REQUIRE(in && want && len == 2048 * sizeof(float));
+            uint8_t *got = calloc(1, qlen);
+            k->quantize[qt[q]](in, got, 2048);
+            CHECKF(!memcmp(got, want, qlen), "%s %s vs ggml's q.bin", k_isas[ii], t->name);
+            free(in); free(want); free(got);
+        }
+    }
+    CHECK(tested > 0);
+    free(x); free(a); free(b);
+}
+
+/* ---- row kernels against ggml's dots ---- */
+
+static void row_kernels_match_ggml_fixture_dots(void)
+{
+    int checked = 0;
+    for (size_t ti = 0; ti < N_FAST; ti++) {
+        uint32_t type = k_types_fast[ti];
+        const cdx_type_traits *t = cdx_type_get(type);
+        if (type == CDX_TYPE_F32 || type == CDX_TYPE_F16 || type == CDX_TYPE_BF16)
+            continue; /* the fixtures' dots for these use f16/bf16 activations, not f32 */
+        char dir[64], path[256];
+        upper(t->name, dir);
+        size_t qlen, alen;
+        snprintf(path, sizeof path, SHARED "/fixtures/quant/%s/q.bin", dir);
+        uint8_t *q = read_all(path, &qlen);
+        snprintf(path, sizeof path, SHARED "/fixtures/quant/%s/act_q.bin", dir);
+        uint8_t *act = read_all(path, &alen);
+        snprintf(path, sizeof path, SHARED "/fixtures/quant/%s/dot.json", dir);
+        json_error_t je;
+        json_t *dj = json_load_file(path, 0, &je);
+        REQUIRE(q && act && dj);
+        json_t *dots = json_object_get(dj, "dots"), *abs = json_object_get(dj, "abs_sum_f64");
+        cdx_mat w = { .type = type, .data = q, .rows = 4, .cols = 512, .row_bytes = qlen / 4 };
+        for (size_t ii = 0; ii < 2; ii++) {
+            const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+            if (!k)
+                continue;
+            REQUIRE(k->row[type]);
+            float y[4];
+            k->row[type](&w, 0, 4, NULL, act, alen, 1, y, NULL);
+            for (int r = 0; r < 4; r++) {
+                double want = json_real_value(json_array_get(dots, r)), as = json_real_value(json_array_get(abs, r));
+                CHECKF(fabs(y[r] - want) <= 1e-4 * fabs(want) + 2e-6 * as, "%s %s row %d: %.9g vs %.9g",
+                       k_isas[ii], t->name, r, y[r], want);
+                checked++;
+            }
+        }
+        json_decref(dj);
+        free(q); free(act);
+    }
+    CHECK(checked > 0);
+}
+
+/* ---- row kernels against the scalar dots on random blocks ---- */
+
+/* Weights for `rows` rows: half from the reference quantizer, half raw random bytes with the
+ * block scales overwritten by sane halves (so every bit pattern of the quants and sub-scales
+ * appears, not only those a quantizer emits). */
+static void make_weights(uint32_t type, const cdx_type_traits *t, uint8_t *w, size_t rb, int64_t rows, int64_t cols)
+{
+    float *f = malloc(sizeof(float) * cols);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = w + r * rb;
+        for (int64_t c = 0; c < cols; c++)
+            f[c] = gauss() * (r % 3 == 2 ? 0.02f : 1.0f);
+        if (r % 2 == 0 || type == CDX_TYPE_F32 || type == CDX_TYPE_F16 || type == CDX_TYPE_BF16) {
+            t->from_f32(f, row, cols);
+            continue;
+        }
+        for (size_t i = 0; i < rb; i++)
+            row[i] = (uint8_t)rnd();
+        for (int64_t b = 0; b < cols / t->block; b++) {
+            uint8_t *blk = row + b * t->bytes;
+            uint16_t d = cdx_f32_to_f16(0.001f + unif() * 0.05f), dm = cdx_f32_to_f16(unif() * 0.01f);
+            switch (type) {
+            case CDX_TYPE_Q8_0: case CDX_TYPE_Q4_0: case CDX_TYPE_IQ4_NL: case CDX_TYPE_IQ4_XS:
+                memcpy(blk, &d, 2);
+                break;
+            case CDX_TYPE_Q4_K: case CDX_TYPE_Q5_K:
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &dm, 2);
+                break;
+            case CDX_TYPE_Q6_K:
+                memcpy(blk + 208, &d, 2);
+                break;
+            }
+        }
+    }
+    free(f);
+}
+
+static double abs_dot(const cdx_type_traits *t, const cdx_type_traits *vt, const uint8_t *wrow, const void *xq,
+                      const float *x, int64_t cols, float *wf, float *af)
+{
+    t->to_f32(wrow, wf, cols);
+    if (xq)
+        vt->to_f32(xq, af, cols);
+    else
+        memcpy(af, x, sizeof(float) * cols);
+    double s = 0;
+    for (int64_t c = 0; c < cols; c++)
+        s += fabs((double)wf[c] * af[c]);
+    return s;
+}
+
+static int check_case(const cdx_kernels *k, cdx_pool *pool, uint32_t type, int64_t rows, int64_t nblk, int64_t n)
+{
+    const cdx_type_traits *t = cdx_type_get(type);
+    const bool fl = type == CDX_TYPE_F32 || type == CDX_TYPE_F16 || type == CDX_TYPE_BF16;
+    const cdx_type_traits *vt = fl ? NULL : cdx_type_get(t->vec_dot_type);
+    /* float rows: a length that is not a multiple of any vector width */
+    const int64_t cols = fl ? nblk * 32 + (nblk % 2 ? 7 : 0) : nblk * t->block;
+    size_t rb = (size_t)(cols / t->block) * t->bytes;
+    uint8_t *w = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * cols * n), *y = malloc(sizeof(float) * rows * n);
+    float *wf = malloc(sizeof(float) * cols), *af = malloc(sizeof(float) * cols);
+    make_weights(type, t, w, rb, rows, cols);
+    for (int64_t i = 0; i < cols * n; i++)
+        x[i] = gauss() * (i % 61 == 7 ? 8 : 1);
+    size_t xrb = fl ? 0 : (size_t)(cols / vt->block) * vt->bytes;
+    uint8_t *xq = fl ? NULL : malloc(xrb * n);
+    for (int64_t i = 0; !fl && i < n; i++)
+        vt->from_f32(x + i * cols, xq + i * xrb, cols);
+    cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
+    void *ws = malloc(cdx_matmul_ws_bytes(&m, n, cdx_pool_size(pool)));
+    for (int64_t i = 0; i < rows * n; i++)
+        y[i] = NAN;
+    cdx_matmul(k, pool, &m, x, n, y, ws);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < rows; r++) {
+            double ref, as = abs_dot(t, vt, w + r * rb, fl ? NULL : xq + i * xrb, x + i * cols, cols, wf, af);
+            if (fl) {
+                ref = 0;
+                for (int64_t c = 0; c < cols; c++)
+                    ref += (double)wf[c] * x[i * cols + c];
+            } else {
+                ref = t->vec_dot(cols, w + r * rb, xq + i * xrb);
+            }
+            double got = y[i * rows + r];
+            if (!(fabs(got - ref) <= 1e-5 * fabs(ref) + 2e-6 * as + 1e-30)) {
+                if (bad++ < 3)
+                    fprintf(stderr, "    %s %s rows %lld blocks %lld n %lld: y[%lld][%lld] = %.9g, scalar %.9g\n",
+                            cdx_kernels_isa(k), t->name, (long long)rows, (long long)nblk, (long long)n,
+                            (long long)i, (long long)r, got, ref);
+            }
+        }
+    free(w); free(x); free(y); free(wf); free(af); free(xq); free(ws);
+    return bad;
+}
+
+static void row_kernels_match_scalar_on_random_blocks(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const int64_t rows_v[] = { 1, 3, 6, 13 }, blk_v[] = { 1, 2, 3, 5 }, n_v[] = { 1, 2, 3, 5, 8, 17 };
+    int cases = 0;
+    for (size_t ii = 0; ii < 3; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t ti = 0; ti < N_FAST; ti++) {
+            uint32_t type = k_types_fast[ti];
+            if (ii < 2)
+                REQUIRE(k->row[type]);
+            int bad = 0;
+            for (size_t a = 0; a < 4; a++)
+                for (size_t b = 0; b < 4; b++)
+                    for (size_t c = 0; c < 6; c++, cases++)
+                        bad += check_case(k, pool, type, rows_v[a], blk_v[b], n_v[c]);
+            CHECKF(bad == 0, "%s %s: %d mismatches", k_isas[ii], cdx_type_name(type), bad);
+        }
+    }
+    CHECK(cases > 0);
+    cdx_pool_destroy(pool);
+}
+
+/* Enough activation rows that the prefill path cuts them into several L2 panels. */
+static void prefill_tiles_span_several_panels(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_F16 };
+    for (size_t ii = 0; ii < 2; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t ti = 0; ti < 4; ti++) {
+            int bad = check_case(k, pool, types[ti], 9, types[ti] == CDX_TYPE_F16 ? 64 : 8, 131);
+            CHECKF(bad == 0, "%s %s: %d mismatches", k_isas[ii], cdx_type_name(types[ti]), bad);
+        }
+    }
+    cdx_pool_destroy(pool);
+}
+
+/* Rows longer than the prefill path's 4096-column unpack chunk, and a ragged last panel. */
+static void prefill_handles_long_rows(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t types[] = { CDX_TYPE_Q4_0, CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
+    for (size_t ii = 0; ii < 2; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t ti = 0; ti < 5; ti++) {
+            const cdx_type_traits *t = cdx_type_get(types[ti]);
+            int bad = check_case(k, pool, types[ti], 19, 5120 / t->block, 9);
+            CHECKF(bad == 0, "%s %s: %d mismatches", k_isas[ii], t->name, bad);
+        }
+    }
+    cdx_pool_destroy(pool);
+}
+
+static void isa_table_picks_what_the_cpu_runs(void)
+{
+    const cdx_cpu_features *f = cdx_cpu_features_get();
+    CHECK(cdx_kernels_by_isa("scalar") != NULL);
+    CHECK((cdx_kernels_by_isa("avx2") != NULL) == (f->avx2 && f->fma && f->f16c));
+    CHECK(cdx_kernels_by_isa("nonsense") == NULL);
+    const char *best = cdx_kernels_isa(cdx_kernels_best());
+    if (cdx_kernels_by_isa("avx512"))
+        CHECK(!strcmp(best, "avx512"));
+    else if (cdx_kernels_by_isa("avx2"))
+        CHECK(!strcmp(best, "avx2"));
+    else
+        CHECK(!strcmp(best, "scalar"));
+}
+
+int main(void)
+{
+    RUN("isa table picks what the cpu runs", isa_table_picks_what_the_cpu_runs);
+    RUN("activation quantizers are byte-identical to the scalar ones", quantizers_are_byte_identical_to_scalar);
+    RUN("row kernels match ggml's fixture dots", row_kernels_match_ggml_fixture_dots);
+    RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);
+    RUN("prefill tiles span several panels", prefill_tiles_span_several_panels);
+    RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
+    return t_done("kernels");
+}
