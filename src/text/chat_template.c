@@ -163,7 +163,9 @@ static int pick_template(json_t *ct, const char *name, const char *path, char **
 
 static int load_dir(const char *dir_in, const char *name, char **source, json_t **tokens, cdx_err *err)
 {
-    char path[4096], dir[4096];
+    char path[4096], dir[3072];
+    if (strlen(dir_in) >= sizeof dir)
+        return cdx_err_set(err, CDX_EINVAL, "%.200s...: path too long", dir_in);
     snprintf(dir, sizeof dir, "%s", dir_in);
     for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
         dir[n - 1] = 0;
