@@ -15,6 +15,7 @@
 #include "caldrix/pool.h"
 #include "caldrix/quant.h"
 #include "caldrix/format.h"
+#include "caldrix/template.h"
 #include "caldrix/config.h"
 #include "caldrix/kernel.h"
 #include "caldrix/model.h"

@@ -13,6 +13,7 @@ static const cli_command k_commands[] = {
     { "convert", cmd_convert, "convert a Hugging Face checkpoint to GGUF as llama.cpp does" },
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
+    { "template", cmd_template, "render a chat template with messages (as transformers does)" },
     { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },
     { "pull",     cmd_pull,     "download a model by name into its cache (caldrix pull REF)" },
     { "inspect",  cmd_inspect,  "report what caldrix makes of a model from its headers alone" },
