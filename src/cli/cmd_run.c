@@ -3,6 +3,7 @@
 #include "cli_hub.h"
 #include "caldrix/engine.h"
 #include "caldrix/model.h"
+#include "caldrix/template.h"
 #include "caldrix/tokenizer.h"
 
 #include <jansson.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char k_run_usage[] =
     "usage: caldrix run [MODEL] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
@@ -31,14 +33,17 @@ static const char k_run_usage[] =
     "  --dtype f32            compute type (f32 is the only one on the CPU for now)\n"
     "  --threads N            worker threads (default: all cores)\n"
     "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has)\n"
+    "  --chat                 wrap the prompt (-p, or stdin when it is not a terminal) in the model's chat\n"
+    "                         template as one user message, with the generation prompt\n"
+    "  --system TEXT          with --chat, a system message before the user's\n"
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
     "  --json                 print one JSON object instead of streaming text\n";
 
 typedef struct {
-    const char *model, *prompt, *prompt_ids, *isa;
+    const char *model, *prompt, *prompt_ids, *isa, *system;
     long n_gen, ctx, threads, top_logits;
-    bool json, ignore_eos;
+    bool json, ignore_eos, chat;
     cdx_sampler_params sp;
 } run_opts;
 
@@ -148,6 +153,11 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--isa")) {
             NEED_VALUE();
             o->isa = v;
+        } else if (!strcmp(a, "--system")) {
+            NEED_VALUE();
+            o->system = v;
+        } else if (!strcmp(a, "--chat")) {
+            o->chat = true;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -162,6 +172,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             return 2;
         }
 #undef NEED_VALUE
+    }
+    if (o->chat && o->prompt_ids) {
+        fprintf(stderr, "caldrix run: --chat renders text through the chat template; it takes -p, not --prompt-ids\n");
+        return 2;
     }
     if (o->prompt && o->prompt_ids) {
         fprintf(stderr, "caldrix run: give either -p or --prompt-ids, not both\n");
@@ -187,6 +201,54 @@ static int open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, c
             return cdx_tok_open_dir(path, tok, err);
     }
     return CDX_OK;
+}
+
+/* The model's chat template around one user message (and an optional system message), as
+ * transformers' apply_chat_template(add_generation_prompt=True) renders it. *out: heap text. */
+static int render_chat(const char *model, const char *system, const char *user, char **out, cdx_err *err)
+{
+    char *src = NULL;
+    json_t *tokens = NULL, *msgs = json_array();
+    cdx_tmpl *t = NULL;
+    size_t len = 0;
+    int rc = cdx_chat_template_load(model, NULL, &src, &tokens, err);
+    if (!rc)
+        rc = cdx_tmpl_parse(src, strlen(src), &t, err);
+    if (!rc) {
+        if (system)
+            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
+        rc = cdx_chat_render(t, msgs, true, tokens, NULL, out, &len, err);
+    }
+    cdx_tmpl_free(t);
+    json_decref(msgs);
+    json_decref(tokens);
+    free(src);
+    return rc;
+}
+
+static char *read_stdin_text(void)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *g = cap > ((size_t)64 << 20) ? NULL : realloc(buf, cap *= 2);
+            if (!g) {
+                free(buf);
+                return NULL;
+            }
+            buf = g;
+        }
+    }
+    if (buf) {
+        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+            n--;
+        buf[n] = 0;
+    }
+    return buf;
 }
 
 typedef struct {
@@ -235,6 +297,7 @@ int cmd_run(int argc, char **argv)
     float *top_vals = NULL;
     id_list prompt = {0}, out = {0};
     json_t *steps = o.json ? json_array() : NULL;
+    char *chat_text = NULL, *stdin_text = NULL;
     int status = 1;
     double t0 = cdx_time_ms();
 
@@ -290,16 +353,40 @@ int cmd_run(int argc, char **argv)
             goto done;
         }
     }
+    if (o.chat) {
+        if (!o.model) {
+            fprintf(stderr, "caldrix: the bundled model has no chat template; --chat needs a chat model\n");
+            goto done;
+        }
+        if (!o.prompt) {
+            if (isatty(0)) {
+                fprintf(stderr, "caldrix run: --chat without -p reads the message from standard input, which is a "
+                                "terminal; interactive chat is not implemented yet: give -p TEXT\n");
+                goto done;
+            }
+            if (!(stdin_text = read_stdin_text())) {
+                fprintf(stderr, "caldrix: cannot read the message from standard input\n");
+                goto done;
+            }
+            o.prompt = stdin_text;
+        }
+        if ((rc = render_chat(o.model, o.system, o.prompt, &chat_text, &err))) {
+            fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
+            goto done;
+        }
+    }
     if (!prompt.n) {
-        const char *text = o.prompt ? o.prompt : "";
+        /* a rendered chat template carries its own special tokens: nothing is added to it */
+        const char *text = chat_text ? chat_text : o.prompt ? o.prompt : "";
+        bool add_special = chat_text == NULL;
         size_t len = strlen(text), need = 0;
-        if ((rc = cdx_tok_encode(tok, text, len, true, true, NULL, 0, &need, &err))) {
+        if ((rc = cdx_tok_encode(tok, text, len, add_special, true, NULL, 0, &need, &err))) {
             fprintf(stderr, "caldrix: prompt: %s\n", err.msg);
             goto done;
         }
         prompt.cap = need + 1;
         prompt.tokens = malloc(prompt.cap * sizeof(int32_t));
-        if (!prompt.tokens || cdx_tok_encode(tok, text, len, true, true, prompt.tokens, need, &prompt.n, &err)) {
+        if (!prompt.tokens || cdx_tok_encode(tok, text, len, add_special, true, prompt.tokens, need, &prompt.n, &err)) {
             fprintf(stderr, "caldrix: prompt: %s\n", err.msg);
             goto done;
         }
@@ -482,5 +569,7 @@ done:
     cdx_tok_close(tok);
     cdx_model_close(m);
     free(resolved);
+    free(chat_text);
+    free(stdin_text);
     return status;
 }
