@@ -550,6 +550,7 @@ int cmd_run(int argc, char **argv)
         json_decref(root);
     } else {
         fputc('\n', stdout);
+        fflush(stdout); /* the summary on stderr comes after the text */
         fprintf(stderr, "caldrix: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s kernels)\n",
                 prompt.n, prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, out.n,
                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k));
