@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 static const char k_run_usage[] =
@@ -34,16 +35,23 @@ static const char k_run_usage[] =
     "  --threads N            worker threads (default: all cores)\n"
     "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has)\n"
     "  --chat                 wrap the prompt (-p, or stdin when it is not a terminal) in the model's chat\n"
-    "                         template as one user message, with the generation prompt\n"
+    "                         template as one user message, with the generation prompt; with neither\n"
+    "                         -p nor piped input, an interactive chat (see -i)\n"
+    "  -i, --interactive      chat turn by turn: every line read from standard input is the next user\n"
+    "                         message (end a line with \\ to continue it); the KV cache is kept across\n"
+    "                         turns and only the new part of the conversation is computed. /clear starts\n"
+    "                         over, /exit or end of input quits, Ctrl-C stops a reply. Implies --chat;\n"
+    "                         -n then limits each reply (default: until the end-of-turn token)\n"
     "  --system TEXT          with --chat, a system message before the user's\n"
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
-    "  --json                 print one JSON object instead of streaming text\n";
+    "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
+    "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"})\n";
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *isa, *system;
     long n_gen, ctx, threads, top_logits;
-    bool json, ignore_eos, chat;
+    bool json, ignore_eos, chat, interactive, n_gen_set;
     cdx_sampler_params sp;
 } run_opts;
 
@@ -111,6 +119,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, 1 << 24, &o->n_gen)) return 2;
+            o->n_gen_set = true;
         } else if (!strcmp(a, "--temp")) {
             NEED_VALUE();
             if (cli_parse_float(a, v, 0, 100, &d)) return 2;
@@ -158,6 +167,8 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->system = v;
         } else if (!strcmp(a, "--chat")) {
             o->chat = true;
+        } else if (!strcmp(a, "-i") || !strcmp(a, "--interactive")) {
+            o->chat = o->interactive = true;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -179,6 +190,14 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     }
     if (o->prompt && o->prompt_ids) {
         fprintf(stderr, "caldrix run: give either -p or --prompt-ids, not both\n");
+        return 2;
+    }
+    if (o->interactive && o->prompt) {
+        fprintf(stderr, "caldrix run: -i reads the messages from standard input; it takes no -p\n");
+        return 2;
+    }
+    if (o->interactive && o->top_logits) {
+        fprintf(stderr, "caldrix run: --top-logits is for one-shot runs, not -i\n");
         return 2;
     }
     return 0;
@@ -203,28 +222,43 @@ static int open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, c
     return CDX_OK;
 }
 
-/* The model's chat template around one user message (and an optional system message), as
- * transformers' apply_chat_template(add_generation_prompt=True) renders it. *out: heap text. */
-static int render_chat(const char *model, const char *system, const char *user, char **out, cdx_err *err)
+/* The model's chat template, parsed once, with its special tokens (bos_token, eos_token, ...). */
+typedef struct {
+    char *src;
+    cdx_tmpl *t;
+    json_t *tokens;
+} chat_tmpl;
+
+static void chat_tmpl_close(chat_tmpl *c)
 {
-    char *src = NULL;
-    json_t *tokens = NULL, *msgs = json_array();
-    cdx_tmpl *t = NULL;
-    size_t len = 0;
-    int rc = cdx_chat_template_load(model, NULL, &src, &tokens, err);
+    cdx_tmpl_free(c->t);
+    json_decref(c->tokens);
+    free(c->src);
+    *c = (chat_tmpl){0};
+}
+
+static int chat_tmpl_open(chat_tmpl *c, const char *model, cdx_err *err)
+{
+    *c = (chat_tmpl){0};
+    int rc = cdx_chat_template_load(model, NULL, &c->src, &c->tokens, err);
     if (!rc)
-        rc = cdx_tmpl_parse(src, strlen(src), &t, err);
-    if (!rc) {
-        if (system)
-            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
-        rc = cdx_chat_render(t, msgs, true, tokens, NULL, out, &len, err);
-    }
-    cdx_tmpl_free(t);
-    json_decref(msgs);
-    json_decref(tokens);
-    free(src);
+        rc = cdx_tmpl_parse(c->src, strlen(c->src), &c->t, err);
+    if (rc)
+        chat_tmpl_close(c);
     return rc;
+}
+
+/* NULL when content is not valid UTF-8 (jansson refuses it). */
+static json_t *chat_message(const char *role, const char *content)
+{
+    return json_pack("{s:s,s:s}", "role", role, "content", content);
+}
+
+/* The conversation as transformers' apply_chat_template(add_generation_prompt=True) renders it. */
+static int chat_render(const chat_tmpl *c, const json_t *msgs, char **out, cdx_err *err)
+{
+    size_t len = 0;
+    return cdx_chat_render(c->t, msgs, true, c->tokens, NULL, out, &len, err);
 }
 
 static char *read_stdin_text(void)
@@ -270,6 +304,39 @@ static int id_push(id_list *l, int32_t id)
     return 0;
 }
 
+typedef struct {
+    char *s;
+    size_t n;
+} text_buf;
+
+static void text_append(text_buf *t, const char *p, size_t n)
+{
+    char *g = realloc(t->s, t->n + n + 1);
+    if (!g)
+        return; /* the text is a by-product; generation goes on */
+    memcpy(g + t->n, p, n);
+    t->s = g;
+    t->n += n;
+    g[t->n] = 0;
+}
+
+/* Tokenizes text into *ids (replacing what it held). */
+static int encode_text(const cdx_tok *tok, const char *text, bool add_special, id_list *ids, cdx_err *err)
+{
+    size_t len = strlen(text), need = 0;
+    int rc = cdx_tok_encode(tok, text, len, add_special, true, NULL, 0, &need, err);
+    if (rc)
+        return rc;
+    if (need + 1 > ids->cap) {
+        int32_t *g = realloc(ids->tokens, (need + 1) * sizeof *g);
+        if (!g)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for %zu prompt tokens", need);
+        ids->tokens = g;
+        ids->cap = need + 1;
+    }
+    return cdx_tok_encode(tok, text, len, add_special, true, ids->tokens, need, &ids->n, err);
+}
+
 static bool is_eog(const cdx_hparams *hp, const cdx_tok *tok, int32_t id)
 {
     if (tok)
@@ -278,6 +345,254 @@ static bool is_eog(const cdx_hparams *hp, const cdx_tok *tok, int32_t id)
         if (hp->eos_ids[i] == id)
             return true;
     return false;
+}
+
+/* Set by Ctrl-C while a reply is being generated (interactive chat); elsewhere Ctrl-C quits. */
+static volatile sig_atomic_t g_generating, g_interrupted;
+
+static void on_sigint(int sig)
+{
+    if (!g_generating) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_interrupted = 1;
+}
+
+/* Everything one generation needs. */
+typedef struct {
+    const cdx_hparams *hp;
+    const cdx_tok *tok;      /* NULL: no text, ids only */
+    cdx_forward_ctx *fc;
+    cdx_kv *kv;
+    cdx_sampler *smp;
+    float *logits;           /* the logits after the last token fed */
+    int64_t batch;           /* the most tokens one forward pass takes */
+    long n_gen;              /* < 0: until an end-of-generation token or a full context */
+    bool ignore_eos, stream; /* stream: write the text to stdout as it comes */
+    json_t *steps;           /* NULL, or gets {"token","top"} per step */
+    int top_logits;
+    int32_t *top_ids;
+    float *top_vals;
+} gen_job;
+
+/* Feeds tokens[0..n) at the cache's next positions; g->logits then holds the last one's logits. */
+static int feed(const gen_job *g, const int32_t *tokens, size_t n, cdx_err *err)
+{
+    for (size_t i = 0; i < n; i += (size_t)g->batch) {
+        cdx_batch b = { .n = (int64_t)(n - i < (size_t)g->batch ? n - i : (size_t)g->batch), .tokens = tokens + i };
+        int rc = cdx_forward(g->fc, &g->kv, 1, &b, g->logits, err);
+        if (rc)
+            return rc;
+    }
+    return CDX_OK;
+}
+
+/* Samples from g->logits and feeds each token back, appending it to hist (the conversation, for the
+ * repeat penalty) and out, and its text to *text. The last token sampled is not fed: the cache then
+ * holds hist minus that token. */
+static int generate(const gen_job *g, id_list *hist, id_list *out, text_buf *text, cdx_err *err)
+{
+    const cdx_hparams *hp = g->hp;
+    cdx_tok_stream ts;
+    if (g->tok) {
+        cdx_tok_stream_init(&ts, g->tok, false);
+        /* the first generated piece follows the prompt's text: keep its leading space unless the
+         * context holds nothing but special tokens */
+        for (size_t i = 0; i < hist->n; i++)
+            if (!(cdx_tok_attr(g->tok, hist->tokens[i]) & CDX_TOK_CONTROL)) {
+                ts.first = false;
+                break;
+            }
+    }
+    char piece[512];
+    int np, rc = CDX_OK;
+    for (long step = 0; g->n_gen < 0 || step < g->n_gen; step++) {
+        if (g_interrupted)
+            break;
+        int32_t next = cdx_sampler_sample(g->smp, g->logits, hist->tokens, (int64_t)hist->n);
+        if (!g->ignore_eos && is_eog(hp, g->tok, next))
+            break;
+        if (g->steps) {
+            json_t *top = json_array();
+            if (g->top_logits) {
+                cdx_top_logits(g->logits, hp->n_vocab, g->top_logits, g->top_ids, g->top_vals);
+                int kk = g->top_logits < hp->n_vocab ? g->top_logits : (int)hp->n_vocab;
+                for (int t = 0; t < kk; t++)
+                    json_array_append_new(top, json_pack("[i,f]", g->top_ids[t], (double)g->top_vals[t]));
+            }
+            json_array_append_new(g->steps, json_pack("{s:i,s:o}", "token", next, "top", top));
+        }
+        if (id_push(out, next) || id_push(hist, next))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory after %zu generated tokens", out->n);
+        if (g->tok && (np = cdx_tok_stream_put(&ts, next, piece, sizeof piece)) > 0) {
+            text_append(text, piece, (size_t)np);
+            if (g->stream) {
+                fwrite(piece, 1, (size_t)np, stdout);
+                fflush(stdout);
+            }
+        }
+        if (step + 1 == g->n_gen)
+            break;
+        if (g->kv->n_past >= g->kv->n_ctx) {
+            fprintf(stderr, "\ncaldrix: the context (%lld tokens) is full; stopping (raise --ctx)\n",
+                    (long long)g->kv->n_ctx);
+            break;
+        }
+        if ((rc = feed(g, &next, 1, err)))
+            break;
+    }
+    if (g->tok && (np = cdx_tok_stream_flush(&ts, piece, sizeof piece)) > 0) {
+        text_append(text, piece, (size_t)np);
+        if (g->stream)
+            fwrite(piece, 1, (size_t)np, stdout);
+    }
+    return rc;
+}
+
+static json_t *ids_json(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+/* One user message from standard input: a line, continued while it ends with a backslash.
+ * Returns false at the end of input with nothing read. */
+static bool read_message(text_buf *msg, char **line, size_t *cap)
+{
+    msg->n = 0;
+    text_append(msg, "", 0);
+    for (;;) {
+        ssize_t len = getline(line, cap, stdin);
+        if (len < 0)
+            return msg->n > 0;
+        while (len && ((*line)[len - 1] == '\n' || (*line)[len - 1] == '\r'))
+            len--;
+        bool more = len && (*line)[len - 1] == '\\';
+        text_append(msg, *line, (size_t)len - more);
+        if (!more)
+            return true;
+        text_append(msg, "\n", 1);
+    }
+}
+
+/* Interactive chat: each message read from stdin becomes a user turn of the conversation, which
+ * is re-rendered through the template; the cache keeps the longest prefix it shares with the new
+ * rendering, so a turn computes only its new tokens (templates that rewrite earlier turns, such
+ * as Qwen3 dropping old <think> blocks, recompute from the first changed token). */
+static int chat_loop(const run_opts *o, const chat_tmpl *ct, gen_job *g, const char *model, cdx_err *err)
+{
+    bool tty = isatty(0) && isatty(1) && !o->json;
+    json_t *msgs = json_array();
+    id_list hist = {0}, ids = {0}, out = {0};
+    text_buf msg = {0}, reply = {0};
+    char *line = NULL, *rendered = NULL;
+    size_t line_cap = 0;
+    int rc = CDX_OK;
+    struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_sa);
+    if (o->system)
+        json_array_append_new(msgs, chat_message("system", o->system));
+    size_t n_fixed = json_array_size(msgs);
+    if (o->system && !n_fixed) {
+        rc = cdx_err_set(err, CDX_EINVAL, "--system: the text is not valid UTF-8");
+        goto done;
+    }
+    if (tty)
+        fprintf(stderr, "caldrix: chatting with %s. /clear starts over, /exit or Ctrl-D quits, Ctrl-C stops a reply.\n",
+                model);
+    for (int turn = 0;;) {
+        if (tty) {
+            fputs("> ", stdout);
+            fflush(stdout);
+        }
+        if (!read_message(&msg, &line, &line_cap))
+            break;
+        const char *m = msg.s;
+        while (*m == ' ' || *m == '\t')
+            m++;
+        if (!strcmp(m, "/exit") || !strcmp(m, "/quit") || !strcmp(m, "/bye"))
+            break;
+        if (!strcmp(m, "/clear")) {
+            while (json_array_size(msgs) > n_fixed)
+                json_array_remove(msgs, json_array_size(msgs) - 1);
+            g->kv->n_past = 0;
+            hist.n = 0;
+            if (tty)
+                fprintf(stderr, "caldrix: the conversation starts over\n");
+            continue;
+        }
+        if (!*m)
+            continue;
+        json_t *um = chat_message("user", msg.s);
+        if (!um) {
+            fprintf(stderr, "caldrix: the message is not valid UTF-8; it was not sent\n");
+            continue;
+        }
+        json_array_append_new(msgs, um);
+        free(rendered);
+        rendered = NULL;
+        if ((rc = chat_render(ct, msgs, &rendered, err)) || (rc = encode_text(g->tok, rendered, false, &ids, err)))
+            goto done;
+        if ((int64_t)ids.n >= g->kv->n_ctx) {
+            fprintf(stderr, "caldrix: the conversation is now %zu tokens, more than the context holds (%lld): /clear "
+                            "starts over (or raise --ctx)\n", ids.n, (long long)g->kv->n_ctx);
+            json_array_remove(msgs, json_array_size(msgs) - 1);
+            continue;
+        }
+        /* keep the cached prefix the new rendering shares; at least the last token is fed again,
+         * since its logits start the reply */
+        size_t reused = 0, cached = (size_t)g->kv->n_past;
+        while (reused < cached && reused < ids.n && hist.tokens[reused] == ids.tokens[reused])
+            reused++;
+        if (reused == ids.n)
+            reused--;
+        g->kv->n_past = (int64_t)reused;
+        hist.n = reused;
+        for (size_t i = reused; i < ids.n; i++)
+            if (id_push(&hist, ids.tokens[i])) {
+                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+                goto done;
+            }
+        out.n = 0;
+        reply.n = 0;
+        text_append(&reply, "", 0);
+        g_interrupted = 0;
+        g_generating = 1;
+        if (!(rc = feed(g, ids.tokens + reused, ids.n - reused, err)) && !g_interrupted)
+            rc = generate(g, &hist, &out, &reply, err);
+        g_generating = 0;
+        if (rc)
+            goto done;
+        if (g_interrupted && tty)
+            fprintf(stderr, "\ncaldrix: reply stopped");
+        if (o->json) {
+            json_t *j = json_pack("{s:i,s:o,s:I,s:o,s:s%}", "turn", turn, "prompt", ids_json(ids.tokens, ids.n), "reused",
+                                  (json_int_t)reused, "tokens", ids_json(out.tokens, out.n), "text", reply.s, reply.n);
+            if (j)
+                json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+            json_decref(j);
+        }
+        fputc('\n', stdout);
+        fflush(stdout);
+        json_array_append_new(msgs, chat_message("assistant", reply.s));
+        turn++;
+    }
+done:
+    sigaction(SIGINT, &old_sa, NULL);
+    json_decref(msgs);
+    free(hist.tokens);
+    free(ids.tokens);
+    free(out.tokens);
+    free(msg.s);
+    free(reply.s);
+    free(line);
+    free(rendered);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv)
@@ -295,9 +610,11 @@ int cmd_run(int argc, char **argv)
     float *logits = NULL;
     int32_t *top_ids = NULL;
     float *top_vals = NULL;
-    id_list prompt = {0}, out = {0};
+    id_list prompt = {0}, out = {0}, hist = {0};
+    text_buf text = {0};
     json_t *steps = o.json ? json_array() : NULL;
     char *chat_text = NULL, *stdin_text = NULL;
+    chat_tmpl ct = {0};
     int status = 1;
     double t0 = cdx_time_ms();
 
@@ -343,50 +660,56 @@ int cmd_run(int argc, char **argv)
         if (parse_ids(o.prompt_ids, &prompt.tokens, &prompt.n))
             goto done;
         prompt.cap = prompt.n;
-    } else if (o.prompt || !tok) {
-        if (!tok) {
-            if (o.prompt)
-                fprintf(stderr, "caldrix: %s has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + "
-                                "merges.txt); give the prompt as --prompt-ids\n", o.model);
-            else
-                fprintf(stderr, "caldrix: %s has no tokenizer: give a prompt with --prompt-ids\n", o.model);
-            goto done;
-        }
+    } else if (!tok) {
+        if (o.prompt || o.chat)
+            fprintf(stderr, "caldrix: %s has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + "
+                            "merges.txt); give the prompt as --prompt-ids\n", o.model);
+        else
+            fprintf(stderr, "caldrix: %s has no tokenizer: give a prompt with --prompt-ids\n", o.model);
+        goto done;
     }
     if (o.chat) {
         if (!o.model) {
             fprintf(stderr, "caldrix: the bundled model has no chat template; --chat needs a chat model\n");
             goto done;
         }
-        if (!o.prompt) {
-            if (isatty(0)) {
-                fprintf(stderr, "caldrix run: --chat without -p reads the message from standard input, which is a "
-                                "terminal; interactive chat is not implemented yet: give -p TEXT\n");
-                goto done;
-            }
+        if ((rc = chat_tmpl_open(&ct, o.model, &err))) {
+            fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
+            goto done;
+        }
+        if (!o.prompt && isatty(0))
+            o.interactive = true;
+        if (!o.prompt && !o.interactive) {
             if (!(stdin_text = read_stdin_text())) {
                 fprintf(stderr, "caldrix: cannot read the message from standard input\n");
                 goto done;
             }
             o.prompt = stdin_text;
         }
-        if ((rc = render_chat(o.model, o.system, o.prompt, &chat_text, &err))) {
-            fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
-            goto done;
+        if (!o.interactive) {
+            json_t *msgs = json_array();
+            if (o.system)
+                json_array_append_new(msgs, chat_message("system", o.system));
+            json_t *um = chat_message("user", o.prompt);
+            if (!um || (o.system && json_array_size(msgs) == 0)) {
+                json_decref(um);
+                json_decref(msgs);
+                fprintf(stderr, "caldrix: the message is not valid UTF-8\n");
+                goto done;
+            }
+            json_array_append_new(msgs, um);
+            rc = chat_render(&ct, msgs, &chat_text, &err);
+            json_decref(msgs);
+            if (rc) {
+                fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
+                goto done;
+            }
         }
     }
-    if (!prompt.n) {
+    if (!prompt.n && !o.interactive) {
         /* a rendered chat template carries its own special tokens: nothing is added to it */
-        const char *text = chat_text ? chat_text : o.prompt ? o.prompt : "";
-        bool add_special = chat_text == NULL;
-        size_t len = strlen(text), need = 0;
-        if ((rc = cdx_tok_encode(tok, text, len, add_special, true, NULL, 0, &need, &err))) {
-            fprintf(stderr, "caldrix: prompt: %s\n", err.msg);
-            goto done;
-        }
-        prompt.cap = need + 1;
-        prompt.tokens = malloc(prompt.cap * sizeof(int32_t));
-        if (!prompt.tokens || cdx_tok_encode(tok, text, len, add_special, true, prompt.tokens, need, &prompt.n, &err)) {
+        const char *ptext = chat_text ? chat_text : o.prompt ? o.prompt : "";
+        if ((rc = encode_text(tok, ptext, chat_text == NULL, &prompt, &err))) {
             fprintf(stderr, "caldrix: prompt: %s\n", err.msg);
             goto done;
         }
@@ -405,19 +728,21 @@ int cmd_run(int argc, char **argv)
         }
 
     int64_t n_ctx = o.ctx ? o.ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (hp->sliding_window > 0 && o.ctx == 0 && n_ctx < (int64_t)prompt.n + o.n_gen)
-        n_ctx = (int64_t)prompt.n + o.n_gen;
-    if ((int64_t)prompt.n + o.n_gen > n_ctx && !o.ctx) {
-        n_ctx = (int64_t)prompt.n + o.n_gen;
-        if (n_ctx > hp->n_ctx_train && hp->n_ctx_train > 0)
-            n_ctx = hp->n_ctx_train > (int64_t)prompt.n ? hp->n_ctx_train : (int64_t)prompt.n + 1;
+    if (!o.interactive) {
+        if (hp->sliding_window > 0 && o.ctx == 0 && n_ctx < (int64_t)prompt.n + o.n_gen)
+            n_ctx = (int64_t)prompt.n + o.n_gen;
+        if ((int64_t)prompt.n + o.n_gen > n_ctx && !o.ctx) {
+            n_ctx = (int64_t)prompt.n + o.n_gen;
+            if (n_ctx > hp->n_ctx_train && hp->n_ctx_train > 0)
+                n_ctx = hp->n_ctx_train > (int64_t)prompt.n ? hp->n_ctx_train : (int64_t)prompt.n + 1;
+        }
+        if ((int64_t)prompt.n >= n_ctx) {
+            fprintf(stderr, "caldrix: the prompt has %zu tokens; --ctx %lld leaves no room to generate\n", prompt.n,
+                    (long long)n_ctx);
+            goto done;
+        }
     }
-    if ((int64_t)prompt.n >= n_ctx) {
-        fprintf(stderr, "caldrix: the prompt has %zu tokens; --ctx %lld leaves no room to generate\n", prompt.n,
-                (long long)n_ctx);
-        goto done;
-    }
-    int64_t batch = prompt.n < 512 ? (int64_t)prompt.n : 512;
+    int64_t batch = o.interactive ? (n_ctx < 512 ? n_ctx : 512) : prompt.n < 512 ? (int64_t)prompt.n : 512;
     if ((rc = cdx_kv_init(&kv, hp, n_ctx, &err)) ||
         (rc = cdx_forward_ctx_create(m, batch, (int)o.threads, k, &fc, &err)) ||
         (rc = cdx_sampler_create(&o.sp, hp->n_vocab, &smp, &err))) {
@@ -433,116 +758,47 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "caldrix: out of memory\n");
         goto done;
     }
+    gen_job g = { .hp = hp, .tok = tok, .fc = fc, .kv = &kv, .smp = smp, .logits = logits, .batch = batch,
+                  .n_gen = o.n_gen, .ignore_eos = o.ignore_eos, .stream = !o.json, .steps = steps,
+                  .top_logits = (int)o.top_logits, .top_ids = top_ids, .top_vals = top_vals };
+    if (o.interactive) {
+        g.steps = NULL;
+        g.n_gen = o.n_gen_set ? o.n_gen : -1;
+        if ((rc = chat_loop(&o, &ct, &g, o.model, &err))) {
+            fprintf(stderr, "caldrix: %s\n", err.msg);
+            goto done;
+        }
+        status = 0;
+        goto done;
+    }
     double t_loaded = cdx_time_ms();
 
-    /* prefill */
-    cdx_kv *kvp = &kv;
-    for (size_t i = 0; i < prompt.n; i += (size_t)batch) {
-        cdx_batch b = { .n = (int64_t)(prompt.n - i < (size_t)batch ? prompt.n - i : (size_t)batch),
-                        .tokens = prompt.tokens + i };
-        if ((rc = cdx_forward(fc, &kvp, 1, &b, logits, &err))) {
-            fprintf(stderr, "caldrix: %s\n", err.msg);
-            goto done;
-        }
+    if ((rc = feed(&g, prompt.tokens, prompt.n, &err))) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        goto done;
     }
     double t_prefilled = cdx_time_ms();
-
-    /* decode */
-    cdx_tok_stream ts;
-    if (tok) {
-        cdx_tok_stream_init(&ts, tok, false);
-        /* the first generated piece follows the prompt's text: keep its leading space unless the
-         * prompt holds nothing but special tokens */
-        for (size_t i = 0; i < prompt.n; i++)
-            if (!(cdx_tok_attr(tok, prompt.tokens[i]) & CDX_TOK_CONTROL))
-                ts.first = false;
-    }
-    id_list hist = {0};
     for (size_t i = 0; i < prompt.n; i++)
-        id_push(&hist, prompt.tokens[i]);
-    char piece[512];
-    json_t *text = o.json ? json_string("") : NULL;
-    size_t text_len = 0;
-    char *text_buf = NULL;
-    for (long step = 0; step < o.n_gen; step++) {
-        int32_t next = cdx_sampler_sample(smp, logits, hist.tokens, (int64_t)hist.n);
-        if (!o.ignore_eos && is_eog(hp, tok, next))
-            break;
-        if (o.json) {
-            json_t *top = json_array();
-            if (o.top_logits) {
-                cdx_top_logits(logits, hp->n_vocab, (int)o.top_logits, top_ids, top_vals);
-                int kk = o.top_logits < hp->n_vocab ? (int)o.top_logits : (int)hp->n_vocab;
-                for (int t = 0; t < kk; t++)
-                    json_array_append_new(top, json_pack("[i,f]", top_ids[t], (double)top_vals[t]));
-            }
-            json_array_append_new(steps, json_pack("{s:i,s:o}", "token", next, "top", top));
-        }
-        id_push(&out, next);
-        id_push(&hist, next);
-        if (tok) {
-            int np = cdx_tok_stream_put(&ts, next, piece, sizeof piece);
-            if (np > 0) {
-                if (o.json) {
-                    char *g = realloc(text_buf, text_len + (size_t)np + 1);
-                    if (g) {
-                        text_buf = g;
-                        memcpy(text_buf + text_len, piece, (size_t)np);
-                        text_len += (size_t)np;
-                    }
-                } else {
-                    fwrite(piece, 1, (size_t)np, stdout);
-                    fflush(stdout);
-                }
-            }
-        }
-        if (step + 1 == o.n_gen)
-            break;
-        if (kv.n_past >= kv.n_ctx) {
-            fprintf(stderr, "\ncaldrix: the context (%lld tokens) is full; stopping (raise --ctx)\n", (long long)kv.n_ctx);
-            break;
-        }
-        cdx_batch b = { .n = 1, .tokens = &next };
-        if ((rc = cdx_forward(fc, &kvp, 1, &b, logits, &err))) {
-            fprintf(stderr, "caldrix: %s\n", err.msg);
-            free(hist.tokens);
-            free(text_buf);
-            json_decref(text);
+        if (id_push(&hist, prompt.tokens[i])) {
+            fprintf(stderr, "caldrix: out of memory\n");
             goto done;
         }
+    if ((rc = generate(&g, &hist, &out, &text, &err))) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        goto done;
     }
-    if (tok) {
-        int np = cdx_tok_stream_flush(&ts, piece, sizeof piece);
-        if (np > 0 && !o.json)
-            fwrite(piece, 1, (size_t)np, stdout);
-        else if (np > 0) {
-            char *g = realloc(text_buf, text_len + (size_t)np + 1);
-            if (g) {
-                text_buf = g;
-                memcpy(text_buf + text_len, piece, (size_t)np);
-                text_len += (size_t)np;
-            }
-        }
-    }
-    free(hist.tokens);
     double t_end = cdx_time_ms();
     double prefill_s = (t_prefilled - t_loaded) / 1e3, decode_s = (t_end - t_prefilled) / 1e3;
     size_t n_decoded = out.n > 0 ? out.n - 1 : 0; /* the first token comes from the prefill's logits */
     if (o.json) {
-        json_t *jp = json_array(), *jt = json_array();
-        for (size_t i = 0; i < prompt.n; i++)
-            json_array_append_new(jp, json_integer(prompt.tokens[i]));
-        for (size_t i = 0; i < out.n; i++)
-            json_array_append_new(jt, json_integer(out.tokens[i]));
-        json_decref(text);
-        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f}}", "prompt", jp, "tokens", jt, "text",
-                                 text_buf ? text_buf : "", text_len, "steps", steps, "timings", "load_ms",
-                                 t_loaded - t0, "prefill_tok_s", prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0,
-                                 "decode_tok_s", decode_s > 0 ? (double)n_decoded / decode_s : 0.0);
+        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f}}", "prompt", ids_json(prompt.tokens, prompt.n),
+                                 "tokens", ids_json(out.tokens, out.n), "text", text.s ? text.s : "", text.n,
+                                 "steps", steps, "timings", "load_ms", t_loaded - t0, "prefill_tok_s",
+                                 prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, "decode_tok_s",
+                                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0);
         steps = NULL;
         if (!root) {
             fprintf(stderr, "caldrix: cannot build the JSON result\n");
-            free(text_buf);
             goto done;
         }
         json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -555,12 +811,13 @@ int cmd_run(int argc, char **argv)
                 prompt.n, prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, out.n,
                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k));
     }
-    free(text_buf);
     status = 0;
 done:
     json_decref(steps);
     free(prompt.tokens);
     free(out.tokens);
+    free(hist.tokens);
+    free(text.s);
     free(logits);
     free(top_ids);
     free(top_vals);
@@ -569,6 +826,7 @@ done:
     cdx_kv_free(&kv);
     cdx_tok_close(tok);
     cdx_model_close(m);
+    chat_tmpl_close(&ct);
     free(resolved);
     free(chat_text);
     free(stdin_text);
