@@ -38,6 +38,8 @@ typedef struct cdx_mat {
     size_t row_bytes;
     bool act_half;       /* F16/BF16 weights: round the activations to that type first, as ggml's
                             F16/BF16 dot products do (GGUF models follow llama.cpp; checkpoints stay f32) */
+    const void *packed;  /* the same weights in packed_for's own layout (cdx_matmul_pack), or NULL */
+    const cdx_kernels *packed_for;
 } cdx_mat;
 
 /* Bytes of workspace cdx_matmul needs for n activation rows on n_threads threads. */
@@ -47,6 +49,13 @@ CDX_API size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads);
  * as ggml does, so results track llama.cpp. Rows are split over the pool's threads. */
 CDX_API void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n,
                         float *y, void *ws);
+/* Load-time repacking: some kernel sets read some types faster from a layout of their own (the
+ * AVX-512 set interleaves Q8_0/Q4_0/IQ4_NL rows 16 at a time). cdx_matmul_pack_bytes says how
+ * big w's packed copy is for k (0: k uses the native layout); cdx_matmul_pack writes it into out
+ * (64-byte aligned) on the pool's threads. Then set w->packed = out, w->packed_for = k; other
+ * kernel sets ignore it, and w->data stays the reference. */
+CDX_API size_t cdx_matmul_pack_bytes(const cdx_kernels *k, const cdx_mat *w);
+CDX_API void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out);
 /* Whether cdx_matmul can run this type (it has a dot product or at least a to_f32). */
 CDX_API bool cdx_matmul_supports(uint32_t type);
 

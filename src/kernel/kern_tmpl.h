@@ -307,6 +307,15 @@ KT_INLINE float scalar_w(int kind, const uint8_t *row, int64_t c)
     return cdx_bf16_to_f32(((const uint16_t *)row)[c]);
 }
 
+/* Decode streams a tile's R rows once: while reading one, ask for the same place R rows on (the
+ * next tile's row), a whole tile ahead, so the rows arrive in time for the hardware prefetchers'
+ * short per-row streams (a large share of decode speed; bench/compare-llamacpp). Prefetches never
+ * fault, so running past the matrix is harmless. */
+KT_INLINE void prefetch_next_tile(const uint8_t *p, size_t ahead)
+{
+    _mm_prefetch((const char *)(p + ahead), _MM_HINT_T0);
+}
+
 KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
                       const int T, int64_t cols, float *y, int64_t ys)
 {
@@ -430,11 +439,16 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
 #ifndef KT_GEMM
 #define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) false
 #endif
+#ifndef KT_PACKED
+#define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch) false
+#endif
 #define KT_ROWS_Q(kind, blk)                                                                             \
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
                                 size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
         (void)x;                                                                                         \
+        if (KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch))                                          \
+            return;                                                                                      \
         if (n >= CDX_GEMM_MIN_N && KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch))                     \
             return;                                                                                      \
         KT(drive)(KT(tiles_##kind), w, r0, r1, xq, xrb, n, y, w->cols / (blk));                          \
@@ -642,6 +656,10 @@ static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vma
 
 const cdx_kernels KT(cdx_kernels) = {
     .isa = KT_ISA_NAME,
+#ifdef KT_HAS_PACK
+    .pack_bytes = KT(pack_bytes),
+    .pack = KT(pack),
+#endif
     .vec = &KT(vec_ops),
     .row = {
         [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),

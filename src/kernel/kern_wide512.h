@@ -66,8 +66,11 @@ KT_INLINE void tile_b32w(int kind, const uint8_t *w, size_t wrb, const int R, co
         __m512i q[RMAX];
         __m512 dw[RMAX];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            for (size_t o = 0; o < 2 * wbb; o += 64)
+                prefetch_next_tile(w + (size_t)r * wrb + (size_t)b * wbb + o, (size_t)R * wrb);
             w_pair(kind, w + (size_t)r * wrb + (size_t)b * wbb, tail, kvb, &q[r], &dw[r]);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             __m512i a;
@@ -196,8 +199,11 @@ KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, cons
     for (int64_t b = 0; b < nb; b++) {
         kprepw p[RMAX];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            for (size_t o = 0; o < wbb; o += 64)
+                prefetch_next_tile(w + (size_t)r * wrb + (size_t)b * wbb + o, (size_t)R * wrb);
             kprep_wide(kind, w + (size_t)r * wrb + (size_t)b * wbb, &p[r]);
+        }
         __m512i is[RMAX][TMAX];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
@@ -457,3 +463,151 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
 }
 
 #define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) g_gemm(kind, w, r0, r1, xq, xrb, n, y, scratch)
+
+/* ---- the load-time layout (x16): 16 rows interleaved, for decode and prefill alike ----
+ *
+ * A Q8_0, Q4_0 or IQ4_NL matrix whose row count is a multiple of 16 is repacked once, at load
+ * (cdx_matmul_pack), so that a thread reads its rows as one sequential stream and a single
+ * vpdpbusd advances 16 rows: the native layout gives 16 short streams per panel, which the
+ * prefetchers follow poorly, and the prefill GEMM above unpacks every panel on every call.
+ * One group of 16 rows, nb = cols/32 blocks:
+ *   [nb × QB bytes]  block b, 32-bit word k of row i at b·QB + 64k + 4i: the native bytes 4k..4k+3
+ *                    (QB = 256 for the 4-bit types: low nibbles are values 4k.., high nibbles values
+ *                    16+4k..; QB = 512 for Q8_0, biased by +128 to u8)
+ *   [nb × 16 f16]    the block scales, row by row
+ * The size is exactly the native size; the values and the integer dots are unchanged. */
+
+KT_INLINE int x16_kind(uint32_t type)
+{
+    return type == CDX_TYPE_Q8_0 ? W_Q8_0 : type == CDX_TYPE_Q4_0 ? W_Q4_0 : type == CDX_TYPE_IQ4_NL ? W_IQ4_NL : -1;
+}
+KT_INLINE size_t x16_qbytes(int kind) { return kind == W_Q8_0 ? 512 : 256; }
+
+static size_t KT(pack_bytes)(const cdx_mat *w)
+{
+    const int kind = x16_kind(w->type);
+    if (kind < 0 || w->rows < 16 || w->rows % 16 || w->cols <= 0 || w->cols % 32)
+        return 0;
+    return (size_t)(w->rows / 16) * (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
+}
+
+/* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
+static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const int kind = x16_kind(w->type);
+    const int64_t nb = w->cols / 32;
+    const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
+    const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+    const uint8_t flip = kind == W_Q8_0 ? 0x80 : 0;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes;
+        uint16_t *S = (uint16_t *)(Q + (size_t)nb * qb);
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * bb;
+                memcpy(&S[b * 16 + i], blk, 2);
+                for (size_t k = 0; k < qb / 64; k++)
+                    for (int j = 0; j < 4; j++)
+                        Q[(size_t)b * qb + 64 * k + 4 * (size_t)i + (size_t)j] = blk[2 + 4 * k + (size_t)j] ^ flip;
+            }
+        }
+    }
+}
+
+/* 16 rows × TT tokens over all nb blocks: y[t*ys + i] for i < 16. */
+KT_INLINE void x16_micro(int kind, const uint8_t *Q, const uint16_t *S, int64_t nb, const uint8_t *x, size_t xrb,
+                         const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
+{
+    const int bias = kind == W_Q4_0 ? 8 : 128;
+    const size_t qb = x16_qbytes(kind);
+    const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
+                                         _mm512_set1_epi8((char)0x80));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *qp = Q + (size_t)b * qb;
+#ifndef X16_PF
+#define X16_PF 4096
+#endif
+#ifndef X16_PF_HINT
+#define X16_PF_HINT _MM_HINT_T0
+#endif
+        for (size_t o = 0; o < qb; o += 64)
+            _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
+        __m512i wv[8];
+        if (kind == W_Q8_0) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                wv[k] = load64(qp + 64 * k);
+        } else {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = load64(qp + 64 * k);
+                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (kind == W_IQ4_NL) {
+                    lo = _mm512_shuffle_epi8(kvb, lo);
+                    hi = _mm512_shuffle_epi8(kvb, hi);
+                }
+                wv[k] = lo;
+                wv[k + 4] = hi;
+            }
+        }
+        const __m512 sw = _mm512_cvtph_ps(load32(S + 16 * b));
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const int8_t *a = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
+            __m512i s0 = _mm512_set1_epi32(-bias * sa[t * nb + b]), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k += 2) {
+                int32_t a0, a1;
+                memcpy(&a0, a + 4 * k, 4);
+                memcpy(&a1, a + 4 * k + 4, 4);
+                s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(a0));
+                s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(a1));
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(sw, _mm512_set1_ps(da[t * nb + b])), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+#define X16_MICRO_CASE(kind, n_)                                                                        \
+    case n_: x16_micro(kind, Q, S, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
+
+/* Rows [r0, r1) (multiples of 16) × n tokens from the packed layout; false when w has none of
+ * this kernel set's. */
+KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
+                        float *y, void *scratch)
+{
+    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16 || !scratch)
+        return false;
+    const int64_t nb = w->cols / 32;
+    const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
+    float *dav = scratch;
+    int32_t *sav = (int32_t *)(dav + ((size_t)n * (size_t)nb + 15) / 16 * 16);
+    g_act_sums(kind, xq, xrb, n, nb, dav, sav);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        const uint16_t *S = (const uint16_t *)(Q + (size_t)nb * qb);
+        for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
+            const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            switch (tt) {
+                X16_MICRO_CASE(kind, 1) X16_MICRO_CASE(kind, 2) X16_MICRO_CASE(kind, 3) X16_MICRO_CASE(kind, 4)
+                X16_MICRO_CASE(kind, 5) X16_MICRO_CASE(kind, 6) X16_MICRO_CASE(kind, 7) X16_MICRO_CASE(kind, 8)
+            }
+        }
+    }
+    return true;
+}
+
+#define KT_HAS_PACK 1
+#define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch) \
+    ((kind) <= W_IQ4_NL && x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch))

@@ -16,7 +16,7 @@ static bool cpu_avx2(void)
 static bool cpu_avx512(void)
 {
     const cdx_cpu_features *f = cdx_cpu_features_get();
-    return cpu_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
+    return cpu_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni && f->avx512vbmi;
 }
 
 static const struct {

@@ -60,7 +60,7 @@ static void matmul_rows(void *arg, int ith, int nth)
     const cdx_mat *w = j->w;
     /* rows split in equal contiguous chunks, aligned to the kernels' row tiles (4 for matvec, a
      * 16-row panel for prefill) so no thread gets a ragged share in the middle */
-    const int64_t align = j->n >= CDX_GEMM_MIN_N ? CDX_GEMM_PANEL : 4;
+    const int64_t align = j->n >= CDX_GEMM_MIN_N || w->packed ? CDX_GEMM_PANEL : 4;
     int64_t per = ((w->rows + nth - 1) / nth + align - 1) / align * align;
     int64_t r0 = per * ith, r1 = r0 + per < w->rows ? r0 + per : w->rows;
     if (r0 >= r1)
@@ -96,6 +96,32 @@ static void matmul_rows(void *arg, int ith, int nth)
             j->y[t * w->rows + r] = s;
         }
     }
+}
+
+size_t cdx_matmul_pack_bytes(const cdx_kernels *k, const cdx_mat *w)
+{
+    return k && k->pack_bytes && k->pack ? k->pack_bytes(w) : 0;
+}
+
+typedef struct {
+    const cdx_kernels *k;
+    const cdx_mat *w;
+    void *out;
+} pack_job;
+
+static void pack_groups(void *arg, int ith, int nth)
+{
+    pack_job *j = arg;
+    const int64_t ng = j->w->rows / 16;
+    j->k->pack(j->w, j->out, ng * ith / nth, ng * (ith + 1) / nth);
+}
+
+void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out)
+{
+    if (!cdx_matmul_pack_bytes(k, w))
+        return;
+    pack_job j = { k, w, out };
+    cdx_pool_run(pool, pack_groups, &j);
 }
 
 typedef struct {

@@ -5,6 +5,8 @@
 #include "caldrix/config.h"
 #include "caldrix/model.h"
 
+#include <pthread.h>
+
 /* What a family needs, in one row per architecture. */
 typedef struct arch_desc {
     cdx_arch arch;
@@ -49,6 +51,16 @@ struct cdx_model {
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     layer_weights *layers;              /* [n_layer] */
     char notes[512];
+    /* The weights in a kernel set's load-time layout (cdx_matmul_pack), made by the first forward
+     * context that runs on that set: a cache of the weights, so packing goes through a const model. */
+    pthread_mutex_t pack_mu;
+    const cdx_kernels *packed_k;
+    void **packs;                       /* [n_packs] owned buffers */
+    size_t n_packs;
 };
+
+/* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and
+ * copies the other matrices onto huge pages (unless CALDRIX_MMAP=1: they are read in place). */
+int model_pack(const cdx_model *m, const cdx_kernels *k, cdx_pool *pool, cdx_err *err);
 
 #endif

@@ -79,6 +79,10 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
         free(fc);
         return rc;
     }
+    if ((rc = model_pack(m, fc->k, fc->pool, err))) {
+        cdx_forward_ctx_free(fc);
+        return rc;
+    }
     size_t n = (size_t)max_tokens, q = (size_t)(hp->n_head * hp->head_dim), kvd = (size_t)(hp->n_head_kv * hp->head_dim);
     fc->x = malloc(n * (size_t)hp->n_embd * sizeof(float));
     fc->xn = malloc(n * (size_t)hp->n_embd * sizeof(float));

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 /* ---- tensor roles ---- */
@@ -470,10 +471,95 @@ out:
 
 /* ---- public ---- */
 
+/* Weights read once per token: 2 MiB pages where the kernel offers them (transparent huge pages
+ * in "madvise" mode), which spares the TLB a miss every 4 KiB of a streaming matvec. */
+#define HUGE_PAGE ((size_t)2 << 20)
+static void *huge_alloc(size_t bytes)
+{
+    size_t total = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, total);
+    if (p)
+        madvise(p, total, MADV_HUGEPAGE); /* advice only: without THP this is plain memory */
+    return p;
+}
+
+/* Matrix i of the model's n_layer·7 + 1 (the output last). */
+static cdx_mat *model_mat(cdx_model *m, size_t i)
+{
+    if (i == (size_t)m->hp.n_layer * 7)
+        return &m->output;
+    layer_weights *L = &m->layers[i / 7];
+    cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+    return mats[i % 7];
+}
+
+static void model_unpack(cdx_model *m)
+{
+    for (size_t i = 0; m->layers && i <= (size_t)m->hp.n_layer * 7; i++) {
+        model_mat(m, i)->packed = NULL;
+        model_mat(m, i)->packed_for = NULL;
+    }
+    for (size_t i = 0; i < m->n_packs; i++)
+        free(m->packs[i]);
+    free(m->packs);
+    m->packs = NULL;
+    m->n_packs = 0;
+    m->packed_k = NULL;
+}
+
+int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_err *err)
+{
+    cdx_model *m = (cdx_model *)cm; /* see struct cdx_model: the packs are a cache */
+    int rc = CDX_OK;
+    pthread_mutex_lock(&m->pack_mu);
+    if (m->packed_k || !k) {
+        pthread_mutex_unlock(&m->pack_mu);
+        return CDX_OK;
+    }
+    size_t n_mats = (size_t)m->hp.n_layer * 7 + 1;
+    const char *env = getenv("CALDRIX_MMAP");
+    bool in_place = env && *env && strcmp(env, "0");
+    m->packs = calloc(n_mats, sizeof *m->packs);
+    if (!m->packs)
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n_mats; i++) {
+        cdx_mat *w = model_mat(m, i);
+        size_t bytes = cdx_matmul_pack_bytes(k, w);
+        bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
+        if (copy && in_place)
+            continue;
+        if (copy)
+            bytes = (size_t)w->rows * w->row_bytes;
+        void *buf = huge_alloc(bytes);
+        if (!buf) {
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory repacking %lld x %lld weights (%zu MiB)",
+                             (long long)w->rows, (long long)w->cols, bytes >> 20);
+            break;
+        }
+        m->packs[m->n_packs++] = buf;
+        if (copy) {
+            memcpy(buf, w->data, bytes);
+            w->data = buf;
+            continue;
+        }
+        cdx_matmul_pack(k, pool, w, buf);
+        w->packed = buf;
+        w->packed_for = k;
+    }
+    if (rc)
+        model_unpack(m);
+    else
+        m->packed_k = k;
+    pthread_mutex_unlock(&m->pack_mu);
+    return rc;
+}
+
 void cdx_model_close(cdx_model *m)
 {
     if (!m)
         return;
+    model_unpack(m);
+    pthread_mutex_destroy(&m->pack_mu);
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
             layer_weights *L = &m->layers[l];
@@ -504,6 +590,7 @@ int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx
     cdx_model *m = calloc(1, sizeof *m);
     if (!m)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    pthread_mutex_init(&m->pack_mu, NULL);
     int rc = cdx_gguf_open_mem(data, size, name, &m->gguf, err);
     if (!rc)
         rc = load_gguf(m, m->gguf, err);
@@ -520,6 +607,7 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     cdx_model *m = calloc(1, sizeof *m);
     if (!m)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    pthread_mutex_init(&m->pack_mu, NULL);
     int rc;
     if (S_ISDIR(st.st_mode)) {
         rc = load_checkpoint(m, path, err);

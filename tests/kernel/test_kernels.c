@@ -216,7 +216,8 @@ static double abs_dot(const cdx_type_traits *t, const cdx_type_traits *vt, const
     return s;
 }
 
-static int check_case(const cdx_kernels *k, cdx_pool *pool, uint32_t type, int64_t rows, int64_t nblk, int64_t n)
+static int check_case_packed(const cdx_kernels *k, cdx_pool *pool, uint32_t type, int64_t rows, int64_t nblk,
+                             int64_t n, bool pack)
 {
     const cdx_type_traits *t = cdx_type_get(type);
     const bool fl = type == CDX_TYPE_F32 || type == CDX_TYPE_F16 || type == CDX_TYPE_BF16;
@@ -235,6 +236,17 @@ static int check_case(const cdx_kernels *k, cdx_pool *pool, uint32_t type, int64
     for (int64_t i = 0; !fl && i < n; i++)
         vt->from_f32(x + i * cols, xq + i * xrb, cols);
     cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
+    void *packed = NULL;
+    if (pack) {
+        size_t pb = cdx_matmul_pack_bytes(k, &m);
+        packed = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
+        if (packed) {
+            memset(packed, 0xA5, (pb + 63) & ~(size_t)63);
+            cdx_matmul_pack(k, pool, &m, packed);
+            m.packed = packed;
+            m.packed_for = k;
+        }
+    }
     void *ws = malloc(cdx_matmul_ws_bytes(&m, n, cdx_pool_size(pool)));
     for (int64_t i = 0; i < rows * n; i++)
         y[i] = NAN;
@@ -258,8 +270,50 @@ static int check_case(const cdx_kernels *k, cdx_pool *pool, uint32_t type, int64
                             (long long)i, (long long)r, got, ref);
             }
         }
-    free(w); free(x); free(y); free(wf); free(af); free(xq); free(ws);
+    free(w); free(x); free(y); free(wf); free(af); free(xq); free(ws); free(packed);
     return bad;
+}
+
+static int check_case(const cdx_kernels *k, cdx_pool *pool, uint32_t type, int64_t rows, int64_t nblk, int64_t n)
+{
+    return check_case_packed(k, pool, type, rows, nblk, n, false);
+}
+
+/* The load-time layouts (cdx_matmul_pack) against the scalar dots: decode (n = 1), batches and
+ * prefill, one or several 16-row groups per thread. */
+static void packed_layouts_match_scalar(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const int64_t rows_v[] = { 16, 48, 160 }, blk_v[] = { 1, 3, 64 }, n_v[] = { 1, 2, 7, 8, 9, 19 };
+    int packed_types = 0;
+    for (size_t ii = 0; ii < 3; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t ti = 0; ti < N_FAST; ti++) {
+            uint32_t type = k_types_fast[ti];
+            const cdx_type_traits *t = cdx_type_get(type);
+            cdx_mat probe = { .type = type, .rows = 32, .cols = 256, .row_bytes = 256 / t->block * t->bytes };
+            if (!cdx_matmul_pack_bytes(k, &probe))
+                continue;
+            packed_types++;
+            cdx_mat ragged = probe;
+            ragged.rows = 40;
+            CHECKF(cdx_matmul_pack_bytes(k, &ragged) == 0, "%s %s: rows not a multiple of 16 are left unpacked",
+                   k_isas[ii], t->name);
+            int bad = 0;
+            for (size_t a = 0; a < 3; a++)
+                for (size_t b = 0; b < 3; b++)
+                    for (size_t c = 0; c < 6; c++)
+                        bad += check_case_packed(k, pool, type, rows_v[a], blk_v[b] * 256 / t->block / 8, n_v[c], true);
+            CHECKF(bad == 0, "%s %s packed: %d mismatches", k_isas[ii], t->name, bad);
+        }
+        if (!strcmp(k_isas[ii], "avx512"))
+            CHECKF(packed_types >= 3, "avx512 packs Q8_0, Q4_0 and IQ4_NL (%d types)", packed_types);
+    }
+    cdx_pool_destroy(pool);
 }
 
 static void row_kernels_match_scalar_on_random_blocks(void)
@@ -350,6 +404,7 @@ int main(void)
     RUN("row kernels match ggml's fixture dots", row_kernels_match_ggml_fixture_dots);
     RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);
     RUN("prefill tiles span several panels", prefill_tiles_span_several_panels);
+    RUN("packed layouts match the scalar dot", packed_layouts_match_scalar);
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     return t_done("kernels");
 }
