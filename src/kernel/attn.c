@@ -132,8 +132,9 @@ static void attn_work(void *arg, int ith, int nth)
 {
     attn_job *j = arg;
     const int64_t nk = j->s->n_kv_head, total = j->n_rows * nk;
-    /* contiguous ranges of (row, KV head): a thread keeps the same rows' caches warm */
-    for (int64_t i = total * ith / nth; i < total * (ith + 1) / nth; i++)
+    /* dealt round-robin: causal rows grow with their position, so contiguous ranges would give the
+     * last thread the longest rows */
+    for (int64_t i = ith; i < total; i += nth)
         attn_one(j->v, j->s, &j->rows[i / nk], (int)(i % nk));
 }
 

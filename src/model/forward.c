@@ -20,6 +20,7 @@ struct cdx_forward_ctx {
     float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;   /* [max_tokens][...] */
     int64_t *pos;          /* [max_tokens] */
     int32_t *seq;          /* [max_tokens] */
+    cdx_attn_row *arows;   /* [max_tokens] */
     void *ws;              /* matmul workspace */
 };
 
@@ -55,6 +56,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
         return;
     free(fc->x); free(fc->xn); free(fc->q); free(fc->kk); free(fc->vv); free(fc->attn);
     free(fc->ffn_g); free(fc->ffn_u); free(fc->pos); free(fc->seq); free(fc->ws);
+    free(fc->arows);
     cdx_pool_destroy(fc->pool);
     free(fc);
 }
@@ -94,6 +96,7 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
     fc->ffn_u = malloc(n * (size_t)hp->n_ff * sizeof(float));
     fc->pos = malloc(n * sizeof(int64_t));
     fc->seq = malloc(n * sizeof(int32_t));
+    fc->arows = malloc(n * sizeof *fc->arows);
     size_t ws = cdx_matmul_ws_bytes(&m->output, max_tokens, cdx_pool_size(fc->pool));
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
@@ -105,7 +108,7 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
     }
     fc->ws = malloc(ws);
     if (!fc->x || !fc->xn || !fc->q || !fc->kk || !fc->vv || !fc->attn || !fc->ffn_g || !fc->ffn_u || !fc->pos ||
-        !fc->seq || !fc->ws) {
+        !fc->seq || !fc->ws || !fc->arows) {
         cdx_forward_ctx_free(fc);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
     }
@@ -142,59 +145,6 @@ static void rope(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
-/* ---- attention ---- */
-
-typedef struct {
-    cdx_forward_ctx *fc;
-    cdx_kv *const *kv;
-    int64_t n, layer;
-} attn_job;
-
-/* One (token, head) pair at a time, online softmax over the sequence's cached keys. */
-static void attn_work(void *arg, int ith, int nth)
-{
-    attn_job *j = arg;
-    const cdx_hparams *hp = &j->fc->m->hp;
-    int64_t hd = hp->head_dim, n_head = hp->n_head, group = hp->n_head / hp->n_head_kv;
-    int64_t kvd = hp->n_head_kv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    float acc[1024];
-    int64_t total = j->n * n_head;
-    for (int64_t idx = ith; idx < total; idx += nth) {
-        int64_t t = idx / n_head, h = idx % n_head, kh = h / group;
-        const cdx_kv *kv = j->kv[j->fc->seq[t]];
-        int64_t pos = j->fc->pos[t];
-        int64_t lo = hp->sliding_window > 0 && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
-        const float *q = j->fc->q + t * n_head * hd + h * hd;
-        const float *K = kv->k + (size_t)j->layer * (size_t)kv->n_ctx * (size_t)kvd + (size_t)kh * (size_t)hd;
-        const float *V = kv->v + (size_t)j->layer * (size_t)kv->n_ctx * (size_t)kvd + (size_t)kh * (size_t)hd;
-        float mx = -INFINITY, sum = 0;
-        for (int64_t d = 0; d < hd; d++)
-            acc[d] = 0;
-        for (int64_t p = lo; p <= pos; p++) {
-            const float *kp = K + (size_t)p * (size_t)kvd, *vp = V + (size_t)p * (size_t)kvd;
-            float s = 0;
-            for (int64_t d = 0; d < hd; d++)
-                s += q[d] * kp[d];
-            s *= scale;
-            if (s > mx) {
-                float corr = expf(mx - s);
-                sum *= corr;
-                for (int64_t d = 0; d < hd; d++)
-                    acc[d] *= corr;
-                mx = s;
-            }
-            float e = expf(s - mx);
-            sum += e;
-            for (int64_t d = 0; d < hd; d++)
-                acc[d] += e * vp[d];
-        }
-        float *o = j->fc->attn + t * n_head * hd + h * hd;
-        for (int64_t d = 0; d < hd; d++)
-            o[d] = acc[d] / sum;
-    }
-}
 
 /* ---- the pass ---- */
 
@@ -238,6 +188,8 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
     cdx_pool *pool = fc->pool;
     for (int64_t i = 0; i < n; i++)
         embed_row(&m->tok_embd, b->tokens[i], fc->x + i * E);
+    const cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
+                                    .kv_stride = kvd, .scale = 1.0f / sqrtf((float)hd) };
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
@@ -266,8 +218,17 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
             memcpy(c->k + off, k, (size_t)kvd * sizeof(float));
             memcpy(c->v + off, v, (size_t)kvd * sizeof(float));
         }
-        attn_job aj = { fc, kv, n, l };
-        cdx_pool_run(pool, attn_work, &aj);
+        for (int64_t i = 0; i < n; i++) {
+            const cdx_kv *c = kv[fc->seq[i]];
+            const size_t base = (size_t)l * (size_t)c->n_ctx * (size_t)kvd;
+            const int64_t pos = fc->pos[i], w = hp->sliding_window;
+            fc->arows[i] = (cdx_attn_row){ .q = fc->q + i * qd, .k = c->k + base, .v = c->v + base,
+                                           .lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, .hi = pos,
+                                           .out = fc->attn + i * qd };
+        }
+        int rc = cdx_attn(K, pool, &ashape, fc->arows, n, err);
+        if (rc)
+            return rc;
         cdx_matmul(K, pool, &L->wo, fc->attn, n, fc->xn, fc->ws);
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];
