@@ -4,13 +4,15 @@
  *   build/bench-kernels [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
  *
  * The weights of each type are copied until the set is larger than any cache (--ws MiB, default
- * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode. */
+ * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode.
+ * Types the kernel set repacks at load (cdx_matmul_pack) run from that layout, as in a model. */
 #include "caldrix.h"
 
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static double now(void)
@@ -54,7 +56,7 @@ static double measure_bw(cdx_pool *pool, size_t bytes, double secs)
     memset(buf, 1, bytes);
     /* 16 MiB per call, walking the whole buffer: the same call size as a decode matvec, and the
      * best call, as for the kernels (a shared machine interrupts long passes) */
-    const size_t chunk = 16u << 20;
+    const size_t chunk = bytes < (16u << 20) ? bytes : 16u << 20;
     bw_job j = { .buf = buf, .bytes = chunk };
     double best = 0;
     double t_end = now() + secs;
@@ -151,7 +153,17 @@ int main(int argc, char **argv)
             t->from_f32(f + (r % n_pre) * cols, w + (size_t)r * rb, cols); /* any values will do */
         for (size_t c = 1; c < copies; c++)
             memcpy(w + c * mat, w, mat);
+        madvise(w, (mat * copies + 63) / 64 * 64, MADV_HUGEPAGE); /* as the model's weights */
         cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
+        /* the kernel set's load-time layout, where it has one, for every copy */
+        const size_t pb = cdx_matmul_pack_bytes(k, &m);
+        uint8_t *pk = pb ? aligned_alloc(64, (pb * copies + 63) / 64 * 64) : NULL;
+        if (pk) {
+            madvise(pk, (pb * copies + 63) / 64 * 64, MADV_HUGEPAGE);
+            for (size_t c = 0; c < copies; c++)
+                cdx_matmul_pack(k, pool, &m, pk + c * pb);
+            m.packed_for = k;
+        }
         void *ws = malloc(cdx_matmul_ws_bytes(&m, n_pre, threads));
         /* decode: n = 1, a different copy each call. On a shared machine the wall time of a call
          * includes other processes' time slices, so report the best call and the median. */
@@ -160,6 +172,7 @@ int main(int argc, char **argv)
         double t_end = now() + secs;
         while (calls < 200000 && now() < t_end) {
             m.data = w + (calls % copies) * mat;
+            m.packed = pk ? pk + (calls % copies) * pb : NULL;
             double a = now();
             cdx_matmul(k, pool, &m, f, 1, y, ws);
             lat[calls++] = now() - a;
@@ -173,6 +186,7 @@ int main(int argc, char **argv)
         t_end = now() + secs;
         while (pcalls < 200000 && now() < t_end) {
             m.data = w + (pcalls % copies) * mat;
+            m.packed = pk ? pk + (pcalls % copies) * pb : NULL;
             double a = now();
             cdx_matmul(k, pool, &m, f, n_pre, y, ws);
             lat[pcalls++] = now() - a;
@@ -189,6 +203,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         free(ws);
         free(w);
+        free(pk);
     }
     free(f);
     free(y);

@@ -3,6 +3,7 @@
 #include "caldrix/kernel.h"
 #include "kernel_impl.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 const char *cdx_kernels_isa(const cdx_kernels *k) { return k->isa; }
@@ -52,19 +53,35 @@ typedef struct {
     int64_t n;
     float *y;
     uint8_t *scratch;     /* [nth][cdx_kernel_scratch_bytes(cols)] */
+    _Atomic int64_t next; /* the first row not yet taken */
 } matmul_job;
 
+/* Rows [r0, r1) on thread ith. */
+static void matmul_range(const matmul_job *j, int ith, int64_t r0, int64_t r1);
+
+/* Rows are dealt in chunks from a shared counter rather than split in equal parts up front: the
+ * threads share the memory bus unevenly and thread 0 arrives late from the serial work between
+ * matmuls, so fixed halves leave one thread spinning at every barrier. A chunk is a run of whole
+ * row tiles (4 rows for matvec, a 16-row panel for prefill and packed layouts), about 8 per
+ * thread, so each thread still reads long sequential stretches. */
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
     const cdx_mat *w = j->w;
-    /* rows split in equal contiguous chunks, aligned to the kernels' row tiles (4 for matvec, a
-     * 16-row panel for prefill) so no thread gets a ragged share in the middle */
     const int64_t align = j->n >= CDX_GEMM_MIN_N || w->packed ? CDX_GEMM_PANEL : 4;
-    int64_t per = ((w->rows + nth - 1) / nth + align - 1) / align * align;
-    int64_t r0 = per * ith, r1 = r0 + per < w->rows ? r0 + per : w->rows;
-    if (r0 >= r1)
-        return;
+    int64_t chunk = (w->rows + 8 * nth - 1) / (8 * nth);
+    chunk = (chunk + align - 1) / align * align;
+    for (;;) {
+        const int64_t r0 = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
+        if (r0 >= w->rows)
+            return;
+        matmul_range(j, ith, r0, r0 + chunk < w->rows ? r0 + chunk : w->rows);
+    }
+}
+
+static void matmul_range(const matmul_job *j, int ith, int64_t r0, int64_t r1)
+{
+    const cdx_mat *w = j->w;
     uint8_t *scratch = j->scratch + (size_t)ith * cdx_kernel_scratch_bytes(w->cols, j->n);
     const cdx_row_kernel fast = j->k->row[w->type];
     if (fast) {
