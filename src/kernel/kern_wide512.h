@@ -492,17 +492,61 @@ KT_INLINE int x16_kind(uint32_t type)
 }
 KT_INLINE size_t x16_qbytes(int kind) { return kind == W_Q8_0 ? 512 : 256; }
 
+/* Q4_K (x16k): one group of 16 rows, nsb = cols/256 super-blocks:
+ *   [nsb × 2048 bytes]  super-block b, 64-value chunk j, 32-bit word k of row i at b·2048 + j·512 +
+ *                       64k + 4i: the native qs[32j+4k .. +3] (low nibbles: sub-block 2j, high: 2j+1)
+ *   [nsb × 320 bytes]   the 6-bit scales sc[s] (u8, [s][row]), mins m[s] (the same), then d and dmin
+ *                       (f16 × 16 each): the scales decoded once here instead of every call. */
+#define X16K_Q 2048
+#define X16K_META 320
+
 static size_t KT(pack_bytes)(const cdx_mat *w)
 {
+    if (w->rows < 16 || w->rows % 16 || w->cols <= 0)
+        return 0;
+    if (w->type == CDX_TYPE_Q4_K)
+        return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16K_Q + X16K_META);
     const int kind = x16_kind(w->type);
-    if (kind < 0 || w->rows < 16 || w->rows % 16 || w->cols <= 0 || w->cols % 32)
+    if (kind < 0 || w->cols % 32)
         return 0;
     return (size_t)(w->rows / 16) * (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
+}
+
+static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16K_Q;
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_q4_K *row = (const cdx_block_q4_K *)((const uint8_t *)w->data +
+                                                                 (size_t)(16 * g + i) * w->row_bytes);
+            for (int64_t b = 0; b < nsb; b++) {
+                const cdx_block_q4_K *blk = &row[b];
+                uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+                for (int j = 0; j < 4; j++)
+                    for (int k = 0; k < 8; k++)
+                        memcpy(q + 512 * j + 64 * k + 4 * i, blk->qs + 32 * j + 4 * k, 4);
+                uint8_t sc[8], m[8];
+                k4_scales(blk->scales, sc, m);
+                for (int sb = 0; sb < 8; sb++) {
+                    mb[16 * sb + i] = sc[sb];
+                    mb[128 + 16 * sb + i] = m[sb];
+                }
+                memcpy(mb + 256 + 2 * i, &blk->d, 2);
+                memcpy(mb + 288 + 2 * i, &blk->dmin, 2);
+            }
+        }
+    }
 }
 
 /* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
 static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
+    if (w->type == CDX_TYPE_Q4_K) {
+        pack_q4k(w, out, g0, g1);
+        return;
+    }
     const int kind = x16_kind(w->type);
     const int64_t nb = w->cols / 32;
     const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
@@ -614,6 +658,99 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     return true;
 }
 
+/* 16 rows × TT tokens of a Q4_K x16k group: per sub-block an integer dot for all 16 rows, times
+ * its scale (exact in i32, as vec_dot's sums); per super-block d·da and the mins term. */
+KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                          const int TT, float *y, int64_t ys)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+        __m512i ai[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            ai[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int sb = 0; sb < 8; sb++) {
+            const uint8_t *qj = qp + 512 * (sb / 2);
+            if (sb % 2 == 0)
+                for (size_t o = 0; o < 512; o += 64)
+                    _mm_prefetch((const char *)(qj + X16_PF + o), X16_PF_HINT);
+            __m512i wv[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i v = load64(qj + 64 * k);
+                wv[k] = sb % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+            }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 16 * sb)));
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const int8_t *a = ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].qs + 32 * sb;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k += 2) {
+                    int32_t a0, a1;
+                    memcpy(&a0, a + 4 * k, 4);
+                    memcpy(&a1, a + 4 * k + 4, 4);
+                    s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(a0));
+                    s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(a1));
+                }
+                ai[t] = _mm512_add_epi32(ai[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+            }
+        }
+        for (size_t o = 0; o < X16K_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+            _mm_prefetch((const char *)(mb + 8 * X16K_META + o), X16_PF_HINT);
+        const __m512 d = _mm512_cvtph_ps(load32(mb + 256)), dmin = _mm512_cvtph_ps(load32(mb + 288));
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            __m512i mi = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int sb = 0; sb < 8; sb++)
+                mi = _mm512_add_epi32(mi, _mm512_mullo_epi32(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 16 * sb))),
+                    _mm512_set1_epi32(xb->bsums[2 * sb] + xb->bsums[2 * sb + 1])));
+            const __m512 da = _mm512_set1_ps(xb->d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, da), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, da), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+#define X16K_MICRO_CASE(n_) \
+    case n_: x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows); break;
+
+KT_INLINE bool x16k_rows(const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n, float *y)
+{
+    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16)
+        return false;
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
+    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
+        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        const uint8_t *meta = Q + (size_t)nsb * X16K_Q;
+        for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
+            const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            switch (tt) {
+                X16K_MICRO_CASE(1) X16K_MICRO_CASE(2) X16K_MICRO_CASE(3) X16K_MICRO_CASE(4)
+                X16K_MICRO_CASE(5) X16K_MICRO_CASE(6) X16K_MICRO_CASE(7) X16K_MICRO_CASE(8)
+            }
+        }
+    }
+    return true;
+}
+
 #define KT_HAS_PACK 1
-#define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch) \
-    ((kind) <= W_IQ4_NL && x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch))
+#define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch)                         \
+    ((kind) <= W_IQ4_NL ? x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch)         \
+     : (kind) == W_Q4_K ? x16k_rows(w, r0, r1, xq, xrb, n, y) : false)
