@@ -499,6 +499,8 @@ KT_INLINE size_t x16_qbytes(int kind) { return kind == W_Q8_0 ? 512 : 256; }
  *                       (f16 × 16 each): the scales decoded once here instead of every call. */
 #define X16K_Q 2048
 #define X16K_META 320
+#define X16Q6_Q 3072
+#define X16Q6_META 288
 
 static size_t KT(pack_bytes)(const cdx_mat *w)
 {
@@ -506,6 +508,8 @@ static size_t KT(pack_bytes)(const cdx_mat *w)
         return 0;
     if (w->type == CDX_TYPE_Q4_K)
         return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16K_Q + X16K_META);
+    if (w->type == CDX_TYPE_Q6_K)
+        return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16Q6_Q + X16Q6_META);
     const int kind = x16_kind(w->type);
     if (kind < 0 || w->cols % 32)
         return 0;
@@ -540,11 +544,66 @@ static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
     }
 }
 
+/* Q6_K (x16q6): one group of 16 rows, nsb super-blocks:
+ *   [nsb × 3072 bytes]  per super-block, per 32-value sub-block s: 256 bytes of low 4 bits (word k of
+ *                       row i at 64k + 4i, byte c: value 4k+c in the low nibble, 16+4k+c in the high
+ *                       one), then 128 bytes of high 2 bits (word h of row i at 256 + 64h + 4i, byte
+ *                       c: bits 2w..2w+1 hold value 4(4h+w)+c)
+ *   [nsb × 288 bytes]   the 16 int8 scales ([j][row]), then d (f16 × 16)
+ * Exactly the native size; the 6-bit values, scales and integer sums are unchanged. */
+static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (X16Q6_Q + X16Q6_META);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16Q6_Q;
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_q6_K *row = (const cdx_block_q6_K *)((const uint8_t *)w->data +
+                                                                 (size_t)(16 * g + i) * w->row_bytes);
+            for (int64_t b = 0; b < nsb; b++) {
+                const cdx_block_q6_K *blk = &row[b];
+                uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
+                for (int half = 0; half < 2; half++)
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t lo0 = blk->ql[64 * half + l], lo1 = blk->ql[64 * half + 32 + l];
+                        const uint8_t hi = blk->qh[32 * half + l];
+                        q[128 * half + l] = (uint8_t)((lo0 & 0xF) | ((hi & 3) << 4));
+                        q[128 * half + l + 32] = (uint8_t)((lo1 & 0xF) | (((hi >> 2) & 3) << 4));
+                        q[128 * half + l + 64] = (uint8_t)((lo0 >> 4) | (((hi >> 4) & 3) << 4));
+                        q[128 * half + l + 96] = (uint8_t)((lo1 >> 4) | (((hi >> 6) & 3) << 4));
+                    }
+                uint8_t *qb = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+                for (int sb = 0; sb < 8; sb++) {
+                    const uint8_t *v = q + 32 * sb;
+                    uint8_t *lo = qb + 384 * sb, *hi = lo + 256;
+                    for (int k = 0; k < 4; k++)
+                        for (int c = 0; c < 4; c++)
+                            lo[64 * k + 4 * i + c] = (uint8_t)((v[4 * k + c] & 0xF) | ((v[16 + 4 * k + c] & 0xF) << 4));
+                    for (int h = 0; h < 2; h++)
+                        for (int c = 0; c < 4; c++) {
+                            uint8_t byte = 0;
+                            for (int ww = 0; ww < 4; ww++)
+                                byte |= (uint8_t)(((v[4 * (4 * h + ww) + c] >> 4) & 3) << (2 * ww));
+                            hi[64 * h + 4 * i + c] = byte;
+                        }
+                }
+                for (int j = 0; j < 16; j++)
+                    mb[16 * j + i] = (uint8_t)blk->scales[j];
+                memcpy(mb + 256 + 2 * i, &blk->d, 2);
+            }
+        }
+    }
+}
+
 /* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
 static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
     if (w->type == CDX_TYPE_Q4_K) {
         pack_q4k(w, out, g0, g1);
+        return;
+    }
+    if (w->type == CDX_TYPE_Q6_K) {
+        pack_q6k(w, out, g0, g1);
         return;
     }
     const int kind = x16_kind(w->type);
@@ -750,7 +809,103 @@ KT_INLINE bool x16k_rows(const cdx_mat *w, int64_t r0, int64_t r1, const void *x
     return true;
 }
 
+/* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values an integer dot less 32·Σa, times its
+ * int8 scale, summed in i32 over the super-block as vec_dot does; then d·da. */
+KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                           const int TT, float *y, int64_t ys)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+        __m512i ai[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++)
+            ai[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int sb = 0; sb < 8; sb++) {
+            const uint8_t *lo = qp + 384 * sb, *hi = lo + 256;
+            for (size_t o = 0; o < 384; o += 64)
+                _mm_prefetch((const char *)(lo + X16_PF + o), X16_PF_HINT);
+            __m512i wv[8];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = load64(lo + 64 * k);
+                wv[k] = _mm512_and_si512(v, m4);
+                wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m512i v = load64(hi + 64 * h);
+                wv[4 * h + 0] = _mm512_or_si512(wv[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(v, 4), m30));
+                wv[4 * h + 1] = _mm512_or_si512(wv[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(v, 2), m30));
+                wv[4 * h + 2] = _mm512_or_si512(wv[4 * h + 2], _mm512_and_si512(v, m30));
+                wv[4 * h + 3] = _mm512_or_si512(wv[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(v, 2), m30));
+            }
+            const __m512i sca = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb + 32 * sb)));
+            const __m512i scb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb + 32 * sb + 16)));
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+                const int8_t *a = xb->qs + 32 * sb;
+                __m512i sa = _mm512_set1_epi32(-32 * xb->bsums[2 * sb]);
+                __m512i sbv = _mm512_set1_epi32(-32 * xb->bsums[2 * sb + 1]);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    int32_t a0, a1;
+                    memcpy(&a0, a + 4 * k, 4);
+                    memcpy(&a1, a + 16 + 4 * k, 4);
+                    sa = _mm512_dpbusd_epi32(sa, wv[k], _mm512_set1_epi32(a0));
+                    sbv = _mm512_dpbusd_epi32(sbv, wv[k + 4], _mm512_set1_epi32(a1));
+                }
+                ai[t] = _mm512_add_epi32(ai[t], _mm512_add_epi32(_mm512_mullo_epi32(sa, sca), _mm512_mullo_epi32(sbv, scb)));
+            }
+        }
+        for (size_t o = 0; o < X16Q6_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+            _mm_prefetch((const char *)(mb + 8 * X16Q6_META + o), X16_PF_HINT);
+        const __m512 d = _mm512_cvtph_ps(load32(mb + 256));
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, _mm512_set1_ps(xb->d)), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+#define X16Q6_MICRO_CASE(n_) \
+    case n_: x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows); break;
+
+KT_INLINE bool x16q6_rows(const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n, float *y)
+{
+    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16)
+        return false;
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (X16Q6_Q + X16Q6_META);
+    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
+        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
+    for (int64_t r = r0; r < r1; r += 16) {
+        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        const uint8_t *meta = Q + (size_t)nsb * X16Q6_Q;
+        for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
+            const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            switch (tt) {
+                X16Q6_MICRO_CASE(1) X16Q6_MICRO_CASE(2) X16Q6_MICRO_CASE(3) X16Q6_MICRO_CASE(4)
+                X16Q6_MICRO_CASE(5) X16Q6_MICRO_CASE(6) X16Q6_MICRO_CASE(7) X16Q6_MICRO_CASE(8)
+            }
+        }
+    }
+    return true;
+}
+
 #define KT_HAS_PACK 1
 #define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch)                         \
     ((kind) <= W_IQ4_NL ? x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch)         \
-     : (kind) == W_Q4_K ? x16k_rows(w, r0, r1, xq, xrb, n, y) : false)
+     : (kind) == W_Q4_K ? x16k_rows(w, r0, r1, xq, xrb, n, y)                        \
+     : (kind) == W_Q6_K ? x16q6_rows(w, r0, r1, xq, xrb, n, y) : false)

@@ -312,7 +312,7 @@ static void packed_layouts_match_scalar(void)
             CHECKF(bad == 0, "%s %s packed: %d mismatches", k_isas[ii], t->name, bad);
         }
         if (!strcmp(k_isas[ii], "avx512"))
-            CHECKF(packed_types >= 4, "avx512 packs Q8_0, Q4_0, IQ4_NL and Q4_K (%d types)", packed_types);
+            CHECKF(packed_types >= 5, "avx512 packs Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (%d types)", packed_types);
     }
     cdx_pool_destroy(pool);
 }
