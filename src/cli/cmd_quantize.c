@@ -7,15 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char k_quantize_usage[] =
-    "usage: caldrix quantize IN.gguf OUT.gguf TYPE [--threads N]\n"
+    "usage: caldrix quantize IN OUT.gguf TYPE [--threads N]\n"
     "\n"
     "TYPE is a file type as llama.cpp names them: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M,\n"
     "Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, F16, BF16, F32.\n"
     "Each tensor gets the type llama.cpp would give it (a Q4_K_M file holds Q4_K, Q6_K and more).\n"
-    "IN holds F32, F16 or BF16 tensors (or already-quantized ones, which are converted through f32).\n"
-    "A Hugging Face checkpoint is converted first: caldrix convert DIR OUT.gguf.\n";
+    "IN is a GGUF of F32, F16 or BF16 tensors (already-quantized ones are converted through f32), or a\n"
+    "Hugging Face checkpoint directory: it is converted first, as caldrix convert DIR --type F32 does,\n"
+    "into a temporary OUT.gguf.f32-XXXXXX beside OUT (removed afterwards), so the quantizers start from\n"
+    "the checkpoint's own values rather than an F16 rounding of them.\n";
 
 typedef struct {
     const cdx_type_traits *src, *dst;
@@ -25,6 +29,8 @@ typedef struct {
     size_t in_row, out_row;
     float *scratch;   /* [nth][cols] */
 } quant_job;
+
+static int quantize_gguf(const char *in, const char *out_path, const cdx_ftype_info *ft, int threads);
 
 static void quantize_rows(void *arg, int ith, int nth)
 {
@@ -68,6 +74,46 @@ int cmd_quantize(int argc, char **argv)
         fprintf(stderr, "caldrix quantize: TYPE is \"%s\"; caldrix quantize --help lists the types\n", pos[2]);
         return 2;
     }
+    /* a checkpoint directory: convert it to F32 first, into a temporary file beside OUT */
+    char *tmp = NULL;
+    struct stat st;
+    if (stat(pos[0], &st) == 0 && S_ISDIR(st.st_mode)) {
+        size_t n = strlen(pos[1]) + 16;
+        tmp = malloc(n);
+        if (!tmp) {
+            fprintf(stderr, "caldrix: out of memory\n");
+            return 1;
+        }
+        snprintf(tmp, n, "%s.f32-XXXXXX", pos[1]);
+        int fd = mkstemp(tmp);
+        if (fd < 0) {
+            fprintf(stderr, "caldrix quantize: cannot create a temporary file beside %s\n", pos[1]);
+            free(tmp);
+            return 1;
+        }
+        close(fd);
+        char *conv_argv[] = { "convert", (char *)pos[0], tmp, "--type", "F32", NULL };
+        fprintf(stderr, "caldrix quantize: %s is a checkpoint directory; converting it to F32 first\n", pos[0]);
+        int rc = cmd_convert(5, conv_argv);
+        if (rc) {
+            unlink(tmp);
+            free(tmp);
+            return rc;
+        }
+        pos[0] = tmp;
+    }
+    int status = quantize_gguf(pos[0], pos[1], ft, (int)threads);
+    if (tmp) {
+        unlink(tmp);
+        free(tmp);
+    }
+    return status;
+}
+
+/* IN (a GGUF) → OUT with ft's per-tensor types. 0, or 1 after saying why on stderr. */
+static int quantize_gguf(const char *in, const char *out_path, const cdx_ftype_info *ft, int threads)
+{
+    const char *pos[2] = { in, out_path };
     cdx_err err = {0};
     cdx_gguf *g = NULL;
     cdx_gguf_writer *w = NULL;
@@ -128,7 +174,7 @@ int cmd_quantize(int argc, char **argv)
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }
-    if (cdx_pool_create((int)threads, &pool, &err) || cdx_gguf_writer_new(&w, &err)) {
+    if (cdx_pool_create(threads, &pool, &err) || cdx_gguf_writer_new(&w, &err)) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }
