@@ -783,32 +783,6 @@ KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, co
         _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-#define X16K_MICRO_CASE(n_) \
-    case n_: x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows); break;
-
-KT_INLINE bool x16k_rows(const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n, float *y)
-{
-    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16)
-        return false;
-    const int64_t nsb = w->cols / 256;
-    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
-    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
-        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
-    for (int64_t r = r0; r < r1; r += 16) {
-        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
-        const uint8_t *meta = Q + (size_t)nsb * X16K_Q;
-        for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
-            const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
-            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
-            switch (tt) {
-                X16K_MICRO_CASE(1) X16K_MICRO_CASE(2) X16K_MICRO_CASE(3) X16K_MICRO_CASE(4)
-                X16K_MICRO_CASE(5) X16K_MICRO_CASE(6) X16K_MICRO_CASE(7) X16K_MICRO_CASE(8)
-            }
-        }
-    }
-    return true;
-}
-
 /* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values an integer dot less 32·Σa, times its
  * int8 scale, summed in i32 over the super-block as vec_dot does; then d·da. */
 KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
@@ -878,26 +852,36 @@ KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
         _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-#define X16Q6_MICRO_CASE(n_) \
-    case n_: x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows); break;
+/* One micro kernel call of the super-block layouts (x16k, x16q6). */
+#define X16SB_MICRO_CASE(n_)                                                                          \
+    case n_:                                                                                          \
+        if (kind == W_Q4_K)                                                                           \
+            x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows);                       \
+        else                                                                                          \
+            x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows);                      \
+        break;
 
-KT_INLINE bool x16q6_rows(const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n, float *y)
+/* Rows [r0, r1) (multiples of 16) × n tokens of a Q4_K or Q6_K matrix from its packed layout;
+ * false when w has none of this kernel set's. */
+KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
+                          float *y)
 {
     if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16)
         return false;
+    const size_t qbytes = kind == W_Q4_K ? X16K_Q : X16Q6_Q, mbytes = kind == W_Q4_K ? X16K_META : X16Q6_META;
     const int64_t nsb = w->cols / 256;
-    const size_t gbytes = (size_t)nsb * (X16Q6_Q + X16Q6_META);
+    const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
     for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
         _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
     for (int64_t r = r0; r < r1; r += 16) {
         const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
-        const uint8_t *meta = Q + (size_t)nsb * X16Q6_Q;
+        const uint8_t *meta = Q + (size_t)nsb * qbytes;
         for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
             const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
             switch (tt) {
-                X16Q6_MICRO_CASE(1) X16Q6_MICRO_CASE(2) X16Q6_MICRO_CASE(3) X16Q6_MICRO_CASE(4)
-                X16Q6_MICRO_CASE(5) X16Q6_MICRO_CASE(6) X16Q6_MICRO_CASE(7) X16Q6_MICRO_CASE(8)
+                X16SB_MICRO_CASE(1) X16SB_MICRO_CASE(2) X16SB_MICRO_CASE(3) X16SB_MICRO_CASE(4)
+                X16SB_MICRO_CASE(5) X16SB_MICRO_CASE(6) X16SB_MICRO_CASE(7) X16SB_MICRO_CASE(8)
             }
         }
     }
@@ -907,5 +891,4 @@ KT_INLINE bool x16q6_rows(const cdx_mat *w, int64_t r0, int64_t r1, const void *
 #define KT_HAS_PACK 1
 #define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch)                         \
     ((kind) <= W_IQ4_NL ? x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch)         \
-     : (kind) == W_Q4_K ? x16k_rows(w, r0, r1, xq, xrb, n, y)                        \
-     : (kind) == W_Q6_K ? x16q6_rows(w, r0, r1, xq, xrb, n, y) : false)
+     : (kind) == W_Q4_K || (kind) == W_Q6_K ? x16sb_rows(kind, w, r0, r1, xq, xrb, n, y) : false)
