@@ -166,7 +166,7 @@ int cmd_bench(int argc, char **argv)
     double t0 = now_s();
     if (cdx_model_open(path, NULL, &m, &err) < 0 ||
         cdx_forward_ctx_create(m, n_prompt, (int)threads, kern, &fc, &err) < 0 ||
-        cdx_kv_init(&kv, cdx_model_hparams(m), n_prompt + n_gen, &err) < 0) {
+        cdx_kv_init(&kv, cdx_model_hparams(m), n_prompt + (n_gen > 2 ? n_gen : 2), &err) < 0) { /* 2: the warm-up */
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
     }

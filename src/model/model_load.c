@@ -483,6 +483,32 @@ static void *huge_alloc(size_t bytes)
     return p;
 }
 
+/* Maps a matrix's file pages in one call before it is read whole (packing or copying): faulting
+ * them in 4 KiB at a time costs more than the copy itself. Advice only; older kernels lack it. */
+static void populate(const void *p, size_t bytes)
+{
+#ifdef MADV_POPULATE_READ
+    const uintptr_t page = 4096, a = (uintptr_t)p & ~(page - 1), e = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
+    madvise((void *)a, e - a, MADV_POPULATE_READ);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+typedef struct {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t bytes;
+} copy_job;
+
+static void copy_part(void *arg, int ith, int nth)
+{
+    copy_job *j = arg;
+    size_t a = j->bytes / (size_t)nth * (size_t)ith, e = ith + 1 == nth ? j->bytes : j->bytes / (size_t)nth * (size_t)(ith + 1);
+    memcpy(j->dst + a, j->src + a, e - a);
+}
+
 /* Matrix i of the model's n_layer·7 + 1 (the output last). */
 static cdx_mat *model_mat(cdx_model *m, size_t i)
 {
@@ -537,8 +563,10 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
             break;
         }
         m->packs[m->n_packs++] = buf;
+        populate(w->data, (size_t)w->rows * w->row_bytes);
         if (copy) {
-            memcpy(buf, w->data, bytes);
+            copy_job cj = { w->data, buf, bytes };
+            cdx_pool_run(pool, copy_part, &cj);
             w->data = buf;
             continue;
         }
