@@ -55,7 +55,8 @@ struct cdx_model {
      * context that runs on that set: a cache of the weights, so packing goes through a const model. */
     pthread_mutex_t pack_mu;
     const cdx_kernels *packed_k;
-    void **packs;                       /* [n_packs] owned buffers */
+    void **packs;                       /* [n_packs]: per matrix (model_mat order) its owned buffer or NULL */
+    const void **orig_data;             /* [n_packs]: w->data before a copy replaced it, or NULL */
     size_t n_packs;
 };
 

@@ -521,14 +521,20 @@ static cdx_mat *model_mat(cdx_model *m, size_t i)
 
 static void model_unpack(cdx_model *m)
 {
-    for (size_t i = 0; m->layers && i <= (size_t)m->hp.n_layer * 7; i++) {
-        model_mat(m, i)->packed = NULL;
-        model_mat(m, i)->packed_for = NULL;
-    }
-    for (size_t i = 0; i < m->n_packs; i++)
+    for (size_t i = 0; m->packs && i < m->n_packs; i++) {
+        if (!m->packs[i])
+            continue;
+        cdx_mat *w = model_mat(m, i);
+        if (m->orig_data[i])
+            w->data = m->orig_data[i];
+        w->packed = NULL;
+        w->packed_for = NULL;
         free(m->packs[i]);
+    }
     free(m->packs);
+    free(m->orig_data);
     m->packs = NULL;
+    m->orig_data = NULL;
     m->n_packs = 0;
     m->packed_k = NULL;
 }
@@ -536,37 +542,39 @@ static void model_unpack(cdx_model *m)
 int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_err *err)
 {
     cdx_model *m = (cdx_model *)cm; /* see struct cdx_model: the packs are a cache */
-    int rc = CDX_OK;
     pthread_mutex_lock(&m->pack_mu);
     if (m->packed_k || !k) {
         pthread_mutex_unlock(&m->pack_mu);
         return CDX_OK;
     }
-    size_t n_mats = (size_t)m->hp.n_layer * 7 + 1;
+    const size_t n_mats = (size_t)m->hp.n_layer * 7 + 1;
     const char *env = getenv("CALDRIX_MMAP");
-    bool in_place = env && *env && strcmp(env, "0");
+    const bool in_place = env && *env && strcmp(env, "0");
     m->packs = calloc(n_mats, sizeof *m->packs);
-    if (!m->packs)
-        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < n_mats; i++) {
+    m->orig_data = calloc(n_mats, sizeof *m->orig_data);
+    if (!m->packs || !m->orig_data) {
+        model_unpack(m);
+        pthread_mutex_unlock(&m->pack_mu);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    m->n_packs = n_mats;
+    for (size_t i = 0; i < n_mats; i++) {
         cdx_mat *w = model_mat(m, i);
         size_t bytes = cdx_matmul_pack_bytes(k, w);
-        bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
+        const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
         if (copy && in_place)
             continue;
         if (copy)
             bytes = (size_t)w->rows * w->row_bytes;
         void *buf = huge_alloc(bytes);
-        if (!buf) {
-            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory repacking %lld x %lld weights (%zu MiB)",
-                             (long long)w->rows, (long long)w->cols, bytes >> 20);
-            break;
-        }
-        m->packs[m->n_packs++] = buf;
+        if (!buf)
+            continue; /* both are only faster: without memory for them the weights are read in place */
+        m->packs[i] = buf;
         populate(w->data, (size_t)w->rows * w->row_bytes);
         if (copy) {
             copy_job cj = { w->data, buf, bytes };
             cdx_pool_run(pool, copy_part, &cj);
+            m->orig_data[i] = w->data;
             w->data = buf;
             continue;
         }
@@ -574,12 +582,9 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         w->packed = buf;
         w->packed_for = k;
     }
-    if (rc)
-        model_unpack(m);
-    else
-        m->packed_k = k;
+    m->packed_k = k;
     pthread_mutex_unlock(&m->pack_mu);
-    return rc;
+    return CDX_OK;
 }
 
 void cdx_model_close(cdx_model *m)
