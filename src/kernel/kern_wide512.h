@@ -628,64 +628,74 @@ static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 }
 
 /* 16 rows × TT tokens over all nb blocks: y[t*ys + i] for i < 16. */
-KT_INLINE void x16_micro(int kind, const uint8_t *Q, const uint16_t *S, int64_t nb, const uint8_t *x, size_t xrb,
-                         const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
+/* G consecutive 16-row groups (gstride bytes apart; G > 1 for decode: several streams in flight per
+ * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. */
+KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
+                         size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
 {
     const int bias = kind == W_Q4_0 ? 8 : 128;
     const size_t qb = x16_qbytes(kind);
     const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
                                          _mm512_set1_epi8((char)0x80));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[CDX_GEMM_TOK];
+    __m512 acc[2][CDX_GEMM_TOK];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
-    for (int t = 0; t < TT; t++)
-        acc[t] = _mm512_setzero_ps();
+        for (int t = 0; t < TT; t++)
+            acc[g][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *qp = Q + (size_t)b * qb;
-        for (size_t o = 0; o < qb; o += 64)
-            _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
-        __m512i wv[8];
-        if (kind == W_Q8_0) {
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const uint8_t *qp = Q + (size_t)g * gstride + (size_t)b * qb;
+            const uint16_t *S = (const uint16_t *)(Q + (size_t)g * gstride + (size_t)nb * qb);
+            for (size_t o = 0; o < qb; o += 64)
+                _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
+            __m512i wv[8];
+            if (kind == W_Q8_0) {
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                wv[k] = load64(qp + 64 * k);
-        } else {
+                for (int k = 0; k < 8; k++)
+                    wv[k] = load64(qp + 64 * k);
+            } else {
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m512i v = load64(qp + 64 * k);
-                __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                if (kind == W_IQ4_NL) {
-                    lo = _mm512_shuffle_epi8(kvb, lo);
-                    hi = _mm512_shuffle_epi8(kvb, hi);
+                for (int k = 0; k < 4; k++) {
+                    const __m512i v = load64(qp + 64 * k);
+                    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    if (kind == W_IQ4_NL) {
+                        lo = _mm512_shuffle_epi8(kvb, lo);
+                        hi = _mm512_shuffle_epi8(kvb, hi);
+                    }
+                    wv[k] = lo;
+                    wv[k + 4] = hi;
                 }
-                wv[k] = lo;
-                wv[k + 4] = hi;
             }
-        }
-        const __m512 sw = _mm512_cvtph_ps(load32(S + 16 * b));
+            const __m512 sw = _mm512_cvtph_ps(load32(S + 16 * b));
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            const int8_t *a = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
-            __m512i s0 = _mm512_set1_epi32(-bias * sa[t * nb + b]), s1 = _mm512_setzero_si512();
+            for (int t = 0; t < TT; t++) {
+                const int8_t *a = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
+                __m512i s0 = _mm512_set1_epi32(-bias * sa[t * nb + b]), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k += 2) {
-                int32_t a0, a1;
-                memcpy(&a0, a + 4 * k, 4);
-                memcpy(&a1, a + 4 * k + 4, 4);
-                s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(a0));
-                s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(a1));
+                for (int k = 0; k < 8; k += 2) {
+                    int32_t a0, a1;
+                    memcpy(&a0, a + 4 * k, 4);
+                    memcpy(&a1, a + 4 * k + 4, 4);
+                    s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(a0));
+                    s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(a1));
+                }
+                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                            _mm512_mul_ps(sw, _mm512_set1_ps(da[t * nb + b])), acc[g][t]);
             }
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
-                                     _mm512_mul_ps(sw, _mm512_set1_ps(da[t * nb + b])), acc[t]);
         }
     }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
-    for (int t = 0; t < TT; t++)
-        _mm512_storeu_ps(y + t * ys, acc[t]);
+        for (int t = 0; t < TT; t++)
+            _mm512_storeu_ps(y + t * ys + 16 * g, acc[g][t]);
 }
 
 #define X16_MICRO_CASE(kind, n_)                                                                        \
-    case n_: x16_micro(kind, Q, S, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
+    case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
 
 /* Rows [r0, r1) (multiples of 16) × n tokens from the packed layout; false when w has none of
  * this kernel set's. */
@@ -702,9 +712,13 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
         _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
     g_act_sums(kind, xq, xrb, n, nb, dav, sav);
-    for (int64_t r = r0; r < r1; r += 16) {
+    int64_t r = r0;
+    if (n == 1) /* decode: two groups at a time, two streams in flight */
+        for (; r + 32 <= r1; r += 32)
+            x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, 2, nb, xq, xrb, dav, sav,
+                      1, y + r, w->rows);
+    for (; r < r1; r += 16) {
         const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
-        const uint16_t *S = (const uint16_t *)(Q + (size_t)nb * qb);
         for (int64_t t = 0; t < n; t += CDX_GEMM_TOK) {
             const int tt = n - t < CDX_GEMM_TOK ? (int)(n - t) : CDX_GEMM_TOK;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
