@@ -287,7 +287,8 @@ static void packed_layouts_match_scalar(void)
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     /* row lengths in units of 256 values: 1, 3 and 8 super-blocks (8, 24 and 64 blocks of 32) */
-    const int64_t rows_v[] = { 16, 48, 160 }, len_v[] = { 1, 3, 8 }, n_v[] = { 1, 2, 7, 8, 9, 19 };
+    /* 544 rows: chunks of 48 rows per thread, so decode also walks two groups at once */
+    const int64_t rows_v[] = { 16, 48, 160, 544 }, len_v[] = { 1, 3, 8 }, n_v[] = { 1, 2, 7, 8, 9, 19 };
     int packed_types = 0;
     for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
@@ -305,7 +306,7 @@ static void packed_layouts_match_scalar(void)
             CHECKF(cdx_matmul_pack_bytes(k, &ragged) == 0, "%s %s: rows not a multiple of 16 are left unpacked",
                    k_isas[ii], t->name);
             int bad = 0;
-            for (size_t a = 0; a < 3; a++)
+            for (size_t a = 0; a < 4; a++)
                 for (size_t b = 0; b < 3; b++)
                     for (size_t c = 0; c < 6; c++)
                         bad += check_case_packed(k, pool, type, rows_v[a], len_v[b] * 256 / t->block, n_v[c], true);
