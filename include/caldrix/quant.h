@@ -51,7 +51,8 @@ typedef struct cdx_type_traits {
 
 /* NULL for an id outside the table. A retired id returns its row (retired == true, name set). */
 CDX_API const cdx_type_traits *cdx_type_get(uint32_t type_id);
-/* The type's name, or "unknown(<id>)" / "retired:<name>" written into buf. */
+/* The type's name ("q4_K", ...), or "unknown" for an id the table lacks (callers that report a bad
+ * id print the number themselves). Static storage. */
 CDX_API const char *cdx_type_name(uint32_t type_id);
 /* Looks up a type by ggml name (case-insensitive, "Q4_K" or "q4_K"). -1 when unknown. */
 CDX_API int cdx_type_from_name(const char *name);
