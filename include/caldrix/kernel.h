@@ -56,6 +56,12 @@ CDX_API void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, 
  * kernel sets ignore it, and w->data stays the reference. */
 CDX_API size_t cdx_matmul_pack_bytes(const cdx_kernels *k, const cdx_mat *w);
 CDX_API void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out);
+/* cdx_matmul for up to 4 matrices of the same activations (q, k and v; gate and up) in one
+ * dispatch: ys[i] = x · w[i]ᵀ. The activations are prepared once and the threads meet once; matrices
+ * whose activations differ (other cols, another vec_dot_type) simply run one after another. ws:
+ * the largest cdx_matmul_ws_bytes of them. */
+CDX_API void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const *w, int n_w,
+                              const float *x, int64_t n, float *const *ys, void *ws);
 /* Whether cdx_matmul can run this type (it has a dot product or at least a to_f32). */
 CDX_API bool cdx_matmul_supports(uint32_t type);
 

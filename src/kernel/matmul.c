@@ -43,57 +43,66 @@ size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads)
     return bytes;
 }
 
+#define MATMUL_MAX_MULTI 4
+
 typedef struct {
     const cdx_kernels *k;
-    const cdx_mat *w;
-    const cdx_type_traits *t;
+    int n_w;
+    const cdx_mat *w[MATMUL_MAX_MULTI];
+    const cdx_type_traits *t[MATMUL_MAX_MULTI];
+    float *y[MATMUL_MAX_MULTI];
+    int64_t chunk[MATMUL_MAX_MULTI];              /* rows per chunk of matrix i */
+    int64_t first_chunk[MATMUL_MAX_MULTI + 1];    /* chunks of matrices before i */
     const float *x;
     const void *xq;       /* activations in vec_dot_type, or NULL */
     size_t xq_row_bytes;
     int64_t n;
-    float *y;
     uint8_t *scratch;     /* [nth][cdx_kernel_scratch_bytes(cols)] */
-    _Atomic int64_t next; /* the first row not yet taken */
+    _Atomic int64_t next; /* the first chunk not yet taken */
 } matmul_job;
 
-/* Rows [r0, r1) on thread ith. */
-static void matmul_range(const matmul_job *j, int ith, int64_t r0, int64_t r1);
+/* Rows [r0, r1) of matrix i on thread ith. */
+static void matmul_range(const matmul_job *j, int i, int ith, int64_t r0, int64_t r1);
 
 /* Rows are dealt in chunks from a shared counter rather than split in equal parts up front: the
  * threads share the memory bus unevenly and thread 0 arrives late from the serial work between
  * matmuls, so fixed halves leave one thread spinning at every barrier. A chunk is a run of whole
  * row tiles (4 rows for matvec, a 16-row panel for prefill and packed layouts), about 8 per
- * thread, so each thread still reads long sequential stretches. */
+ * thread, so each thread still reads long sequential stretches. Several matrices of one call
+ * (cdx_matmul_multi) share the counter: the threads meet once for all of them. */
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    const cdx_mat *w = j->w;
-    const int64_t align = j->n >= CDX_GEMM_MIN_N || w->packed ? CDX_GEMM_PANEL : 4;
-    int64_t chunk = (w->rows + 8 * nth - 1) / (8 * nth);
-    chunk = (chunk + align - 1) / align * align;
+    (void)nth;
+    int i = 0;
     for (;;) {
-        const int64_t r0 = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
-        if (r0 >= w->rows)
+        const int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= j->first_chunk[j->n_w])
             return;
-        matmul_range(j, ith, r0, r0 + chunk < w->rows ? r0 + chunk : w->rows);
+        while (c >= j->first_chunk[i + 1])
+            i++;
+        const int64_t r0 = (c - j->first_chunk[i]) * j->chunk[i], rows = j->w[i]->rows;
+        matmul_range(j, i, ith, r0, r0 + j->chunk[i] < rows ? r0 + j->chunk[i] : rows);
     }
 }
 
-static void matmul_range(const matmul_job *j, int ith, int64_t r0, int64_t r1)
+static void matmul_range(const matmul_job *j, int i, int ith, int64_t r0, int64_t r1)
 {
-    const cdx_mat *w = j->w;
+    const cdx_mat *w = j->w[i];
+    const cdx_type_traits *tr = j->t[i];
+    float *y = j->y[i];
     uint8_t *scratch = j->scratch + (size_t)ith * cdx_kernel_scratch_bytes(w->cols, j->n);
     const cdx_row_kernel fast = j->k->row[w->type];
     if (fast) {
-        fast(w, r0, r1, j->x, j->xq, j->xq_row_bytes, j->n, j->y, scratch);
+        fast(w, r0, r1, j->x, j->xq, j->xq_row_bytes, j->n, y, scratch);
         return;
     }
     const uint8_t *base = w->data;
     if (j->xq) {
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < j->n; t++)
-                j->y[t * w->rows + r] = j->t->vec_dot(w->cols, base + r * w->row_bytes,
-                                                       (const uint8_t *)j->xq + t * j->xq_row_bytes);
+                y[t * w->rows + r] = tr->vec_dot(w->cols, base + r * w->row_bytes,
+                                                 (const uint8_t *)j->xq + t * j->xq_row_bytes);
         return;
     }
     float *row = (float *)scratch;
@@ -102,7 +111,7 @@ static void matmul_range(const matmul_job *j, int ith, int64_t r0, int64_t r1)
         if (w->type == CDX_TYPE_F32) {
             wr = (const float *)(base + r * w->row_bytes);
         } else {
-            j->t->to_f32(base + r * w->row_bytes, row, w->cols);
+            tr->to_f32(base + r * w->row_bytes, row, w->cols);
             wr = row;
         }
         for (int64_t t = 0; t < j->n; t++) {
@@ -110,7 +119,7 @@ static void matmul_range(const matmul_job *j, int ith, int64_t r0, int64_t r1)
             float s = 0;
             for (int64_t c = 0; c < w->cols; c++)
                 s += wr[c] * xt[c];
-            j->y[t * w->rows + r] = s;
+            y[t * w->rows + r] = s;
         }
     }
 }
@@ -156,11 +165,44 @@ static void quantize_rows(void *arg, int ith, int nth)
         j->q(j->x + i * j->cols, j->xq + (size_t)i * j->xq_row_bytes, j->cols);
 }
 
-void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n, float *y,
-                void *ws)
+/* Whether b can share a's prepared activations (one quantization, or one f16/bf16 rounding). */
+static bool same_activations(const cdx_mat *a, const cdx_mat *b)
 {
+    const cdx_type_traits *ta = cdx_type_get(a->type), *tb = cdx_type_get(b->type);
+    if (a->cols != b->cols)
+        return false;
+    const bool qa = uses_quantized_x(ta, a->type), qb = uses_quantized_x(tb, b->type);
+    if (qa || qb)
+        return qa && qb && ta->vec_dot_type == tb->vec_dot_type;
+    const bool ha = a->act_half && a->type != CDX_TYPE_F32, hb = b->act_half && b->type != CDX_TYPE_F32;
+    return ha == hb && (!ha || a->type == b->type);
+}
+
+void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const *mats, int n_w, const float *x,
+                      int64_t n, float *const *ys, void *ws)
+{
+    bool fused = n_w >= 1 && n_w <= MATMUL_MAX_MULTI;
+    for (int i = 1; fused && i < n_w; i++)
+        fused = same_activations(mats[0], mats[i]);
+    if (!fused) {
+        for (int i = 0; i < n_w; i++)
+            cdx_matmul_multi(k, pool, &mats[i], 1, x, n, &ys[i], ws);
+        return;
+    }
+    const cdx_mat *w = mats[0];
     const cdx_type_traits *t = cdx_type_get(w->type);
-    matmul_job j = { .k = k, .w = w, .t = t, .x = x, .n = n, .y = y };
+    matmul_job j = { .k = k, .n_w = n_w, .x = x, .n = n };
+    const int nth = cdx_pool_size(pool);
+    for (int i = 0; i < n_w; i++) {
+        const cdx_mat *wi = mats[i];
+        const int64_t align = n >= CDX_GEMM_MIN_N || wi->packed ? CDX_GEMM_PANEL : 4;
+        int64_t chunk = (wi->rows + 8 * nth - 1) / (8 * nth);
+        j.w[i] = wi;
+        j.t[i] = cdx_type_get(wi->type);
+        j.y[i] = ys[i];
+        j.chunk[i] = (chunk + align - 1) / align * align;
+        j.first_chunk[i + 1] = j.first_chunk[i] + (wi->rows + j.chunk[i] - 1) / j.chunk[i];
+    }
     uint8_t *p = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     if (uses_quantized_x(t, w->type)) {
         const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
@@ -186,4 +228,10 @@ void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const fl
     }
     j.scratch = p;
     cdx_pool_run(pool, matmul_rows, &j);
+}
+
+void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n, float *y,
+                void *ws)
+{
+    cdx_matmul_multi(k, pool, &w, 1, x, n, &y, ws);
 }

@@ -195,9 +195,8 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
         const layer_weights *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++)
             rmsnorm(fc->xn + i * E, fc->x + i * E, L->attn_norm, E, hp->rms_eps);
-        cdx_matmul(K, pool, &L->wq, fc->xn, n, fc->q, fc->ws);
-        cdx_matmul(K, pool, &L->wk, fc->xn, n, fc->kk, fc->ws);
-        cdx_matmul(K, pool, &L->wv, fc->xn, n, fc->vv, fc->ws);
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, fc->xn, n,
+                         (float *[]){ fc->q, fc->kk, fc->vv }, fc->ws);
         for (int64_t i = 0; i < n; i++) {
             float *q = fc->q + i * qd, *k = fc->kk + i * kvd, *v = fc->vv + i * kvd;
             if (L->bq) {
@@ -234,8 +233,8 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
             fc->x[i] += fc->xn[i];
         for (int64_t i = 0; i < n; i++)
             rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
-        cdx_matmul(K, pool, &L->gate, fc->xn, n, fc->ffn_g, fc->ws);
-        cdx_matmul(K, pool, &L->up, fc->xn, n, fc->ffn_u, fc->ws);
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->xn, n,
+                         (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
         for (int64_t i = 0; i < n * hp->n_ff; i++)
             fc->ffn_g[i] = silu(fc->ffn_g[i]) * fc->ffn_u[i];
         cdx_matmul(K, pool, &L->down, fc->ffn_g, n, fc->xn, fc->ws);

@@ -384,6 +384,69 @@ static void prefill_handles_long_rows(void)
     cdx_pool_destroy(pool);
 }
 
+/* cdx_matmul_multi (q/k/v, gate/up in one dispatch) gives each matrix exactly what cdx_matmul gives
+ * it alone: fused when the activations match (Q4_K with Q6_K: both q8_K), one after another when
+ * they do not (Q8_0 with F16), packed or not, for decode and prefill. */
+static void matmul_multi_equals_separate_calls(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t sets[][3] = { { CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_Q4_K },
+                                 { CDX_TYPE_Q8_0, CDX_TYPE_F16, CDX_TYPE_Q4_0 } };
+    const int64_t rows[3] = { 512, 128, 160 }, cols = 512, n_v[] = { 1, 9 };
+    for (size_t ii = 0; ii < 3; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k)
+            continue;
+        for (size_t si = 0; si < 2; si++)
+            for (size_t ni = 0; ni < 2; ni++) {
+                const int64_t n = n_v[ni];
+                cdx_mat m[3];
+                const cdx_mat *mp[3];
+                float *y[3], *ys[3];
+                void *data[3], *packed[3];
+                size_t ws_bytes = 0;
+                float *x = malloc(sizeof(float) * (size_t)(cols * n));
+                for (int64_t i = 0; i < cols * n; i++)
+                    x[i] = gauss();
+                for (int i = 0; i < 3; i++) {
+                    const cdx_type_traits *t = cdx_type_get(sets[si][i]);
+                    size_t rb = (size_t)(cols / t->block) * t->bytes;
+                    data[i] = malloc(rb * (size_t)rows[i]);
+                    make_weights(sets[si][i], t, data[i], rb, rows[i], cols);
+                    m[i] = (cdx_mat){ .type = sets[si][i], .data = data[i], .rows = rows[i], .cols = cols, .row_bytes = rb };
+                    size_t pb = cdx_matmul_pack_bytes(k, &m[i]);
+                    packed[i] = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
+                    if (packed[i]) {
+                        cdx_matmul_pack(k, pool, &m[i], packed[i]);
+                        m[i].packed = packed[i];
+                        m[i].packed_for = k;
+                    }
+                    mp[i] = &m[i];
+                    y[i] = malloc(sizeof(float) * (size_t)(rows[i] * n));
+                    ys[i] = malloc(sizeof(float) * (size_t)(rows[i] * n));
+                    size_t b = cdx_matmul_ws_bytes(&m[i], n, 2);
+                    ws_bytes = b > ws_bytes ? b : ws_bytes;
+                }
+                void *ws = malloc(ws_bytes);
+                cdx_matmul_multi(k, pool, mp, 3, x, n, y, ws);
+                int bad = 0;
+                for (int i = 0; i < 3; i++) {
+                    cdx_matmul(k, pool, &m[i], x, n, ys[i], ws);
+                    bad += memcmp(y[i], ys[i], sizeof(float) * (size_t)(rows[i] * n)) != 0;
+                }
+                CHECKF(bad == 0, "%s set %zu n %lld: %d matrices differ", k_isas[ii], si, (long long)n, bad);
+                for (int i = 0; i < 3; i++) {
+                    free(data[i]); free(packed[i]); free(y[i]); free(ys[i]);
+                }
+                free(ws);
+                free(x);
+            }
+    }
+    cdx_pool_destroy(pool);
+}
+
 static void isa_table_picks_what_the_cpu_runs(void)
 {
     const cdx_cpu_features *f = cdx_cpu_features_get();
@@ -407,6 +470,7 @@ int main(void)
     RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);
     RUN("prefill tiles span several panels", prefill_tiles_span_several_panels);
     RUN("packed layouts match the scalar dot", packed_layouts_match_scalar);
+    RUN("matmul_multi equals separate calls", matmul_multi_equals_separate_calls);
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     return t_done("kernels");
 }
