@@ -2,7 +2,7 @@
 # caldrix run --chat: the model's chat template around the message, rendered as Python Jinja2 renders
 # it (../shared/fixtures/chat/qwen3/cases.jsonl, single_user_gen and system_user_gen), tokenized
 # without added specials. The model: the qwen3 fixture's weights with Qwen3's tokenizer cut to its
-# 320 ids (as tests/cli/test_convert.sh builds it).
+# 320 ids (tests/cli/make_qwen3_chat_model.sh).
 set -u
 CALDRIX=${CALDRIX:-build/caldrix}
 pass=0; fail=0
@@ -10,23 +10,9 @@ ok() { pass=$((pass+1)); echo "ok - $1"; }
 bad() { fail=$((fail+1)); echo "not ok - $1"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 HF=../shared/fixtures/hf; TK=../shared/fixtures/tokenizers
-D=$tmp/qwen3chat; mkdir -p "$D"
-cp $HF/qwen3/config.json $HF/qwen3/generation_config.json $HF/qwen3/model.safetensors "$D/"
-python3 - $TK/qwen3 "$D" <<'PY'
-import json, sys
-src, dst = sys.argv[1], sys.argv[2]
-t = json.load(open(src + '/tokenizer.json')); c = json.load(open(src + '/tokenizer_config.json'))
-N = 294
-vocab = {k: v for k, v in t['model']['vocab'].items() if v < N}
-t['model']['vocab'] = vocab
-t['model']['merges'] = [m for m in t['model']['merges'] if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
-remap = {}
-for j, a in enumerate(t['added_tokens']):
-    remap[str(a['id'])] = str(N + j); a['id'] = N + j
-c['added_tokens_decoder'] = {remap[k]: v for k, v in c['added_tokens_decoder'].items()}
-json.dump(t, open(dst + '/tokenizer.json', 'w'), ensure_ascii=False)
-json.dump(c, open(dst + '/tokenizer_config.json', 'w'), ensure_ascii=False)
-PY
+D=$tmp/qwen3chat
+source tests/cli/make_qwen3_chat_model.sh
+make_qwen3_chat_model "$D"
 for name in single_user_gen system_user_gen; do
     python3 - ../shared/fixtures/chat/qwen3/cases.jsonl $name "$tmp" <<'PY'
 import json, sys

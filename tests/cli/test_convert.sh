@@ -152,24 +152,9 @@ done
 
 # ---- a whole checkpoint with a tokenizer: qwen3 weights (vocab 320) + Qwen3's tokenizer cut to
 # 294 base ids (their merges) and its 26 added tokens renumbered 294..319 ----
-D=$tmp/qwen3tok; mkdir -p "$D"
-cp $HF/qwen3/config.json $HF/qwen3/generation_config.json $HF/qwen3/model.safetensors "$D/"
-python3 - $TK/qwen3 "$D" <<'PY'
-import json, sys
-src, dst = sys.argv[1], sys.argv[2]
-t = json.load(open(src + '/tokenizer.json')); c = json.load(open(src + '/tokenizer_config.json'))
-N = 294
-vocab = {k: v for k, v in t['model']['vocab'].items() if v < N}
-t['model']['vocab'] = vocab
-t['model']['merges'] = [m for m in t['model']['merges'] if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
-remap = {}
-for j, a in enumerate(t['added_tokens']):
-    remap[str(a['id'])] = str(N + j); a['id'] = N + j
-assert N + len(t['added_tokens']) == 320
-c['added_tokens_decoder'] = {remap[k]: v for k, v in c['added_tokens_decoder'].items()}
-json.dump(t, open(dst + '/tokenizer.json', 'w'), ensure_ascii=False)
-json.dump(c, open(dst + '/tokenizer_config.json', 'w'), ensure_ascii=False)
-PY
+D=$tmp/qwen3tok
+source tests/cli/make_qwen3_chat_model.sh
+make_qwen3_chat_model "$D"
 if "$CALDRIX" convert "$D" "$tmp/qt.gguf" --type F32 2>"$tmp/err" && grep -q 'pre-tokenizer "qwen2" (from the pre-tokenizer regex' "$tmp/err" &&
     [ "$(kv "$tmp/qt.gguf" tokenizer.ggml.eos_token_id tokenizer.ggml.padding_token_id tokenizer.ggml.bos_token_id tokenizer.ggml.add_bos_token tokenizer.ggml.tokens)" = "$(printf '296\n294\n1\nFalse\n320')" ] &&
     python3 "$tmp/kv.py" "$tmp/qt.gguf" tokenizer.chat_template >"$tmp/tpl" && grep -q "im_start" "$tmp/tpl"; then
