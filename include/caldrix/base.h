@@ -60,6 +60,11 @@ CDX_API const char *cdx_err_name(int code);
 static inline bool cdx_mul_size(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 static inline bool cdx_add_size(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
 
+/* Room for one more item in a growable array (items: *cap items of elem bytes, n in use): returns
+ * items itself while n < *cap, else the array reallocated to twice the capacity (64 at first) with
+ * *cap updated; NULL when out of memory, items and *cap then unchanged. */
+CDX_API void *cdx_array_grow(void *items, size_t *cap, size_t n, size_t elem);
+
 /* A read-only file mapped into memory. A zero-length file maps to data == NULL, size 0. */
 typedef struct cdx_file {
     const uint8_t *data;

@@ -292,14 +292,10 @@ typedef struct {
 
 static int id_push(id_list *l, int32_t id)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        int32_t *g = realloc(l->tokens, cap * sizeof *g);
-        if (!g)
-            return -1;
-        l->tokens = g;
-        l->cap = cap;
-    }
+    int32_t *grown = cdx_array_grow(l->tokens, &l->cap, l->n, sizeof *l->tokens);
+    if (!grown)
+        return -1;
+    l->tokens = grown;
     l->tokens[l->n++] = id;
     return 0;
 }

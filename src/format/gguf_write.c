@@ -291,14 +291,10 @@ int cdx_gguf_writer_add_tensor(cdx_gguf_writer *w, const char *name, uint32_t ty
     }
     if (!data)
         return cdx_err_set(err, CDX_EINVAL, "gguf writer: tensor \"%.200s\" has no data", name);
-    if (w->n_t == w->cap_t) {
-        size_t cap = w->cap_t ? w->cap_t * 2 : 64;
-        wtensor *t = realloc(w->t, cap * sizeof *t);
-        if (!t)
-            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-        w->t = t;
-        w->cap_t = cap;
-    }
+    wtensor *grown = cdx_array_grow(w->t, &w->cap_t, w->n_t, sizeof *w->t);
+    if (!grown)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    w->t = grown;
     wtensor *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name)))

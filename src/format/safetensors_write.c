@@ -75,14 +75,10 @@ int cdx_st_writer_add(cdx_st_writer *w, const char *name, uint32_t type, uint32_
             return cdx_err_set(err, CDX_ERANGE, "safetensors writer: tensor \"%.200s\" is too large", name);
     if (n_bytes && !data)
         return cdx_err_set(err, CDX_EINVAL, "safetensors writer: tensor \"%.200s\" has no data", name);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        wtensor *t = realloc(w->t, cap * sizeof *t);
-        if (!t)
-            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-        w->t = t;
-        w->cap = cap;
-    }
+    wtensor *grown = cdx_array_grow(w->t, &w->cap, w->n, sizeof *w->t);
+    if (!grown)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    w->t = grown;
     wtensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name)))

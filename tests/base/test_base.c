@@ -2,6 +2,7 @@
 #include "caldrix.h"
 #include "test.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 static void err_set_formats_and_returns_code(void)
@@ -63,10 +64,32 @@ static void utf8_check_rejects_bad_sequences(void)
     CHECK(cdx_utf8_check("a\xff", 2) == 1);
 }
 
+static void array_grow_doubles_and_refuses_overflow(void)
+{
+    size_t cap = 0, n = 0;
+    int *a = NULL;
+    for (int i = 0; i < 200; i++) {
+        int *g = cdx_array_grow(a, &cap, n, sizeof *a);
+        REQUIRE(g);
+        a = g;
+        a[n++] = i;
+    }
+    CHECK(cap == 256); /* 64, 128, 256 */
+    int ok = 1;
+    for (int i = 0; i < 200; i++)
+        ok &= a[i] == i;
+    CHECK(ok);
+    CHECK(cdx_array_grow(a, &cap, 10, sizeof *a) == a); /* room left: the same array */
+    size_t big = (size_t)1 << 62;
+    CHECK(cdx_array_grow(a, &big, big, 16) == NULL && big == (size_t)1 << 62); /* size overflow */
+    free(a);
+}
+
 int main(void)
 {
     RUN("err_set formats the message and returns the code", err_set_formats_and_returns_code);
     RUN("size helpers detect overflow", size_helpers_detect_overflow);
+    RUN("array_grow doubles and refuses an overflowing size", array_grow_doubles_and_refuses_overflow);
     RUN("file_map reads bytes and names a missing file", file_map_reads_bytes_and_names_missing_file);
     RUN("utf8_check rejects bad sequences", utf8_check_rejects_bad_sequences);
     return t_done("base");
