@@ -72,6 +72,16 @@ test: deps
 	$(MAKE) all tests
 	BUILD=$(BUILD) tests/run
 
+# The whole suite again on each lesser kernel set this CPU has (the best set ran in `make test`).
+test-isas: deps
+	$(MAKE) all tests
+	@best=$$($(BUILD)/caldrix doctor | sed -n 's/^  kernel set in use: \([a-z0-9]*\).*/\1/p'); \
+	for isa in avx512 avx2 scalar; do \
+	  if [ "$$isa" = "$$best" ]; then echo "test-isas: $$isa is the best set here (make test runs it)"; continue; fi; \
+	  if ! CALDRIX_ISA=$$isa $(BUILD)/caldrix version >/dev/null 2>&1; then echo "test-isas: skipped $$isa: this CPU lacks it"; continue; fi; \
+	  BUILD=$(BUILD) tests/run --isa $$isa || exit 1; \
+	done
+
 # Fuzz targets (clang + libFuzzer): make fuzz, then build-fuzz/fuzz_gguf corpus/
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libcaldrix.a
@@ -82,5 +92,5 @@ fuzz:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all tests test run deps fuzz clean
+.PHONY: all tests test test-isas run deps fuzz clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -59,9 +59,28 @@ static inline void t_run(const char *name, void (*fn)(void))
 
 #define RUN(name, fn) t_run(name, fn)
 
+/* A kernel set this CPU lacks is skipped out loud: named once per binary, and counted in the
+ * result line (", N skipped"). */
+static char t_skipped_isas[128];
+static int t_skipped;
+static inline void t_skip_isa(const char *isa)
+{
+    char key[34];
+    snprintf(key, sizeof key, " %s ", isa);
+    if (strstr(t_skipped_isas, key))
+        return;
+    if (strlen(t_skipped_isas) + strlen(key) < sizeof t_skipped_isas)
+        strcat(t_skipped_isas, key);
+    t_skipped++;
+    printf("skip - the %s kernel set: this CPU lacks it\n", isa);
+}
+
 static inline int t_done(const char *suite)
 {
-    printf("%s: %d passed, %d failed\n", suite, t_passed, t_failed);
+    if (t_skipped)
+        printf("%s: %d passed, %d failed, %d skipped\n", suite, t_passed, t_failed, t_skipped);
+    else
+        printf("%s: %d passed, %d failed\n", suite, t_passed, t_failed);
     return t_failed ? 1 : 0;
 }
 

@@ -24,8 +24,11 @@ CDX_API const cdx_cpu_features *cdx_cpu_features_get(void);
 /* The CPU's brand string ("AMD EPYC ..."), or "" where cpuid does not give one. */
 CDX_API const char *cdx_cpu_brand(void);
 
-/* The best kernel set this CPU runs (AVX-512, then AVX2, then scalar). Never NULL. */
+/* The best kernel set this CPU runs (AVX-512, then AVX2, then scalar), or the set the environment
+ * variable CALDRIX_ISA names when this CPU has it. Never NULL. */
 CDX_API const cdx_kernels *cdx_kernels_best(void);
+/* CDX_EINVAL when CALDRIX_ISA is set to a set that is unknown or missing on this CPU. */
+CDX_API int cdx_kernels_env_check(cdx_err *err);
 /* A kernel set by name ("avx512", "avx2", "scalar"); NULL when unknown or this CPU lacks it. */
 CDX_API const cdx_kernels *cdx_kernels_by_isa(const char *isa);
 CDX_API const char *cdx_kernels_isa(const cdx_kernels *k);

@@ -3,6 +3,7 @@
 #include "cli_hub.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -33,6 +34,9 @@ int cmd_doctor(int argc, char **argv)
     printf("\n  level: %s\n", c.x86_64_v4 ? "x86-64-v4" : c.x86_64_v3 ? "x86-64-v3" : "below x86-64-v3");
     printf("\nlanes:\n  cpu: yes (%s kernels; scalar always available)\n",
            c.x86_64_v4 ? "AVX-512 and AVX2" : c.x86_64_v3 ? "AVX2" : "scalar");
+    const char *forced = getenv("CALDRIX_ISA");
+    printf("  kernel set in use: %s%s\n", cdx_kernels_isa(cdx_kernels_best()),
+           forced && *forced ? " (from CALDRIX_ISA)" : "");
     printf("  metal: no (Apple GPUs only)\n  hip: no (not in this build)\n");
     printf("  images (vision-language models): cpu lane only\n");
     cdx_hub_env env;

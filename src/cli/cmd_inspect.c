@@ -14,7 +14,9 @@ static void usage(FILE *f)
                "counts, family, layers, heads, kv heads, hidden size, head_dim, context, tensor types,\n"
                "unsupported_tensor_types, missing_required_tensors and the estimated memory (weights + KV cache\n"
                "for a %u-token context). REF is a .gguf file, a checkpoint folder, or a reference already in\n"
-               "the cache (an alias, owner/name[@revision], ollama:name[:tag]); inspect never downloads.\n",
+               "the cache (an alias, owner/name[@revision], ollama:name[:tag]); inspect never downloads.\n"
+               "Exit status 0 when caldrix can run the model, 1 when it cannot (a refusal, an architecture it\n"
+               "does not map, missing tensors or unsupported types; the report is printed all the same).\n",
                CDX_HUB_DEFAULT_CTX);
 }
 
@@ -109,7 +111,18 @@ int cmd_inspect(int argc, char **argv)
         if (r->refusal[0])
             printf("  refused: %s\n", r->refusal);
     }
+    /* The report is printed either way; the exit status says whether caldrix can run the model. */
+    const char *why = r->refusal[0] ? r->refusal
+                    : strcmp(r->missing_required_tensors, "none") ? r->missing_required_tensors
+                    : strcmp(r->unsupported_tensor_types, "none") ? r->unsupported_tensor_types : NULL;
+    int rc = 0;
+    if (why) {
+        fprintf(stderr, "caldrix inspect: %s: caldrix cannot run this model: %s%s\n", ref,
+                why == r->unsupported_tensor_types ? "unsupported tensor types " :
+                why == r->missing_required_tensors && r->n_missing ? "missing tensors " : "", why);
+        rc = 1;
+    }
     free(r);
     free(path);
-    return 0;
+    return rc;
 }

@@ -43,6 +43,11 @@ int main(int argc, char **argv)
         return cmd_help(argc, argv), argc < 2 ? 2 : 0;
     if (!strcmp(argv[1], "--version"))
         return cmd_version(argc, argv);
+    cdx_err err = { 0 };
+    if (cdx_kernels_env_check(&err)) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 2;
+    }
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
         if (!strcmp(argv[1], k_commands[i].name))
             return k_commands[i].fn(argc - 1, argv + 1);

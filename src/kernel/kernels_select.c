@@ -3,6 +3,7 @@
 #include "caldrix/kernel.h"
 #include "kernel_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const cdx_kernels k_scalar = { .isa = "scalar" };
@@ -28,12 +29,31 @@ static const struct {
     { &k_scalar, cpu_any }, /* always last, always usable */
 };
 
-const cdx_kernels *cdx_kernels_best(void)
+static const cdx_kernels *best_available(void)
 {
     for (size_t i = 0; i < sizeof k_sets / sizeof k_sets[0]; i++)
         if (k_sets[i].ok())
             return k_sets[i].k;
     return &k_scalar;
+}
+
+/* CALDRIX_ISA names a lesser set to run instead (tests/run --isa runs whole suites on each set a
+ * machine has); a name that is unknown or that this CPU lacks is ignored here and refused by the
+ * front ends (cdx_kernels_env_check). */
+const cdx_kernels *cdx_kernels_best(void)
+{
+    const char *env = getenv("CALDRIX_ISA");
+    const cdx_kernels *k = env && *env ? cdx_kernels_by_isa(env) : NULL;
+    return k ? k : best_available();
+}
+
+int cdx_kernels_env_check(cdx_err *err)
+{
+    const char *env = getenv("CALDRIX_ISA");
+    if (!env || !*env || cdx_kernels_by_isa(env))
+        return CDX_OK;
+    return cdx_err_set(err, CDX_EINVAL, "CALDRIX_ISA=%s: expected a kernel set this CPU has (best here: %s; "
+                       "scalar always)", env, best_available()->isa);
 }
 
 const cdx_kernels *cdx_kernels_by_isa(const char *isa)

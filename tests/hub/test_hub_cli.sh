@@ -14,10 +14,19 @@ trap 'rm -rf "$T"' EXIT
 unset HF_HUB_CACHE HF_TOKEN HF_ENDPOINT CALDRIX_OLLAMA_REGISTRY
 export HF_HOME="$T/hf" CALDRIX_CACHE="$T/cx" HF_HUB_OFFLINE=1 CALDRIX_OFFLINE=1
 
+# Fixtures of architectures caldrix does not run yet (MoE: issue 15, Qwen3.5: issue 18, SmolVLM/Idefics3: issue
+# 19): the report is printed and inspect exits 1 naming why.
+not_yet=" idefics3 mixtral qwen2_moe qwen3_5 qwen3_5_vl qwen3_moe "
 for d in $SH/fixtures/hf/*/; do
     n=$(basename $d)
     "$CALDRIX" inspect "$d" --json > "$T/$n.json" 2> "$T/$n.err"; rc=$?
-    check "inspect $n (safetensors) gives the report" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r[\"missing_required_tensors\"]==\"none\" and r[\"layers\"]==3 and r[\"estimated_memory\"][\"total_bytes\"]>0" "$T/$n.json"'
+    # the layer count the checkpoint's own config.json gives (a VLM keeps it in text_config)
+    layers=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('num_hidden_layers') or c['text_config']['num_hidden_layers'])" "$d/config.json")
+    if [[ "$not_yet" == *" $n "* ]]; then
+        check "inspect $n (safetensors): the report, exit 1 with the reason" '[ $rc -eq 1 ] && grep -q "cannot run this model" "$T/$n.err" && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r[\"layers\"]==$layers and (r[\"refusal\"] or r[\"missing_required_tensors\"].startswith(\"n/a\"))" "$T/$n.json"'
+    else
+        check "inspect $n (safetensors) gives the report" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r[\"missing_required_tensors\"]==\"none\" and r[\"layers\"]==$layers and r[\"estimated_memory\"][\"total_bytes\"]>0" "$T/$n.json"'
+    fi
 done
 for f in $SH/fixtures/hf-gguf/*.gguf $SH/models/stories260K/stories260K.gguf; do
     n=$(basename $f .gguf)

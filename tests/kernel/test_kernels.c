@@ -85,8 +85,10 @@ static void quantizers_are_byte_identical_to_scalar(void)
     int tested = 0;
     for (size_t ii = 0; ii < 2; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-        if (!k)
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
             continue;
+        }
         for (size_t q = 0; q < 3; q++) {
             const cdx_type_traits *t = cdx_type_get(qt[q]);
             REQUIRE(t && t->from_f32 && k->quantize[qt[q]]);
@@ -146,8 +148,10 @@ static void row_kernels_match_ggml_fixture_dots(void)
         cdx_mat w = { .type = type, .data = q, .rows = 4, .cols = 512, .row_bytes = qlen / 4 };
         for (size_t ii = 0; ii < 2; ii++) {
             const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-            if (!k)
+            if (!k) {
+                t_skip_isa(k_isas[ii]);
                 continue;
+            }
             REQUIRE(k->row[type]);
             float y[4];
             k->row[type](&w, 0, 4, NULL, act, alen, 1, y, NULL);
@@ -292,8 +296,10 @@ static void packed_layouts_match_scalar(void)
     int packed_types = 0;
     for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-        if (!k)
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
             continue;
+        }
         for (size_t ti = 0; ti < N_FAST; ti++) {
             uint32_t type = k_types_fast[ti];
             const cdx_type_traits *t = cdx_type_get(type);
@@ -327,8 +333,10 @@ static void row_kernels_match_scalar_on_random_blocks(void)
     int cases = 0;
     for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-        if (!k)
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
             continue;
+        }
         for (size_t ti = 0; ti < N_FAST; ti++) {
             uint32_t type = k_types_fast[ti];
             if (ii < 2)
@@ -354,8 +362,10 @@ static void prefill_tiles_span_several_panels(void)
     const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_F16 };
     for (size_t ii = 0; ii < 2; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-        if (!k)
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
             continue;
+        }
         for (size_t ti = 0; ti < 4; ti++) {
             int bad = check_case(k, pool, types[ti], 9, types[ti] == CDX_TYPE_F16 ? 64 : 8, 131);
             CHECKF(bad == 0, "%s %s: %d mismatches", k_isas[ii], cdx_type_name(types[ti]), bad);
@@ -373,8 +383,10 @@ static void prefill_handles_long_rows(void)
     const uint32_t types[] = { CDX_TYPE_Q4_0, CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
     for (size_t ii = 0; ii < 2; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-        if (!k)
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
             continue;
+        }
         for (size_t ti = 0; ti < 5; ti++) {
             const cdx_type_traits *t = cdx_type_get(types[ti]);
             int bad = check_case(k, pool, types[ti], 19, 5120 / t->block, 9);
@@ -397,8 +409,10 @@ static void matmul_multi_equals_separate_calls(void)
     const int64_t rows[3] = { 512, 128, 160 }, cols = 512, n_v[] = { 1, 9 };
     for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
-        if (!k)
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
             continue;
+        }
         for (size_t si = 0; si < 2; si++)
             for (size_t ni = 0; ni < 2; ni++) {
                 const int64_t n = n_v[ni];
@@ -447,6 +461,30 @@ static void matmul_multi_equals_separate_calls(void)
     cdx_pool_destroy(pool);
 }
 
+/* CALDRIX_ISA picks a lesser set; a set the CPU lacks, or a made-up name, is refused. */
+static void isa_env_names_a_set_or_is_refused(void)
+{
+    const char *saved = getenv("CALDRIX_ISA");
+    char keep[32] = "";
+    if (saved)
+        snprintf(keep, sizeof keep, "%s", saved);
+    cdx_err e = { 0 };
+    setenv("CALDRIX_ISA", "scalar", 1);
+    CHECK(!strcmp(cdx_kernels_isa(cdx_kernels_best()), "scalar") && cdx_kernels_env_check(&e) == CDX_OK);
+    setenv("CALDRIX_ISA", "vax", 1);
+    CHECK(cdx_kernels_env_check(&e) == CDX_EINVAL && strstr(e.msg, "vax"));
+    CHECK(cdx_kernels_best() == cdx_kernels_by_isa(cdx_kernels_by_isa("avx512") ? "avx512"
+                                                  : cdx_kernels_by_isa("avx2") ? "avx2" : "scalar"));
+    if (!cdx_kernels_by_isa("avx512")) {
+        setenv("CALDRIX_ISA", "avx512", 1);
+        CHECK(cdx_kernels_env_check(&e) == CDX_EINVAL);
+    }
+    if (saved)
+        setenv("CALDRIX_ISA", keep, 1);
+    else
+        unsetenv("CALDRIX_ISA");
+}
+
 static void isa_table_picks_what_the_cpu_runs(void)
 {
     const cdx_cpu_features *f = cdx_cpu_features_get();
@@ -454,7 +492,12 @@ static void isa_table_picks_what_the_cpu_runs(void)
     CHECK((cdx_kernels_by_isa("avx2") != NULL) == (f->avx2 && f->fma && f->f16c));
     CHECK(cdx_kernels_by_isa("nonsense") == NULL);
     const char *best = cdx_kernels_isa(cdx_kernels_best());
-    if (cdx_kernels_by_isa("avx512"))
+    const char *forced = getenv("CALDRIX_ISA");
+    cdx_err e = { 0 };
+    CHECK(cdx_kernels_env_check(&e) == CDX_OK);
+    if (forced && *forced) /* tests/run --isa: the named set stands in for the best */
+        CHECK(!strcmp(best, forced));
+    else if (cdx_kernels_by_isa("avx512"))
         CHECK(!strcmp(best, "avx512"));
     else if (cdx_kernels_by_isa("avx2"))
         CHECK(!strcmp(best, "avx2"));
@@ -465,6 +508,7 @@ static void isa_table_picks_what_the_cpu_runs(void)
 int main(void)
 {
     RUN("isa table picks what the cpu runs", isa_table_picks_what_the_cpu_runs);
+    RUN("CALDRIX_ISA names a set or is refused", isa_env_names_a_set_or_is_refused);
     RUN("activation quantizers are byte-identical to the scalar ones", quantizers_are_byte_identical_to_scalar);
     RUN("row kernels match ggml's fixture dots", row_kernels_match_ggml_fixture_dots);
     RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);
