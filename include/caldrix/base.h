@@ -34,7 +34,9 @@ extern "C" {
     X(CDX_ERANGE,       -9, "value out of range")              \
     X(CDX_ETEMPLATE,   -10, "template error")                  \
     X(CDX_EOFFLINE,    -11, "offline and not in the cache")    \
-    X(CDX_EDIGEST,     -12, "digest mismatch")
+    X(CDX_EDIGEST,     -12, "digest mismatch")                 \
+    X(CDX_ERESOURCE_LIMIT, -13, "request can never fit")       \
+    X(CDX_ERESOURCE_BUSY,  -14, "busy: too many requests waiting")
 
 enum {
     CDX_OK = 0,

@@ -1,14 +1,51 @@
-/* caldrix engine layer: sampling (and, later, sessions, the paged KV cache and the scheduler).
+/* caldrix engine layer: requests over one model, a paged KV cache with prefix sharing, continuous
+ * batching, sampling. One loop serves `run`, `bench` and `serve`.
  *
- *   cdx_sampler_params sp = cdx_sampler_defaults();  sp.temp = 0;   // greedy
- *   cdx_sampler *s;  cdx_sampler_create(&sp, n_vocab, &s, &err);
- *   int32_t tok = cdx_sampler_sample(s, logits, history, n_history);
- *   cdx_sampler_free(s);
+ *   cdx_engine_opts eo = cdx_engine_defaults();   eo.n_ctx = 4096;
+ *   cdx_engine *e;  cdx_engine_create(model, tok, &eo, &e, &err);     // tok may be NULL (ids only)
+ *   cdx_request r = cdx_request_defaults();
+ *   r.prompt = ids; r.n_prompt = n; r.max_tokens = 64; r.on_event = on_event; r.user = me;
+ *   uint64_t id;  cdx_engine_submit(e, &r, &id, &err);                 // any thread
+ *   while (cdx_engine_busy(e)) cdx_engine_step(e, &err);               // events fire inside step
+ *   cdx_engine_free(e);
+ *
+ * The contract:
+ * - Threads. submit, cancel, wait and stats may be called from any thread; step (and so every
+ *   event callback) from one thread at a time, the engine thread. Callbacks must not call step.
+ * - A round (cdx_engine_step): cancelled requests end; waiting requests are admitted in arrival
+ *   order while there is a batch slot and KV memory; every decoding request contributes its next
+ *   token, then prompts are cut into the rest of the token budget (decode first, then prefill);
+ *   all of it runs as one batched forward pass with explicit positions; then each request that
+ *   got logits samples, detokenizes and is told (events). Finished requests free their blocks.
+ * - KV memory: a pool of blocks of CDX_KV_BLOCK positions; a sequence holds a block table and
+ *   takes blocks as it grows (memory is allocated on first use). A full block is keyed by a
+ *   SHA-256 of its tokens and the key of the block before it (the first block's parent key is
+ *   the model's fingerprint), so every sequence with the same prefix shares it; blocks no
+ *   sequence holds stay findable (least recently used first out) until the pool needs them.
+ * - Batch invariance: a request's tokens, logits and logprobs are bit-identical whether it runs
+ *   alone or beside others, whatever chunks its prompt was cut into, and whether its prefix came
+ *   from the cache (the kernels sum every row in the same order for any batch size).
+ * - Admission: a request that can never fit (prompt + max_tokens over n_ctx, or more blocks
+ *   than the whole pool) is refused at submit with CDX_ERESOURCE_LIMIT; past max_queue waiting
+ *   requests, CDX_ERESOURCE_BUSY. Both messages give what is needed and what there is. When the
+ *   pool runs dry mid-generation the newest running request is preempted (blocks freed, its
+ *   tokens recomputed when it is admitted again); its output is unchanged.
+ * - Events: one per generated token (finish == CDX_FINISH_NONE), then exactly one final event
+ *   (finish != CDX_FINISH_NONE). An end-of-generation token ends the request (CDX_FINISH_STOP)
+ *   without an event of its own unless ignore_eos. Text is whole UTF-8; text that could be the
+ *   start of a stop string is held back, and a stop string is never emitted.
  */
 #ifndef CALDRIX_ENGINE_H
 #define CALDRIX_ENGINE_H
 
 #include "caldrix/base.h"
+#include "caldrix/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- sampling ---- */
 
 typedef struct cdx_sampler_params {
     float temp;            /* <= 0: greedy (highest logit, lowest id on a tie) */
@@ -17,6 +54,8 @@ typedef struct cdx_sampler_params {
     float min_p;           /* <= 0: off */
     float repeat_penalty;  /* 1: off; llama.cpp's rule: logit > 0 ? logit / r : logit * r */
     int32_t repeat_last_n; /* how many recent tokens the penalty looks at */
+    float presence_penalty;  /* OpenAI's: logit -= presence if the token occurred (0: off) */
+    float frequency_penalty; /* OpenAI's: logit -= frequency · count (0: off) */
     uint64_t seed;
 } cdx_sampler_params;
 
@@ -27,7 +66,7 @@ typedef struct cdx_sampler cdx_sampler; /* one per sequence; not thread-safe */
 CDX_API int cdx_sampler_create(const cdx_sampler_params *p, int64_t n_vocab, cdx_sampler **out, cdx_err *err);
 CDX_API void cdx_sampler_free(cdx_sampler *s);
 /* Chooses the next token from raw logits[n_vocab]; history: the tokens so far (prompt included),
- * for the repetition penalty. Order: penalty, top-k, top-p, min-p, temperature, draw. */
+ * for the penalties. Order: penalties, top-k, top-p, min-p, temperature, draw. */
 CDX_API int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *history, int64_t n_history);
 
 /* The k highest logits, highest first (lowest id first on a tie). Writes min(k, n) pairs. */
@@ -35,4 +74,109 @@ CDX_API void cdx_top_logits(const float *logits, int64_t n, int k, int32_t *ids,
 /* argmax with the lowest id on a tie */
 CDX_API int32_t cdx_argmax(const float *logits, int64_t n);
 
+/* ---- the engine ---- */
+
+#define CDX_KV_BLOCK 16     /* positions per KV block (seed 002's blockTokens) */
+#define CDX_MAX_TOP 20      /* the most top logprobs an event carries */
+
+typedef struct cdx_model cdx_model;
+typedef struct cdx_tok cdx_tok;
+typedef struct cdx_engine cdx_engine;
+
+typedef struct cdx_engine_opts {
+    int n_threads;              /* 0: every core */
+    const cdx_kernels *kernels; /* NULL: cdx_kernels_best() */
+    int64_t n_ctx;              /* positions per sequence (0: min(4096, the model's)) */
+    int64_t n_blocks;           /* KV pool in blocks (0: max_batch sequences of n_ctx) */
+    int max_batch;              /* sequences running at once (default 8) */
+    int64_t token_budget;       /* tokens per round (default 512) */
+    int max_queue;              /* waiting requests before CDX_ERESOURCE_BUSY (default 64) */
+} cdx_engine_opts;
+
+CDX_API cdx_engine_opts cdx_engine_defaults(void);
+
+typedef enum cdx_finish {
+    CDX_FINISH_NONE = 0,   /* a token event: more to come */
+    CDX_FINISH_STOP,       /* an end-of-generation token or a stop string */
+    CDX_FINISH_LENGTH,     /* max_tokens, or the context is full */
+    CDX_FINISH_CANCELLED,  /* cdx_engine_cancel */
+    CDX_FINISH_ERROR,      /* see message */
+} cdx_finish;
+
+CDX_API const char *cdx_finish_name(cdx_finish f); /* "stop", "length", "cancelled", "error", "" */
+
+typedef struct cdx_event {
+    uint64_t id;
+    void *user;
+    cdx_finish finish;
+    /* token events (finish == CDX_FINISH_NONE); on the final event token is -1 */
+    int32_t token;
+    int64_t index;              /* 0-based among this request's generated tokens */
+    float logprob;              /* log softmax of the raw logits at the token */
+    int n_top;                  /* the request's top_logprobs (0 when not asked) */
+    const int32_t *top_ids;     /* [n_top], highest first (lowest id first on a tie) */
+    const float *top_logits;    /* raw logits of top_ids */
+    const float *top_logprobs;  /* their log softmax */
+    /* the text ready after this token (whole UTF-8; on the final event, whatever was held) */
+    const char *text;
+    size_t text_len;
+    /* usage so far (valid on every event) */
+    int64_t n_prompt, n_cached, n_generated;
+    double ms_first;            /* submit to first token, ms (0 before it) */
+    const char *message;        /* CDX_FINISH_ERROR: what went wrong; else NULL */
+} cdx_event;
+
+typedef void (*cdx_event_fn)(const cdx_event *ev);
+
+typedef struct cdx_request {
+    const int32_t *prompt;       /* copied at submit; at least one token */
+    int64_t n_prompt;
+    cdx_sampler_params sampling; /* each request has its own seed */
+    int64_t max_tokens;          /* <= 0: until end of generation or a full context */
+    bool ignore_eos;
+    const char *const *stop;     /* stop strings (copied); never emitted */
+    int n_stop;
+    int top_logprobs;            /* 0..CDX_MAX_TOP */
+    bool skip_special;           /* leave special tokens' text out of the text */
+    cdx_event_fn on_event;       /* called on the engine thread, inside cdx_engine_step */
+    void *user;
+} cdx_request;
+
+CDX_API cdx_request cdx_request_defaults(void);
+
+/* tok (NULL: no text, ids only) must outlive the engine, as must m. */
+CDX_API int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_opts *o, cdx_engine **out,
+                              cdx_err *err);
+CDX_API void cdx_engine_free(cdx_engine *e);
+
+/* Queues a request (*id gets its id, never 0). CDX_ERESOURCE_LIMIT / CDX_ERESOURCE_BUSY as above,
+ * CDX_EINVAL for a bad request (no prompt, an id outside the vocabulary, top_logprobs too big). */
+CDX_API int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err *err);
+/* Ends a request at the next round with CDX_FINISH_CANCELLED (a request already finished, or an
+ * unknown id: nothing). */
+CDX_API void cdx_engine_cancel(cdx_engine *e, uint64_t id);
+/* One scheduling round. An error of the forward pass ends the requests of that round with
+ * CDX_FINISH_ERROR and is returned; the engine stays usable. */
+CDX_API int cdx_engine_step(cdx_engine *e, cdx_err *err);
+/* Whether any request is waiting or running (or submitted and not yet seen by step). */
+CDX_API bool cdx_engine_busy(cdx_engine *e);
+/* Blocks until a request is submitted or cancelled, or ms pass (for an engine thread that is idle). */
+CDX_API void cdx_engine_wait(cdx_engine *e, int ms);
+
+typedef struct cdx_engine_stats {
+    int64_t n_ctx, n_blocks;                 /* configuration */
+    int64_t blocks_used;                     /* held by at least one sequence */
+    int64_t blocks_cached;                   /* held by none, still findable by prefix */
+    int64_t blocks_free;                     /* n_blocks - used - cached */
+    int64_t running, waiting;
+    int max_batch, max_queue;
+    uint64_t prompt_tokens, cached_tokens, generated_tokens; /* totals since creation */
+    uint64_t preemptions, rounds;
+} cdx_engine_stats;
+/* A snapshot taken at the end of the last round (consistent; any thread). */
+CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,4 +1,4 @@
-/* Token sampling: repetition penalty, top-k, top-p, min-p, temperature, then a seeded draw.
+/* Token sampling: repetition / presence / frequency penalties, top-k, top-p, min-p, temperature, then a seeded draw.
  * The order and the penalty rule follow llama.cpp's default sampler chain. */
 #include "caldrix/engine.h"
 
@@ -134,9 +134,11 @@ int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *h
     int64_t n = s->n_vocab;
     float *w = s->work;
     memcpy(w, logits, (size_t)n * sizeof(float));
-    if (p->repeat_penalty != 1.0f && history && n_history > 0) {
+    const bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (pen && history && n_history > 0) {
         int64_t from = p->repeat_last_n > 0 && n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;
-        /* each distinct recent token is penalised once (llama.cpp counts occurrences, applies once) */
+        /* each distinct recent token is penalised once by the repeat and presence penalties
+         * (llama.cpp's rule), and by the frequency penalty once per occurrence */
         for (int64_t i = from; i < n_history; i++) {
             int32_t t = history[i];
             if (t < 0 || t >= n)
@@ -144,8 +146,14 @@ int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *h
             bool seen = false;
             for (int64_t j = from; j < i && !seen; j++)
                 seen = history[j] == t;
-            if (!seen)
+            if (seen)
+                continue;
+            int64_t count = 0;
+            for (int64_t j = i; j < n_history; j++)
+                count += history[j] == t;
+            if (p->repeat_penalty != 1.0f)
                 w[t] = w[t] > 0 ? w[t] / p->repeat_penalty : w[t] * p->repeat_penalty;
+            w[t] -= (float)count * p->frequency_penalty + p->presence_penalty;
         }
     }
     if (p->temp <= 0)
