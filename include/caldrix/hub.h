@@ -203,17 +203,19 @@ typedef struct cdx_hub_report {
 /* path: a .gguf file or a checkpoint directory. Reads headers only. */
 CDX_API int cdx_hub_inspect_path(const char *path, cdx_hub_report *out, cdx_err *err);
 
-/* ---- SHA-256 (FIPS 180-4), for Ollama's blob digests ---- */
+/* ---- SHA-256 (FIPS 180-4), over OpenSSL's EVP digests: Ollama's blob digests ---- */
 
+/* One digest in progress; not shared between threads. init allocates the EVP context and final
+ * frees it, so every init is followed by one final. init and final return 0, or CDX_ENOMEM when
+ * OpenSSL could not allocate or digest (final then writes 32 zero bytes); update after a failure
+ * does nothing. */
 typedef struct cdx_sha256 {
-    uint32_t h[8];
-    uint64_t n_bytes;
-    uint8_t buf[64];
-    uint32_t n_buf;
+    struct evp_md_ctx_st *ctx; /* OpenSSL's EVP_MD_CTX */
+    bool failed;
 } cdx_sha256;
-CDX_API void cdx_sha256_init(cdx_sha256 *s);
+CDX_API int cdx_sha256_init(cdx_sha256 *s);
 CDX_API void cdx_sha256_update(cdx_sha256 *s, const void *data, size_t n);
-CDX_API void cdx_sha256_final(cdx_sha256 *s, uint8_t out[32]);
+CDX_API int cdx_sha256_final(cdx_sha256 *s, uint8_t out[32]);
 /* Hex digest (65 bytes with the NUL) of a whole file. */
 CDX_API int cdx_sha256_file(const char *path, char hex[65], cdx_err *err);
 

@@ -47,7 +47,12 @@ static int pre_hash(const cdx_tok *tok, char hex[65])
     if (cdx_tok_add_eos(tok) && cdx_tok_eos(tok) >= 0)
         ids[n++] = cdx_tok_eos(tok);
     cdx_sha256 s;
-    cdx_sha256_init(&s);
+    if (cdx_sha256_init(&s) < 0) {
+        uint8_t d[32];
+        cdx_sha256_final(&s, d);
+        free(ids);
+        return -1;
+    }
     cdx_sha256_update(&s, "[", 1);
     for (size_t i = 0; i < n; i++) {
         char b[24];
@@ -56,7 +61,10 @@ static int pre_hash(const cdx_tok *tok, char hex[65])
     }
     cdx_sha256_update(&s, "]", 1);
     uint8_t d[32];
-    cdx_sha256_final(&s, d);
+    if (cdx_sha256_final(&s, d) < 0) {
+        free(ids);
+        return -1;
+    }
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
     free(ids);
