@@ -131,9 +131,10 @@ CDX_API int cdx_hub_check_config(const char *json, size_t len, const char *name,
 CDX_API uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx);
 /* The context the estimate uses: ctx (0: CDX_HUB_DEFAULT_CTX) capped as above. */
 CDX_API uint32_t cdx_hub_ctx_for(const cdx_hub_config *c, uint32_t ctx);
-/* MemAvailable from /proc/meminfo in bytes, or CALDRIX_MEM_AVAILABLE (bytes, or with a K/M/G
- * suffix) when set. 0 when unknown. */
-CDX_API uint64_t cdx_hub_mem_available(void);
+/* *out: MemAvailable from /proc/meminfo in bytes (0 when unknown), or CALDRIX_MEM_AVAILABLE
+ * (bytes, or with a K/M/G suffix) when set. A malformed CALDRIX_MEM_AVAILABLE is CDX_EINVAL,
+ * naming the value; it is never ignored. */
+CDX_API int cdx_hub_mem_available(uint64_t *out, cdx_err *err);
 
 /* ---- resolving and downloading ---- */
 

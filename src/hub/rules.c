@@ -444,7 +444,12 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
 {
     if (o && o->skip_memory_check)
         return 0;
-    uint64_t avail = o && o->mem_available ? o->mem_available : cdx_hub_mem_available();
+    uint64_t avail = o ? o->mem_available : 0;
+    if (!avail) {
+        int rc = cdx_hub_mem_available(&avail, err);
+        if (rc < 0)
+            return rc;
+    }
     if (!avail)
         return 0; /* unknown: the loader decides against the real files */
     cdx_hub_config none;

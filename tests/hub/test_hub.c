@@ -364,10 +364,25 @@ static void memory_estimate_is_weights_plus_kv(void)
     CHECK(hub_check_memory("x/y", &c, 1000, &o, "", &err) == 0);
     o = (cdx_hub_opts){ .mem_available = 1ull << 40 };
     CHECK(hub_check_memory("x/y", &c, 1000, &o, "", &err) == 0);
-    setenv("CALDRIX_MEM_AVAILABLE", "2G", 1);
-    CHECK(cdx_hub_mem_available() == 2ull << 30);
-    setenv("CALDRIX_MEM_AVAILABLE", "512KiB", 1);
-    CHECK(cdx_hub_mem_available() == 512ull << 10);
+    static const struct { const char *v; uint64_t bytes; } good[] = {
+        { "2G", 2ull << 30 }, { "512KiB", 512ull << 10 }, { "1000", 1000 }, { "1.5M", 3ull << 19 }, { "7mb", 7ull << 20 },
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t m = 1;
+        setenv("CALDRIX_MEM_AVAILABLE", good[i].v, 1);
+        CHECKF(cdx_hub_mem_available(&m, &err) == 0 && m == good[i].bytes, "%s: %llu", good[i].v, (unsigned long long)m);
+    }
+    /* a malformed figure is refused by name, never replaced by /proc/meminfo's */
+    static const char *const bad[] = { "lots", "2X", "-5", "2GG", "1e400", "nan", "inf", " 2G", "2G ", "0x10", "Gi" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t m = 1;
+        memset(&err, 0, sizeof err);
+        setenv("CALDRIX_MEM_AVAILABLE", bad[i], 1);
+        CHECKF(cdx_hub_mem_available(&m, &err) == CDX_EINVAL && strstr(err.msg, "CALDRIX_MEM_AVAILABLE is \"") &&
+               strstr(err.msg, bad[i]), "%s: %s", bad[i], err.msg);
+        o = (cdx_hub_opts){ 0 };
+        CHECKF(hub_check_memory("x/y", &c, 1000, &o, "", &err) == CDX_EINVAL, "admission with %s", bad[i]);
+    }
     unsetenv("CALDRIX_MEM_AVAILABLE");
     uint64_t t, a;
     cdx_hub_meminfo(&t, &a);
