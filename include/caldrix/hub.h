@@ -146,6 +146,9 @@ typedef enum cdx_hub_event_kind {
     CDX_HUB_EV_PROGRESS = 4, /* file, done, total */
     CDX_HUB_EV_END = 5,      /* file, total: a file is complete in the cache */
     CDX_HUB_EV_KEPT = 6,     /* file: already in the cache, kept */
+    CDX_HUB_EV_CACHED = 7,   /* file: the reference; n_files, total: every file it needs was already complete
+                              * in the cache and nothing was downloaded. The files then get KEPT events and no
+                              * PLAN/FILE list (that list announces a download). */
 } cdx_hub_event_kind;
 
 typedef struct cdx_hub_event {
