@@ -25,6 +25,10 @@
  * - Batch invariance: a request's tokens, logits and logprobs are bit-identical whether it runs
  *   alone or beside others, whatever chunks its prompt was cut into, and whether its prefix came
  *   from the cache (the kernels sum every row in the same order for any batch size).
+ * - The prefix store (opts.kv_store): a block pushed out of the pool, and at cdx_engine_free every
+ *   keyed block, is written to a file named by its key; a request whose prefix misses the pool
+ *   reads such files back (also in a new process). A file is trusted only when its header (model
+ *   fingerprint, KV type, shape, key) and its payload's SHA-256 match; else it is deleted.
  * - Admission: a request that can never fit (prompt + max_tokens over n_ctx, or more blocks
  *   than the whole pool) is refused at submit with CDX_ERESOURCE_LIMIT; past max_queue waiting
  *   requests, CDX_ERESOURCE_BUSY. Both messages give what is needed and what there is. When the
@@ -91,6 +95,7 @@ typedef struct cdx_engine_opts {
     int max_batch;              /* sequences running at once (default 8) */
     int64_t token_budget;       /* tokens per round (default 512) */
     int max_queue;              /* waiting requests before CDX_ERESOURCE_BUSY (default 64) */
+    const char *kv_store;       /* a directory for the prefix store (made if missing), or NULL */
 } cdx_engine_opts;
 
 CDX_API cdx_engine_opts cdx_engine_defaults(void);
@@ -172,6 +177,7 @@ typedef struct cdx_engine_stats {
     int max_batch, max_queue;
     uint64_t prompt_tokens, cached_tokens, generated_tokens; /* totals since creation */
     uint64_t preemptions, rounds;
+    uint64_t store_reads, store_writes;      /* blocks read from / written to the prefix store */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */
 CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);

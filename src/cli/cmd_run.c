@@ -48,6 +48,9 @@ static const char k_run_usage[] =
     "                         over, /exit or end of input quits, Ctrl-C stops a reply. Implies --chat;\n"
     "                         -n then limits each reply (default: until the end-of-turn token)\n"
     "  --system TEXT          with --chat, a system message before the user's\n"
+    "  --kv-store DIR         keep the prompt's K/V blocks in DIR (a prefix store shared by processes):\n"
+    "                         a later run with the same prefix reads them instead of computing them\n"
+    "                         (--json timings: cached_tokens); bad or foreign files are deleted\n"
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
     "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
@@ -55,7 +58,7 @@ static const char k_run_usage[] =
     "                         whose K/V came from the cache, in whole blocks of 16)\n";
 
 typedef struct {
-    const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system;
+    const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
     long n_gen, ctx, threads, top_logits;
     bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set;
     cdx_sampler_params sp;
@@ -179,6 +182,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--isa")) {
             NEED_VALUE();
             o->isa = v;
+        } else if (!strcmp(a, "--kv-store")) {
+            NEED_VALUE();
+            o->kv_store = v;
         } else if (!strcmp(a, "--system")) {
             NEED_VALUE();
             o->system = v;
@@ -785,6 +791,7 @@ int cmd_run(int argc, char **argv)
     eo.kernels = k;
     eo.n_ctx = n_ctx;
     eo.max_batch = 1;
+    eo.kv_store = o.kv_store;
     if ((rc = cdx_engine_create(m, tok, &eo, &eng, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;

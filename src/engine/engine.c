@@ -9,6 +9,7 @@
 #include "caldrix/engine.h"
 #include "caldrix/model.h"
 #include "caldrix/tokenizer.h"
+#include "kv_store.h"
 
 #include <math.h>
 #include <openssl/evp.h>
@@ -23,6 +24,7 @@ typedef struct kv_block {
     float *k, *v;              /* [n_layer][CDX_KV_BLOCK][kv_dim] each; NULL until first use */
     int32_t ref;               /* sequences holding it */
     bool keyed;                /* in the prefix table (full, with a key) */
+    bool stored;               /* its key's file is in the prefix store */
     uint8_t key[KEY_LEN];
     int32_t hnext;             /* prefix table chain */
     int32_t prev, next;        /* LRU list of keyed blocks no sequence holds */
@@ -67,6 +69,8 @@ struct cdx_engine {
     int64_t kv_dim;            /* n_head_kv · head_dim */
     size_t block_floats;       /* floats of K (or V) in one block */
     uint8_t root_key[KEY_LEN]; /* the parent key of every sequence's first block */
+    char *store;               /* the prefix store's directory, or NULL */
+    kv_store_shape shape;
     /* the pool */
     kv_block *blocks;
     int32_t *free_stack;       /* unkeyed blocks no sequence holds */
@@ -96,7 +100,7 @@ struct cdx_engine {
     size_t n_cancels, cap_cancels;
     uint64_t next_id;
     cdx_engine_stats stats;    /* the snapshot */
-    uint64_t t_prompt, t_cached, t_generated, t_preempt, t_rounds;
+    uint64_t t_prompt, t_cached, t_generated, t_preempt, t_rounds, t_store_r, t_store_w;
 };
 
 cdx_engine_opts cdx_engine_defaults(void)
@@ -219,7 +223,11 @@ static int32_t pool_take(cdx_engine *e)
     } else if (e->lru_head != NONE) {
         b = e->lru_head;
         lru_unlink(e, b);
+        if (e->store && !e->blocks[b].stored &&
+            !kv_store_write(e->store, &e->shape, e->blocks[b].key, e->blocks[b].k, e->blocks[b].v))
+            e->t_store_w++;
         table_remove(e, b);
+        e->blocks[b].stored = false;
     } else {
         return NONE;
     }
@@ -551,6 +559,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->tok = tok;
     e->hp = hp;
     e->o = eo;
+    e->o.kv_store = NULL; /* the caller's string: e->store is ours */
     e->kv_dim = hp->n_head_kv * hp->head_dim;
     e->block_floats = (size_t)hp->n_layer * CDX_KV_BLOCK * (size_t)e->kv_dim;
     pthread_mutex_init(&e->mu, NULL);
@@ -563,7 +572,14 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     unsigned int kn = KEY_LEN;
     EVP_Digest(fp, sizeof fp, e->root_key, &kn, EVP_sha256(), NULL);
 
-    int rc = cdx_forward_ctx_create(m, eo.token_budget, eo.n_threads, eo.kernels, &e->fc, err);
+    e->shape = (kv_store_shape){ .positions = CDX_KV_BLOCK, .n_layer = (uint64_t)hp->n_layer,
+                                 .kv_dim = (uint64_t)e->kv_dim, .n_floats = e->block_floats };
+    memcpy(e->shape.root, e->root_key, KEY_LEN);
+    int rc = eo.kv_store ? kv_store_open(eo.kv_store, err) : CDX_OK;
+    if (!rc && eo.kv_store && !(e->store = strdup(eo.kv_store)))
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    if (!rc)
+        rc = cdx_forward_ctx_create(m, eo.token_budget, eo.n_threads, eo.kernels, &e->fc, err);
     if (rc) {
         cdx_engine_free(e);
         return rc;
@@ -613,6 +629,10 @@ void cdx_engine_free(cdx_engine *e)
             n = s->next;
             seq_free(s);
         }
+    for (int64_t i = 0; e->blocks && e->store && i < e->o.n_blocks; i++)
+        if (e->blocks[i].keyed && !e->blocks[i].stored)
+            kv_store_write(e->store, &e->shape, e->blocks[i].key, e->blocks[i].k, e->blocks[i].v);
+    free(e->store);
     for (int64_t i = 0; e->blocks && i < e->o.n_blocks; i++) {
         free(e->blocks[i].k);
         free(e->blocks[i].v);
@@ -847,10 +867,19 @@ static bool admit_one(cdx_engine *e)
                 block_key(i ? s->keys[i - 1] : e->root_key, s->toks + i * CDX_KV_BLOCK, s->keys[i]);
                 s->n_keys = i + 1;
             }
-            const int32_t b = table_find(e, s->keys[i]);
-            if (b == NONE)
+            int32_t b = table_find(e, s->keys[i]);
+            if (b != NONE) {
+                pool_hold(e, b);
+            } else if (!e->store || !kv_store_has(e->store, s->keys[i]) || (b = pool_take(e)) == NONE) {
                 break;
-            pool_hold(e, b);
+            } else if (kv_store_read(e->store, &e->shape, s->keys[i], e->blocks[b].k, e->blocks[b].v)) {
+                pool_release(e, b); /* a bad file is gone; the block is computed */
+                break;
+            } else {
+                table_insert(e, b, s->keys[i]);
+                e->blocks[b].stored = true;
+                e->t_store_r++;
+            }
             if (seq_push_block(s, e, b)) {
                 pool_release(e, b);
                 break;
@@ -947,6 +976,8 @@ static void snapshot(cdx_engine *e)
     e->stats.generated_tokens = e->t_generated;
     e->stats.preemptions = e->t_preempt;
     e->stats.rounds = e->t_rounds;
+    e->stats.store_reads = e->t_store_r;
+    e->stats.store_writes = e->t_store_w;
     pthread_mutex_unlock(&e->mu);
 }
 

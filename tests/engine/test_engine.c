@@ -442,6 +442,49 @@ static void stop_strings_are_never_emitted(void)
     cdx_model_close(m);
 }
 
+/* Blocks pushed out of a small pool go to the store, and a new engine reads them back. */
+static void evicted_blocks_reach_the_store(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    char dir[] = "/tmp/caldrix-kvstore-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    req_spec a = { .n = 70, .max_tokens = 8 }, b = { .n = 70, .max_tokens = 8 };
+    for (int i = 0; i < 70; i++) {
+        a.ids[i] = 1 + (i * 37) % 500;
+        b.ids[i] = 2 + (i * 53) % 500;
+    }
+    static result ra, rb, ra2, plain;
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.n_threads = 2;
+    o.n_ctx = 128;
+    o.n_blocks = 5; /* one 78-position request at a time: b pushes a's blocks out */
+    o.kv_store = dir;
+    cdx_engine *e = NULL;
+    REQUIRE(cdx_engine_create(m, NULL, &o, &e, &err) == 0);
+    REQUIRE(run_all(e, &a, 1, &ra) == 0 && run_all(e, &b, 1, &rb) == 0);
+    cdx_engine_stats st;
+    cdx_engine_get_stats(e, &st);
+    CHECKF(st.store_writes == 4, "%llu blocks written on eviction", (unsigned long long)st.store_writes);
+    cdx_engine_free(e);
+    o.kv_store = dir;
+    REQUIRE(cdx_engine_create(m, NULL, &o, &e, &err) == 0);
+    REQUIRE(run_all(e, &a, 1, &ra2) == 0);
+    cdx_engine_get_stats(e, &st);
+    CHECK(ra2.cached == 64 && st.store_reads == 4);
+    CHECK(same_bits(&ra, &ra2));
+    cdx_engine_free(e);
+    cdx_engine *e0 = engine(m, NULL, NULL, 1, 512, 0, 128);
+    REQUIRE(e0 && run_all(e0, &a, 1, &plain) == 0);
+    CHECK(same_bits(&plain, &ra2) && plain.cached == 0);
+    cdx_engine_free(e0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    cdx_model_close(m);
+}
+
 int main(void)
 {
     static char names[64][200];
@@ -473,5 +516,6 @@ int main(void)
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
+    RUN("evicted blocks reach the store and a new engine reads them", evicted_blocks_reach_the_store);
     return t_done("engine");
 }

@@ -1,0 +1,129 @@
+/* The prefix store: full KV blocks in files named by their prefix key, so that a later request
+ * with the same prefix, or another process, reads them back instead of computing them (seed
+ * 002's kvStore). A file is trusted only when every field of its header matches what this engine
+ * would have written and its payload's SHA-256 matches: anything else (truncated, corrupt, from
+ * another model or KV type) is deleted and the block is computed as if it had never been stored.
+ *
+ *   file = header (below) | K floats | V floats     (little-endian, as the engine holds them)
+ */
+#include "kv_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STORE_MAGIC "CDXKVB01"
+
+typedef struct {
+    char magic[8];
+    uint32_t version, positions;   /* 1, CDX_KV_BLOCK */
+    uint64_t n_layer, kv_dim, n_floats; /* n_floats: of K (and of V) */
+    uint8_t key[32];               /* this block's prefix key (the file's name) */
+    uint8_t root[32];              /* the engine's root key: model fingerprint and KV type */
+    uint8_t digest[32];            /* SHA-256 of the payload */
+} store_header;
+
+static void key_path(const char *dir, const uint8_t key[32], char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    char name[65];
+    for (int i = 0; i < 32; i++) {
+        name[2 * i] = hex[key[i] >> 4];
+        name[2 * i + 1] = hex[key[i] & 15];
+    }
+    name[64] = 0;
+    snprintf(out, cap, "%s/%s.kvb", dir, name);
+}
+
+static void payload_digest(const float *k, const float *v, size_t n, uint8_t out[32])
+{
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned int len = 32;
+    memset(out, 0, 32);
+    if (c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, k, n * sizeof(float)) &&
+        EVP_DigestUpdate(c, v, n * sizeof(float)))
+        EVP_DigestFinal_ex(c, out, &len);
+    EVP_MD_CTX_free(c);
+}
+
+int kv_store_open(const char *dir, cdx_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT || mkdir(dir, 0755) != 0)
+            return cdx_err_set(err, CDX_EIO, "--kv-store %s: %s", dir, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        return cdx_err_set(err, CDX_EINVAL, "--kv-store %s: not a directory", dir);
+    }
+    if (access(dir, W_OK | X_OK) != 0)
+        return cdx_err_set(err, CDX_EIO, "--kv-store %s: cannot write there (%s)", dir, strerror(errno));
+    return CDX_OK;
+}
+
+bool kv_store_has(const char *dir, const uint8_t key[32])
+{
+    char path[4200];
+    key_path(dir, key, path, sizeof path);
+    return access(path, F_OK) == 0;
+}
+
+int kv_store_write(const char *dir, const kv_store_shape *s, const uint8_t key[32], const float *k, const float *v)
+{
+    char path[4200], tmp[4300];
+    key_path(dir, key, path, sizeof path);
+    /* an existing file is replaced: the engine writes only blocks it computed itself, and a file it
+     * did not read back may be one that would fail the checks */
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    store_header h = { .version = 1, .positions = s->positions, .n_layer = s->n_layer, .kv_dim = s->kv_dim,
+                       .n_floats = s->n_floats };
+    memcpy(h.magic, STORE_MAGIC, 8);
+    memcpy(h.key, key, 32);
+    memcpy(h.root, s->root, 32);
+    payload_digest(k, v, s->n_floats, h.digest);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return -1;
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(k, sizeof(float), s->n_floats, f) == s->n_floats &&
+              fwrite(v, sizeof(float), s->n_floats, f) == s->n_floats;
+    ok = fclose(f) == 0 && ok;
+    /* written whole, then renamed: a reader never sees half a file under the key's name */
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int kv_store_read(const char *dir, const kv_store_shape *s, const uint8_t key[32], float *k, float *v)
+{
+    char path[4200];
+    key_path(dir, key, path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 1;
+    store_header h;
+    struct stat st;
+    const size_t want = sizeof h + 2 * s->n_floats * sizeof(float);
+    bool ok = fstat(fd, &st) == 0 && (size_t)st.st_size == want && read(fd, &h, sizeof h) == (ssize_t)sizeof h &&
+              !memcmp(h.magic, STORE_MAGIC, 8) && h.version == 1 && h.positions == s->positions &&
+              h.n_layer == s->n_layer && h.kv_dim == s->kv_dim && h.n_floats == s->n_floats &&
+              !memcmp(h.key, key, 32) && !memcmp(h.root, s->root, 32);
+    const size_t nb = s->n_floats * sizeof(float);
+    ok = ok && read(fd, k, nb) == (ssize_t)nb && read(fd, v, nb) == (ssize_t)nb;
+    close(fd);
+    if (ok) {
+        uint8_t d[32];
+        payload_digest(k, v, s->n_floats, d);
+        ok = !memcmp(d, h.digest, 32);
+    }
+    if (!ok) {
+        unlink(path); /* never trusted, never looked at again */
+        return -1;
+    }
+    return 0;
+}
