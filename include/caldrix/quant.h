@@ -47,6 +47,10 @@ typedef struct cdx_type_traits {
     cdx_from_f32_fn from_f32;
     cdx_type vec_dot_type;  /* the activation type its dot product pairs with */
     cdx_vec_dot_fn vec_dot; /* scalar reference dot */
+    /* How llama.cpp's CPU backend quantizes activations of this type at run time (the scalar
+     * oracle of the kernels' quantizers); NULL: from_f32. It differs from from_f32, which writes
+     * files as ggml's *_ref quantizers do, only for Q8_0 and Q8_1 (see quant_legacy.c). */
+    cdx_from_f32_fn act_from_f32;
 } cdx_type_traits;
 
 /* NULL for an id outside the table. A retired id returns its row (retired == true, name set). */

@@ -38,6 +38,8 @@ static const synth_shape k_shapes[] = {
       "a 2-layer llama for tests (rows are multiples of 256, so every type fits)" },
     { "tiny-qwen3", "qwen3", 256, 2, 4, 2, 32, 512, 512, 2048, 1000000.0, 1e-6f, true,
       "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)" },
+    { "tiny-qwen3-64", "qwen3", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
+      "a 2-layer qwen3 for tests, head_dim 64 (the llama.cpp quant goldens)" },
 };
 
 typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN } tensor_role;

@@ -475,18 +475,6 @@ KT_ROWS_F(W_BF16)
 
 /* ---- activation quantizers, byte-identical to the scalar references ---- */
 
-/* roundf (halves away from zero) on integral-or-not floats, exactly: trunc, then step away
- * from zero when the dropped fraction is at least one half. */
-KT_INLINE __m256 roundf8(__m256 v)
-{
-    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    const __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign));
-    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
-}
-
 KT_INLINE float hmax8(__m256 v)
 {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -503,8 +491,9 @@ KT_INLINE __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d)
     return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* One 32-value block the way quantize_row_q8_0_ref / q8_1_ref do it: d = amax/127, q = roundf(x/d)
- * computed as x·(1/d). Returns Σq; *dout gets d. */
+/* One 32-value block the way ggml-cpu's quantize_row_q8_0 / q8_1 do it at run time (the scalar twin
+ * is cdx_q8_0_from_f32_act): d = amax/127, q = x·(127/amax) rounded half to even. Returns Σq; *dout
+ * gets d. */
 KT_INLINE int q8_block32(const float *x, int8_t *qs, float *dout)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -514,11 +503,12 @@ KT_INLINE int q8_block32(const float *x, int8_t *qs, float *dout)
         m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
     }
     const float amax = hmax8(m);
-    const float d = amax / ((1 << 7) - 1);
-    const float id = d ? 1.0f / d : 0.0f;
+    const float d = amax / 127.f;
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
     __m256i q[4];
     for (int i = 0; i < 4; i++)
-        q[i] = _mm256_cvttps_epi32(roundf8(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+        q[i] = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)),
+                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     _mm256_storeu_si256((__m256i *)qs, pack32(q[0], q[1], q[2], q[3]));
     *dout = d;
     return hsum8i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));

@@ -44,7 +44,7 @@ struct cdx_kernels {
     const char *isa;
     const cdx_vec_ops *vec;                   /* NULL: cdx_vec_scalar */
     cdx_row_kernel row[CDX_TYPE_COUNT];       /* NULL: the generic scalar path */
-    cdx_quantize_fn quantize[CDX_TYPE_COUNT]; /* activation quantizers; NULL: the scalar from_f32 */
+    cdx_quantize_fn quantize[CDX_TYPE_COUNT]; /* activation quantizers; NULL: the scalar act_from_f32 (or from_f32) */
     /* The set's load-time layout of a matrix (see cdx_matmul_pack): its size (0: this set keeps
      * the native layout for w) and the repacking of row groups [g0, g1) of 16 rows. NULL: none. */
     size_t (*pack_bytes)(const cdx_mat *w);

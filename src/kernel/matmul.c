@@ -207,7 +207,8 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
     if (uses_quantized_x(t, w->type)) {
         const cdx_type_traits *vt = cdx_type_get(t->vec_dot_type);
         j.xq_row_bytes = ((size_t)w->cols / vt->block) * vt->bytes;
-        cdx_quantize_fn q = k->quantize[t->vec_dot_type] ? k->quantize[t->vec_dot_type] : vt->from_f32;
+        cdx_quantize_fn q = k->quantize[t->vec_dot_type] ? k->quantize[t->vec_dot_type]
+                          : vt->act_from_f32 ? vt->act_from_f32 : vt->from_f32;
         /* a batch's activations are quantized by all threads (a prompt of 512 tokens is 512 rows) */
         quantize_job qj = { .q = q, .x = x, .xq = p, .xq_row_bytes = j.xq_row_bytes, .n = n, .cols = w->cols };
         if (n >= 4)

@@ -131,12 +131,15 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
 
 /* ---- small ops ---- */
 
+/* ggml's rms_norm to the bit: squares in float summed in double, the mean rounded to float, then
+ * 1/sqrtf in float. A last-bit difference here moves a q8 activation a step (see quant_legacy.c). */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
     double ss = 0;
     for (int64_t i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+        ss += (double)(x[i] * x[i]);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     for (int64_t i = 0; i < n; i++)
         out[i] = w[i] * (x[i] * scale);
 }

@@ -399,6 +399,44 @@ float cdx_q8_0_dot_ref(int64_t n, const void *vx, const void *vy)
     return sumf;
 }
 
+/* Activations. llama.cpp writes q8_0 files with quantize_row_q8_0_ref (above: x·(1/d), roundf), but
+ * its CPU backend quantizes activations with quantize_row_q8_0 / q8_1 from ggml-cpu/arch/x86
+ * (AVX/AVX2, and the 4x8 repack quantizer the same way): d = amax/127 as before, but the multiplier
+ * is 127/amax, which is not always the float 1/d, and values round half to even. A value near a
+ * rounding edge then lands one step apart, and the output moves by that weight times d. On models
+ * whose residual stream is small next to its norms (QK-norm, random weights) such a step is
+ * amplified to logit differences of 0.1 and more, so inference follows the run-time quantizer. */
+static float q8_block_act(const float *x, int8_t *qs)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+    for (int j = 0; j < 32; j++)
+        qs[j] = (int8_t)cdx_ftoi(nearbyintf(x[j] * id)); /* the default rounding: half to even */
+    return d;
+}
+
+void cdx_q8_0_from_f32_act(const float *x, void *vy, int64_t n)
+{
+    cdx_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++, x += 32)
+        y[i].d = cdx_f2h(q8_block_act(x, y[i].qs));
+}
+
+void cdx_q8_1_from_f32_act(const float *x, void *vy, int64_t n)
+{
+    cdx_block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        const float d = q8_block_act(x, y[i].qs);
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += y[i].qs[j];
+        y[i].d = cdx_f2h(d);
+        y[i].s = cdx_f2h((float)sum * d);
+    }
+}
+
 void cdx_q8_1_to_f32_ref(const void *vx, float *y, int64_t n)
 {
     const cdx_block_q8_1 *x = vx;

@@ -201,6 +201,9 @@ CDX_REF_DECL(iq4_xs)
 /* Activation formats: q8_1 has no dequantizer in ggml, but one is handy for tests. */
 void cdx_q8_1_to_f32_ref(const void *x, float *y, int64_t n);
 void cdx_q8_1_from_f32_ref(const float *x, void *y, int64_t n);
+/* Activations at run time, as ggml-cpu's quantize_row_q8_0 / q8_1 (x86) do them. */
+void cdx_q8_0_from_f32_act(const float *x, void *y, int64_t n);
+void cdx_q8_1_from_f32_act(const float *x, void *y, int64_t n);
 void cdx_q8_K_to_f32_ref(const void *x, float *y, int64_t n);
 void cdx_q8_K_from_f32_ref(const float *x, void *y, int64_t n);
 /* Half-precision rows: dots of f16 x f16 and bf16 x bf16 (ggml sums in double, returns float). */

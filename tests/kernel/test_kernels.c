@@ -92,19 +92,22 @@ static void quantizers_are_byte_identical_to_scalar(void)
         for (size_t q = 0; q < 3; q++) {
             const cdx_type_traits *t = cdx_type_get(qt[q]);
             REQUIRE(t && t->from_f32 && k->quantize[qt[q]]);
+            /* the scalar oracle of run-time activations (q8_0/q8_1: not the file quantizer) */
+            const cdx_from_f32_fn oracle = t->act_from_f32 ? t->act_from_f32 : t->from_f32;
             size_t bytes = (size_t)(n / t->block) * t->bytes;
             for (int pat = 0; pat < 5; pat++) {
                 for (int rep = 0; rep < 4; rep++) {
                     fill_act(x, n, pat);
                     memset(a, 0xAB, bytes);
                     memset(b, 0xAB, bytes);
-                    t->from_f32(x, a, n);
+                    oracle(x, a, n);
                     k->quantize[qt[q]](x, b, n);
                     CHECKF(!memcmp(a, b, bytes), "%s %s pattern %d", k_isas[ii], t->name, pat);
                     tested++;
                 }
             }
-            /* ggml's own bytes for the fixture inputs */
+            /* ggml's own bytes for the fixture inputs: its file quantizer's (q.bin), which the
+             * run-time one equals on these inputs */
             char dir[64], path[256];
             upper(t->name, dir);
             snprintf(path, sizeof path, SHARED "/fixtures/quant/%s/in.f32", dir);
@@ -121,6 +124,38 @@ static void quantizers_are_byte_identical_to_scalar(void)
     }
     CHECK(tested > 0);
     free(x); free(a); free(b);
+}
+
+/* llama.cpp's CPU backend (AVX2 build) quantizes activations to q8_0/q8_1 with 127/amax and rounds
+ * half to even, unlike quantize_row_q8_0_ref; tests/golden/q8-act holds its bytes for inputs that
+ * tell the two apart (scripts/goldens/ggml-act-quant.c). Every kernel set must give those bytes. */
+static void activation_quantizers_match_ggml_cpu_run_time(void)
+{
+    size_t len, l0, l1;
+    float *in = read_all("tests/golden/q8-act/in.f32", &len);
+    uint8_t *w0 = read_all("tests/golden/q8-act/q8_0.bin", &l0), *w1 = read_all("tests/golden/q8-act/q8_1.bin", &l1);
+    REQUIRE(in && w0 && w1 && len % (32 * sizeof(float)) == 0);
+    const int64_t n = (int64_t)(len / sizeof(float));
+    REQUIRE(l0 == (size_t)(n / 32) * 34 && l1 == (size_t)(n / 32) * 36);
+    uint8_t *got = malloc(l1);
+    const struct { uint32_t type; const uint8_t *want; size_t bytes; } c[] = {
+        { CDX_TYPE_Q8_0, w0, l0 }, { CDX_TYPE_Q8_1, w1, l1 } };
+    for (int i = 0; i < 2; i++) {
+        const cdx_type_traits *t = cdx_type_get(c[i].type);
+        REQUIRE(t->act_from_f32);
+        t->act_from_f32(in, got, n);
+        CHECKF(!memcmp(got, c[i].want, c[i].bytes), "scalar %s activations vs ggml-cpu", t->name);
+        t->from_f32(in, got, n); /* the inputs do tell the file quantizer apart */
+        CHECKF(memcmp(got, c[i].want, c[i].bytes), "%s: the file quantizer should differ on these inputs", t->name);
+        for (size_t ii = 0; ii < 2; ii++) {
+            const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+            if (!k)
+                continue;
+            k->quantize[c[i].type](in, got, n);
+            CHECKF(!memcmp(got, c[i].want, c[i].bytes), "%s %s activations vs ggml-cpu", k_isas[ii], t->name);
+        }
+    }
+    free(in); free(w0); free(w1); free(got);
 }
 
 /* ---- row kernels against ggml's dots ---- */
@@ -575,6 +610,7 @@ int main(void)
     RUN("CALDRIX_ISA names a set or is refused", isa_env_names_a_set_or_is_refused);
     RUN("matmul rows are batch invariant (every type, packed and not)", matmul_rows_are_batch_invariant);
     RUN("activation quantizers are byte-identical to the scalar ones", quantizers_are_byte_identical_to_scalar);
+    RUN("q8_0/q8_1 activations are llama.cpp's run-time ones", activation_quantizers_match_ggml_cpu_run_time);
     RUN("row kernels match ggml's fixture dots", row_kernels_match_ggml_fixture_dots);
     RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);
     RUN("prefill tiles span several panels", prefill_tiles_span_several_panels);
