@@ -273,7 +273,7 @@ static int check_case_packed(const cdx_kernels *k, cdx_pool *pool, uint32_t type
     size_t xrb = fl ? 0 : (size_t)(cols / vt->block) * vt->bytes;
     uint8_t *xq = fl ? NULL : malloc(xrb * n);
     for (int64_t i = 0; !fl && i < n; i++)
-        vt->from_f32(x + i * cols, xq + i * xrb, cols);
+        (vt->act_from_f32 ? vt->act_from_f32 : vt->from_f32)(x + i * cols, xq + i * xrb, cols); /* as matmul does */
     cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
     void *packed = NULL;
     if (pack) {
