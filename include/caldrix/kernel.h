@@ -84,19 +84,22 @@ typedef struct cdx_attn_shape {
     int64_t kv_stride;                /* floats between positions p and p+1 of one block */
     int64_t block;                    /* positions per KV block (a contiguous cache: one block) */
     float scale;                      /* usually 1/sqrt(head_dim) */
+    uint32_t kv_type;                 /* CDX_TYPE_F32 (0) or CDX_TYPE_F16: K/V stored as halves, and
+                                         then q and the softmax weights rounded to f16 as ggml's
+                                         matmuls with an F16 cache round them */
 } cdx_attn_shape;
 
 /* One query row (a token): it attends to positions lo..hi inclusive of its sequence's cache, where
  * hi is its own position (causal) and lo > 0 gives a sliding window (lo = hi - window + 1). */
 typedef struct cdx_attn_row {
     const float *q;        /* [n_head][head_dim] */
-    const float *const *k; /* block table: position p, KV head g at k[p / block] + (p % block) *
-                              kv_stride + g*head_dim (same for v); where the blocks lie does not
-                              change the result */
-    const float *const *v;
+    const void *const *k;  /* block table: position p, KV head g at element k[p / block] + (p % block)
+                              * kv_stride + g*head_dim (same for v; elements of kv_type); where the
+                              blocks lie does not change the result */
+    const void *const *v;
     int64_t lo, hi;        /* lo <= hi */
     float *out;            /* [n_head][head_dim] = Σ_p softmax_p(scale · q·k_p) · v_p */
-    size_t off;            /* floats added to every block pointer (a layer's place inside a block) */
+    size_t off;            /* elements added to every block pointer (a layer's place inside a block) */
 } cdx_attn_row;
 
 /* All rows × KV heads, split over the pool's threads; each thread streams a KV head's keys and

@@ -76,12 +76,15 @@ CDX_API const char *cdx_model_notes(const cdx_model *m);
 
 /* One sequence's KV cache as the forward pass sees it: a block table. Block i holds positions
  * [i·block, (i+1)·block) of every layer; K of layer l at position p is the n_head_kv·head_dim
- * floats at k[p / block] + l·layer_stride + (p % block)·n_head_kv·head_dim (V the same). */
+ * elements at k[p / block] + l·layer_stride + (p % block)·n_head_kv·head_dim (V the same), of
+ * type CDX_TYPE_F32 (0) or CDX_TYPE_F16 (rounded to nearest even when written, as ggml's copy
+ * into an F16 cache does). Every sequence of one batch has the same type and block. */
 typedef struct cdx_kv_seq {
-    float *const *k;
-    float *const *v;
+    void *const *k;
+    void *const *v;
     int64_t n_blocks, block;
-    size_t layer_stride;
+    size_t layer_stride;   /* elements */
+    uint32_t type;
 } cdx_kv_seq;
 
 /* A contiguous KV cache of one sequence (K and V for every layer, positions [0, n_ctx)), for
@@ -92,7 +95,7 @@ typedef struct cdx_kv {
     int64_t n_ctx;   /* capacity in positions */
     int64_t n_past;  /* positions filled */
     cdx_kv_seq seq;  /* the same memory as a block table */
-    float **tab;     /* seq's pointers */
+    void **tab;      /* seq's pointers */
 } cdx_kv;
 
 CDX_API int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err);

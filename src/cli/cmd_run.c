@@ -48,6 +48,8 @@ static const char k_run_usage[] =
     "                         over, /exit or end of input quits, Ctrl-C stops a reply. Implies --chat;\n"
     "                         -n then limits each reply (default: until the end-of-turn token)\n"
     "  --system TEXT          with --chat, a system message before the user's\n"
+    "  --kv-type f32|f16      K/V cache storage (default f32; f16: half the memory, with the rounding\n"
+    "                         llama.cpp applies to its default F16 cache)\n"
     "  --kv-store DIR         keep the prompt's K/V blocks in DIR (a prefix store shared by processes):\n"
     "                         a later run with the same prefix reads them instead of computing them\n"
     "                         (--json timings: cached_tokens); bad or foreign files are deleted\n"
@@ -59,6 +61,7 @@ static const char k_run_usage[] =
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
+    uint32_t kv_type;
     long n_gen, ctx, threads, top_logits;
     bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set;
     cdx_sampler_params sp;
@@ -182,6 +185,13 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--isa")) {
             NEED_VALUE();
             o->isa = v;
+        } else if (!strcmp(a, "--kv-type")) {
+            NEED_VALUE();
+            if (strcmp(v, "f32") && strcmp(v, "f16")) {
+                fprintf(stderr, "caldrix run: --kv-type is \"%s\"; expected f32 or f16\n", v);
+                return 2;
+            }
+            o->kv_type = strcmp(v, "f16") ? CDX_TYPE_F32 : CDX_TYPE_F16;
         } else if (!strcmp(a, "--kv-store")) {
             NEED_VALUE();
             o->kv_store = v;
@@ -792,6 +802,7 @@ int cmd_run(int argc, char **argv)
     eo.n_ctx = n_ctx;
     eo.max_batch = 1;
     eo.kv_store = o.kv_store;
+    eo.kv_type = o.kv_type;
     if ((rc = cdx_engine_create(m, tok, &eo, &eng, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;

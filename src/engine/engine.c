@@ -21,7 +21,7 @@
 #define NONE (-1)
 
 typedef struct kv_block {
-    float *k, *v;              /* [n_layer][CDX_KV_BLOCK][kv_dim] each; NULL until first use */
+    void *k, *v;               /* [n_layer][CDX_KV_BLOCK][kv_dim] elements of kv_type each; NULL until first use */
     int32_t ref;               /* sequences holding it */
     bool keyed;                /* in the prefix table (full, with a key) */
     bool stored;               /* its key's file is in the prefix store */
@@ -38,7 +38,7 @@ typedef struct seq {
     int64_t n_toks, cap_toks, n_prompt;
     int64_t n_done;            /* positions with K/V in the blocks */
     int32_t *blk;              /* block table (pool indices) */
-    float **ktab, **vtab;      /* the same as pointers, for the forward pass */
+    void **ktab, **vtab;       /* the same as pointers, for the forward pass */
     int64_t n_blk, cap_blk;
     uint8_t (*keys)[KEY_LEN];  /* keys[i]: block i's prefix key, for i < n_keys */
     int64_t n_keys, cap_keys;
@@ -67,7 +67,8 @@ struct cdx_engine {
     cdx_engine_opts o;
     cdx_forward_ctx *fc;
     int64_t kv_dim;            /* n_head_kv · head_dim */
-    size_t block_floats;       /* floats of K (or V) in one block */
+    size_t block_floats;       /* elements of K (or V) in one block */
+    size_t elem_bytes;         /* 4 (f32) or 2 (f16) */
     uint8_t root_key[KEY_LEN]; /* the parent key of every sequence's first block */
     char *store;               /* the prefix store's directory, or NULL */
     kv_store_shape shape;
@@ -233,8 +234,8 @@ static int32_t pool_take(cdx_engine *e)
     }
     kv_block *k = &e->blocks[b];
     if (!k->k) {
-        k->k = malloc(e->block_floats * sizeof(float));
-        k->v = malloc(e->block_floats * sizeof(float));
+        k->k = malloc(e->block_floats * e->elem_bytes);
+        k->v = malloc(e->block_floats * e->elem_bytes);
         if (!k->k || !k->v) {
             free(k->k);
             free(k->v);
@@ -274,10 +275,10 @@ static int seq_push_block(seq *s, cdx_engine *e, int32_t b)
         int32_t *nb = realloc(s->blk, (size_t)cap * sizeof *nb);
         if (nb)
             s->blk = nb;
-        float **nk = nb ? realloc(s->ktab, (size_t)cap * sizeof *nk) : NULL;
+        void **nk = nb ? realloc(s->ktab, (size_t)cap * sizeof *nk) : NULL;
         if (nk)
             s->ktab = nk;
-        float **nv = nk ? realloc(s->vtab, (size_t)cap * sizeof *nv) : NULL;
+        void **nv = nk ? realloc(s->vtab, (size_t)cap * sizeof *nv) : NULL;
         if (!nv)
             return CDX_ENOMEM;
         s->vtab = nv;
@@ -541,6 +542,8 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
                            "(1..1048576), queue %d (1..1048576)", eo.max_batch, (long long)eo.token_budget, eo.max_queue);
     if (eo.token_budget < eo.max_batch)
         eo.token_budget = eo.max_batch; /* every decoding sequence fits in one round */
+    if (eo.kv_type != CDX_TYPE_F32 && eo.kv_type != CDX_TYPE_F16)
+        return cdx_err_set(err, CDX_EINVAL, "KV cache type %s; expected f32 or f16", cdx_type_name(eo.kv_type));
     if (eo.n_ctx <= 0)
         eo.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (eo.n_ctx > (1 << 24))
@@ -562,18 +565,20 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->o.kv_store = NULL; /* the caller's string: e->store is ours */
     e->kv_dim = hp->n_head_kv * hp->head_dim;
     e->block_floats = (size_t)hp->n_layer * CDX_KV_BLOCK * (size_t)e->kv_dim;
+    e->elem_bytes = eo.kv_type == CDX_TYPE_F16 ? 2 : 4;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
     /* the root key: the model's fingerprint and the KV storage type */
     uint8_t fp[KEY_LEN + 8];
     cdx_model_fingerprint(m, fp);
-    memcpy(fp + KEY_LEN, "kv:f32\0\0", 8);
+    memcpy(fp + KEY_LEN, eo.kv_type == CDX_TYPE_F16 ? "kv:f16\0\0" : "kv:f32\0\0", 8);
     unsigned int kn = KEY_LEN;
     EVP_Digest(fp, sizeof fp, e->root_key, &kn, EVP_sha256(), NULL);
 
     e->shape = (kv_store_shape){ .positions = CDX_KV_BLOCK, .n_layer = (uint64_t)hp->n_layer,
-                                 .kv_dim = (uint64_t)e->kv_dim, .n_floats = e->block_floats };
+                                 .kv_dim = (uint64_t)e->kv_dim, .n_elems = e->block_floats,
+                                 .elem_bytes = (uint32_t)e->elem_bytes };
     memcpy(e->shape.root, e->root_key, KEY_LEN);
     int rc = eo.kv_store ? kv_store_open(eo.kv_store, err) : CDX_OK;
     if (!rc && eo.kv_store && !(e->store = strdup(eo.kv_store)))
@@ -1021,7 +1026,8 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             const int si = n_seq++;
             e->b_seqs[si] = s;
             e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
-                                        .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim };
+                                        .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
+                                        .type = e->o.kv_type };
             for (int64_t p = s->n_done; p < end; p++) {
                 e->b_tok[n] = s->toks[p];
                 e->b_seq[n] = si;

@@ -4,7 +4,7 @@
  * would have written and its payload's SHA-256 matches: anything else (truncated, corrupt, from
  * another model or KV type) is deleted and the block is computed as if it had never been stored.
  *
- *   file = header (below) | K floats | V floats     (little-endian, as the engine holds them)
+ *   file = header (below) | K elements | V elements     (little-endian, as the engine holds them)
  */
 #include "kv_store.h"
 
@@ -17,12 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define STORE_MAGIC "CDXKVB01"
+#define STORE_MAGIC "CDXKVB02"
 
 typedef struct {
     char magic[8];
-    uint32_t version, positions;   /* 1, CDX_KV_BLOCK */
-    uint64_t n_layer, kv_dim, n_floats; /* n_floats: of K (and of V) */
+    uint32_t version, positions;   /* 2, CDX_KV_BLOCK */
+    uint32_t elem_bytes, reserved; /* 4 (f32) or 2 (f16) */
+    uint64_t n_layer, kv_dim, n_elems; /* n_elems: of K (and of V) */
     uint8_t key[32];               /* this block's prefix key (the file's name) */
     uint8_t root[32];              /* the engine's root key: model fingerprint and KV type */
     uint8_t digest[32];            /* SHA-256 of the payload */
@@ -40,13 +41,12 @@ static void key_path(const char *dir, const uint8_t key[32], char *out, size_t c
     snprintf(out, cap, "%s/%s.kvb", dir, name);
 }
 
-static void payload_digest(const float *k, const float *v, size_t n, uint8_t out[32])
+static void payload_digest(const void *k, const void *v, size_t n, uint8_t out[32])
 {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     unsigned int len = 32;
     memset(out, 0, 32);
-    if (c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, k, n * sizeof(float)) &&
-        EVP_DigestUpdate(c, v, n * sizeof(float)))
+    if (c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, k, n) && EVP_DigestUpdate(c, v, n))
         EVP_DigestFinal_ex(c, out, &len);
     EVP_MD_CTX_free(c);
 }
@@ -72,24 +72,24 @@ bool kv_store_has(const char *dir, const uint8_t key[32])
     return access(path, F_OK) == 0;
 }
 
-int kv_store_write(const char *dir, const kv_store_shape *s, const uint8_t key[32], const float *k, const float *v)
+int kv_store_write(const char *dir, const kv_store_shape *s, const uint8_t key[32], const void *k, const void *v)
 {
     char path[4200], tmp[4300];
     key_path(dir, key, path, sizeof path);
     /* an existing file is replaced: the engine writes only blocks it computed itself, and a file it
      * did not read back may be one that would fail the checks */
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    store_header h = { .version = 1, .positions = s->positions, .n_layer = s->n_layer, .kv_dim = s->kv_dim,
-                       .n_floats = s->n_floats };
+    const size_t nb = s->n_elems * s->elem_bytes;
+    store_header h = { .version = 2, .positions = s->positions, .elem_bytes = s->elem_bytes, .n_layer = s->n_layer,
+                       .kv_dim = s->kv_dim, .n_elems = s->n_elems };
     memcpy(h.magic, STORE_MAGIC, 8);
     memcpy(h.key, key, 32);
     memcpy(h.root, s->root, 32);
-    payload_digest(k, v, s->n_floats, h.digest);
+    payload_digest(k, v, nb, h.digest);
     FILE *f = fopen(tmp, "wb");
     if (!f)
         return -1;
-    bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(k, sizeof(float), s->n_floats, f) == s->n_floats &&
-              fwrite(v, sizeof(float), s->n_floats, f) == s->n_floats;
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(k, 1, nb, f) == nb && fwrite(v, 1, nb, f) == nb;
     ok = fclose(f) == 0 && ok;
     /* written whole, then renamed: a reader never sees half a file under the key's name */
     if (!ok || rename(tmp, path) != 0) {
@@ -99,7 +99,7 @@ int kv_store_write(const char *dir, const kv_store_shape *s, const uint8_t key[3
     return 0;
 }
 
-int kv_store_read(const char *dir, const kv_store_shape *s, const uint8_t key[32], float *k, float *v)
+int kv_store_read(const char *dir, const kv_store_shape *s, const uint8_t key[32], void *k, void *v)
 {
     char path[4200];
     key_path(dir, key, path, sizeof path);
@@ -108,17 +108,16 @@ int kv_store_read(const char *dir, const kv_store_shape *s, const uint8_t key[32
         return 1;
     store_header h;
     struct stat st;
-    const size_t want = sizeof h + 2 * s->n_floats * sizeof(float);
+    const size_t nb = s->n_elems * s->elem_bytes, want = sizeof h + 2 * nb;
     bool ok = fstat(fd, &st) == 0 && (size_t)st.st_size == want && read(fd, &h, sizeof h) == (ssize_t)sizeof h &&
-              !memcmp(h.magic, STORE_MAGIC, 8) && h.version == 1 && h.positions == s->positions &&
-              h.n_layer == s->n_layer && h.kv_dim == s->kv_dim && h.n_floats == s->n_floats &&
-              !memcmp(h.key, key, 32) && !memcmp(h.root, s->root, 32);
-    const size_t nb = s->n_floats * sizeof(float);
+              !memcmp(h.magic, STORE_MAGIC, 8) && h.version == 2 && h.positions == s->positions &&
+              h.elem_bytes == s->elem_bytes && h.n_layer == s->n_layer && h.kv_dim == s->kv_dim &&
+              h.n_elems == s->n_elems && !memcmp(h.key, key, 32) && !memcmp(h.root, s->root, 32);
     ok = ok && read(fd, k, nb) == (ssize_t)nb && read(fd, v, nb) == (ssize_t)nb;
     close(fd);
     if (ok) {
         uint8_t d[32];
-        payload_digest(k, v, s->n_floats, d);
+        payload_digest(k, v, nb, d);
         ok = !memcmp(d, h.digest, 32);
     }
     if (!ok) {

@@ -4,6 +4,7 @@
 #include "kernel_impl.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ---- scalar primitives ---- */
 
@@ -91,7 +92,7 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
             acc[h][d] = 0;
     }
     const int64_t bs = s->block;
-#define KV_AT(tab, p) ((tab)[(p) / bs] + r->off + (size_t)((p) % bs) * s->kv_stride + (size_t)g * hd)
+#define KV_AT(tab, p) ((const float *)(tab)[(p) / bs] + r->off + (size_t)((p) % bs) * s->kv_stride + (size_t)g * hd)
     for (int64_t p0 = r->lo; p0 <= r->hi; p0 += ATTN_BLOCK) {
         const int nb = r->hi - p0 + 1 < ATTN_BLOCK ? (int)(r->hi - p0 + 1) : ATTN_BLOCK;
         for (int h = 0; h < group; h++) {
@@ -123,9 +124,59 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
     }
 }
 
+static inline float f16_round(float x) { return cdx_f16_to_f32(cdx_f32_to_f16(x)); }
+
+/* An F16 cache, as ggml's non-flash attention computes over one: kq = K·q with q rounded to f16,
+ * softmax(scale·kq) normalised in f32 (its sum in double), each weight rounded to f16, then Σ w·v.
+ * Two passes over the positions (the normalised weights are rounded, so the online rescaling of
+ * the f32 path would round other values). */
+static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h)
+{
+    const int hd = s->head_dim;
+    const int64_t bs = s->block;
+    float q[ATTN_MAX_DIM], row[ATTN_MAX_DIM], acc[ATTN_MAX_DIM];
+    for (int d = 0; d < hd; d++) {
+        q[d] = f16_round(r->q[(size_t)h * hd + d]);
+        acc[d] = 0;
+    }
+#define KV16(tab, p) ((const uint16_t *)(tab)[(p) / bs] + r->off + (size_t)((p) % bs) * s->kv_stride + (size_t)g * hd)
+    float mx = -INFINITY;
+    for (int64_t p = r->lo; p <= r->hi; p++) {
+        const uint16_t *k = KV16(r->k, p);
+        for (int d = 0; d < hd; d++)
+            row[d] = cdx_f16_to_f32(k[d]);
+        const float sc = v->dot(q, row, hd) * s->scale;
+        mx = sc > mx ? sc : mx;
+    }
+    double sum = 0;
+    for (int64_t p = r->lo; p <= r->hi; p++) {
+        const uint16_t *k = KV16(r->k, p);
+        for (int d = 0; d < hd; d++)
+            row[d] = cdx_f16_to_f32(k[d]);
+        sum += expf(v->dot(q, row, hd) * s->scale - mx);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t p = r->lo; p <= r->hi; p++) {
+        const uint16_t *k = KV16(r->k, p), *vv = KV16(r->v, p);
+        for (int d = 0; d < hd; d++)
+            row[d] = cdx_f16_to_f32(k[d]);
+        const float w = f16_round(expf(v->dot(q, row, hd) * s->scale - mx) * inv);
+        for (int d = 0; d < hd; d++)
+            row[d] = cdx_f16_to_f32(vv[d]);
+        v->axpy(acc, w, row, hd);
+    }
+#undef KV16
+    memcpy(r->out + (size_t)h * hd, acc, (size_t)hd * sizeof(float));
+}
+
 static void attn_one(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g)
 {
     const int group = s->n_head / s->n_kv_head;
+    if (s->kv_type == CDX_TYPE_F16) {
+        for (int h = 0; h < group; h++)
+            attn_head_f16(v, s, r, g, g * group + h);
+        return;
+    }
     for (int h = 0; h < group; h += ATTN_MAX_GROUP)
         attn_heads(v, s, r, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
 }
@@ -144,7 +195,7 @@ int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, cons
              cdx_err *err)
 {
     if (s->n_head <= 0 || s->n_kv_head <= 0 || s->n_head % s->n_kv_head || s->head_dim <= 0 ||
-        s->head_dim > ATTN_MAX_DIM || s->block <= 0)
+        s->head_dim > ATTN_MAX_DIM || s->block <= 0 || (s->kv_type != CDX_TYPE_F32 && s->kv_type != CDX_TYPE_F16))
         return cdx_err_set(err, CDX_EINVAL, "attention shape: %d heads, %d KV heads, head_dim %d, block %lld; expected "
                            "heads a multiple of KV heads, head_dim 1..%d and a block of at least 1 position", s->n_head,
                            s->n_kv_head, s->head_dim, (long long)s->block, ATTN_MAX_DIM);

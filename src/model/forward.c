@@ -47,6 +47,7 @@ int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err)
     for (int64_t i = 0; i < nb; i++) {
         kv->tab[i] = kv->k + (size_t)i * bs * per_pos;
         kv->tab[nb + i] = kv->v + (size_t)i * bs * per_pos;
+        /* type CDX_TYPE_F32 (0) */
     }
     kv->seq = (cdx_kv_seq){ .k = kv->tab, .v = kv->tab + nb, .n_blocks = nb, .block = bs,
                             .layer_stride = (size_t)cap * per_pos };
@@ -208,11 +209,15 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
     for (int64_t i = 0; i < n; i++)
         embed_row(&m->tok_embd, b->tokens[i], fc->x + i * E);
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
-                              .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd) };
+                              .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd),
+                              .kv_type = seqs[0].type };
+    if (ashape.kv_type != CDX_TYPE_F32 && ashape.kv_type != CDX_TYPE_F16)
+        return cdx_err_set(err, CDX_EINVAL, "KV cache type %u; f32 and f16 are supported", ashape.kv_type);
     for (int s = 1; s < n_seq; s++)
-        if (seqs[s].block != ashape.block)
-            return cdx_err_set(err, CDX_EINVAL, "sequences of one batch have blocks of %lld and %lld positions",
-                               (long long)ashape.block, (long long)seqs[s].block);
+        if (seqs[s].block != ashape.block || seqs[s].type != ashape.kv_type)
+            return cdx_err_set(err, CDX_EINVAL, "sequences of one batch differ in their KV blocks (%lld and %lld "
+                               "positions, types %u and %u)", (long long)ashape.block, (long long)seqs[s].block,
+                               ashape.kv_type, seqs[s].type);
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
@@ -238,14 +243,22 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
             const cdx_kv_seq *c = &seqs[fc->seq[i]];
             const int64_t p = fc->pos[i];
             const size_t off = (size_t)l * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
-            memcpy(c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
-            memcpy(c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
+            if (c->type == CDX_TYPE_F16) {
+                uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
+                for (int64_t d = 0; d < kvd; d++) {
+                    kh[d] = cdx_f32_to_f16(k[d]);
+                    vh[d] = cdx_f32_to_f16(v[d]);
+                }
+            } else {
+                memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
+                memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
+            }
         }
         for (int64_t i = 0; i < n; i++) {
             const cdx_kv_seq *c = &seqs[fc->seq[i]];
             const int64_t pos = fc->pos[i], w = hp->sliding_window;
-            fc->arows[i] = (cdx_attn_row){ .q = fc->q + i * qd, .k = (const float *const *)c->k,
-                                           .v = (const float *const *)c->v,
+            fc->arows[i] = (cdx_attn_row){ .q = fc->q + i * qd, .k = (const void *const *)c->k,
+                                           .v = (const void *const *)c->v,
                                            .lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, .hi = pos,
                                            .out = fc->attn + i * qd, .off = (size_t)l * c->layer_stride };
         }

@@ -71,6 +71,19 @@ run "$ids" "$tmp/o.json"
 same "$tmp/cold.json" "$tmp/o.json" 0 && ok "another model's files are refused" || bad "another model's files are refused"
 run "$ids" "$tmp/again.json"
 same "$tmp/cold.json" "$tmp/again.json" 64 && ok "after the bad files, the store is whole again" || bad "after the bad files, the store is whole again"
+# another KV type: its blocks have other keys, and its files under this type's names are refused
+before=$(nfiles)
+"$CALDRIX" run "$M" --prompt-ids "$ids" -n 8 --temp 0 --ignore-eos --json --top-logits 5 --kv-store "$S" --kv-type f16 >"$tmp/h1.json" 2>/dev/null
+"$CALDRIX" run "$M" --prompt-ids "$ids" -n 8 --temp 0 --ignore-eos --json --top-logits 5 --kv-store "$S" --kv-type f16 >"$tmp/h2.json" 2>/dev/null
+python3 -c "
+import json,sys; a=json.load(open('$tmp/h1.json')); b=json.load(open('$tmp/h2.json'))
+sys.exit(0 if a['timings']['cached_tokens']==0 and b['timings']['cached_tokens']==64 and a['tokens']==b['tokens'] and a['steps']==b['steps'] else 1)" &&
+    ok "an f16 cache keeps its own blocks beside the f32 ones" || bad "an f16 cache keeps its own blocks beside the f32 ones"
+[ "$(nfiles)" = $((before + 4)) ] && ok "the f16 run stored 4 files of its own" || bad "the f16 run stored 4 files of its own ($before, then $(nfiles))"
+h=$(ls -S "$S"/*.kvb | tail -1) # the smaller files are f16
+for f in $(ls -S "$S"/*.kvb | head -4); do cp "$h" "$f"; done
+run "$ids" "$tmp/h3.json"
+same "$tmp/cold.json" "$tmp/h3.json" 0 && ok "an f16 file under an f32 block's name is refused" || bad "an f16 file under an f32 block's name is refused"
 # garbage and empty files, and stray names, are harmless
 for f in "$S"/*.kvb; do : >"$f"; done
 echo junk >"$S/notes.txt"

@@ -86,7 +86,7 @@ static void attention_matches_naive_softmax(void)
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     int tested = 0;
     for (int si = 0; si < 5; si++) {
-        cdx_attn_shape s = { shapes[si].nh, shapes[si].nkv, shapes[si].hd, 0, n_ctx, 0 };
+        cdx_attn_shape s = { shapes[si].nh, shapes[si].nkv, shapes[si].hd, 0, n_ctx, 0, 0 };
         s.kv_stride = (int64_t)s.n_kv_head * s.head_dim + 3; /* padded rows */
         s.scale = 1.0f / sqrtf((float)s.head_dim);
         float *kc = malloc(sizeof(float) * n_ctx * s.kv_stride), *vc = malloc(sizeof(float) * n_ctx * s.kv_stride);
@@ -99,7 +99,7 @@ static void attention_matches_naive_softmax(void)
         /* the same cache paged: blocks of 16 positions copied to scattered places, in reverse */
         enum { BS = 16, NB = (300 + BS - 1) / BS };
         float *pk = malloc(sizeof(float) * NB * BS * s.kv_stride * 2), *pv = pk + NB * BS * s.kv_stride;
-        const float *ktab[NB], *vtab[NB];
+        const void *ktab[NB], *vtab[NB];
         for (int b = 0; b < NB; b++) {
             const int slot = NB - 1 - b;
             for (int64_t i = 0; i < BS * s.kv_stride; i++) {
@@ -110,7 +110,7 @@ static void attention_matches_naive_softmax(void)
             ktab[b] = pk + slot * BS * s.kv_stride;
             vtab[b] = pv + slot * BS * s.kv_stride;
         }
-        const float *kone[1] = { kc }, *vone[1] = { vc };
+        const void *kone[1] = { kc }, *vone[1] = { vc };
         enum { NR = 6 };
         const int64_t lo[NR] = { 0, 0, 0, 100, 250, 299 }, hi[NR] = { 0, 63, 64, 229, 299, 299 };
         float *q = malloc(sizeof(float) * NR * s.n_head * s.head_dim), *out = malloc(sizeof(float) * NR * s.n_head * s.head_dim);
@@ -162,14 +162,14 @@ static void attention_refuses_bad_shapes_and_rows(void)
 {
     cdx_err e = {0};
     float buf[64] = {0};
-    const float *tab[1] = { buf };
+    const void *tab[1] = { buf };
     cdx_attn_row r = { buf, tab, tab, 0, 0, buf, 0 };
-    cdx_attn_shape s = { 6, 4, 8, 32, 64, 1 };
+    cdx_attn_shape s = { 6, 4, 8, 32, 64, 1, 0 };
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
     CHECK(strstr(e.msg, "6 heads, 4 KV heads") != NULL);
-    s = (cdx_attn_shape){ 2, 1, 1024, 2048, 64, 1 };
+    s = (cdx_attn_shape){ 2, 1, 1024, 2048, 64, 1, 0 };
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
-    s = (cdx_attn_shape){ 2, 1, 8, 8, 64, 1 };
+    s = (cdx_attn_shape){ 2, 1, 8, 8, 64, 1, 0 };
     r.lo = 3; r.hi = 2;
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
     CHECK(strstr(e.msg, "3..2") != NULL);
