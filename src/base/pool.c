@@ -1,8 +1,16 @@
-/* Persistent thread pool. A job is published by bumping `gen`; workers spin on it for a while,
- * then sleep on a condition variable. Completion is counted in `pending`. */
+/* Persistent thread pool. A job is n tasks (fn(ctx, i, n) for i < n, n = the pool's size); the
+ * tasks are claimed from a shared counter by whichever thread is running, the caller included, so
+ * a worker the OS has not scheduled never holds a step up: the caller runs its task too, and
+ * waits only for tasks that a running worker has claimed. Workers spin on the job word for a
+ * while, then sleep on a condition variable.
+ *
+ * The job word packs the job's generation (high 32 bits) and its next unclaimed task (low 32):
+ * a claim is a compare-and-swap on it, so a worker that wakes late can only claim a task of the
+ * job it saw, never one of the next job with the previous job's function. */
 #include "caldrix/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -17,17 +25,16 @@
 
 typedef struct worker {
     cdx_pool *pool;
-    int ith;
     pthread_t tid;
 } worker;
 
 struct cdx_pool {
     int n;
-    worker *workers;          /* [n-1]; thread 0 is the caller */
+    worker *workers;          /* [n-1]; the caller is the n-th thread */
     cdx_pool_fn fn;
     void *ctx;
-    _Atomic uint64_t gen;     /* job generation */
-    _Atomic int pending;      /* workers still running the current job */
+    _Atomic uint64_t job;     /* generation << 32 | next task */
+    _Atomic int done;         /* tasks of the current job finished */
     _Atomic int quit;
     _Atomic int sleepers;
     pthread_mutex_t mu;
@@ -36,8 +43,27 @@ struct cdx_pool {
 
 int cdx_cpu_count(void)
 {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0)
+            return n; /* the cores this process may run on, not the machine's */
+    }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* Claims and runs tasks of job generation gen while there are any. */
+static void run_tasks(cdx_pool *p, uint64_t gen, cdx_pool_fn fn, void *ctx)
+{
+    uint64_t j = atomic_load_explicit(&p->job, memory_order_acquire);
+    while ((j >> 32) == gen && (int)(uint32_t)j < p->n) {
+        if (!atomic_compare_exchange_weak_explicit(&p->job, &j, j + 1, memory_order_acq_rel, memory_order_acquire))
+            continue;
+        fn(ctx, (int)(uint32_t)j, p->n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        j = atomic_load_explicit(&p->job, memory_order_acquire);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -48,7 +74,7 @@ static void *worker_main(void *arg)
     for (;;) {
         uint64_t g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+        while ((g = atomic_load_explicit(&p->job, memory_order_acquire) >> 32) == seen) {
             if (atomic_load_explicit(&p->quit, memory_order_acquire))
                 return NULL;
             if (++spins < SPIN_ITERS) {
@@ -57,7 +83,7 @@ static void *worker_main(void *arg)
             }
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit))
+            while ((atomic_load(&p->job) >> 32) == seen && !atomic_load(&p->quit))
                 pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
@@ -66,8 +92,13 @@ static void *worker_main(void *arg)
         seen = g;
         if (atomic_load_explicit(&p->quit, memory_order_acquire))
             return NULL;
-        p->fn(p->ctx, w->ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        /* fn and ctx were written before the job word was published (release/acquire); a job
+         * that has already moved on fails every claim below */
+        pthread_mutex_lock(&p->mu); /* fn/ctx are read under the lock the caller writes them under */
+        cdx_pool_fn fn = p->fn;
+        void *ctx = p->ctx;
+        pthread_mutex_unlock(&p->mu);
+        run_tasks(p, g, fn, ctx);
     }
 }
 
@@ -93,7 +124,6 @@ int cdx_pool_create(int n_threads, cdx_pool **out, cdx_err *err)
         for (int i = 1; i < n_threads; i++) {
             worker *w = &p->workers[i - 1];
             w->pool = p;
-            w->ith = i;
             if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
                 p->n = i; /* destroy joins only the started ones */
                 cdx_pool_destroy(p);
@@ -130,16 +160,18 @@ void cdx_pool_run(cdx_pool *p, cdx_pool_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
+    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers check in worker_main */
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    const uint64_t gen = (atomic_load_explicit(&p->job, memory_order_relaxed) >> 32) + 1;
+    atomic_store(&p->job, gen << 32); /* seq_cst: pairs with the sleepers check in worker_main */
+    const bool wake = atomic_load(&p->sleepers) > 0;
+    if (wake)
         pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
-    fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
+    pthread_mutex_unlock(&p->mu);
+    run_tasks(p, gen, fn, ctx);
+    /* every task is claimed: wait for the ones running workers took */
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n)
         cpu_relax();
 }

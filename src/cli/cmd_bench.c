@@ -139,7 +139,7 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
-            if (cli_parse_int(a, argv[++i], 1, 1024, &threads))
+            if (cli_parse_int(a, argv[++i], 1, 4L * cdx_cpu_count(), &threads)) /* 4x the cores it may use */
                 return 2;
         } else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt-tokens")) && has) {
             if (cli_parse_int(a, argv[++i], 1, 65536, &n_prompt))

@@ -171,7 +171,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             if (cli_parse_int(a, v, 1, 1 << 24, &o->ctx)) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED_VALUE();
-            if (cli_parse_int(a, v, 1, 1024, &o->threads)) return 2;
+            if (cli_parse_int(a, v, 1, 4L * cdx_cpu_count(), &o->threads)) return 2; /* 4x the cores this process has */
         } else if (!strcmp(a, "--top-logits")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, 1 << 20, &o->top_logits)) return 2;

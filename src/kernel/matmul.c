@@ -228,7 +228,14 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
         p = (uint8_t *)(((uintptr_t)(xr + nx) + 63) & ~(uintptr_t)63);
     }
     j.scratch = p;
-    cdx_pool_run(pool, matmul_rows, &j);
+    /* a small product is not worth waking a thread for (and a busy machine may not run it soon) */
+    int64_t work = 0;
+    for (int i = 0; i < n_w; i++)
+        work += j.w[i]->rows * j.w[i]->cols * n;
+    if (work < ((int64_t)1 << 17))
+        matmul_rows(&j, 0, 1);
+    else
+        cdx_pool_run(pool, matmul_rows, &j);
 }
 
 void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n, float *y,

@@ -102,6 +102,7 @@ usage_err "bad prompt ids exit 2" "--prompt-ids" "$CALDRIX" run "$MODEL" --promp
 usage_err "--system without --chat is refused" "--system" "$CALDRIX" run "$MODEL" -p hi --system "be brief"
 usage_err "--top-logits without --json is refused" "--json" "$CALDRIX" run "$MODEL" -p hi --top-logits 3
 usage_err "-p with -f is refused" "one of" "$CALDRIX" run "$MODEL" -p hi -f "$tmp/o"
+usage_err "--threads far past the cores is refused" "--threads" "$CALDRIX" run "$MODEL" -p hi --threads 1000
 usage_err "an unknown CALDRIX_ISA is refused" "CALDRIX_ISA" env CALDRIX_ISA=vax "$CALDRIX" run "$MODEL" -p hi
 
 # the prompt from standard input or -f is the same as -p (llama-cli's -f)
