@@ -51,14 +51,17 @@ for (const [name, type] of models) {
         const ctx = await model.createContext({contextSize: 256, batchSize: 256, flashAttention: false, sequences: 1,
             threads: 2, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
         const seq = ctx.getSequence();
-        const tokens = [];
-        for await (const r of seq.evaluateWithMetadata(c.prompt_ids, {}, {temperature: 0, yieldEogToken: true})) {
+        const tokens = [], gaps = [];
+        for await (const r of seq.evaluateWithMetadata(c.prompt_ids, {probabilities: true}, {temperature: 0, yieldEogToken: true})) {
             tokens.push(r.token);
+            // logit gap between llama.cpp's top two: log(p1/p2); the test uses it to recognise near-ties
+            const p = [...r.probabilities.values()];
+            gaps.push(Number(Math.log(p[0] / p[1]).toPrecision(4)));
             if (tokens.length >= 16) break;
         }
         await ctx.dispose();
         if (JSON.stringify(tokens) === JSON.stringify(c.tokens)) same++;
-        cases.push({prompt_ids: c.prompt_ids, tokens});
+        cases.push({prompt_ids: c.prompt_ids, tokens, top2_logit_gap: gaps});
     }
     await model.dispose();
     out.models.push({name, type, sha256: sha(file), same_as_pytorch: `${same}/${cases.length}`, cases});
