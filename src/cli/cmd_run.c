@@ -302,12 +302,13 @@ static int chat_render(const chat_tmpl *c, const json_t *msgs, char **out, cdx_e
     return cdx_chat_render(c->t, msgs, true, c->tokens, NULL, out, &len, err);
 }
 
-static char *read_stdin_text(void)
+/* The whole of a stream, at most 64 MiB, without its trailing newlines; NULL on failure. */
+static char *read_text(FILE *f)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
         n += got;
         if (cap - n - 1 == 0) {
             char *g = cap > ((size_t)64 << 20) ? NULL : realloc(buf, cap *= 2);
@@ -602,30 +603,12 @@ done:
 static char *read_text_file(const char *path)
 {
     if (!strcmp(path, "-"))
-        return read_stdin_text();
+        return read_text(stdin);
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            char *g = cap > ((size_t)64 << 20) ? NULL : realloc(buf, cap *= 2);
-            if (!g) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = g;
-        }
-    }
+    char *buf = read_text(f);
     fclose(f);
-    if (buf) {
-        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-            n--;
-        buf[n] = 0;
-    }
     return buf;
 }
 
@@ -710,7 +693,7 @@ int cmd_run(int argc, char **argv)
         }
         o.prompt = input_text;
     } else if (!o.prompt && !o.ids && !o.interactive && !(o.chat && isatty(0)) && !isatty(0)) {
-        if (!(input_text = read_stdin_text())) {
+        if (!(input_text = read_text(stdin))) {
             fprintf(stderr, "caldrix: cannot read the prompt from standard input\n");
             goto done;
         }

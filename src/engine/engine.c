@@ -810,6 +810,21 @@ void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st)
 
 /* ---- the round ---- */
 
+/* Ends the cancelled requests of a list. */
+static void end_cancelled(cdx_engine *e, seq **head, int64_t *count)
+{
+    for (seq **p = head; *p;) {
+        seq *s = *p;
+        if (s->cancelled) {
+            *p = s->next;
+            (*count)--;
+            seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
+        } else {
+            p = &s->next;
+        }
+    }
+}
+
 /* Takes what other threads handed in: new requests to the waiting list, cancellations. */
 static void take_inbox(cdx_engine *e)
 {
@@ -834,26 +849,8 @@ static void take_inbox(cdx_engine *e)
         list_append(&e->waiting, in);
         in = n;
     }
-    for (seq **p = &e->waiting; *p;) {
-        seq *s = *p;
-        if (s->cancelled) {
-            *p = s->next;
-            e->n_waiting--;
-            seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
-        } else {
-            p = &s->next;
-        }
-    }
-    for (seq **p = &e->running; *p;) {
-        seq *s = *p;
-        if (s->cancelled) {
-            *p = s->next;
-            e->n_running--;
-            seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
-        } else {
-            p = &s->next;
-        }
-    }
+    end_cancelled(e, &e->waiting, &e->n_waiting);
+    end_cancelled(e, &e->running, &e->n_running);
 }
 
 /* Admission of the oldest waiting request: its cached prefix is taken (whole blocks, never the
