@@ -81,7 +81,8 @@ CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
  * (grouped-query attention; n_head a multiple of n_kv_head). */
 typedef struct cdx_attn_shape {
     int n_head, n_kv_head, head_dim;  /* head_dim <= 512 */
-    int64_t kv_stride;                /* floats between positions p and p+1 in k and v */
+    int64_t kv_stride;                /* floats between positions p and p+1 of one block */
+    int64_t block;                    /* positions per KV block (a contiguous cache: one block) */
     float scale;                      /* usually 1/sqrt(head_dim) */
 } cdx_attn_shape;
 
@@ -89,9 +90,13 @@ typedef struct cdx_attn_shape {
  * hi is its own position (causal) and lo > 0 gives a sliding window (lo = hi - window + 1). */
 typedef struct cdx_attn_row {
     const float *q;        /* [n_head][head_dim] */
-    const float *k, *v;    /* position p, KV head g: k + p*kv_stride + g*head_dim (same for v) */
+    const float *const *k; /* block table: position p, KV head g at k[p / block] + (p % block) *
+                              kv_stride + g*head_dim (same for v); where the blocks lie does not
+                              change the result */
+    const float *const *v;
     int64_t lo, hi;        /* lo <= hi */
     float *out;            /* [n_head][head_dim] = Σ_p softmax_p(scale · q·k_p) · v_p */
+    size_t off;            /* floats added to every block pointer (a layer's place inside a block) */
 } cdx_attn_row;
 
 /* All rows × KV heads, split over the pool's threads; each thread streams a KV head's keys and

@@ -74,12 +74,25 @@ CDX_API const char *cdx_model_notes(const cdx_model *m);
 
 /* ---- the forward pass ---- */
 
-/* The KV cache of one sequence: K and V for every layer, positions [0, n_ctx). */
+/* One sequence's KV cache as the forward pass sees it: a block table. Block i holds positions
+ * [i·block, (i+1)·block) of every layer; K of layer l at position p is the n_head_kv·head_dim
+ * floats at k[p / block] + l·layer_stride + (p % block)·n_head_kv·head_dim (V the same). */
+typedef struct cdx_kv_seq {
+    float *const *k;
+    float *const *v;
+    int64_t n_blocks, block;
+    size_t layer_stride;
+} cdx_kv_seq;
+
+/* A contiguous KV cache of one sequence (K and V for every layer, positions [0, n_ctx)), for
+ * callers that run one sequence without the engine's paged pool; `seq` views it as blocks. */
 typedef struct cdx_kv {
     float *k;        /* [n_layer][n_ctx][n_head_kv * head_dim] */
     float *v;        /* same */
     int64_t n_ctx;   /* capacity in positions */
     int64_t n_past;  /* positions filled */
+    cdx_kv_seq seq;  /* the same memory as a block table */
+    float **tab;     /* seq's pointers */
 } cdx_kv;
 
 CDX_API int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err);
@@ -91,20 +104,32 @@ CDX_API int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n
                                    const cdx_kernels *k, cdx_forward_ctx **out, cdx_err *err);
 CDX_API void cdx_forward_ctx_free(cdx_forward_ctx *fc);
 CDX_API cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc);
+CDX_API const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc);
 
-/* One batch: token i belongs to sequence kv[seq[i]] at position kv[seq[i]]->n_past + (its rank
- * among earlier tokens of the same sequence in this batch). Tokens of one sequence must be given
- * in order. For every i with want_logits[i] (NULL: only the last token), a row of n_vocab logits
- * is written to logits, in order. On success each sequence's n_past advances. */
+/* One batch: token i belongs to sequence seq[i] (NULL: all to sequence 0) at position pos[i].
+ * cdx_forward_seqs needs pos; cdx_forward (NULL pos) places each token at its cache's n_past plus
+ * its rank among earlier tokens of the same sequence in the batch. A token at position p attends
+ * to positions 0..p of its sequence (a sliding window: the last window of them), which must have
+ * been written by earlier batches or come earlier in this one. For every i with want_logits[i]
+ * (NULL: only the last token), a row of n_vocab logits is written to logits, in order. Each row's
+ * result is the same whatever else is in the batch (batch invariance). */
 typedef struct cdx_batch {
     int64_t n;
     const int32_t *tokens;
-    const int32_t *seq;         /* NULL: all tokens belong to kv[0] */
+    const int32_t *seq;         /* NULL: all tokens belong to sequence 0 */
+    const int64_t *pos;         /* NULL: after the cache's n_past (cdx_forward only) */
     const bool *want_logits;    /* NULL: only token n-1 */
 } cdx_batch;
 
+CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
+                             float *logits, cdx_err *err);
+/* The same over contiguous caches; on success each sequence's n_past advances. */
 CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits,
                         cdx_err *err);
+
+/* A SHA-256 fingerprint of what the model computes: its hyperparameters and a sample of every
+ * tensor's bytes (first and last 4 KiB). Keys the engine's prefix cache and store. */
+CDX_API void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32]);
 
 #ifdef __cplusplus
 }

@@ -90,13 +90,14 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
         for (int d = 0; d < hd; d++)
             acc[h][d] = 0;
     }
-    const float *K = r->k + (size_t)g * hd, *V = r->v + (size_t)g * hd;
+    const int64_t bs = s->block;
+#define KV_AT(tab, p) ((tab)[(p) / bs] + r->off + (size_t)((p) % bs) * s->kv_stride + (size_t)g * hd)
     for (int64_t p0 = r->lo; p0 <= r->hi; p0 += ATTN_BLOCK) {
         const int nb = r->hi - p0 + 1 < ATTN_BLOCK ? (int)(r->hi - p0 + 1) : ATTN_BLOCK;
         for (int h = 0; h < group; h++) {
             const float *q = r->q + (size_t)(h0 + h) * hd;
             for (int i = 0; i < nb; i++)
-                sc[h][i] = v->dot(q, K + (size_t)(p0 + i) * s->kv_stride, hd) * s->scale;
+                sc[h][i] = v->dot(q, KV_AT(r->k, p0 + i), hd) * s->scale;
             /* online softmax: a new maximum rescales what was summed so far */
             float bm = v->max(sc[h], nb);
             if (bm > mx[h]) {
@@ -108,11 +109,12 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
             sum[h] += v->exp_sum(sc[h], mx[h], nb);
         }
         for (int i = 0; i < nb; i++) {
-            const float *vp = V + (size_t)(p0 + i) * s->kv_stride;
+            const float *vp = KV_AT(r->v, p0 + i);
             for (int h = 0; h < group; h++)
                 v->axpy(acc[h], sc[h][i], vp, hd);
         }
     }
+#undef KV_AT
     for (int h = 0; h < group; h++) {
         float *o = r->out + (size_t)(h0 + h) * hd;
         const float inv = 1.0f / sum[h];
@@ -142,9 +144,10 @@ int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, cons
              cdx_err *err)
 {
     if (s->n_head <= 0 || s->n_kv_head <= 0 || s->n_head % s->n_kv_head || s->head_dim <= 0 ||
-        s->head_dim > ATTN_MAX_DIM)
-        return cdx_err_set(err, CDX_EINVAL, "attention shape: %d heads, %d KV heads, head_dim %d; expected heads a "
-                           "multiple of KV heads and head_dim 1..%d", s->n_head, s->n_kv_head, s->head_dim, ATTN_MAX_DIM);
+        s->head_dim > ATTN_MAX_DIM || s->block <= 0)
+        return cdx_err_set(err, CDX_EINVAL, "attention shape: %d heads, %d KV heads, head_dim %d, block %lld; expected "
+                           "heads a multiple of KV heads, head_dim 1..%d and a block of at least 1 position", s->n_head,
+                           s->n_kv_head, s->head_dim, (long long)s->block, ATTN_MAX_DIM);
     for (int64_t i = 0; i < n_rows; i++)
         if (rows[i].lo < 0 || rows[i].lo > rows[i].hi)
             return cdx_err_set(err, CDX_EINVAL, "attention row %lld: positions %lld..%lld; expected 0 <= lo <= hi",

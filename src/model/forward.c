@@ -27,17 +27,29 @@ struct cdx_forward_ctx {
 int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err)
 {
     memset(kv, 0, sizeof *kv);
+    const int64_t bs = 16;
     size_t per_pos = (size_t)(hp->n_head_kv * hp->head_dim), n;
-    if (n_ctx <= 0 || !cdx_mul_size(per_pos, (size_t)n_ctx, &n) || !cdx_mul_size(n, (size_t)hp->n_layer, &n) ||
+    if (n_ctx <= 0 || n_ctx > ((int64_t)1 << 40))
+        return cdx_err_set(err, CDX_ERANGE, "context of %lld positions is out of range", (long long)n_ctx);
+    const int64_t nb = (n_ctx + bs - 1) / bs, cap = nb * bs; /* whole blocks */
+    if (!cdx_mul_size(per_pos, (size_t)cap, &n) || !cdx_mul_size(n, (size_t)hp->n_layer, &n) ||
         !cdx_mul_size(n, sizeof(float), &n))
         return cdx_err_set(err, CDX_ERANGE, "context of %lld positions is out of range", (long long)n_ctx);
     kv->k = malloc(n);
     kv->v = malloc(n);
-    if (!kv->k || !kv->v) {
+    kv->tab = malloc(2 * (size_t)nb * sizeof *kv->tab);
+    if (!kv->k || !kv->v || !kv->tab) {
         cdx_kv_free(kv);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for a KV cache of %lld positions (%zu MiB)",
                            (long long)n_ctx, 2 * n >> 20);
     }
+    /* [layer][position] contiguous: block i starts i·bs positions into layer 0 */
+    for (int64_t i = 0; i < nb; i++) {
+        kv->tab[i] = kv->k + (size_t)i * bs * per_pos;
+        kv->tab[nb + i] = kv->v + (size_t)i * bs * per_pos;
+    }
+    kv->seq = (cdx_kv_seq){ .k = kv->tab, .v = kv->tab + nb, .n_blocks = nb, .block = bs,
+                            .layer_stride = (size_t)cap * per_pos };
     kv->n_ctx = n_ctx;
     return CDX_OK;
 }
@@ -46,8 +58,8 @@ void cdx_kv_free(cdx_kv *kv)
 {
     free(kv->k);
     free(kv->v);
-    kv->k = kv->v = NULL;
-    kv->n_ctx = kv->n_past = 0;
+    free(kv->tab);
+    memset(kv, 0, sizeof *kv);
 }
 
 void cdx_forward_ctx_free(cdx_forward_ctx *fc)
@@ -62,6 +74,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
 }
 
 cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc) { return fc->pool; }
+const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc) { return fc->k; }
 
 int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k,
                            cdx_forward_ctx **out, cdx_err *err)
@@ -155,7 +168,8 @@ static void embed_row(const cdx_mat *e, int32_t tok, float *out)
     t->to_f32(row, out, e->cols);
 }
 
-int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits, cdx_err *err)
+int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
+                     cdx_err *err)
 {
     const cdx_model *m = fc->m;
     const cdx_hparams *hp = &m->hp;
@@ -164,12 +178,13 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
     if (n <= 0 || n > fc->max_tokens)
         return cdx_err_set(err, CDX_EINVAL, "batch of %lld tokens; this context takes 1..%lld", (long long)n,
                            (long long)fc->max_tokens);
+    if (!b->pos)
+        return cdx_err_set(err, CDX_EINVAL, "batch without positions");
     if (!cdx_type_get(m->tok_embd.type)->to_f32)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "token embedding type %s cannot be read", cdx_type_name(m->tok_embd.type));
+    if (n_seq <= 0)
+        return cdx_err_set(err, CDX_EINVAL, "%d sequences in one batch", n_seq);
     /* positions, checked before anything changes */
-    int64_t added[64] = {0};
-    if (n_seq <= 0 || n_seq > 64)
-        return cdx_err_set(err, CDX_EINVAL, "%d sequences in one batch; 1..64 are supported", n_seq);
     for (int64_t i = 0; i < n; i++) {
         int32_t s = b->seq ? b->seq[i] : 0;
         if (s < 0 || s >= n_seq)
@@ -178,18 +193,23 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
         if (tok < 0 || tok >= hp->n_vocab)
             return cdx_err_set(err, CDX_EINVAL, "token id %d is outside the vocabulary (0..%lld)", tok,
                                (long long)hp->n_vocab - 1);
+        const cdx_kv_seq *c = &seqs[s];
+        if (b->pos[i] < 0 || c->block <= 0 || b->pos[i] >= c->n_blocks * c->block)
+            return cdx_err_set(err, CDX_ERANGE, "the context is full: position %lld does not fit in %lld positions",
+                               (long long)b->pos[i], (long long)(c->n_blocks * c->block));
         fc->seq[i] = s;
-        fc->pos[i] = kv[s]->n_past + added[s]++;
-        if (fc->pos[i] >= kv[s]->n_ctx)
-            return cdx_err_set(err, CDX_ERANGE, "the context is full: position %lld does not fit in --ctx %lld",
-                               (long long)fc->pos[i], (long long)kv[s]->n_ctx);
+        fc->pos[i] = b->pos[i];
     }
     const cdx_kernels *K = fc->k;
     cdx_pool *pool = fc->pool;
     for (int64_t i = 0; i < n; i++)
         embed_row(&m->tok_embd, b->tokens[i], fc->x + i * E);
-    const cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
-                                    .kv_stride = kvd, .scale = 1.0f / sqrtf((float)hd) };
+    cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
+                              .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd) };
+    for (int s = 1; s < n_seq; s++)
+        if (seqs[s].block != ashape.block)
+            return cdx_err_set(err, CDX_EINVAL, "sequences of one batch have blocks of %lld and %lld positions",
+                               (long long)ashape.block, (long long)seqs[s].block);
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
@@ -212,18 +232,19 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
             }
             rope(q, hp->n_head, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
             rope(k, hp->n_head_kv, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
-            cdx_kv *c = kv[fc->seq[i]];
-            size_t off = ((size_t)l * (size_t)c->n_ctx + (size_t)fc->pos[i]) * (size_t)kvd;
-            memcpy(c->k + off, k, (size_t)kvd * sizeof(float));
-            memcpy(c->v + off, v, (size_t)kvd * sizeof(float));
+            const cdx_kv_seq *c = &seqs[fc->seq[i]];
+            const int64_t p = fc->pos[i];
+            const size_t off = (size_t)l * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
+            memcpy(c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
+            memcpy(c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
         }
         for (int64_t i = 0; i < n; i++) {
-            const cdx_kv *c = kv[fc->seq[i]];
-            const size_t base = (size_t)l * (size_t)c->n_ctx * (size_t)kvd;
+            const cdx_kv_seq *c = &seqs[fc->seq[i]];
             const int64_t pos = fc->pos[i], w = hp->sliding_window;
-            fc->arows[i] = (cdx_attn_row){ .q = fc->q + i * qd, .k = c->k + base, .v = c->v + base,
+            fc->arows[i] = (cdx_attn_row){ .q = fc->q + i * qd, .k = (const float *const *)c->k,
+                                           .v = (const float *const *)c->v,
                                            .lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, .hi = pos,
-                                           .out = fc->attn + i * qd };
+                                           .out = fc->attn + i * qd, .off = (size_t)l * c->layer_stride };
         }
         int rc = cdx_attn(K, pool, &ashape, fc->arows, n, err);
         if (rc)
@@ -241,8 +262,6 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];
     }
-    for (int s = 0; s < n_seq; s++)
-        kv[s]->n_past += added[s];
 
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
@@ -250,5 +269,47 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
             rmsnorm(fc->xn + (n_out++) * E, fc->x + i * E, m->out_norm, E, hp->rms_eps);
     if (n_out)
         cdx_matmul(K, pool, &m->output, fc->xn, n_out, logits, fc->ws);
+    return CDX_OK;
+}
+
+int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits, cdx_err *err)
+{
+    enum { MAX_SEQ = 64 };
+    if (n_seq <= 0 || n_seq > MAX_SEQ)
+        return cdx_err_set(err, CDX_EINVAL, "%d sequences in one batch; 1..%d are supported", n_seq, MAX_SEQ);
+    if (b->n <= 0 || b->n > fc->max_tokens)
+        return cdx_err_set(err, CDX_EINVAL, "batch of %lld tokens; this context takes 1..%lld", (long long)b->n,
+                           (long long)fc->max_tokens);
+    cdx_kv_seq seqs[MAX_SEQ];
+    int64_t added[MAX_SEQ] = { 0 };
+    int64_t *pos = malloc((size_t)b->n * sizeof *pos);
+    if (!pos)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (int s = 0; s < n_seq; s++)
+        seqs[s] = kv[s]->seq;
+    int rc = CDX_OK;
+    for (int64_t i = 0; i < b->n; i++) {
+        int32_t s = b->seq ? b->seq[i] : 0;
+        if (s < 0 || s >= n_seq) {
+            rc = cdx_err_set(err, CDX_EINVAL, "batch token %lld names sequence %d of %d", (long long)i, s, n_seq);
+            break;
+        }
+        pos[i] = kv[s]->n_past + added[s]++;
+        if (pos[i] >= kv[s]->n_ctx) {
+            rc = cdx_err_set(err, CDX_ERANGE, "the context is full: position %lld does not fit in --ctx %lld",
+                             (long long)pos[i], (long long)kv[s]->n_ctx);
+            break;
+        }
+    }
+    if (!rc) { /* positions were checked against n_ctx (the table may round it up to whole blocks) */
+        cdx_batch bb = *b;
+        bb.pos = pos;
+        rc = cdx_forward_seqs(fc, seqs, n_seq, &bb, logits, err);
+    }
+    free(pos);
+    if (rc)
+        return rc;
+    for (int s = 0; s < n_seq; s++)
+        kv[s]->n_past += added[s];
     return CDX_OK;
 }

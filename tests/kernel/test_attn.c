@@ -52,6 +52,8 @@ static void rmsnorm_and_softmax_match_double(void)
 }
 
 /* Naive attention in double for one row and head. */
+/* kc, vc: the contiguous cache the row's block tables were made from */
+static const float *g_kc, *g_vc;
 static void ref_attn(const cdx_attn_shape *s, const cdx_attn_row *r, int h, double *out)
 {
     int g = h / (s->n_head / s->n_kv_head), hd = s->head_dim;
@@ -60,7 +62,7 @@ static void ref_attn(const cdx_attn_shape *s, const cdx_attn_row *r, int h, doub
     for (int64_t i = 0; i < n; i++) {
         double d = 0;
         for (int j = 0; j < hd; j++)
-            d += (double)r->q[h * hd + j] * r->k[(r->lo + i) * s->kv_stride + g * hd + j];
+            d += (double)r->q[h * hd + j] * g_kc[(r->lo + i) * s->kv_stride + g * hd + j];
         p[i] = d * s->scale;
         mx = p[i] > mx ? p[i] : mx;
     }
@@ -69,7 +71,7 @@ static void ref_attn(const cdx_attn_shape *s, const cdx_attn_row *r, int h, doub
     for (int j = 0; j < hd; j++) {
         double o = 0;
         for (int64_t i = 0; i < n; i++)
-            o += p[i] * r->v[(r->lo + i) * s->kv_stride + g * hd + j];
+            o += p[i] * g_vc[(r->lo + i) * s->kv_stride + g * hd + j];
         out[j] = o / sum;
     }
     free(p);
@@ -84,7 +86,7 @@ static void attention_matches_naive_softmax(void)
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     int tested = 0;
     for (int si = 0; si < 5; si++) {
-        cdx_attn_shape s = { shapes[si].nh, shapes[si].nkv, shapes[si].hd, 0, 0 };
+        cdx_attn_shape s = { shapes[si].nh, shapes[si].nkv, shapes[si].hd, 0, n_ctx, 0 };
         s.kv_stride = (int64_t)s.n_kv_head * s.head_dim + 3; /* padded rows */
         s.scale = 1.0f / sqrtf((float)s.head_dim);
         float *kc = malloc(sizeof(float) * n_ctx * s.kv_stride), *vc = malloc(sizeof(float) * n_ctx * s.kv_stride);
@@ -92,6 +94,23 @@ static void attention_matches_naive_softmax(void)
             kc[i] = frand() * 2;
             vc[i] = frand();
         }
+        g_kc = kc;
+        g_vc = vc;
+        /* the same cache paged: blocks of 16 positions copied to scattered places, in reverse */
+        enum { BS = 16, NB = (300 + BS - 1) / BS };
+        float *pk = malloc(sizeof(float) * NB * BS * s.kv_stride * 2), *pv = pk + NB * BS * s.kv_stride;
+        const float *ktab[NB], *vtab[NB];
+        for (int b = 0; b < NB; b++) {
+            const int slot = NB - 1 - b;
+            for (int64_t i = 0; i < BS * s.kv_stride; i++) {
+                const int64_t src = b * BS * s.kv_stride + i;
+                pk[slot * BS * s.kv_stride + i] = src < n_ctx * s.kv_stride ? kc[src] : NAN;
+                pv[slot * BS * s.kv_stride + i] = src < n_ctx * s.kv_stride ? vc[src] : NAN;
+            }
+            ktab[b] = pk + slot * BS * s.kv_stride;
+            vtab[b] = pv + slot * BS * s.kv_stride;
+        }
+        const float *kone[1] = { kc }, *vone[1] = { vc };
         enum { NR = 6 };
         const int64_t lo[NR] = { 0, 0, 0, 100, 250, 299 }, hi[NR] = { 0, 63, 64, 229, 299, 299 };
         float *q = malloc(sizeof(float) * NR * s.n_head * s.head_dim), *out = malloc(sizeof(float) * NR * s.n_head * s.head_dim);
@@ -100,8 +119,12 @@ static void attention_matches_naive_softmax(void)
         for (int i = 0; i < NR * s.n_head * s.head_dim; i++)
             q[i] = frand() * 2;
         for (int i = 0; i < NR; i++)
-            rows[i] = (cdx_attn_row){ q + (size_t)i * s.n_head * s.head_dim, kc, vc, lo[i], hi[i],
-                                      out + (size_t)i * s.n_head * s.head_dim };
+            rows[i] = (cdx_attn_row){ q + (size_t)i * s.n_head * s.head_dim, kone, vone, lo[i], hi[i],
+                                      out + (size_t)i * s.n_head * s.head_dim, 0 };
+        float *out_paged = malloc(sizeof(float) * NR * s.n_head * s.head_dim);
+        cdx_attn_row prow[NR];
+        for (int i = 0; i < NR; i++)
+            prow[i] = (cdx_attn_row){ rows[i].q, ktab, vtab, lo[i], hi[i], out_paged + (size_t)i * s.n_head * s.head_dim, 0 };
         for (int ii = 0; ii < 3; ii++) {
             const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
             if (!k) {
@@ -120,9 +143,16 @@ static void attention_matches_naive_softmax(void)
                             bad++;
                 }
             CHECKF(bad == 0, "%s heads %d/%d dim %d: %d values off", k_isas[ii], s.n_head, s.n_kv_head, s.head_dim, bad);
+            /* paged: the same float bits whatever the block placement */
+            cdx_attn_shape ps = s;
+            ps.block = BS;
+            REQUIRE(cdx_attn(k, pool, &ps, prow, NR, &e) == CDX_OK);
+            CHECKF(!memcmp(out, out_paged, sizeof(float) * NR * s.n_head * s.head_dim),
+                   "%s heads %d/%d dim %d: paged attention differs from contiguous", k_isas[ii], s.n_head,
+                   s.n_kv_head, s.head_dim);
             tested++;
         }
-        free(kc); free(vc); free(q); free(out); free(ref);
+        free(kc); free(vc); free(q); free(out); free(ref); free(pk); free(out_paged);
     }
     CHECK(tested >= 5);
     cdx_pool_destroy(pool);
@@ -132,13 +162,14 @@ static void attention_refuses_bad_shapes_and_rows(void)
 {
     cdx_err e = {0};
     float buf[64] = {0};
-    cdx_attn_row r = { buf, buf, buf, 0, 0, buf };
-    cdx_attn_shape s = { 6, 4, 8, 32, 1 };
+    const float *tab[1] = { buf };
+    cdx_attn_row r = { buf, tab, tab, 0, 0, buf, 0 };
+    cdx_attn_shape s = { 6, 4, 8, 32, 64, 1 };
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
     CHECK(strstr(e.msg, "6 heads, 4 KV heads") != NULL);
-    s = (cdx_attn_shape){ 2, 1, 1024, 2048, 1 };
+    s = (cdx_attn_shape){ 2, 1, 1024, 2048, 64, 1 };
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
-    s = (cdx_attn_shape){ 2, 1, 8, 8, 1 };
+    s = (cdx_attn_shape){ 2, 1, 8, 8, 64, 1 };
     r.lo = 3; r.hi = 2;
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
     CHECK(strstr(e.msg, "3..2") != NULL);
