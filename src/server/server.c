@@ -163,11 +163,12 @@ static bool client_gone(struct MHD_Connection *c)
     return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-/* Waits (mu held) until the queue has pieces past j->read or the job is done; cancels the job
- * when the client goes away or the server stops. Returns false when it was cancelled that way. */
-static bool job_wait(sv_job *j)
+/* Waits (mu held) until the queue has pieces past j->read (or, with all, until the job is done);
+ * cancels the job when the client goes away or the server stops. Returns false when it was
+ * cancelled that way. */
+static bool job_wait(sv_job *j, bool all)
 {
-    while (j->read == j->n && !j->done) {
+    while ((all || j->read == j->n) && !j->done) {
         if (atomic_load(&j->s->stopping) || client_gone(j->c)) {
             j->gone = true;
             cdx_engine_cancel(j->s->m.engine, j->id);
@@ -413,7 +414,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             continue;
         }
         pthread_mutex_lock(&j->mu);
-        if (!job_wait(j)) {
+        if (!job_wait(j, false)) {
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -703,9 +704,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
         return ret;
     }
     pthread_mutex_lock(&j->mu);
-    while (!j->done)
-        if (!job_wait(j))
-            break;
+    job_wait(j, true);
     bool gone = j->gone;
     pthread_mutex_unlock(&j->mu);
     if (gone)
