@@ -1,7 +1,7 @@
 # caldrix: a plain Makefile. `make` builds build/libcaldrix.a, build/libcaldrix.so and build/caldrix.
 # `make test` runs every test; `make SAN=1 test` the same under ASan+UBSan (in build-san/).
 CC      ?= cc
-PKGS    := libcurl libmicrohttpd libpcre2-8 libutf8proc jansson
+PKGS    := libcurl libcrypto libmicrohttpd libpcre2-8 libutf8proc jansson
 ifeq ($(SAN),1)
 BUILD   ?= build-san
 OPT     ?= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -87,6 +87,10 @@ CDX_API int cdx_hf_config_parse(const char *json, size_t len, const char *name, 
 CDX_API int cdx_hf_config_apply_generation(cdx_hf_config *c, const char *json, size_t len, const char *name, cdx_err *err);
 /* "LlamaForCausalLM" etc.; NULL out of range. */
 CDX_API const char *cdx_hf_arch_name(cdx_hf_arch a);
+/* The torch_dtype values caldrix imports (seed 000: bf16, f32 or f16), the one list the config
+ * reader and the hub's import rules both check against. NULL: false. */
+CDX_API bool cdx_hf_dtype_accepted(const char *torch_dtype);
+#define CDX_HF_DTYPES_ACCEPTED "bfloat16, float32 or float16"
 /* Whether id is one of the end-of-sequence ids. */
 CDX_API bool cdx_hf_config_is_eos(const cdx_hf_config *c, int64_t id);
 

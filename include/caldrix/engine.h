@@ -77,7 +77,7 @@ CDX_API int32_t cdx_argmax(const float *logits, int64_t n);
 /* ---- the engine ---- */
 
 #define CDX_KV_BLOCK 16     /* positions per KV block (seed 002's blockTokens) */
-#define CDX_MAX_TOP 20      /* the most top logprobs an event carries */
+#define CDX_MAX_TOP 20      /* OpenAI's limit on top_logprobs (the engine itself takes up to n_vocab) */
 
 typedef struct cdx_model cdx_model;
 typedef struct cdx_tok cdx_tok;
@@ -136,7 +136,7 @@ typedef struct cdx_request {
     bool ignore_eos;
     const char *const *stop;     /* stop strings (copied); never emitted */
     int n_stop;
-    int top_logprobs;            /* 0..CDX_MAX_TOP */
+    int top_logprobs;            /* 0..n_vocab */
     bool skip_special;           /* leave special tokens' text out of the text */
     cdx_event_fn on_event;       /* called on the engine thread, inside cdx_engine_step */
     void *user;

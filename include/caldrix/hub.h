@@ -131,9 +131,10 @@ CDX_API int cdx_hub_check_config(const char *json, size_t len, const char *name,
 CDX_API uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx);
 /* The context the estimate uses: ctx (0: CDX_HUB_DEFAULT_CTX) capped as above. */
 CDX_API uint32_t cdx_hub_ctx_for(const cdx_hub_config *c, uint32_t ctx);
-/* MemAvailable from /proc/meminfo in bytes, or CALDRIX_MEM_AVAILABLE (bytes, or with a K/M/G
- * suffix) when set. 0 when unknown. */
-CDX_API uint64_t cdx_hub_mem_available(void);
+/* *out: MemAvailable from /proc/meminfo in bytes (0 when unknown), or CALDRIX_MEM_AVAILABLE
+ * (bytes, or with a K/M/G suffix) when set. A malformed CALDRIX_MEM_AVAILABLE is CDX_EINVAL,
+ * naming the value; it is never ignored. */
+CDX_API int cdx_hub_mem_available(uint64_t *out, cdx_err *err);
 
 /* ---- resolving and downloading ---- */
 
@@ -145,6 +146,9 @@ typedef enum cdx_hub_event_kind {
     CDX_HUB_EV_PROGRESS = 4, /* file, done, total */
     CDX_HUB_EV_END = 5,      /* file, total: a file is complete in the cache */
     CDX_HUB_EV_KEPT = 6,     /* file: already in the cache, kept */
+    CDX_HUB_EV_CACHED = 7,   /* file: the reference; n_files, total: every file it needs was already complete
+                              * in the cache and nothing was downloaded. The files then get KEPT events and no
+                              * PLAN/FILE list (that list announces a download). */
 } cdx_hub_event_kind;
 
 typedef struct cdx_hub_event {
@@ -203,17 +207,19 @@ typedef struct cdx_hub_report {
 /* path: a .gguf file or a checkpoint directory. Reads headers only. */
 CDX_API int cdx_hub_inspect_path(const char *path, cdx_hub_report *out, cdx_err *err);
 
-/* ---- SHA-256 (FIPS 180-4), for Ollama's blob digests ---- */
+/* ---- SHA-256 (FIPS 180-4), over OpenSSL's EVP digests: Ollama's blob digests ---- */
 
+/* One digest in progress; not shared between threads. init allocates the EVP context and final
+ * frees it, so every init is followed by one final. init and final return 0, or CDX_ENOMEM when
+ * OpenSSL could not allocate or digest (final then writes 32 zero bytes); update after a failure
+ * does nothing. */
 typedef struct cdx_sha256 {
-    uint32_t h[8];
-    uint64_t n_bytes;
-    uint8_t buf[64];
-    uint32_t n_buf;
+    struct evp_md_ctx_st *ctx; /* OpenSSL's EVP_MD_CTX */
+    bool failed;
 } cdx_sha256;
-CDX_API void cdx_sha256_init(cdx_sha256 *s);
+CDX_API int cdx_sha256_init(cdx_sha256 *s);
 CDX_API void cdx_sha256_update(cdx_sha256 *s, const void *data, size_t n);
-CDX_API void cdx_sha256_final(cdx_sha256 *s, uint8_t out[32]);
+CDX_API int cdx_sha256_final(cdx_sha256 *s, uint8_t out[32]);
 /* Hex digest (65 bytes with the NUL) of a whole file. */
 CDX_API int cdx_sha256_file(const char *path, char hex[65], cdx_err *err);
 

@@ -8,7 +8,8 @@
 //     --vocab-only, loaded by llama.cpp (vocabOnly), every text of texts.jsonl tokenized with
 //     parse_special and no BOS; the script says how many equal the transformers goldens
 //     (golden.jsonl, add_special_tokens false).
-// The sha256 of each file is recorded; tests/cli/test_convert.sh checks it before comparing.
+// The sha256 of each file (caldrix's own output) is recorded as a regression pin; tests/cli/test_convert.sh
+// checks it before comparing. It is not a check against llama.cpp's converter.
 //
 //   node scripts/goldens/llamacpp-convert.mjs --nlc DIR [--caldrix build/caldrix]
 //

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Makes tests/golden/stories260K-quant.json: llama.cpp's greedy tokens for stories260K quantized by
-// `caldrix quantize` to Q8_0, Q4_0, Q4_K_M and Q6_K (caldrix's quantizers equal ggml's reference
-// ones byte for byte, so these are the files llama.cpp's own quantizer would write; the sha256 of
-// each file is recorded and the test checks it before comparing tokens).
+// `caldrix quantize` to Q8_0, Q4_0, Q4_K_M and Q6_K. The sha256 of each file (caldrix's own output)
+// is recorded as a regression pin, and the test checks it before comparing tokens. No llama.cpp
+// quantizer runs here, so the pin does not show that llama.cpp would write the same file (the
+// per-type blocks are checked against ggml's in ../shared/fixtures/quant; the tensor type mix is not).
 //
 //   node scripts/goldens/llamacpp-quant.mjs --nlc DIR [--caldrix build/caldrix]
 //

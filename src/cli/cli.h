@@ -29,6 +29,11 @@ int cmd_synth(int argc, char **argv);
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
 
+/* Before any work: OUT must not be IN (the same inode: the path, a hard link, a symlink), nor any
+ * file of IN when IN is a checkpoint folder, and OUT's folder must exist and take a new file.
+ * 0, or 2 after saying why on stderr as "caldrix CMD: ...". */
+int cli_check_output(const char *cmd, const char *in, const char *out);
+
 /* The stories260K model linked into the binary (see Makefile). */
 extern const unsigned char cdx_embedded_model[];
 extern const unsigned char cdx_embedded_model_end[];

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void cli_fmt_bytes(uint64_t n, char *buf, size_t cap)
@@ -45,6 +46,7 @@ static void on_event(const cdx_hub_event *ev, void *user)
         fprintf(stderr, "caldrix: %s\n", ev->text);
         break;
     case CDX_HUB_EV_PLAN:
+        ui->planned = true;
         if (ui->quiet)
             break;
         cli_fmt_bytes(ev->total, sz, sizeof sz);
@@ -91,8 +93,16 @@ static void on_event(const cdx_hub_event *ev, void *user)
             fprintf(stderr, "  done %s\n", ev->file);
         break;
     case CDX_HUB_EV_KEPT:
-        if (!ui->quiet)
+        /* only within a download's file list; a model complete in the cache gets one line (CACHED) */
+        if (!ui->quiet && ui->planned)
             fprintf(stderr, "  kept %s (already in the cache)\n", ev->file);
+        break;
+    case CDX_HUB_EV_CACHED:
+        if (ui->quiet)
+            break;
+        cli_fmt_bytes(ev->total, sz, sizeof sz);
+        fprintf(stderr, "caldrix: %s is complete in the cache (%u file%s, %s); nothing downloaded\n", ev->file,
+                ev->n_files, ev->n_files == 1 ? "" : "s", sz);
         break;
     }
 }
@@ -100,9 +110,29 @@ static void on_event(const cdx_hub_event *ev, void *user)
 void cli_hub_opts_init(cdx_hub_opts *o, cli_hub_ui *ui, bool quiet)
 {
     memset(o, 0, sizeof *o);
+    memset(ui, 0, sizeof *ui);
     ui->tty = isatty(2);
     ui->quiet = quiet;
     o->on_event = on_event;
     o->user = ui;
 }
 
+
+int cli_resolve_model(const char *model, bool quiet, const char **path, char **out)
+{
+    *out = NULL;
+    *path = model;
+    struct stat st;
+    if (stat(model, &st) == 0)
+        return 0;
+    cli_hub_ui ui;
+    cdx_hub_opts ho;
+    cdx_err err = {0};
+    cli_hub_opts_init(&ho, &ui, quiet);
+    if (cdx_hub_resolve(model, &ho, out, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    *path = *out;
+    return 0;
+}

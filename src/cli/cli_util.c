@@ -1,10 +1,14 @@
-/* Option parsing helpers shared by the subcommands. */
+/* Option parsing and output-path checks shared by the subcommands. */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 {
@@ -29,5 +33,74 @@ int cli_parse_float(const char *opt, const char *s, double lo, double hi, double
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+/* ---- output paths ---- */
+
+static int same_file(const struct stat *a, const char *path)
+{
+    struct stat b;
+    return stat(path, &b) == 0 && S_ISREG(b.st_mode) && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+int cli_check_output(const char *cmd, const char *in, const char *out)
+{
+    struct stat so, si;
+    bool exists = stat(out, &so) == 0;
+    if (exists && S_ISDIR(so.st_mode)) {
+        fprintf(stderr, "caldrix %s: OUT %s is a directory; give the output file's path\n", cmd, out);
+        return 2;
+    }
+    /* the same inode: the path itself, a hard link or a symlink to the input */
+    if (exists && stat(in, &si) == 0) {
+        if (S_ISREG(si.st_mode) && same_file(&so, in)) {
+            fprintf(stderr, "caldrix %s: OUT %s is the input %s (the same file); write the output elsewhere\n", cmd,
+                    out, in);
+            return 2;
+        }
+        if (S_ISDIR(si.st_mode)) {
+            DIR *d = opendir(in);
+            struct dirent *e;
+            while (d && (e = readdir(d))) {
+                char p[4200];
+                snprintf(p, sizeof p, "%s/%s", in, e->d_name);
+                if (same_file(&so, p)) {
+                    fprintf(stderr, "caldrix %s: OUT %s is %s, a file of the input checkpoint; write the output "
+                            "elsewhere\n", cmd, out, p);
+                    closedir(d);
+                    return 2;
+                }
+            }
+            if (d)
+                closedir(d);
+        }
+    }
+    /* the folder the output (and its OUT.tmp) goes into must exist and take a new file */
+    const char *slash = strrchr(out, '/');
+    char dir[4200];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == out)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out);
+    struct stat sd;
+    if (stat(dir, &sd) != 0 || !S_ISDIR(sd.st_mode)) {
+        fprintf(stderr, "caldrix %s: OUT %s: the folder %s does not exist%s; create it first\n", cmd, out, dir,
+                stat(dir, &sd) == 0 ? " (it is not a folder)" : "");
+        return 2;
+    }
+    /* a probe file, not access(2): it also catches read-only mounts, and root's writes to them */
+    char probe[4300];
+    snprintf(probe, sizeof probe, "%s/.caldrix-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        fprintf(stderr, "caldrix %s: OUT %s: cannot create a file in the folder %s (%s)\n", cmd, out, dir,
+                strerror(errno));
+        return 2;
+    }
+    close(fd);
+    unlink(probe);
     return 0;
 }

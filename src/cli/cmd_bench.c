@@ -2,10 +2,10 @@
  *
  *   caldrix bench model.gguf -t 2 -p 128 -n 64 --json
  *
- * Prefill feeds the prompt (synthetic ids) as one batch; decode then feeds -n tokens one at a time,
- * each the argmax of the previous logits, as greedy generation does. After a short warm-up (which
- * also pages the weights in), each of -r runs starts from an empty KV cache; the figures are the
- * median over the runs (the best run is reported too). Weight bytes per token are those a decode
+ * Through the engine, as run and serve use it: prefill runs the prompt (synthetic ids) as one batch;
+ * decode then computes -n tokens one at a time, each the argmax of the previous logits. After a short
+ * warm-up (which also pages the weights in), each of -r runs uses prompts the prefix cache has not
+ * seen; the figures are the median over the runs (the best run is reported too). Weight bytes per token are those a decode
  * step reads (every matrix once, one embedding row aside), so bytes x decode tok/s is the
  * bandwidth the decode loop drew from memory.
  */
@@ -42,12 +42,16 @@ static double median(double *v, int n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
-               "                     [--isa NAME] [--mem-bw GB/s] [--json]\n\n"
+               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--mem-bw GB/s] [--json]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
-               "and a decode of GEN_TOKENS tokens one at a time (default 64); prints the median of RUNS\n"
-               "runs (default 3) after a warm-up. THREADS defaults to the number of CPUs; --isa forces a\n"
-               "kernel set (avx512, avx2, scalar). --mem-bw adds the decode ceiling: the memory bandwidth\n"
-               "divided by the weight bytes one decoded token reads.\n");
+               "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
+               "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
+               "the cache has not seen. THREADS defaults to the number of CPUs; --isa forces a kernel set\n"
+               "(avx512, avx2, scalar; avx512-gemm: faster prefill, not batch invariant). --mem-bw adds the\n"
+               "decode ceiling: the memory bandwidth divided by the weight bytes one decoded token reads.\n"
+               "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
+               "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"
+               "16 tokens are in the prefix cache, against one that is not.\n");
 }
 
 /* Synthetic prompt ids: spread over the vocabulary, deterministic, never the first 3 (specials). */
@@ -61,50 +65,71 @@ static void synth_ids(int32_t *ids, int64_t n, int64_t n_vocab)
 }
 
 #define N_KEEP 16 /* greedy tokens kept from the last run, to compare engines on the same file */
+#define MAX_PAR 64
 
+/* One request's timeline, from its events. */
 typedef struct {
-    cdx_forward_ctx *fc;
-    cdx_kv *kv;
-    float *logits;
-    int64_t n_vocab;
+    double t_submit, t_first, t_end;
+    int64_t n_gen, n_cached;
     int32_t kept[N_KEEP];
     int n_kept;
-} bench_state;
+    bool failed;
+} bench_req;
 
-/* One prefill of n_prompt ids, then n_gen single-token steps; times in seconds. */
-static int bench_once(bench_state *b, const int32_t *ids, int64_t n_prompt, int64_t n_gen, double *t_prefill,
-                      double *t_decode, cdx_err *err)
+static void on_event(const cdx_event *ev)
 {
-    cdx_kv *kvp = b->kv;
-    b->kv->n_past = 0;
-    cdx_batch pb = { .n = n_prompt, .tokens = ids };
-    double t0 = now_s();
-    int rc = cdx_forward(b->fc, &kvp, 1, &pb, b->logits, err);
-    if (rc)
-        return rc;
-    double t1 = now_s();
-    b->n_kept = 0;
-    for (int64_t i = 0; i < n_gen; i++) {
-        int32_t tok = cdx_argmax(b->logits, b->n_vocab);
-        if (b->n_kept < N_KEEP)
-            b->kept[b->n_kept++] = tok;
-        cdx_batch db = { .n = 1, .tokens = &tok };
-        rc = cdx_forward(b->fc, &kvp, 1, &db, b->logits, err);
+    bench_req *r = ev->user;
+    if (ev->finish != CDX_FINISH_NONE) {
+        r->t_end = now_s();
+        r->failed = ev->finish == CDX_FINISH_ERROR || ev->finish == CDX_FINISH_CANCELLED;
+        r->n_cached = ev->n_cached;
+        return;
+    }
+    if (ev->index == 0)
+        r->t_first = now_s();
+    if (r->n_kept < N_KEEP)
+        r->kept[r->n_kept++] = ev->token;
+    r->n_gen++;
+}
+
+/* Submits n requests (prompts[i] of n_prompt ids each, greedy, max_tokens each) at once and runs
+ * the engine until they all end. */
+static int bench_batch(cdx_engine *e, int32_t *const *prompts, int n, int64_t n_prompt, int64_t max_tokens,
+                       bench_req *rs, cdx_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        cdx_request r = cdx_request_defaults();
+        r.prompt = prompts[i];
+        r.n_prompt = n_prompt;
+        r.max_tokens = max_tokens;
+        r.ignore_eos = true;
+        r.sampling.temp = 0;
+        r.on_event = on_event;
+        r.user = &rs[i];
+        memset(&rs[i], 0, sizeof rs[i]);
+        rs[i].t_submit = now_s();
+        int rc = cdx_engine_submit(e, &r, NULL, err);
         if (rc)
             return rc;
     }
-    double t2 = now_s();
-    *t_prefill = t1 - t0;
-    *t_decode = t2 - t1;
-    return 0;
+    while (cdx_engine_busy(e)) {
+        int rc = cdx_engine_step(e, err);
+        if (rc)
+            return rc;
+    }
+    for (int i = 0; i < n; i++)
+        if (rs[i].failed || rs[i].n_gen != max_tokens)
+            return cdx_err_set(err, CDX_EINVAL, "request %d ended after %lld of %lld tokens", i, (long long)rs[i].n_gen,
+                               (long long)max_tokens);
+    return CDX_OK;
 }
 
 int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL, *isa = NULL;
-    long threads = 0, n_prompt = 128, n_gen = 64, runs = 3;
+    long threads = 0, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1;
     double mem_bw = 0;
-    bool json = false;
+    bool json = false, prefix_hit = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -125,6 +150,11 @@ int cmd_bench(int argc, char **argv)
         } else if ((!strcmp(a, "-r") || !strcmp(a, "--runs")) && has) {
             if (cli_parse_int(a, argv[++i], 1, 100, &runs))
                 return 2;
+        } else if (!strcmp(a, "--parallel") && has) {
+            if (cli_parse_int(a, argv[++i], 1, MAX_PAR, &parallel))
+                return 2;
+        } else if (!strcmp(a, "--prefix-hit")) {
+            prefix_hit = true;
         } else if (!strcmp(a, "--isa") && has) {
             isa = argv[++i];
         } else if (!strcmp(a, "--mem-bw") && has) {
@@ -148,58 +178,105 @@ int cmd_bench(int argc, char **argv)
     }
     const cdx_kernels *kern = cdx_kernels_best();
     if (isa && !(kern = cdx_kernels_by_isa(isa))) {
-        fprintf(stderr, "caldrix bench: --isa: \"%s\" is not a kernel set this CPU runs (avx512, avx2, scalar)\n", isa);
+        fprintf(stderr, "caldrix bench: --isa: \"%s\" is not a kernel set this CPU runs (avx512, avx512-gemm, avx2, scalar)\n", isa);
         return 2;
     }
     if (threads == 0)
         threads = cdx_cpu_count();
 
+    if (prefix_hit && n_prompt < 2 * CDX_KV_BLOCK + 1) {
+        fprintf(stderr, "caldrix bench: --prefix-hit needs -p of at least %d tokens\n", 2 * CDX_KV_BLOCK + 1);
+        return 2;
+    }
     cdx_err err = {0};
     cdx_model *m = NULL;
-    cdx_forward_ctx *fc = NULL;
-    cdx_kv kv = {0};
-    int32_t *ids = NULL;
-    float *logits = NULL;
-    double *tp = NULL, *td = NULL;
+    cdx_engine *eng = NULL;
+    int32_t *ids = NULL, *prompts[MAX_PAR];
+    double *tp = NULL, *td = NULL, *ta = NULL, *ts = NULL, *tcold = NULL, *thot = NULL;
+    bench_req rs[MAX_PAR];
+    int64_t hit_cached = 0;
     int rc = 1;
 
     double t0 = now_s();
-    if (cdx_model_open(path, NULL, &m, &err) < 0 ||
-        cdx_forward_ctx_create(m, n_prompt, (int)threads, kern, &fc, &err) < 0 ||
-        cdx_kv_init(&kv, cdx_model_hparams(m), n_prompt + (n_gen > 2 ? n_gen : 2), &err) < 0) { /* 2: the warm-up */
+    if (cdx_model_open(path, NULL, &m, &err) < 0) {
+        fprintf(stderr, "caldrix bench: %s\n", err.msg);
+        goto done;
+    }
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    cdx_engine_opts eo = cdx_engine_defaults();
+    eo.n_threads = (int)threads;
+    eo.kernels = kern;
+    eo.max_batch = (int)parallel;
+    eo.n_ctx = n_prompt + n_gen + 1 + 2; /* 2: the warm-up */
+    eo.token_budget = n_prompt * parallel; /* every prompt in one batch */
+    if (cdx_engine_create(m, NULL, &eo, &eng, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
     }
     double load_ms = (now_s() - t0) * 1e3;
-    const cdx_hparams *hp = cdx_model_hparams(m);
-    ids = malloc((size_t)n_prompt * sizeof *ids);
-    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    ids = malloc((size_t)n_prompt * (size_t)parallel * sizeof *ids);
     tp = calloc((size_t)runs, sizeof *tp);
     td = calloc((size_t)runs, sizeof *td);
-    if (!ids || !logits || !tp || !td) {
+    ta = calloc((size_t)runs, sizeof *ta);
+    ts = calloc((size_t)runs, sizeof *ts);
+    tcold = calloc((size_t)runs, sizeof *tcold);
+    thot = calloc((size_t)runs, sizeof *thot);
+    if (!ids || !tp || !td || !ta || !ts || !tcold || !thot) {
         fprintf(stderr, "caldrix bench: out of memory\n");
         goto done;
     }
-    synth_ids(ids, n_prompt, hp->n_vocab);
-    bench_state b = { .fc = fc, .kv = &kv, .logits = logits, .n_vocab = hp->n_vocab };
+    for (long i = 0; i < parallel; i++)
+        prompts[i] = ids + (size_t)i * (size_t)n_prompt;
+    /* every batch gets prompts the cache has not seen: the first token differs */
+    uint64_t salt = 0;
+#define FRESH_PROMPTS()                                                                         \
+    do {                                                                                        \
+        synth_ids(ids, n_prompt * parallel, hp->n_vocab);                                       \
+        for (long i_ = 0; i_ < parallel; i_++)                                                   \
+            prompts[i_][0] = (int32_t)(3 + (salt++ * 7919u) % (uint64_t)(hp->n_vocab > 4 ? hp->n_vocab - 3 : 1)); \
+    } while (0)
 
     /* warm-up: pages every weight in and wakes the pool; not timed */
-    double w0, w1;
-    if (bench_once(&b, ids, n_prompt < 16 ? n_prompt : 16, 2, &w0, &w1, &err) < 0) {
+    FRESH_PROMPTS();
+    if (bench_batch(eng, prompts, 1, n_prompt < 16 ? n_prompt : 16, 2, rs, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s: %s\n", path, err.msg);
         goto done;
     }
     double best_p = 0, best_d = 0;
     for (long r = 0; r < runs; r++) {
-        double sp, sd;
-        if (bench_once(&b, ids, n_prompt, n_gen, &sp, &sd, &err) < 0) {
+        FRESH_PROMPTS();
+        /* n_gen decode steps after the prefill: the first token comes from the prefill's logits */
+        if (bench_batch(eng, prompts, (int)parallel, n_prompt, n_gen + 1, rs, &err) < 0) {
             fprintf(stderr, "caldrix bench: %s: %s\n", path, err.msg);
             goto done;
         }
-        tp[r] = (double)n_prompt / sp;
-        td[r] = (double)n_gen / sd;
+        double first_all = 0, end_all = 0, submit = rs[0].t_submit, streams[MAX_PAR];
+        for (long i = 0; i < parallel; i++) {
+            first_all = rs[i].t_first > first_all ? rs[i].t_first : first_all;
+            end_all = rs[i].t_end > end_all ? rs[i].t_end : end_all;
+            streams[i] = (double)n_gen / (rs[i].t_end - rs[i].t_first);
+        }
+        tp[r] = (double)(n_prompt * parallel) / (first_all - submit);
+        td[r] = (double)n_gen / (rs[0].t_end - rs[0].t_first);
+        ta[r] = (double)(n_gen * parallel) / (end_all - first_all);
+        ts[r] = median(streams, (int)parallel);
         best_p = tp[r] > best_p ? tp[r] : best_p;
         best_d = td[r] > best_d ? td[r] : best_d;
+        if (prefix_hit) {
+            /* cold: a prompt nobody has seen; cached: all but its last 16 tokens seen before */
+            FRESH_PROMPTS();
+            bench_req hot, cold;
+            if (bench_batch(eng, prompts, 1, n_prompt, 1, &cold, &err) < 0)
+                goto fail;
+            int32_t *p = prompts[0];
+            for (long i = n_prompt - CDX_KV_BLOCK; i < n_prompt; i++)
+                p[i] = (int32_t)(3 + ((uint64_t)p[i] * 31 + 17) % (uint64_t)(hp->n_vocab > 4 ? hp->n_vocab - 3 : 1));
+            if (bench_batch(eng, prompts, 1, n_prompt, 1, &hot, &err) < 0)
+                goto fail;
+            tcold[r] = (cold.t_first - cold.t_submit) * 1e3;
+            thot[r] = (hot.t_first - hot.t_submit) * 1e3;
+            hit_cached = hot.n_cached;
+        }
     }
     json_t *runs_p = json_array(), *runs_d = json_array();
     for (long r = 0; r < runs; r++) {
@@ -228,8 +305,16 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "prefill_tok_s_runs", runs_p);
         json_object_set_new(o, "decode_tok_s_runs", runs_d);
         json_t *kept = json_array();
-        for (int i = 0; i < b.n_kept; i++)
-            json_array_append_new(kept, json_integer(b.kept[i]));
+        for (int i = 0; i < rs[0].n_kept; i++)
+            json_array_append_new(kept, json_integer(rs[0].kept[i]));
+        json_object_set_new(o, "parallel", json_integer(parallel));
+        json_object_set_new(o, "aggregate_decode_tok_s", json_real(median(ta, (int)runs)));
+        json_object_set_new(o, "stream_decode_tok_s", json_real(median(ts, (int)runs)));
+        if (prefix_hit) {
+            json_object_set_new(o, "ttft_ms_cold", json_real(median(tcold, (int)runs)));
+            json_object_set_new(o, "ttft_ms_cached", json_real(median(thot, (int)runs)));
+            json_object_set_new(o, "prefix_cached_tokens", json_integer(hit_cached));
+        }
         json_object_set_new(o, "greedy_tokens", kept);
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)wbytes));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
@@ -258,15 +343,26 @@ int cmd_bench(int argc, char **argv)
         if (mem_bw > 0)
             printf("ceiling  %.2f tok/s at %.2f GB/s: decode is at %.0f %% of it\n", mem_bw * 1e9 / (double)wbytes,
                    mem_bw, 100.0 * bw / mem_bw);
+        if (parallel > 1)
+            printf("parallel %ld streams: %.2f tok/s in all, %.2f tok/s per stream (medians)\n", parallel,
+                   median(ta, (int)runs), median(ts, (int)runs));
+        if (prefix_hit)
+            printf("prefix   first token after %.1f ms cold, %.1f ms with %lld of %ld prompt tokens cached\n",
+                   median(tcold, (int)runs), median(thot, (int)runs), (long long)hit_cached, n_prompt);
     }
     rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "caldrix bench: %s: %s\n", path, err.msg);
 done:
     free(tp);
     free(td);
+    free(ta);
+    free(ts);
+    free(tcold);
+    free(thot);
     free(ids);
-    free(logits);
-    cdx_kv_free(&kv);
-    cdx_forward_ctx_free(fc);
+    cdx_engine_free(eng);
     cdx_model_close(m);
     return rc;
 }

@@ -19,7 +19,9 @@ static const char k_convert_usage[] =
     "  --name N   general.name (default: the directory's name)\n"
     "  --vocab-only  write only general.architecture, general.name and the tokenizer keys (no\n"
     "             config.json or weights needed; the vocabulary is the tokenizer's own size)\n"
-    "Without tokenizer files a placeholder vocabulary sized to the model is written.\n";
+    "Without tokenizer files a placeholder vocabulary sized to the model is written.\n"
+    "OUT must not be a file of HFDIR (nor a hard link to one), and OUT's folder must exist and be\n"
+    "writable: otherwise caldrix convert refuses before any work (exit 2).\n";
 
 /* llama.cpp's fingerprint of a BPE tokenizer: sha256 of Python's str() of encode(chktxt) with
  * add_special_tokens. The BOS/EOS the tokenizer adds are placed around an add_special=false
@@ -45,7 +47,12 @@ static int pre_hash(const cdx_tok *tok, char hex[65])
     if (cdx_tok_add_eos(tok) && cdx_tok_eos(tok) >= 0)
         ids[n++] = cdx_tok_eos(tok);
     cdx_sha256 s;
-    cdx_sha256_init(&s);
+    if (cdx_sha256_init(&s) < 0) {
+        uint8_t d[32];
+        cdx_sha256_final(&s, d);
+        free(ids);
+        return -1;
+    }
     cdx_sha256_update(&s, "[", 1);
     for (size_t i = 0; i < n; i++) {
         char b[24];
@@ -54,7 +61,10 @@ static int pre_hash(const cdx_tok *tok, char hex[65])
     }
     cdx_sha256_update(&s, "]", 1);
     uint8_t d[32];
-    cdx_sha256_final(&s, d);
+    if (cdx_sha256_final(&s, d) < 0) {
+        free(ids);
+        return -1;
+    }
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
     free(ids);
@@ -107,6 +117,9 @@ int cmd_convert(int argc, char **argv)
         fprintf(stderr, "caldrix convert: %s is not a checkpoint directory\n", dir);
         return 1;
     }
+    int crc = cli_check_output("convert", dir, out);
+    if (crc)
+        return crc;
     int type = -1;
     if (type_name) {
         static const char *const k_ok[] = { "F32", "F16", "BF16", "Q8_0" };

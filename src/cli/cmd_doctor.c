@@ -61,7 +61,13 @@ int cmd_doctor(int argc, char **argv)
     cli_fmt_bytes(total, a, sizeof a);
     cli_fmt_bytes(avail, b, sizeof b);
     printf("\nmemory: %s available of %s\n", b, a);
-    uint64_t adm = cdx_hub_mem_available();
+    uint64_t adm;
+    err = (cdx_err){0};
+    if (cdx_hub_mem_available(&adm, &err) < 0) {
+        fprintf(stderr, "caldrix doctor: %s\n", err.msg);
+        cdx_hub_env_free(&env);
+        return 2;
+    }
     if (adm != avail) {
         cli_fmt_bytes(adm, a, sizeof a);
         printf("  admission uses %s (CALDRIX_MEM_AVAILABLE)\n", a);

@@ -1,26 +1,37 @@
-/* caldrix models supported|info|search|rules: offline, from the tables compiled in and the caches. */
+/* caldrix models supported|info|search|rules|list|rm: offline, from the tables compiled in and the caches. */
 #include "cli.h"
 #include "cli_hub.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix models supported [--all] [--json]\n"
                "       caldrix models info REF [--json]\n"
                "       caldrix models search TEXT... [--json]\n"
-               "       caldrix models rules [--json]\n\n"
+               "       caldrix models rules [--json]\n"
+               "       caldrix models list [--json]\n"
+               "       caldrix models rm REF\n\n"
                "supported  the aliases, each a Hugging Face repo at a pinned revision (--all: and the accepted\n"
                "           architectures)\n"
                "info       an alias or repo: its pin, and what the cache holds (refs, snapshots, completeness)\n"
                "search     aliases and cached models whose names contain every TEXT (case-insensitive)\n"
                "rules      what the import refuses, one rule per line (the table the checks read)\n"
+               "list       every model in the caches (Hugging Face repos and Ollama tags): its size on disk, whether\n"
+               "           it is complete, and whether caldrix can run it (and why not)\n"
+               "rm         removes a cached model: a repo's whole models--OWNER--NAME folder (every revision), or an\n"
+               "           Ollama tag's manifest and the blobs no other cached tag uses. REF not in the cache:\n"
+               "           exit 1, nothing removed\n"
                "All offline: nothing here touches the network.\n");
 }
 
@@ -398,6 +409,278 @@ static int cmd_search(int argc, char **argv)
     return 0;
 }
 
+/* ---- list and rm ---- */
+
+/* One cached model's row. runs: complete, passes the import rules and inspect finds nothing missing. */
+static json_t *list_row(const char *ref, const char *where, const char *path, uint64_t bytes, bool complete,
+                        const char *problem)
+{
+    char why[1200] = "";
+    bool runs = false;
+    if (complete) {
+        cdx_hub_report *r = calloc(1, sizeof *r);
+        cdx_err e = { 0 };
+        if (!r)
+            snprintf(why, sizeof why, "out of memory");
+        else if (cdx_hub_inspect_path(path, r, &e) < 0)
+            snprintf(why, sizeof why, "%s", e.msg);
+        else if (r->refusal[0])
+            snprintf(why, sizeof why, "%s", r->refusal);
+        else if (strcmp(r->missing_required_tensors, "none"))
+            snprintf(why, sizeof why, "missing tensors: %s", r->missing_required_tensors);
+        else
+            runs = true;
+        free(r);
+    } else {
+        snprintf(why, sizeof why, "%s", problem ? problem : "not complete in the cache");
+    }
+    json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:b,s:b}", "ref", ref, "where", where, "path", path, "bytes",
+                          (json_int_t)bytes, "complete", complete, "runs", runs);
+    json_object_set_new(o, "problem", runs ? json_null() : json_string(why));
+    return o;
+}
+
+static void list_ollama(const char *dir, const char *rel, int depth, json_t *out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[4600], r[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        snprintf(r, sizeof r, "%s%s%s", rel, rel[0] ? (depth == 3 ? ":" : "/") : "", e->d_name);
+        if (depth < 3) {
+            list_ollama(p, depth == 0 ? "" : r, depth + 1, out);
+            continue;
+        }
+        char name[1300];
+        snprintf(name, sizeof name, "ollama:%s", !strncmp(r, "library/", 8) ? r + 8 : r);
+        cdx_err err = { 0 };
+        cdx_hub_opts o = { .cache_only = true };
+        char *path = NULL;
+        bool complete = cdx_hub_resolve(name, &o, &path, &err) == 0;
+        struct stat st;
+        uint64_t bytes = path && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        json_array_append_new(out, list_row(name, "caldrix cache", path ? path : p, bytes, complete, err.msg));
+        free(path);
+    }
+    closedir(d);
+}
+
+static int cmd_list(int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else { fprintf(stderr, "caldrix models list: unexpected argument \"%s\" (caldrix models --help)\n", argv[i]); return 2; }
+    }
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    json_t *out = json_array();
+    DIR *d = opendir(env.hf_cache);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *s = e->d_name + 8, *sep = strncmp(e->d_name, "models--", 8) ? NULL : strstr(s, "--");
+        if (!sep)
+            continue;
+        char repo[600], rd[4600], p[4700];
+        snprintf(repo, sizeof repo, "%.*s/%s", (int)(sep - s), s, sep + 2);
+        snprintf(rd, sizeof rd, "%s/%s", env.hf_cache, e->d_name);
+        snprintf(p, sizeof p, "%s/blobs", rd);
+        uint64_t bytes = dir_bytes(p); /* the snapshots are links into blobs/ */
+        /* the snapshot main points to, else the newest complete one, else any */
+        char commit[41] = "";
+        cdx_err e2 = { 0 };
+        char snap[4900] = "";
+        if (cdx_hub_cache_commit(env.hf_cache, repo, "main", commit, &e2) == 0 && commit[0])
+            snprintf(snap, sizeof snap, "%.4600s/snapshots/%.40s", rd, commit);
+        snprintf(p, sizeof p, "%s/snapshots", rd);
+        DIR *sd = opendir(p);
+        struct dirent *se;
+        bool complete = false;
+        char problem[1024] = "no snapshot";
+        if (snap[0] && cdx_hub_check_dir(snap, false, NULL, &e2) == 0)
+            complete = true;
+        while (!complete && sd && (se = readdir(sd))) {
+            if (se->d_name[0] == '.')
+                continue;
+            snprintf(snap, sizeof snap, "%.4700s/%.190s", p, se->d_name);
+            memset(&e2, 0, sizeof e2);
+            complete = cdx_hub_check_dir(snap, false, NULL, &e2) == 0;
+            if (!complete)
+                snprintf(problem, sizeof problem, "%s", e2.msg);
+        }
+        if (sd)
+            closedir(sd);
+        json_array_append_new(out, list_row(repo, "hugging face cache", snap[0] ? snap : rd, bytes, complete, problem));
+    }
+    if (d)
+        closedir(d);
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/ollama/manifests", env.caldrix_cache);
+    list_ollama(mp, "", 0, out);
+    cdx_hub_env_free(&env);
+    if (json) {
+        print_json(out);
+        return 0;
+    }
+    if (!json_array_size(out))
+        printf("the caches hold no model (caldrix pull REF downloads one)\n");
+    else
+        printf("%-40s %10s  %s\n", "MODEL", "SIZE", "RUNS");
+    for (size_t i = 0; i < json_array_size(out); i++) {
+        json_t *m = json_array_get(out, i);
+        char b[32];
+        cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(m, "bytes")), b, sizeof b);
+        bool runs = json_is_true(json_object_get(m, "runs"));
+        printf("%-40s %10s  %s%s%s\n", json_string_value(json_object_get(m, "ref")), b,
+               runs ? "yes" : json_is_true(json_object_get(m, "complete")) ? "no: " : "no (incomplete): ",
+               runs ? "" : json_string_value(json_object_get(m, "problem")), "");
+    }
+    json_decref(out);
+    return 0;
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)f;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static int rm_tree(const char *dir) { return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* The blobs the links under dir point to (realpaths), appended to out. */
+static void linked_blobs(const char *dir, json_t *out)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[4600], real[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            linked_blobs(p, out);
+        else if (S_ISLNK(st.st_mode) && realpath(p, real))
+            json_array_append_new(out, json_string(real));
+    }
+    if (d)
+        closedir(d);
+}
+
+static int rm_ollama(const cdx_hub_ref *r, const char *ref)
+{
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    /* where hub_resolve_ollama puts a tag: the registry host with ':' as '_' */
+    const char *h = strstr(env.ollama_registry, "://");
+    h = h ? h + 3 : env.ollama_registry;
+    char host[256];
+    snprintf(host, sizeof host, "%.*s", (int)strcspn(h, "/"), h);
+    for (char *c = host; *c; c++)
+        if (*c == ':')
+            *c = '_';
+    char mpath[4600], mdir[4600], models[4400];
+    snprintf(mpath, sizeof mpath, "%s/ollama/manifests/%s/%s/%s/%s", env.caldrix_cache, host, r->ns, r->name, r->tag);
+    snprintf(mdir, sizeof mdir, "%s/ollama/models/%s/%s/%s/%s", env.caldrix_cache, host, r->ns, r->name, r->tag);
+    snprintf(models, sizeof models, "%s/ollama/models", env.caldrix_cache);
+    struct stat st;
+    if (stat(mpath, &st) != 0 && lstat(mdir, &st) != 0) {
+        fprintf(stderr, "caldrix models rm: %s is not in the cache (no %s); nothing removed\n", ref, mpath);
+        cdx_hub_env_free(&env);
+        return 1;
+    }
+    json_t *mine = json_array(), *others = json_array();
+    linked_blobs(mdir, mine);
+    int bad = (stat(mpath, &st) == 0 && unlink(mpath) != 0) || (lstat(mdir, &st) == 0 && rm_tree(mdir) != 0);
+    linked_blobs(models, others);
+    uint64_t freed = 0;
+    for (size_t i = 0; i < json_array_size(mine); i++) {
+        const char *b = json_string_value(json_array_get(mine, i));
+        bool shared = false;
+        for (size_t k = 0; k < json_array_size(others) && !shared; k++)
+            shared = !strcmp(b, json_string_value(json_array_get(others, k)));
+        if (!shared && stat(b, &st) == 0) {
+            freed += (uint64_t)st.st_size;
+            bad |= unlink(b) != 0;
+        }
+    }
+    json_decref(mine);
+    json_decref(others);
+    char sz[32];
+    cli_fmt_bytes(freed, sz, sizeof sz);
+    if (bad)
+        fprintf(stderr, "caldrix models rm: %s: could not remove every file (%s)\n", ref, strerror(errno));
+    else
+        printf("removed %s (%s freed)\n", ref, sz);
+    cdx_hub_env_free(&env);
+    return bad ? 1 : 0;
+}
+
+static int cmd_rm(int argc, char **argv)
+{
+    if (argc != 1 || argv[0][0] == '-') {
+        fprintf(stderr, "usage: caldrix models rm REF (an alias, owner/name or ollama:name[:tag])\n");
+        return 2;
+    }
+    const char *ref = argv[0];
+    cdx_err err = { 0 };
+    cdx_hub_ref r;
+    if (cdx_hub_parse_ref(ref, &r, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 2;
+    }
+    if (r.kind == CDX_REF_OLLAMA)
+        return rm_ollama(&r, ref);
+    if (r.kind != CDX_REF_ALIAS && r.kind != CDX_REF_HF) {
+        fprintf(stderr, "caldrix models rm: \"%s\" is a path, not a cached model; caldrix removes only what is in "
+                "its caches\n", ref);
+        return 2;
+    }
+    if (r.kind == CDX_REF_HF && strchr(ref, '@')) {
+        fprintf(stderr, "caldrix models rm: %s names a revision; rm removes a repo with every revision: give %s\n",
+                ref, r.repo);
+        return 2;
+    }
+    cdx_hub_env env;
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    char *rd = cdx_hub_repo_dir(env.hf_cache, r.repo);
+    struct stat st;
+    int rc = 0;
+    if (!rd || stat(rd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "caldrix models rm: %s is not in the cache (no %s); nothing removed\n", ref, rd ? rd : "?");
+        rc = 1;
+    } else {
+        char p[4600], sz[32];
+        snprintf(p, sizeof p, "%s/blobs", rd);
+        cli_fmt_bytes(dir_bytes(p), sz, sizeof sz);
+        if (rm_tree(rd) != 0) {
+            fprintf(stderr, "caldrix models rm: %s: cannot remove %s: %s\n", ref, rd, strerror(errno));
+            rc = 1;
+        } else {
+            printf("removed %s (%s freed: %s)\n", ref, sz, rd);
+        }
+    }
+    free(rd);
+    cdx_hub_env_free(&env);
+    return rc;
+}
+
 int cmd_models(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -413,6 +696,8 @@ int cmd_models(int argc, char **argv)
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(argv[1], "search")) return cmd_search(argc - 2, argv + 2);
     if (!strcmp(argv[1], "rules")) return cmd_rules(argc - 2, argv + 2);
-    fprintf(stderr, "caldrix models: unknown subcommand \"%s\" (supported, info, search, rules)\n", argv[1]);
+    if (!strcmp(argv[1], "list")) return cmd_list(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "rm")) return cmd_rm(argc - 2, argv + 2);
+    fprintf(stderr, "caldrix models: unknown subcommand \"%s\" (supported, info, search, rules, list, rm)\n", argv[1]);
     return 2;
 }

@@ -19,7 +19,9 @@ static const char k_quantize_usage[] =
     "IN is a GGUF of F32, F16 or BF16 tensors (already-quantized ones are converted through f32), or a\n"
     "Hugging Face checkpoint directory: it is converted first, as caldrix convert DIR --type F32 does,\n"
     "into a temporary OUT.gguf.f32-XXXXXX beside OUT (removed afterwards), so the quantizers start from\n"
-    "the checkpoint's own values rather than an F16 rounding of them.\n";
+    "the checkpoint's own values rather than an F16 rounding of them.\n"
+    "OUT must not be IN (nor a hard link to it, nor a file of the IN directory), and OUT's folder must\n"
+    "exist and be writable: otherwise caldrix quantize refuses before any work (exit 2).\n";
 
 typedef struct {
     const cdx_type_traits *src, *dst;
@@ -74,6 +76,9 @@ int cmd_quantize(int argc, char **argv)
         fprintf(stderr, "caldrix quantize: TYPE is \"%s\"; caldrix quantize --help lists the types\n", pos[2]);
         return 2;
     }
+    int crc = cli_check_output("quantize", pos[0], pos[1]);
+    if (crc)
+        return crc;
     /* a checkpoint directory: convert it to F32 first, into a temporary file beside OUT */
     char *tmp = NULL;
     struct stat st;

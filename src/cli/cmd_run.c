@@ -29,11 +29,16 @@ static const char k_run_usage[] =
     "  --top-p P              nucleus sampling (default 0.95; 1 = off)\n"
     "  --min-p P              drop tokens below P x the top probability (default 0.05; 0 = off)\n"
     "  --repeat-penalty R     penalise recent tokens (default 1 = off)\n"
-    "  --seed S               sampling seed (default 0)\n"
-    "  --ctx N                context length (default min(4096, the model's))\n"
+    "  -f, --file FILE        read the prompt from FILE (- : standard input); without -p, -f or\n"
+    "                         --prompt-ids, text piped to standard input is the prompt\n"
+    "  --seed S               sampling seed (default: drawn at random, and reported)\n"
+    "  --ctx N                context length (default min(4096, the model's trained context); a prompt\n"
+    "                         that does not fit is refused; a longer --ctx than the model was trained\n"
+    "                         for is allowed with a warning)\n"
     "  --dtype f32            compute type (f32 is the only one on the CPU for now)\n"
     "  --threads N            worker threads (default: all cores)\n"
-    "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has)\n"
+    "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has;\n"
+    "                         avx512-gemm: faster AVX-512 prefill that is not batch invariant)\n"
     "  --chat                 wrap the prompt (-p, or stdin when it is not a terminal) in the model's chat\n"
     "                         template as one user message, with the generation prompt; with neither\n"
     "                         -p nor piped input, an interactive chat (see -i)\n"
@@ -46,13 +51,16 @@ static const char k_run_usage[] =
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
     "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
-    "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"})\n";
+    "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"}; reused: prompt tokens\n"
+    "                         whose K/V came from the cache, in whole blocks of 16)\n";
 
 typedef struct {
-    const char *model, *prompt, *prompt_ids, *isa, *system;
+    const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system;
     long n_gen, ctx, threads, top_logits;
-    bool json, ignore_eos, chat, interactive, n_gen_set;
+    bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set;
     cdx_sampler_params sp;
+    int32_t *ids;  /* --prompt-ids, parsed */
+    size_t n_ids;
 } run_opts;
 
 static int parse_ids(const char *s, int32_t **out, size_t *n_out)
@@ -116,6 +124,13 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--prompt-ids")) {
             NEED_VALUE();
             o->prompt_ids = v;
+            free(o->ids);
+            o->ids = NULL;
+            if (parse_ids(v, &o->ids, &o->n_ids))
+                return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            NEED_VALUE();
+            o->prompt_file = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, 1 << 24, &o->n_gen)) return 2;
@@ -144,6 +159,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, INT64_MAX, &l)) return 2;
             o->sp.seed = (uint64_t)l;
+            o->seed_set = true;
         } else if (!strcmp(a, "--ctx")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 1, 1 << 24, &o->ctx)) return 2;
@@ -153,6 +169,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--top-logits")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, 1 << 20, &o->top_logits)) return 2;
+            o->top_logits_set = true;
         } else if (!strcmp(a, "--dtype")) {
             NEED_VALUE();
             if (strcmp(v, "f32")) {
@@ -188,12 +205,20 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         fprintf(stderr, "caldrix run: --chat renders text through the chat template; it takes -p, not --prompt-ids\n");
         return 2;
     }
-    if (o->prompt && o->prompt_ids) {
-        fprintf(stderr, "caldrix run: give either -p or --prompt-ids, not both\n");
+    if (!!o->prompt + !!o->prompt_ids + !!o->prompt_file > 1) {
+        fprintf(stderr, "caldrix run: give one of -p, -f and --prompt-ids\n");
         return 2;
     }
-    if (o->interactive && o->prompt) {
-        fprintf(stderr, "caldrix run: -i reads the messages from standard input; it takes no -p\n");
+    if (o->system && !o->chat) {
+        fprintf(stderr, "caldrix run: --system is a chat message; it needs --chat (or -i)\n");
+        return 2;
+    }
+    if (o->top_logits_set && !o->json) {
+        fprintf(stderr, "caldrix run: --top-logits is printed with --json; add --json\n");
+        return 2;
+    }
+    if (o->interactive && (o->prompt || o->prompt_file)) {
+        fprintf(stderr, "caldrix run: -i reads the messages from standard input; it takes no -p or -f\n");
         return 2;
     }
     if (o->interactive && o->top_logits) {
@@ -333,16 +358,6 @@ static int encode_text(const cdx_tok *tok, const char *text, bool add_special, i
     return cdx_tok_encode(tok, text, len, add_special, true, ids->tokens, need, &ids->n, err);
 }
 
-static bool is_eog(const cdx_hparams *hp, const cdx_tok *tok, int32_t id)
-{
-    if (tok)
-        return cdx_tok_is_eog(tok, id);
-    for (int i = 0; i < hp->n_eos; i++)
-        if (hp->eos_ids[i] == id)
-            return true;
-    return false;
-}
-
 /* Set by Ctrl-C while a reply is being generated (interactive chat); elsewhere Ctrl-C quits. */
 static volatile sig_atomic_t g_generating, g_interrupted;
 
@@ -356,95 +371,78 @@ static void on_sigint(int sig)
     g_interrupted = 1;
 }
 
-/* Everything one generation needs. */
+/* What one request produced, filled by the engine's events. */
 typedef struct {
-    const cdx_hparams *hp;
-    const cdx_tok *tok;      /* NULL: no text, ids only */
-    cdx_forward_ctx *fc;
-    cdx_kv *kv;
-    cdx_sampler *smp;
-    float *logits;           /* the logits after the last token fed */
-    int64_t batch;           /* the most tokens one forward pass takes */
-    long n_gen;              /* < 0: until an end-of-generation token or a full context */
-    bool ignore_eos, stream; /* stream: write the text to stdout as it comes */
+    bool stream;             /* write the text to stdout as it comes */
     json_t *steps;           /* NULL, or gets {"token","top"} per step */
-    int top_logits;
-    int32_t *top_ids;
-    float *top_vals;
-} gen_job;
+    id_list out;             /* generated tokens */
+    text_buf text;
+    cdx_finish finish;
+    int64_t n_cached;
+    double t_first, t_end;   /* cdx_time_ms() */
+    char error[1024];
+} run_state;
 
-/* Feeds tokens[0..n) at the cache's next positions; g->logits then holds the last one's logits. */
-static int feed(const gen_job *g, const int32_t *tokens, size_t n, cdx_err *err)
+static void on_event(const cdx_event *ev)
 {
-    for (size_t i = 0; i < n; i += (size_t)g->batch) {
-        cdx_batch b = { .n = (int64_t)(n - i < (size_t)g->batch ? n - i : (size_t)g->batch), .tokens = tokens + i };
-        int rc = cdx_forward(g->fc, &g->kv, 1, &b, g->logits, err);
-        if (rc)
-            return rc;
+    run_state *st = ev->user;
+    if (ev->text_len) {
+        text_append(&st->text, ev->text, ev->text_len);
+        if (st->stream) {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fflush(stdout);
+        }
     }
-    return CDX_OK;
+    st->n_cached = ev->n_cached;
+    if (ev->finish != CDX_FINISH_NONE) {
+        st->finish = ev->finish;
+        st->t_end = cdx_time_ms();
+        if (ev->message)
+            snprintf(st->error, sizeof st->error, "%s", ev->message);
+        return;
+    }
+    if (ev->index == 0)
+        st->t_first = cdx_time_ms();
+    id_push(&st->out, ev->token); /* out of memory: the token is missing from --json, not from the text */
+    if (st->steps) {
+        json_t *top = json_array();
+        for (int t = 0; t < ev->n_top; t++)
+            json_array_append_new(top, json_pack("[i,f]", ev->top_ids[t], (double)ev->top_logits[t]));
+        json_array_append_new(st->steps, json_pack("{s:i,s:o}", "token", ev->token, "top", top));
+    }
 }
 
-/* Samples from g->logits and feeds each token back, appending it to hist (the conversation, for the
- * repeat penalty) and out, and its text to *text. The last token sampled is not fed: the cache then
- * holds hist minus that token. */
-static int generate(const gen_job *g, id_list *hist, id_list *out, text_buf *text, cdx_err *err)
+/* Runs one request to its end on the engine (the CLI's own engine thread is this one). Ctrl-C
+ * while g_generating cancels it. */
+static int run_request(cdx_engine *e, const id_list *prompt, int64_t max_tokens, const run_opts *o, run_state *st,
+                       cdx_err *err)
 {
-    const cdx_hparams *hp = g->hp;
-    cdx_tok_stream ts;
-    if (g->tok) {
-        cdx_tok_stream_init(&ts, g->tok, false);
-        /* the first generated piece follows the prompt's text: keep its leading space unless the
-         * context holds nothing but special tokens */
-        for (size_t i = 0; i < hist->n; i++)
-            if (!(cdx_tok_attr(g->tok, hist->tokens[i]) & CDX_TOK_CONTROL)) {
-                ts.first = false;
-                break;
-            }
-    }
-    char piece[512];
-    int np, rc = CDX_OK;
-    for (long step = 0; g->n_gen < 0 || step < g->n_gen; step++) {
-        if (g_interrupted)
-            break;
-        int32_t next = cdx_sampler_sample(g->smp, g->logits, hist->tokens, (int64_t)hist->n);
-        if (!g->ignore_eos && is_eog(hp, g->tok, next))
-            break;
-        if (g->steps) {
-            json_t *top = json_array();
-            if (g->top_logits) {
-                cdx_top_logits(g->logits, hp->n_vocab, g->top_logits, g->top_ids, g->top_vals);
-                int kk = g->top_logits < hp->n_vocab ? g->top_logits : (int)hp->n_vocab;
-                for (int t = 0; t < kk; t++)
-                    json_array_append_new(top, json_pack("[i,f]", g->top_ids[t], (double)g->top_vals[t]));
-            }
-            json_array_append_new(g->steps, json_pack("{s:i,s:o}", "token", next, "top", top));
+    cdx_request r = cdx_request_defaults();
+    r.prompt = prompt->tokens;
+    r.n_prompt = (int64_t)prompt->n;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = o->ignore_eos;
+    r.sampling = o->sp;
+    r.top_logprobs = st->steps ? (int)o->top_logits : 0;
+    r.on_event = on_event;
+    r.user = st;
+    st->finish = CDX_FINISH_NONE;
+    uint64_t id;
+    int rc = cdx_engine_submit(e, &r, &id, err);
+    if (rc)
+        return rc;
+    bool cancelled = false;
+    while (cdx_engine_busy(e)) {
+        if (g_interrupted && !cancelled) {
+            cdx_engine_cancel(e, id);
+            cancelled = true;
         }
-        if (id_push(out, next) || id_push(hist, next))
-            return cdx_err_set(err, CDX_ENOMEM, "out of memory after %zu generated tokens", out->n);
-        if (g->tok && (np = cdx_tok_stream_put(&ts, next, piece, sizeof piece)) > 0) {
-            text_append(text, piece, (size_t)np);
-            if (g->stream) {
-                fwrite(piece, 1, (size_t)np, stdout);
-                fflush(stdout);
-            }
-        }
-        if (step + 1 == g->n_gen)
-            break;
-        if (g->kv->n_past >= g->kv->n_ctx) {
-            fprintf(stderr, "\ncaldrix: the context (%lld tokens) is full; stopping (raise --ctx)\n",
-                    (long long)g->kv->n_ctx);
-            break;
-        }
-        if ((rc = feed(g, &next, 1, err)))
-            break;
+        if ((rc = cdx_engine_step(e, err)))
+            return rc;
     }
-    if (g->tok && (np = cdx_tok_stream_flush(&ts, piece, sizeof piece)) > 0) {
-        text_append(text, piece, (size_t)np);
-        if (g->stream)
-            fwrite(piece, 1, (size_t)np, stdout);
-    }
-    return rc;
+    if (st->finish == CDX_FINISH_ERROR)
+        return cdx_err_set(err, CDX_EINVAL, "%s", st->error);
+    return CDX_OK;
 }
 
 static json_t *ids_json(const int32_t *ids, size_t n)
@@ -476,18 +474,20 @@ static bool read_message(text_buf *msg, char **line, size_t *cap)
 }
 
 /* Interactive chat: each message read from stdin becomes a user turn of the conversation, which
- * is re-rendered through the template; the cache keeps the longest prefix it shares with the new
- * rendering, so a turn computes only its new tokens (templates that rewrite earlier turns, such
- * as Qwen3 dropping old <think> blocks, recompute from the first changed token). */
-static int chat_loop(const run_opts *o, const chat_tmpl *ct, gen_job *g, const char *model, cdx_err *err)
+ * is re-rendered through the template and submitted whole; the engine's prefix cache finds the
+ * blocks the earlier turns left, so a turn computes little more than its new tokens (templates
+ * that rewrite earlier turns, such as Qwen3 dropping old <think> blocks, recompute from the first
+ * changed block). Returns the number of turns answered, or < 0 on an error. */
+static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, const cdx_tok *tok, int64_t n_ctx,
+                     const char *model, cdx_err *err)
 {
     bool tty = isatty(0) && isatty(1) && !o->json;
     json_t *msgs = json_array();
-    id_list hist = {0}, ids = {0}, out = {0};
-    text_buf msg = {0}, reply = {0};
+    id_list ids = {0};
+    text_buf msg = {0};
     char *line = NULL, *rendered = NULL;
     size_t line_cap = 0;
-    int rc = CDX_OK;
+    int rc = CDX_OK, answered = 0;
     struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
@@ -516,8 +516,6 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, gen_job *g, const c
         if (!strcmp(m, "/clear")) {
             while (json_array_size(msgs) > n_fixed)
                 json_array_remove(msgs, json_array_size(msgs) - 1);
-            g->kv->n_past = 0;
-            hist.n = 0;
             if (tty)
                 fprintf(stderr, "caldrix: the conversation starts over\n");
             continue;
@@ -532,98 +530,135 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, gen_job *g, const c
         json_array_append_new(msgs, um);
         free(rendered);
         rendered = NULL;
-        if ((rc = chat_render(ct, msgs, &rendered, err)) || (rc = encode_text(g->tok, rendered, false, &ids, err)))
+        if ((rc = chat_render(ct, msgs, &rendered, err)) || (rc = encode_text(tok, rendered, false, &ids, err)))
             goto done;
-        if ((int64_t)ids.n >= g->kv->n_ctx) {
+        if ((int64_t)ids.n >= n_ctx) {
             fprintf(stderr, "caldrix: the conversation is now %zu tokens, more than the context holds (%lld): /clear "
-                            "starts over (or raise --ctx)\n", ids.n, (long long)g->kv->n_ctx);
+                            "starts over (or raise --ctx)\n", ids.n, (long long)n_ctx);
             json_array_remove(msgs, json_array_size(msgs) - 1);
             continue;
         }
-        /* keep the cached prefix the new rendering shares; at least the last token is fed again,
-         * since its logits start the reply */
-        size_t reused = 0, cached = (size_t)g->kv->n_past;
-        while (reused < cached && reused < ids.n && hist.tokens[reused] == ids.tokens[reused])
-            reused++;
-        if (reused == ids.n)
-            reused--;
-        g->kv->n_past = (int64_t)reused;
-        hist.n = reused;
-        for (size_t i = reused; i < ids.n; i++)
-            if (id_push(&hist, ids.tokens[i])) {
-                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-                goto done;
-            }
-        out.n = 0;
-        reply.n = 0;
-        text_append(&reply, "", 0);
+        const int64_t room = n_ctx - (int64_t)ids.n;
+        const int64_t max = o->n_gen_set && o->n_gen < room ? o->n_gen : room;
+        run_state st = { .stream = !o->json };
         g_interrupted = 0;
         g_generating = 1;
-        if (!(rc = feed(g, ids.tokens + reused, ids.n - reused, err)) && !g_interrupted)
-            rc = generate(g, &hist, &out, &reply, err);
+        rc = run_request(e, &ids, max, o, &st, err);
         g_generating = 0;
-        if (rc)
+        if (rc) {
+            free(st.out.tokens);
+            free(st.text.s);
             goto done;
-        if (g_interrupted && tty)
+        }
+        text_append(&st.text, "", 0);
+        if (st.finish == CDX_FINISH_CANCELLED && tty)
             fprintf(stderr, "\ncaldrix: reply stopped");
+        else if (st.finish == CDX_FINISH_LENGTH && max == room && !(o->n_gen_set && o->n_gen <= room))
+            fprintf(stderr, "\ncaldrix: the context (%lld tokens) is full; the reply stops here (/clear, or raise --ctx)\n",
+                    (long long)n_ctx);
         if (o->json) {
             json_t *j = json_pack("{s:i,s:o,s:I,s:o,s:s%}", "turn", turn, "prompt", ids_json(ids.tokens, ids.n), "reused",
-                                  (json_int_t)reused, "tokens", ids_json(out.tokens, out.n), "text", reply.s, reply.n);
+                                  (json_int_t)st.n_cached, "tokens", ids_json(st.out.tokens, st.out.n), "text",
+                                  st.text.s, st.text.n);
             if (j)
                 json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
             json_decref(j);
         }
         fputc('\n', stdout);
         fflush(stdout);
-        json_array_append_new(msgs, chat_message("assistant", reply.s));
+        json_array_append_new(msgs, chat_message("assistant", st.text.s));
+        free(st.out.tokens);
+        free(st.text.s);
         turn++;
+        answered++;
     }
 done:
     sigaction(SIGINT, &old_sa, NULL);
     json_decref(msgs);
-    free(hist.tokens);
     free(ids.tokens);
-    free(out.tokens);
     free(msg.s);
-    free(reply.s);
     free(line);
     free(rendered);
-    return rc;
+    return rc ? rc : answered;
+}
+
+/* The whole of a file ("-": standard input), at most 64 MiB; NULL with errno set on failure. */
+static char *read_text_file(const char *path)
+{
+    if (!strcmp(path, "-"))
+        return read_stdin_text();
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *g = cap > ((size_t)64 << 20) ? NULL : realloc(buf, cap *= 2);
+            if (!g) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = g;
+        }
+    }
+    fclose(f);
+    if (buf) {
+        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+            n--;
+        buf[n] = 0;
+    }
+    return buf;
+}
+
+/* A seed nobody chose: from the kernel's random source, else the clock. */
+static uint64_t random_seed(void)
+{
+    uint64_t s = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&s, sizeof s, 1, f) != 1)
+        s = (uint64_t)(cdx_time_ms() * 1000.0) ^ ((uint64_t)getpid() << 32);
+    if (f)
+        fclose(f);
+    return s & (((uint64_t)1 << 53) - 1); /* exact in JSON numbers */
 }
 
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
     int rc = parse_run_args(argc, argv, &o);
-    if (rc)
+    if (rc) {
+        free(o.ids);
         return rc;
+    }
     cdx_err err = {0};
     cdx_model *m = NULL;
     cdx_tok *tok = NULL;
-    cdx_forward_ctx *fc = NULL;
-    cdx_sampler *smp = NULL;
-    cdx_kv kv = {0};
-    float *logits = NULL;
-    int32_t *top_ids = NULL;
-    float *top_vals = NULL;
-    id_list prompt = {0}, out = {0}, hist = {0};
-    text_buf text = {0};
-    json_t *steps = o.json ? json_array() : NULL;
-    char *chat_text = NULL, *stdin_text = NULL;
+    cdx_engine *eng = NULL;
+    id_list prompt = {0};
+    run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
+    char *chat_text = NULL, *input_text = NULL;
     chat_tmpl ct = {0};
     int status = 1;
     double t0 = cdx_time_ms();
+    if (!o.seed_set)
+        o.sp.seed = random_seed();
 
     const cdx_kernels *k = o.isa ? cdx_kernels_by_isa(o.isa) : cdx_kernels_best();
     if (!k) {
-        fprintf(stderr, "caldrix run: --isa \"%s\" is unknown or this CPU lacks it (avx512, avx2, scalar)\n", o.isa);
+        fprintf(stderr, "caldrix run: --isa \"%s\" is unknown or this CPU lacks it (avx512, avx512-gemm, avx2, scalar)\n",
+                o.isa);
+        free(o.ids);
+        json_decref(st.steps);
         return 2;
     }
     char *resolved = NULL;
     if (o.model) {
         /* a path opens as it is; anything else is a reference the hub resolves (and downloads) */
-        struct stat st;
-        if (stat(o.model, &st) != 0) {
+        struct stat sb;
+        if (stat(o.model, &sb) != 0) {
             cli_hub_ui ui;
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, o.json);
@@ -651,11 +686,25 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
 
-    /* the prompt */
-    if (o.prompt_ids) {
-        if (parse_ids(o.prompt_ids, &prompt.tokens, &prompt.n))
+    /* the prompt: -p, -f, --prompt-ids, or text piped to standard input */
+    if (o.prompt_file) {
+        if (!(input_text = read_text_file(o.prompt_file))) {
+            fprintf(stderr, "caldrix: -f %s: cannot read it\n", o.prompt_file);
             goto done;
-        prompt.cap = prompt.n;
+        }
+        o.prompt = input_text;
+    } else if (!o.prompt && !o.ids && !o.interactive && !(o.chat && isatty(0)) && !isatty(0)) {
+        if (!(input_text = read_stdin_text())) {
+            fprintf(stderr, "caldrix: cannot read the prompt from standard input\n");
+            goto done;
+        }
+        if (*input_text || o.chat)
+            o.prompt = input_text;
+    }
+    if (o.ids) {
+        prompt.tokens = o.ids;
+        prompt.n = prompt.cap = o.n_ids;
+        o.ids = NULL;
     } else if (!tok) {
         if (o.prompt || o.chat)
             fprintf(stderr, "caldrix: %s has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json + "
@@ -675,14 +724,11 @@ int cmd_run(int argc, char **argv)
         }
         if (!o.prompt && isatty(0))
             o.interactive = true;
-        if (!o.prompt && !o.interactive) {
-            if (!(stdin_text = read_stdin_text())) {
-                fprintf(stderr, "caldrix: cannot read the message from standard input\n");
+        if (!o.interactive) {
+            if (!o.prompt || !*o.prompt) {
+                fprintf(stderr, "caldrix: --chat: the message is empty (give -p TEXT, -f FILE or pipe it in)\n");
                 goto done;
             }
-            o.prompt = stdin_text;
-        }
-        if (!o.interactive) {
             json_t *msgs = json_array();
             if (o.system)
                 json_array_append_new(msgs, chat_message("system", o.system));
@@ -723,76 +769,59 @@ int cmd_run(int argc, char **argv)
             goto done;
         }
 
-    int64_t n_ctx = o.ctx ? o.ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (!o.interactive) {
-        if (hp->sliding_window > 0 && o.ctx == 0 && n_ctx < (int64_t)prompt.n + o.n_gen)
-            n_ctx = (int64_t)prompt.n + o.n_gen;
-        if ((int64_t)prompt.n + o.n_gen > n_ctx && !o.ctx) {
-            n_ctx = (int64_t)prompt.n + o.n_gen;
-            if (n_ctx > hp->n_ctx_train && hp->n_ctx_train > 0)
-                n_ctx = hp->n_ctx_train > (int64_t)prompt.n ? hp->n_ctx_train : (int64_t)prompt.n + 1;
-        }
-        if ((int64_t)prompt.n >= n_ctx) {
-            fprintf(stderr, "caldrix: the prompt has %zu tokens; --ctx %lld leaves no room to generate\n", prompt.n,
-                    (long long)n_ctx);
-            goto done;
-        }
+    /* the context: --ctx, else the model's (at most 4096); a prompt that does not fit is refused */
+    const int64_t trained = hp->n_ctx_train;
+    int64_t n_ctx = o.ctx ? o.ctx : trained > 0 && trained < 4096 ? trained : 4096;
+    if (o.ctx && trained > 0 && o.ctx > trained && !o.json)
+        fprintf(stderr, "caldrix: warning: --ctx %ld is more than the %lld positions %s was trained for; output past "
+                        "them may degrade\n", o.ctx, (long long)trained, o.model ? o.model : "the model");
+    if (!o.interactive && (int64_t)prompt.n >= n_ctx) {
+        fprintf(stderr, "caldrix: the prompt has %zu tokens; the context holds %lld (%s), which leaves no room to "
+                        "generate\n", prompt.n, (long long)n_ctx, o.ctx ? "--ctx" : "the default; raise --ctx");
+        goto done;
     }
-    int64_t batch = o.interactive ? (n_ctx < 512 ? n_ctx : 512) : prompt.n < 512 ? (int64_t)prompt.n : 512;
-    if ((rc = cdx_kv_init(&kv, hp, n_ctx, &err)) ||
-        (rc = cdx_forward_ctx_create(m, batch, (int)o.threads, k, &fc, &err)) ||
-        (rc = cdx_sampler_create(&o.sp, hp->n_vocab, &smp, &err))) {
+    cdx_engine_opts eo = cdx_engine_defaults();
+    eo.n_threads = (int)o.threads;
+    eo.kernels = k;
+    eo.n_ctx = n_ctx;
+    eo.max_batch = 1;
+    if ((rc = cdx_engine_create(m, tok, &eo, &eng, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }
-    logits = malloc((size_t)hp->n_vocab * sizeof(float));
-    if (o.top_logits) {
-        top_ids = malloc((size_t)o.top_logits * sizeof *top_ids);
-        top_vals = malloc((size_t)o.top_logits * sizeof *top_vals);
-    }
-    if (!logits || (o.top_logits && (!top_ids || !top_vals))) {
-        fprintf(stderr, "caldrix: out of memory\n");
-        goto done;
-    }
-    gen_job g = { .hp = hp, .tok = tok, .fc = fc, .kv = &kv, .smp = smp, .logits = logits, .batch = batch,
-                  .n_gen = o.n_gen, .ignore_eos = o.ignore_eos, .stream = !o.json, .steps = steps,
-                  .top_logits = (int)o.top_logits, .top_ids = top_ids, .top_vals = top_vals };
     if (o.interactive) {
-        g.steps = NULL;
-        g.n_gen = o.n_gen_set ? o.n_gen : -1;
-        if ((rc = chat_loop(&o, &ct, &g, o.model, &err))) {
+        json_decref(st.steps);
+        st.steps = NULL;
+        rc = chat_loop(&o, &ct, eng, tok, n_ctx, o.model, &err);
+        if (rc < 0)
             fprintf(stderr, "caldrix: %s\n", err.msg);
-            goto done;
-        }
-        status = 0;
+        else if (rc == 0)
+            fprintf(stderr, "caldrix: no message was answered\n");
+        status = rc > 0 ? 0 : 1;
         goto done;
     }
     double t_loaded = cdx_time_ms();
-
-    if ((rc = feed(&g, prompt.tokens, prompt.n, &err))) {
+    const int64_t room = n_ctx - (int64_t)prompt.n;
+    const int64_t max = o.n_gen < room ? o.n_gen : room;
+    if (o.n_gen == 0) {
+        st.t_first = st.t_end = t_loaded;
+    } else if ((rc = run_request(eng, &prompt, max, &o, &st, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }
-    double t_prefilled = cdx_time_ms();
-    for (size_t i = 0; i < prompt.n; i++)
-        if (id_push(&hist, prompt.tokens[i])) {
-            fprintf(stderr, "caldrix: out of memory\n");
-            goto done;
-        }
-    if ((rc = generate(&g, &hist, &out, &text, &err))) {
-        fprintf(stderr, "caldrix: %s\n", err.msg);
-        goto done;
-    }
-    double t_end = cdx_time_ms();
-    double prefill_s = (t_prefilled - t_loaded) / 1e3, decode_s = (t_end - t_prefilled) / 1e3;
-    size_t n_decoded = out.n > 0 ? out.n - 1 : 0; /* the first token comes from the prefill's logits */
+    if (st.finish == CDX_FINISH_LENGTH && max < o.n_gen && !o.json)
+        fprintf(stderr, "\ncaldrix: the context (%lld tokens) is full; stopping (raise --ctx)\n", (long long)n_ctx);
+    double t_first = st.t_first > 0 ? st.t_first : st.t_end;
+    double prefill_s = (t_first - t_loaded) / 1e3, decode_s = (st.t_end - t_first) / 1e3;
+    size_t n_decoded = st.out.n > 0 ? st.out.n - 1 : 0; /* the first token comes from the prefill's logits */
     if (o.json) {
-        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f}}", "prompt", ids_json(prompt.tokens, prompt.n),
-                                 "tokens", ids_json(out.tokens, out.n), "text", text.s ? text.s : "", text.n,
-                                 "steps", steps, "timings", "load_ms", t_loaded - t0, "prefill_tok_s",
-                                 prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, "decode_tok_s",
-                                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0);
-        steps = NULL;
+        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f,s:I,s:I}}", "prompt",
+                                 ids_json(prompt.tokens, prompt.n), "tokens", ids_json(st.out.tokens, st.out.n), "text",
+                                 st.text.s ? st.text.s : "", st.text.n, "steps", st.steps, "timings", "load_ms",
+                                 t_loaded - t0, "prefill_tok_s", prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0,
+                                 "decode_tok_s", decode_s > 0 ? (double)n_decoded / decode_s : 0.0, "cached_tokens",
+                                 (json_int_t)st.n_cached, "seed", (json_int_t)o.sp.seed);
+        st.steps = NULL;
         if (!root) {
             fprintf(stderr, "caldrix: cannot build the JSON result\n");
             goto done;
@@ -803,28 +832,23 @@ int cmd_run(int argc, char **argv)
     } else {
         fputc('\n', stdout);
         fflush(stdout); /* the summary on stderr comes after the text */
-        fprintf(stderr, "caldrix: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s kernels)\n",
-                prompt.n, prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, out.n,
-                decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k));
+        fprintf(stderr, "caldrix: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s kernels, seed %llu)\n",
+                prompt.n, prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, st.out.n,
+                decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k), (unsigned long long)o.sp.seed);
     }
     status = 0;
 done:
-    json_decref(steps);
+    json_decref(st.steps);
     free(prompt.tokens);
-    free(out.tokens);
-    free(hist.tokens);
-    free(text.s);
-    free(logits);
-    free(top_ids);
-    free(top_vals);
-    cdx_sampler_free(smp);
-    cdx_forward_ctx_free(fc);
-    cdx_kv_free(&kv);
+    free(st.out.tokens);
+    free(st.text.s);
+    free(o.ids);
+    cdx_engine_free(eng);
     cdx_tok_close(tok);
     cdx_model_close(m);
     chat_tmpl_close(&ct);
     free(resolved);
     free(chat_text);
-    free(stdin_text);
+    free(input_text);
     return status;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f)
 {
@@ -21,7 +22,8 @@ static void usage(FILE *f)
             "  --no-generation-prompt   add_generation_prompt=false (default true)\n"
             "  --set KEY=JSON           one more template variable (tools, bos_token, enable_thinking,\n"
             "                           date_string, ...), a JSON value; overrides the defaults\n"
-            "  --name NAME              a named template when the model has several (default: default)\n"
+            "  --name NAME              a named template when the model has several (default: default); a\n"
+            "                           name the model lacks, or --name with --template, exits 2\n"
             "Variables: messages, add_generation_prompt, tools and documents (none unless set), the\n"
             "model's special tokens, raise_exception, strftime_now.\n");
 }
@@ -96,9 +98,23 @@ int cmd_template(int argc, char **argv)
         rc = 2;
         goto done;
     }
+    bool named = name && strcmp(name, "default");
+    if (named && tmpl_file) {
+        fprintf(stderr, "caldrix template: --name \"%s\" picks one of the model's templates; --template %s is a "
+                "single template, so there is nothing to pick (drop one of them)\n", name, tmpl_file);
+        rc = 2;
+        goto done;
+    }
     if (model) {
         char *model_src = NULL;
+        struct stat st;
         if (cdx_chat_template_load(model, name, &model_src, &tokens, &err) < 0) {
+            /* a name the model does not have is a usage error, never a silent fallback */
+            if (named && err.code == CDX_ENOTFOUND && stat(model, &st) == 0) {
+                fprintf(stderr, "caldrix template: --name: %s\n", err.msg);
+                rc = 2;
+                goto done;
+            }
             /* with --template the model only supplies tokens: a model without a template is fine */
             if (!tmpl_file || err.code != CDX_ENOTFOUND) {
                 fprintf(stderr, "caldrix template: %s\n", err.msg);

@@ -1,5 +1,6 @@
 /* caldrix tokenize: text -> ids with a model's tokenizer (see shared/design/INTERFACES.md). */
 #include "cli.h"
+#include "cli_hub.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -13,7 +14,9 @@ static void usage(FILE *f)
             "       caldrix tokenize MODEL --jsonl            (JSON lines on stdin)\n"
             "       caldrix tokenize MODEL --file PATH [--bench N] [--json]\n"
             "\n"
-            "MODEL is a .gguf, a directory with tokenizer files, or a tokenizer.json.\n"
+            "MODEL is a .gguf, a directory with tokenizer files, a tokenizer.json, or a model reference as\n"
+            "caldrix run takes it (an alias, owner/name[@revision], ollama:name[:tag]): resolved through the\n"
+            "cache, and downloaded when it is not complete there (docs/models.md).\n"
             "  --no-special        add no BOS/EOS or post-processor template (add_special_tokens=false)\n"
             "  --no-parse-special  special tokens written in the text are plain text (llama.cpp parse_special=false)\n"
             "  --json              print the ids as a JSON array\n"
@@ -132,8 +135,13 @@ int cmd_tokenize(int argc, char **argv)
     }
     cdx_err err = {0};
     cdx_tok *tok = NULL;
+    char *resolved = NULL;
+    if (cli_resolve_model(model, false, &model, &resolved))
+        return 1;
     double t0 = cdx_time_ms();
-    if (cdx_tok_open(model, &tok, &err) < 0) {
+    int orc = cdx_tok_open(model, &tok, &err);
+    free(resolved);
+    if (orc < 0) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         return 1;
     }

@@ -17,7 +17,7 @@ static const cli_command k_commands[] = {
     { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },
     { "pull",     cmd_pull,     "download a model by name into its cache (caldrix pull REF)" },
     { "inspect",  cmd_inspect,  "report what caldrix makes of a model from its headers alone" },
-    { "models",   cmd_models,   "aliases, cached models and the import rules (supported, info, search, rules)" },
+    { "models",   cmd_models,   "aliases, cached models and the import rules (supported, info, search, rules, list, rm)" },
     { "doctor",   cmd_doctor,   "this machine: CPU features, lanes, caches, memory and disk" },
     { "bench",    cmd_bench,    "time load, prefill and decode of a model" },
     { "synth",    cmd_synth,    "write a random-weight model with a real model's shapes" },

@@ -58,6 +58,11 @@ static const arch_row k_arch[CDX_HF_ARCH_COUNT] = {
 
 const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_arch[a].arch : NULL; }
 
+bool cdx_hf_dtype_accepted(const char *s)
+{
+    return s && (!strcmp(s, "bfloat16") || !strcmp(s, "float32") || !strcmp(s, "float16"));
+}
+
 bool cdx_hf_config_is_eos(const cdx_hf_config *c, int64_t id)
 {
     for (int i = 0; i < c->n_eos; i++)
@@ -227,6 +232,13 @@ static int find_arch(ctx *c, cdx_hf_config *cfg)
     if (archs) {
         if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0)))
             return type_err(c, "architectures", archs, "a list of architecture names");
+        /* seed 000: exactly one; a second class would be silently ignored, not run */
+        if (json_array_size(archs) != 1) {
+            char b[96];
+            show(archs, b, sizeof b);
+            return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: architectures is %s, %zu names; caldrix imports a "
+                               "config.json that declares exactly one architecture", c->name, b, json_array_size(archs));
+        }
         name = json_string_value(json_array_get(archs, 0));
         for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
             if (!strcmp(name, k_arch[a].arch)) {
@@ -521,8 +533,14 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     const char *dt = NULL;
     if ((rc = get_str(&c, root, "torch_dtype", "torch_dtype", &dt)))
         goto out;
+    const char *dt_key = dt ? "torch_dtype" : "dtype";
     if (!dt && (rc = get_str(&c, root, "dtype", "dtype", &dt)))
         goto out;
+    if (dt && !cdx_hf_dtype_accepted(dt)) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is \"%.40s\"; caldrix imports %s checkpoints", name, dt_key,
+                         dt, CDX_HF_DTYPES_ACCEPTED);
+        goto out;
+    }
     if (dt)
         snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", dt);
 

@@ -41,6 +41,8 @@ typedef struct hfctx {
     sib *sibs;
     size_t n_sibs;
     int n_downloaded;      /* files fetched over the network by this call */
+    size_t n_cached;       /* files of the groups fetched (the CACHED event's count) */
+    uint64_t cached_bytes; /* their sizes */
     uint64_t weight_bytes;
 } hfctx;
 
@@ -893,10 +895,21 @@ static int fetch_group(hfctx *x, const names *files, cdx_err *err)
         const sib *s = find_sib(x, files->v[i]);
         total += s ? s->size : 0;
     }
-    hub_event(x->o, CDX_HUB_EV_PLAN, NULL, 0, total, (uint32_t)files->n);
-    for (size_t i = 0; i < files->n; i++) {
-        const sib *s = find_sib(x, files->v[i]);
-        hub_event(x->o, CDX_HUB_EV_FILE, files->v[i], 0, s ? s->size : 0, 0);
+    x->n_cached += files->n;
+    x->cached_bytes += total;
+    /* the plan announces a download: a group already in the cache has none */
+    bool missing = false;
+    for (size_t i = 0; i < files->n && !missing; i++) {
+        char *p = hub_strdup_printf("%s/%s", x->snap, files->v[i]);
+        missing = !p || !hub_exists(p);
+        free(p);
+    }
+    if (missing) {
+        hub_event(x->o, CDX_HUB_EV_PLAN, NULL, 0, total, (uint32_t)files->n);
+        for (size_t i = 0; i < files->n; i++) {
+            const sib *s = find_sib(x, files->v[i]);
+            hub_event(x->o, CDX_HUB_EV_FILE, files->v[i], 0, s ? s->size : 0, 0);
+        }
     }
     for (size_t i = 0; i < files->n; i++) {
         int rc = fetch_file(x, files->v[i], err);
@@ -1109,6 +1122,8 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
             hub_note(o, "%s", note);
     }
     free(note);
+    if (x.n_downloaded == 0) /* config.json and every group were already here */
+        hub_event(o, CDX_HUB_EV_CACHED, label, 0, x.cached_bytes, (uint32_t)(x.n_cached + 1));
     *out = strdup(x.snap);
     rc = *out ? 0 : cdx_err_set(err, CDX_ENOMEM, "out of memory");
 done:

@@ -257,9 +257,17 @@ int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx
     uint64_t total = 0;
     for (int i = 0; i < n_layers; i++)
         total += layers[i].size;
-    hub_event(o, CDX_HUB_EV_PLAN, NULL, 0, total, (uint32_t)n_layers);
-    for (int i = 0; i < n_layers; i++)
-        hub_event(o, CDX_HUB_EV_FILE, layers[i].file, 0, layers[i].size, 0);
+    bool missing = false;
+    for (int i = 0; i < n_layers && !missing; i++) {
+        char *blob = hub_strdup_printf("%s/blobs/sha256-%s", root, layers[i].hex);
+        missing = !blob || hub_file_size(blob) != (int64_t)layers[i].size;
+        free(blob);
+    }
+    if (missing && !env->offline) {
+        hub_event(o, CDX_HUB_EV_PLAN, NULL, 0, total, (uint32_t)n_layers);
+        for (int i = 0; i < n_layers; i++)
+            hub_event(o, CDX_HUB_EV_FILE, layers[i].file, 0, layers[i].size, 0);
+    }
     for (int i = 0; i < n_layers; i++) {
         char *blob = hub_strdup_printf("%s/blobs/sha256-%s", root, layers[i].hex);
         char *link = hub_strdup_printf("%s/%s", mdir, layers[i].file);
@@ -284,6 +292,8 @@ int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx
     }
     if (!env->offline && (rc = hub_write_file(mpath, text, len, err)) < 0)
         goto done;
+    if (!missing)
+        hub_event(o, CDX_HUB_EV_CACHED, label, 0, total, (uint32_t)n_layers);
     *out = hub_strdup_printf("%s/model.gguf", mdir);
     rc = *out ? 0 : cdx_err_set(err, CDX_ENOMEM, "out of memory");
 done:

@@ -1,6 +1,7 @@
 /* The import rules (seed 000, "What the import refuses"): one table of checks over config.json.
  * The checks, `caldrix models rules` and docs/models.md all read k_rules. Each refusal names the
  * field, the value, and what to do instead. */
+#include "caldrix/config.h"
 #include "caldrix/hub.h"
 #include "hub/hub_int.h"
 
@@ -141,13 +142,13 @@ static int r_dtype(rctx *x, cdx_err *err)
     if (!v || json_is_null(v))
         return 0;
     const char *s = json_string_value(v);
-    if (s && (!strcmp(s, "bfloat16") || !strcmp(s, "float32") || !strcmp(s, "float16"))) {
+    if (cdx_hf_dtype_accepted(s)) {
         snprintf(x->c->dtype, sizeof x->c->dtype, "%s", s);
         return 0;
     }
     int rc;
     WITH_DUMP(v, d, rc = cdx_err_set(err, CDX_EUNSUPPORTED,
-                                     "%s: %s is %s; caldrix imports bfloat16, float32 or float16 checkpoints. Use the "
+                                     "%s: %s is %s; caldrix imports " CDX_HF_DTYPES_ACCEPTED " checkpoints. Use the "
                                      "model's unquantized bf16/f16/f32 release", x->name, key, d ? d : "?"));
     return rc;
 }
@@ -443,7 +444,12 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
 {
     if (o && o->skip_memory_check)
         return 0;
-    uint64_t avail = o && o->mem_available ? o->mem_available : cdx_hub_mem_available();
+    uint64_t avail = o ? o->mem_available : 0;
+    if (!avail) {
+        int rc = cdx_hub_mem_available(&avail, err);
+        if (rc < 0)
+            return rc;
+    }
     if (!avail)
         return 0; /* unknown: the loader decides against the real files */
     cdx_hub_config none;

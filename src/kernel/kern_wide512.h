@@ -462,7 +462,14 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
     return true;
 }
 
+/* The GEMM sums a row's groups in another order than the tiles do, so a row's result would depend
+ * on how many tokens share the call: only the opt-in "avx512-gemm" set uses it (not batch
+ * invariant; bench/ measures what it gains). */
+#ifdef KT_FAST_PREFILL
 #define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) g_gemm(kind, w, r0, r1, xq, xrb, n, y, scratch)
+#else
+#define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) ((void)g_gemm, false)
+#endif
 
 /* ---- the load-time layout (x16): 16 rows interleaved, for decode and prefill alike ----
  *

@@ -53,5 +53,6 @@ struct cdx_kernels {
 
 extern const cdx_kernels cdx_kernels_avx2;
 extern const cdx_kernels cdx_kernels_avx512;
+extern const cdx_kernels cdx_kernels_avx512g; /* "avx512-gemm": not batch invariant, opt-in */
 
 #endif

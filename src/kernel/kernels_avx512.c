@@ -3,8 +3,10 @@
  * 256-bit registers, one 32-value sub-block each; float rows use 512-bit registers. */
 #include <immintrin.h>
 
+#ifndef KT
 #define KT(name) name##_avx512
 #define KT_ISA_NAME "avx512"
+#endif
 #define RMAX 4
 #define TMAX 4
 

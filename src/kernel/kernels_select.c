@@ -26,6 +26,7 @@ static const struct {
 } k_sets[] = {
     { &cdx_kernels_avx512, cpu_avx512 },
     { &cdx_kernels_avx2, cpu_avx2 },
+    { &cdx_kernels_avx512g, cpu_avx512 }, /* after avx2: never the best, only by name */
     { &k_scalar, cpu_any }, /* always last, always usable */
 };
 

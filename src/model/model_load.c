@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <openssl/evp.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -666,4 +667,52 @@ size_t cdx_model_weight_bytes(const cdx_model *m)
             total += (size_t)mats[i]->rows * mats[i]->row_bytes;
     }
     return total;
+}
+
+/* ---- identity ---- */
+
+static void fp_mat(EVP_MD_CTX *c, const cdx_mat *w)
+{
+    const size_t bytes = w->row_bytes * (size_t)w->rows, part = 4096;
+    const uint8_t *d = w->data;
+    const uint64_t head[4] = { w->type, (uint64_t)w->rows, (uint64_t)w->cols, w->act_half };
+    EVP_DigestUpdate(c, head, sizeof head);
+    if (!d)
+        return;
+    EVP_DigestUpdate(c, d, bytes < part ? bytes : part);
+    if (bytes > part)
+        EVP_DigestUpdate(c, d + bytes - part, part);
+}
+
+void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
+{
+    const cdx_hparams *hp = &m->hp;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned int n = 32;
+    memset(out, 0, 32);
+    if (!c || !EVP_DigestInit_ex(c, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(c);
+        return;
+    }
+    const int64_t ints[] = { hp->arch, hp->n_vocab, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim,
+                             hp->n_ff, hp->n_rot, hp->rope_mode, hp->sliding_window, hp->qkv_bias, hp->qk_norm,
+                             hp->tied_embeddings, hp->n_expert, hp->n_expert_used };
+    EVP_DigestUpdate(c, "caldrix model v1", 16);
+    EVP_DigestUpdate(c, ints, sizeof ints);
+    EVP_DigestUpdate(c, &hp->rms_eps, sizeof hp->rms_eps);
+    EVP_DigestUpdate(c, &hp->rope_theta, sizeof hp->rope_theta);
+    EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
+    EVP_DigestUpdate(c, m->out_norm, (size_t)hp->n_embd * sizeof(float));
+    fp_mat(c, &m->tok_embd);
+    fp_mat(c, &m->output);
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        EVP_DigestUpdate(c, L->attn_norm, (size_t)hp->n_embd * sizeof(float));
+        EVP_DigestUpdate(c, L->ffn_norm, (size_t)hp->n_embd * sizeof(float));
+        const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+        for (int i = 0; i < 7; i++)
+            fp_mat(c, mats[i]);
+    }
+    EVP_DigestFinal_ex(c, out, &n);
+    EVP_MD_CTX_free(c);
 }

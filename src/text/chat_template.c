@@ -180,7 +180,11 @@ static int load_dir(const char *dir_in, const char *name, char **source, json_t 
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     if (file_exists(path)) {
         size_t n;
-        rc = cdx_file_read_all(path, (size_t)16 << 20, source, &n, err);
+        if (name && strcmp(name, "default"))
+            rc = cdx_err_set(err, CDX_ENOTFOUND, "%s: holds one template (default); there is no template named \"%s\"",
+                             path, name);
+        else
+            rc = cdx_file_read_all(path, (size_t)16 << 20, source, &n, err);
     } else {
         snprintf(path, sizeof path, "%s/chat_template.json", dir);
         if (file_exists(path)) {
@@ -230,7 +234,11 @@ static int load_gguf(const char *path, const char *name, char **source, json_t *
         snprintf(key, sizeof key, "tokenizer.chat_template");
     cdx_gguf_str s;
     if (!cdx_gguf_get_str(g, key, &s)) {
-        rc = cdx_err_set(err, CDX_ENOTFOUND, "%s: no chat template (key %s is absent)", path, key);
+        if (name && strcmp(name, "default"))
+            rc = cdx_err_set(err, CDX_ENOTFOUND, "%s: has no template named \"%s\" (key %s is absent)", path, name,
+                             key);
+        else
+            rc = cdx_err_set(err, CDX_ENOTFOUND, "%s: no chat template (key %s is absent)", path, key);
         goto done;
     }
     *source = strndup(s.ptr, (size_t)s.len);

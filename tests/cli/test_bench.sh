@@ -33,6 +33,18 @@ check "bench --json prints load_ms, prefill_tok_s, decode_tok_s (and bandwidth) 
 "$CALDRIX" bench "$M" -t 2 -p 12 -n 5 -r 2 --json --mem-bw 10 >"$tmp/c.json" 2>/dev/null
 check "bench --mem-bw adds the decode ceiling" \
     'python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert o[\"decode_ceiling_tok_s\"]>0 and 0<o[\"decode_ceiling_frac\"]" "$tmp/c.json"'
+"$CALDRIX" bench "$M" -t 2 -p 40 -n 6 -r 2 --parallel 3 --prefix-hit --json >"$tmp/p.json" 2>"$tmp/err"; rc=$?
+check "bench --parallel 3 --prefix-hit: parallel, aggregate and per-stream decode, both first-token times" \
+    '[ $rc -eq 0 ] && python3 -c "
+import json,sys; o=json.load(open(sys.argv[1]))
+assert o[\"parallel\"]==3 and o[\"aggregate_decode_tok_s\"]>0 and o[\"stream_decode_tok_s\"]>0, o
+assert o[\"ttft_ms_cold\"]>0 and o[\"ttft_ms_cached\"]>0, o
+assert o[\"prefix_cached_tokens\"]==16, o  # 40 tokens, all but the last 16 cached: one whole block of 16
+" "$tmp/p.json"'
+"$CALDRIX" bench "$M" -p 20 --prefix-hit >/dev/null 2>"$tmp/err"; rc=$?
+check "bench --prefix-hit with a short prompt is a usage error" '[ $rc -eq 2 ] && grep -q -- "--prefix-hit" "$tmp/err"'
+"$CALDRIX" bench "$M" --parallel 0 >/dev/null 2>"$tmp/err"; rc=$?
+check "bench --parallel 0 is a usage error" '[ $rc -eq 2 ]'
 "$CALDRIX" bench "$M" -t 1 -p 4 -n 2 -r 1 --isa scalar >"$tmp/h.txt" 2>&1
 check "bench without --json prints load, prefill and decode lines" \
     'grep -q "^load " "$tmp/h.txt" && grep -q "^prefill .*tok/s" "$tmp/h.txt" && grep -q "^decode .*tok/s" "$tmp/h.txt"'

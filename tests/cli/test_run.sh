@@ -92,5 +92,63 @@ expect_fail "bf16 compute is refused by name" "dtype" "$CALDRIX" run "$MODEL" --
 expect_fail "a MoE checkpoint is refused by name" "mixture of experts" "$CALDRIX" run ../shared/fixtures/hf/qwen3_moe --prompt-ids 1,2
 "$CALDRIX" run --help >/dev/null && ok "run --help" || bad "run --help"
 
+# usage errors exit 2 (issue 12 item 6)
+usage_err() { # name, expected substring, command...
+    local name=$1 want=$2; shift 2
+    "$@" >"$tmp/o" 2>"$tmp/e" </dev/null; local rc=$?
+    if [ $rc -eq 2 ] && grep -q -- "$want" "$tmp/e"; then ok "$name"; else bad "$name (rc $rc: $(head -c 300 "$tmp/e"))"; fi
+}
+usage_err "bad prompt ids exit 2" "--prompt-ids" "$CALDRIX" run "$MODEL" --prompt-ids 1,2,abc
+usage_err "--system without --chat is refused" "--system" "$CALDRIX" run "$MODEL" -p hi --system "be brief"
+usage_err "--top-logits without --json is refused" "--json" "$CALDRIX" run "$MODEL" -p hi --top-logits 3
+usage_err "-p with -f is refused" "one of" "$CALDRIX" run "$MODEL" -p hi -f "$tmp/o"
+usage_err "an unknown CALDRIX_ISA is refused" "CALDRIX_ISA" env CALDRIX_ISA=vax "$CALDRIX" run "$MODEL" -p hi
+
+# the prompt from standard input or -f is the same as -p (llama-cli's -f)
+"$CALDRIX" run "$MODEL" -p "Once upon a time" -n 6 --temp 0 --json >"$tmp/p.json" 2>/dev/null
+printf 'Once upon a time\n' | "$CALDRIX" run "$MODEL" -n 6 --temp 0 --json >"$tmp/s.json" 2>/dev/null
+printf 'Once upon a time\n' >"$tmp/prompt.txt"
+"$CALDRIX" run "$MODEL" -f "$tmp/prompt.txt" -n 6 --temp 0 --json >"$tmp/f.json" 2>/dev/null
+python3 - "$tmp" <<'PY' && ok "stdin and -f give -p's prompt and tokens" || bad "stdin and -f give -p's prompt and tokens"
+import json, sys
+t = sys.argv[1]
+p, s, f = (json.load(open(t + n)) for n in ('/p.json', '/s.json', '/f.json'))
+sys.exit(0 if p['prompt'] == s['prompt'] == f['prompt'] and len(p['prompt']) > 2 and p['tokens'] == s['tokens'] == f['tokens'] else 1)
+PY
+
+# the seed: drawn at random unless --seed, and reported (issue 12 item 7)
+"$CALDRIX" run "$MODEL" -p "Once" -n 24 --temp 1 --json >"$tmp/r1.json" 2>/dev/null
+"$CALDRIX" run "$MODEL" -p "Once" -n 24 --temp 1 --json >"$tmp/r2.json" 2>/dev/null
+"$CALDRIX" run "$MODEL" -p "Once" -n 4 --temp 1 --seed 7 --json >"$tmp/r3.json" 2>/dev/null
+"$CALDRIX" run "$MODEL" -p "Once" -n 4 --temp 1 --seed 7 >/dev/null 2>"$tmp/r3.err"
+python3 - "$tmp" <<'PY' && ok "a random seed unless --seed, reported in timings and the summary" || bad "a random seed unless --seed, reported"
+import json, sys
+t = sys.argv[1]
+a, b, c = (json.load(open(t + n)) for n in ('/r1.json', '/r2.json', '/r3.json'))
+good = a['timings']['seed'] != b['timings']['seed'] and a['tokens'] != b['tokens'] and c['timings']['seed'] == 7
+good = good and 'seed 7' in open(t + '/r3.err').read()
+sys.exit(0 if good else 1)
+PY
+# a seed reported by one run reproduces it
+seed=$(python3 -c "import json; print(json.load(open('$tmp/r1.json'))['timings']['seed'])")
+"$CALDRIX" run "$MODEL" -p "Once" -n 24 --temp 1 --seed "$seed" --json >"$tmp/r4.json" 2>/dev/null
+python3 -c "import json,sys; sys.exit(0 if json.load(open('$tmp/r1.json'))['tokens']==json.load(open('$tmp/r4.json'))['tokens'] else 1)" &&
+    ok "the reported seed reproduces the run" || bad "the reported seed reproduces the run"
+
+# the context (issue 12 item 5): the model's by default, a prompt that does not fit refused with both
+# numbers, a --ctx past the trained length warned about
+trained=$("$CALDRIX" inspect "$MODEL" | sed -n 's/.*context=\([0-9]*\).*/\1/p')
+ids=$(python3 -c "print(','.join(['1'] * $trained))")
+"$CALDRIX" run "$MODEL" --prompt-ids "$ids" -n 4 >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc -eq 1 ] && grep -q "$trained tokens" "$tmp/e" && grep -q "holds $trained" "$tmp/e" &&
+    ok "a prompt longer than the model's context is refused with both numbers" || bad "a prompt longer than the context: rc $rc $(cat "$tmp/e")"
+"$CALDRIX" run "$MODEL" -p hi -n 2 --ctx 100000 >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc -eq 0 ] && grep -q "trained for" "$tmp/e" && ok "--ctx past the trained context warns" || bad "--ctx past the trained context warns (rc $rc)"
+"$CALDRIX" run "$MODEL" -p hi -n 2 --ctx 64 >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc -eq 0 ] && ! grep -q "trained for" "$tmp/e" && ok "--ctx within the trained context: no warning" || bad "--ctx within: warning"
+"$CALDRIX" run "$MODEL" --prompt-ids 1,2,3 -n 100 --ctx 20 --temp 0 --ignore-eos --json >"$tmp/c.json" 2>/dev/null
+python3 -c "import json,sys; o=json.load(open('$tmp/c.json')); sys.exit(0 if len(o['tokens'])==17 and o['timings']['cached_tokens']==0 else 1)" &&
+    ok "generation stops at a full context (3 + 17 = --ctx 20); cached_tokens 0 on a fresh run" || bad "generation stops at a full context"
+
 echo "run: $pass passed, $fail failed"
 [ $fail -eq 0 ]

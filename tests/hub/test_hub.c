@@ -33,9 +33,9 @@ static void sha256_matches_fips_180_examples(void)
         cdx_sha256 s;
         uint8_t d[32];
         char hex[65];
-        cdx_sha256_init(&s);
+        REQUIRE(cdx_sha256_init(&s) == 0);
         cdx_sha256_update(&s, v[i].msg, strlen(v[i].msg));
-        cdx_sha256_final(&s, d);
+        REQUIRE(cdx_sha256_final(&s, d) == 0 && s.ctx == NULL);
         hex_of(d, hex);
         CHECKF(!strcmp(hex, v[i].hex), "\"%.20s\": %s", v[i].msg, hex);
     }
@@ -45,7 +45,7 @@ static void sha256_matches_fips_180_examples(void)
     cdx_sha256 s;
     uint8_t d[32];
     char hex[65];
-    cdx_sha256_init(&s);
+    REQUIRE(cdx_sha256_init(&s) == 0);
     size_t fed = 0, step[] = { 1, 63, 64, 65, 7, 1000, 127 };
     for (int k = 0; fed < 1000000; k++) {
         size_t n = step[k % 7];
@@ -54,7 +54,7 @@ static void sha256_matches_fips_180_examples(void)
         cdx_sha256_update(&s, chunk, n);
         fed += n;
     }
-    cdx_sha256_final(&s, d);
+    REQUIRE(cdx_sha256_final(&s, d) == 0);
     hex_of(d, hex);
     CHECK(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
 }
@@ -364,10 +364,25 @@ static void memory_estimate_is_weights_plus_kv(void)
     CHECK(hub_check_memory("x/y", &c, 1000, &o, "", &err) == 0);
     o = (cdx_hub_opts){ .mem_available = 1ull << 40 };
     CHECK(hub_check_memory("x/y", &c, 1000, &o, "", &err) == 0);
-    setenv("CALDRIX_MEM_AVAILABLE", "2G", 1);
-    CHECK(cdx_hub_mem_available() == 2ull << 30);
-    setenv("CALDRIX_MEM_AVAILABLE", "512KiB", 1);
-    CHECK(cdx_hub_mem_available() == 512ull << 10);
+    static const struct { const char *v; uint64_t bytes; } good[] = {
+        { "2G", 2ull << 30 }, { "512KiB", 512ull << 10 }, { "1000", 1000 }, { "1.5M", 3ull << 19 }, { "7mb", 7ull << 20 },
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t m = 1;
+        setenv("CALDRIX_MEM_AVAILABLE", good[i].v, 1);
+        CHECKF(cdx_hub_mem_available(&m, &err) == 0 && m == good[i].bytes, "%s: %llu", good[i].v, (unsigned long long)m);
+    }
+    /* a malformed figure is refused by name, never replaced by /proc/meminfo's */
+    static const char *const bad[] = { "lots", "2X", "-5", "2GG", "1e400", "nan", "inf", " 2G", "2G ", "0x10", "Gi" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t m = 1;
+        memset(&err, 0, sizeof err);
+        setenv("CALDRIX_MEM_AVAILABLE", bad[i], 1);
+        CHECKF(cdx_hub_mem_available(&m, &err) == CDX_EINVAL && strstr(err.msg, "CALDRIX_MEM_AVAILABLE is \"") &&
+               strstr(err.msg, bad[i]), "%s: %s", bad[i], err.msg);
+        o = (cdx_hub_opts){ 0 };
+        CHECKF(hub_check_memory("x/y", &c, 1000, &o, "", &err) == CDX_EINVAL, "admission with %s", bad[i]);
+    }
     unsetenv("CALDRIX_MEM_AVAILABLE");
     uint64_t t, a;
     cdx_hub_meminfo(&t, &a);
@@ -597,6 +612,61 @@ static void inspect_reports_missing_tensors_and_refuses_malformed_files(void)
     CHECK(cdx_hub_inspect_path("/nonexistent", &r, &err) == CDX_ENOTFOUND);
 }
 
+/* A one-file checkpoint from a header and zero data (the bytes the header's offsets span). */
+static void put_st(const char *dir, const char *hdr, size_t n_data)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    FILE *f = fopen(p, "wb");
+    if (!f)
+        return;
+    uint64_t hl = strlen(hdr);
+    uint8_t b8[8];
+    for (int k = 0; k < 8; k++)
+        b8[k] = (uint8_t)(hl >> (8 * k));
+    fwrite(b8, 1, 8, f);
+    fwrite(hdr, 1, hl, f);
+    for (size_t i = 0; i < n_data; i++)
+        fputc(0, f);
+    fclose(f);
+}
+
+/* Seed 000's tensor rules, which only the weights' headers can show. */
+static void inspect_applies_the_seeds_tensor_rules(void)
+{
+    char d[300];
+    cdx_err err = { 0 };
+    cdx_hub_report r;
+    snprintf(d, sizeof d, "%s/tensor_rules", g_tmp);
+    mkdir(d, 0755);
+    /* any tensor stored as a type other than f32, f16 or bf16 */
+    copy(SHARED "/fixtures/hf/llama/config.json", d, "config.json");
+    put_st(d, "{\"model.embed_tokens.weight\":{\"dtype\":\"I8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+              "\"model.norm.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[4,6]}}", 6);
+    CHECKF(cdx_hub_inspect_path(d, &r, &err) == 0 && strstr(r.unsupported_tensor_types, "I8") &&
+           strstr(r.unsupported_tensor_types, "F8_E4M3") && strstr(r.refusal, "tensors stored as") &&
+           strstr(r.refusal, "I8"), "rc msg %s, refusal %s", err.msg, r.refusal);
+    /* an lm_head.weight beside a tied embedding whose shape or type differs (llama3_rope is tied) */
+    copy(SHARED "/fixtures/hf/llama3_rope/config.json", d, "config.json");
+    static const struct { const char *hdr; size_t n; bool refused; } heads[] = {
+        { "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+          "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[16,40]}}", 40, true },
+        { "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+          "\"lm_head.weight\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[16,24]}}", 24, true },
+        { "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+          "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[16,32]}}", 32, false },
+    };
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        put_st(d, heads[i].hdr, heads[i].n);
+        memset(&err, 0, sizeof err);
+        REQUIRE(cdx_hub_inspect_path(d, &r, &err) == 0);
+        bool refused = strstr(r.refusal, "lm_head.weight") && strstr(r.refusal, "differs in shape or type");
+        CHECKF(refused == heads[i].refused, "head %zu: refusal \"%s\"", i, r.refusal);
+        if (!heads[i].refused)
+            CHECKF(strstr(r.note, "runs with the shipped head"), "head %zu: note \"%s\"", i, r.note);
+    }
+}
+
 static void the_gguf_peek_sizes_a_model_from_its_first_bytes(void)
 {
     cdx_file *f = NULL;
@@ -676,6 +746,8 @@ int main(void)
     RUN("every fixture config is judged by architecture", every_fixture_config_is_judged_by_architecture);
     RUN("each refusal names the field and the value", each_refusal_names_the_field_and_the_value);
     RUN("the rule table has ids, fields and docs", the_rule_table_has_ids_fields_and_docs);
+    RUN("inspect applies the seed's tensor rules (stored types, a tied head that differs)",
+        inspect_applies_the_seeds_tensor_rules);
     RUN("memory estimate is weights plus KV", memory_estimate_is_weights_plus_kv);
     RUN("a folder is checked and notes name files not read", a_folder_is_checked_and_notes_name_files_not_read);
     RUN("inspect agrees with the format readers on every fixture", inspect_agrees_with_the_format_readers_on_every_fixture);

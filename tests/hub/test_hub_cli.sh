@@ -77,5 +77,10 @@ check "pull of a malformed reference: exit 1, naming the forms" '[ $rc -eq 1 ] &
 "$CALDRIX" pull $SH/fixtures/hf/llama > "$T/local.out" 2>&1; rc=$?
 check "pull of a local folder prints it, downloading nothing" '[ $rc -eq 0 ] && [ "$(cat $T/local.out)" = "$SH/fixtures/hf/llama" ]'
 
+CALDRIX_MEM_AVAILABLE=lots "$CALDRIX" doctor > "$T/doc.out" 2> "$T/doc.err"; rc=$?
+check "a malformed CALDRIX_MEM_AVAILABLE is refused by name (doctor exits 2)" '[ $rc -eq 2 ] && grep -q "CALDRIX_MEM_AVAILABLE is \"lots\"" "$T/doc.err"'
+CALDRIX_MEM_AVAILABLE=3G "$CALDRIX" doctor > "$T/doc.out" 2> "$T/doc.err"; rc=$?
+check "a well-formed CALDRIX_MEM_AVAILABLE is what admission uses" '[ $rc -eq 0 ] && grep -q "admission uses 3.22 GB (CALDRIX_MEM_AVAILABLE)" "$T/doc.out"'
+
 echo "hub_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -161,7 +161,16 @@ check "on a terminal: a progress bar per download" 'grep -q "model.safetensors *
 run again pull acme/tiny
 check "second pull exits 0" '[ "$rc" -eq 0 ]'
 check "second pull downloads nothing" 'bash -c "! grep -q resolve $T/again.log"'
-check "second pull says the files are kept" 'has "$T/again.err" "kept model.safetensors"'
+check "a model complete in the cache prints one line, not the file list" '[ "$(grep -c "acme/tiny is complete in the cache" $T/again.err)" -eq 1 ] && ! grep -q "^  " $T/again.err && hasnt "$T/again.err" "kept" && [ "$(grep -vc "caldrix: reads" $T/again.err)" -eq 1 ]'
+
+# tokenize takes a repo id as run does (resolved through the cache); ids from the fixture's transformers golden
+run tok tokenize acme/tiny --no-special --json "Hello world"
+want=$(python3 -c "import json; print(json.dumps([j['ids'] for j in map(json.loads, open('$SH/fixtures/tokenizers/mistral/golden.jsonl')) if j['text'] == 'Hello world' and not j['add_special_tokens']][0], separators=(',', ':')))")
+check "tokenize owner/name: the cached model's tokenizer, nothing downloaded" '[ "$rc" -eq 0 ] && [ "$(cat $T/tok.out)" = "$want" ] && hasnt "$T/tok.log" "/resolve/"'
+run tok2 tokenize acme/nosuch "Hello"
+check "tokenize of a repo the Hub lacks: exit 1 naming it" '[ "$rc" -eq 1 ] && has "$T/tok2.err" "acme/nosuch"'
+CALDRIX_MEM_AVAILABLE=lots run memb pull acme/big
+check "a malformed CALDRIX_MEM_AVAILABLE is refused by name before any weight" '[ "$rc" -eq 1 ] && has "$T/memb.err" "CALDRIX_MEM_AVAILABLE is \"lots\"" && hasnt "$T/memb.log" "model.safetensors"'
 
 HF_ENDPOINT=http://127.0.0.1:1 run down pull acme/tiny
 check "the Hub unreachable: the cached commit is used, with a note" '[ "$rc" -eq 0 ] && has "$T/down.err" "unreachable" && [ "$(cat $T/down.out)" = "$R/snapshots/$C1" ]'
@@ -215,7 +224,7 @@ check "the partial file holds the bytes sent" '[ "$(stat -c %s $CR/blobs/$SHA2.i
 run cut2 pull acme/cut
 check "the next pull resumes and completes" '[ "$rc" -eq 0 ] && cmp -s "$CR/blobs/$SHA2" $SH/fixtures/hf/qwen2/model.safetensors'
 check "it resumed with a Range request from the cut" 'has "$T/cut2.log" "range=bytes=300000-"'
-check "files already there were kept" 'has "$T/cut2.err" "kept config.json"'
+check "files already there were kept, in the resumed download's list" 'has "$T/cut2.err" "kept tokenizer.json" && has "$T/cut2.err" "model.safetensors"'
 
 # 7. gated
 run g1 pull acme/gated
@@ -350,6 +359,35 @@ run ins inspect acme/cut
 check "inspect of a cached repo" '[ "$rc" -eq 0 ] && has "$T/ins.out" "architecture=Qwen2ForCausalLM"'
 run ins2 inspect acme/notcached
 check "inspect never downloads" '[ "$rc" -eq 1 ] && [ ! -s "$T/ins2.log" ]'
+
+# 15. models list and models rm
+run olq pull ollama:tiny:q8
+run lst models list --json
+check "models list: every cached repo and tag, with its size and whether it runs" '[ "$rc" -eq 0 ] && python3 - "$T/lst.out" "$CACHE" <<'\''PY'\''
+import json, os, sys
+rows = {r["ref"]: r for r in json.load(open(sys.argv[1]))}
+blobs = os.path.join(sys.argv[2], "models--acme--tiny", "blobs")
+size = sum(os.path.getsize(os.path.join(blobs, f)) for f in os.listdir(blobs))
+t, g, o = rows["acme/tiny"], rows["acme/gpt2ish"], rows["ollama:tiny:q8"]
+assert t["complete"] and t["runs"] and t["bytes"] == size, t
+assert not g["runs"] and g["problem"], g
+assert o["complete"] and o["runs"] and o["bytes"] == os.path.getsize(o["path"]), o
+PY'
+run lst2 models list
+check "models list prints one line per model" '[ "$rc" -eq 0 ] && grep -q "^acme/tiny .* yes$" $T/lst2.out && grep -q "^acme/gpt2ish .* no" $T/lst2.out && [ ! -s "$T/lst2.log" ]'
+run rm1 models rm acme/tiny
+check "models rm removes the repo from the cache" '[ "$rc" -eq 0 ] && [ ! -e "$CACHE/models--acme--tiny" ] && has "$T/rm1.out" "removed acme/tiny"'
+run rm2 models rm acme/tiny
+check "models rm of what is not in the cache: exit 1, nothing removed" '[ "$rc" -eq 1 ] && has "$T/rm2.err" "not in the cache" && [ -e "$CACHE/models--acme--cut" ]'
+run rm3 models rm acme/cut@v1
+check "models rm with a revision: exit 2 (rm takes the whole repo)" '[ "$rc" -eq 2 ] && [ -e "$CACHE/models--acme--cut" ]'
+OB=$(readlink -f "$(cat $T/olq.out)")
+run rm4 models rm ollama:tiny:q8
+check "models rm of an Ollama tag: manifest, model folder and its blob removed" '[ "$rc" -eq 0 ] && [ ! -e "$CALDRIX_CACHE/ollama/manifests/127.0.0.1_$PORT/library/tiny/q8" ] && [ ! -e "$(dirname $(cat $T/olq.out))" ] && [ ! -e "$OB" ]'
+run rm5 models rm ollama:tiny:q8
+check "models rm of an Ollama tag not in the cache: exit 1" '[ "$rc" -eq 1 ] && has "$T/rm5.err" "not in the cache"'
+run lst3 models list --json
+check "models list no longer shows what rm removed" '[ "$rc" -eq 0 ] && hasnt "$T/lst3.out" "\"acme/tiny\"" && hasnt "$T/lst3.out" "ollama:tiny:q8"'
 
 echo "hub_net: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

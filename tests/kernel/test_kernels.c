@@ -12,7 +12,7 @@ static const uint32_t k_types_fast[] = {
     CDX_TYPE_Q4_K, CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS,
 };
 #define N_FAST (sizeof k_types_fast / sizeof k_types_fast[0])
-static const char *const k_isas[] = { "avx512", "avx2", "scalar" };
+static const char *const k_isas[] = { "avx512", "avx2", "avx512-gemm", "scalar" };
 
 /* ---- random numbers (xorshift; gaussian by Irwin-Hall) ---- */
 
@@ -83,7 +83,7 @@ static void quantizers_are_byte_identical_to_scalar(void)
     float *x = malloc(sizeof(float) * n);
     uint8_t *a = malloc(400 * 8), *b = malloc(400 * 8);
     int tested = 0;
-    for (size_t ii = 0; ii < 2; ii++) {
+    for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -146,7 +146,7 @@ static void row_kernels_match_ggml_fixture_dots(void)
         REQUIRE(q && act && dj);
         json_t *dots = json_object_get(dj, "dots"), *abs = json_object_get(dj, "abs_sum_f64");
         cdx_mat w = { .type = type, .data = q, .rows = 4, .cols = 512, .row_bytes = qlen / 4 };
-        for (size_t ii = 0; ii < 2; ii++) {
+        for (size_t ii = 0; ii < 3; ii++) {
             const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
             if (!k) {
                 t_skip_isa(k_isas[ii]);
@@ -294,7 +294,7 @@ static void packed_layouts_match_scalar(void)
     /* 544 rows: chunks of 48 rows per thread, so decode also walks two groups at once */
     const int64_t rows_v[] = { 16, 48, 160, 544 }, len_v[] = { 1, 3, 8 }, n_v[] = { 1, 2, 7, 8, 9, 19 };
     int packed_types = 0;
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < 4; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -331,7 +331,7 @@ static void row_kernels_match_scalar_on_random_blocks(void)
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     const int64_t rows_v[] = { 1, 3, 6, 13 }, blk_v[] = { 1, 2, 3, 5 }, n_v[] = { 1, 2, 3, 5, 8, 17 };
     int cases = 0;
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < 4; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -339,7 +339,7 @@ static void row_kernels_match_scalar_on_random_blocks(void)
         }
         for (size_t ti = 0; ti < N_FAST; ti++) {
             uint32_t type = k_types_fast[ti];
-            if (ii < 2)
+            if (ii < 3)
                 REQUIRE(k->row[type]);
             int bad = 0;
             for (size_t a = 0; a < 4; a++)
@@ -360,7 +360,7 @@ static void prefill_tiles_span_several_panels(void)
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_F16 };
-    for (size_t ii = 0; ii < 2; ii++) {
+    for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -381,7 +381,7 @@ static void prefill_handles_long_rows(void)
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     const uint32_t types[] = { CDX_TYPE_Q4_0, CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
-    for (size_t ii = 0; ii < 2; ii++) {
+    for (size_t ii = 0; ii < 3; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -407,7 +407,7 @@ static void matmul_multi_equals_separate_calls(void)
     const uint32_t sets[][3] = { { CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_Q4_K },
                                  { CDX_TYPE_Q8_0, CDX_TYPE_F16, CDX_TYPE_Q4_0 } };
     const int64_t rows[3] = { 512, 128, 160 }, cols = 512, n_v[] = { 1, 9 };
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < 4; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -461,6 +461,70 @@ static void matmul_multi_equals_separate_calls(void)
     cdx_pool_destroy(pool);
 }
 
+/* Batch invariance: a row's result has the same bits whether its activation row is computed alone
+ * or among n others (packed layouts and native, every type, every batch-invariant set). The
+ * opt-in avx512-gemm set is the one that is not, and is left out. */
+static void matmul_rows_are_batch_invariant(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t types[] = { CDX_TYPE_F32, CDX_TYPE_F16, CDX_TYPE_BF16, CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_Q4_1,
+                               CDX_TYPE_Q5_0, CDX_TYPE_Q5_1, CDX_TYPE_IQ4_NL, CDX_TYPE_Q2_K, CDX_TYPE_Q3_K, CDX_TYPE_Q4_K,
+                               CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
+    const char *sets[] = { "avx512", "avx2", "scalar" };
+    const int64_t rows = 48, cols = 512, n_max = 19;
+    int checked = 0, bad = 0;
+    for (size_t si = 0; si < 3; si++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(sets[si]);
+        if (!k) {
+            t_skip_isa(sets[si]);
+            continue;
+        }
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const cdx_type_traits *t = cdx_type_get(types[ti]);
+            REQUIRE(t);
+            const size_t rb = (size_t)(cols / t->block) * t->bytes;
+            uint8_t *w = malloc(rb * rows);
+            float *x = malloc(sizeof(float) * cols * n_max), *y1 = malloc(sizeof(float) * rows),
+                  *yn = malloc(sizeof(float) * rows * n_max);
+            make_weights(types[ti], t, w, rb, rows, cols);
+            for (int64_t i = 0; i < cols * n_max; i++)
+                x[i] = gauss();
+            for (int pack = 0; pack < 2; pack++) {
+                cdx_mat m = { .type = types[ti], .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
+                void *packed = NULL;
+                size_t pb = pack ? cdx_matmul_pack_bytes(k, &m) : 0;
+                if (pack && !pb)
+                    continue;
+                if (pb) {
+                    packed = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+                    cdx_matmul_pack(k, pool, &m, packed);
+                    m.packed = packed;
+                    m.packed_for = k;
+                }
+                void *ws = malloc(cdx_matmul_ws_bytes(&m, n_max, cdx_pool_size(pool)));
+                const int64_t ns[] = { 2, 7, 8, 9, 16, 19 };
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    cdx_matmul(k, pool, &m, x, ns[ni], yn, ws);
+                    for (int64_t i = 0; i < ns[ni]; i++) {
+                        cdx_matmul(k, pool, &m, x + i * cols, 1, y1, ws);
+                        bad += memcmp(y1, yn + i * rows, sizeof(float) * rows) != 0;
+                        checked++;
+                    }
+                }
+                free(ws);
+                free(packed);
+            }
+            CHECKF(bad == 0, "%s %s: %d of %d rows differ between batch sizes", sets[si], cdx_type_name(types[ti]),
+                   bad, checked);
+            free(w); free(x); free(y1); free(yn);
+        }
+    }
+    CHECK(checked > 0);
+    cdx_pool_destroy(pool);
+}
+
 /* CALDRIX_ISA picks a lesser set; a set the CPU lacks, or a made-up name, is refused. */
 static void isa_env_names_a_set_or_is_refused(void)
 {
@@ -509,6 +573,7 @@ int main(void)
 {
     RUN("isa table picks what the cpu runs", isa_table_picks_what_the_cpu_runs);
     RUN("CALDRIX_ISA names a set or is refused", isa_env_names_a_set_or_is_refused);
+    RUN("matmul rows are batch invariant (every type, packed and not)", matmul_rows_are_batch_invariant);
     RUN("activation quantizers are byte-identical to the scalar ones", quantizers_are_byte_identical_to_scalar);
     RUN("row kernels match ggml's fixture dots", row_kernels_match_ggml_fixture_dots);
     RUN("row kernels match the scalar dot on random blocks", row_kernels_match_scalar_on_random_blocks);

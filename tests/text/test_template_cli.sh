@@ -96,6 +96,28 @@ echo '{"not": "a list"}' > "$tmp/nl.json"
 if [ $rc -eq 1 ]; then ok "messages that are not a list are refused"; else bad "messages not a list rc $rc"; fi
 "$CALDRIX" template "$tmp/nowhere" --messages "$tmp/m.json" > /dev/null 2> "$tmp/e.txt"; rc=$?
 if [ $rc -eq 1 ] && grep -q "nowhere" "$tmp/e.txt"; then ok "a missing model is named"; else bad "missing model rc $rc"; fi
+# 6. --name: a name the model has picks it; one it lacks exits 2 naming it, never a silent fallback
+mkdir -p "$tmp/named" "$tmp/jinja"
+printf '{"chat_template":[{"name":"default","template":"D{{ messages|length }}"},{"name":"tool_use","template":"T{{ messages|length }}"}]}' > "$tmp/named/tokenizer_config.json"
+"$CALDRIX" template "$tmp/named" --messages "$tmp/m.json" --name tool_use > "$tmp/o.txt" 2> "$tmp/e.txt"; rc=$?
+if [ $rc -eq 0 ] && [ "$(cat "$tmp/o.txt")" = "T1" ]; then ok "--name picks the named template"; else bad "--name tool_use rc $rc: $(cat "$tmp/o.txt" "$tmp/e.txt")"; fi
+"$CALDRIX" template "$tmp/named" --messages "$tmp/m.json" --name nope > "$tmp/o.txt" 2> "$tmp/e.txt"; rc=$?
+if [ $rc -eq 2 ] && grep -q '"nope"' "$tmp/e.txt" && [ ! -s "$tmp/o.txt" ]; then ok "an unknown --name of a folder's template list exits 2 naming it"
+else bad "--name nope (list) rc $rc: $(cat "$tmp/e.txt")"; fi
+printf 'J{{ messages|length }}' > "$tmp/jinja/chat_template.jinja"
+"$CALDRIX" template "$tmp/jinja" --messages "$tmp/m.json" --name tool_use > "$tmp/o.txt" 2> "$tmp/e.txt"; rc=$?
+if [ $rc -eq 2 ] && grep -q '"tool_use"' "$tmp/e.txt" && [ ! -s "$tmp/o.txt" ]; then ok "an unknown --name of a chat_template.jinja folder exits 2"
+else bad "--name with chat_template.jinja rc $rc: $(cat "$tmp/o.txt" "$tmp/e.txt")"; fi
+"$CALDRIX" template "$tmp/jinja" --messages "$tmp/m.json" --name default > "$tmp/o.txt" 2> "$tmp/e.txt"; rc=$?
+if [ $rc -eq 0 ] && [ "$(cat "$tmp/o.txt")" = "J1" ]; then ok "--name default is the folder's one template"; else bad "--name default rc $rc"; fi
+"$CALDRIX" template models/stories260K.gguf --messages "$tmp/m.json" --name tool_use > "$tmp/o.txt" 2> "$tmp/e.txt"; rc=$?
+if [ $rc -eq 2 ] && grep -q 'tokenizer.chat_template.tool_use' "$tmp/e.txt"; then ok "an unknown --name of a GGUF exits 2 naming the key"
+else bad "--name with a GGUF rc $rc: $(cat "$tmp/e.txt")"; fi
+"$CALDRIX" template --template "$tmp/t.jinja" --messages "$tmp/m.json" --name tool_use > "$tmp/o.txt" 2> "$tmp/e.txt"; rc=$?
+if [ $rc -eq 2 ] && grep -q -- '--name' "$tmp/e.txt" && [ ! -s "$tmp/o.txt" ]; then ok "--name with --template (one template) exits 2"
+else bad "--name with --template rc $rc"; fi
+"$CALDRIX" template "$tmp/named" --template "$tmp/t.jinja" --messages "$tmp/m.json" --name tool_use > /dev/null 2>&1; rc=$?
+if [ $rc -eq 2 ]; then ok "--name with a model and --template exits 2"; else bad "--name with model and --template rc $rc"; fi
 "$CALDRIX" template --help > "$tmp/h.txt"; rc=$?
 if [ $rc -eq 0 ] && grep -q -- "--no-generation-prompt" "$tmp/h.txt"; then ok "--help"; else bad "--help rc $rc"; fi
 

@@ -11,6 +11,9 @@
 
 #define TOKS SHARED "/fixtures/tokenizers"
 #define VOCAB SHARED "/models/llamacpp-vocab"
+#ifndef VOCAB_VECTORS /* where llama.cpp's .inp/.out vectors are; -D to point it elsewhere (a missing one must fail) */
+#define VOCAB_VECTORS VOCAB
+#endif
 
 /* Tokenizers are opened once per path and shared by the cases (the big tokenizer.json files
  * take a while to parse under ASan); they are closed at the end of main. */
@@ -178,12 +181,12 @@ static bool read_vectors(const char *name, vectors *v)
     cdx_err err = {0};
     char *inp = NULL, *out = NULL;
     size_t il = 0, ol = 0;
-    snprintf(path, sizeof path, VOCAB "/ggml-vocab-%s.gguf.inp", name);
-    if (cdx_file_read_all(path, 1 << 20, &inp, &il, &err) < 0) return false;
-    snprintf(path, sizeof path, VOCAB "/ggml-vocab-%s.gguf.out", name);
-    if (cdx_file_read_all(path, 1 << 20, &out, &ol, &err) < 0) { free(inp); return false; }
-    static const char sep[] = "\n__ggml_vocab_test__\n";
     memset(v, 0, sizeof *v);
+    snprintf(path, sizeof path, VOCAB_VECTORS "/ggml-vocab-%s.gguf.inp", name);
+    if (cdx_file_read_all(path, 1 << 20, &inp, &il, &err) < 0) { fprintf(stderr, "  %s\n", err.msg); return false; }
+    snprintf(path, sizeof path, VOCAB_VECTORS "/ggml-vocab-%s.gguf.out", name);
+    if (cdx_file_read_all(path, 1 << 20, &out, &ol, &err) < 0) { fprintf(stderr, "  %s\n", err.msg); free(inp); return false; }
+    static const char sep[] = "\n__ggml_vocab_test__\n";
     size_t pos = 0;
     while (pos < il) {
         char *m = memmem(inp + pos, il - pos, sep, sizeof sep - 1);
@@ -509,7 +512,10 @@ static void vocab_json_and_merges_txt_load_as_gpt2(void)
     cdx_tok *t = NULL;
     CHECKF(cdx_tok_open_dir(dir, &t, &err) == 0, "%s", err.msg);
     vectors v;
-    if (t && read_vectors("gpt-2", &v)) {
+    bool have = t && read_vectors("gpt-2", &v);
+    /* vectors that cannot be read fail the case: nothing was checked */
+    CHECKF(have || !t, "llama.cpp's gpt-2 vectors (" VOCAB_VECTORS "/ggml-vocab-gpt-2.gguf.inp/.out) could not be read");
+    if (have) {
         size_t ok = check_vectors(t, &v, "gpt-2 vocab.json");
         printf("  gpt-2 from vocab.json + merges.txt: %zu/%zu vectors\n", ok, v.n);
         CHECK(ok == v.n && v.n == 46);

@@ -1,0 +1,1040 @@
+/* The engine: requests over one model, a paged KV pool with prefix sharing, continuous batching.
+ * The contract is in include/caldrix/engine.h; this file is its one implementation.
+ *
+ * A sequence is its tokens (prompt, then what it generated) and a block table; n_done of its
+ * positions have K/V in the blocks. Each round every running sequence with one token left to
+ * compute (decoding) adds it, then sequences with more (prompts, or a preempted sequence coming
+ * back) add chunks up to the token budget, all in one cdx_forward_seqs. A sequence whose last
+ * token was computed samples the next one. The vLLM scheduling rules, in a CPU engine's sizes. */
+#include "caldrix/engine.h"
+#include "caldrix/model.h"
+#include "caldrix/tokenizer.h"
+
+#include <math.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_LEN 32
+#define NONE (-1)
+
+typedef struct kv_block {
+    float *k, *v;              /* [n_layer][CDX_KV_BLOCK][kv_dim] each; NULL until first use */
+    int32_t ref;               /* sequences holding it */
+    bool keyed;                /* in the prefix table (full, with a key) */
+    uint8_t key[KEY_LEN];
+    int32_t hnext;             /* prefix table chain */
+    int32_t prev, next;        /* LRU list of keyed blocks no sequence holds */
+} kv_block;
+
+typedef struct seq {
+    uint64_t id;
+    void *user;
+    cdx_event_fn on_event;
+    int32_t *toks;             /* prompt, then generated tokens */
+    int64_t n_toks, cap_toks, n_prompt;
+    int64_t n_done;            /* positions with K/V in the blocks */
+    int32_t *blk;              /* block table (pool indices) */
+    float **ktab, **vtab;      /* the same as pointers, for the forward pass */
+    int64_t n_blk, cap_blk;
+    uint8_t (*keys)[KEY_LEN];  /* keys[i]: block i's prefix key, for i < n_keys */
+    int64_t n_keys, cap_keys;
+    int64_t n_registered;      /* blocks offered to the prefix table so far */
+    int64_t max_tokens, n_gen, n_cached;
+    bool ignore_eos, skip_special, cancelled, admitted_once;
+    int n_top;
+    int32_t *top_ids;
+    float *top_logits, *top_lp;
+    cdx_sampler *smp;
+    char **stop;
+    int n_stop;
+    size_t max_stop;
+    cdx_tok_stream ts;
+    char *text;                /* all generated text (stop strings are matched on it) */
+    size_t n_text, cap_text, n_emitted;
+    double t_submit, t_first;
+    uint64_t order;            /* admission order: the newest is preempted first */
+    struct seq *next;          /* the list it is on (inbox, waiting, running) */
+} seq;
+
+struct cdx_engine {
+    const cdx_model *m;
+    const cdx_tok *tok;
+    const cdx_hparams *hp;
+    cdx_engine_opts o;
+    cdx_forward_ctx *fc;
+    int64_t kv_dim;            /* n_head_kv · head_dim */
+    size_t block_floats;       /* floats of K (or V) in one block */
+    uint8_t root_key[KEY_LEN]; /* the parent key of every sequence's first block */
+    /* the pool */
+    kv_block *blocks;
+    int32_t *free_stack;       /* unkeyed blocks no sequence holds */
+    int64_t n_free;
+    int32_t lru_head, lru_tail;
+    int64_t n_lru;
+    int32_t *buckets;
+    uint64_t n_buckets;
+    /* requests: seen by the engine thread only, except the inbox */
+    seq *waiting, *running;
+    int64_t n_waiting, n_running;
+    uint64_t next_order;
+    /* per-round buffers */
+    int32_t *b_tok, *b_seq;
+    int64_t *b_pos;
+    bool *b_want;
+    seq **b_seqs;              /* [max_batch] the sequences in this round, in cdx_kv_seq order */
+    cdx_kv_seq *b_kv;
+    seq **b_logit_seq;         /* [max_batch] whose logits row i is */
+    float *logits;             /* [max_batch][n_vocab] */
+    /* shared with other threads (mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    seq *inbox, *inbox_tail;
+    int64_t n_inbox;
+    uint64_t *cancels;
+    size_t n_cancels, cap_cancels;
+    uint64_t next_id;
+    cdx_engine_stats stats;    /* the snapshot */
+    uint64_t t_prompt, t_cached, t_generated, t_preempt, t_rounds;
+};
+
+cdx_engine_opts cdx_engine_defaults(void)
+{
+    return (cdx_engine_opts){ .n_threads = 0, .max_batch = 8, .token_budget = 512, .max_queue = 64 };
+}
+
+cdx_request cdx_request_defaults(void)
+{
+    return (cdx_request){ .sampling = cdx_sampler_defaults() };
+}
+
+const char *cdx_finish_name(cdx_finish f)
+{
+    static const char *const names[] = { "", "stop", "length", "cancelled", "error" };
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "";
+}
+
+/* ---- keys ---- */
+
+/* key = SHA-256(parent key || the block's token ids as 32-bit little-endian) */
+static void block_key(const uint8_t parent[KEY_LEN], const int32_t *toks, uint8_t out[KEY_LEN])
+{
+    uint8_t buf[KEY_LEN + 4 * CDX_KV_BLOCK];
+    memcpy(buf, parent, KEY_LEN);
+    for (int i = 0; i < CDX_KV_BLOCK; i++) {
+        uint32_t t = (uint32_t)toks[i];
+        buf[KEY_LEN + 4 * i] = (uint8_t)t;
+        buf[KEY_LEN + 4 * i + 1] = (uint8_t)(t >> 8);
+        buf[KEY_LEN + 4 * i + 2] = (uint8_t)(t >> 16);
+        buf[KEY_LEN + 4 * i + 3] = (uint8_t)(t >> 24);
+    }
+    unsigned int n = KEY_LEN;
+    EVP_Digest(buf, sizeof buf, out, &n, EVP_sha256(), NULL);
+}
+
+static uint64_t key_bucket(const cdx_engine *e, const uint8_t key[KEY_LEN])
+{
+    uint64_t h;
+    memcpy(&h, key, sizeof h);
+    return h & (e->n_buckets - 1);
+}
+
+/* Keys of every full block of s's tokens not keyed yet. */
+static int seq_make_keys(seq *s)
+{
+    const int64_t full = s->n_toks / CDX_KV_BLOCK;
+    if (full > s->cap_keys) {
+        int64_t cap = s->cap_keys ? s->cap_keys : 16;
+        while (cap < full)
+            cap *= 2;
+        void *g = realloc(s->keys, (size_t)cap * KEY_LEN);
+        if (!g)
+            return CDX_ENOMEM;
+        s->keys = g;
+        s->cap_keys = cap;
+    }
+    return CDX_OK;
+}
+
+/* ---- the pool ---- */
+
+static void lru_unlink(cdx_engine *e, int32_t b)
+{
+    kv_block *k = &e->blocks[b];
+    if (k->prev != NONE) e->blocks[k->prev].next = k->next; else e->lru_head = k->next;
+    if (k->next != NONE) e->blocks[k->next].prev = k->prev; else e->lru_tail = k->prev;
+    k->prev = k->next = NONE;
+    e->n_lru--;
+}
+
+static void lru_push(cdx_engine *e, int32_t b)
+{
+    kv_block *k = &e->blocks[b];
+    k->prev = e->lru_tail;
+    k->next = NONE;
+    if (e->lru_tail != NONE) e->blocks[e->lru_tail].next = b; else e->lru_head = b;
+    e->lru_tail = b;
+    e->n_lru++;
+}
+
+static int32_t table_find(const cdx_engine *e, const uint8_t key[KEY_LEN])
+{
+    for (int32_t b = e->buckets[key_bucket(e, key)]; b != NONE; b = e->blocks[b].hnext)
+        if (!memcmp(e->blocks[b].key, key, KEY_LEN))
+            return b;
+    return NONE;
+}
+
+static void table_remove(cdx_engine *e, int32_t b)
+{
+    int32_t *p = &e->buckets[key_bucket(e, e->blocks[b].key)];
+    while (*p != b)
+        p = &e->blocks[*p].hnext;
+    *p = e->blocks[b].hnext;
+    e->blocks[b].hnext = NONE;
+    e->blocks[b].keyed = false;
+}
+
+static void table_insert(cdx_engine *e, int32_t b, const uint8_t key[KEY_LEN])
+{
+    kv_block *k = &e->blocks[b];
+    memcpy(k->key, key, KEY_LEN);
+    uint64_t h = key_bucket(e, key);
+    k->hnext = e->buckets[h];
+    e->buckets[h] = b;
+    k->keyed = true;
+}
+
+/* Blocks a new allocation can have: free ones and cached ones nobody holds. */
+static int64_t pool_available(const cdx_engine *e) { return e->n_free + e->n_lru; }
+
+/* A block for a sequence to write (ref 1), or NONE when the pool is dry. Cached blocks go oldest
+ * first; their storage is reused as it is. */
+static int32_t pool_take(cdx_engine *e)
+{
+    int32_t b;
+    if (e->n_free > 0) {
+        b = e->free_stack[--e->n_free];
+    } else if (e->lru_head != NONE) {
+        b = e->lru_head;
+        lru_unlink(e, b);
+        table_remove(e, b);
+    } else {
+        return NONE;
+    }
+    kv_block *k = &e->blocks[b];
+    if (!k->k) {
+        k->k = malloc(e->block_floats * sizeof(float));
+        k->v = malloc(e->block_floats * sizeof(float));
+        if (!k->k || !k->v) {
+            free(k->k);
+            free(k->v);
+            k->k = k->v = NULL;
+            e->free_stack[e->n_free++] = b;
+            return NONE;
+        }
+    }
+    k->ref = 1;
+    return b;
+}
+
+static void pool_hold(cdx_engine *e, int32_t b)
+{
+    kv_block *k = &e->blocks[b];
+    if (k->ref++ == 0)
+        lru_unlink(e, b); /* a held block is keyed (only keyed blocks are found) */
+}
+
+static void pool_release(cdx_engine *e, int32_t b)
+{
+    kv_block *k = &e->blocks[b];
+    if (--k->ref > 0)
+        return;
+    if (k->keyed)
+        lru_push(e, b);
+    else
+        e->free_stack[e->n_free++] = b;
+}
+
+/* ---- sequences ---- */
+
+static int seq_push_block(seq *s, cdx_engine *e, int32_t b)
+{
+    if (s->n_blk == s->cap_blk) {
+        int64_t cap = s->cap_blk ? 2 * s->cap_blk : 8;
+        int32_t *nb = realloc(s->blk, (size_t)cap * sizeof *nb);
+        if (nb)
+            s->blk = nb;
+        float **nk = nb ? realloc(s->ktab, (size_t)cap * sizeof *nk) : NULL;
+        if (nk)
+            s->ktab = nk;
+        float **nv = nk ? realloc(s->vtab, (size_t)cap * sizeof *nv) : NULL;
+        if (!nv)
+            return CDX_ENOMEM;
+        s->vtab = nv;
+        s->cap_blk = cap;
+    }
+    s->blk[s->n_blk] = b;
+    s->ktab[s->n_blk] = e->blocks[b].k;
+    s->vtab[s->n_blk] = e->blocks[b].v;
+    s->n_blk++;
+    return CDX_OK;
+}
+
+static void seq_release_blocks(cdx_engine *e, seq *s)
+{
+    for (int64_t i = 0; i < s->n_blk; i++)
+        pool_release(e, s->blk[i]);
+    s->n_blk = 0;
+    s->n_done = 0;
+    s->n_registered = 0;
+}
+
+static void seq_free(seq *s)
+{
+    if (!s)
+        return;
+    free(s->toks);
+    free(s->blk);
+    free(s->ktab);
+    free(s->vtab);
+    free(s->keys);
+    free(s->top_ids);
+    free(s->top_logits);
+    free(s->top_lp);
+    cdx_sampler_free(s->smp);
+    for (int i = 0; i < s->n_stop; i++)
+        free(s->stop[i]);
+    free(s->stop);
+    free(s->text);
+    free(s);
+}
+
+static int seq_push_token(seq *s, int32_t t)
+{
+    if (s->n_toks == s->cap_toks) {
+        int64_t cap = s->cap_toks * 2;
+        int32_t *g = realloc(s->toks, (size_t)cap * sizeof *g);
+        if (!g)
+            return CDX_ENOMEM;
+        s->toks = g;
+        s->cap_toks = cap;
+    }
+    s->toks[s->n_toks++] = t;
+    return CDX_OK;
+}
+
+static void text_push(seq *s, const char *p, size_t n)
+{
+    if (s->n_text + n + 1 > s->cap_text) {
+        size_t cap = s->cap_text ? s->cap_text : 256;
+        while (cap < s->n_text + n + 1)
+            cap *= 2;
+        char *g = realloc(s->text, cap);
+        if (!g)
+            return; /* text is lost, tokens are not */
+        s->text = g;
+        s->cap_text = cap;
+    }
+    memcpy(s->text + s->n_text, p, n);
+    s->n_text += n;
+    s->text[s->n_text] = 0;
+}
+
+/* Keys of s's full blocks up to n_done, offered to the prefix table (a key already there keeps
+ * its block; ours stays private). */
+static void seq_register_blocks(cdx_engine *e, seq *s)
+{
+    const int64_t full = s->n_done / CDX_KV_BLOCK;
+    if (full <= s->n_registered)
+        return;
+    if (seq_make_keys(s))
+        return; /* no memory for keys: the blocks just stay private */
+    for (int64_t i = s->n_keys; i < full; i++)
+        block_key(i ? s->keys[i - 1] : e->root_key, s->toks + i * CDX_KV_BLOCK, s->keys[i]);
+    if (full > s->n_keys)
+        s->n_keys = full;
+    for (int64_t i = s->n_registered; i < full; i++) {
+        const int32_t b = s->blk[i];
+        if (!e->blocks[b].keyed && table_find(e, s->keys[i]) == NONE)
+            table_insert(e, b, s->keys[i]);
+    }
+    s->n_registered = full;
+}
+
+/* ---- events ---- */
+
+static void emit(cdx_engine *e, seq *s, cdx_finish f, int32_t token, float lp, const char *text, size_t text_len,
+                 const char *message)
+{
+    cdx_event ev = { .id = s->id, .user = s->user, .finish = f, .token = token, .index = s->n_gen - 1,
+                     .logprob = lp, .n_top = f == CDX_FINISH_NONE ? s->n_top : 0, .top_ids = s->top_ids,
+                     .top_logits = s->top_logits, .top_logprobs = s->top_lp, .text = text ? text : "",
+                     .text_len = text_len, .n_prompt = s->n_prompt, .n_cached = s->n_cached,
+                     .n_generated = s->n_gen, .ms_first = s->t_first > 0 ? s->t_first - s->t_submit : 0,
+                     .message = message };
+    if (f != CDX_FINISH_NONE) {
+        ev.token = -1;
+        ev.index = s->n_gen;
+    }
+    if (s->on_event)
+        s->on_event(&ev);
+}
+
+/* The request ends: the text still held is given with the final event (not after a stop string,
+ * nor when cancelled), the blocks go back to the pool. */
+static void seq_finish(cdx_engine *e, seq *s, cdx_finish f, const char *message)
+{
+    size_t from = s->n_emitted, len = 0;
+    if (f == CDX_FINISH_LENGTH || (f == CDX_FINISH_STOP && s->n_emitted <= s->n_text)) {
+        if (e->tok) {
+            char buf[64];
+            int n = cdx_tok_stream_flush(&s->ts, buf, sizeof buf);
+            if (n > 0)
+                text_push(s, buf, (size_t)n);
+        }
+        len = s->n_text - from;
+        s->n_emitted = s->n_text;
+    }
+    emit(e, s, f, -1, 0, s->text ? s->text + from : "", len, message);
+    seq_release_blocks(e, s);
+    seq_free(s);
+}
+
+/* After a new piece of text: what can be given now. Returns true when a stop string was found
+ * (then everything before it has been given with *out and the request must stop). */
+static bool text_ready(seq *s, size_t *out_from, size_t *out_len)
+{
+    *out_from = s->n_emitted;
+    if (!s->n_stop) {
+        *out_len = s->n_text - s->n_emitted;
+        s->n_emitted = s->n_text;
+        return false;
+    }
+    const size_t start = s->n_emitted >= s->max_stop ? s->n_emitted - s->max_stop + 1 : 0;
+    size_t best = (size_t)-1;
+    for (int i = 0; i < s->n_stop; i++) {
+        const char *hit = memmem(s->text + start, s->n_text - start, s->stop[i], strlen(s->stop[i]));
+        if (hit && (size_t)(hit - s->text) < best)
+            best = (size_t)(hit - s->text);
+    }
+    if (best != (size_t)-1) {
+        *out_len = best > s->n_emitted ? best - s->n_emitted : 0;
+        s->n_emitted = s->n_text + 1; /* nothing more is ever given */
+        return true;
+    }
+    /* hold the longest tail that a stop string starts with */
+    size_t hold = 0;
+    for (int i = 0; i < s->n_stop; i++) {
+        const size_t L = strlen(s->stop[i]);
+        for (size_t k = L - 1 < s->n_text - s->n_emitted ? L - 1 : s->n_text - s->n_emitted; k > hold; k--)
+            if (!memcmp(s->text + s->n_text - k, s->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    *out_len = s->n_text - hold - s->n_emitted;
+    s->n_emitted += *out_len;
+    return false;
+}
+
+static bool is_eog(const cdx_engine *e, int32_t t)
+{
+    if (e->tok)
+        return cdx_tok_is_eog(e->tok, t);
+    for (int i = 0; i < e->hp->n_eos; i++)
+        if (e->hp->eos_ids[i] == t)
+            return true;
+    return false;
+}
+
+/* s's last token was computed and `logits` follow it: choose and tell. Returns why s must end
+ * now (CDX_FINISH_NONE: it goes on); *msg gets an error's text. */
+static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, const char **msg)
+{
+    const int64_t nv = e->hp->n_vocab;
+    const int32_t t = cdx_sampler_sample(s->smp, logits, s->toks, s->n_toks);
+    if (!s->ignore_eos && is_eog(e, t))
+        return CDX_FINISH_STOP;
+    if (seq_push_token(s, t)) {
+        *msg = "out of memory for the generated tokens";
+        return CDX_FINISH_ERROR;
+    }
+    s->n_gen++;
+    e->t_generated++;
+    if (s->n_gen == 1)
+        s->t_first = cdx_time_ms();
+    /* log softmax of the raw logits */
+    float mx = logits[0];
+    for (int64_t i = 1; i < nv; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < nv; i++)
+        sum += exp((double)(logits[i] - mx));
+    const double lse = (double)mx + log(sum);
+    if (s->n_top) {
+        cdx_top_logits(logits, nv, s->n_top, s->top_ids, s->top_logits);
+        for (int i = 0; i < s->n_top; i++)
+            s->top_lp[i] = (float)((double)s->top_logits[i] - lse);
+    }
+    const float lp = (float)((double)logits[t] - lse);
+    bool stopped = false;
+    size_t from = s->n_emitted, len = 0;
+    if (e->tok) {
+        char piece[512];
+        int n = cdx_tok_stream_put(&s->ts, t, piece, sizeof piece);
+        if (n > 0)
+            text_push(s, piece, (size_t)n);
+        stopped = text_ready(s, &from, &len);
+    }
+    emit(e, s, CDX_FINISH_NONE, t, lp, s->text ? s->text + from : "", len, NULL);
+    if (stopped)
+        return CDX_FINISH_STOP;
+    if ((s->max_tokens > 0 && s->n_gen >= s->max_tokens) || s->n_toks >= e->o.n_ctx)
+        return CDX_FINISH_LENGTH;
+    return CDX_FINISH_NONE;
+}
+
+/* ---- lists ---- */
+
+static void list_remove(seq **head, seq *s)
+{
+    while (*head != s)
+        head = &(*head)->next;
+    *head = s->next;
+    s->next = NULL;
+}
+
+static void list_append(seq **head, seq *s)
+{
+    while (*head)
+        head = &(*head)->next;
+    s->next = NULL;
+    *head = s;
+}
+
+/* ---- create / free ---- */
+
+int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_opts *o, cdx_engine **out,
+                      cdx_err *err)
+{
+    *out = NULL;
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    cdx_engine_opts eo = o ? *o : cdx_engine_defaults();
+    if (eo.max_batch <= 0)
+        eo.max_batch = 8;
+    if (eo.token_budget <= 0)
+        eo.token_budget = 512;
+    if (eo.max_queue <= 0)
+        eo.max_queue = 64;
+    if (eo.max_batch > 1024 || eo.token_budget > (1 << 20) || eo.max_queue > (1 << 20))
+        return cdx_err_set(err, CDX_EINVAL, "engine options out of range: max_batch %d (1..1024), token budget %lld "
+                           "(1..1048576), queue %d (1..1048576)", eo.max_batch, (long long)eo.token_budget, eo.max_queue);
+    if (eo.token_budget < eo.max_batch)
+        eo.token_budget = eo.max_batch; /* every decoding sequence fits in one round */
+    if (eo.n_ctx <= 0)
+        eo.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (eo.n_ctx > (1 << 24))
+        return cdx_err_set(err, CDX_EINVAL, "context of %lld positions is out of range (1..16777216)",
+                           (long long)eo.n_ctx);
+    const int64_t per_seq = (eo.n_ctx + CDX_KV_BLOCK - 1) / CDX_KV_BLOCK;
+    if (eo.n_blocks <= 0)
+        eo.n_blocks = per_seq * eo.max_batch;
+    if (eo.n_blocks > (1 << 24))
+        return cdx_err_set(err, CDX_EINVAL, "KV pool of %lld blocks is out of range (1..16777216)",
+                           (long long)eo.n_blocks);
+    cdx_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->hp = hp;
+    e->o = eo;
+    e->kv_dim = hp->n_head_kv * hp->head_dim;
+    e->block_floats = (size_t)hp->n_layer * CDX_KV_BLOCK * (size_t)e->kv_dim;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->next_id = 1;
+    /* the root key: the model's fingerprint and the KV storage type */
+    uint8_t fp[KEY_LEN + 8];
+    cdx_model_fingerprint(m, fp);
+    memcpy(fp + KEY_LEN, "kv:f32\0\0", 8);
+    unsigned int kn = KEY_LEN;
+    EVP_Digest(fp, sizeof fp, e->root_key, &kn, EVP_sha256(), NULL);
+
+    int rc = cdx_forward_ctx_create(m, eo.token_budget, eo.n_threads, eo.kernels, &e->fc, err);
+    if (rc) {
+        cdx_engine_free(e);
+        return rc;
+    }
+    const int64_t nb = eo.n_blocks;
+    e->blocks = calloc((size_t)nb, sizeof *e->blocks);
+    e->free_stack = malloc((size_t)nb * sizeof *e->free_stack);
+    e->n_buckets = 16;
+    while (e->n_buckets < (uint64_t)nb * 2)
+        e->n_buckets *= 2;
+    e->buckets = malloc(e->n_buckets * sizeof *e->buckets);
+    const size_t B = (size_t)eo.token_budget, S = (size_t)eo.max_batch;
+    e->b_tok = malloc(B * sizeof *e->b_tok);
+    e->b_seq = malloc(B * sizeof *e->b_seq);
+    e->b_pos = malloc(B * sizeof *e->b_pos);
+    e->b_want = malloc(B * sizeof *e->b_want);
+    e->b_seqs = malloc(S * sizeof *e->b_seqs);
+    e->b_kv = malloc(S * sizeof *e->b_kv);
+    e->b_logit_seq = malloc(S * sizeof *e->b_logit_seq);
+    e->logits = malloc(S * (size_t)hp->n_vocab * sizeof(float));
+    if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
+        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->logits) {
+        cdx_engine_free(e);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
+    }
+    for (uint64_t i = 0; i < e->n_buckets; i++)
+        e->buckets[i] = NONE;
+    for (int64_t i = 0; i < nb; i++) {
+        e->blocks[i].hnext = e->blocks[i].prev = e->blocks[i].next = NONE;
+        e->free_stack[i] = (int32_t)(nb - 1 - i); /* block 0 first */
+    }
+    e->n_free = nb;
+    e->lru_head = e->lru_tail = NONE;
+    e->stats = (cdx_engine_stats){ .n_ctx = eo.n_ctx, .n_blocks = nb, .blocks_free = nb, .max_batch = eo.max_batch,
+                                   .max_queue = eo.max_queue };
+    *out = e;
+    return CDX_OK;
+}
+
+void cdx_engine_free(cdx_engine *e)
+{
+    if (!e)
+        return;
+    seq *lists[] = { e->inbox, e->waiting, e->running };
+    for (int i = 0; i < 3; i++)
+        for (seq *s = lists[i], *n; s; s = n) {
+            n = s->next;
+            seq_free(s);
+        }
+    for (int64_t i = 0; e->blocks && i < e->o.n_blocks; i++) {
+        free(e->blocks[i].k);
+        free(e->blocks[i].v);
+    }
+    free(e->blocks);
+    free(e->free_stack);
+    free(e->buckets);
+    free(e->b_tok);
+    free(e->b_seq);
+    free(e->b_pos);
+    free(e->b_want);
+    free(e->b_seqs);
+    free(e->b_kv);
+    free(e->b_logit_seq);
+    free(e->logits);
+    free(e->cancels);
+    cdx_forward_ctx_free(e->fc);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+/* ---- submit / cancel (any thread) ---- */
+
+int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err *err)
+{
+    const cdx_hparams *hp = e->hp;
+    if (id)
+        *id = 0;
+    if (!r->prompt || r->n_prompt <= 0)
+        return cdx_err_set(err, CDX_EINVAL, "the request has no prompt tokens");
+    for (int64_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= hp->n_vocab)
+            return cdx_err_set(err, CDX_EINVAL, "prompt token %lld is %d, outside the vocabulary (0..%lld)",
+                               (long long)i, r->prompt[i], (long long)hp->n_vocab - 1);
+    if (r->top_logprobs < 0 || r->top_logprobs > hp->n_vocab)
+        return cdx_err_set(err, CDX_EINVAL, "top_logprobs is %d; expected 0..%lld", r->top_logprobs,
+                           (long long)hp->n_vocab);
+    if (r->n_stop < 0 || r->n_stop > 64 || (r->n_stop && !e->tok))
+        return cdx_err_set(err, CDX_EINVAL, r->n_stop && !e->tok ? "stop strings need a tokenizer (this model has none)"
+                                                                 : "%d stop strings; expected 0..64", r->n_stop);
+    for (int i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !*r->stop[i] || strlen(r->stop[i]) > 4096)
+            return cdx_err_set(err, CDX_EINVAL, "stop string %d is empty or longer than 4096 bytes", i);
+    /* can it ever fit? */
+    const int64_t n_ctx = e->o.n_ctx;
+    if (r->n_prompt >= n_ctx || (r->max_tokens > 0 && r->n_prompt + r->max_tokens > n_ctx))
+        return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "the request needs %lld positions (%lld prompt + %lld to generate); "
+                           "the context holds %lld", (long long)(r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1)),
+                           (long long)r->n_prompt, (long long)(r->max_tokens > 0 ? r->max_tokens : 1), (long long)n_ctx);
+    const int64_t span = r->max_tokens > 0 ? r->n_prompt + r->max_tokens : n_ctx;
+    const int64_t need = (span + CDX_KV_BLOCK - 1) / CDX_KV_BLOCK;
+    if (need > e->o.n_blocks)
+        return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "the request needs up to %lld KV blocks of %d positions; the pool "
+                           "has %lld", (long long)need, CDX_KV_BLOCK, (long long)e->o.n_blocks);
+
+    seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    s->cap_toks = r->n_prompt + 16;
+    s->toks = malloc((size_t)s->cap_toks * sizeof *s->toks);
+    s->n_top = r->top_logprobs;
+    if (s->n_top) {
+        s->top_ids = malloc((size_t)s->n_top * sizeof *s->top_ids);
+        s->top_logits = malloc((size_t)s->n_top * sizeof *s->top_logits);
+        s->top_lp = malloc((size_t)s->n_top * sizeof *s->top_lp);
+    }
+    s->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof *s->stop) : NULL;
+    int rc = !s->toks || (s->n_top && (!s->top_ids || !s->top_logits || !s->top_lp)) || (r->n_stop && !s->stop)
+           ? cdx_err_set(err, CDX_ENOMEM, "out of memory") : CDX_OK;
+    if (!rc)
+        rc = cdx_sampler_create(&r->sampling, hp->n_vocab, &s->smp, err);
+    for (int i = 0; !rc && i < r->n_stop; i++) {
+        if (!(s->stop[i] = strdup(r->stop[i])))
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        s->n_stop = i + 1;
+        size_t L = strlen(r->stop[i]);
+        s->max_stop = L > s->max_stop ? L : s->max_stop;
+    }
+    if (rc) {
+        seq_free(s);
+        return rc;
+    }
+    memcpy(s->toks, r->prompt, (size_t)r->n_prompt * sizeof *s->toks);
+    s->n_toks = s->n_prompt = r->n_prompt;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eos = r->ignore_eos;
+    s->skip_special = r->skip_special;
+    s->on_event = r->on_event;
+    s->user = r->user;
+    s->t_submit = cdx_time_ms();
+    if (e->tok) {
+        cdx_tok_stream_init(&s->ts, e->tok, r->skip_special);
+        /* the first piece follows the prompt's text: it keeps its leading space unless the prompt
+         * is nothing but special tokens */
+        for (int64_t i = 0; i < s->n_prompt; i++)
+            if (!(cdx_tok_attr(e->tok, s->toks[i]) & CDX_TOK_CONTROL)) {
+                s->ts.first = false;
+                break;
+            }
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->n_inbox + e->n_waiting >= e->o.max_queue) {
+        const int64_t q = e->n_inbox + e->n_waiting;
+        pthread_mutex_unlock(&e->mu);
+        seq_free(s);
+        return cdx_err_set(err, CDX_ERESOURCE_BUSY, "%lld requests are waiting; the queue holds %d (try again later)",
+                           (long long)q, e->o.max_queue);
+    }
+    s->id = e->next_id++;
+    if (e->inbox_tail) e->inbox_tail->next = s; else e->inbox = s;
+    e->inbox_tail = s;
+    e->n_inbox++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (id)
+        *id = s->id;
+    return CDX_OK;
+}
+
+void cdx_engine_cancel(cdx_engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancels == e->cap_cancels) {
+        size_t cap = e->cap_cancels ? 2 * e->cap_cancels : 16;
+        uint64_t *g = realloc(e->cancels, cap * sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&e->mu);
+            return; /* out of memory: the request runs to its end */
+        }
+        e->cancels = g;
+        e->cap_cancels = cap;
+    }
+    e->cancels[e->n_cancels++] = id;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool cdx_engine_busy(cdx_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    bool busy = e->n_inbox + e->n_waiting + e->n_running > 0 || e->n_cancels > 0;
+    pthread_mutex_unlock(&e->mu);
+    return busy;
+}
+
+void cdx_engine_wait(cdx_engine *e, int ms)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->n_inbox && !e->n_cancels && !e->n_waiting && !e->n_running) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st)
+{
+    pthread_mutex_lock(&e->mu);
+    *st = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the round ---- */
+
+/* Takes what other threads handed in: new requests to the waiting list, cancellations. */
+static void take_inbox(cdx_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    seq *in = e->inbox;
+    e->inbox = e->inbox_tail = NULL;
+    e->n_waiting += e->n_inbox;
+    e->n_inbox = 0;
+    for (size_t i = 0; i < e->n_cancels; i++) {
+        const uint64_t id = e->cancels[i];
+        for (seq *s = in; s; s = s->next)
+            s->cancelled |= s->id == id;
+        for (seq *s = e->waiting; s; s = s->next)
+            s->cancelled |= s->id == id;
+        for (seq *s = e->running; s; s = s->next)
+            s->cancelled |= s->id == id;
+    }
+    e->n_cancels = 0;
+    pthread_mutex_unlock(&e->mu);
+    while (in) {
+        seq *n = in->next;
+        list_append(&e->waiting, in);
+        in = n;
+    }
+    for (seq **p = &e->waiting; *p;) {
+        seq *s = *p;
+        if (s->cancelled) {
+            *p = s->next;
+            e->n_waiting--;
+            seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
+        } else {
+            p = &s->next;
+        }
+    }
+    for (seq **p = &e->running; *p;) {
+        seq *s = *p;
+        if (s->cancelled) {
+            *p = s->next;
+            e->n_running--;
+            seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
+        } else {
+            p = &s->next;
+        }
+    }
+}
+
+/* Admission of the oldest waiting request: its cached prefix is taken (whole blocks, never the
+ * block of its last token, whose logits must be computed), and it runs when the pool can hold
+ * the rest of what it has to compute now. */
+static bool admit_one(cdx_engine *e)
+{
+    seq *s = e->waiting;
+    if (!s || e->n_running >= e->o.max_batch)
+        return false;
+    int64_t reuse = 0;
+    if (!seq_make_keys(s)) {
+        const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
+        for (int64_t i = 0; i < usable; i++) {
+            if (i >= s->n_keys) {
+                block_key(i ? s->keys[i - 1] : e->root_key, s->toks + i * CDX_KV_BLOCK, s->keys[i]);
+                s->n_keys = i + 1;
+            }
+            const int32_t b = table_find(e, s->keys[i]);
+            if (b == NONE)
+                break;
+            pool_hold(e, b);
+            if (seq_push_block(s, e, b)) {
+                pool_release(e, b);
+                break;
+            }
+            reuse++;
+        }
+    }
+    const int64_t need = (s->n_toks + CDX_KV_BLOCK - 1) / CDX_KV_BLOCK - reuse;
+    if (need > pool_available(e)) {
+        seq_release_blocks(e, s);
+        return false;
+    }
+    s->n_done = reuse * CDX_KV_BLOCK;
+    s->n_registered = reuse;
+    if (!s->admitted_once) {
+        s->n_cached = s->n_done;
+        e->t_prompt += (uint64_t)s->n_prompt;
+        e->t_cached += (uint64_t)s->n_done;
+        s->admitted_once = true;
+    }
+    e->waiting = s->next;
+    e->n_waiting--;
+    s->order = e->next_order++;
+    list_append(&e->running, s);
+    e->n_running++;
+    return true;
+}
+
+/* The newest running request goes back to the front of the queue, its blocks to the pool. */
+static void preempt_newest(cdx_engine *e)
+{
+    seq *newest = NULL;
+    for (seq *s = e->running; s; s = s->next)
+        if (!newest || s->order > newest->order)
+            newest = s;
+    if (!newest)
+        return;
+    list_remove(&e->running, newest);
+    e->n_running--;
+    seq_release_blocks(e, newest);
+    newest->next = e->waiting;
+    e->waiting = newest;
+    e->n_waiting++;
+    e->t_preempt++;
+}
+
+static bool seq_is_running(const cdx_engine *e, const seq *x)
+{
+    for (const seq *s = e->running; s; s = s->next)
+        if (s == x)
+            return true;
+    return false;
+}
+
+/* Blocks for s's positions up to (not including) end; preempts the newest others when the pool
+ * is dry. Returns how far s can go (<= end); n_done when nothing could be had. */
+static int64_t grow_to(cdx_engine *e, seq *s, int64_t end)
+{
+    while (s->n_blk * CDX_KV_BLOCK < end) {
+        int32_t b = pool_take(e);
+        if (b == NONE) {
+            /* preempt someone newer than s, else stop short */
+            seq *newest = NULL;
+            for (seq *x = e->running; x; x = x->next)
+                if (x != s && x->order > s->order && (!newest || x->order > newest->order))
+                    newest = x;
+            if (!newest)
+                break;
+            preempt_newest(e);
+            continue;
+        }
+        if (seq_push_block(s, e, b)) {
+            pool_release(e, b);
+            break;
+        }
+    }
+    const int64_t cap = s->n_blk * CDX_KV_BLOCK;
+    return end < cap ? end : cap;
+}
+
+static void snapshot(cdx_engine *e)
+{
+    int64_t used = 0;
+    for (int64_t i = 0; i < e->o.n_blocks; i++)
+        used += e->blocks[i].ref > 0;
+    pthread_mutex_lock(&e->mu);
+    e->stats.blocks_used = used;
+    e->stats.blocks_cached = e->n_lru;
+    e->stats.blocks_free = e->o.n_blocks - used - e->n_lru;
+    e->stats.running = e->n_running;
+    e->stats.waiting = e->n_waiting + e->n_inbox;
+    e->stats.prompt_tokens = e->t_prompt;
+    e->stats.cached_tokens = e->t_cached;
+    e->stats.generated_tokens = e->t_generated;
+    e->stats.preemptions = e->t_preempt;
+    e->stats.rounds = e->t_rounds;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int cdx_engine_step(cdx_engine *e, cdx_err *err)
+{
+    take_inbox(e);
+    while (admit_one(e))
+        ;
+    /* the batch: decoding sequences first (oldest first), then prompt chunks */
+    int64_t n = 0, budget = e->o.token_budget;
+    int n_seq = 0, n_logits = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (seq *s = e->running; s && budget > 0;) {
+            seq *next = s->next;
+            const int64_t left = s->n_toks - s->n_done;
+            const bool decoding = left == 1;
+            if (left <= 0 || decoding != (pass == 0)) {
+                s = next;
+                continue;
+            }
+            const int64_t want = left < budget ? left : budget;
+            const int64_t end = grow_to(e, s, s->n_done + want);
+            /* grow_to may have preempted sequences already placed in this batch */
+            if (n_seq > 0) {
+                int keep = 0;
+                for (int i = 0; i < n_seq; i++)
+                    keep += seq_is_running(e, e->b_seqs[i]);
+                if (keep != n_seq) { /* rebuild from scratch: rare (the pool ran dry) */
+                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1;
+                    break;
+                }
+            }
+            if (!seq_is_running(e, s)) {
+                s = next;
+                continue;
+            }
+            if (end <= s->n_done) {
+                s = next;
+                continue;
+            }
+            const int si = n_seq++;
+            e->b_seqs[si] = s;
+            e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
+                                        .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim };
+            for (int64_t p = s->n_done; p < end; p++) {
+                e->b_tok[n] = s->toks[p];
+                e->b_seq[n] = si;
+                e->b_pos[n] = p;
+                e->b_want[n] = p == s->n_toks - 1;
+                if (e->b_want[n])
+                    e->b_logit_seq[n_logits++] = s;
+                n++;
+            }
+            budget -= end - s->n_done;
+            s = next;
+        }
+    }
+    int rc = CDX_OK;
+    if (n > 0) {
+        cdx_batch b = { .n = n, .tokens = e->b_tok, .seq = e->b_seq, .pos = e->b_pos, .want_logits = e->b_want };
+        rc = cdx_forward_seqs(e->fc, e->b_kv, n_seq, &b, e->logits, err);
+        e->t_rounds++;
+        if (rc) {
+            for (int i = 0; i < n_seq; i++) {
+                list_remove(&e->running, e->b_seqs[i]);
+                e->n_running--;
+                seq_finish(e, e->b_seqs[i], CDX_FINISH_ERROR, err ? err->msg : "the forward pass failed");
+            }
+        } else {
+            /* what each sequence computed; full blocks become findable */
+            for (int64_t i = 0; i < n; i++) {
+                seq *s = e->b_seqs[e->b_seq[i]];
+                s->n_done = e->b_pos[i] + 1;
+            }
+            for (int i = 0; i < n_seq; i++)
+                seq_register_blocks(e, e->b_seqs[i]);
+            for (int i = 0; i < n_logits; i++) {
+                seq *s = e->b_logit_seq[i];
+                const char *msg = NULL;
+                const cdx_finish f = seq_on_logits(e, s, e->logits + (size_t)i * (size_t)e->hp->n_vocab, &msg);
+                if (f != CDX_FINISH_NONE) {
+                    list_remove(&e->running, s);
+                    e->n_running--;
+                    seq_finish(e, s, f, msg);
+                }
+            }
+        }
+    }
+    snapshot(e);
+    return rc;
+}

@@ -1,0 +1,477 @@
+/* The engine: goldens through it (PyTorch for the hf fixtures, llama.cpp for stories260K), batch
+ * invariance (alone, beside 1/3/7 others, prompts chunked by 1/7/16, prefix from the cache: the
+ * same float bits), admission and preemption in a pool of a few blocks, refusals, cancel, stop
+ * strings, and no block left held after any of it. */
+#include "caldrix.h"
+#include "test.h"
+
+#include <jansson.h>
+
+#define MAX_GEN 64
+#define TOPK 5
+
+typedef struct {
+    int32_t tok[MAX_GEN];
+    uint32_t lp[MAX_GEN];          /* float bits */
+    uint32_t top[MAX_GEN][TOPK];   /* raw logit bits of the top 5 */
+    int32_t top_id[MAX_GEN][TOPK];
+    int n;
+    cdx_finish fin;
+    int finals;
+    int64_t cached;
+    char text[8192];
+    size_t n_text;
+} result;
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void on_event(const cdx_event *ev)
+{
+    result *r = ev->user;
+    if (ev->text_len && r->n_text + ev->text_len < sizeof r->text) {
+        memcpy(r->text + r->n_text, ev->text, ev->text_len);
+        r->n_text += ev->text_len;
+        r->text[r->n_text] = 0;
+    }
+    if (ev->finish != CDX_FINISH_NONE) {
+        r->fin = ev->finish;
+        r->finals++;
+        r->cached = ev->n_cached;
+        return;
+    }
+    if (r->n >= MAX_GEN)
+        return;
+    r->tok[r->n] = ev->token;
+    r->lp[r->n] = fbits(ev->logprob);
+    for (int k = 0; k < TOPK && k < ev->n_top; k++) {
+        r->top[r->n][k] = fbits(ev->top_logits[k]);
+        r->top_id[r->n][k] = ev->top_ids[k];
+    }
+    r->n++;
+}
+
+typedef struct {
+    int32_t ids[256];
+    int n;
+    int max_tokens;
+    float temp;
+    uint64_t seed;
+} req_spec;
+
+static cdx_request make_req(const req_spec *q, result *r)
+{
+    cdx_request rq = cdx_request_defaults();
+    rq.prompt = q->ids;
+    rq.n_prompt = q->n;
+    rq.max_tokens = q->max_tokens;
+    rq.ignore_eos = true;
+    rq.sampling.temp = q->temp;
+    rq.sampling.seed = q->seed;
+    rq.top_logprobs = TOPK;
+    rq.on_event = on_event;
+    rq.user = r;
+    memset(r, 0, sizeof *r);
+    return rq;
+}
+
+/* Runs the requests together (all submitted before the first round) to their end. */
+static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
+{
+    cdx_err err = { 0 };
+    for (int i = 0; i < n; i++) {
+        cdx_request rq = make_req(&qs[i], &rs[i]);
+        if (cdx_engine_submit(e, &rq, NULL, &err)) {
+            fprintf(stderr, "  submit: %s\n", err.msg);
+            return -1;
+        }
+    }
+    for (int guard = 0; cdx_engine_busy(e); guard++) {
+        if (guard > 100000 || cdx_engine_step(e, &err)) {
+            fprintf(stderr, "  step: %s\n", guard > 100000 ? "no progress" : err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static bool same_bits(const result *a, const result *b)
+{
+    if (a->n != b->n || a->fin != b->fin)
+        return false;
+    for (int i = 0; i < a->n; i++) {
+        if (a->tok[i] != b->tok[i] || a->lp[i] != b->lp[i])
+            return false;
+        for (int k = 0; k < TOPK; k++)
+            if (a->top[i][k] != b->top[i][k] || a->top_id[i][k] != b->top_id[i][k])
+                return false;
+    }
+    return true;
+}
+
+static int64_t blocks_held(cdx_engine *e)
+{
+    cdx_engine_stats st;
+    cdx_engine_get_stats(e, &st);
+    return st.blocks_used;
+}
+
+static cdx_engine *engine(const cdx_model *m, const cdx_tok *tok, const char *isa, int max_batch, int64_t budget,
+                          int64_t n_blocks, int64_t n_ctx)
+{
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.n_threads = 2;
+    o.kernels = isa ? cdx_kernels_by_isa(isa) : NULL;
+    o.max_batch = max_batch;
+    o.token_budget = budget;
+    o.n_blocks = n_blocks;
+    o.n_ctx = n_ctx;
+    cdx_engine *e = NULL;
+    cdx_err err = { 0 };
+    if (cdx_engine_create(m, tok, &o, &e, &err))
+        fprintf(stderr, "  engine: %s\n", err.msg);
+    return e;
+}
+
+/* ---- goldens and invariance on one model ---- */
+
+static const char *g_model, *g_golden, *g_isa;
+static bool g_llamacpp; /* golden in ../shared/fixtures/llamacpp's shape */
+
+static int load_cases(req_spec *qs, int32_t (*gold)[MAX_GEN], int *n_gold, int max)
+{
+    json_error_t je;
+    json_t *g = json_load_file(g_golden, 0, &je);
+    if (!g)
+        return -1;
+    json_t *cases = json_object_get(g, "cases");
+    int n = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(cases, ci, c) {
+        if (n == max)
+            break;
+        json_t *p = json_object_get(c, "prompt_ids"), *t = json_object_get(c, "tokens");
+        req_spec *q = &qs[n];
+        memset(q, 0, sizeof *q);
+        q->n = (int)json_array_size(p);
+        for (int i = 0; i < q->n && i < 256; i++)
+            q->ids[i] = (int32_t)json_integer_value(json_array_get(p, (size_t)i));
+        n_gold[n] = (int)json_array_size(t);
+        for (int i = 0; i < n_gold[n] && i < MAX_GEN; i++)
+            gold[n][i] = (int32_t)json_integer_value(json_array_get(t, (size_t)i));
+        q->max_tokens = n_gold[n];
+        n++;
+    }
+    json_decref(g);
+    return n;
+}
+
+static void goldens_and_invariance(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(g_model, NULL, &m, &err) == 0);
+    static req_spec qs[32];
+    static int32_t gold[32][MAX_GEN];
+    int n_gold[32];
+    const int nc = load_cases(qs, gold, n_gold, 32);
+    REQUIRE(nc > 0);
+    const int64_t ctx = 256;
+    cdx_engine *e = engine(m, NULL, g_isa, 8, 512, 0, ctx);
+    REQUIRE(e);
+    static result alone[32], r[8], again;
+    int bad_gold = 0, bad_mix = 0, bad_chunk = 0, bad_cache = 0, cached_cases = 0;
+    /* alone: the golden tokens (greedy, EOG fed back as the goldens did) */
+    for (int c = 0; c < nc; c++) {
+        REQUIRE(run_all(e, &qs[c], 1, &alone[c]) == 0);
+        for (int i = 0; i < n_gold[c]; i++)
+            if (alone[c].tok[i] != gold[c][i]) {
+                fprintf(stderr, "  %s [%s] case %d step %d: %d, golden %d\n", g_model, g_isa, c, i, alone[c].tok[i],
+                        gold[c][i]);
+                bad_gold++;
+                break;
+            }
+    }
+    /* beside 1, 3 and 7 others: other prompts, lengths, temperatures */
+    const int others[] = { 1, 3, 7 };
+    for (int c = 0; c < nc; c++)
+        for (int oi = 0; oi < 3; oi++) {
+            req_spec mix[8];
+            mix[0] = qs[c];
+            for (int k = 1; k <= others[oi]; k++) {
+                mix[k] = qs[(c + k) % nc];
+                mix[k].max_tokens = 3 + 5 * k;
+                mix[k].temp = k % 2 ? 0.9f : 0;
+                mix[k].seed = 100 + (uint64_t)k;
+                /* a longer prompt now and then: the case's own tokens appended */
+                for (int i = 0; k % 3 == 2 && i < n_gold[c] && mix[k].n < 200; i++)
+                    mix[k].ids[mix[k].n++] = gold[c][i];
+            }
+            /* the case sometimes first, sometimes last */
+            if (oi == 1) {
+                req_spec t = mix[0];
+                mix[0] = mix[others[oi]];
+                mix[others[oi]] = t;
+            }
+            REQUIRE(run_all(e, mix, others[oi] + 1, r) == 0);
+            const result *mine = &r[oi == 1 ? others[oi] : 0];
+            bad_mix += !same_bits(mine, &alone[c]);
+        }
+    /* chunked prompts: budgets of 1, 7 and 16 tokens a round */
+    const int64_t chunks[] = { 1, 7, 16 };
+    for (int ci = 0; ci < 3; ci++) {
+        cdx_engine *ec = engine(m, NULL, g_isa, 1, chunks[ci], 0, ctx);
+        REQUIRE(ec);
+        for (int c = 0; c < nc; c++) {
+            req_spec q = qs[c];
+            for (int i = 0; i < n_gold[c] && q.n < 200; i++) /* long enough to be cut */
+                q.ids[q.n++] = gold[c][i];
+            q.max_tokens = 8;
+            result whole, cut;
+            cdx_engine *e1 = engine(m, NULL, g_isa, 1, 512, 0, ctx);
+            REQUIRE(e1);
+            REQUIRE(run_all(e1, &q, 1, &whole) == 0);
+            cdx_engine_free(e1);
+            REQUIRE(run_all(ec, &q, 1, &cut) == 0);
+            bad_chunk += !same_bits(&whole, &cut);
+        }
+        CHECK(blocks_held(ec) == 0);
+        cdx_engine_free(ec);
+    }
+    /* the prefix from the cache: the same request again finds its blocks */
+    for (int c = 0; c < nc; c++) {
+        req_spec q = qs[c];
+        for (int i = 0; i < n_gold[c] && q.n < 200; i++)
+            q.ids[q.n++] = gold[c][i];
+        q.max_tokens = 8;
+        result cold;
+        cdx_engine *e1 = engine(m, NULL, g_isa, 8, 512, 0, ctx);
+        REQUIRE(e1);
+        REQUIRE(run_all(e1, &q, 1, &cold) == 0);
+        REQUIRE(run_all(e1, &q, 1, &again) == 0);
+        if (q.n > CDX_KV_BLOCK) {
+            cached_cases++;
+            CHECKF(again.cached == (q.n - 1) / CDX_KV_BLOCK * CDX_KV_BLOCK, "case %d: %lld cached of %d", c,
+                   (long long)again.cached, q.n);
+        }
+        CHECK(cold.cached == 0);
+        bad_cache += !same_bits(&cold, &again);
+        CHECK(blocks_held(e1) == 0);
+        cdx_engine_free(e1);
+    }
+    CHECKF(bad_gold == 0, "%d cases off the golden tokens", bad_gold);
+    CHECKF(bad_mix == 0, "%d batched runs differ from the run alone", bad_mix);
+    CHECKF(bad_chunk == 0, "%d chunked runs differ", bad_chunk);
+    CHECKF(bad_cache == 0, "%d cached runs differ", bad_cache);
+    CHECK(cached_cases > 0);
+    CHECK(blocks_held(e) == 0);
+    printf("  %s [%s]: %d cases, golden tokens, 3 mixes, 3 chunkings and a cached prefix each\n", g_model, g_isa, nc);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+/* ---- the pool, admission, cancel, stop strings (stories260K) ---- */
+
+#define STORIES "../shared/models/stories260K/stories260K.gguf"
+
+static void small_pool_finishes_everything_unchanged(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    req_spec qs[8];
+    for (int i = 0; i < 8; i++) {
+        memset(&qs[i], 0, sizeof qs[i]);
+        qs[i].n = 3 + 4 * i;
+        for (int j = 0; j < qs[i].n; j++)
+            qs[i].ids[j] = 1 + (j * 37 + i * 11) % 500;
+        qs[i].max_tokens = 40;
+        qs[i].temp = i % 2 ? 0.8f : 0;
+        qs[i].seed = 7 + (uint64_t)i;
+    }
+    static result want[8], got[8];
+    for (int i = 0; i < 8; i++) {
+        cdx_engine *e = engine(m, NULL, NULL, 8, 512, 0, 128);
+        REQUIRE(e && run_all(e, &qs[i], 1, &want[i]) == 0);
+        cdx_engine_free(e);
+    }
+    /* 5 blocks (80 positions) for 8 requests that each need up to 5 */
+    cdx_engine *e = engine(m, NULL, NULL, 8, 64, 5, 128);
+    REQUIRE(e);
+    REQUIRE(run_all(e, qs, 8, got) == 0);
+    int bad = 0;
+    for (int i = 0; i < 8; i++)
+        bad += !same_bits(&want[i], &got[i]) || got[i].finals != 1;
+    cdx_engine_stats st;
+    cdx_engine_get_stats(e, &st);
+    CHECKF(bad == 0, "%d requests differ from their unconstrained run", bad);
+    CHECKF(st.preemptions > 0, "the pool never ran dry (%llu preemptions)", (unsigned long long)st.preemptions);
+    CHECK(st.blocks_used == 0 && st.blocks_free + st.blocks_cached == 5);
+    printf("  8 requests in 5 blocks: %llu preemptions, %llu rounds\n", (unsigned long long)st.preemptions,
+           (unsigned long long)st.rounds);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+static void refusals_name_both_numbers(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.n_ctx = 64;
+    o.n_blocks = 2;
+    o.max_queue = 2;
+    o.n_threads = 1;
+    cdx_engine *e = NULL;
+    REQUIRE(cdx_engine_create(m, NULL, &o, &e, &err) == 0);
+    int32_t ids[80];
+    for (int i = 0; i < 80; i++)
+        ids[i] = 5 + i;
+    result r;
+    req_spec q = { .n = 60, .max_tokens = 10 };
+    memcpy(q.ids, ids, sizeof ids);
+    cdx_request rq = make_req(&q, &r);
+    CHECK(cdx_engine_submit(e, &rq, NULL, &err) == CDX_ERESOURCE_LIMIT);
+    CHECKF(strstr(err.msg, "70") && strstr(err.msg, "64"), "%s", err.msg);
+    q.n = 20;
+    q.max_tokens = 30; /* 50 positions: 4 blocks, the pool has 2 */
+    rq = make_req(&q, &r);
+    CHECK(cdx_engine_submit(e, &rq, NULL, &err) == CDX_ERESOURCE_LIMIT);
+    CHECKF(strstr(err.msg, "4 KV blocks") && strstr(err.msg, "has 2"), "%s", err.msg);
+    q.n = 4;
+    q.max_tokens = 4;
+    result rs[3];
+    for (int i = 0; i < 2; i++) {
+        rq = make_req(&q, &rs[i]);
+        CHECK(cdx_engine_submit(e, &rq, NULL, &err) == CDX_OK);
+    }
+    rq = make_req(&q, &rs[2]);
+    CHECK(cdx_engine_submit(e, &rq, NULL, &err) == CDX_ERESOURCE_BUSY);
+    CHECKF(strstr(err.msg, "2 requests") && strstr(err.msg, "holds 2"), "%s", err.msg);
+    q.ids[0] = 100000;
+    rq = make_req(&q, &rs[2]);
+    CHECK(cdx_engine_submit(e, &rq, NULL, &err) == CDX_EINVAL);
+    while (cdx_engine_busy(e))
+        REQUIRE(cdx_engine_step(e, &err) == 0);
+    CHECK(rs[0].n == 4 && rs[0].fin == CDX_FINISH_LENGTH && rs[1].n == 4);
+    CHECK(blocks_held(e) == 0);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+static void cancel_ends_a_request_and_frees_its_blocks(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    cdx_engine *e = engine(m, NULL, NULL, 8, 512, 0, 512);
+    REQUIRE(e);
+    req_spec q = { .n = 3, .ids = { 1, 400, 300 }, .max_tokens = 0, .temp = 0.8f, .seed = 1 };
+    result a, b;
+    cdx_request rq = make_req(&q, &a);
+    uint64_t ida = 0, idb = 0;
+    REQUIRE(cdx_engine_submit(e, &rq, &ida, &err) == 0);
+    q.max_tokens = 5;
+    rq = make_req(&q, &b);
+    REQUIRE(cdx_engine_submit(e, &rq, &idb, &err) == 0);
+    for (int i = 0; i < 10; i++)
+        REQUIRE(cdx_engine_step(e, &err) == 0);
+    CHECK(a.n == 10 && a.finals == 0);
+    cdx_engine_cancel(e, ida);
+    cdx_engine_cancel(e, idb);      /* already finished: nothing */
+    cdx_engine_cancel(e, 987654);   /* unknown: nothing */
+    REQUIRE(cdx_engine_step(e, &err) == 0);
+    CHECK(a.fin == CDX_FINISH_CANCELLED && a.finals == 1 && a.n == 10);
+    CHECK(b.fin == CDX_FINISH_LENGTH && b.finals == 1 && b.n == 5);
+    CHECK(!cdx_engine_busy(e));
+    CHECK(blocks_held(e) == 0);
+    /* cancelled before it ever ran */
+    rq = make_req(&q, &a);
+    REQUIRE(cdx_engine_submit(e, &rq, &ida, &err) == 0);
+    cdx_engine_cancel(e, ida);
+    REQUIRE(cdx_engine_step(e, &err) == 0);
+    CHECK(a.fin == CDX_FINISH_CANCELLED && a.n == 0 && a.finals == 1);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+static void stop_strings_are_never_emitted(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    cdx_tok *tok = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    REQUIRE(cdx_tok_open_gguf(cdx_model_gguf(m), &tok, &err) == 0);
+    cdx_engine *e = engine(m, tok, NULL, 8, 512, 0, 256);
+    REQUIRE(e);
+    int32_t ids[64];
+    size_t n = 0;
+    REQUIRE(cdx_tok_encode(tok, "Once upon a time", 16, true, true, ids, 64, &n, &err) == 0);
+    req_spec q = { .n = (int)n, .max_tokens = 60 };
+    memcpy(q.ids, ids, n * sizeof *ids);
+    static result full, cut;
+    REQUIRE(run_all(e, &q, 1, &full) == 0);
+    REQUIRE(full.n_text > 40);
+    /* a stop string taken from the middle of the full text, spanning token boundaries */
+    char stop[16];
+    memcpy(stop, full.text + 30, 6);
+    stop[6] = 0;
+    const char *first = strstr(full.text, stop);
+    REQUIRE(first);
+    const char *stops[] = { "zzzz-never", stop };
+    cdx_request rq = make_req(&q, &cut);
+    rq.stop = stops;
+    rq.n_stop = 2;
+    REQUIRE(cdx_engine_submit(e, &rq, NULL, &err) == 0);
+    while (cdx_engine_busy(e))
+        REQUIRE(cdx_engine_step(e, &err) == 0);
+    CHECK(cut.fin == CDX_FINISH_STOP);
+    CHECKF(cut.n_text == (size_t)(first - full.text) && !memcmp(cut.text, full.text, cut.n_text),
+           "text before the stop: %zu bytes, expected %zu", cut.n_text, (size_t)(first - full.text));
+    CHECK(strstr(cut.text, stop) == NULL);
+    CHECK(cut.n < full.n);
+    CHECK(blocks_held(e) == 0);
+    cdx_engine_free(e);
+    cdx_tok_close(tok);
+    cdx_model_close(m);
+}
+
+int main(void)
+{
+    static char names[64][200];
+    static const char *models[][3] = {
+        { STORIES, "../shared/fixtures/llamacpp/stories260K.json", "llamacpp" },
+        { "../shared/fixtures/hf/llama", "../shared/fixtures/hf/llama/golden.json", "" },
+        { "../shared/fixtures/hf/qwen3", "../shared/fixtures/hf/qwen3/golden.json", "" },
+        { "../shared/fixtures/hf/qwen2", "../shared/fixtures/hf/qwen2/golden.json", "" },
+        { "../shared/fixtures/hf/mistral", "../shared/fixtures/hf/mistral/golden.json", "" },
+    };
+    const char *isas[] = { "scalar", "avx2", "avx512" };
+    int k = 0;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (int s = 0; s < 3; s++) {
+            if (!cdx_kernels_by_isa(isas[s])) {
+                t_skip_isa(isas[s]);
+                continue;
+            }
+            g_model = models[i][0];
+            g_golden = models[i][1];
+            g_llamacpp = *models[i][2];
+            g_isa = isas[s];
+            snprintf(names[k], sizeof names[k], "%s (%s kernels): goldens through the engine, batch invariant",
+                     models[i][0], isas[s]);
+            RUN(names[k], goldens_and_invariance);
+            k++;
+        }
+    RUN("a pool of 5 blocks finishes 8 requests with their unconstrained tokens", small_pool_finishes_everything_unchanged);
+    RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
+    RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
+    RUN("stop strings are never emitted", stop_strings_are_never_emitted);
+    return t_done("engine");
+}
