@@ -302,6 +302,13 @@ static char *result_body(sv_job *j)
     free(text);
     json_object_set_new(choice, "logprobs", lp);
     json_object_set_new(choice, "finish_reason", json_string(finish_reason(j->finish)));
+    if (j->p.return_tokens) {
+        json_t *ids = json_array();
+        for (size_t i = 0; i < j->n; i++)
+            if (j->pieces[i].token >= 0)
+                json_array_append_new(ids, json_integer(j->pieces[i].token));
+        json_object_set_new(choice, "tokens", ids);
+    }
     json_t *root = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->rid, "object",
                              chat ? "chat.completion" : "text_completion", "created", (json_int_t)j->created, "model",
                              j->s->name, "choices", choice, "usage", usage_json(j));

@@ -61,6 +61,7 @@ typedef struct sv_params {
     bool logprobs;
     int top_logprobs;
     bool stream, include_usage, ignore_eos;
+    bool return_tokens;      /* caldrix's extension: choices[0].tokens holds the generated ids */
 } sv_params;
 
 /* Parses and validates body[0..len) for a route. Returns 0, or -1 with e set (status 400 naming

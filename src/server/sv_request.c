@@ -375,7 +375,8 @@ static int parse_generation(json_t *root, sv_params *p, sv_error *e)
     const char *s = NULL;
     if (get_string(root, "model", &s, e) || get_string(root, "user", &s, e))
         return -1;
-    if (get_bool(root, "stream", &p->stream, e) || get_bool(root, "ignore_eos", &p->ignore_eos, e))
+    if (get_bool(root, "stream", &p->stream, e) || get_bool(root, "ignore_eos", &p->ignore_eos, e) ||
+        get_bool(root, "return_tokens", &p->return_tokens, e))
         return -1;
     json_t *so = field(root, "stream_options");
     if (so) {
