@@ -116,7 +116,7 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(a, v, 1, 4096, &l)) return 2;
             eo.max_batch = (int)l;
         } else if (!strcmp(a, "--max-queue")) {
-            if (cli_parse_int(a, v, 0, 1 << 20, &l)) return 2;
+            if (cli_parse_int(a, v, 1, 1 << 20, &l)) return 2;
             eo.max_queue = (int)l;
         } else if (!strcmp(a, "--ctx")) {
             if (cli_parse_int(a, v, 1, 1 << 24, &l)) return 2;

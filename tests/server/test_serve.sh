@@ -117,26 +117,28 @@ fi
 stop_servers
 
 # ---- API key, busy ----
-start_server keyed --threads 1 --api-key s3cret --max-batch 1 --max-queue 0 || bad "the keyed server starts"
+start_server keyed --threads 1 --api-key s3cret --max-batch 1 --max-queue 1 || bad "the keyed server starts"
 check "with --api-key, /health needs no key" [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$URL/health")" = 200 ]
 e "no key" 401 invalid_api_key /v1/completions '{"prompt":"x"}'
 e "a wrong key" 401 invalid_api_key /v1/completions '{"prompt":"x"}' -H 'Authorization: Bearer s3cre'
 check "the right key works" [ "$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: Bearer s3cret')" = 200 ]
 check "/metrics needs the key too" [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$URL/metrics")" = 401 ]
-# four at once on one slot and no queue: the first runs, the others are refused
-for i in 1 2 3 4; do
+# six at once on one slot and a queue of one: two run, the others are refused
+BUSY=()
+for i in 1 2 3 4 5 6; do
     curl -s -m 60 -D "$tmp/hdr$i" -o "$tmp/busy$i.json" -w '%{http_code}' -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
         -d '{"prompt":"Once","max_tokens":1900,"ignore_eos":true}' "$URL/v1/completions" >"$tmp/busy$i.code" &
+    BUSY+=($!)
 done
-wait
+wait "${BUSY[@]}"
 n200=0; n429=0; ra=0
-for i in 1 2 3 4; do
+for i in 1 2 3 4 5 6; do
     case "$(cat "$tmp/busy$i.code")" in
         200) n200=$((n200+1)) ;;
         429) n429=$((n429+1)); grep -qi '^retry-after:' "$tmp/hdr$i" && [ "$(jv "$tmp/busy$i.json" "d['error']['code']")" = '"MODEL_RESOURCE_BUSY"' ] && ra=$((ra+1)) ;;
     esac
 done
-check "a full queue is 429 MODEL_RESOURCE_BUSY with Retry-After ($n200 ran, $n429 refused)" [ $n200 -ge 1 -a $n429 -ge 1 -a $ra = $n429 -a $((n200+n429)) = 4 ]
+check "a full queue is 429 MODEL_RESOURCE_BUSY with Retry-After ($n200 ran, $n429 refused)" [ $n200 -ge 1 -a $n429 -ge 1 -a $ra = $n429 -a $((n200+n429)) = 6 ]
 stop_servers
 
 # ---- a model with a chat template ----
