@@ -23,5 +23,6 @@
 #include "caldrix/engine.h"
 #include "caldrix/tokenizer.h"
 #include "caldrix/hub.h"
+#include "caldrix/server.h"
 
 #endif

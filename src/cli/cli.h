@@ -13,6 +13,7 @@ typedef struct {
 } cli_command;
 
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);

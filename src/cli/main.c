@@ -9,6 +9,7 @@ static int cmd_help(int argc, char **argv);
 
 static const cli_command k_commands[] = {
     { "run",      cmd_run,      "generate text from a model (streams to stdout)" },
+    { "serve",    cmd_serve,    "an OpenAI-compatible HTTP server over a model (docs/api.md)" },
     { "quantize", cmd_quantize, "requantize a GGUF to Q4_K_M, Q8_0, ... as llama.cpp does" },
     { "convert", cmd_convert, "convert a Hugging Face checkpoint to GGUF as llama.cpp does" },
     { "version",  cmd_version,  "print the version" },

@@ -1,0 +1,68 @@
+/* caldrix server layer: an OpenAI-compatible HTTP server (libmicrohttpd) over one engine.
+ *
+ *   cdx_server_opts so = cdx_server_defaults();  so.port = 8080;
+ *   cdx_server *s;  cdx_server_start(&so, &s, &err);        // listening: /health answers 503
+ *   ... load the model, its tokenizer, create the engine ...
+ *   cdx_server_model sm = { .engine = e, .model = m, .tok = tok, .name = "stories260K", ... };
+ *   cdx_server_ready(s, &sm, &err);                          // the engine thread starts; 200
+ *   ... wait for a signal ...
+ *   cdx_server_stop(s);                                      // connections end, the thread joins
+ *   cdx_engine_free(e); ...
+ *
+ * Threads: libmicrohttpd runs one thread per connection; those threads parse, validate, submit to
+ * the engine and stream. One engine thread (started by cdx_server_ready) runs cdx_engine_step;
+ * its event callback only pushes into the request's queue (a mutex and a condition variable),
+ * which the connection's thread drains. Routes, fields, errors and metrics: docs/api.md.
+ * Nothing here prints or exits; nothing a client sends names a file.
+ */
+#ifndef CALDRIX_SERVER_H
+#define CALDRIX_SERVER_H
+
+#include "caldrix/base.h"
+#include "caldrix/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cdx_server cdx_server;
+typedef struct cdx_tmpl cdx_tmpl;
+struct json_t;
+
+typedef struct cdx_server_opts {
+    const char *host;         /* numeric address or name to bind (default "127.0.0.1") */
+    int port;                 /* 0: any free port (cdx_server_port tells which) */
+    const char *api_key;      /* NULL/"": no auth; else every route but /health needs Bearer KEY */
+    int max_connections;      /* default 256 */
+    int timeout_s;            /* idle connection timeout (default 60) */
+    size_t max_body_bytes;    /* default 8 MiB; larger bodies get 413 */
+} cdx_server_opts;
+
+CDX_API cdx_server_opts cdx_server_defaults(void);
+
+/* What the server serves. Everything is borrowed and must outlive cdx_server_stop. */
+typedef struct cdx_server_model {
+    cdx_engine *engine;            /* owned by the caller; the server's thread is its only stepper */
+    const cdx_tok *tok;            /* NULL: no text routes (ids only) */
+    const cdx_tmpl *tmpl;          /* the model's chat template; NULL: ChatML (chat_template false) */
+    const struct json_t *tmpl_tokens; /* special tokens for the template (bos_token, ...); may be NULL */
+    const char *name;              /* the model's id in /v1/models and responses */
+    int64_t n_vocab;
+    int64_t n_ctx;                 /* context per sequence */
+    int32_t bos_id;                /* -1: none */
+} cdx_server_model;
+
+/* Binds and starts answering (/health: 503 "loading" until cdx_server_ready). */
+CDX_API int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err);
+/* The port bound (useful with port 0). */
+CDX_API int cdx_server_port(const cdx_server *s);
+/* The model is loaded: starts the engine thread; routes answer from now on. Once only. */
+CDX_API int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err);
+/* Stops listening, ends every connection (their requests are cancelled), joins the engine thread
+ * and frees the server. NULL: no-op. */
+CDX_API void cdx_server_stop(cdx_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

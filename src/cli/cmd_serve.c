@@ -1,0 +1,284 @@
+/* caldrix serve: the OpenAI-compatible HTTP server (src/server/) over one model. This file only
+ * parses flags, loads the model as `run` does, and waits for a signal. */
+#include "cli.h"
+#include "cli_hub.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char k_serve_usage[] =
+    "usage: caldrix serve [MODEL] [options]\n"
+    "\n"
+    "An OpenAI-compatible HTTP server (docs/api.md): /v1/chat/completions, /v1/completions, /v1/models,\n"
+    "/tokenize, /detokenize, /health, /metrics. MODEL as for caldrix run (a .gguf file, a checkpoint\n"
+    "directory, an alias, owner/name[@revision], ollama:name[:tag]); without MODEL, the bundled\n"
+    "stories260K model. /health answers 503 while the model loads, 200 once it is ready.\n"
+    "\n"
+    "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
+    "  --port P             TCP port (default 8080; 0 = any free port, printed on stderr)\n"
+    "  --max-batch N        sequences decoded at once (default 8)\n"
+    "  --max-queue N        requests waiting for a slot before 429 MODEL_RESOURCE_BUSY (default 64)\n"
+    "  --ctx N              context of each sequence (default min(4096, the model's))\n"
+    "  --kv-blocks N        KV cache pool in blocks of 16 positions (default max-batch sequences of --ctx)\n"
+    "  --threads N          worker threads (default: all cores)\n"
+    "  --isa NAME           force a kernel set: avx512, avx2 or scalar\n"
+    "  --dtype f32          compute type (f32 is the only one on the CPU for now)\n"
+    "  --kv-type f32        KV cache type (f32 only for now; f16 is refused)\n"
+    "  --kv-store DIR       a prefix store shared by processes (refused: the engine has none yet)\n"
+    "  --api-key KEY        every route but /health and /v1/health needs \"Authorization: Bearer KEY\"\n"
+    "                       (default: the CALDRIX_API_KEY environment variable, else no key)\n"
+    "  --max-connections N  open connections at once (default 256)\n"
+    "  --timeout S          idle connection timeout in seconds (default 60)\n";
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig)
+{
+    g_stop = sig;
+}
+
+static int open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err)
+{
+    *tok = NULL;
+    const cdx_gguf *g = cdx_model_gguf(m);
+    if (g)
+        return cdx_gguf_find(g, "tokenizer.ggml.model") ? cdx_tok_open_gguf(g, tok, err) : CDX_OK;
+    if (!path)
+        return CDX_OK;
+    static const char *const files[] = { "tokenizer.json", "tokenizer.model", "vocab.json" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", path, files[i]);
+        if (stat(p, &st) == 0)
+            return cdx_tok_open_dir(path, tok, err);
+    }
+    return CDX_OK;
+}
+
+/* The model's id as clients see it: the last part of what was named, without .gguf. */
+static char *model_name(const char *ref)
+{
+    if (!ref)
+        return strdup("stories260K");
+    const char *p = ref;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        n--;
+    if (strchr(ref, '/') && ref[0] != '/' && ref[0] != '.' && strncmp(ref, "ollama:", 7)) {
+        struct stat st;
+        if (stat(ref, &st) != 0) /* owner/name: keep it whole */
+            return strndup(p, n);
+    }
+    const char *b = p + n;
+    while (b > p && b[-1] != '/')
+        b--;
+    size_t len = (size_t)(p + n - b);
+    if (len > 5 && !strncmp(b + len - 5, ".gguf", 5))
+        len -= 5;
+    return strndup(b, len);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    cdx_server_opts so = cdx_server_defaults();
+    cdx_engine_opts eo = cdx_engine_defaults();
+    const char *model = NULL, *isa = NULL, *kv_store = NULL;
+    long l;
+    so.api_key = getenv("CALDRIX_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = !strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--max-batch") ||
+                     !strcmp(a, "--max-queue") || !strcmp(a, "--ctx") || !strcmp(a, "--threads") ||
+                     !strcmp(a, "-t") || !strcmp(a, "--kv-store") || !strcmp(a, "--api-key") ||
+                     !strcmp(a, "--kv-type") || !strcmp(a, "--dtype") || !strcmp(a, "--isa") ||
+                     !strcmp(a, "--max-connections") || !strcmp(a, "--timeout") || !strcmp(a, "--kv-blocks");
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(k_serve_usage, stdout);
+            return 0;
+        }
+        if (takes && !v) {
+            fprintf(stderr, "caldrix serve: %s needs a value (caldrix serve --help)\n", a);
+            return 2;
+        }
+        if (takes)
+            i++;
+        if (!strcmp(a, "--host"))
+            so.host = v;
+        else if (!strcmp(a, "--port")) {
+            if (cli_parse_int(a, v, 0, 65535, &l)) return 2;
+            so.port = (int)l;
+        } else if (!strcmp(a, "--max-batch")) {
+            if (cli_parse_int(a, v, 1, 4096, &l)) return 2;
+            eo.max_batch = (int)l;
+        } else if (!strcmp(a, "--max-queue")) {
+            if (cli_parse_int(a, v, 1, 1 << 20, &l)) return 2;
+            eo.max_queue = (int)l;
+        } else if (!strcmp(a, "--ctx")) {
+            if (cli_parse_int(a, v, 1, 1 << 24, &l)) return 2;
+            eo.n_ctx = l;
+        } else if (!strcmp(a, "--kv-blocks")) {
+            if (cli_parse_int(a, v, 1, 1L << 30, &l)) return 2;
+            eo.n_blocks = l;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            if (cli_parse_int(a, v, 1, 1024, &l)) return 2;
+            eo.n_threads = (int)l;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (cli_parse_int(a, v, 1, 1 << 16, &l)) return 2;
+            so.max_connections = (int)l;
+        } else if (!strcmp(a, "--timeout")) {
+            if (cli_parse_int(a, v, 1, 86400, &l)) return 2;
+            so.timeout_s = (int)l;
+        } else if (!strcmp(a, "--api-key")) {
+            so.api_key = v;
+        } else if (!strcmp(a, "--isa")) {
+            isa = v;
+        } else if (!strcmp(a, "--kv-store")) {
+            kv_store = v;
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!strcmp(v, "f16")) {
+                fprintf(stderr, "caldrix serve: --kv-type f16 is not offered by the engine yet (its KV cache is f32); "
+                                "use --kv-type f32\n");
+                return 2;
+            }
+            if (strcmp(v, "f32")) {
+                fprintf(stderr, "caldrix serve: --kv-type is \"%s\"; it takes f32 (or f16, once the engine has it)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dtype")) {
+            if (strcmp(v, "f32")) {
+                fprintf(stderr, "caldrix serve: --dtype is \"%s\"; the CPU computes in f32 only for now (use --dtype f32)\n", v);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "caldrix serve: unknown option \"%s\" (caldrix serve --help)\n", a);
+            return 2;
+        } else if (!model)
+            model = a;
+        else {
+            fprintf(stderr, "caldrix serve: unexpected argument \"%s\" (one MODEL only)\n", a);
+            return 2;
+        }
+    }
+    if (kv_store) {
+        fprintf(stderr, "caldrix serve: --kv-store \"%s\": the engine has no prefix store shared by processes yet "
+                        "(its prefix cache lives in this process only); leave --kv-store out\n", kv_store);
+        return 2;
+    }
+    if (so.api_key && !*so.api_key)
+        so.api_key = NULL;
+    eo.kernels = isa ? cdx_kernels_by_isa(isa) : cdx_kernels_best();
+    if (!eo.kernels) {
+        fprintf(stderr, "caldrix serve: --isa \"%s\" is unknown or this CPU lacks it (avx512, avx2, scalar)\n", isa);
+        return 2;
+    }
+
+    cdx_err err = {0};
+    cdx_server *srv = NULL;
+    cdx_model *m = NULL;
+    cdx_tok *tok = NULL;
+    cdx_engine *e = NULL;
+    cdx_tmpl *tmpl = NULL;
+    json_t *tmpl_tokens = NULL;
+    char *resolved = NULL, *tmpl_src = NULL, *name = model_name(model);
+    int status = 1;
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (cdx_server_start(&so, &srv, &err)) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        goto done;
+    }
+    fprintf(stderr, "caldrix serve: listening on http://%s%s%s:%d (loading %s)\n", strchr(so.host, ':') ? "[" : "",
+            so.host, strchr(so.host, ':') ? "]" : "", cdx_server_port(srv), model ? model : "the bundled stories260K");
+    const char *path = model;
+    if (model) {
+        struct stat st;
+        if (stat(model, &st) != 0) {
+            cli_hub_ui ui;
+            cdx_hub_opts ho;
+            cli_hub_opts_init(&ho, &ui, false);
+            ho.ctx = (uint32_t)eo.n_ctx;
+            if (cdx_hub_resolve(model, &ho, &resolved, &err) < 0) {
+                fprintf(stderr, "caldrix serve: %s\n", err.msg);
+                goto done;
+            }
+            path = resolved;
+        }
+        if (cdx_model_open(path, NULL, &m, &err)) {
+            fprintf(stderr, "caldrix serve: %s\n", err.msg);
+            goto done;
+        }
+    } else if (cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
+                                       "stories260K.gguf (bundled)", &m, &err)) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        goto done;
+    }
+    if (*cdx_model_notes(m))
+        fprintf(stderr, "caldrix: %s", cdx_model_notes(m));
+    if (open_tokenizer(path, m, &tok, &err)) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        goto done;
+    }
+    if (!tok)
+        fprintf(stderr, "caldrix serve: %s has no tokenizer: only token-id prompts on /v1/completions\n", name);
+    /* the chat template: the model's, else ChatML (and /v1/models says chat_template false) */
+    if (path && tok) {
+        cdx_err terr = {0};
+        if (cdx_chat_template_load(path, NULL, &tmpl_src, &tmpl_tokens, &terr) == 0 &&
+            cdx_tmpl_parse(tmpl_src, strlen(tmpl_src), &tmpl, &terr) != 0) {
+            fprintf(stderr, "caldrix serve: %s: the chat template does not parse (%s); chat uses ChatML\n", name,
+                    terr.msg);
+        } else if (!tmpl_src)
+            fprintf(stderr, "caldrix serve: %s has no chat template; chat uses ChatML\n", name);
+    }
+    if (!tmpl && tok) {
+        json_decref(tmpl_tokens);
+        tmpl_tokens = json_object();
+        const char *b = cdx_tok_bos_text(tok), *eos = cdx_tok_eos_text(tok);
+        if (b)
+            json_object_set_new(tmpl_tokens, "bos_token", json_string(b));
+        if (eos)
+            json_object_set_new(tmpl_tokens, "eos_token", json_string(eos));
+    }
+    if (cdx_engine_create(m, tok, &eo, &e, &err)) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        goto done;
+    }
+    cdx_engine_stats st;
+    cdx_engine_get_stats(e, &st);
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    cdx_server_model sm = { .engine = e, .tok = tok, .tmpl = tmpl, .tmpl_tokens = tmpl_tokens, .name = name,
+                            .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id };
+    if (cdx_server_ready(srv, &sm, &err)) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        goto done;
+    }
+    fprintf(stderr, "caldrix serve: ready: %s, context %lld, %lld KV blocks, batch %d, queue %d%s\n", name,
+            (long long)st.n_ctx, (long long)st.n_blocks, st.max_batch, st.max_queue,
+            so.api_key ? ", API key required" : "");
+    while (!g_stop) {
+        struct timespec t = { 0, 100 * 1000000L };
+        nanosleep(&t, NULL);
+    }
+    fprintf(stderr, "caldrix serve: stopping (signal %d)\n", (int)g_stop);
+    status = 0;
+done:
+    cdx_server_stop(srv);
+    cdx_engine_free(e);
+    cdx_tmpl_free(tmpl);
+    json_decref(tmpl_tokens);
+    free(tmpl_src);
+    cdx_tok_close(tok);
+    cdx_model_close(m);
+    free(resolved);
+    free(name);
+    return status;
+}

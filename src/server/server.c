@@ -1,0 +1,973 @@
+/* caldrix server: HTTP on libmicrohttpd (one thread per connection), the OpenAI routes, SSE
+ * streaming, and the engine thread.
+ *
+ * A generation is a job shared by three holders, each with a reference: the engine (from submit
+ * to its final event), the connection (until libmicrohttpd says the request is over) and, when
+ * streaming, the response (until libmicrohttpd frees it). The engine's callback only appends to
+ * the job's queue under its mutex and signals; the connection's thread drains the queue, and
+ * while it waits it watches its socket, so a client that hangs up is cancelled at once. */
+#include "server/sv_int.h"
+
+#include <microhttpd.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+struct cdx_server {
+    struct MHD_Daemon *d;
+    char *api_key;
+    size_t api_key_len;
+    size_t max_body;
+    int port;
+    time_t created;
+    atomic_bool ready, stopping, engine_stop;
+    cdx_server_model m;
+    char *name;
+    cdx_tmpl *chatml;         /* parsed sv_chatml_template when the model has none */
+    pthread_t engine_thread;
+    bool thread_started;
+    sv_metrics met;
+    atomic_uint_fast64_t n_ids;
+};
+
+cdx_server_opts cdx_server_defaults(void)
+{
+    return (cdx_server_opts){ .host = "127.0.0.1", .port = 8080, .max_connections = 256, .timeout_s = 60,
+                              .max_body_bytes = (size_t)8 << 20 };
+}
+
+/* ---- jobs: one generation, shared with the engine ---- */
+
+typedef struct sv_piece {
+    int32_t token;                  /* -1: the final event's held text */
+    float logprob;
+    int n_top;
+    int32_t top_ids[CDX_MAX_TOP];
+    float top_lp[CDX_MAX_TOP];
+    char *text;
+    size_t text_len;
+} sv_piece;
+
+typedef struct sv_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs;
+    cdx_server *s;
+    uint64_t id;                    /* the engine's */
+    /* filled by the engine thread under mu */
+    sv_piece *pieces;
+    size_t n, cap;
+    bool done, oom;
+    cdx_finish finish;
+    char *message;
+    int64_t n_prompt, n_cached, n_generated;
+    double t_last_ms;               /* engine thread only */
+    /* the connection's side */
+    sv_params p;
+    struct MHD_Connection *c;
+    size_t read;                    /* pieces turned into output so far */
+    char rid[48];
+    long long created;
+    int phase;                      /* streaming: 0 head, 1 body, 2 tail written, 3 ended */
+    char *out;
+    size_t out_n, out_off, out_cap;
+    size_t text_offset;             /* completions' logprobs text_offset */
+    bool gone;                      /* the client hung up or the server stops */
+} sv_job;
+
+static void job_unref(sv_job *j)
+{
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < j->n; i++)
+        free(j->pieces[i].text);
+    free(j->pieces);
+    free(j->message);
+    free(j->out);
+    sv_params_free(&j->p);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* The engine thread: copy the event into the queue. */
+static void on_event(const cdx_event *ev)
+{
+    sv_job *j = ev->user;
+    cdx_server *s = j->s;
+    double now = cdx_time_ms();
+    pthread_mutex_lock(&j->mu);
+    bool piece = ev->finish == CDX_FINISH_NONE || ev->text_len > 0;
+    if (piece) {
+        sv_piece *g = cdx_array_grow(j->pieces, &j->cap, j->n, sizeof *j->pieces);
+        char *t = malloc(ev->text_len + 1);
+        if (!g || !t) {
+            free(t);
+            j->oom = true;
+        } else {
+            j->pieces = g;
+            sv_piece *pc = &j->pieces[j->n++];
+            memset(pc, 0, sizeof *pc);
+            memcpy(t, ev->text ? ev->text : "", ev->text_len);
+            t[ev->text_len] = 0;
+            pc->text = t;
+            pc->text_len = ev->text_len;
+            pc->token = ev->finish == CDX_FINISH_NONE ? ev->token : -1;
+            pc->logprob = ev->logprob;
+            pc->n_top = ev->finish == CDX_FINISH_NONE ? (ev->n_top < CDX_MAX_TOP ? ev->n_top : CDX_MAX_TOP) : 0;
+            for (int i = 0; i < pc->n_top; i++) {
+                pc->top_ids[i] = ev->top_ids[i];
+                pc->top_lp[i] = ev->top_logprobs[i];
+            }
+        }
+    }
+    j->n_prompt = ev->n_prompt;
+    j->n_cached = ev->n_cached;
+    j->n_generated = ev->n_generated;
+    if (ev->finish != CDX_FINISH_NONE) {
+        j->done = true;
+        j->finish = ev->finish;
+        if (ev->message)
+            j->message = strdup(ev->message);
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (ev->finish == CDX_FINISH_NONE) {
+        if (ev->index == 0)
+            sv_metrics_ttft(&s->met, ev->ms_first / 1e3);
+        else
+            sv_metrics_tpot(&s->met, (now - j->t_last_ms) / 1e3);
+        j->t_last_ms = now;
+    } else {
+        sv_metrics_finish(&s->met, ev->finish);
+        job_unref(j); /* the engine's reference */
+    }
+}
+
+/* Whether the client has hung up (its socket reads end of stream or an error). */
+static bool client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd pf = { .fd = ci->connect_fd, .events = POLLRDHUP };
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Waits (mu held) until the queue has pieces past j->read (or, with all, until the job is done);
+ * cancels the job when the client goes away or the server stops. Returns false when it was
+ * cancelled that way. */
+static bool job_wait(sv_job *j, bool all)
+{
+    while ((all || j->read == j->n) && !j->done) {
+        if (atomic_load(&j->s->stopping) || client_gone(j->c)) {
+            j->gone = true;
+            cdx_engine_cancel(j->s->m.engine, j->id);
+            return false;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    }
+    return true;
+}
+
+/* ---- JSON helpers ---- */
+
+static json_t *jstr(const char *s, size_t n)
+{
+    json_t *v = json_stringn(s, n);
+    if (v)
+        return v;
+    char *clean = sv_utf8_sanitize(s, n, &n);
+    v = clean ? json_stringn(clean, n) : json_string("");
+    free(clean);
+    return v;
+}
+
+/* The text of one token as the logprobs fields show it (special tokens included). */
+static json_t *token_json(const cdx_server *s, int32_t id, bool first, json_t **bytes)
+{
+    char buf[1024];
+    int n = s->m.tok ? cdx_tok_piece(s->m.tok, id, first, false, buf, sizeof buf) : 0;
+    if (n < 0)
+        n = 0;
+    if (n > (int)sizeof buf)
+        n = sizeof buf;
+    if (bytes) {
+        *bytes = json_array();
+        for (int i = 0; i < n; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    }
+    return jstr(buf, (size_t)n);
+}
+
+/* Chat's logprobs entry for one piece: {token, logprob, bytes, top_logprobs:[...]} */
+static json_t *chat_lp_entry(const cdx_server *s, const sv_piece *pc, bool first)
+{
+    json_t *bytes, *tok = token_json(s, pc->token, first, &bytes);
+    json_t *tops = json_array();
+    for (int i = 0; i < pc->n_top; i++) {
+        json_t *b, *t = token_json(s, pc->top_ids[i], first, &b);
+        json_array_append_new(tops, json_pack("{s:o,s:f,s:o}", "token", t, "logprob", (double)pc->top_lp[i], "bytes", b));
+    }
+    return json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)pc->logprob, "bytes", bytes, "top_logprobs",
+                     tops);
+}
+
+/* Completions' logprobs over pieces [a, b): {tokens, token_logprobs, top_logprobs, text_offset} */
+static json_t *cmpl_logprobs(sv_job *j, size_t a, size_t b)
+{
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (size_t i = a; i < b; i++) {
+        const sv_piece *pc = &j->pieces[i];
+        if (pc->token < 0)
+            continue;
+        json_t *t = token_json(j->s, pc->token, i == 0, NULL);
+        size_t tl = json_string_length(t);
+        json_array_append_new(toks, t);
+        json_array_append_new(lps, json_real(pc->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < pc->n_top; k++) {
+            json_t *tk = token_json(j->s, pc->top_ids[k], i == 0, NULL);
+            json_object_set_new(top, json_string_value(tk), json_real(pc->top_lp[k]));
+            json_decref(tk);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)j->text_offset));
+        j->text_offset += tl;
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
+}
+
+static json_t *usage_json(const sv_job *j)
+{
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
+                     (json_int_t)j->n_generated, "total_tokens", (json_int_t)(j->n_prompt + j->n_generated),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)j->n_cached);
+}
+
+static const char *finish_reason(cdx_finish f)
+{
+    return f == CDX_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* The whole (non-streamed) result. */
+static char *result_body(sv_job *j)
+{
+    bool chat = j->p.kind == SV_CHAT;
+    size_t len = 0;
+    for (size_t i = 0; i < j->n; i++)
+        len += j->pieces[i].text_len;
+    char *text = malloc(len + 1), *w = text;
+    if (!text)
+        return NULL;
+    for (size_t i = 0; i < j->n; i++) {
+        memcpy(w, j->pieces[i].text, j->pieces[i].text_len);
+        w += j->pieces[i].text_len;
+    }
+    *w = 0;
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    json_t *lp = json_null();
+    if (j->p.logprobs) {
+        if (chat) {
+            json_t *content = json_array();
+            for (size_t i = 0; i < j->n; i++)
+                if (j->pieces[i].token >= 0)
+                    json_array_append_new(content, chat_lp_entry(j->s, &j->pieces[i], i == 0));
+            lp = json_pack("{s:o}", "content", content);
+        } else
+            lp = cmpl_logprobs(j, 0, j->n);
+    }
+    if (chat)
+        json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", jstr(text, len)));
+    else
+        json_object_set_new(choice, "text", jstr(text, len));
+    free(text);
+    json_object_set_new(choice, "logprobs", lp);
+    json_object_set_new(choice, "finish_reason", json_string(finish_reason(j->finish)));
+    if (j->p.return_tokens) {
+        json_t *ids = json_array();
+        for (size_t i = 0; i < j->n; i++)
+            if (j->pieces[i].token >= 0)
+                json_array_append_new(ids, json_integer(j->pieces[i].token));
+        json_object_set_new(choice, "tokens", ids);
+    }
+    json_t *root = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->rid, "object",
+                             chat ? "chat.completion" : "text_completion", "created", (json_int_t)j->created, "model",
+                             j->s->name, "choices", choice, "usage", usage_json(j));
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return s;
+}
+
+/* ---- streaming ---- */
+
+static void out_add(sv_job *j, const char *s, size_t n)
+{
+    if (j->out_n + n + 1 > j->out_cap) {
+        size_t cap = j->out_cap ? j->out_cap : 4096;
+        while (cap < j->out_n + n + 1)
+            cap *= 2;
+        char *g = realloc(j->out, cap);
+        if (!g)
+            return; /* the chunk is lost; the stream still ends with [DONE] if memory comes back */
+        j->out = g;
+        j->out_cap = cap;
+    }
+    memcpy(j->out + j->out_n, s, n);
+    j->out_n += n;
+}
+
+static void out_event(sv_job *j, json_t *obj)
+{
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!s)
+        return;
+    out_add(j, "data: ", 6);
+    out_add(j, s, strlen(s));
+    out_add(j, "\n\n", 2);
+    free(s);
+}
+
+static json_t *chunk(sv_job *j, json_t *choice)
+{
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", j->rid, "object",
+                          j->p.kind == SV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)j->created, "model", j->s->name, "choices",
+                          choice ? json_pack("[o]", choice) : json_array());
+    if (o && j->p.include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static void out_piece(sv_job *j, size_t i)
+{
+    const sv_piece *pc = &j->pieces[i];
+    if (pc->text_len == 0 && !(j->p.logprobs && pc->token >= 0))
+        return;
+    json_t *lp = json_null();
+    if (j->p.logprobs && pc->token >= 0)
+        lp = j->p.kind == SV_CHAT ? json_pack("{s:[o]}", "content", chat_lp_entry(j->s, pc, i == 0))
+                                  : cmpl_logprobs(j, i, i + 1);
+    json_t *choice;
+    if (j->p.kind == SV_CHAT)
+        choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", jstr(pc->text, pc->text_len),
+                           "logprobs", lp, "finish_reason");
+    else
+        choice = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "text", jstr(pc->text, pc->text_len), "logprobs", lp,
+                           "finish_reason");
+    out_event(j, chunk(j, choice));
+}
+
+static void out_tail(sv_job *j)
+{
+    if (j->finish == CDX_FINISH_ERROR || j->oom) {
+        sv_error e;
+        sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
+                j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed");
+        char *b = sv_error_body(&e);
+        if (b) {
+            out_add(j, "data: ", 6);
+            out_add(j, b, strlen(b));
+            out_add(j, "\n\n", 2);
+            free(b);
+        }
+    } else {
+        json_t *choice = j->p.kind == SV_CHAT
+                             ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
+                                         finish_reason(j->finish))
+                             : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
+                                         finish_reason(j->finish));
+        out_event(j, chunk(j, choice));
+        if (j->p.include_usage) {
+            json_t *u = chunk(j, NULL);
+            json_object_set_new(u, "usage", usage_json(j));
+            out_event(j, u);
+        }
+    }
+    out_add(j, "data: [DONE]\n\n", 14);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    sv_job *j = cls;
+    while (j->out_off == j->out_n) {
+        j->out_off = j->out_n = 0;
+        if (j->phase == 3)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (j->phase == 0) {
+            if (j->p.kind == SV_CHAT)
+                out_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant",
+                                                "content", "", "logprobs", "finish_reason")));
+            j->phase = 1;
+            continue;
+        }
+        pthread_mutex_lock(&j->mu);
+        if (!job_wait(j, false)) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        /* the engine appends (and may move the array) under mu: read under it too */
+        bool done = j->done;
+        for (; j->read < j->n; j->read++)
+            out_piece(j, j->read);
+        pthread_mutex_unlock(&j->mu);
+        if (done) {
+            out_tail(j);
+            j->phase = 3;
+        }
+    }
+    size_t k = j->out_n - j->out_off < max ? j->out_n - j->out_off : max;
+    memcpy(buf, j->out + j->out_off, k);
+    j->out_off += k;
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls)
+{
+    sv_job *j = cls;
+    pthread_mutex_lock(&j->s->met.mu);
+    j->s->met.streams_open--;
+    pthread_mutex_unlock(&j->s->met.mu);
+    job_unref(j);
+}
+
+/* ---- connections ---- */
+
+typedef struct sv_conn {
+    cdx_server *s;
+    int route;
+    bool post;
+    char *body;
+    size_t n, cap;
+    bool too_big;
+    int status;
+    sv_job *job;
+} sv_conn;
+
+static enum MHD_Result reply(sv_conn *k, struct MHD_Connection *c, int status, char *body, const char *type,
+                             const char *retry_after)
+{
+    size_t len = body ? strlen(body) : 0;
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"",
+                                                             body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (retry_after)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    if (status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 405)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, k->post ? "POST" : "GET");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    k->status = status;
+    return ret;
+}
+
+static enum MHD_Result reply_json(sv_conn *k, struct MHD_Connection *c, int status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s)
+        return MHD_NO;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (t) {
+        t[n] = '\n';
+        t[n + 1] = 0;
+        s = t;
+    }
+    return reply(k, c, status, s, "application/json", NULL);
+}
+
+static enum MHD_Result reply_error(sv_conn *k, struct MHD_Connection *c, const sv_error *e)
+{
+    char *b = sv_error_body(e);
+    return reply(k, c, e->status, b, "application/json",
+                 e->status == 429 || e->status == 503 ? "1" : NULL);
+}
+
+/* The routes: path, method, metrics slot. */
+typedef struct { const char *path; bool post; int route; } route_def;
+static const route_def k_routes[] = {
+    { "/health", false, SV_R_HEALTH },
+    { "/v1/health", false, SV_R_HEALTH },
+    { "/v1/models", false, SV_R_MODELS },
+    { "/models", false, SV_R_MODELS },
+    { "/v1/chat/completions", true, SV_R_CHAT },
+    { "/chat/completions", true, SV_R_CHAT },
+    { "/v1/completions", true, SV_R_COMPLETIONS },
+    { "/completions", true, SV_R_COMPLETIONS },
+    { "/tokenize", true, SV_R_TOKENIZE },
+    { "/detokenize", true, SV_R_DETOKENIZE },
+    { "/metrics", false, SV_R_METRICS },
+};
+
+static const route_def *find_route(const char *url)
+{
+    for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++)
+        if (!strcmp(url, k_routes[i].path))
+            return &k_routes[i];
+    if (!strncmp(url, "/v1/models/", 11) && url[11])
+        return &k_routes[2];
+    return NULL;
+}
+
+/* Constant time in the length of what was sent. */
+static bool key_ok(const cdx_server *s, const char *auth)
+{
+    if (!auth || strncmp(auth, "Bearer ", 7))
+        return false;
+    const char *got = auth + 7;
+    size_t n = strlen(got);
+    unsigned diff = (unsigned)(n != s->api_key_len);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)got[i] ^ (unsigned char)s->api_key[i % (s->api_key_len ? s->api_key_len : 1)];
+    return diff == 0;
+}
+
+static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    cdx_server *s = k->s;
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:b,s:I,s:I}", "id", s->name, "object", "model", "created",
+                          (json_int_t)s->created, "owned_by", "caldrix", "compatibility", "compatible", "chat_template",
+                          s->m.tmpl != NULL, "context_length", (json_int_t)s->m.n_ctx, "n_vocab",
+                          (json_int_t)s->m.n_vocab);
+    if (!strncmp(url, "/v1/models/", 11))
+        return reply_json(k, c, 200, m); /* any name selects the one model */
+    return reply_json(k, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+static int encode(const cdx_server *s, const char *text, size_t len, bool add_special, int32_t **ids, int64_t *n,
+                  sv_error *e, const char *param)
+{
+    cdx_err err = {0};
+    size_t need = 0;
+    if (cdx_tok_encode(s->m.tok, text, len, add_special, true, NULL, 0, &need, &err))
+        return sv_fail(e, 400, "invalid_request_error", "invalid_value", param, "%s: %s", param, err.msg);
+    *ids = malloc((need + 1) * sizeof **ids);
+    if (!*ids)
+        return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory for %zu tokens", need);
+    if (cdx_tok_encode(s->m.tok, text, len, add_special, true, *ids, need, &need, &err))
+        return sv_fail(e, 400, "invalid_request_error", "invalid_value", param, "%s: %s", param, err.msg);
+    *n = (int64_t)need;
+    return 0;
+}
+
+static enum MHD_Result route_tokenize(sv_conn *k, struct MHD_Connection *c, sv_params *p)
+{
+    sv_error e;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (encode(k->s, p->text, p->text_len, p->add_special, &ids, &n, &e, "content"))
+        return free(ids), reply_error(k, c, &e);
+    json_t *a = json_array();
+    for (int64_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    free(ids);
+    return reply_json(k, c, 200, json_pack("{s:o}", "tokens", a));
+}
+
+static enum MHD_Result route_detokenize(sv_conn *k, struct MHD_Connection *c, sv_params *p)
+{
+    cdx_err err = {0};
+    size_t need = 0;
+    sv_error e;
+    if (cdx_tok_decode(k->s->m.tok, p->ids, (size_t)p->n_ids, false, NULL, 0, &need, &err)) {
+        sv_fail(&e, 400, "invalid_request_error", "invalid_value", "tokens", "tokens: %s", err.msg);
+        return reply_error(k, c, &e);
+    }
+    char *text = malloc(need + 1);
+    if (!text || cdx_tok_decode(k->s->m.tok, p->ids, (size_t)p->n_ids, false, text, need + 1, &need, &err)) {
+        free(text);
+        sv_fail(&e, 500, "server_error", "internal_error", "tokens", "cannot decode the tokens");
+        return reply_error(k, c, &e);
+    }
+    json_t *j = json_pack("{s:o}", "content", jstr(text, need));
+    free(text);
+    return reply_json(k, c, 200, j);
+}
+
+/* The prompt of a chat or completion request as token ids (into p->ids). */
+static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
+{
+    if (p->kind == SV_CHAT) {
+        cdx_err err = {0};
+        char *text = NULL;
+        size_t len = 0;
+        const cdx_tmpl *t = s->m.tmpl ? s->m.tmpl : s->chatml;
+        if (cdx_chat_render(t, p->messages, p->add_generation_prompt, s->m.tmpl_tokens, p->extra, &text, &len, &err))
+            return sv_fail(e, 400, "invalid_request_error", "template_error", "messages",
+                           "the chat template refused the messages: %s", err.msg);
+        /* a rendered template carries its own special tokens; ChatML on a model without a template
+         * gets what the tokenizer adds by itself (BOS) */
+        int rc = encode(s, text, len, s->m.tmpl == NULL, &p->ids, &p->n_ids, e, "messages");
+        free(text);
+        if (rc)
+            return rc;
+    } else if (!p->ids) {
+        if (encode(s, p->text, p->text_len, true, &p->ids, &p->n_ids, e, "prompt"))
+            return -1;
+    }
+    if (p->n_ids == 0 && s->m.bos_id >= 0)
+        p->ids[p->n_ids++] = s->m.bos_id;
+    if (p->n_ids == 0)
+        return sv_fail(e, 400, "invalid_request_error", "invalid_value", p->kind == SV_CHAT ? "messages" : "prompt",
+                       "the prompt is empty and the model has no BOS token to start from");
+    return 0;
+}
+
+static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_params *p)
+{
+    cdx_server *s = k->s;
+    sv_error e;
+    if (build_prompt(s, p, &e))
+        return reply_error(k, c, &e);
+    sv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return MHD_NO;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->s = s;
+    j->c = c;
+    j->p = *p;
+    *p = (sv_params){0};
+    atomic_store(&j->refs, 2); /* the engine's and the connection's */
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != sizeof r)
+        r = (uint64_t)cdx_time_ms() * 0x9E3779B97F4A7C15ull;
+    snprintf(j->rid, sizeof j->rid, "%s-%016llx%llx", j->p.kind == SV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)r, (unsigned long long)atomic_fetch_add(&s->n_ids, 1));
+    j->created = (long long)time(NULL);
+    if (!j->p.seed_set && getrandom(&j->p.sp.seed, sizeof j->p.sp.seed, 0) != sizeof j->p.sp.seed)
+        j->p.sp.seed = r ^ 0x5851F42D4C957F2Dull;
+    cdx_request rq = cdx_request_defaults();
+    rq.prompt = j->p.ids;
+    rq.n_prompt = j->p.n_ids;
+    rq.sampling = j->p.sp;
+    rq.max_tokens = j->p.max_tokens;
+    rq.ignore_eos = j->p.ignore_eos;
+    rq.stop = j->p.stop;
+    rq.n_stop = j->p.n_stop;
+    rq.top_logprobs = j->p.logprobs ? j->p.top_logprobs : 0;
+    rq.skip_special = true;
+    rq.on_event = on_event;
+    rq.user = j;
+    k->job = j;
+    cdx_err err = {0};
+    int rc = cdx_engine_submit(s->m.engine, &rq, &j->id, &err);
+    if (rc) {
+        atomic_fetch_sub(&j->refs, 1); /* the engine never took it */
+        j->done = true;
+        if (rc == CDX_ERESOURCE_LIMIT)
+            sv_fail(&e, 400, "invalid_request_error", "MODEL_RESOURCE_LIMIT", "max_tokens", "%s", err.msg);
+        else if (rc == CDX_ERESOURCE_BUSY)
+            sv_fail(&e, 429, "rate_limit_error", "MODEL_RESOURCE_BUSY", NULL, "%s", err.msg);
+        else if (rc == CDX_EINVAL)
+            sv_fail(&e, 400, "invalid_request_error", "invalid_value", j->p.kind == SV_CHAT ? "messages" : "prompt",
+                    "%s", err.msg);
+        else
+            sv_fail(&e, 500, "server_error", "internal_error", NULL, "%s", err.msg);
+        return reply_error(k, c, &e);
+    }
+    if (j->p.stream) {
+        atomic_fetch_add(&j->refs, 1); /* the response's */
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j,
+                                                                      stream_free);
+        if (!resp) {
+            job_unref(j);
+            return MHD_NO;
+        }
+        pthread_mutex_lock(&s->met.mu);
+        s->met.streams_open++;
+        pthread_mutex_unlock(&s->met.mu);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        k->status = 200;
+        return ret;
+    }
+    pthread_mutex_lock(&j->mu);
+    job_wait(j, true);
+    bool gone = j->gone;
+    pthread_mutex_unlock(&j->mu);
+    if (gone)
+        return MHD_NO; /* nobody to answer */
+    if (j->finish == CDX_FINISH_ERROR || j->oom) {
+        sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
+                j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed");
+        return reply_error(k, c, &e);
+    }
+    char *body = result_body(j);
+    if (!body)
+        return MHD_NO;
+    return reply(k, c, 200, body, "application/json", NULL);
+}
+
+static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    cdx_server *s = k->s;
+    sv_error e;
+    switch (k->route) {
+    case SV_R_HEALTH:
+        return reply_json(k, c, 200, json_pack("{s:s}", "status", "ok"));
+    case SV_R_METRICS: {
+        cdx_engine_stats st;
+        cdx_engine_get_stats(s->m.engine, &st);
+        size_t n = 0;
+        char *t = sv_metrics_text(&s->met, &st, true, &n);
+        return t ? reply(k, c, 200, t, "text/plain; version=0.0.4", NULL) : MHD_NO;
+    }
+    case SV_R_MODELS:
+        return route_models(k, c, url);
+    default:
+        break;
+    }
+    if (k->too_big) {
+        sv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL, "the body is over %zu bytes",
+                s->max_body);
+        return reply_error(k, c, &e);
+    }
+    static const sv_kind kinds[] = { [SV_R_CHAT] = SV_CHAT, [SV_R_COMPLETIONS] = SV_COMPLETION,
+                                     [SV_R_TOKENIZE] = SV_TOKENIZE, [SV_R_DETOKENIZE] = SV_DETOKENIZE };
+    sv_limits lim = { .n_vocab = s->m.n_vocab, .has_tok = s->m.tok != NULL };
+    sv_params p;
+    enum MHD_Result ret;
+    if (sv_parse(k->body ? k->body : "", k->n, kinds[k->route], &lim, &p, &e))
+        ret = reply_error(k, c, &e);
+    else if (k->route == SV_R_TOKENIZE)
+        ret = route_tokenize(k, c, &p);
+    else if (k->route == SV_R_DETOKENIZE)
+        ret = route_detokenize(k, c, &p);
+    else
+        ret = route_generate(k, c, &p);
+    sv_params_free(&p);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    cdx_server *s = cls;
+    sv_conn *k = *con_cls;
+    if (!k) {
+        if (!(k = calloc(1, sizeof *k)))
+            return MHD_NO;
+        k->s = s;
+        *con_cls = k;
+        sv_error e;
+        const route_def *rd = find_route(url);
+        k->route = rd ? rd->route : SV_R_OTHER;
+        k->post = rd && rd->post;
+        bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (!rd)
+            return sv_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route %s %.200s", method, url),
+                   reply_error(k, c, &e);
+        if (rd->post ? strcmp(method, "POST") : !get)
+            return sv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %.20s",
+                           rd->path, rd->post ? "POST" : "GET", method),
+                   reply_error(k, c, &e);
+        if (k->route != SV_R_HEALTH && s->api_key &&
+            !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)))
+            return sv_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                           "this server needs an API key: Authorization: Bearer KEY"),
+                   reply_error(k, c, &e);
+        if (!atomic_load(&s->ready) && k->route != SV_R_METRICS)
+            return sv_fail(&e, 503, "server_error", "model_loading", NULL, "the model is loading"),
+                   reply(k, c, 503, sv_error_body(&e), "application/json", "1");
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->max_body)
+            return sv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                           "the body is %.30s bytes; at most %zu", cl, s->max_body),
+                   reply_error(k, c, &e);
+        return MHD_YES;
+    }
+    if (k->status)
+        return *upload_size = 0, MHD_YES; /* answered early; the rest is discarded */
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (k->too_big || k->n + n > s->max_body) {
+            k->too_big = true;
+            return MHD_YES;
+        }
+        if (k->n + n + 1 > k->cap) {
+            size_t cap = k->cap ? k->cap : 4096;
+            while (cap < k->n + n + 1)
+                cap *= 2;
+            char *g = realloc(k->body, cap);
+            if (!g)
+                return MHD_NO;
+            k->body = g;
+            k->cap = cap;
+        }
+        memcpy(k->body + k->n, upload, n);
+        k->n += n;
+        k->body[k->n] = 0;
+        return MHD_YES;
+    }
+    if (k->route == SV_R_METRICS && !atomic_load(&s->ready)) {
+        size_t n = 0;
+        char *t = sv_metrics_text(&s->met, NULL, false, &n);
+        return t ? reply(k, c, 200, t, "text/plain; version=0.0.4", NULL) : MHD_NO;
+    }
+    return dispatch(k, c, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    cdx_server *s = cls;
+    sv_conn *k = *con_cls;
+    if (!k)
+        return;
+    sv_metrics_request(&s->met, k->route, k->status ? k->status : 499);
+    if (k->job) {
+        pthread_mutex_lock(&k->job->mu);
+        bool done = k->job->done;
+        pthread_mutex_unlock(&k->job->mu);
+        if (!done)
+            cdx_engine_cancel(s->m.engine, k->job->id);
+        job_unref(k->job);
+    }
+    free(k->body);
+    free(k);
+    *con_cls = NULL;
+}
+
+/* ---- the engine thread ---- */
+
+static void *engine_main(void *arg)
+{
+    cdx_server *s = arg;
+    cdx_engine *e = s->m.engine;
+    for (;;) {
+        if (cdx_engine_busy(e)) {
+            cdx_err err = {0};
+            cdx_engine_step(e, &err); /* a failed round ended its requests with an error event */
+            continue;
+        }
+        if (atomic_load(&s->engine_stop))
+            break;
+        cdx_engine_wait(e, 50);
+    }
+    return NULL;
+}
+
+/* ---- start, ready, stop ---- */
+
+int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
+{
+    *out = NULL;
+    cdx_server_opts d = cdx_server_defaults();
+    if (!o)
+        o = &d;
+    if (o->port < 0 || o->port > 65535)
+        return cdx_err_set(err, CDX_EINVAL, "port %d is outside 0..65535", o->port);
+    const char *host = o->host && *o->host ? o->host : "127.0.0.1";
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    int g = getaddrinfo(host, port, &hints, &ai);
+    if (g || !ai)
+        return cdx_err_set(err, CDX_EINVAL, "host \"%s\": %s", host, g ? gai_strerror(g) : "no address");
+    cdx_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        freeaddrinfo(ai);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    sv_metrics_init(&s->met);
+    s->created = time(NULL);
+    s->max_body = o->max_body_bytes ? o->max_body_bytes : d.max_body_bytes;
+    if (o->api_key && *o->api_key) {
+        s->api_key = strdup(o->api_key);
+        s->api_key_len = strlen(o->api_key);
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout_s > 0 ? o->timeout_s : 60),
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        int e = errno;
+        sv_metrics_destroy(&s->met);
+        free(s->api_key);
+        free(s);
+        return cdx_err_set(err, CDX_EIO, "cannot listen on %s port %d: %s", host, o->port,
+                           e ? strerror(e) : "libmicrohttpd refused");
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    *out = s;
+    return CDX_OK;
+}
+
+int cdx_server_port(const cdx_server *s)
+{
+    return s ? s->port : 0;
+}
+
+int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err)
+{
+    if (!m || !m->engine)
+        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: no engine");
+    if (atomic_load(&s->ready))
+        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: already ready");
+    s->m = *m;
+    s->name = strdup(m->name && *m->name ? m->name : "model");
+    if (!s->name)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    s->m.name = s->name;
+    if (!m->tmpl) {
+        int rc = cdx_tmpl_parse(sv_chatml_template, strlen(sv_chatml_template), &s->chatml, err);
+        if (rc)
+            return rc;
+    }
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s))
+        return cdx_err_set(err, CDX_ENOMEM, "cannot start the engine thread");
+    s->thread_started = true;
+    atomic_store(&s->ready, true);
+    return CDX_OK;
+}
+
+void cdx_server_stop(cdx_server *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->stopping, true); /* waiting connections cancel their jobs and end */
+    MHD_stop_daemon(s->d);
+    if (s->thread_started) {
+        atomic_store(&s->engine_stop, true);
+        pthread_join(s->engine_thread, NULL);
+    }
+    cdx_tmpl_free(s->chatml);
+    sv_metrics_destroy(&s->met);
+    free(s->api_key);
+    free(s->name);
+    free(s);
+}

@@ -1,0 +1,110 @@
+/* caldrix server: what the server's files share. sv_request.c and sv_metrics.c use no engine
+ * symbols (their unit tests link without one); server.c holds HTTP, the queues and the engine thread. */
+#ifndef CDX_SV_INT_H
+#define CDX_SV_INT_H
+
+#include "caldrix.h"
+#include "caldrix/server.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+/* ---- errors: OpenAI's shape {"error":{"message","type","param","code"}} ---- */
+
+typedef struct sv_error {
+    int status;           /* HTTP status */
+    const char *type;     /* "invalid_request_error", ... */
+    const char *code;     /* "invalid_type", "MODEL_RESOURCE_BUSY", ... (NULL: null) */
+    char param[96];       /* the field ("" : null) */
+    char message[1024];
+} sv_error;
+
+/* Fills e and returns -1. */
+int sv_fail(sv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    CDX_PRINTF(6, 7);
+/* The error as a JSON text (heap, NUL-terminated). */
+char *sv_error_body(const sv_error *e);
+
+/* ---- requests ---- */
+
+typedef enum { SV_CHAT, SV_COMPLETION, SV_TOKENIZE, SV_DETOKENIZE } sv_kind;
+
+#define SV_MAX_STOP 16
+#define SV_MAX_STOP_BYTES 1024
+#define SV_MAX_TOKENS_FIELD (1L << 30)
+
+typedef struct sv_limits {
+    int64_t n_vocab;
+    bool has_tok;
+} sv_limits;
+
+/* A parsed, validated request. Strings and JSON point into root (owned here). */
+typedef struct sv_params {
+    sv_kind kind;
+    json_t *root;
+    /* chat */
+    json_t *messages;        /* a normalized copy (text parts joined); owned */
+    json_t *extra;           /* tools and chat_template_kwargs for the template; owned; may be NULL */
+    bool add_generation_prompt;
+    /* completion, tokenize */
+    const char *text;        /* the prompt or content as text, or NULL */
+    size_t text_len;
+    int32_t *ids;            /* the prompt or tokens as ids (owned), or NULL */
+    int64_t n_ids;
+    bool add_special;        /* tokenize */
+    /* generation */
+    cdx_sampler_params sp;
+    bool seed_set;
+    int64_t max_tokens;      /* 0: until the end of generation or a full context */
+    const char *stop[SV_MAX_STOP];
+    int n_stop;
+    bool logprobs;
+    int top_logprobs;
+    bool stream, include_usage, ignore_eos;
+    bool return_tokens;      /* caldrix's extension: choices[0].tokens holds the generated ids */
+} sv_params;
+
+/* Parses and validates body[0..len) for a route. Returns 0, or -1 with e set (status 400 naming
+ * the field). On success free p with sv_params_free (also safe after a failure). */
+int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, sv_params *p, sv_error *e);
+void sv_params_free(sv_params *p);
+
+/* A copy of s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (heap, NUL-terminated). */
+char *sv_utf8_sanitize(const char *s, size_t n, size_t *out_len);
+
+/* The text the built-in ChatML template renders (a model without a chat template). */
+extern const char sv_chatml_template[];
+
+/* ---- metrics ---- */
+
+enum { SV_R_HEALTH, SV_R_MODELS, SV_R_CHAT, SV_R_COMPLETIONS, SV_R_TOKENIZE, SV_R_DETOKENIZE, SV_R_METRICS,
+       SV_R_OTHER, SV_N_ROUTES };
+extern const char *const sv_route_names[SV_N_ROUTES];
+
+#define SV_N_BUCKETS 14
+typedef struct sv_hist {
+    uint64_t counts[SV_N_BUCKETS + 1]; /* the last is +Inf */
+    double sum;
+    uint64_t n;
+} sv_hist;
+
+typedef struct sv_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests[SV_N_ROUTES][16]; /* by route and by the index of the status in codes */
+    int codes[16];                      /* the statuses seen, in the order first seen */
+    int n_codes;
+    sv_hist ttft, tpot;
+    uint64_t finished[5];              /* by cdx_finish */
+    int64_t streams_open;
+} sv_metrics;
+
+void sv_metrics_init(sv_metrics *m);
+void sv_metrics_destroy(sv_metrics *m);
+void sv_metrics_request(sv_metrics *m, int route, int status);
+void sv_metrics_ttft(sv_metrics *m, double seconds);
+void sv_metrics_tpot(sv_metrics *m, double seconds);
+void sv_metrics_finish(sv_metrics *m, int finish);
+/* Prometheus text (heap). st may be NULL (still loading). */
+char *sv_metrics_text(sv_metrics *m, const cdx_engine_stats *st, bool ready, size_t *len);
+
+#endif

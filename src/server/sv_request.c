@@ -1,0 +1,529 @@
+/* caldrix server: request bodies to validated parameters. Every refusal is a 400 that names the
+ * field and the value; unknown fields are ignored; JSON null counts as absent. */
+#include "server/sv_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- errors ---- */
+
+int sv_fail(sv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *sv_utf8_sanitize(const char *s, size_t n, size_t *out_len)
+{
+    size_t cap = n * 3 + 1, o = 0; /* each bad byte becomes at most 3 bytes */
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = cdx_utf8_check(s + i, n - i);
+        memcpy(out + o, s + i, ok);
+        o += ok;
+        i += ok;
+        if (i < n) {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = 0;
+    if (out_len)
+        *out_len = o;
+    return out;
+}
+
+char *sv_error_body(const sv_error *e)
+{
+    size_t n;
+    char *msg = sv_utf8_sanitize(e->message, strlen(e->message), &n);
+    json_t *j = json_pack("{s:{s:s%,s:s,s:o,s:o}}", "error", "message", msg ? msg : "error", msg ? n : 5, "type",
+                          e->type ? e->type : "invalid_request_error", "param",
+                          e->param[0] ? json_string(e->param) : json_null(), "code",
+                          e->code ? json_string(e->code) : json_null());
+    free(msg);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* ---- field helpers ---- */
+
+#define BAD(code, param, ...) sv_fail(e, 400, "invalid_request_error", code, param, __VA_ARGS__)
+
+/* A short rendering of a JSON value for messages. */
+static void show(const json_t *v, char *buf, size_t cap)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    if (strlen(s) > 40)
+        snprintf(buf, cap, "%.37s...", s);
+    else
+        snprintf(buf, cap, "%s", s);
+    free(s);
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static json_t *field(json_t *root, const char *key)
+{
+    json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int get_number(json_t *root, const char *key, double lo, double hi, float *out, sv_error *e)
+{
+    json_t *v = field(root, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return BAD("invalid_type", key, "%s must be a number, not %s", key, type_name(v));
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) {
+        char b[64];
+        show(v, b, sizeof b);
+        return BAD("invalid_value", key, "%s is %s; it must be between %g and %g", key, b, lo, hi);
+    }
+    *out = (float)d;
+    return 0;
+}
+
+/* Integers only (2.0 is refused, as OpenAI refuses it). */
+static int get_int(json_t *root, const char *key, json_int_t lo, json_int_t hi, json_int_t *out, bool *set,
+                   sv_error *e)
+{
+    json_t *v = field(root, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return BAD("invalid_type", key, "%s must be an integer, not %s", key, type_name(v));
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return BAD("invalid_value", key, "%s is %lld; it must be between %lld and %lld", key, (long long)x,
+                   (long long)lo, (long long)hi);
+    *out = x;
+    if (set)
+        *set = true;
+    return 0;
+}
+
+static int get_bool(json_t *root, const char *key, bool *out, sv_error *e)
+{
+    json_t *v = field(root, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return BAD("invalid_type", key, "%s must be a boolean, not %s", key, type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_string(json_t *root, const char *key, const char **out, sv_error *e)
+{
+    json_t *v = field(root, key);
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return BAD("invalid_type", key, "%s must be a string, not %s", key, type_name(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* A list of token ids, each inside the vocabulary. */
+static int get_ids(json_t *arr, const char *key, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    size_t n = json_array_size(arr);
+    p->ids = malloc((n ? n : 1) * sizeof *p->ids);
+    if (!p->ids)
+        return sv_fail(e, 500, "server_error", "out_of_memory", key, "out of memory for %zu token ids", n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        char param[96];
+        snprintf(param, sizeof param, "%s[%zu]", key, i);
+        if (!json_is_integer(t))
+            return BAD("invalid_type", param, "%s must be a token id (an integer), not %s", param, type_name(t));
+        json_int_t x = json_integer_value(t);
+        if (x < 0 || x >= lim->n_vocab)
+            return BAD("invalid_value", param, "%s is %lld; token ids are 0..%lld", param, (long long)x,
+                       (long long)lim->n_vocab - 1);
+        p->ids[i] = (int32_t)x;
+    }
+    p->n_ids = (int64_t)n;
+    return 0;
+}
+
+/* ---- the routes' bodies ---- */
+
+/* messages: a non-empty array of {role, content}; content as a string, null, or text parts
+ * (joined). The template gets a copy with the parts joined and everything else as sent. */
+static int parse_messages(json_t *root, sv_params *p, sv_error *e)
+{
+    json_t *msgs = json_object_get(root, "messages");
+    if (!msgs || json_is_null(msgs))
+        return BAD("missing_required_parameter", "messages", "messages is required");
+    if (!json_is_array(msgs))
+        return BAD("invalid_type", "messages", "messages must be an array, not %s", type_name(msgs));
+    if (json_array_size(msgs) == 0)
+        return BAD("invalid_value", "messages", "messages is empty; it needs at least one message");
+    p->messages = json_array();
+    if (!p->messages)
+        return sv_fail(e, 500, "server_error", "out_of_memory", "messages", "out of memory");
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        char param[96];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m))
+            return BAD("invalid_type", param, "%s must be an object, not %s", param, type_name(m));
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role)) {
+            snprintf(param, sizeof param, "messages[%zu].role", i);
+            return BAD(role ? "invalid_type" : "missing_required_parameter", param, "%s must be a string%s", param,
+                       role ? "" : " (it is missing)");
+        }
+        json_t *c = json_object_get(m, "content");
+        json_t *copy = json_copy(m);
+        if (!copy)
+            return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
+        json_array_append_new(p->messages, copy);
+        if (!c || json_is_null(c) || json_is_string(c))
+            continue;
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        if (!json_is_array(c))
+            return BAD("invalid_type", param, "%s must be a string or an array of text parts, not %s", param,
+                       type_name(c));
+        size_t len = 0;
+        for (size_t j = 0; j < json_array_size(c); j++) {
+            json_t *part = json_array_get(c, j);
+            const char *type = json_string_value(json_object_get(part, "type"));
+            json_t *text = json_object_get(part, "text");
+            if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text)) {
+                snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
+                return BAD("invalid_value", param, "%s must be a text part {\"type\":\"text\",\"text\":...}%s%s%s",
+                           param, type && strcmp(type, "text") ? "; type \"" : "", type && strcmp(type, "text") ? type : "",
+                           type && strcmp(type, "text") ? "\" is not supported by this model" : "");
+            }
+            len += json_string_length(text);
+        }
+        char *joined = malloc(len + 1), *w = joined;
+        if (!joined)
+            return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
+        for (size_t j = 0; j < json_array_size(c); j++) {
+            json_t *text = json_object_get(json_array_get(c, j), "text");
+            memcpy(w, json_string_value(text), json_string_length(text));
+            w += json_string_length(text);
+        }
+        json_object_set_new(copy, "content", json_stringn(joined, len));
+        free(joined);
+    }
+    json_t *tools = field(root, "tools");
+    json_t *kw = field(root, "chat_template_kwargs");
+    if (tools && !json_is_array(tools))
+        return BAD("invalid_type", "tools", "tools must be an array, not %s", type_name(tools));
+    if (kw && !json_is_object(kw))
+        return BAD("invalid_type", "chat_template_kwargs", "chat_template_kwargs must be an object, not %s",
+                   type_name(kw));
+    if (tools || kw) {
+        p->extra = kw ? json_deep_copy(kw) : json_object();
+        if (tools)
+            json_object_set(p->extra, "tools", tools);
+    }
+    return get_bool(root, "add_generation_prompt", &p->add_generation_prompt, e);
+}
+
+/* prompt: a string, a list of token ids, or a list holding one of those. */
+static int parse_prompt(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    json_t *v = json_object_get(root, "prompt");
+    if (!v || json_is_null(v))
+        return BAD("missing_required_parameter", "prompt", "prompt is required");
+    if (json_is_array(v) && json_array_size(v) == 1 &&
+        (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
+        v = json_array_get(v, 0);
+    if (json_is_string(v)) {
+        if (!lim->has_tok)
+            return BAD("invalid_value", "prompt", "this model has no tokenizer; give prompt as token ids");
+        p->text = json_string_value(v);
+        p->text_len = json_string_length(v);
+        return 0;
+    }
+    if (!json_is_array(v))
+        return BAD("invalid_type", "prompt", "prompt must be a string or an array of token ids, not %s", type_name(v));
+    if (json_array_size(v) == 0)
+        return BAD("invalid_value", "prompt", "prompt is empty");
+    if (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))
+        return BAD("invalid_value", "prompt", "prompt holds %zu prompts; this server takes one per request",
+                   json_array_size(v));
+    return get_ids(v, "prompt", lim, p, e);
+}
+
+static int parse_stop(json_t *root, sv_params *p, sv_error *e)
+{
+    json_t *v = field(root, "stop");
+    if (!v)
+        return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0)
+            return 0;
+        if (json_string_length(v) > SV_MAX_STOP_BYTES)
+            return BAD("invalid_value", "stop", "stop is %zu bytes; at most %d", json_string_length(v), SV_MAX_STOP_BYTES);
+        p->stop[p->n_stop++] = json_string_value(v);
+        return 0;
+    }
+    if (!json_is_array(v))
+        return BAD("invalid_type", "stop", "stop must be a string or an array of strings, not %s", type_name(v));
+    if (json_array_size(v) > SV_MAX_STOP)
+        return BAD("invalid_value", "stop", "stop has %zu strings; at most %d", json_array_size(v), SV_MAX_STOP);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *s = json_array_get(v, i);
+        char param[32];
+        snprintf(param, sizeof param, "stop[%zu]", i);
+        if (!json_is_string(s))
+            return BAD("invalid_type", param, "%s must be a string, not %s", param, type_name(s));
+        if (json_string_length(s) > SV_MAX_STOP_BYTES)
+            return BAD("invalid_value", param, "%s is %zu bytes; at most %d", param, json_string_length(s),
+                       SV_MAX_STOP_BYTES);
+        if (json_string_length(s) > 0) /* an empty stop string never matches anything useful */
+            p->stop[p->n_stop++] = json_string_value(s);
+    }
+    return 0;
+}
+
+/* The generation fields shared by chat and completions. Defaults are OpenAI's: temperature 1,
+ * top_p 1, no top-k, no min-p, no penalties; a random seed unless one is given. */
+static int parse_generation(json_t *root, sv_params *p, sv_error *e)
+{
+    p->sp = cdx_sampler_defaults();
+    p->sp.temp = 1.0f;
+    p->sp.top_k = 0;
+    p->sp.top_p = 1.0f;
+    p->sp.min_p = 0.0f;
+    p->sp.repeat_penalty = 1.0f;
+    p->sp.presence_penalty = 0.0f;
+    p->sp.frequency_penalty = 0.0f;
+    json_int_t x;
+    bool set = false;
+    if (get_number(root, "temperature", 0, 2, &p->sp.temp, e) || get_number(root, "top_p", 0, 1, &p->sp.top_p, e) ||
+        get_number(root, "min_p", 0, 1, &p->sp.min_p, e) ||
+        get_number(root, "presence_penalty", -2, 2, &p->sp.presence_penalty, e) ||
+        get_number(root, "frequency_penalty", -2, 2, &p->sp.frequency_penalty, e) ||
+        get_number(root, "repetition_penalty", 1e-3, 100, &p->sp.repeat_penalty, e) ||
+        get_number(root, "repeat_penalty", 1e-3, 100, &p->sp.repeat_penalty, e))
+        return -1;
+    x = 0;
+    if (get_int(root, "top_k", 0, INT32_MAX, &x, &set, e))
+        return -1;
+    if (set)
+        p->sp.top_k = (int32_t)x;
+    set = false;
+    if (get_int(root, "repeat_last_n", 0, 1 << 20, &x, &set, e))
+        return -1;
+    if (set)
+        p->sp.repeat_last_n = (int32_t)x;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &p->seed_set, e))
+        return -1;
+    if (p->seed_set)
+        p->sp.seed = (uint64_t)x;
+    set = false;
+    if (get_int(root, "max_tokens", 1, SV_MAX_TOKENS_FIELD, &x, &set, e))
+        return -1;
+    if (set)
+        p->max_tokens = x;
+    set = false;
+    if (get_int(root, "max_completion_tokens", 1, SV_MAX_TOKENS_FIELD, &x, &set, e))
+        return -1;
+    if (set)
+        p->max_tokens = x;
+    x = 1;
+    if (get_int(root, "n", INT32_MIN, INT32_MAX, &x, NULL, e))
+        return -1;
+    if (x != 1)
+        return BAD("invalid_value", "n", "n is %lld; this server makes one choice per request (n must be 1)",
+                   (long long)x);
+    json_int_t bo = 1;
+    if (get_int(root, "best_of", INT32_MIN, INT32_MAX, &bo, NULL, e))
+        return -1;
+    if (bo != 1)
+        return BAD("invalid_value", "best_of", "best_of is %lld; only 1 is supported", (long long)bo);
+    const char *s = NULL;
+    if (get_string(root, "model", &s, e) || get_string(root, "user", &s, e))
+        return -1;
+    if (get_bool(root, "stream", &p->stream, e) || get_bool(root, "ignore_eos", &p->ignore_eos, e) ||
+        get_bool(root, "return_tokens", &p->return_tokens, e))
+        return -1;
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so))
+            return BAD("invalid_type", "stream_options", "stream_options must be an object, not %s", type_name(so));
+        json_t *iu = field(so, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return BAD("invalid_type", "stream_options.include_usage",
+                       "stream_options.include_usage must be a boolean, not %s", type_name(iu));
+        p->include_usage = iu && json_is_true(iu);
+    }
+    json_t *echo = field(root, "echo");
+    if (echo && !json_is_boolean(echo))
+        return BAD("invalid_type", "echo", "echo must be a boolean, not %s", type_name(echo));
+    if (echo && json_is_true(echo))
+        return BAD("invalid_value", "echo", "echo is not supported");
+    json_t *suffix = field(root, "suffix");
+    if (suffix)
+        return BAD("invalid_value", "suffix", "suffix is not supported");
+    return parse_stop(root, p, e);
+}
+
+static int parse_logprobs(json_t *root, sv_params *p, sv_error *e)
+{
+    json_int_t x = 0;
+    bool set = false;
+    if (p->kind == SV_CHAT) {
+        if (get_bool(root, "logprobs", &p->logprobs, e) ||
+            get_int(root, "top_logprobs", 0, CDX_MAX_TOP, &x, &set, e))
+            return -1;
+        if (set && !p->logprobs)
+            return BAD("invalid_value", "top_logprobs", "top_logprobs needs logprobs set to true");
+        p->top_logprobs = (int)x;
+        return 0;
+    }
+    json_t *v = field(root, "logprobs");
+    if (v && json_is_boolean(v)) /* some clients send a boolean here: as chat's, without top */
+        return p->logprobs = json_is_true(v), 0;
+    if (get_int(root, "logprobs", 0, CDX_MAX_TOP, &x, &set, e))
+        return -1;
+    p->logprobs = set;
+    p->top_logprobs = (int)x;
+    return 0;
+}
+
+/* The name of the JSON key whose string holds byte offset `at` (for an invalid UTF-8 error). */
+static void key_before(const char *body, size_t at, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", "");
+    /* walk back to the opening quote of the string holding the bad byte */
+    size_t i = at;
+    while (i > 0 && !(body[i - 1] == '"' && (i < 2 || body[i - 2] != '\\')))
+        i--;
+    if (i == 0)
+        return;
+    i--; /* at the opening quote */
+    size_t j = i;
+    while (j > 0 && (body[j - 1] == ' ' || body[j - 1] == '\t' || body[j - 1] == '\n' || body[j - 1] == '\r'))
+        j--;
+    if (j == 0 || body[j - 1] != ':')
+        return; /* an array element or an object key: no name to give */
+    j--;
+    while (j > 0 && (body[j - 1] == ' ' || body[j - 1] == '\t' || body[j - 1] == '\n' || body[j - 1] == '\r'))
+        j--;
+    if (j == 0 || body[j - 1] != '"')
+        return;
+    size_t end = j - 1, start = end;
+    while (start > 0 && body[start - 1] != '"' && end - start < cap - 1)
+        start--;
+    size_t n = end - start;
+    if (cdx_utf8_check(body + start, n) != n)
+        return;
+    memcpy(out, body + start, n);
+    out[n] = 0;
+}
+
+int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    *p = (sv_params){ .kind = kind, .add_generation_prompt = true };
+    size_t bad = cdx_utf8_check(body, len);
+    if (bad != len) {
+        char key[64];
+        key_before(body, bad, key, sizeof key);
+        return BAD("invalid_encoding", key[0] ? key : NULL, "the body is not valid UTF-8 at byte %zu%s%s", bad,
+                   key[0] ? ", in " : "", key);
+    }
+    json_error_t je;
+    p->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!p->root)
+        return BAD("invalid_json", NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                   je.column);
+    if (!json_is_object(p->root))
+        return BAD("invalid_json", NULL, "the body must be a JSON object, not %s", type_name(p->root));
+    json_t *root = p->root;
+    switch (kind) {
+    case SV_CHAT:
+        if (parse_messages(root, p, e))
+            return -1;
+        break;
+    case SV_COMPLETION:
+        if (parse_prompt(root, lim, p, e))
+            return -1;
+        break;
+    case SV_TOKENIZE: {
+        json_t *c = json_object_get(root, "content");
+        if (!c || json_is_null(c))
+            return BAD("missing_required_parameter", "content", "content is required");
+        if (!json_is_string(c))
+            return BAD("invalid_type", "content", "content must be a string, not %s", type_name(c));
+        if (!lim->has_tok)
+            return BAD("invalid_value", "content", "this model has no tokenizer");
+        p->text = json_string_value(c);
+        p->text_len = json_string_length(c);
+        return get_bool(root, "add_special", &p->add_special, e);
+    }
+    case SV_DETOKENIZE: {
+        json_t *t = json_object_get(root, "tokens");
+        if (!t || json_is_null(t))
+            return BAD("missing_required_parameter", "tokens", "tokens is required");
+        if (!json_is_array(t))
+            return BAD("invalid_type", "tokens", "tokens must be an array of token ids, not %s", type_name(t));
+        if (!lim->has_tok)
+            return BAD("invalid_value", "tokens", "this model has no tokenizer");
+        return get_ids(t, "tokens", lim, p, e);
+    }
+    }
+    if (parse_generation(root, p, e) || parse_logprobs(root, p, e))
+        return -1;
+    if (!lim->has_tok && (kind == SV_CHAT || p->n_stop))
+        return BAD("invalid_value", kind == SV_CHAT ? "messages" : "stop", "this model has no tokenizer: %s",
+                   kind == SV_CHAT ? "chat needs one" : "stop strings need one");
+    return 0;
+}
+
+void sv_params_free(sv_params *p)
+{
+    json_decref(p->messages);
+    json_decref(p->extra);
+    json_decref(p->root);
+    free(p->ids);
+    *p = (sv_params){0};
+}
+
+/* ChatML, for a model that ships no chat template. */
+const char sv_chatml_template[] =
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] if message['content'] is string else '') "
+    "+ '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";

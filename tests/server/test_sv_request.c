@@ -1,0 +1,199 @@
+/* The server's request validation (src/server/sv_request.c) and metrics text, without a model:
+ * every refusal is a 400 naming the field; defaults are OpenAI's. */
+#include "server/sv_int.h"
+#include "test.h"
+
+static const sv_limits k_lim = { .n_vocab = 512, .has_tok = true };
+
+static int parse(const char *body, sv_kind kind, sv_params *p, sv_error *e)
+{
+    memset(e, 0, sizeof *e);
+    return sv_parse(body, strlen(body), kind, &k_lim, p, e);
+}
+
+/* The body must be refused with status and param (NULL: none). */
+static void refused(const char *body, sv_kind kind, int status, const char *param)
+{
+    sv_params p;
+    sv_error e;
+    int rc = parse(body, kind, &p, &e);
+    CHECKF(rc == -1, "accepted: %s", body);
+    if (rc == -1) {
+        CHECKF(e.status == status, "%s: status %d, want %d (%s)", body, e.status, status, e.message);
+        CHECKF(!strcmp(e.param, param ? param : ""), "%s: param \"%s\", want \"%s\" (%s)", body, e.param,
+               param ? param : "", e.message);
+        char *j = sv_error_body(&e);
+        json_t *o = j ? json_loads(j, 0, NULL) : NULL;
+        json_t *err = json_object_get(o, "error");
+        CHECKF(json_is_string(json_object_get(err, "message")) && json_is_string(json_object_get(err, "type")) &&
+                   json_object_get(err, "param") && json_object_get(err, "code"),
+               "error body %s", j ? j : "(null)");
+        json_decref(o);
+        free(j);
+    }
+    sv_params_free(&p);
+}
+
+static void chat_defaults_are_openais(void)
+{
+    sv_params p;
+    sv_error e;
+    REQUIRE(parse("{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", SV_CHAT, &p, &e) == 0);
+    CHECK(p.sp.temp == 1.0f && p.sp.top_p == 1.0f && p.sp.top_k == 0 && p.sp.min_p == 0.0f);
+    CHECK(p.sp.repeat_penalty == 1.0f && p.sp.presence_penalty == 0 && p.sp.frequency_penalty == 0);
+    CHECK(!p.seed_set && p.max_tokens == 0 && !p.stream && !p.logprobs && p.n_stop == 0);
+    CHECK(p.add_generation_prompt && json_array_size(p.messages) == 1);
+    sv_params_free(&p);
+}
+
+static void chat_fields_are_read(void)
+{
+    sv_params p;
+    sv_error e;
+    REQUIRE(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+                  "\"temperature\":0,\"top_p\":0.5,\"top_k\":7,\"min_p\":0.1,\"presence_penalty\":-1.5,"
+                  "\"frequency_penalty\":2,\"repetition_penalty\":1.1,\"seed\":-3,\"max_completion_tokens\":9,"
+                  "\"stop\":[\"x\",\"\",\"yz\"],\"n\":1,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown\":{\"a\":1},"
+                  "\"tools\":[{\"type\":\"function\"}]}",
+                  SV_CHAT, &p, &e) == 0);
+    CHECK(p.sp.temp == 0.0f && p.sp.top_p == 0.5f && p.sp.top_k == 7 && fabsf(p.sp.min_p - 0.1f) < 1e-7f);
+    CHECK(p.sp.presence_penalty == -1.5f && p.sp.frequency_penalty == 2.0f && fabsf(p.sp.repeat_penalty - 1.1f) < 1e-6f);
+    CHECK(p.seed_set && p.sp.seed == (uint64_t)-3 && p.max_tokens == 9);
+    CHECK(p.n_stop == 2 && !strcmp(p.stop[0], "x") && !strcmp(p.stop[1], "yz"));
+    CHECK(p.logprobs && p.top_logprobs == 3 && p.stream && p.include_usage);
+    const char *joined = json_string_value(json_object_get(json_array_get(p.messages, 1), "content"));
+    CHECK(joined && !strcmp(joined, "ab"));
+    CHECK(json_is_array(json_object_get(p.extra, "tools")));
+    sv_params_free(&p);
+}
+
+static void completion_prompts(void)
+{
+    sv_params p;
+    sv_error e;
+    REQUIRE(parse("{\"prompt\":\"Once\",\"logprobs\":2,\"stop\":\"end\"}", SV_COMPLETION, &p, &e) == 0);
+    CHECK(p.text && !strcmp(p.text, "Once") && !p.ids && p.logprobs && p.top_logprobs == 2 && p.n_stop == 1);
+    sv_params_free(&p);
+    REQUIRE(parse("{\"prompt\":[1,2,511]}", SV_COMPLETION, &p, &e) == 0);
+    CHECK(p.n_ids == 3 && p.ids[2] == 511 && !p.text);
+    sv_params_free(&p);
+    REQUIRE(parse("{\"prompt\":[[5,6]],\"logprobs\":0}", SV_COMPLETION, &p, &e) == 0);
+    CHECK(p.n_ids == 2 && p.logprobs && p.top_logprobs == 0);
+    sv_params_free(&p);
+}
+
+static void bad_requests_name_the_field(void)
+{
+    refused("", SV_CHAT, 400, NULL);
+    refused("{", SV_CHAT, 400, NULL);
+    refused("[1]", SV_CHAT, 400, NULL);
+    refused("{\"a\":1,\"a\":2}", SV_CHAT, 400, NULL);
+    refused("{}", SV_CHAT, 400, "messages");
+    refused("{\"messages\":{}}", SV_CHAT, 400, "messages");
+    refused("{\"messages\":[]}", SV_CHAT, 400, "messages");
+    refused("{\"messages\":[3]}", SV_CHAT, 400, "messages[0]");
+    refused("{\"messages\":[{\"content\":\"x\"}]}", SV_CHAT, 400, "messages[0].role");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", SV_CHAT, 400, "messages[0].content");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", SV_CHAT, 400,
+            "messages[0].content[0]");
+    const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    static const struct { const char *field; const char *param; } cases[] = {
+        { "\"temperature\":\"hot\"", "temperature" }, { "\"temperature\":2.5", "temperature" },
+        { "\"temperature\":-1", "temperature" },      { "\"top_p\":1.5", "top_p" },
+        { "\"top_k\":1.5", "top_k" },                 { "\"top_k\":-1", "top_k" },
+        { "\"min_p\":true", "min_p" },                { "\"presence_penalty\":3", "presence_penalty" },
+        { "\"frequency_penalty\":-9", "frequency_penalty" }, { "\"repetition_penalty\":0", "repetition_penalty" },
+        { "\"seed\":1.5", "seed" },                   { "\"seed\":\"1\"", "seed" },
+        { "\"max_tokens\":0", "max_tokens" },         { "\"max_tokens\":-5", "max_tokens" },
+        { "\"max_tokens\":99999999999", "max_tokens" }, { "\"max_completion_tokens\":\"9\"", "max_completion_tokens" },
+        { "\"n\":2", "n" },                           { "\"n\":\"1\"", "n" },
+        { "\"stop\":5", "stop" },                     { "\"stop\":[\"a\",3]", "stop[1]" },
+        { "\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]", "stop" },
+        { "\"logprobs\":1", "logprobs" },             { "\"top_logprobs\":2", "top_logprobs" },
+        { "\"logprobs\":true,\"top_logprobs\":21", "top_logprobs" }, { "\"stream\":1", "stream" },
+        { "\"stream_options\":[]", "stream_options" }, { "\"stream_options\":{\"include_usage\":1}", "stream_options.include_usage" },
+        { "\"user\":5", "user" },                     { "\"model\":[]", "model" },
+        { "\"tools\":{}", "tools" },                  { "\"add_generation_prompt\":\"yes\"", "add_generation_prompt" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{%s,%s}", m, cases[i].field);
+        refused(body, SV_CHAT, 400, cases[i].param);
+    }
+    refused("{\"prompt\":5}", SV_COMPLETION, 400, "prompt");
+    refused("{\"prompt\":[]}", SV_COMPLETION, 400, "prompt");
+    refused("{\"prompt\":[1,512]}", SV_COMPLETION, 400, "prompt[1]");
+    refused("{\"prompt\":[1,-1]}", SV_COMPLETION, 400, "prompt[1]");
+    refused("{\"prompt\":[1,\"a\"]}", SV_COMPLETION, 400, "prompt[1]");
+    refused("{\"prompt\":[\"a\",\"b\"]}", SV_COMPLETION, 400, "prompt");
+    refused("{\"prompt\":\"x\",\"logprobs\":21}", SV_COMPLETION, 400, "logprobs");
+    refused("{\"prompt\":\"x\",\"echo\":true}", SV_COMPLETION, 400, "echo");
+    refused("{\"prompt\":\"x\",\"max_tokens\":1e400}", SV_COMPLETION, 400, NULL);
+    refused("{\"content\":3}", SV_TOKENIZE, 400, "content");
+    refused("{\"tokens\":\"a\"}", SV_DETOKENIZE, 400, "tokens");
+    refused("{\"tokens\":[1,1000]}", SV_DETOKENIZE, 400, "tokens[1]");
+}
+
+static void invalid_utf8_names_the_field(void)
+{
+    refused("{\"prompt\":\"ab\xff\"}", SV_COMPLETION, 400, "prompt");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", SV_CHAT, 400, "content");
+    refused("{\"\xed\xa0\x80\":1}", SV_CHAT, 400, NULL);
+}
+
+static void tokenize_fields(void)
+{
+    sv_params p;
+    sv_error e;
+    REQUIRE(parse("{\"content\":\"hi\"}", SV_TOKENIZE, &p, &e) == 0);
+    CHECK(!p.add_special && p.text_len == 2);
+    sv_params_free(&p);
+    REQUIRE(parse("{\"content\":\"hi\",\"add_special\":true}", SV_TOKENIZE, &p, &e) == 0);
+    CHECK(p.add_special);
+    sv_params_free(&p);
+    REQUIRE(parse("{\"tokens\":[]}", SV_DETOKENIZE, &p, &e) == 0);
+    CHECK(p.n_ids == 0);
+    sv_params_free(&p);
+}
+
+static void sanitize_and_metrics(void)
+{
+    size_t n;
+    char *s = sv_utf8_sanitize("a\xff" "b", 3, &n);
+    CHECK(s && n == 5 && !memcmp(s, "a\xEF\xBF\xBD" "b", 5));
+    free(s);
+    sv_metrics m;
+    sv_metrics_init(&m);
+    sv_metrics_request(&m, SV_R_CHAT, 200);
+    sv_metrics_request(&m, SV_R_CHAT, 400);
+    sv_metrics_request(&m, SV_R_CHAT, 200);
+    sv_metrics_ttft(&m, 0.003);
+    sv_metrics_tpot(&m, 100);
+    cdx_engine_stats st = { .n_blocks = 10, .blocks_used = 2, .blocks_cached = 3, .blocks_free = 5, .waiting = 4,
+                            .running = 1, .cached_tokens = 16 };
+    char *t = sv_metrics_text(&m, &st, true, &n);
+    REQUIRE(t);
+    CHECK(strstr(t, "caldrix_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2\n"));
+    CHECK(strstr(t, "caldrix_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1\n"));
+    CHECK(strstr(t, "caldrix_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+    CHECK(strstr(t, "caldrix_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
+    CHECK(strstr(t, "caldrix_time_per_output_token_seconds_bucket{le=\"+Inf\"} 1\n"));
+    CHECK(strstr(t, "caldrix_kv_blocks{state=\"used\"} 2\n") && strstr(t, "caldrix_kv_blocks{state=\"free\"} 5\n"));
+    CHECK(strstr(t, "caldrix_queue_depth 4\n") && strstr(t, "caldrix_prompt_cached_tokens_total 16\n"));
+    free(t);
+    sv_metrics_destroy(&m);
+}
+
+int main(void)
+{
+    RUN("chat defaults are OpenAI's (temperature 1, top_p 1, no top-k/min-p, random seed)", chat_defaults_are_openais);
+    RUN("chat fields are read, text parts joined, unknown fields ignored", chat_fields_are_read);
+    RUN("completion prompts: a string, ids, a list of one", completion_prompts);
+    RUN("bad requests are 400s naming the field", bad_requests_name_the_field);
+    RUN("invalid UTF-8 is a 400 naming the key it sits in", invalid_utf8_names_the_field);
+    RUN("tokenize and detokenize bodies", tokenize_fields);
+    RUN("UTF-8 sanitizing and the metrics text", sanitize_and_metrics);
+    return t_done("server_request");
+}
