@@ -28,8 +28,10 @@ static const char k_serve_usage[] =
     "  --threads N          worker threads (default: all cores)\n"
     "  --isa NAME           force a kernel set: avx512, avx2 or scalar\n"
     "  --dtype f32          compute type (f32 is the only one on the CPU for now)\n"
-    "  --kv-type f32        KV cache type (f32 only for now; f16 is refused)\n"
-    "  --kv-store DIR       a prefix store shared by processes (refused: the engine has none yet)\n"
+    "  --kv-type f32|f16    KV cache storage (default f32; f16: half the memory, llama.cpp's rounding)\n"
+    "  --kv-store DIR       a prefix store shared by processes: K/V blocks pushed out of memory, and\n"
+    "                       all of them at exit, are kept in DIR and read back by prefix (also after\n"
+    "                       a restart); bad or foreign files are deleted\n"
     "  --api-key KEY        every route but /health and /v1/health needs \"Authorization: Bearer KEY\"\n"
     "                       (default: the CALDRIX_API_KEY environment variable, else no key)\n"
     "  --max-connections N  open connections at once (default 256)\n"
@@ -125,7 +127,7 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(a, v, 1, 1L << 30, &l)) return 2;
             eo.n_blocks = l;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (cli_parse_int(a, v, 1, 1024, &l)) return 2;
+            if (cli_parse_int(a, v, 1, 4L * cdx_cpu_count(), &l)) return 2; /* 4x the cores it may use */
             eo.n_threads = (int)l;
         } else if (!strcmp(a, "--max-connections")) {
             if (cli_parse_int(a, v, 1, 1 << 16, &l)) return 2;
@@ -140,15 +142,11 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--kv-store")) {
             kv_store = v;
         } else if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16")) {
-                fprintf(stderr, "caldrix serve: --kv-type f16 is not offered by the engine yet (its KV cache is f32); "
-                                "use --kv-type f32\n");
+            if (strcmp(v, "f32") && strcmp(v, "f16")) {
+                fprintf(stderr, "caldrix serve: --kv-type is \"%s\"; expected f32 or f16\n", v);
                 return 2;
             }
-            if (strcmp(v, "f32")) {
-                fprintf(stderr, "caldrix serve: --kv-type is \"%s\"; it takes f32 (or f16, once the engine has it)\n", v);
-                return 2;
-            }
+            eo.kv_type = strcmp(v, "f16") ? CDX_TYPE_F32 : CDX_TYPE_F16;
         } else if (!strcmp(a, "--dtype")) {
             if (strcmp(v, "f32")) {
                 fprintf(stderr, "caldrix serve: --dtype is \"%s\"; the CPU computes in f32 only for now (use --dtype f32)\n", v);
@@ -164,11 +162,7 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
     }
-    if (kv_store) {
-        fprintf(stderr, "caldrix serve: --kv-store \"%s\": the engine has no prefix store shared by processes yet "
-                        "(its prefix cache lives in this process only); leave --kv-store out\n", kv_store);
-        return 2;
-    }
+    eo.kv_store = kv_store;
     if (so.api_key && !*so.api_key)
         so.api_key = NULL;
     eo.kernels = isa ? cdx_kernels_by_isa(isa) : cdx_kernels_best();

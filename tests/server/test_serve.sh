@@ -74,6 +74,18 @@ post /v1/completions "{$LONG}" "$tmp/p1.json" >/dev/null
 post /v1/completions "{$LONG}" "$tmp/p2.json" >/dev/null
 check "a repeated prompt reports cached_tokens (whole 16-token blocks)" [ "$(jv "$tmp/p2.json" "d['usage']['prompt_tokens_details']['cached_tokens'] >= 16 and d['usage']['prompt_tokens_details']['cached_tokens'] % 16 == 0 and d['choices'][0]['text'] == '$(jv "$tmp/p1.json" "d['choices'][0]['text']" | tr -d '"')'")" = true ]
 
+# ---- the prefix store survives a restart (--kv-store), in f16 too ----
+for kt in f32 f16; do
+    start_server "store-$kt" --kv-store "$tmp/store-$kt" --kv-type $kt || bad "serve --kv-store --kv-type $kt starts"
+    post /v1/completions "{$LONG}" "$tmp/s1-$kt.json" >/dev/null
+    stop_servers
+    start_server "store2-$kt" --kv-store "$tmp/store-$kt" --kv-type $kt || bad "serve restarts on its store"
+    post /v1/completions "{$LONG}" "$tmp/s2-$kt.json" >/dev/null
+    stop_servers
+    check "after a restart with --kv-store (kv $kt) the prompt's blocks come from the store, same answer" [ "$(jv "$tmp/s2-$kt.json" "d['usage']['prompt_tokens_details']['cached_tokens'] >= 16 and d['choices'][0]['text'] == '$(jv "$tmp/s1-$kt.json" "d['choices'][0]['text']" | tr -d '"')' and '$(jv "$tmp/s1-$kt.json" "d['usage']['prompt_tokens_details']['cached_tokens']")' == '0'")" = true ]
+done
+start_server bundled2 --threads 1 || { bad "the server starts again"; echo "$pass passed, $fail failed"; exit 1; }
+
 # ---- tokenize / detokenize ----
 post /tokenize '{"content":"Once upon a time"}' "$tmp/t.json" >/dev/null
 post /tokenize '{"content":"Once upon a time","add_special":true}' "$tmp/t2.json" >/dev/null
@@ -106,7 +118,7 @@ check "a 9 MiB chunked body is 413" [ "$code" = 413 ]
 # ---- the openai npm client, pinned ----
 if (cd tests/server && { [ -f node_modules/openai/package.json ] && [ "$(node -p "require('./node_modules/openai/package.json').version")" = "$(node -p "require('./package.json').dependencies.openai")" ] || timeout 300 npm install --no-audit --no-fund --no-package-lock >"$tmp/npm.log" 2>&1; }); then
     if timeout 120 node tests/server/client.mjs "$URL/v1" none stories260K >"$tmp/node.json" 2>"$tmp/node.err"; then
-        check "openai client: chat, streamed chat, completions agree with themselves" [ "$(jv "$tmp/node.json" "[d['chat_text'] == d['chat_stream_text'] and len(d['chat_text']) > 0, d['chat_stream_roles'], d['chat_finish'] == d['chat_stream_finish'], d['chat_usage'] == d['chat_stream_usage'], d['cmpl_text'] == d['cmpl_stream_text'], d['seed_same'], d['models'][0]['id'], d['n2']['status'], d['n2']['param']]")" = '[true, ["assistant"], true, true, true, true, "stories260K", 400, "n"]' ]
+        check "openai client: chat, streamed chat, completions agree with themselves" [ "$(jv "$tmp/node.json" "[d['chat_text'] == d['chat_stream_text'] and len(d['chat_text']) > 0, d['chat_stream_roles'], d['chat_finish'] == d['chat_stream_finish'], [d['chat_usage'][k] for k in ('prompt_tokens', 'completion_tokens', 'total_tokens')] == [d['chat_stream_usage'][k] for k in ('prompt_tokens', 'completion_tokens', 'total_tokens')], d['cmpl_text'] == d['cmpl_stream_text'], d['seed_same'], d['models'][0]['id'], d['n2']['status'], d['n2']['param']]")" = '[true, ["assistant"], true, true, true, true, "stories260K", 400, "n"]' ]
         check "openai client: greedy chat equals curl's" [ "$(jv "$tmp/node.json" "d['chat_text'][:10]")" = "$(curl -s -m 30 -H 'Content-Type: application/json' -d '{"model":"x","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":24,"temperature":0}' "$URL/v1/chat/completions" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['choices'][0]['message']['content'][:10]))")" ]
     else
         bad "openai client ran"; cat "$tmp/node.err"
