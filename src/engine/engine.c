@@ -747,14 +747,15 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
         return cdx_err_set(err, CDX_ERESOURCE_BUSY, "%lld requests are waiting; the queue holds %d (try again later)",
                            (long long)q, e->o.max_queue);
     }
-    s->id = e->next_id++;
+    const uint64_t sid = s->id = e->next_id++;
     if (e->inbox_tail) e->inbox_tail->next = s; else e->inbox = s;
     e->inbox_tail = s;
     e->n_inbox++;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    /* s belongs to the engine thread now (it may already have run and freed it) */
     if (id)
-        *id = s->id;
+        *id = sid;
     return CDX_OK;
 }
 

@@ -169,6 +169,7 @@ if start_server qwen --threads 1 "$D"; then
     check "the chat model's streamed text equals the non-streamed" [ "$(jv "$tmp/qs.json" "''.join(c['choices'][0]['delta'].get('content','') for c in d[:-1])")" = "$(jv "$tmp/qc.json" "d['choices'][0]['message']['content']")" ]
     post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"function","function":{"name":"get_time","description":"the time","parameters":{"type":"object","properties":{}}}}],"max_tokens":2,"temperature":0}' "$tmp/qt.json" >/dev/null
     check "tools reach the template (a longer prompt, or a refusal that counts it)" [ "$(jv "$tmp/qt.json" "('usage' in d and d['usage']['prompt_tokens'] > 30) or (d['error']['code'] == 'MODEL_RESOURCE_LIMIT' and int(__import__('re').search(r'(\\d+) prompt', d['error']['message']).group(1)) > 30)")" = true ]
+    [ "$fail" -eq 0 ] || { echo "--- the chat server's log:"; tail -40 "$tmp/qwen.log"; }
 else
     bad "the server starts on the qwen3 chat fixture"
 fi
