@@ -3,12 +3,21 @@
  * attached to the context, as llama.cpp's own llama-bench does. node-llama-cpp has no thread-pool
  * option, so without this ggml would create and join its worker threads on every llama_decode.
  *
- *   bench/out/llama_bench MODEL.gguf [-t 2] [-p 128] [-n 64] [-r 3]
+ *   bench/out/llama_bench MODEL.gguf [-t 2] [-p 128] [-n 64] [-r 3] [--parallel N [--kv-unified]]
  *
  * Prints one JSON object with the same fields as `caldrix bench --json` (medians over -r runs after
  * a warm-up): load_ms (model + context), prefill_tok_s (the prompt, synthetic ids, in one
  * llama_decode), decode_tok_s (-n single-token llama_decode calls, each feeding the argmax of the
  * last logits), and cpu_variant: the ggml CPU library ggml picked for this CPU.
+ *
+ * --parallel N: ONE context holding N sequences (n_seq_max = N; by default llama.cpp's per-sequence
+ * KV streams, --kv-unified for one shared buffer), as llama.cpp's batched-bench does: one
+ * llama_batch holds every sequence's prompt (seq id i, its own positions, logits at its last
+ * token) in one llama_decode, then each of the -n decode steps is one llama_decode of N tokens,
+ * one per sequence, each the argmax of that sequence's last logits. Adds the fields of `caldrix
+ * bench --parallel N --json`: parallel, aggregate_decode_tok_s (N x n / decode time),
+ * stream_decode_tok_s (n / decode time: every stream advances together), kv_unified;
+ * prefill_tok_s is then N x PROMPT tokens over the time of that first llama_decode.
  *
  * Built by bench/setup against the headers of the same llama.cpp release (the bundle inside the
  * npm package); never part of `make`.
@@ -103,7 +112,7 @@ static int parse_pos(const char *opt, const char *s, int *out)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *libdir = NULL;
-    int threads = 2, n_prompt = 128, n_gen = 64, runs = 3;
+    int threads = 2, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1, batched = 0, kv_unified = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t")) {
@@ -118,11 +127,21 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "-r")) {
             if (parse_pos(a, v, &runs)) return 2;
             i++;
+        } else if (!strcmp(a, "--parallel")) {
+            if (parse_pos(a, v, &parallel)) return 2;
+            if (parallel > 256) {
+                fprintf(stderr, "llama_bench: --parallel: at most 256 sequences (LLAMA_MAX_SEQ)\n");
+                return 2;
+            }
+            batched = 1;
+            i++;
+        } else if (!strcmp(a, "--kv-unified")) {
+            kv_unified = 1;
         } else if (!strcmp(a, "--libdir") && v) {
             libdir = v;
             i++;
         } else if (a[0] == '-') {
-            fprintf(stderr, "usage: llama_bench MODEL.gguf [-t THREADS] [-p PROMPT] [-n GEN] [-r RUNS] [--libdir DIR]\n");
+            fprintf(stderr, "usage: llama_bench MODEL.gguf [-t THREADS] [-p PROMPT] [-n GEN] [-r RUNS] [--parallel N [--kv-unified]] [--libdir DIR]\n");
             return 2;
         } else {
             path = a;
@@ -162,9 +181,10 @@ int main(int argc, char **argv)
         return 1;
     }
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t)(n_prompt + n_gen + 16);
-    cp.n_batch = cp.n_ubatch = (uint32_t)n_prompt;
-    cp.n_seq_max = 1;
+    cp.n_ctx = (uint32_t)parallel * (uint32_t)(n_prompt + n_gen + 16);
+    cp.n_batch = cp.n_ubatch = (uint32_t)parallel * (uint32_t)n_prompt; /* every prompt in one batch */
+    cp.n_seq_max = (uint32_t)parallel;
+    cp.kv_unified = kv_unified != 0;
     cp.n_threads = cp.n_threads_batch = threads;
     cp.no_perf = true;
     struct llama_context *ctx = llama_init_from_model(model, cp);
@@ -192,7 +212,7 @@ int main(int argc, char **argv)
     llama_token kept[16];
     int n_kept = 0;
     double *tp_s = calloc((size_t)runs, sizeof *tp_s), *td_s = calloc((size_t)runs, sizeof *td_s);
-    for (int r = -1; r < runs; r++) {
+    for (int r = -1; !batched && r < runs; r++) {
         int np = r < 0 ? (n_prompt < 16 ? n_prompt : 16) : n_prompt, ng = r < 0 ? 2 : n_gen; /* r < 0: warm-up */
         llama_memory_clear(llama_get_memory(ctx), true);
         double a = now_s();
@@ -219,13 +239,87 @@ int main(int argc, char **argv)
             td_s[r] = ng / (c - b);
         }
     }
+    double *ta_s = calloc((size_t)runs, sizeof *ta_s);
+    if (batched) {
+        /* N sequences in one context: all prompts in one llama_decode, then N tokens per step */
+        int np_all = parallel * n_prompt;
+        llama_token *pids = malloc((size_t)np_all * sizeof *pids);
+        s = 0x2545f4914f6cdd1dull;
+        for (int i = 0; i < np_all; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            pids[i] = (llama_token)(3 + (s >> 33) % (uint64_t)(n_vocab - 3));
+        }
+        struct llama_batch bt = llama_batch_init(np_all, 0, 1);
+        llama_token *next = malloc((size_t)parallel * sizeof *next);
+        int32_t *out_idx = malloc((size_t)parallel * sizeof *out_idx); /* batch row of each sequence's logits */
+        for (int r = -1; r < runs; r++) {
+            int np = r < 0 ? (n_prompt < 16 ? n_prompt : 16) : n_prompt, ng = r < 0 ? 2 : n_gen;
+            llama_memory_clear(llama_get_memory(ctx), true);
+            bt.n_tokens = 0;
+            for (int q = 0; q < parallel; q++)
+                for (int i = 0; i < np; i++) {
+                    int k = bt.n_tokens++;
+                    bt.token[k] = pids[q * n_prompt + i];
+                    bt.pos[k] = i;
+                    bt.n_seq_id[k] = 1;
+                    bt.seq_id[k][0] = q;
+                    bt.logits[k] = i == np - 1;
+                    if (i == np - 1)
+                        out_idx[q] = k;
+                }
+            double a = now_s();
+            if (llama_decode(ctx, bt)) {
+                fprintf(stderr, "llama_bench: llama_decode failed on the %d prompts\n", parallel);
+                return 1;
+            }
+            llama_synchronize(ctx);
+            double b = now_s();
+            n_kept = 0;
+            for (int i = 0; i < ng; i++) {
+                for (int q = 0; q < parallel; q++)
+                    next[q] = argmax(llama_get_logits_ith(ctx, out_idx[q]), n_vocab);
+                if (n_kept < 16)
+                    kept[n_kept++] = next[0];
+                bt.n_tokens = parallel;
+                for (int q = 0; q < parallel; q++) {
+                    bt.token[q] = next[q];
+                    bt.pos[q] = np + i;
+                    bt.n_seq_id[q] = 1;
+                    bt.seq_id[q][0] = q;
+                    bt.logits[q] = 1;
+                    out_idx[q] = q;
+                }
+                if (llama_decode(ctx, bt)) {
+                    fprintf(stderr, "llama_bench: llama_decode failed at step %d (%d sequences)\n", i, parallel);
+                    return 1;
+                }
+            }
+            llama_synchronize(ctx);
+            double c = now_s();
+            if (r >= 0) {
+                tp_s[r] = (double)parallel * np / (b - a);
+                td_s[r] = ng / (c - b);
+                ta_s[r] = (double)parallel * ng / (c - b);
+            }
+        }
+        llama_batch_free(bt);
+        free(pids);
+        free(next);
+        free(out_idx);
+    }
     char variant[256];
     cpu_variant(variant, sizeof variant);
-    printf("{\"engine\": \"llama.cpp (node-llama-cpp 3.21.1 library, persistent thread pool)\", \"model\": \"%s\", "
+    if (batched)
+        printf("{\"parallel\": %d, \"kv_unified\": %s, \"aggregate_decode_tok_s\": %.4f, \"stream_decode_tok_s\": %.4f, "
+               "\"aggregate_decode_tok_s_runs\": [",
+               parallel, kv_unified ? "true" : "false", median(ta_s, runs), median(td_s, runs));
+    for (int r = 0; batched && r < runs; r++)
+        printf("%s%.4f", r ? ", " : "", ta_s[r]);
+    printf("%s\"engine\": \"llama.cpp (node-llama-cpp 3.21.1 library, persistent thread pool)\", \"model\": \"%s\", "
            "\"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"runs\": %d, \"load_ms\": %.3f, \"prefill_tok_s\": %.4f, "
            "\"decode_tok_s\": %.4f, \"prefill_tok_s_best\": %.4f, \"decode_tok_s_best\": %.4f, \"cpu_variant\": \"%s\", "
            "\"prefill_tok_s_runs\": [",
-           path, threads, n_prompt, n_gen, runs, load_ms, median(tp_s, runs),
+           batched ? "], " : "{", path, threads, n_prompt, n_gen, runs, load_ms, median(tp_s, runs),
            median(td_s, runs), maxv(tp_s, runs), maxv(td_s, runs), variant);
     for (int r = 0; r < runs; r++)
         printf("%s%.4f", r ? ", " : "", tp_s[r]);
@@ -249,5 +343,6 @@ int main(int argc, char **argv)
     free(ids);
     free(tp_s);
     free(td_s);
+    free(ta_s);
     return 0;
 }
