@@ -1,5 +1,5 @@
-/* The dense fixtures of ../shared/fixtures/hf (PyTorch float32 goldens) through caldrix, from the
- * safetensors checkpoints and from their GGUF conversions: all 16 greedy tokens of every case,
+/* The fixtures of ../shared/fixtures/hf (PyTorch float32 goldens) through caldrix, dense and
+ * mixtures of experts, from the safetensors checkpoints and from their GGUF conversions: all 16 greedy tokens of every case,
  * and every golden top-5 logit within 1e-3 (the tolerance of the fixtures' INDEX.md). */
 #include "caldrix.h"
 #include "caldrix/engine.h"
@@ -74,7 +74,8 @@ static void run_golden(void)
 
 int main(void)
 {
-    static const char *const dense[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3" };
+    static const char *const dense[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3",
+                                         "qwen3_moe", "mixtral", "qwen2_moe" };
     static char names[64][160], paths[64][160], goldens[64][160];
     int k = 0;
     const char *isas[] = { "scalar", "avx2", "avx512" };
@@ -82,6 +83,8 @@ int main(void)
         for (int fmt = 0; fmt < 2; fmt++) {
             if (fmt == 1 && !strcmp(dense[i], "mistral"))
                 continue; /* no GGUF: llama.cpp's GGUF has no sliding window (see hf-gguf/README.md) */
+            if (fmt == 1 && !strcmp(dense[i], "qwen3_moe"))
+                continue; /* no GGUF: qwen3moe has no dense (mlp_only_layers) layers in llama.cpp */
             for (int s = 0; s < 3; s++) {
                 if (!cdx_kernels_by_isa(isas[s])) {
                     t_skip_isa(isas[s]);
