@@ -525,14 +525,6 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
             snprintf(out->refusal, sizeof out->refusal, "%s: %llu tensor(s) the architecture does not use (%s); the "
                      "import refuses them rather than ignore them", dir, (unsigned long long)out->n_unused,
                      out->unused_tensors);
-        /* Qwen3 MoE: expert weights must be bf16 */
-        if (!strcmp(out->architecture, "Qwen3MoeForCausalLM") && !out->refusal[0])
-            for (size_t i = 0; i < set.n; i++)
-                if (strstr(set.v[i].name, ".mlp.experts.") && strcmp(set.v[i].dtype, "BF16")) {
-                    snprintf(out->refusal, sizeof out->refusal, "%s: %s is stored as %s; Qwen3 MoE expert weights "
-                             "must be BF16", dir, set.v[i].name, set.v[i].dtype);
-                    break;
-                }
         /* a shipped lm_head beside a tied embedding */
         const st_entry *head = st_find(&set, "lm_head.weight"), *emb = st_find(&set, "model.embed_tokens.weight");
         if (tied && head && emb) {

@@ -18,7 +18,9 @@ static const cdx_hub_arch k_archs[] = {
     { "MistralForCausalLM",              "mistral",  "accepted, not verified on hardware" },
     { "Qwen2ForCausalLM",                "qwen2",    "" },
     { "Qwen3ForCausalLM",                "qwen3",    "" },
-    { "Qwen3MoeForCausalLM",             "qwen3_moe", "mixture of experts; expert weights must be bf16" },
+    { "Qwen3MoeForCausalLM",             "qwen3_moe", "mixture of experts" },
+    { "MixtralForCausalLM",              "mixtral",  "mixture of experts" },
+    { "Qwen2MoeForCausalLM",             "qwen2_moe", "mixture of experts with a shared expert" },
     { "Qwen3_5ForCausalLM",              "qwen3_5",  "CPU lane only" },
     { "Qwen3_5ForConditionalGeneration", "qwen3_5",  "text only (the vision tower is skipped); CPU lane only" },
     { "Idefics3ForConditionalGeneration", "idefics3", "vision-language; CPU lane only" },
@@ -306,17 +308,28 @@ static int r_dimensions(rctx *x, cdx_err *err)
 static int r_experts(rctx *x, cdx_err *err)
 {
     cdx_hub_config *c = x->c;
-    if (strcmp(c->arch, "Qwen3MoeForCausalLM"))
+    const bool mixtral = !strcmp(c->arch, "MixtralForCausalLM"), qwen2 = !strcmp(c->arch, "Qwen2MoeForCausalLM");
+    if (!mixtral && !qwen2 && strcmp(c->arch, "Qwen3MoeForCausalLM"))
         return 0;
+    /* Mixtral: num_local_experts, each expert intermediate_size wide; Qwen: num_experts, moe_intermediate_size
+     * (the defaults are the transformers config classes', as the config reader's) */
+    const char *count = mixtral ? "num_local_experts" : "num_experts", *width = mixtral ? "intermediate_size"
+                                                                                          : "moe_intermediate_size";
     int rc;
-    if ((rc = get_int(x, "num_experts", 0, &c->n_expert, err)) < 0 ||
-        (rc = get_int(x, "num_experts_per_tok", 0, &c->n_expert_used, err)) < 0 ||
-        (rc = get_int(x, "moe_intermediate_size", 0, &c->moe_ffn, err)) < 0)
+    if ((rc = get_int(x, count, mixtral ? 8 : qwen2 ? 60 : 128, &c->n_expert, err)) < 0 ||
+        (rc = get_int(x, "num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, &c->n_expert_used, err)) < 0 ||
+        (rc = get_int(x, width, mixtral ? 14336 : qwen2 ? 1408 : 768, &c->moe_ffn, err)) < 0)
         return rc;
-    if ((rc = bound(x, "num_experts", c->n_expert, 1, 1024, err)) < 0 ||
+    if ((rc = bound(x, count, c->n_expert, 1, 4096, err)) < 0 ||
         (rc = bound(x, "num_experts_per_tok", c->n_expert_used, 1, c->n_expert, err)) < 0 ||
-        (rc = bound(x, "moe_intermediate_size", c->moe_ffn, 1, 1 << 20, err)) < 0)
+        (rc = bound(x, width, c->moe_ffn, 1, 1 << 20, err)) < 0)
         return rc;
+    if (qwen2) {
+        int64_t sh;
+        if ((rc = get_int(x, "shared_expert_intermediate_size", 5632, &sh, err)) < 0 ||
+            (rc = bound(x, "shared_expert_intermediate_size", sh, 1, 1 << 20, err)) < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -370,7 +383,7 @@ typedef int (*rule_fn)(rctx *x, cdx_err *err);
     X("rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE.", r_rope_interleaved) \
     X("rope_scaling", "rope_scaling / rope_parameters", "any rope_scaling other than Llama 3's (rope_type \"llama3\").", r_rope_scaling) \
     X("dimensions", "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings, sliding_window", "dimensions out of bounds or inconsistent with each other (heads not a multiple of kv heads, hidden not a multiple of heads without head_dim, odd head_dim).", r_dimensions) \
-    X("experts", "num_experts, num_experts_per_tok, moe_intermediate_size", "for Qwen3 MoE: expert counts or sizes out of bounds.", r_experts) \
+    X("experts", "num_experts / num_local_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size", "for a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE): expert counts or sizes out of bounds, or more experts per token than experts.", r_experts) \
     X("qwen3_5_keys", "any key", "for Qwen3.5: any config.json key outside the set the import reads.", r_qwen35_keys) \
     X("qwen3_5_window", "use_sliding_window, sliding_window", "for Qwen3.5: an active sliding window.", r_qwen35_window)
 
