@@ -285,7 +285,11 @@ static void each_refusal_names_the_field_and_the_value(void)
         { "{" BASE ",\"rope_interleaved\":true}", CDX_EUNSUPPORTED, "rope_interleaved is true", NULL },
         { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", CDX_EUNSUPPORTED, "rope_scaling is", "yarn" },
         { "{" BASE ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}", CDX_EUNSUPPORTED, "linear", NULL },
-        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", 0, NULL, NULL },
+        /* Llama 3 scaling needs all four of its keys: the loader's reader says so before the download */
+        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", CDX_EFORMAT,
+          "rope_scaling.low_freq_factor is missing", NULL },
+        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
+          "\"high_freq_factor\":4,\"original_max_position_embeddings\":64}}", 0, NULL, NULL },
         { "{" BASE ",\"rope_scaling\":null}", 0, NULL, NULL },
         { "{" BASE ",\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000}}", 0, NULL, NULL },
         { "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}", CDX_EUNSUPPORTED, "num_hidden_layers is 0", NULL },
@@ -300,7 +304,13 @@ static void each_refusal_names_the_field_and_the_value(void)
           "\"num_attention_heads\":4,\"vocab_size\":100,\"num_experts\":8,\"num_experts_per_tok\":9,"
           "\"moe_intermediate_size\":32}", CDX_EUNSUPPORTED, "num_experts_per_tok is 9", NULL },
         { "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
-          "\"intermediate_size\":128,\"vocab_size\":100,\"attention_bias\":true}", 0, NULL, NULL },
+          "\"intermediate_size\":128,\"vocab_size\":100,\"attention_bias\":true,\"num_key_value_heads\":2}", 0, NULL, NULL },
+        /* absent num_key_value_heads: Qwen2Config's default 32, as the loader reads it, not num_attention_heads */
+        { "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+          "\"intermediate_size\":128,\"vocab_size\":100}", CDX_EUNSUPPORTED, "num_key_value_heads is 32", NULL },
+        /* absent head_dim: Qwen3Config's default 128, not hidden_size / heads */
+        { "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+          "\"num_key_value_heads\":2,\"intermediate_size\":128,\"vocab_size\":100}", 0, NULL, NULL },
         { "{\"architectures\":[\"Qwen3_5ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
           "\"intermediate_size\":128,\"vocab_size\":100,\"layer_types\":[\"linear_attention\",\"full_attention\"]}", 0, NULL, NULL },
         { "{\"architectures\":[\"Qwen3_5ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
