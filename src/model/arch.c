@@ -36,3 +36,22 @@ const arch_desc *arch_by_hf(cdx_hf_arch a)
 {
     return (unsigned)a < CDX_HF_ARCH_COUNT ? &k_archs[k_from_hf[a]] : NULL;
 }
+
+bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)
+{
+    const arch_desc *d = NULL;
+    if (!name)
+        return false;
+    if (gguf) {
+        d = arch_by_gguf(name, strlen(name));
+        if (d && d->arch == CDX_ARCH_LLAMA && experts)
+            d = arch_get(CDX_ARCH_MIXTRAL);
+    } else {
+        for (int a = 0; a < CDX_HF_ARCH_COUNT && !d; a++)
+            if (!strcmp(cdx_hf_arch_name((cdx_hf_arch)a), name))
+                d = arch_by_hf((cdx_hf_arch)a);
+    }
+    if (d && out)
+        *out = d->arch;
+    return d != NULL;
+}

@@ -299,6 +299,46 @@ static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
     return CDX_OK;
 }
 
+void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
+{
+    const arch_desc *d = arch_get(p->arch);
+    if (!d)
+        return;
+    char name[192];
+    for (int r = 0; r < ROLE_COUNT; r++) {
+        const struct role_desc *rd = &k_roles[r];
+        const char *fmt = p->gguf ? rd->gguf : rd->hf;
+        if (!fmt || rd->per_layer)
+            continue;
+        bool req = rd->need == NEED_ALWAYS || (r == ROLE_OUTPUT && p->untied && !p->gguf);
+        fn(ctx, fmt, req);
+    }
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        const bool sparse = p->sparse && p->sparse[l] && p->n_expert > 0;
+        for (int r = 0; r < ROLE_COUNT; r++) {
+            const struct role_desc *rd = &k_roles[r];
+            const char *fmt = p->gguf ? rd->gguf : rd->hf;
+            if (!fmt || !rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
+                continue;
+            const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
+            if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
+                continue;
+            snprintf(name, sizeof name, fmt, (int)l);
+            fn(ctx, name, rd->need != NEED_OPTIONAL);
+        }
+        for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
+            const struct moe_role_desc *rd = &k_moe_roles[r];
+            const char *fmt = p->gguf ? rd->gguf : p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+            if (!fmt || (rd->shared && !d->shared_expert))
+                continue;
+            for (int64_t e = 0; e < (rd->per_expert && !p->gguf ? p->n_expert : 1); e++) {
+                snprintf(name, sizeof name, fmt, (int)l, (int)e);
+                fn(ctx, name, true);
+            }
+        }
+    }
+}
+
 /* Every weight matrix in one list (m->mats): packing, workspace sizing and the fingerprint walk it. */
 static int collect_mats(cdx_model *m, cdx_err *err)
 {
