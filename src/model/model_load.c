@@ -625,6 +625,13 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
             } else
                 hp->n_ff_shared = hp->n_ff;
         }
+        /* llama.cpp's other routing keys: only softmax gating with unscaled weights is what these compute */
+        if (gguf_arch_u64(g, a, "expert_gating_func", &v) && v != 1)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_gating_func is %llu; caldrix routes experts by "
+                               "softmax (1) only", path, a, (unsigned long long)v);
+        snprintf(key, sizeof key, "%s.expert_weights_scale", a);
+        if (cdx_gguf_get_f64(g, key, &f) && f != 1.0)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is %g; caldrix does not scale expert weights", path, key, f);
         bool norm;
         snprintf(key, sizeof key, "%s.expert_weights_norm", a);
         hp->norm_topk_prob = cdx_gguf_get_bool(g, key, &norm) ? norm : d->norm_topk;

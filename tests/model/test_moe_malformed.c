@@ -176,6 +176,41 @@ static void gguf_files_with_bad_experts_are_refused(void)
               "\"blk.2.ffn_gate_inp_shexp.weight\" is missing", NULL);
 }
 
+/* A key the fixtures do not carry: the file rewritten with it added (cdx_gguf_writer). */
+static void gguf_with_extra_key(const char *fixture, const char *key, bool is_f32, double v, const char *want)
+{
+    char src[256], dst[256];
+    snprintf(src, sizeof src, SHARED "/fixtures/hf-gguf/%s.gguf", fixture);
+    snprintf(dst, sizeof dst, "%s/%s-extra.gguf", g_dir, fixture);
+    cdx_err e = { 0 };
+    cdx_gguf *g = NULL;
+    cdx_gguf_writer *w = NULL;
+    REQUIRE(cdx_gguf_open(src, &g, &e) == 0 && cdx_gguf_writer_new(&w, &e) == 0);
+    int rc = 0;
+    for (uint64_t i = 0; i < g->n_kv && !rc; i++)
+        rc = cdx_gguf_writer_copy_kv(w, &g->kv[i]);
+    rc = rc ? rc : is_f32 ? cdx_gguf_writer_set_f32(w, key, (float)v) : cdx_gguf_writer_set_u32(w, key, (uint32_t)v);
+    for (uint64_t i = 0; i < g->n_tensors && !rc; i++) {
+        const cdx_gguf_tensor *t = &g->tensors[i];
+        rc = cdx_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, &e);
+    }
+    rc = rc ? rc : cdx_gguf_writer_write(w, dst, &e);
+    cdx_gguf_writer_free(w);
+    cdx_gguf_close(g);
+    REQUIRE(rc == 0);
+    cdx_model *m = NULL;
+    rc = cdx_model_open(dst, NULL, &m, &e);
+    CHECKF(rc == CDX_EUNSUPPORTED && strstr(e.msg, want) && strstr(e.msg, dst), "%s: rc %d, \"%s\"", key, rc, e.msg);
+    printf("  %s\n", e.msg);
+    cdx_model_close(m);
+}
+
+static void gguf_routing_keys_outside_softmax_are_refused(void)
+{
+    gguf_with_extra_key("mixtral", "llama.expert_gating_func", false, 2, "llama.expert_gating_func is 2");
+    gguf_with_extra_key("qwen2_moe", "qwen2moe.expert_weights_scale", true, 2.5, "qwen2moe.expert_weights_scale is 2.5");
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/cdx_moe_bad_XXXXXX");
@@ -185,6 +220,8 @@ int main(void)
     }
     RUN("checkpoints with bad experts are refused, naming the field", checkpoints_with_bad_experts_are_refused);
     RUN("GGUF files with bad experts are refused, naming the key or tensor", gguf_files_with_bad_experts_are_refused);
+    RUN("GGUF routing other than softmax over unscaled weights is refused by key",
+        gguf_routing_keys_outside_softmax_are_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
