@@ -71,6 +71,8 @@ typedef struct cdx_tensor_plan {
 /* The architecture the loader makes of a config.json architectures[0] (gguf false) or a GGUF
  * general.architecture (gguf true; "llama" with experts is Mixtral). False: not one it runs. */
 CDX_API bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out);
+/* transformers' model_type of an architecture's family ("llama", "qwen3_moe", "mixtral"); NULL out of range. */
+CDX_API const char *cdx_model_arch_family(cdx_arch a);
 CDX_API void cdx_model_tensor_names(const cdx_tensor_plan *plan, void (*fn)(void *ctx, const char *name, bool required),
                                     void *ctx);
 

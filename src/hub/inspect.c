@@ -15,17 +15,6 @@
 
 /* ---- the tensors each family requires: the loader's own tables (cdx_model_tensor_names) ---- */
 
-/* Families: the name inspect reports, by GGUF architecture and by config.json architecture. */
-static const struct { const char *gguf, *hf, *family; } k_families[] = {
-    { "llama",    "LlamaForCausalLM",    "llama" },
-    { NULL,       "MistralForCausalLM",  "mistral" },
-    { "qwen2",    "Qwen2ForCausalLM",    "qwen2" },
-    { "qwen3",    "Qwen3ForCausalLM",    "qwen3" },
-    { "qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe" },
-    { "qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe" },
-    { NULL,       "MixtralForCausalLM",  "mixtral" },
-};
-
 static void append_list(char *buf, size_t cap, const char *item)
 {
     size_t n = strlen(buf);
@@ -168,14 +157,9 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
             tc[k].n++;
     }
     type_lists(out, tc, n_tc);
-    int fam = -1;
-    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
-        if (k_families[i].gguf && !strcmp(k_families[i].gguf, a))
-            fam = (int)i;
     cdx_arch arch = CDX_ARCH_LLAMA;
-    const bool known = fam >= 0 && cdx_model_arch_of(a, true, out->n_expert > 0, &arch);
-    snprintf(out->family, sizeof out->family, "%s",
-             !known ? a : arch == CDX_ARCH_MIXTRAL ? "mixtral" : k_families[fam].family); /* Mixtral: "llama" + experts */
+    const bool known = cdx_model_arch_of(a, true, out->n_expert > 0, &arch); /* "llama" with experts: Mixtral */
+    snprintf(out->family, sizeof out->family, "%s", known ? cdx_model_arch_family(arch) : a);
     if (known && out->n_layer > 0 && out->n_layer <= 4096) {
         /* a sparse layer is one with a router, as the loader decides */
         uint8_t *sparse = calloc((size_t)out->n_layer, 1);
@@ -427,17 +411,13 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         snprintf(out->refusal, sizeof out->refusal, "%s: tensors stored as %s; caldrix imports F32, F16 and BF16 "
                  "tensors only (a quantized checkpoint is refused)", dir, unsup);
     /* required tensors */
-    int fam = -1;
-    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
-        if (!strcmp(k_families[i].hf, out->architecture))
-            fam = (int)i;
-    if (fam < 0 || out->n_layer <= 0 || out->n_layer > 4096) {
+    cdx_arch fa = CDX_ARCH_LLAMA;
+    const bool known = cdx_model_arch_of(out->architecture, false, false, &fa);
+    if (!known || out->n_layer <= 0 || out->n_layer > 4096) {
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
                  "n/a (architecture %s is not one caldrix maps)", out->architecture);
         snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
     } else {
-        cdx_arch arch = CDX_ARCH_LLAMA;
-        cdx_model_arch_of(out->architecture, false, false, &arch);
         dense = calloc((size_t)out->n_layer, sizeof *dense);
         uint8_t *sparse = calloc((size_t)out->n_layer, 1);
         if (!dense || !sparse) {
@@ -458,8 +438,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         for (int64_t l = 0; l < out->n_layer; l++)
             sparse[l] = out->n_expert > 0 && !dense[l];
         /* Qwen2-MoE reads qkv_bias (default true); the others have the architecture's biases */
-        json_t *qb = arch == CDX_ARCH_QWEN2_MOE ? json_object_get(src, "qkv_bias") : NULL;
-        cdx_tensor_plan plan = { .arch = arch, .gguf = false, .n_layer = out->n_layer, .n_expert = out->n_expert,
+        json_t *qb = fa == CDX_ARCH_QWEN2_MOE ? json_object_get(src, "qkv_bias") : NULL;
+        cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = out->n_layer, .n_expert = out->n_expert,
                                  .sparse = sparse, .qkv_bias = json_is_boolean(qb) ? json_is_true(qb) : -1,
                                  .untied = !tied };
         names_ctx x = { .keep = true };

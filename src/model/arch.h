@@ -16,6 +16,7 @@ typedef struct arch_desc {
     bool moe;                   /* a mixture of experts (its sparse layers: a router over n_expert MLPs) */
     bool shared_expert;         /* Qwen2-MoE: plus one always-on expert scaled by sigmoid(its gate) */
     bool norm_topk;             /* GGUF default for renormalising the top-k weights (HF: config.json) */
+    const char *family;         /* transformers' model_type of the family ("qwen3_moe"): what inspect reports */
 } arch_desc;
 
 const arch_desc *arch_by_gguf(const char *name, size_t len);
