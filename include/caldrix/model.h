@@ -54,6 +54,28 @@ typedef struct cdx_hparams {
 
 typedef struct cdx_model cdx_model;
 
+/* ---- the tensors an architecture reads (the loader's own tables; inspect reads them too) ---- */
+
+typedef struct cdx_tensor_plan {
+    cdx_arch arch;
+    bool gguf;               /* llama.cpp's names (experts stacked per layer), else transformers' */
+    int64_t n_layer, n_expert;
+    const uint8_t *sparse;   /* [n_layer]: non-zero for a mixture-of-experts layer; NULL: none */
+    int qkv_bias;            /* -1: as the architecture has them; 0/1: as config.json says (Qwen2-MoE's qkv_bias) */
+    bool untied;             /* the output head is a tensor of its own, required */
+} cdx_tensor_plan;
+
+/* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required
+ * (missing: the load is refused) or optional (rope_freqs.weight; a head beside tied embeddings).
+ * Every tensor of a file that is not named here is refused as unused. */
+/* The architecture the loader makes of a config.json architectures[0] (gguf false) or a GGUF
+ * general.architecture (gguf true; "llama" with experts is Mixtral). False: not one it runs. */
+CDX_API bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out);
+/* transformers' model_type of an architecture's family ("llama", "qwen3_moe", "mixtral"); NULL out of range. */
+CDX_API const char *cdx_model_arch_family(cdx_arch a);
+CDX_API void cdx_model_tensor_names(const cdx_tensor_plan *plan, void (*fn)(void *ctx, const char *name, bool required),
+                                    void *ctx);
+
 typedef struct cdx_model_opts {
     int reserved;            /* zero-initialise; room for future options */
 } cdx_model_opts;

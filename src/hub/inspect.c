@@ -3,6 +3,7 @@
  * file and checks every offset), safetensors through their JSON headers. */
 #include "caldrix/hub.h"
 #include "caldrix/format.h"
+#include "caldrix/model.h"
 #include "caldrix/quant.h"
 #include "hub/hub_int.h"
 
@@ -12,83 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ---- the tensors each family requires, by name ("%d" = layer, "%e" = expert) ---- */
-
-enum { F_ALL = 0, F_DENSE = 1, F_MOE = 2, F_SHARED = 4, F_QKV_BIAS = 8, F_QK_NORM = 16, F_UNTIED = 32 };
-
-typedef struct req { const char *gguf, *hf; int when; bool per_expert; } req;
-
-/* One row per tensor role: its GGUF name, its transformers name and when it is required. */
-static const req k_reqs[] = {
-    { "token_embd.weight",            "model.embed_tokens.weight",                            F_ALL,      false },
-    { "output_norm.weight",           "model.norm.weight",                                    F_ALL,      false },
-    { "output.weight",                "lm_head.weight",                                       F_UNTIED,   false },
-    { "blk.%d.attn_norm.weight",      "model.layers.%d.input_layernorm.weight",               F_ALL,      false },
-    { "blk.%d.attn_q.weight",         "model.layers.%d.self_attn.q_proj.weight",              F_ALL,      false },
-    { "blk.%d.attn_k.weight",         "model.layers.%d.self_attn.k_proj.weight",              F_ALL,      false },
-    { "blk.%d.attn_v.weight",         "model.layers.%d.self_attn.v_proj.weight",              F_ALL,      false },
-    { "blk.%d.attn_output.weight",    "model.layers.%d.self_attn.o_proj.weight",              F_ALL,      false },
-    { "blk.%d.attn_q.bias",           "model.layers.%d.self_attn.q_proj.bias",                F_QKV_BIAS, false },
-    { "blk.%d.attn_k.bias",           "model.layers.%d.self_attn.k_proj.bias",                F_QKV_BIAS, false },
-    { "blk.%d.attn_v.bias",           "model.layers.%d.self_attn.v_proj.bias",                F_QKV_BIAS, false },
-    { "blk.%d.attn_q_norm.weight",    "model.layers.%d.self_attn.q_norm.weight",              F_QK_NORM,  false },
-    { "blk.%d.attn_k_norm.weight",    "model.layers.%d.self_attn.k_norm.weight",              F_QK_NORM,  false },
-    { "blk.%d.ffn_norm.weight",       "model.layers.%d.post_attention_layernorm.weight",      F_ALL,      false },
-    { "blk.%d.ffn_gate.weight",       "model.layers.%d.mlp.gate_proj.weight",                 F_DENSE,    false },
-    { "blk.%d.ffn_up.weight",         "model.layers.%d.mlp.up_proj.weight",                   F_DENSE,    false },
-    { "blk.%d.ffn_down.weight",       "model.layers.%d.mlp.down_proj.weight",                 F_DENSE,    false },
-    { "blk.%d.ffn_gate_inp.weight",   "model.layers.%d.mlp.gate.weight",                      F_MOE,      false },
-    { "blk.%d.ffn_gate_exps.weight",  "model.layers.%d.mlp.experts.%e.gate_proj.weight",      F_MOE,      true },
-    { "blk.%d.ffn_up_exps.weight",    "model.layers.%d.mlp.experts.%e.up_proj.weight",        F_MOE,      true },
-    { "blk.%d.ffn_down_exps.weight",  "model.layers.%d.mlp.experts.%e.down_proj.weight",      F_MOE,      true },
-    { "blk.%d.ffn_gate_shexp.weight", "model.layers.%d.mlp.shared_expert.gate_proj.weight",   F_SHARED,   false },
-    { "blk.%d.ffn_up_shexp.weight",   "model.layers.%d.mlp.shared_expert.up_proj.weight",     F_SHARED,   false },
-    { "blk.%d.ffn_down_shexp.weight", "model.layers.%d.mlp.shared_expert.down_proj.weight",   F_SHARED,   false },
-    { "blk.%d.ffn_gate_inp_shexp.weight", "model.layers.%d.mlp.shared_expert_gate.weight",    F_SHARED,   false },
-};
-
-/* Families: their flags, by GGUF architecture and by config.json architecture. */
-static const struct { const char *gguf, *hf, *family; int flags; } k_families[] = {
-    { "llama",    "LlamaForCausalLM",    "llama",     0 },
-    { NULL,       "MistralForCausalLM",  "mistral",   0 },
-    { "qwen2",    "Qwen2ForCausalLM",    "qwen2",     F_QKV_BIAS },
-    { "qwen3",    "Qwen3ForCausalLM",    "qwen3",     F_QK_NORM },
-    { "qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", F_QK_NORM | F_MOE },
-    { "qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", F_QKV_BIAS | F_MOE | F_SHARED },
-    { NULL,       "MixtralForCausalLM",  "mixtral",   F_MOE },
-};
-
-/* Mixtral's transformers names differ from Qwen's MoE names. */
-static const char *mixtral_name(const char *hf)
-{
-    static const struct { const char *from, *to; } k_map[] = {
-        { "model.layers.%d.mlp.gate.weight", "model.layers.%d.block_sparse_moe.gate.weight" },
-        { "model.layers.%d.mlp.experts.%e.gate_proj.weight", "model.layers.%d.block_sparse_moe.experts.%e.w1.weight" },
-        { "model.layers.%d.mlp.experts.%e.up_proj.weight", "model.layers.%d.block_sparse_moe.experts.%e.w3.weight" },
-        { "model.layers.%d.mlp.experts.%e.down_proj.weight", "model.layers.%d.block_sparse_moe.experts.%e.w2.weight" },
-    };
-    for (size_t i = 0; i < sizeof k_map / sizeof k_map[0]; i++)
-        if (!strcmp(hf, k_map[i].from))
-            return k_map[i].to;
-    return hf;
-}
-
-static void expand(const char *pat, int64_t layer, int64_t expert, char *out, size_t cap)
-{
-    size_t k = 0;
-    for (const char *p = pat; *p && k + 24 < cap; p++) {
-        if (p[0] == '%' && p[1] == 'd') {
-            k += (size_t)snprintf(out + k, cap - k, "%lld", (long long)layer);
-            p++;
-        } else if (p[0] == '%' && p[1] == 'e') {
-            k += (size_t)snprintf(out + k, cap - k, "%lld", (long long)expert);
-            p++;
-        } else {
-            out[k++] = *p;
-        }
-    }
-    out[k] = 0;
-}
+/* ---- the tensors each family requires: the loader's own tables (cdx_model_tensor_names) ---- */
 
 static void append_list(char *buf, size_t cap, const char *item)
 {
@@ -101,38 +26,60 @@ static void append_list(char *buf, size_t cap, const char *item)
 
 typedef bool (*has_fn)(const void *ctx, const char *name);
 
-/* Fills missing_required_tensors. sparse(layer) says whether a layer is a MoE layer. */
-static void check_required(cdx_hub_report *out, int flags, bool gguf, bool mixtral, has_fn has, const void *ctx,
-                           const bool *dense_layer)
+typedef struct names_ctx {
+    cdx_hub_report *out;
+    has_fn has;
+    const void *hctx;
+    char **all;        /* every name the loader looks up, when kept (for unused_tensors) */
+    size_t n, cap;
+    bool keep, oom;
+} names_ctx;
+
+static void on_name(void *c, const char *name, bool required)
+{
+    names_ctx *x = c;
+    if (required && !x->has(x->hctx, name)) {
+        x->out->n_missing++;
+        append_list(x->out->missing_required_tensors, sizeof x->out->missing_required_tensors, name);
+    }
+    if (!x->keep || x->oom)
+        return;
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 256;
+        char **v = realloc(x->all, cap * sizeof *v);
+        if (!v) {
+            x->oom = true;
+            return;
+        }
+        x->all = v;
+        x->cap = cap;
+    }
+    if (!(x->all[x->n] = strdup(name)))
+        x->oom = true;
+    else
+        x->n++;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void names_free(names_ctx *x)
+{
+    for (size_t i = 0; i < x->n; i++)
+        free(x->all[i]);
+    free(x->all);
+}
+
+/* Fills missing_required_tensors from the names the loader requires for plan. */
+static void check_required(cdx_hub_report *out, const cdx_tensor_plan *plan, has_fn has, const void *ctx, names_ctx *x)
 {
     out->missing_required_tensors[0] = 0;
     out->n_missing = 0;
-    char name[256];
-    for (size_t i = 0; i < sizeof k_reqs / sizeof k_reqs[0]; i++) {
-        const req *q = &k_reqs[i];
-        int w = q->when;
-        if ((w & F_QKV_BIAS) && !(flags & F_QKV_BIAS)) continue;
-        if ((w & F_QK_NORM) && !(flags & F_QK_NORM)) continue;
-        if ((w & F_SHARED) && !(flags & F_SHARED)) continue;
-        if ((w & F_UNTIED) && !(flags & F_UNTIED)) continue;
-        bool per_layer = strstr(q->gguf, "%d") != NULL;
-        int64_t n_layer = per_layer ? out->n_layer : 1;
-        for (int64_t l = 0; l < n_layer; l++) {
-            bool moe_layer = (flags & F_MOE) && !(dense_layer && dense_layer[l]);
-            if ((w & F_DENSE) && moe_layer) continue;
-            if ((w & F_MOE) && !moe_layer) continue;
-            if ((w & F_SHARED) && !moe_layer) continue;
-            int64_t n_exp = (!gguf && q->per_expert) ? out->n_expert : 1;
-            for (int64_t e = 0; e < n_exp; e++) {
-                const char *pat = gguf ? q->gguf : mixtral ? mixtral_name(q->hf) : q->hf;
-                expand(pat, l, e, name, sizeof name);
-                if (!has(ctx, name)) {
-                    out->n_missing++;
-                    append_list(out->missing_required_tensors, sizeof out->missing_required_tensors, name);
-                }
-            }
-        }
-    }
+    x->out = out;
+    x->has = has;
+    x->hctx = ctx;
+    cdx_model_tensor_names(plan, on_name, x);
+    if (x->keep && x->n)
+        qsort(x->all, x->n, sizeof *x->all, cmp_str);
     if (!out->n_missing)
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors, "none");
 }
@@ -210,23 +157,26 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
             tc[k].n++;
     }
     type_lists(out, tc, n_tc);
-    int fam = -1;
-    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
-        if (k_families[i].gguf && !strcmp(k_families[i].gguf, a))
-            fam = (int)i;
-    int flags = fam >= 0 ? k_families[fam].flags : 0;
-    if (fam >= 0 && !strcmp(a, "llama") && out->n_expert > 0)
-        flags |= F_MOE; /* Mixtral as GGUF "llama" with experts */
-    snprintf(out->family, sizeof out->family, "%s",
-             fam < 0 ? a : (flags & F_MOE) && !strcmp(a, "llama") ? "mixtral" : k_families[fam].family);
-    if (cdx_gguf_tensor_find(g, "output.weight") || fam < 0)
-        flags |= F_UNTIED;
-    if (fam >= 0 && out->n_layer > 0 && out->n_layer <= 4096) {
-        check_required(out, flags, true, false, gguf_has, g, NULL);
+    cdx_arch arch = CDX_ARCH_LLAMA;
+    const bool known = cdx_model_arch_of(a, true, out->n_expert > 0, &arch); /* "llama" with experts: Mixtral */
+    snprintf(out->family, sizeof out->family, "%s", known ? cdx_model_arch_family(arch) : a);
+    if (known && out->n_layer > 0 && out->n_layer <= 4096) {
+        /* a sparse layer is one with a router, as the loader decides */
+        uint8_t *sparse = calloc((size_t)out->n_layer, 1);
+        for (int64_t l = 0; sparse && out->n_expert > 0 && l < out->n_layer; l++) {
+            char rn[96];
+            snprintf(rn, sizeof rn, "blk.%lld.ffn_gate_inp.weight", (long long)l);
+            sparse[l] = cdx_gguf_tensor_find(g, rn) != NULL;
+        }
+        cdx_tensor_plan plan = { .arch = arch, .gguf = true, .n_layer = out->n_layer, .n_expert = out->n_expert,
+                                 .sparse = sparse, .qkv_bias = -1 };
+        names_ctx x = { 0 };
+        check_required(out, &plan, gguf_has, g, &x);
+        free(sparse);
     } else {
         out->n_missing = 0;
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
-                 fam < 0 ? "n/a (architecture %s is not one caldrix maps)" : "n/a (block_count missing)", a);
+                 !known ? "n/a (architecture %s is not one caldrix maps)" : "n/a (block_count missing)", a);
         snprintf(out->refusal, sizeof out->refusal, "general.architecture is \"%s\"; caldrix maps llama, qwen2, "
                  "qwen3, qwen3moe and qwen2moe GGUF files", a);
     }
@@ -461,21 +411,17 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         snprintf(out->refusal, sizeof out->refusal, "%s: tensors stored as %s; caldrix imports F32, F16 and BF16 "
                  "tensors only (a quantized checkpoint is refused)", dir, unsup);
     /* required tensors */
-    int fam = -1;
-    for (size_t i = 0; i < sizeof k_families / sizeof k_families[0]; i++)
-        if (!strcmp(k_families[i].hf, out->architecture))
-            fam = (int)i;
-    if (fam < 0 || out->n_layer <= 0 || out->n_layer > 4096) {
+    cdx_arch fa = CDX_ARCH_LLAMA;
+    const bool known = cdx_model_arch_of(out->architecture, false, false, &fa);
+    if (!known || out->n_layer <= 0 || out->n_layer > 4096) {
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
                  "n/a (architecture %s is not one caldrix maps)", out->architecture);
         snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
     } else {
-        int flags = k_families[fam].flags;
-        bool mixtral = !strcmp(k_families[fam].family, "mixtral");
-        if (!tied)
-            flags |= F_UNTIED;
         dense = calloc((size_t)out->n_layer, sizeof *dense);
-        if (!dense) {
+        uint8_t *sparse = calloc((size_t)out->n_layer, 1);
+        if (!dense || !sparse) {
+            free(sparse);
             rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
             goto done;
         }
@@ -489,50 +435,40 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
             for (int64_t l = 0; l < out->n_layer; l++)
                 if ((l + 1) % sparse_step)
                     dense[l] = true;
-        check_required(out, flags, false, mixtral, st_has, &set, dense);
-        /* tensors no role reads (Qwen3.5's mtp.* and model.visual.* are skipped by name) */
+        for (int64_t l = 0; l < out->n_layer; l++)
+            sparse[l] = out->n_expert > 0 && !dense[l];
+        /* Qwen2-MoE reads qkv_bias (default true); the others have the architecture's biases */
+        json_t *qb = fa == CDX_ARCH_QWEN2_MOE ? json_object_get(src, "qkv_bias") : NULL;
+        cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = out->n_layer, .n_expert = out->n_expert,
+                                 .sparse = sparse, .qkv_bias = json_is_boolean(qb) ? json_is_true(qb) : -1,
+                                 .untied = !tied };
+        names_ctx x = { .keep = true };
+        check_required(out, &plan, st_has, &set, &x);
+        free(sparse);
+        if (x.oom) {
+            names_free(&x);
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+            goto done;
+        }
+        /* tensors the loader does not look up (Qwen3.5's mtp.* and model.visual.* are skipped by name) */
         out->unused_tensors[0] = 0;
         out->n_unused = 0;
-        char name[256];
         for (size_t i = 0; i < set.n; i++) {
             const char *t = set.v[i].name;
             if (!strncmp(t, "mtp.", 4) || !strncmp(t, "model.visual.", 13))
                 continue;
-            bool used = false;
-            for (size_t q = 0; q < sizeof k_reqs / sizeof k_reqs[0] && !used; q++) {
-                const char *pat = mixtral ? mixtral_name(k_reqs[q].hf) : k_reqs[q].hf;
-                if (!strstr(pat, "%d")) {
-                    used = !strcmp(pat, t);
-                    continue;
-                }
-                long long l = -1, e = -1;
-                if (sscanf(t, "model.layers.%lld.", &l) != 1 || l < 0 || l >= out->n_layer)
-                    continue;
-                const char *ep = strstr(t, "experts.");
-                if (ep)
-                    sscanf(ep, "experts.%lld.", &e);
-                expand(pat, l, e < 0 ? 0 : e, name, sizeof name);
-                used = !strcmp(name, t) && (e < out->n_expert || e < 0);
-            }
-            if (!used) {
-                out->n_unused++;
-                append_list(out->unused_tensors, sizeof out->unused_tensors, t);
-            }
+            if (x.n && bsearch(&t, x.all, x.n, sizeof *x.all, cmp_str))
+                continue;
+            out->n_unused++;
+            append_list(out->unused_tensors, sizeof out->unused_tensors, t);
         }
+        names_free(&x);
         if (!out->n_unused)
             snprintf(out->unused_tensors, sizeof out->unused_tensors, "none");
         else if (!out->refusal[0])
             snprintf(out->refusal, sizeof out->refusal, "%s: %llu tensor(s) the architecture does not use (%s); the "
                      "import refuses them rather than ignore them", dir, (unsigned long long)out->n_unused,
                      out->unused_tensors);
-        /* Qwen3 MoE: expert weights must be bf16 */
-        if (!strcmp(out->architecture, "Qwen3MoeForCausalLM") && !out->refusal[0])
-            for (size_t i = 0; i < set.n; i++)
-                if (strstr(set.v[i].name, ".mlp.experts.") && strcmp(set.v[i].dtype, "BF16")) {
-                    snprintf(out->refusal, sizeof out->refusal, "%s: %s is stored as %s; Qwen3 MoE expert weights "
-                             "must be BF16", dir, set.v[i].name, set.v[i].dtype);
-                    break;
-                }
         /* a shipped lm_head beside a tied embedding */
         const st_entry *head = st_find(&set, "lm_head.weight"), *emb = st_find(&set, "model.embed_tokens.weight");
         if (tied && head && emb) {

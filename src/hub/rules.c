@@ -18,7 +18,9 @@ static const cdx_hub_arch k_archs[] = {
     { "MistralForCausalLM",              "mistral",  "accepted, not verified on hardware" },
     { "Qwen2ForCausalLM",                "qwen2",    "" },
     { "Qwen3ForCausalLM",                "qwen3",    "" },
-    { "Qwen3MoeForCausalLM",             "qwen3_moe", "mixture of experts; expert weights must be bf16" },
+    { "Qwen3MoeForCausalLM",             "qwen3_moe", "mixture of experts" },
+    { "MixtralForCausalLM",              "mixtral",  "mixture of experts" },
+    { "Qwen2MoeForCausalLM",             "qwen2_moe", "mixture of experts with a shared expert" },
     { "Qwen3_5ForCausalLM",              "qwen3_5",  "CPU lane only" },
     { "Qwen3_5ForConditionalGeneration", "qwen3_5",  "text only (the vision tower is skipped); CPU lane only" },
     { "Idefics3ForConditionalGeneration", "idefics3", "vision-language; CPU lane only" },
@@ -49,6 +51,8 @@ static const char *const k_qwen35_keys[] = {
 
 typedef struct rctx {
     const char *name;      /* message prefix, e.g. "Qwen/Qwen3-8B: config.json" */
+    const char *text;      /* config.json as given */
+    size_t len;
     json_t *root;
     json_t *tc;            /* text_config when present, else root: where the dimensions are */
     const char *tc_prefix; /* "" or "text_config." */
@@ -306,17 +310,28 @@ static int r_dimensions(rctx *x, cdx_err *err)
 static int r_experts(rctx *x, cdx_err *err)
 {
     cdx_hub_config *c = x->c;
-    if (strcmp(c->arch, "Qwen3MoeForCausalLM"))
+    const bool mixtral = !strcmp(c->arch, "MixtralForCausalLM"), qwen2 = !strcmp(c->arch, "Qwen2MoeForCausalLM");
+    if (!mixtral && !qwen2 && strcmp(c->arch, "Qwen3MoeForCausalLM"))
         return 0;
+    /* Mixtral: num_local_experts, each expert intermediate_size wide; Qwen: num_experts, moe_intermediate_size
+     * (the defaults are the transformers config classes', as the config reader's) */
+    const char *count = mixtral ? "num_local_experts" : "num_experts", *width = mixtral ? "intermediate_size"
+                                                                                          : "moe_intermediate_size";
     int rc;
-    if ((rc = get_int(x, "num_experts", 0, &c->n_expert, err)) < 0 ||
-        (rc = get_int(x, "num_experts_per_tok", 0, &c->n_expert_used, err)) < 0 ||
-        (rc = get_int(x, "moe_intermediate_size", 0, &c->moe_ffn, err)) < 0)
+    if ((rc = get_int(x, count, mixtral ? 8 : qwen2 ? 60 : 128, &c->n_expert, err)) < 0 ||
+        (rc = get_int(x, "num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, &c->n_expert_used, err)) < 0 ||
+        (rc = get_int(x, width, mixtral ? 14336 : qwen2 ? 1408 : 768, &c->moe_ffn, err)) < 0)
         return rc;
-    if ((rc = bound(x, "num_experts", c->n_expert, 1, 1024, err)) < 0 ||
+    if ((rc = bound(x, count, c->n_expert, 1, 4096, err)) < 0 ||
         (rc = bound(x, "num_experts_per_tok", c->n_expert_used, 1, c->n_expert, err)) < 0 ||
-        (rc = bound(x, "moe_intermediate_size", c->moe_ffn, 1, 1 << 20, err)) < 0)
+        (rc = bound(x, width, c->moe_ffn, 1, 1 << 20, err)) < 0)
         return rc;
+    if (qwen2) {
+        int64_t sh;
+        if ((rc = get_int(x, "shared_expert_intermediate_size", 5632, &sh, err)) < 0 ||
+            (rc = bound(x, "shared_expert_intermediate_size", sh, 1, 1 << 20, err)) < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -356,6 +371,43 @@ static int r_qwen35_window(rctx *x, cdx_err *err)
                        "for Qwen3.5", x->name, (long long)x->c->sliding_window);
 }
 
+/* The architectures the loader runs are read by the loader through the config reader
+ * (format/config_read.c); the same reader here means the same defaults (num_key_value_heads,
+ * head_dim, sliding window, expert counts per architecture class) and the same refusals as
+ * `caldrix run` gives, before a byte of weights is fetched. */
+static int r_config_reader(rctx *x, cdx_err *err)
+{
+    bool known = false;
+    for (int a = 0; a < CDX_HF_ARCH_COUNT && !known; a++)
+        known = !strcmp(cdx_hf_arch_name((cdx_hf_arch)a), x->c->arch);
+    if (!known)
+        return 0;
+    cdx_hf_config *cfg = malloc(sizeof *cfg);
+    if (!cfg)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    int rc = cdx_hf_config_parse(x->text, x->len, x->name, cfg, err);
+    if (rc == 0) {
+        cdx_hub_config *c = x->c;
+        c->n_kv_head = cfg->n_kv_heads;
+        c->head_dim = cfg->head_dim;
+        c->sliding_window = cfg->sliding_window;
+        c->tied = cfg->tie_word_embeddings;
+        c->ctx_max = cfg->max_position_embeddings;
+        if (cfg->n_experts) {
+            c->n_expert = cfg->n_experts;
+            c->n_expert_used = cfg->n_experts_per_tok;
+            c->moe_ffn = cfg->moe_intermediate_size;
+        }
+    }
+    free(cfg);
+    if (rc < 0 && rc != CDX_EFORMAT && rc != CDX_ENOMEM) { /* the hub's contract: a refusal is EUNSUPPORTED */
+        rc = CDX_EUNSUPPORTED;
+        if (err)
+            err->code = rc;
+    }
+    return rc;
+}
+
 typedef int (*rule_fn)(rctx *x, cdx_err *err);
 
 /* The one table: id, the field(s) read, what is refused, the check. Order matters: the
@@ -370,9 +422,10 @@ typedef int (*rule_fn)(rctx *x, cdx_err *err);
     X("rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE.", r_rope_interleaved) \
     X("rope_scaling", "rope_scaling / rope_parameters", "any rope_scaling other than Llama 3's (rope_type \"llama3\").", r_rope_scaling) \
     X("dimensions", "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings, sliding_window", "dimensions out of bounds or inconsistent with each other (heads not a multiple of kv heads, hidden not a multiple of heads without head_dim, odd head_dim).", r_dimensions) \
-    X("experts", "num_experts, num_experts_per_tok, moe_intermediate_size", "for Qwen3 MoE: expert counts or sizes out of bounds.", r_experts) \
+    X("experts", "num_experts / num_local_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size", "for a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE): expert counts or sizes out of bounds, or more experts per token than experts.", r_experts) \
     X("qwen3_5_keys", "any key", "for Qwen3.5: any config.json key outside the set the import reads.", r_qwen35_keys) \
-    X("qwen3_5_window", "use_sliding_window, sliding_window", "for Qwen3.5: an active sliding window.", r_qwen35_window)
+    X("qwen3_5_window", "use_sliding_window, sliding_window", "for Qwen3.5: an active sliding window.", r_qwen35_window) \
+    X("config_reader", "every key the loader reads", "for the architectures the loader runs: whatever the loader's config.json reader refuses (it is the same reader, with the transformers class defaults for absent keys).", r_config_reader)
 
 static const cdx_hub_rule k_rules[] = {
 #define X(id, field, doc, fn) { id, field, doc },
@@ -405,7 +458,7 @@ int cdx_hub_check_config(const char *text, size_t len, const char *name, cdx_hub
         return cdx_err_set(err, CDX_EFORMAT, "%s: expected a JSON object", name);
     }
     json_t *tc = json_object_get(root, "text_config");
-    rctx x = { .name = name, .root = root, .tc = json_is_object(tc) ? tc : root,
+    rctx x = { .name = name, .text = text, .len = len, .root = root, .tc = json_is_object(tc) ? tc : root,
                .tc_prefix = json_is_object(tc) ? "text_config." : "", .c = &c };
     c.n_keys = (int)json_object_size(root);
     json_t *mt = json_object_get(root, "model_type");

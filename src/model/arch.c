@@ -4,12 +4,14 @@
 #include <string.h>
 
 static const arch_desc k_archs[CDX_ARCH_COUNT] = {
-    [CDX_ARCH_LLAMA]     = { CDX_ARCH_LLAMA,     "llama",    CDX_ROPE_ADJACENT, false, false, false },
-    [CDX_ARCH_QWEN2]     = { CDX_ARCH_QWEN2,     "qwen2",    CDX_ROPE_HALVES,   true,  false, false },
-    [CDX_ARCH_QWEN3]     = { CDX_ARCH_QWEN3,     "qwen3",    CDX_ROPE_HALVES,   false, true,  false },
-    [CDX_ARCH_QWEN3_MOE] = { CDX_ARCH_QWEN3_MOE, "qwen3moe", CDX_ROPE_HALVES,   false, true,  true  },
-    [CDX_ARCH_QWEN2_MOE] = { CDX_ARCH_QWEN2_MOE, "qwen2moe", CDX_ROPE_HALVES,   true,  false, true  },
-    [CDX_ARCH_MIXTRAL]   = { CDX_ARCH_MIXTRAL,   NULL,  CDX_ROPE_ADJACENT, false, false, true  },
+    /*                                  GGUF name   GGUF RoPE          qkv_b  qk_n   moe    shared topk_norm family */
+    [CDX_ARCH_LLAMA]     = { CDX_ARCH_LLAMA,     "llama",    CDX_ROPE_ADJACENT, false, false, false, false, false, "llama" },
+    [CDX_ARCH_QWEN2]     = { CDX_ARCH_QWEN2,     "qwen2",    CDX_ROPE_HALVES,   true,  false, false, false, false, "qwen2" },
+    [CDX_ARCH_QWEN3]     = { CDX_ARCH_QWEN3,     "qwen3",    CDX_ROPE_HALVES,   false, true,  false, false, false, "qwen3" },
+    [CDX_ARCH_QWEN3_MOE] = { CDX_ARCH_QWEN3_MOE, "qwen3moe", CDX_ROPE_HALVES,   false, true,  true,  false, true , "qwen3_moe" },
+    [CDX_ARCH_QWEN2_MOE] = { CDX_ARCH_QWEN2_MOE, "qwen2moe", CDX_ROPE_HALVES,   true,  false, true,  true,  false, "qwen2_moe" },
+    /* GGUF files of Mixtral say "llama" and carry llama.expert_count (load_gguf switches to this row) */
+    [CDX_ARCH_MIXTRAL]   = { CDX_ARCH_MIXTRAL,   NULL,       CDX_ROPE_ADJACENT, false, false, true,  false, true , "mixtral" },
 };
 
 /* config.json architectures → families (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
@@ -34,3 +36,24 @@ const arch_desc *arch_by_hf(cdx_hf_arch a)
 {
     return (unsigned)a < CDX_HF_ARCH_COUNT ? &k_archs[k_from_hf[a]] : NULL;
 }
+
+bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)
+{
+    const arch_desc *d = NULL;
+    if (!name)
+        return false;
+    if (gguf) {
+        d = arch_by_gguf(name, strlen(name));
+        if (d && d->arch == CDX_ARCH_LLAMA && experts)
+            d = arch_get(CDX_ARCH_MIXTRAL);
+    } else {
+        for (int a = 0; a < CDX_HF_ARCH_COUNT && !d; a++)
+            if (!strcmp(cdx_hf_arch_name((cdx_hf_arch)a), name))
+                d = arch_by_hf((cdx_hf_arch)a);
+    }
+    if (d && out)
+        *out = d->arch;
+    return d != NULL;
+}
+
+const char *cdx_model_arch_family(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a].family : NULL; }

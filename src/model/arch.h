@@ -13,7 +13,10 @@ typedef struct arch_desc {
     const char *gguf_name;      /* general.architecture */
     cdx_rope_mode gguf_rope;    /* RoPE pairing of the GGUF layout */
     bool qkv_bias, qk_norm;
-    bool moe;
+    bool moe;                   /* a mixture of experts (its sparse layers: a router over n_expert MLPs) */
+    bool shared_expert;         /* Qwen2-MoE: plus one always-on expert scaled by sigmoid(its gate) */
+    bool norm_topk;             /* GGUF default for renormalising the top-k weights (HF: config.json) */
+    const char *family;         /* transformers' model_type of the family ("qwen3_moe"): what inspect reports */
 } arch_desc;
 
 const arch_desc *arch_by_gguf(const char *name, size_t len);
@@ -37,7 +40,13 @@ typedef struct layer_weights {
     float *bq, *bk, *bv;                /* [n_head*hd], [n_head_kv*hd] or NULL */
     float *q_norm, *k_norm;             /* [head_dim] or NULL */
     cdx_mat wq, wk, wv, wo;             /* [n_head*hd × n_embd], [n_kv*hd × n_embd] ×2, [n_embd × n_head*hd] */
-    cdx_mat gate, up, down;             /* [n_ff × n_embd] ×2, [n_embd × n_ff] */
+    cdx_mat gate, up, down;             /* [n_ff × n_embd] ×2, [n_embd × n_ff]; unused (data NULL) when moe */
+    /* a sparse (mixture-of-experts) layer */
+    bool moe;
+    cdx_mat router;                     /* [n_expert × n_embd] */
+    cdx_mat *exp_gate, *exp_up, *exp_down; /* [n_expert] each: [n_ff_expert × n_embd] ×2, [n_embd × n_ff_expert] */
+    cdx_mat sh_gate, sh_up, sh_down;    /* shared expert: [n_ff_shared × n_embd] ×2, [n_embd × n_ff_shared] */
+    cdx_mat sh_router;                  /* [1 × n_embd]: the shared expert's sigmoid gate */
 } layer_weights;
 
 struct cdx_model {
@@ -50,12 +59,14 @@ struct cdx_model {
     float *out_norm;                    /* [n_embd] */
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     layer_weights *layers;              /* [n_layer] */
+    cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */
+    size_t n_mats;
     char notes[512];
     /* The weights in a kernel set's load-time layout (cdx_matmul_pack), made by the first forward
      * context that runs on that set: a cache of the weights, so packing goes through a const model. */
     pthread_mutex_t pack_mu;
     const cdx_kernels *packed_k;
-    void **packs;                       /* [n_packs]: per matrix (model_mat order) its owned buffer or NULL */
+    void **packs;                       /* [n_packs]: per matrix (mats order) its owned buffer or NULL */
     const void **orig_data;             /* [n_packs]: w->data before a copy replaced it, or NULL */
     size_t n_packs;
 };

@@ -4,8 +4,13 @@
  *   per layer: h = rmsnorm(x)·w; q,k,v = h·Wqᵀ(+b) ...; [qwen3: per-head rmsnorm of q,k];
  *              rope(q,k); attn = softmax(q·kᵀ/√d)·v over the sequence's cache; x += attn·Woᵀ
  *              h = rmsnorm(x)·w; x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ
+ *              [sparse layers (modeling_qwen3_moe / mixtral / qwen2_moe): p = softmax(h·Wrᵀ) in f32,
+ *               the top k of p (renormalised when norm_topk_prob), x += Σ_e p_e·expert_e(h) summed in
+ *               expert order as transformers' index_add_ loop does, Qwen2-MoE adding
+ *               sigmoid(h·w_sg)·shared(h)]
  *   logits = rmsnorm(x)·w · Woutᵀ
- */
+ * In a batch, a sparse layer groups the tokens by expert, so each expert's weights are read once
+ * per forward over the gathered rows; a row's result does not depend on which rows are beside it. */
 #include "arch.h"
 
 #include <math.h>
@@ -18,6 +23,12 @@ struct cdx_forward_ctx {
     cdx_pool *pool;
     int64_t max_tokens;
     float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;   /* [max_tokens][...] */
+    /* sparse layers */
+    float *router;         /* [max_tokens][n_expert] */
+    float *xg, *yg, *moe;  /* [max_tokens][n_embd]: gathered rows, an expert's outputs, the layer's sum */
+    float *sel_w, *grp_w;  /* [max_tokens][n_expert_used]: chosen weights by token, by expert group */
+    int32_t *sel_e;        /* [max_tokens][n_expert_used]: chosen experts */
+    int64_t *grp_tok;      /* [max_tokens]: the tokens of one expert's group, ascending */
     int64_t *pos;          /* [max_tokens] */
     int32_t *seq;          /* [max_tokens] */
     cdx_attn_row *arows;   /* [max_tokens] */
@@ -70,6 +81,8 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->x); free(fc->xn); free(fc->q); free(fc->kk); free(fc->vv); free(fc->attn);
     free(fc->ffn_g); free(fc->ffn_u); free(fc->pos); free(fc->seq); free(fc->ws);
     free(fc->arows);
+    free(fc->router); free(fc->xg); free(fc->yg); free(fc->moe); free(fc->sel_w); free(fc->grp_w);
+    free(fc->sel_e); free(fc->grp_tok);
     cdx_pool_destroy(fc->pool);
     free(fc);
 }
@@ -106,22 +119,34 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
     fc->kk = malloc(n * kvd * sizeof(float));
     fc->vv = malloc(n * kvd * sizeof(float));
     fc->attn = malloc(n * q * sizeof(float));
-    fc->ffn_g = malloc(n * (size_t)hp->n_ff * sizeof(float));
-    fc->ffn_u = malloc(n * (size_t)hp->n_ff * sizeof(float));
+    int64_t ff = hp->n_ff;
+    ff = hp->n_ff_expert > ff ? hp->n_ff_expert : ff;
+    ff = hp->n_ff_shared > ff ? hp->n_ff_shared : ff;
+    fc->ffn_g = malloc(n * (size_t)ff * sizeof(float));
+    fc->ffn_u = malloc(n * (size_t)ff * sizeof(float));
+    bool moe_ok = true;
+    if (hp->n_expert > 0) {
+        const size_t nk = n * (size_t)hp->n_expert_used, ne = (size_t)hp->n_expert;
+        fc->router = malloc(n * ne * sizeof(float));
+        fc->xg = malloc(n * (size_t)hp->n_embd * sizeof(float));
+        fc->yg = malloc(n * (size_t)hp->n_embd * sizeof(float));
+        fc->moe = malloc(n * (size_t)hp->n_embd * sizeof(float));
+        fc->sel_w = malloc(nk * sizeof(float));
+        fc->grp_w = malloc(nk * sizeof(float));
+        fc->sel_e = malloc(nk * sizeof(int32_t));
+        fc->grp_tok = malloc(nk * sizeof(int64_t));
+        moe_ok = fc->router && fc->xg && fc->yg && fc->moe && fc->sel_w && fc->grp_w && fc->sel_e && fc->grp_tok;
+    }
     fc->pos = malloc(n * sizeof(int64_t));
     fc->seq = malloc(n * sizeof(int32_t));
     fc->arows = malloc(n * sizeof *fc->arows);
-    size_t ws = cdx_matmul_ws_bytes(&m->output, max_tokens, cdx_pool_size(fc->pool));
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        const layer_weights *L = &m->layers[l];
-        const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
-        for (int i = 0; i < 7; i++) {
-            size_t b = cdx_matmul_ws_bytes(mats[i], max_tokens, cdx_pool_size(fc->pool));
-            ws = b > ws ? b : ws;
-        }
+    size_t ws = 0;
+    for (size_t i = 0; i < m->n_mats; i++) {
+        size_t b = cdx_matmul_ws_bytes(m->mats[i], max_tokens, cdx_pool_size(fc->pool));
+        ws = b > ws ? b : ws;
     }
-    fc->ws = malloc(ws);
-    if (!fc->x || !fc->xn || !fc->q || !fc->kk || !fc->vv || !fc->attn || !fc->ffn_g || !fc->ffn_u || !fc->pos ||
+    fc->ws = malloc(ws ? ws : 1);
+    if (!moe_ok || !fc->x || !fc->xn || !fc->q || !fc->kk || !fc->vv || !fc->attn || !fc->ffn_g || !fc->ffn_u || !fc->pos ||
         !fc->seq || !fc->ws || !fc->arows) {
         cdx_forward_ctx_free(fc);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
@@ -162,6 +187,101 @@ static void rope(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- mixture of experts ---- */
+
+/* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
+ * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked. */
+static void route(float *p, int64_t ne, int64_t k, bool renorm, int32_t *sel, float *w)
+{
+    float mx = p[0];
+    for (int64_t e = 1; e < ne; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    float sum = 0;
+    for (int64_t e = 0; e < ne; e++) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    for (int64_t e = 0; e < ne; e++)
+        p[e] /= sum;
+    for (int64_t r = 0; r < k; r++) {
+        int32_t best = -1;
+        for (int64_t e = 0; e < ne; e++) {
+            bool taken = false;
+            for (int64_t j = 0; j < r; j++)
+                taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = (int32_t)e;
+        }
+        sel[r] = best;
+        w[r] = p[best];
+    }
+    if (renorm) {
+        float s = 0;
+        for (int64_t r = 0; r < k; r++)
+            s += w[r];
+        for (int64_t r = 0; r < k; r++)
+            w[r] /= s;
+    }
+}
+
+/* out[n][E] = the sparse block of layer L over the normalised rows xn. Tokens are grouped by
+ * expert (ascending within a group); each expert runs once over its gathered rows and adds weight·output to its tokens' sums. Expert ids ascend in the outer loop,
+ * so every token's sum runs in the same order — its experts' ids, ascending — whatever the batch. */
+static void moe_block(cdx_forward_ctx *fc, const layer_weights *L, const float *xn, int64_t n, float *out)
+{
+    const cdx_hparams *hp = &fc->m->hp;
+    const cdx_kernels *K = fc->k;
+    cdx_pool *pool = fc->pool;
+    const int64_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
+    cdx_matmul(K, pool, &L->router, xn, n, fc->router, fc->ws);
+    for (int64_t i = 0; i < n; i++)
+        route(fc->router + i * ne, ne, k, hp->norm_topk_prob, fc->sel_e + i * k, fc->sel_w + i * k);
+    memset(out, 0, (size_t)(n * E) * sizeof(float));
+    for (int64_t e = 0; e < ne; e++) {
+        /* gather the tokens that chose e, ascending */
+        int64_t c = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t r = 0; r < k; r++)
+                if (fc->sel_e[i * k + r] == e) {
+                    fc->grp_tok[c] = i;
+                    fc->grp_w[c] = fc->sel_w[i * k + r];
+                    memcpy(fc->xg + c * E, xn + i * E, (size_t)E * sizeof(float));
+                    c++;
+                }
+        if (!c)
+            continue;
+        const int64_t F = L->exp_gate[e].rows;
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->exp_gate[e], &L->exp_up[e] }, 2, fc->xg, c,
+                         (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
+        for (int64_t j = 0; j < c * F; j++)
+            fc->ffn_g[j] = silu(fc->ffn_g[j]) * fc->ffn_u[j];
+        cdx_matmul(K, pool, &L->exp_down[e], fc->ffn_g, c, fc->yg, fc->ws);
+        for (int64_t j = 0; j < c; j++) {
+            float *o = out + fc->grp_tok[j] * E;
+            const float *y = fc->yg + j * E, w = fc->grp_w[j];
+            for (int64_t d = 0; d < E; d++)
+                o[d] += y[d] * w;
+        }
+    }
+    if (!L->sh_gate.data)
+        return;
+    /* Qwen2-MoE: out += sigmoid(xn·w_sg) · shared(xn) */
+    const int64_t F = L->sh_gate.rows;
+    cdx_matmul(K, pool, &L->sh_router, xn, n, fc->router, fc->ws);
+    cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->sh_gate, &L->sh_up }, 2, xn, n,
+                     (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
+    for (int64_t j = 0; j < n * F; j++)
+        fc->ffn_g[j] = silu(fc->ffn_g[j]) * fc->ffn_u[j];
+    cdx_matmul(K, pool, &L->sh_down, fc->ffn_g, n, fc->yg, fc->ws);
+    for (int64_t i = 0; i < n; i++) {
+        const float g = 1.0f / (1.0f + expf(-fc->router[i])); /* router reused: [n][1] */
+        float *o = out + i * E;
+        const float *y = fc->yg + i * E;
+        for (int64_t d = 0; d < E; d++)
+            o[d] += g * y[d];
+    }
+}
 
 /* ---- the pass ---- */
 
@@ -270,6 +390,12 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
             fc->x[i] += fc->xn[i];
         for (int64_t i = 0; i < n; i++)
             rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
+        if (L->moe) {
+            moe_block(fc, L, fc->xn, n, fc->moe);
+            for (int64_t i = 0; i < n * E; i++)
+                fc->x[i] += fc->moe[i];
+            continue;
+        }
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->xn, n,
                          (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
         for (int64_t i = 0; i < n * hp->n_ff; i++)

@@ -15,7 +15,7 @@
 
 /* ---- tensor roles ---- */
 
-typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2 } dim_kind;
+typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM } need_kind;
 
 static const struct role_desc {
@@ -63,6 +63,9 @@ static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
     case D_FF: return hp->n_ff;
     case D_HD: return hp->head_dim;
     case D_ROT2: return hp->n_rot / 2;
+    case D_NEXP: return hp->n_expert;
+    case D_FFE: return hp->n_ff_expert;
+    case D_FFS: return hp->n_ff_shared;
     default: return 1;
     }
 }
@@ -73,6 +76,7 @@ typedef struct {
     uint32_t type;
     int n_dims;
     int64_t rows, cols;
+    int64_t n_mat;          /* GGUF's stacked experts: n_mat matrices of rows × cols, one after another; else 1 */
     const void *data;
     size_t n_bytes;
 } src_tensor;
@@ -84,15 +88,43 @@ typedef struct {
     bool *used;
     int64_t n;
     bool gguf;
+    const uint8_t *layer_flags; /* config.json's per-layer CDX_HF_LAYER_MOE (NULL: GGUF, where a router says so) */
+    int64_t *by_name;           /* [n]: tensor indices sorted by name, for lookups */
 } binder;
+
+static int by_name_cmp(const void *a, const void *b, void *base)
+{
+    const src_tensor *t = base;
+    return strcmp(t[*(const int64_t *)a].name, t[*(const int64_t *)b].name);
+}
+
+/* Sorts the names once: a mixture of experts has tens of thousands of tensors. */
+static int index_names(binder *b, cdx_err *err)
+{
+    b->by_name = malloc((size_t)(b->n ? b->n : 1) * sizeof *b->by_name);
+    if (!b->by_name)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < b->n; i++)
+        b->by_name[i] = i;
+    qsort_r(b->by_name, (size_t)b->n, sizeof *b->by_name, by_name_cmp, b->tensors);
+    return CDX_OK;
+}
 
 static const src_tensor *find_tensor(binder *b, const char *name, int64_t *idx)
 {
-    for (int64_t i = 0; i < b->n; i++)
-        if (!strcmp(b->tensors[i].name, name)) {
-            *idx = i;
-            return &b->tensors[i];
+    int64_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(b->tensors[b->by_name[mid]].name, name);
+        if (!c) {
+            *idx = b->by_name[mid];
+            return &b->tensors[*idx];
         }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 
@@ -135,7 +167,8 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
     if (!needed && rd->need != NEED_OPTIONAL)
         return CDX_OK; /* left unused: reported as unexpected below */
     int64_t rows = dim_value(hp, rd->rows), cols = rd->is_mat ? dim_value(hp, rd->cols) : 1;
-    bool shape_ok = rd->is_mat ? (t->n_dims == 2 && t->rows == rows && t->cols == cols)
+    bool shape_ok = t->n_mat != 1 ? false
+                    : rd->is_mat ? (t->n_dims == 2 && t->rows == rows && t->cols == cols)
                                : (t->rows * t->cols == rows && (t->n_dims == 1 || t->rows == 1 || t->cols == 1));
     if (!shape_ok)
         return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld]; the model's hyperparameters need [%lld, %lld]",
@@ -156,6 +189,183 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
         return CDX_OK;
     }
     return to_f32_copy(b, t, vec, err);
+}
+
+/* ---- mixture-of-experts tensors ---- */
+
+typedef enum {
+    MOE_ROUTER, MOE_GATE, MOE_UP, MOE_DOWN, MOE_SH_ROUTER, MOE_SH_GATE, MOE_SH_UP, MOE_SH_DOWN, MOE_ROLE_COUNT
+} moe_role;
+
+/* A sparse layer's tensors. GGUF (llama.cpp's names): each expert role is one stacked tensor
+ * [n_expert][rows][cols]. HF (transformers' names): one tensor per expert, "%d" the layer, then
+ * the expert; Mixtral names its experts w1 (gate), w3 (up), w2 (down). */
+static const struct moe_role_desc {
+    const char *gguf, *hf, *hf_mixtral;
+    dim_kind rows, cols;
+    bool per_expert, shared;
+} k_moe_roles[MOE_ROLE_COUNT] = {
+    [MOE_ROUTER]    = { "blk.%d.ffn_gate_inp.weight", "model.layers.%d.mlp.gate.weight",
+                        "model.layers.%d.block_sparse_moe.gate.weight", D_NEXP, D_EMBD, false, false },
+    [MOE_GATE]      = { "blk.%d.ffn_gate_exps.weight", "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+                        "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", D_FFE, D_EMBD, true, false },
+    [MOE_UP]        = { "blk.%d.ffn_up_exps.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
+                        "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", D_FFE, D_EMBD, true, false },
+    [MOE_DOWN]      = { "blk.%d.ffn_down_exps.weight", "model.layers.%d.mlp.experts.%d.down_proj.weight",
+                        "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", D_EMBD, D_FFE, true, false },
+    [MOE_SH_ROUTER] = { "blk.%d.ffn_gate_inp_shexp.weight", "model.layers.%d.mlp.shared_expert_gate.weight", NULL,
+                        D_ONE, D_EMBD, false, true },
+    [MOE_SH_GATE]   = { "blk.%d.ffn_gate_shexp.weight", "model.layers.%d.mlp.shared_expert.gate_proj.weight", NULL,
+                        D_FFS, D_EMBD, false, true },
+    [MOE_SH_UP]     = { "blk.%d.ffn_up_shexp.weight", "model.layers.%d.mlp.shared_expert.up_proj.weight", NULL,
+                        D_FFS, D_EMBD, false, true },
+    [MOE_SH_DOWN]   = { "blk.%d.ffn_down_shexp.weight", "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL,
+                        D_EMBD, D_FFS, false, true },
+};
+
+/* Binds n_mat matrices of rows × cols from one tensor (n_mat > 1: a GGUF expert stack) into out[]. */
+static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, int64_t n_mat, cdx_mat *out, cdx_err *err)
+{
+    int64_t idx = -1;
+    const src_tensor *t = find_tensor(b, name, &idx);
+    const cdx_hparams *hp = &b->m->hp;
+    if (!t)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; the %s architecture needs it (%lld experts, "
+                           "%lld used per token)", b->path, name, hp->arch_name, (long long)hp->n_expert,
+                           (long long)hp->n_expert_used);
+    const bool vec_ok = rows == 1 && t->n_dims == 1; /* GGUF's shared-expert gate is a vector */
+    const int want_dims = n_mat > 1 ? 3 : 2;
+    if (t->n_mat != n_mat || t->rows != rows || t->cols != cols || (!vec_ok && t->n_dims != want_dims && !(n_mat == 1 && t->n_dims == 3)))
+        return n_mat > 1 || t->n_mat != 1
+                   ? cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld, %lld]; the model's "
+                                 "hyperparameters need [%lld, %lld, %lld] (experts × rows × columns)", b->path, name,
+                                 (long long)t->n_mat, (long long)t->rows, (long long)t->cols, (long long)n_mat,
+                                 (long long)rows, (long long)cols)
+                   : cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld]; the model's "
+                                 "hyperparameters need [%lld, %lld]", b->path, name, (long long)t->rows,
+                                 (long long)t->cols, (long long)rows, (long long)cols);
+    if (!cdx_matmul_supports(t->type))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s, which caldrix cannot compute with yet",
+                           b->path, name, cdx_type_name(t->type));
+    size_t rb, one, all;
+    if (cdx_type_row_bytes(t->type, (uint64_t)cols, &rb, err))
+        return cdx_err_prefix(err, "%s: tensor \"%s\"", b->path, name);
+    if (!cdx_mul_size(rb, (size_t)rows, &one) || !cdx_mul_size(one, (size_t)n_mat, &all) || all > t->n_bytes)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" holds %zu bytes; %lld × %lld × %lld of type %s need more",
+                           b->path, name, t->n_bytes, (long long)n_mat, (long long)rows, (long long)cols,
+                           cdx_type_name(t->type));
+    b->used[idx] = true;
+    for (int64_t e = 0; e < n_mat; e++)
+        out[e] = (cdx_mat){ .type = t->type, .data = (const uint8_t *)t->data + (size_t)e * one, .rows = rows,
+                            .cols = cols, .row_bytes = rb, .act_half = b->gguf };
+    return CDX_OK;
+}
+
+static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
+{
+    cdx_model *m = b->m;
+    const cdx_hparams *hp = &m->hp;
+    const size_t ne = (size_t)hp->n_expert;
+    L->moe = true;
+    L->exp_gate = calloc(ne, sizeof(cdx_mat));
+    L->exp_up = calloc(ne, sizeof(cdx_mat));
+    L->exp_down = calloc(ne, sizeof(cdx_mat));
+    if (!L->exp_gate || !L->exp_up || !L->exp_down)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    cdx_mat *dst[MOE_ROLE_COUNT] = { &L->router, L->exp_gate, L->exp_up, L->exp_down,
+                                     &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
+    char name[192];
+    for (int r = 0; r < MOE_ROLE_COUNT; r++) {
+        const struct moe_role_desc *rd = &k_moe_roles[r];
+        if (rd->shared && !m->desc->shared_expert)
+            continue;
+        const char *fmt = b->gguf ? rd->gguf : hp->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+        if (!fmt)
+            continue;
+        const int64_t rows = dim_value(hp, rd->rows), cols = dim_value(hp, rd->cols);
+        int rc;
+        if (!rd->per_expert || b->gguf) {
+            snprintf(name, sizeof name, fmt, layer);
+            if ((rc = bind_mat(b, name, rows, cols, rd->per_expert ? (int64_t)ne : 1, dst[r], err)))
+                return rc;
+            continue;
+        }
+        for (size_t e = 0; e < ne; e++) {
+            snprintf(name, sizeof name, fmt, layer, (int)e);
+            if ((rc = bind_mat(b, name, rows, cols, 1, &dst[r][e], err)))
+                return rc;
+        }
+    }
+    return CDX_OK;
+}
+
+void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
+{
+    const arch_desc *d = arch_get(p->arch);
+    if (!d)
+        return;
+    char name[192];
+    for (int r = 0; r < ROLE_COUNT; r++) {
+        const struct role_desc *rd = &k_roles[r];
+        const char *fmt = p->gguf ? rd->gguf : rd->hf;
+        if (!fmt || rd->per_layer)
+            continue;
+        bool req = rd->need == NEED_ALWAYS || (r == ROLE_OUTPUT && p->untied && !p->gguf);
+        fn(ctx, fmt, req);
+    }
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        const bool sparse = p->sparse && p->sparse[l] && p->n_expert > 0;
+        for (int r = 0; r < ROLE_COUNT; r++) {
+            const struct role_desc *rd = &k_roles[r];
+            const char *fmt = p->gguf ? rd->gguf : rd->hf;
+            if (!fmt || !rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
+                continue;
+            const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
+            if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
+                continue;
+            snprintf(name, sizeof name, fmt, (int)l);
+            fn(ctx, name, rd->need != NEED_OPTIONAL);
+        }
+        for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
+            const struct moe_role_desc *rd = &k_moe_roles[r];
+            const char *fmt = p->gguf ? rd->gguf : p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+            if (!fmt || (rd->shared && !d->shared_expert))
+                continue;
+            for (int64_t e = 0; e < (rd->per_expert && !p->gguf ? p->n_expert : 1); e++) {
+                snprintf(name, sizeof name, fmt, (int)l, (int)e);
+                fn(ctx, name, true);
+            }
+        }
+    }
+}
+
+/* Every weight matrix in one list (m->mats): packing, workspace sizing and the fingerprint walk it. */
+static int collect_mats(cdx_model *m, cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    size_t cap = 1;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        cap += 8 + (m->layers[l].moe ? 3 * (size_t)hp->n_expert + 4 : 0);
+    m->mats = calloc(cap, sizeof *m->mats);
+    if (!m->mats)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    size_t n = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        cdx_mat *att[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
+                           &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
+        for (size_t i = 0; i < sizeof att / sizeof att[0]; i++)
+            if (att[i]->data)
+                m->mats[n++] = att[i];
+        for (int64_t e = 0; L->moe && e < hp->n_expert; e++) {
+            m->mats[n++] = &L->exp_gate[e];
+            m->mats[n++] = &L->exp_up[e];
+            m->mats[n++] = &L->exp_down[e];
+        }
+    }
+    m->mats[n++] = &m->output;
+    m->n_mats = n;
+    return CDX_OK;
 }
 
 /* ---- RoPE frequencies ---- */
@@ -225,6 +435,20 @@ static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
                            (double)hp->rms_eps, hp->rope_theta);
+    if (!hp->n_expert)
+        return CDX_OK;
+    /* the readers name the file's own fields; these are the bounds both share */
+    if (hp->n_expert < 1 || hp->n_expert > 4096)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: expert count is %lld; expected 1..4096", path, (long long)hp->n_expert);
+    if (hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: experts used per token is %lld; expected 1..%lld (the expert count)",
+                           path, (long long)hp->n_expert_used, (long long)hp->n_expert);
+    if (hp->n_ff_expert < 1 || hp->n_ff_expert > (1 << 20))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: expert feed-forward size is %lld; expected 1..%d", path,
+                           (long long)hp->n_ff_expert, 1 << 20);
+    if (hp->n_ff_shared < 0 || hp->n_ff_shared > (1 << 20) || (hp->n_ff_shared == 0 && hp->arch == CDX_ARCH_QWEN2_MOE))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: shared expert feed-forward size is %lld; expected 1..%d", path,
+                           (long long)hp->n_ff_shared, 1 << 20);
     return CDX_OK;
 }
 
@@ -233,10 +457,7 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     cdx_model *m = b->m;
     cdx_hparams *hp = &m->hp;
     int rc;
-    if (m->desc->moe)
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: architecture %s is a mixture of experts; caldrix does not run "
-                           "mixtures of experts yet (dense Llama, Mistral, Qwen2 and Qwen3 only)", b->path, hp->arch_name);
-    if ((rc = check_hparams(hp, b->path, err)))
+    if ((rc = check_hparams(hp, b->path, err)) || (rc = index_names(b, err)))
         return rc;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers)
@@ -275,12 +496,28 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
             (rc = bind_role(b, ROLE_BV, il, NULL, &L->bv, NULL, err)) ||
             (rc = bind_role(b, ROLE_QNORM, il, NULL, &L->q_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_KNORM, il, NULL, &L->k_norm, NULL, err)) ||
-            (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
-            (rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) ||
-            (rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)) ||
-            (rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err)))
+            (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)))
+            goto out;
+        /* sparse: config.json says so per layer (mlp_only_layers, decoder_sparse_step); a GGUF by its router */
+        bool sparse = false;
+        if (hp->n_expert > 0 && b->layer_flags)
+            sparse = b->layer_flags[l] & CDX_HF_LAYER_MOE;
+        else if (hp->n_expert > 0) {
+            char rn[96];
+            int64_t ri;
+            snprintf(rn, sizeof rn, "blk.%d.ffn_gate_inp.weight", il);
+            sparse = find_tensor(b, rn, &ri) != NULL;
+        }
+        if (sparse)
+            rc = bind_moe_layer(b, il, L, err);
+        else if (!(rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) &&
+                 !(rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)))
+            rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err);
+        if (rc)
             goto out;
     }
+    if ((rc = collect_mats(m, err)))
+        goto out;
     for (int64_t i = 0; i < b->n; i++)
         if (!b->used[i]) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not used by the %s architecture", b->path,
@@ -297,6 +534,8 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     rc = rope_init(m, freqs, rope_scaling, b->path, err);
 out:
     free(freqs);
+    free(b->by_name);
+    b->by_name = NULL;
     return rc;
 }
 
@@ -349,9 +588,54 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->rms_eps = cdx_gguf_get_f64(g, key, &f) ? (float)f : 1e-5f;
     snprintf(key, sizeof key, "%s.rope.freq_base", a);
     hp->rope_theta = cdx_gguf_get_f64(g, key, &f) ? f : 10000.0;
-    if (gguf_arch_u64(g, a, "expert_count", &v) && v > 0)
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_count is %llu: a mixture of experts; caldrix does not "
-                           "run mixtures of experts yet", path, a, (unsigned long long)v);
+    /* mixtures of experts: qwen2moe / qwen3moe, and "llama" with an expert_count (Mixtral) */
+    uint64_t n_exp = 0;
+    const bool has_exp = gguf_arch_u64(g, a, "expert_count", &n_exp);
+    if (has_exp && n_exp > 0 && d->arch == CDX_ARCH_LLAMA) {
+        d = m->desc = arch_get(CDX_ARCH_MIXTRAL);
+        hp->arch = d->arch;
+    }
+    if (d->moe) {
+        if (!has_exp || n_exp == 0 || n_exp > 4096)
+            return has_exp ? cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_count is %llu; a mixture of experts needs "
+                                         "1..4096 experts", path, a, (unsigned long long)n_exp)
+                           : cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_count is missing; the %s architecture is a "
+                                         "mixture of experts", path, a, a);
+        hp->n_expert = (int64_t)n_exp;
+        if (!gguf_arch_u64(g, a, "expert_used_count", &v))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_used_count is missing or not an unsigned integer", path, a);
+        if (v == 0 || v > n_exp)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_used_count is %llu; expected 1..%llu (%s.expert_count)",
+                               path, a, (unsigned long long)v, (unsigned long long)n_exp, a);
+        hp->n_expert_used = (int64_t)v;
+        /* llama.cpp's defaults when the widths are not written (llama-model.cpp) */
+        if (gguf_arch_u64(g, a, "expert_feed_forward_length", &v)) {
+            if (v == 0 || v > (1 << 20))
+                return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_feed_forward_length is %llu; expected 1..%d", path, a,
+                                   (unsigned long long)v, 1 << 20);
+            hp->n_ff_expert = (int64_t)v;
+        } else
+            hp->n_ff_expert = d->arch == CDX_ARCH_MIXTRAL ? hp->n_ff : hp->n_ff / hp->n_expert_used;
+        if (d->shared_expert) {
+            if (gguf_arch_u64(g, a, "expert_shared_feed_forward_length", &v)) {
+                if (v == 0 || v > (1 << 20))
+                    return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_shared_feed_forward_length is %llu; expected 1..%d",
+                                       path, a, (unsigned long long)v, 1 << 20);
+                hp->n_ff_shared = (int64_t)v;
+            } else
+                hp->n_ff_shared = hp->n_ff;
+        }
+        /* llama.cpp's other routing keys: only softmax gating with unscaled weights is what these compute */
+        if (gguf_arch_u64(g, a, "expert_gating_func", &v) && v != 1)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_gating_func is %llu; caldrix routes experts by "
+                               "softmax (1) only", path, a, (unsigned long long)v);
+        snprintf(key, sizeof key, "%s.expert_weights_scale", a);
+        if (cdx_gguf_get_f64(g, key, &f) && f != 1.0)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is %g; caldrix does not scale expert weights", path, key, f);
+        bool norm;
+        snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+        hp->norm_topk_prob = cdx_gguf_get_bool(g, key, &norm) ? norm : d->norm_topk;
+    }
     hp->rope_mode = d->gguf_rope;
     hp->qkv_bias = d->qkv_bias;
     hp->qk_norm = d->qk_norm;
@@ -381,13 +665,13 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     int rc = CDX_OK;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const cdx_gguf_tensor *t = &g->tensors[i];
-        if (t->n_dims > 2 && (t->ne[2] != 1 || t->ne[3] != 1)) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
-                             path, t->name, t->n_dims);
+        if (t->n_dims > 3 && t->ne[3] != 1) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices, vectors "
+                             "and stacks of experts' matrices", path, t->name, t->n_dims);
             break;
         }
-        b.tensors[i] = (src_tensor){ t->name, t->type, t->n_dims > 2 ? 2 : (int)t->n_dims, (int64_t)t->ne[1],
-                                     (int64_t)t->ne[0], t->data, t->n_bytes };
+        b.tensors[i] = (src_tensor){ t->name, t->type, t->n_dims > 3 ? 3 : (int)t->n_dims, (int64_t)t->ne[1],
+                                     (int64_t)t->ne[0], (int64_t)t->ne[2], t->data, t->n_bytes };
     }
     if (!rc)
         rc = bind_all(&b, NULL, err);
@@ -439,12 +723,30 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
                          dir, cfg->mlp_bias ? "mlp_bias" : "attention_bias");
         goto out;
     }
+    if (d->moe) {
+        if (cfg->n_experts < 1) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: %s is %lld; a %s checkpoint needs at least one expert",
+                             dir, d->arch == CDX_ARCH_MIXTRAL ? "num_local_experts" : "num_experts",
+                             (long long)cfg->n_experts, cfg->architecture);
+            goto out;
+        }
+        hp->n_expert = cfg->n_experts;
+        hp->n_expert_used = cfg->n_experts_per_tok; /* <= n_experts: the config reader checked */
+        hp->n_ff_expert = cfg->moe_intermediate_size;
+        hp->n_ff_shared = d->shared_expert ? cfg->shared_expert_intermediate_size : 0;
+        hp->norm_topk_prob = cfg->norm_topk_prob;
+        if (d->shared_expert && hp->n_ff_shared < 1) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: shared_expert_intermediate_size is %lld; expected 1 or more",
+                             dir, (long long)hp->n_ff_shared);
+            goto out;
+        }
+    }
     hp->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < hp->n_vocab ? (int32_t)cfg->bos_token_id : -1;
     for (int i = 0; i < cfg->n_eos && hp->n_eos < CDX_MAX_EOS; i++)
         hp->eos_ids[hp->n_eos++] = (int32_t)cfg->eos_token_ids[i];
     if ((rc = cdx_st_open(dir, &m->st, err)))
         goto out;
-    binder b = { .m = m, .path = dir, .gguf = false, .n = (int64_t)m->st->n_tensors };
+    binder b = { .m = m, .path = dir, .gguf = false, .n = (int64_t)m->st->n_tensors, .layer_flags = cfg->layer_flags };
     b.tensors = calloc(b.n ? (size_t)b.n : 1, sizeof *b.tensors);
     b.used = calloc(b.n ? (size_t)b.n : 1, sizeof *b.used);
     if (!b.tensors || !b.used) {
@@ -459,7 +761,7 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
                              dir, t->name, t->n_dims);
         b.tensors[i] = (src_tensor){ t->name, t->type, (int)t->n_dims, t->n_dims == 2 ? (int64_t)t->shape[0] : 1,
-                                     (int64_t)t->shape[t->n_dims ? t->n_dims - 1 : 0], t->data, t->n_bytes };
+                                     (int64_t)t->shape[t->n_dims ? t->n_dims - 1 : 0], 1, t->data, t->n_bytes };
     }
     if (!rc)
         rc = bind_all(&b, cfg->rope_type == CDX_HF_ROPE_LLAMA3 ? cfg : NULL, err);
@@ -477,6 +779,8 @@ out:
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *huge_alloc(size_t bytes)
 {
+    if (bytes < HUGE_PAGE / 2) /* small matrices (an expert of a tiny model): a page of its own would waste most of it */
+        return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     size_t total = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     void *p = aligned_alloc(HUGE_PAGE, total);
     if (p)
@@ -510,15 +814,7 @@ static void copy_part(void *arg, int ith, int nth)
     memcpy(j->dst + a, j->src + a, e - a);
 }
 
-/* Matrix i of the model's n_layer·7 + 1 (the output last). */
-static cdx_mat *model_mat(cdx_model *m, size_t i)
-{
-    if (i == (size_t)m->hp.n_layer * 7)
-        return &m->output;
-    layer_weights *L = &m->layers[i / 7];
-    cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
-    return mats[i % 7];
-}
+static cdx_mat *model_mat(cdx_model *m, size_t i) { return m->mats[i]; }
 
 static void model_unpack(cdx_model *m)
 {
@@ -548,7 +844,7 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         pthread_mutex_unlock(&m->pack_mu);
         return CDX_OK;
     }
-    const size_t n_mats = (size_t)m->hp.n_layer * 7 + 1;
+    const size_t n_mats = m->n_mats;
     const char *env = getenv("CALDRIX_MMAP");
     const bool in_place = env && *env && strcmp(env, "0");
     m->packs = calloc(n_mats, sizeof *m->packs);
@@ -599,8 +895,10 @@ void cdx_model_close(cdx_model *m)
             layer_weights *L = &m->layers[l];
             free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
             free(L->q_norm); free(L->k_norm);
+            free(L->exp_gate); free(L->exp_up); free(L->exp_down);
         }
     free(m->layers);
+    free(m->mats);
     free(m->out_norm);
     free(m->inv_freq);
     cdx_gguf_close(m->gguf);
@@ -659,13 +957,18 @@ const char *cdx_model_notes(const cdx_model *m) { return m->notes; }
 
 size_t cdx_model_weight_bytes(const cdx_model *m)
 {
-    size_t total = (size_t)m->output.rows * m->output.row_bytes;
-    for (int64_t l = 0; l < m->hp.n_layer; l++) {
-        const layer_weights *L = &m->layers[l];
-        const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
-        for (int i = 0; i < 7; i++)
-            total += (size_t)mats[i]->rows * mats[i]->row_bytes;
-    }
+    /* every matrix, except that a sparse layer reads n_expert_used of its n_expert experts */
+    size_t total = 0, experts = 0;
+    for (size_t i = 0; i < m->n_mats; i++)
+        total += (size_t)m->mats[i]->rows * m->mats[i]->row_bytes;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        for (int64_t e = 0; m->layers[l].moe && e < m->hp.n_expert; e++) {
+            const cdx_mat *x[] = { &m->layers[l].exp_gate[e], &m->layers[l].exp_up[e], &m->layers[l].exp_down[e] };
+            for (int i = 0; i < 3; i++)
+                experts += (size_t)x[i]->rows * x[i]->row_bytes;
+        }
+    if (experts)
+        total -= experts - (size_t)((double)experts * (double)m->hp.n_expert_used / (double)m->hp.n_expert);
     return total;
 }
 
@@ -712,6 +1015,18 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
         for (int i = 0; i < 7; i++)
             fp_mat(c, mats[i]);
+        if (!L->moe)
+            continue;
+        const int64_t moe_ints[] = { hp->n_ff_expert, hp->n_ff_shared, hp->norm_topk_prob };
+        EVP_DigestUpdate(c, moe_ints, sizeof moe_ints);
+        const cdx_mat *shared[] = { &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
+        for (int i = 0; i < 5; i++)
+            fp_mat(c, shared[i]);
+        for (int64_t e = 0; e < hp->n_expert; e++) {
+            fp_mat(c, &L->exp_gate[e]);
+            fp_mat(c, &L->exp_up[e]);
+            fp_mat(c, &L->exp_down[e]);
+        }
     }
     EVP_DigestFinal_ex(c, out, &n);
     EVP_MD_CTX_free(c);

@@ -524,6 +524,12 @@ int main(void)
         { "../shared/fixtures/hf/qwen3", "../shared/fixtures/hf/qwen3/golden.json", "", "" },
         { "../shared/fixtures/hf/qwen2", "../shared/fixtures/hf/qwen2/golden.json", "", "" },
         { "../shared/fixtures/hf/mistral", "../shared/fixtures/hf/mistral/golden.json", "", "" },
+        /* mixtures of experts: a batch groups its tokens by expert, each token's bits unchanged */
+        { "../shared/fixtures/hf/qwen3_moe", "../shared/fixtures/hf/qwen3_moe/golden.json", "", "" },
+        { "../shared/fixtures/hf/mixtral", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
+        { "../shared/fixtures/hf/qwen2_moe", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
+        { "../shared/fixtures/hf-gguf/mixtral.gguf", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
+        { "../shared/fixtures/hf-gguf/qwen2_moe.gguf", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
     };
     const char *isas[] = { "scalar", "avx2", "avx512" };
     int k = 0;
