@@ -162,17 +162,23 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
 /* 16 rows × TT tokens of a Q4_K x16k group: per sub-block 8 maddubs in i16, then madd by the
  * row's scale (exact in i32, as vec_dot's sums); per super-block the mins term by madd of (m, m')
  * pairs against the activation's (bsum, bsum') pairs, then d·da and dmin·da. */
-KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
-                          const int TT, float *y, int64_t ys)
+KT_INLINE void x16k_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
+                            const uint8_t *x, size_t xrb, const int TT, float *y, int64_t ys)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[2][X16_TOK];
+    __m256 accg[2][2][X16_TOK];
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            acc[h][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++) {
+            for (int t = 0; t < TT; t++)
+                accg[g][h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++)
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) { /* decode: the groups' streams interleaved super-block by super-block */
+        const uint8_t *Q = Q0 + (size_t)g * gstride, *meta = meta0 + (size_t)g * gstride;
+        __m256 (*acc)[X16_TOK] = accg[g];
         const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
         const cdx_block_q8_K *xb[X16_TOK];
 #pragma GCC unroll 4
@@ -253,26 +259,34 @@ KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, co
         }
     }
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            _mm256_storeu_ps(y + t * ys + 8 * h, acc[h][t]);
+            for (int t = 0; t < TT; t++)
+                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
 }
 
 /* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values two i16 pair sums of 2 maddubs each
  * (2·2·63·128 < 2^15), madd by the int8 scale; the -32 offset once per super-block, as Σ sc·bsum
  * by madd of scale pairs; the same i32 sum as vec_dot, then d·da. */
-KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
-                           const int TT, float *y, int64_t ys)
+KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
+                              const uint8_t *x, size_t xrb, const int TT, float *y, int64_t ys)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[2][X16_TOK];
+    __m256 accg[2][2][X16_TOK];
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            acc[h][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++) {
+            for (int t = 0; t < TT; t++)
+                accg[g][h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++)
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) { /* decode: the groups' streams interleaved super-block by super-block */
+        const uint8_t *Q = Q0 + (size_t)g * gstride, *meta = meta0 + (size_t)g * gstride;
+        __m256 (*acc)[X16_TOK] = accg[g];
         const uint8_t *qp = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
         const cdx_block_q8_K *xb[X16_TOK];
 #pragma GCC unroll 4
@@ -345,10 +359,17 @@ KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
         }
     }
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            _mm256_storeu_ps(y + t * ys + 8 * h, acc[h][t]);
+            for (int t = 0; t < TT; t++)
+                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
 }
+
+/* One group at a time (prefill) and two (decode: X16SB_DECODE_G in kern_x16_run.h). */
+#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
+#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
+#define X16SB_DECODE_G 2
 
 #include "kernel/kern_x16_run.h"

@@ -62,7 +62,20 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
     const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
     for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
         _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
-    for (int64_t r = r0; r < r1; r += 16) {
+    int64_t r = r0;
+#ifdef X16SB_DECODE_G
+    /* decode: X16SB_DECODE_G groups at a time (the includer's x16k_micro_g / x16q6_micro_g), as many
+     * streams in flight */
+    if (n == 1)
+        for (; r + 16 * X16SB_DECODE_G <= r1; r += 16 * X16SB_DECODE_G) {
+            const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+            if (kind == W_Q4_K)
+                x16k_micro_g(Q, Q + (size_t)nsb * qbytes, gbytes, X16SB_DECODE_G, nsb, xq, xrb, 1, y + r, w->rows);
+            else
+                x16q6_micro_g(Q, Q + (size_t)nsb * qbytes, gbytes, X16SB_DECODE_G, nsb, xq, xrb, 1, y + r, w->rows);
+        }
+#endif
+    for (; r < r1; r += 16) {
         const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
         const uint8_t *meta = Q + (size_t)nsb * qbytes;
         for (int64_t t = 0; t < n; t += X16_TOK) {
