@@ -53,7 +53,7 @@ CDX_API size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads);
 CDX_API void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, const float *x, int64_t n,
                         float *y, void *ws);
 /* Load-time repacking: some kernel sets read some types faster from a layout of their own (the
- * AVX-512 set interleaves Q8_0/Q4_0/IQ4_NL rows 16 at a time). cdx_matmul_pack_bytes says how
+ * AVX2 and AVX-512 sets interleave Q8_0/Q4_0/IQ4_NL/Q4_K/Q6_K rows 16 at a time). cdx_matmul_pack_bytes says how
  * big w's packed copy is for k (0: k uses the native layout); cdx_matmul_pack writes it into out
  * (64-byte aligned) on the pool's threads. Then set w->packed = out, w->packed_for = k; other
  * kernel sets ignore it, and w->data stays the reference. */

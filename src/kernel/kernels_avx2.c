@@ -1,5 +1,6 @@
-/* AVX2 + FMA + F16C kernels (the shared template in kern_tmpl.h). Integer dots use maddubs:
- * u8·s8 pair sums in i16 (callers keep them below 2^15), then madd to i32. */
+/* AVX2 + FMA + F16C kernels (the shared template in kern_tmpl.h, and kern_wide256.h for the
+ * load-time layouts). Integer dots use maddubs: u8·s8 pair sums in i16 (callers keep them below
+ * 2^15), then madd to i32. */
 #include <immintrin.h>
 
 #define KT(name) name##_avx2
@@ -27,4 +28,5 @@ typedef __m256 VF;
 #define vf_set1(a) _mm256_set1_ps(a)
 #define vf_store(p, v) _mm256_storeu_ps((p), (v))
 
+#define KT_WIDE_HEADER "kernel/kern_wide256.h"
 #include "kernel/kern_tmpl.h"

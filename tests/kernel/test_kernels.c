@@ -328,13 +328,13 @@ static void packed_layouts_match_scalar(void)
     /* row lengths in units of 256 values: 1, 3 and 8 super-blocks (8, 24 and 64 blocks of 32) */
     /* 544 rows: chunks of 48 rows per thread, so decode also walks two groups at once */
     const int64_t rows_v[] = { 16, 48, 160, 544 }, len_v[] = { 1, 3, 8 }, n_v[] = { 1, 2, 7, 8, 9, 19 };
-    int packed_types = 0;
     for (size_t ii = 0; ii < 4; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
             continue;
         }
+        int packed_types = 0;
         for (size_t ti = 0; ti < N_FAST; ti++) {
             uint32_t type = k_types_fast[ti];
             const cdx_type_traits *t = cdx_type_get(type);
@@ -353,8 +353,9 @@ static void packed_layouts_match_scalar(void)
                         bad += check_case_packed(k, pool, type, rows_v[a], len_v[b] * 256 / t->block, n_v[c], true);
             CHECKF(bad == 0, "%s %s packed: %d mismatches", k_isas[ii], t->name, bad);
         }
-        if (!strcmp(k_isas[ii], "avx512"))
-            CHECKF(packed_types >= 5, "avx512 packs Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (%d types)", packed_types);
+        if (!strcmp(k_isas[ii], "avx512") || !strcmp(k_isas[ii], "avx2"))
+            CHECKF(packed_types >= 5, "%s packs Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (%d types)", k_isas[ii],
+                   packed_types);
     }
     cdx_pool_destroy(pool);
 }

@@ -1,0 +1,375 @@
+/* AVX2 kernels over the load-time layouts (kern_x16.h): Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K rows
+ * interleaved 16 at a time, read by one thread as one sequential stream, for decode and prefill
+ * alike. Included by kern_tmpl.h (through KT_WIDE_HEADER) in kernels_avx2.c only; the native
+ * layouts keep the 256-bit tiles of kern_tmpl.h.
+ *
+ * Without vpdpbusd, one 32-bit lane (one row, 4 values) takes maddubs (u8·s8 pairs to i16) and
+ * madd (pairs to i32). Unsigned 4-bit weights (Q4_0, Q4_K) keep 8 maddubs in i16 before one madd
+ * (16·15·127 < 2^15); signed ones (Q8_0, IQ4_NL) move one factor's sign onto the other, as
+ * tile_b32 does. The integer sums are the AVX-512 set's exactly and
+ * the float steps the same ones in the same order, so both sets give a packed row the same bits. */
+
+#define X16_TOK 4        /* 16 rows × 4 tokens: 8 float accumulators of 16 ymm */
+#define X16_Q8_FLIP 0    /* Q8_0 stays signed */
+#include "kernel/kern_x16.h"
+
+KT_INLINE __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Σ over a lane's 4 products of w·a with w signed: |a|·(w with a's sign), for w ≥ -127 (the IQ4_NL
+ * table), a's |a| computed once for all the rows it meets. */
+KT_INLINE __m256i dot4_signed(__m256i acc, __m256i w, __m256i a_abs, __m256i a)
+{
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a_abs, _mm256_sign_epi8(w, a)),
+                                                   _mm256_set1_epi16(1)));
+}
+/* The same for any w (Q8_0 weights come from files and may be -128; activations stay ≥ -127):
+ * |w|·(a with w's sign), |w| computed once for all the tokens it meets. */
+KT_INLINE __m256i dot4_wsigned(__m256i acc, __m256i w_abs, __m256i w, __m256i a)
+{
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)),
+                                                   _mm256_set1_epi16(1)));
+}
+
+/* 8 u8 scales (one per row) → i16 pairs [s, s] per 32-bit lane, for madd against i16 pair sums. */
+KT_INLINE __m256i sc_pairs_u8(const uint8_t *p)
+{
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+KT_INLINE __m256i sc_pairs_s8(const uint8_t *p)
+{
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+
+/* G consecutive 16-row groups (gstride bytes apart; G = 2 for decode: two streams in flight per
+ * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. Rows 0..7 and 8..15 of a group are
+ * the two halves of each 64-byte word row. */
+KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
+                         size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
+{
+    const size_t qb = x16_qbytes(kind);
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
+    __m256 acc[2][2][X16_TOK];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                acc[g][h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *a[X16_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            a[t] = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            for (size_t o = 0; o < qb; o += 64)
+                _mm_prefetch((const char *)(Q + (size_t)g * gstride + (size_t)b * qb + X16_PF + o), X16_PF_HINT);
+        __m256i s[2][2][X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    s[g][h][t] = _mm256_setzero_si256();
+        if (kind == W_Q8_0) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m256i av[X16_TOK];
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    av[t] = bcast4(a[t] + 4 * k);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i wv = load32(Q + (size_t)g * gstride + (size_t)b * qb + 64 * k + 32 * h);
+                        const __m256i wa = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+                        for (int t = 0; t < TT; t++)
+                            s[g][h][t] = dot4_wsigned(s[g][h][t], wa, wv, av[t]);
+                    }
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i av[X16_TOK], ah[X16_TOK], aa[X16_TOK], aha[X16_TOK];
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    av[t] = bcast4(a[t] + 4 * k);
+                    ah[t] = bcast4(a[t] + 16 + 4 * k);
+                    if (kind == W_IQ4_NL) {
+                        aa[t] = _mm256_abs_epi8(av[t]);
+                        aha[t] = _mm256_abs_epi8(ah[t]);
+                    }
+                }
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i v = load32(Q + (size_t)g * gstride + (size_t)b * qb + 64 * k + 32 * h);
+                        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if (kind == W_Q4_0) {
+#pragma GCC unroll 4
+                            for (int t = 0; t < TT; t++)
+                                s[g][h][t] = _mm256_add_epi16(s[g][h][t],
+                                    _mm256_add_epi16(_mm256_maddubs_epi16(lo, av[t]), _mm256_maddubs_epi16(hi, ah[t])));
+                        } else {
+                            lo = _mm256_shuffle_epi8(kv, lo);
+                            hi = _mm256_shuffle_epi8(kv, hi);
+#pragma GCC unroll 4
+                            for (int t = 0; t < TT; t++)
+                                s[g][h][t] = dot4_signed(dot4_signed(s[g][h][t], lo, aa[t], av[t]), hi, aha[t], ah[t]);
+                        }
+                    }
+            }
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const uint16_t *S = (const uint16_t *)(Q + (size_t)g * gstride + (size_t)nb * qb) + 16 * b;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + 8 * h)));
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    __m256i si = s[g][h][t];
+                    if (kind == W_Q4_0)
+                        si = _mm256_add_epi32(_mm256_madd_epi16(si, one16), _mm256_set1_epi32(-8 * sa[t * nb + b]));
+                    acc[g][h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(sw, _mm256_set1_ps(da[t * nb + b])),
+                                                   acc[g][h][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, acc[g][h][t]);
+}
+
+/* 16 rows × TT tokens of a Q4_K x16k group: per sub-block 8 maddubs in i16, then madd by the
+ * row's scale (exact in i32, as vec_dot's sums); per super-block the mins term by madd of (m, m')
+ * pairs against the activation's (bsum, bsum') pairs, then d·da and dmin·da. */
+KT_INLINE void x16k_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
+                            const uint8_t *x, size_t xrb, const int TT, float *y, int64_t ys)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 accg[2][2][X16_TOK];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                accg[g][h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++)
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) { /* decode: the groups' streams interleaved super-block by super-block */
+        const uint8_t *Q = Q0 + (size_t)g * gstride, *meta = meta0 + (size_t)g * gstride;
+        __m256 (*acc)[X16_TOK] = accg[g];
+        const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+        const cdx_block_q8_K *xb[X16_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            xb[t] = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+        __m256i ai[2][X16_TOK];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                ai[h][t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int j = 0; j < 4; j++) { /* sub-blocks 2j (low nibbles) and 2j+1 (high) */
+            const uint8_t *qj = qp + 512 * j;
+            for (size_t o = 0; o < 512; o += 64)
+                _mm_prefetch((const char *)(qj + X16_PF + o), X16_PF_HINT);
+            __m256i s[2][2][X16_TOK]; /* [nibble][half][t], i16 */
+#pragma GCC unroll 2
+            for (int l = 0; l < 2; l++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++)
+                        s[l][h][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m256i alo[X16_TOK], ahi[X16_TOK];
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    alo[t] = bcast4(xb[t]->qs + 64 * j + 4 * k);
+                    ahi[t] = bcast4(xb[t]->qs + 64 * j + 32 + 4 * k);
+                }
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i v = load32(qj + 64 * k + 32 * h);
+                    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) {
+                        s[0][h][t] = _mm256_add_epi16(s[0][h][t], _mm256_maddubs_epi16(lo, alo[t]));
+                        s[1][h][t] = _mm256_add_epi16(s[1][h][t], _mm256_maddubs_epi16(hi, ahi[t]));
+                    }
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i sc0 = sc_pairs_u8(mb + 16 * (2 * j) + 8 * h), sc1 = sc_pairs_u8(mb + 16 * (2 * j + 1) + 8 * h);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    ai[h][t] = _mm256_add_epi32(ai[h][t], _mm256_add_epi32(_mm256_madd_epi16(s[0][h][t], sc0),
+                                                                           _mm256_madd_epi16(s[1][h][t], sc1)));
+            }
+        }
+        for (size_t o = 0; o < X16K_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+            _mm_prefetch((const char *)(mb + 8 * X16K_META + o), X16_PF_HINT);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i mp[4]; /* rows' (m[2p], m[2p+1]) as i16 pairs */
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++)
+                mp[p] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(mb + 128 + 16 * (2 * p) + 8 * h)),
+                                                               _mm_loadl_epi64((const __m128i *)(mb + 128 + 16 * (2 * p + 1) + 8 * h))));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 288 + 16 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                const int16_t *bs = xb[t]->bsums;
+                __m256i mi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) {
+                    const int lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
+                    mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mp[p], _mm256_set1_epi32((int)((uint32_t)(uint16_t)lo |
+                                                                                              ((uint32_t)hi << 16)))));
+                }
+                const __m256 dav = _mm256_set1_ps(xb[t]->d);
+                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[h][t]), _mm256_mul_ps(d, dav), acc[h][t]);
+                acc[h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mi), _mm256_mul_ps(dmin, dav), acc[h][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
+}
+
+/* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values two i16 pair sums of 2 maddubs each
+ * (2·2·63·128 < 2^15), madd by the int8 scale; the -32 offset once per super-block, as Σ sc·bsum
+ * by madd of scale pairs; the same i32 sum as vec_dot, then d·da. */
+KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
+                              const uint8_t *x, size_t xrb, const int TT, float *y, int64_t ys)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 accg[2][2][X16_TOK];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                accg[g][h][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++)
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) { /* decode: the groups' streams interleaved super-block by super-block */
+        const uint8_t *Q = Q0 + (size_t)g * gstride, *meta = meta0 + (size_t)g * gstride;
+        __m256 (*acc)[X16_TOK] = accg[g];
+        const uint8_t *qp = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+        const cdx_block_q8_K *xb[X16_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            xb[t] = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+        __m256i ai[2][X16_TOK];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                ai[h][t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int sb = 0; sb < 8; sb++) {
+            const uint8_t *lo = qp + 384 * sb, *hi = lo + 256;
+            for (size_t o = 0; o < 384; o += 64)
+                _mm_prefetch((const char *)(lo + X16_PF + o), X16_PF_HINT);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i wv[8];
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const __m256i v = load32(lo + 64 * k + 32 * h);
+                    wv[k] = _mm256_and_si256(v, m4);
+                    wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                }
+#pragma GCC unroll 2
+                for (int q = 0; q < 2; q++) {
+                    const __m256i v = load32(hi + 64 * q + 32 * h);
+                    wv[4 * q + 0] = _mm256_or_si256(wv[4 * q + 0], _mm256_and_si256(_mm256_slli_epi16(v, 4), m30));
+                    wv[4 * q + 1] = _mm256_or_si256(wv[4 * q + 1], _mm256_and_si256(_mm256_slli_epi16(v, 2), m30));
+                    wv[4 * q + 2] = _mm256_or_si256(wv[4 * q + 2], _mm256_and_si256(v, m30));
+                    wv[4 * q + 3] = _mm256_or_si256(wv[4 * q + 3], _mm256_and_si256(_mm256_srli_epi16(v, 2), m30));
+                }
+                const __m256i sca = sc_pairs_s8(mb + 32 * sb + 8 * h), scb = sc_pairs_s8(mb + 32 * sb + 16 + 8 * h);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    const int8_t *a = xb[t]->qs + 32 * sb;
+                    __m256i p[4];
+#pragma GCC unroll 4
+                    for (int e = 0; e < 4; e++) /* values 8e .. 8e+7 */
+                        p[e] = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * e], bcast4(a + 8 * e)),
+                                                _mm256_maddubs_epi16(wv[2 * e + 1], bcast4(a + 8 * e + 4)));
+                    ai[h][t] = _mm256_add_epi32(ai[h][t], _mm256_add_epi32(
+                        _mm256_add_epi32(_mm256_madd_epi16(p[0], sca), _mm256_madd_epi16(p[1], sca)),
+                        _mm256_add_epi32(_mm256_madd_epi16(p[2], scb), _mm256_madd_epi16(p[3], scb))));
+                }
+            }
+        }
+        for (size_t o = 0; o < X16Q6_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+            _mm_prefetch((const char *)(mb + 8 * X16Q6_META + o), X16_PF_HINT);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i sp[8]; /* rows' (sc[2p], sc[2p+1]) as i16 pairs */
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++)
+                sp[p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(mb + 16 * (2 * p) + 8 * h)),
+                                                               _mm_loadl_epi64((const __m128i *)(mb + 16 * (2 * p + 1) + 8 * h))));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                const int16_t *bs = xb[t]->bsums;
+                __m256i off = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[p], _mm256_set1_epi32((int)((uint32_t)(uint16_t)bs[2 * p] |
+                                                                                               ((uint32_t)(uint16_t)bs[2 * p + 1] << 16)))));
+                const __m256i v = _mm256_sub_epi32(ai[h][t], _mm256_slli_epi32(off, 5));
+                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)), acc[h][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
+}
+
+/* One group at a time (prefill) and two (decode: X16SB_DECODE_G in kern_x16_run.h). */
+#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
+#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
+#define X16SB_DECODE_G 2
+
+#include "kernel/kern_x16_run.h"

@@ -1,0 +1,180 @@
+/* The load-time layouts (x16, x16k, x16q6) shared by the AVX2 and AVX-512 sets: the layout, its
+ * size and the repacking, written once. Included by kern_wide512.h and kern_wide256.h (through
+ * kern_tmpl.h's KT_WIDE_HEADER) before their micro kernels; kern_x16_run.h, after them, holds the
+ * drivers. The includer defines X16_Q8_FLIP (the byte Q8_0 weights are xor'ed with: 0x80 where
+ * the dot wants u8, 0 where it keeps them signed) and X16_TOK (tokens per micro kernel call).
+ *
+ * ---- the load-time layout (x16): 16 rows interleaved, for decode and prefill alike ----
+ *
+ * A Q8_0, Q4_0 or IQ4_NL matrix whose row count is a multiple of 16 is repacked once, at load
+ * (cdx_matmul_pack), so that a thread reads its rows as one sequential stream and a single
+ * vpdpbusd advances 16 rows: the native layout gives 16 short streams per panel, which the
+ * prefetchers follow poorly, and the prefill GEMM above unpacks every panel on every call.
+ * One group of 16 rows, nb = cols/32 blocks:
+ *   [nb × QB bytes]  block b, 32-bit word k of row i at b·QB + 64k + 4i: the native bytes 4k..4k+3
+ *                    (QB = 256 for the 4-bit types: low nibbles are values 4k.., high nibbles values
+ *                    16+4k..; QB = 512 for Q8_0, xor'ed with X16_Q8_FLIP)
+ *   [nb × 16 f16]    the block scales, row by row
+ * The size is exactly the native size; the values and the integer dots are unchanged. */
+
+/* Software prefetch distance in bytes: one line at a time, this far ahead of the loads (measured
+ * with bench/run-kernels.sh: 4 KiB into L1 beats no prefetch and farther or L2-only hints). */
+#ifndef X16_PF
+#define X16_PF 4096
+#endif
+#ifndef X16_PF_HINT
+#define X16_PF_HINT _MM_HINT_T0
+#endif
+
+KT_INLINE int x16_kind(uint32_t type)
+{
+    return type == CDX_TYPE_Q8_0 ? W_Q8_0 : type == CDX_TYPE_Q4_0 ? W_Q4_0 : type == CDX_TYPE_IQ4_NL ? W_IQ4_NL : -1;
+}
+KT_INLINE size_t x16_qbytes(int kind) { return kind == W_Q8_0 ? 512 : 256; }
+
+/* Q4_K (x16k): one group of 16 rows, nsb = cols/256 super-blocks:
+ *   [nsb × 2048 bytes]  super-block b, 64-value chunk j, 32-bit word k of row i at b·2048 + j·512 +
+ *                       64k + 4i: the native qs[32j+4k .. +3] (low nibbles: sub-block 2j, high: 2j+1)
+ *   [nsb × 320 bytes]   the 6-bit scales sc[s] (u8, [s][row]), mins m[s] (the same), then d and dmin
+ *                       (f16 × 16 each): the scales decoded once here instead of every call. */
+#define X16K_Q 2048
+#define X16K_META 320
+#define X16Q6_Q 3072
+#define X16Q6_META 288
+
+static size_t KT(pack_bytes)(const cdx_mat *w)
+{
+    if (w->rows < 16 || w->rows % 16 || w->cols <= 0)
+        return 0;
+    if (w->type == CDX_TYPE_Q4_K)
+        return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16K_Q + X16K_META);
+    if (w->type == CDX_TYPE_Q6_K)
+        return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16Q6_Q + X16Q6_META);
+    const int kind = x16_kind(w->type);
+    if (kind < 0 || w->cols % 32)
+        return 0;
+    return (size_t)(w->rows / 16) * (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
+}
+
+static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16K_Q;
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_q4_K *row = (const cdx_block_q4_K *)((const uint8_t *)w->data +
+                                                                 (size_t)(16 * g + i) * w->row_bytes);
+            for (int64_t b = 0; b < nsb; b++) {
+                const cdx_block_q4_K *blk = &row[b];
+                uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+                for (int j = 0; j < 4; j++)
+                    for (int k = 0; k < 8; k++)
+                        memcpy(q + 512 * j + 64 * k + 4 * i, blk->qs + 32 * j + 4 * k, 4);
+                uint8_t sc[8], m[8];
+                k4_scales(blk->scales, sc, m);
+                for (int sb = 0; sb < 8; sb++) {
+                    mb[16 * sb + i] = sc[sb];
+                    mb[128 + 16 * sb + i] = m[sb];
+                }
+                memcpy(mb + 256 + 2 * i, &blk->d, 2);
+                memcpy(mb + 288 + 2 * i, &blk->dmin, 2);
+            }
+        }
+    }
+}
+
+/* Q6_K (x16q6): one group of 16 rows, nsb super-blocks:
+ *   [nsb × 3072 bytes]  per super-block, per 32-value sub-block s: 256 bytes of low 4 bits (word k of
+ *                       row i at 64k + 4i, byte c: value 4k+c in the low nibble, 16+4k+c in the high
+ *                       one), then 128 bytes of high 2 bits (word h of row i at 256 + 64h + 4i, byte
+ *                       c: bits 2w..2w+1 hold value 4(4h+w)+c)
+ *   [nsb × 288 bytes]   the 16 int8 scales ([j][row]), then d (f16 × 16)
+ * Exactly the native size; the 6-bit values, scales and integer sums are unchanged. */
+static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (X16Q6_Q + X16Q6_META);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16Q6_Q;
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_q6_K *row = (const cdx_block_q6_K *)((const uint8_t *)w->data +
+                                                                 (size_t)(16 * g + i) * w->row_bytes);
+            for (int64_t b = 0; b < nsb; b++) {
+                const cdx_block_q6_K *blk = &row[b];
+                uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
+                for (int half = 0; half < 2; half++)
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t lo0 = blk->ql[64 * half + l], lo1 = blk->ql[64 * half + 32 + l];
+                        const uint8_t hi = blk->qh[32 * half + l];
+                        q[128 * half + l] = (uint8_t)((lo0 & 0xF) | ((hi & 3) << 4));
+                        q[128 * half + l + 32] = (uint8_t)((lo1 & 0xF) | (((hi >> 2) & 3) << 4));
+                        q[128 * half + l + 64] = (uint8_t)((lo0 >> 4) | (((hi >> 4) & 3) << 4));
+                        q[128 * half + l + 96] = (uint8_t)((lo1 >> 4) | (((hi >> 6) & 3) << 4));
+                    }
+                uint8_t *qb = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+                for (int sb = 0; sb < 8; sb++) {
+                    const uint8_t *v = q + 32 * sb;
+                    uint8_t *lo = qb + 384 * sb, *hi = lo + 256;
+                    for (int k = 0; k < 4; k++)
+                        for (int c = 0; c < 4; c++)
+                            lo[64 * k + 4 * i + c] = (uint8_t)((v[4 * k + c] & 0xF) | ((v[16 + 4 * k + c] & 0xF) << 4));
+                    for (int h = 0; h < 2; h++)
+                        for (int c = 0; c < 4; c++) {
+                            uint8_t byte = 0;
+                            for (int ww = 0; ww < 4; ww++)
+                                byte |= (uint8_t)(((v[4 * (4 * h + ww) + c] >> 4) & 3) << (2 * ww));
+                            hi[64 * h + 4 * i + c] = byte;
+                        }
+                }
+                for (int j = 0; j < 16; j++)
+                    mb[16 * j + i] = (uint8_t)blk->scales[j];
+                memcpy(mb + 256 + 2 * i, &blk->d, 2);
+            }
+        }
+    }
+}
+
+/* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
+static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    if (w->type == CDX_TYPE_Q4_K) {
+        pack_q4k(w, out, g0, g1);
+        return;
+    }
+    if (w->type == CDX_TYPE_Q6_K) {
+        pack_q6k(w, out, g0, g1);
+        return;
+    }
+    const int kind = x16_kind(w->type);
+    const int64_t nb = w->cols / 32;
+    const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
+    const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+    const uint8_t flip = kind == W_Q8_0 ? X16_Q8_FLIP : 0;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes;
+        uint16_t *S = (uint16_t *)(Q + (size_t)nb * qb);
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * bb;
+                memcpy(&S[b * 16 + i], blk, 2);
+                for (size_t k = 0; k < qb / 64; k++)
+                    for (int j = 0; j < 4; j++)
+                        Q[(size_t)b * qb + 64 * k + 4 * (size_t)i + (size_t)j] = blk[2 + 4 * k + (size_t)j] ^ flip;
+            }
+        }
+    }
+}
+
+/* da and Σa of every q8_0 block of every token (the Q4_0 offset and the Q8_0/IQ4_NL bias). */
+static void x16_act_sums(const uint8_t *x, size_t xrb, int64_t n, int64_t nb, float *da, int32_t *sa)
+{
+    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            const cdx_block_q8_0 *xb = (const cdx_block_q8_0 *)(x + (size_t)t * xrb) + b;
+            da[t * nb + b] = h2f(xb->d);
+            sa[t * nb + b] = hsum8i(_mm256_madd_epi16(_mm256_maddubs_epi16(one8, load32(xb->qs)), one16));
+        }
+}

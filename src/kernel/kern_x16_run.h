@@ -1,0 +1,98 @@
+/* The drivers of the load-time layouts (kern_x16.h): rows [r0, r1) × n tokens through the
+ * includer's micro kernels x16_micro, x16k_micro and x16q6_micro, at most X16_TOK tokens per
+ * call. Every token's sums are the same whatever its neighbours in the call (the micro kernels
+ * treat tokens independently), so decode and prefill agree bit for bit. */
+#define X16_MICRO_CASE(kind, n_)                                                                        \
+    case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
+
+/* Rows [r0, r1) (multiples of 16) × n tokens from the packed layout; false when w has none of
+ * this kernel set's. */
+KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
+                        float *y, void *scratch)
+{
+    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16 || !scratch)
+        return false;
+    const int64_t nb = w->cols / 32;
+    const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
+    float *dav = scratch;
+    int32_t *sav = (int32_t *)(dav + ((size_t)n * (size_t)nb + 15) / 16 * 16);
+    /* the stretch before the kernels' own prefetch distance, so a chunk does not start on a stall */
+    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
+        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
+    x16_act_sums(xq, xrb, n, nb, dav, sav);
+    int64_t r = r0;
+    if (n == 1) /* decode: two groups at a time, two streams in flight */
+        for (; r + 32 <= r1; r += 32)
+            x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, 2, nb, xq, xrb, dav, sav,
+                      1, y + r, w->rows);
+    for (; r < r1; r += 16) {
+        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        for (int64_t t = 0; t < n; t += X16_TOK) {
+            const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            switch (tt) {
+                X16_MICRO_CASE(kind, 1) X16_MICRO_CASE(kind, 2) X16_MICRO_CASE(kind, 3) X16_MICRO_CASE(kind, 4)
+#if X16_TOK > 4
+                X16_MICRO_CASE(kind, 5) X16_MICRO_CASE(kind, 6) X16_MICRO_CASE(kind, 7) X16_MICRO_CASE(kind, 8)
+#endif
+            }
+        }
+    }
+    return true;
+}
+
+/* One micro kernel call of the super-block layouts (x16k, x16q6). */
+#define X16SB_MICRO_CASE(n_)                                                                          \
+    case n_:                                                                                          \
+        if (kind == W_Q4_K)                                                                           \
+            x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows);                       \
+        else                                                                                          \
+            x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows);                      \
+        break;
+
+/* Rows [r0, r1) (multiples of 16) × n tokens of a Q4_K or Q6_K matrix from its packed layout;
+ * false when w has none of this kernel set's. */
+KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
+                          float *y)
+{
+    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16)
+        return false;
+    const size_t qbytes = kind == W_Q4_K ? X16K_Q : X16Q6_Q, mbytes = kind == W_Q4_K ? X16K_META : X16Q6_META;
+    const int64_t nsb = w->cols / 256;
+    const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
+    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
+        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
+    int64_t r = r0;
+#ifdef X16SB_DECODE_G
+    /* decode: X16SB_DECODE_G groups at a time (the includer's x16k_micro_g / x16q6_micro_g), as many
+     * streams in flight */
+    if (n == 1)
+        for (; r + 16 * X16SB_DECODE_G <= r1; r += 16 * X16SB_DECODE_G) {
+            const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+            if (kind == W_Q4_K)
+                x16k_micro_g(Q, Q + (size_t)nsb * qbytes, gbytes, X16SB_DECODE_G, nsb, xq, xrb, 1, y + r, w->rows);
+            else
+                x16q6_micro_g(Q, Q + (size_t)nsb * qbytes, gbytes, X16SB_DECODE_G, nsb, xq, xrb, 1, y + r, w->rows);
+        }
+#endif
+    for (; r < r1; r += 16) {
+        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        const uint8_t *meta = Q + (size_t)nsb * qbytes;
+        for (int64_t t = 0; t < n; t += X16_TOK) {
+            const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
+            const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+            switch (tt) {
+                X16SB_MICRO_CASE(1) X16SB_MICRO_CASE(2) X16SB_MICRO_CASE(3) X16SB_MICRO_CASE(4)
+#if X16_TOK > 4
+                X16SB_MICRO_CASE(5) X16SB_MICRO_CASE(6) X16SB_MICRO_CASE(7) X16SB_MICRO_CASE(8)
+#endif
+            }
+        }
+    }
+    return true;
+}
+
+#define KT_HAS_PACK 1
+#define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch)                         \
+    ((kind) <= W_IQ4_NL ? x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch)         \
+     : (kind) == W_Q4_K || (kind) == W_Q6_K ? x16sb_rows(kind, w, r0, r1, xq, xrb, n, y) : false)
