@@ -35,6 +35,9 @@ int cli_parse_float(const char *opt, const char *s, double lo, double hi, double
  * 0, or 2 after saying why on stderr as "caldrix CMD: ...". */
 int cli_check_output(const char *cmd, const char *in, const char *out);
 
+/* The model's tokenizer (its GGUF vocabulary or the checkpoint's files); *tok NULL when it has none. */
+int cli_open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err);
+
 /* The stories260K model linked into the binary (see Makefile). */
 extern const unsigned char cdx_embedded_model[];
 extern const unsigned char cdx_embedded_model_end[];

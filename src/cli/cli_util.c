@@ -1,4 +1,4 @@
-/* Option parsing and output-path checks shared by the subcommands. */
+/* Option parsing, output-path checks and the tokenizer lookup shared by the subcommands. */
 #include "cli.h"
 
 #include <dirent.h>
@@ -103,4 +103,25 @@ int cli_check_output(const char *cmd, const char *in, const char *out)
     close(fd);
     unlink(probe);
     return 0;
+}
+
+/* A tokenizer for the model: the GGUF's own vocabulary, or the checkpoint's tokenizer files.
+ * *tok stays NULL (and no error) when the model has none (path NULL: the bundled model). */
+int cli_open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err)
+{
+    *tok = NULL;
+    const cdx_gguf *g = cdx_model_gguf(m);
+    if (g)
+        return cdx_gguf_find(g, "tokenizer.ggml.model") ? cdx_tok_open_gguf(g, tok, err) : CDX_OK;
+    if (!path)
+        return CDX_OK;
+    static const char *const files[] = { "tokenizer.json", "tokenizer.model", "vocab.json" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", path, files[i]);
+        if (stat(p, &st) == 0)
+            return cdx_tok_open_dir(path, tok, err);
+    }
+    return CDX_OK;
 }

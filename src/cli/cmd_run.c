@@ -244,25 +244,6 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     return 0;
 }
 
-/* A tokenizer for the model: the GGUF's own vocabulary, or the checkpoint's tokenizer files.
- * Returns NULL (and no error) when a checkpoint has none. */
-static int open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err)
-{
-    *tok = NULL;
-    const cdx_gguf *g = cdx_model_gguf(m);
-    if (g)
-        return cdx_gguf_find(g, "tokenizer.ggml.model") ? cdx_tok_open_gguf(g, tok, err) : CDX_OK;
-    static const char *const files[] = { "tokenizer.json", "tokenizer.model", "vocab.json" };
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[4096];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", path, files[i]);
-        if (stat(p, &st) == 0)
-            return cdx_tok_open_dir(path, tok, err);
-    }
-    return CDX_OK;
-}
-
 /* The model's chat template, parsed once, with its special tokens (bos_token, eos_token, ...). */
 typedef struct {
     char *src;
@@ -680,7 +661,7 @@ int cmd_run(int argc, char **argv)
     const char *notes = cdx_model_notes(m);
     if (*notes && !o.json)
         fprintf(stderr, "caldrix: %s", notes);
-    if ((rc = open_tokenizer(o.model, m, &tok, &err))) {
+    if ((rc = cli_open_tokenizer(o.model, m, &tok, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }

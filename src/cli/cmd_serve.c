@@ -43,24 +43,6 @@ static void on_signal(int sig)
     g_stop = sig;
 }
 
-static int open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err)
-{
-    *tok = NULL;
-    const cdx_gguf *g = cdx_model_gguf(m);
-    if (g)
-        return cdx_gguf_find(g, "tokenizer.ggml.model") ? cdx_tok_open_gguf(g, tok, err) : CDX_OK;
-    if (!path)
-        return CDX_OK;
-    static const char *const files[] = { "tokenizer.json", "tokenizer.model", "vocab.json" };
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[4096];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", path, files[i]);
-        if (stat(p, &st) == 0)
-            return cdx_tok_open_dir(path, tok, err);
-    }
-    return CDX_OK;
-}
 
 /* The model's id as clients see it: the last part of what was named, without .gguf. */
 static char *model_name(const char *ref)
@@ -217,7 +199,7 @@ int cmd_serve(int argc, char **argv)
     }
     if (*cdx_model_notes(m))
         fprintf(stderr, "caldrix: %s", cdx_model_notes(m));
-    if (open_tokenizer(path, m, &tok, &err)) {
+    if (cli_open_tokenizer(path, m, &tok, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;
     }
