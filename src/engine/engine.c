@@ -35,7 +35,8 @@ typedef struct seq {
     void *user;
     cdx_event_fn on_event;
     int32_t *toks;             /* prompt, then generated tokens */
-    int64_t n_toks, cap_toks, n_prompt;
+    int64_t n_toks, n_prompt;
+    size_t cap_toks;
     int64_t n_done;            /* positions with K/V in the blocks */
     int32_t *blk;              /* block table (pool indices) */
     void **ktab, **vtab;       /* the same as pointers, for the forward pass */
@@ -322,14 +323,10 @@ static void seq_free(seq *s)
 
 static int seq_push_token(seq *s, int32_t t)
 {
-    if (s->n_toks == s->cap_toks) {
-        int64_t cap = s->cap_toks * 2;
-        int32_t *g = realloc(s->toks, (size_t)cap * sizeof *g);
-        if (!g)
-            return CDX_ENOMEM;
-        s->toks = g;
-        s->cap_toks = cap;
-    }
+    int32_t *g = cdx_array_grow(s->toks, &s->cap_toks, (size_t)s->n_toks, sizeof *g);
+    if (!g)
+        return CDX_ENOMEM;
+    s->toks = g;
     s->toks[s->n_toks++] = t;
     return CDX_OK;
 }
@@ -697,8 +694,8 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     seq *s = calloc(1, sizeof *s);
     if (!s)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    s->cap_toks = r->n_prompt + 16;
-    s->toks = malloc((size_t)s->cap_toks * sizeof *s->toks);
+    s->cap_toks = (size_t)r->n_prompt + 16;
+    s->toks = malloc(s->cap_toks * sizeof *s->toks);
     s->n_top = r->top_logprobs;
     if (s->n_top) {
         s->top_ids = malloc((size_t)s->n_top * sizeof *s->top_ids);
@@ -762,16 +759,12 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
 void cdx_engine_cancel(cdx_engine *e, uint64_t id)
 {
     pthread_mutex_lock(&e->mu);
-    if (e->n_cancels == e->cap_cancels) {
-        size_t cap = e->cap_cancels ? 2 * e->cap_cancels : 16;
-        uint64_t *g = realloc(e->cancels, cap * sizeof *g);
-        if (!g) {
-            pthread_mutex_unlock(&e->mu);
-            return; /* out of memory: the request runs to its end */
-        }
-        e->cancels = g;
-        e->cap_cancels = cap;
+    uint64_t *g = cdx_array_grow(e->cancels, &e->cap_cancels, e->n_cancels, sizeof *g);
+    if (!g) {
+        pthread_mutex_unlock(&e->mu);
+        return; /* out of memory: the request runs to its end */
     }
+    e->cancels = g;
     e->cancels[e->n_cancels++] = id;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -965,13 +958,12 @@ static int64_t grow_to(cdx_engine *e, seq *s, int64_t end)
 
 static void snapshot(cdx_engine *e)
 {
-    int64_t used = 0;
-    for (int64_t i = 0; i < e->o.n_blocks; i++)
-        used += e->blocks[i].ref > 0;
+    /* every block is free (the stack), cached (the LRU) or held: no walk over the pool */
+    const int64_t used = e->o.n_blocks - e->n_free - e->n_lru;
     pthread_mutex_lock(&e->mu);
     e->stats.blocks_used = used;
     e->stats.blocks_cached = e->n_lru;
-    e->stats.blocks_free = e->o.n_blocks - used - e->n_lru;
+    e->stats.blocks_free = e->n_free;
     e->stats.running = e->n_running;
     e->stats.waiting = e->n_waiting + e->n_inbox;
     e->stats.prompt_tokens = e->t_prompt;
