@@ -182,8 +182,9 @@ static int get_ids(json_t *arr, const char *key, const sv_limits *lim, sv_params
 
 /* ---- the routes' bodies ---- */
 
-/* messages: a non-empty array of {role, content}; content as a string, null, or text parts
- * (joined). The template gets a copy with the parts joined and everything else as sent. */
+/* messages: a non-empty array of {role, content}; content as a string or text parts (joined), or,
+ * in an assistant turn, null or absent. The template gets a copy with the parts joined and
+ * everything else as sent. */
 static int parse_messages(json_t *root, sv_params *p, sv_error *e)
 {
     json_t *msgs = json_object_get(root, "messages");
@@ -209,6 +210,12 @@ static int parse_messages(json_t *root, sv_params *p, sv_error *e)
                        role ? "" : " (it is missing)");
         }
         json_t *c = json_object_get(m, "content");
+        /* only an assistant turn may leave content out (OpenAI: one that carries tool_calls) */
+        if ((!c || json_is_null(c)) && strcmp(json_string_value(role), "assistant")) {
+            snprintf(param, sizeof param, "messages[%zu].content", i);
+            return BAD("missing_required_parameter", param, "%s is required for a %s message", param,
+                       json_string_value(role));
+        }
         json_t *copy = json_copy(m);
         if (!copy)
             return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");

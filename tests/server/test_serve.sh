@@ -68,6 +68,38 @@ check "greedy chat tokens are the top alternative" [ "$(jv "$tmp/lp.json" "all(e
 post /v1/completions "{$B,\"logprobs\":2}" "$tmp/clp.json" >/dev/null
 check "completions logprobs: tokens, token_logprobs, top_logprobs, text_offset" [ "$(jv "$tmp/clp.json" "[len(d['choices'][0]['logprobs'][k]) for k in ('tokens','token_logprobs','top_logprobs','text_offset')] == [40]*4 and ''.join(d['choices'][0]['logprobs']['tokens']) == d['choices'][0]['text']")" = true ]
 
+# ---- batch invariance end to end: 8 concurrent requests give exactly what each gives alone ----
+# (tokens and logprobs compared as the server prints them: 17 significant digits, every float bit)
+PROMPTS=("Once upon a time" "The cat" "Lily and Ben went to the park to play with a big red ball" "One day" \
+         "Tom had a little dog named Spot who liked to run" "The sun was hot" "A bird sang" "Mom said")
+for i in "${!PROMPTS[@]}"; do
+    post /v1/completions "{\"prompt\":\"${PROMPTS[$i]}\",\"max_tokens\":$((12 + 3 * i)),\"temperature\":0,\"logprobs\":5,\"return_tokens\":true}" "$tmp/alone$i.json" >/dev/null
+done
+BI=()
+for i in "${!PROMPTS[@]}"; do
+    post /v1/completions "{\"prompt\":\"${PROMPTS[$i]}\",\"max_tokens\":$((12 + 3 * i)),\"temperature\":0,\"logprobs\":5,\"return_tokens\":true}" "$tmp/batch$i.json" >/dev/null &
+    BI+=($!)
+done
+wait "${BI[@]}"
+same=0
+for i in "${!PROMPTS[@]}"; do
+    a=$(jv "$tmp/alone$i.json" "[d['choices'][0]['tokens'], d['choices'][0]['logprobs']]")
+    [ -n "$a" ] && [ "$(jv "$tmp/alone$i.json" "len(d['choices'][0]['tokens'])")" -gt 0 ] && [ "$a" = "$(jv "$tmp/batch$i.json" "[d['choices'][0]['tokens'], d['choices'][0]['logprobs']]")" ] && same=$((same+1))
+done
+check "8 different prompts at once: tokens and top-5 logprobs bit-identical to each alone ($same of 8)" [ $same = 8 ]
+BI=()
+for i in $(seq 8); do
+    post /v1/chat/completions "{$CB,\"logprobs\":true,\"top_logprobs\":5}" "$tmp/cb$i.json" >/dev/null &
+    BI+=($!)
+done
+wait "${BI[@]}"
+post /v1/chat/completions "{$CB,\"logprobs\":true,\"top_logprobs\":5}" "$tmp/cb0.json" >/dev/null
+same=0
+for i in $(seq 8); do
+    [ "$(jv "$tmp/cb$i.json" "d['choices'][0]['logprobs']")" = "$(jv "$tmp/cb0.json" "d['choices'][0]['logprobs']")" ] && [ "$(jv "$tmp/cb0.json" "len(d['choices'][0]['logprobs']['content'])")" -gt 0 ] && same=$((same+1))
+done
+check "8 identical greedy chats at once: tokens and logprobs bit-identical to one alone ($same of 8)" [ $same = 8 ]
+
 # ---- the prefix cache: a repeated prompt's blocks come from the cache ----
 LONG='"prompt":"Once upon a time there was a little girl named Lily who loved to play in the park with her dog and her friends every day after school","max_tokens":4,"temperature":0'
 post /v1/completions "{$LONG}" "$tmp/p1.json" >/dev/null

@@ -96,6 +96,16 @@ static void bad_requests_name_the_field(void)
     refused("{\"messages\":[3]}", SV_CHAT, 400, "messages[0]");
     refused("{\"messages\":[{\"content\":\"x\"}]}", SV_CHAT, 400, "messages[0].role");
     refused("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", SV_CHAT, 400, "messages[0].content");
+    refused("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\"}]}", SV_CHAT, 400,
+            "messages[1].content");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":null}]}", SV_CHAT, 400, "messages[0].content");
+    {
+        sv_params p;
+        sv_error e;
+        REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null},"
+                      "{\"role\":\"user\",\"content\":\"y\"}]}", SV_CHAT, &p, &e) == 0);
+        sv_params_free(&p);
+    }
     refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", SV_CHAT, 400,
             "messages[0].content[0]");
     const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
