@@ -53,7 +53,8 @@ typedef struct sv_params {
     int64_t n_ids;
     bool add_special;        /* tokenize */
     /* generation */
-    cdx_sampler_params sp;
+    cdx_sampler_params sp;   /* sp.bias points at bias */
+    cdx_logit_bias *bias;    /* logit_bias, owned */
     bool seed_set;
     int64_t max_tokens;      /* 0: until the end of generation or a full context */
     const char *stop[SV_MAX_STOP];

@@ -2,6 +2,7 @@
  * field and the value; unknown fields are ignored; JSON null counts as absent. */
 #include "server/sv_int.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,6 +407,46 @@ static int parse_generation(json_t *root, sv_params *p, sv_error *e)
     return parse_stop(root, p, e);
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape and range). */
+static int parse_logit_bias(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    json_t *lb = field(root, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!json_is_object(lb))
+        return BAD("invalid_type", "logit_bias", "logit_bias must be an object of token id: bias, not %s",
+                   type_name(lb));
+    size_t n = json_object_size(lb);
+    if (n > (size_t)lim->n_vocab)
+        return BAD("invalid_value", "logit_bias", "logit_bias has %zu entries; the vocabulary has %lld tokens", n,
+                   (long long)lim->n_vocab);
+    if (!n)
+        return 0;
+    p->bias = malloc(n * sizeof *p->bias);
+    if (!p->bias)
+        return sv_fail(e, 500, "server_error", "out_of_memory", "logit_bias", "out of memory");
+    const char *key;
+    json_t *v;
+    int32_t k = 0;
+    json_object_foreach(lb, key, v) {
+        char *end = NULL;
+        errno = 0;
+        long long id = strtoll(key, &end, 10);
+        if (*key < '0' || *key > '9' || *end || errno || id >= lim->n_vocab)
+            return BAD("invalid_value", "logit_bias", "logit_bias key \"%.40s\" is not a token id in [0, %lld)", key,
+                       (long long)lim->n_vocab);
+        if (!json_is_number(v))
+            return BAD("invalid_type", "logit_bias", "logit_bias[\"%s\"] must be a number, not %s", key, type_name(v));
+        double b = json_number_value(v);
+        if (!(b >= -100 && b <= 100))
+            return BAD("invalid_value", "logit_bias", "logit_bias[\"%s\"] is %g; it must be between -100 and 100", key, b);
+        p->bias[k++] = (cdx_logit_bias){ .id = (int32_t)id, .bias = (float)b };
+    }
+    p->sp.bias = p->bias;
+    p->sp.n_bias = k;
+    return 0;
+}
+
 static int parse_logprobs(json_t *root, sv_params *p, sv_error *e)
 {
     json_int_t x = 0;
@@ -510,7 +551,7 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
         return get_ids(t, "tokens", lim, p, e);
     }
     }
-    if (parse_generation(root, p, e) || parse_logprobs(root, p, e))
+    if (parse_generation(root, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
         return -1;
     if (!lim->has_tok && (kind == SV_CHAT || p->n_stop))
         return BAD("invalid_value", kind == SV_CHAT ? "messages" : "stop", "this model has no tokenizer: %s",
@@ -524,6 +565,7 @@ void sv_params_free(sv_params *p)
     json_decref(p->extra);
     json_decref(p->root);
     free(p->ids);
+    free(p->bias);
     *p = (sv_params){0};
 }
 

@@ -68,6 +68,14 @@ check "greedy chat tokens are the top alternative" [ "$(jv "$tmp/lp.json" "all(e
 post /v1/completions "{$B,\"logprobs\":2}" "$tmp/clp.json" >/dev/null
 check "completions logprobs: tokens, token_logprobs, top_logprobs, text_offset" [ "$(jv "$tmp/clp.json" "[len(d['choices'][0]['logprobs'][k]) for k in ('tokens','token_logprobs','top_logprobs','text_offset')] == [40]*4 and ''.join(d['choices'][0]['logprobs']['tokens']) == d['choices'][0]['text']")" = true ]
 
+# ---- logit_bias: +100 on one token makes greedy choose it every time; -100 on the greedy first token removes it ----
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":6,"temperature":0,"return_tokens":true,"logit_bias":{"300":100}}' "$tmp/lb.json" >/dev/null
+check "logit_bias +100 on token 300: every greedy token is 300" [ "$(jv "$tmp/lb.json" "d['choices'][0]['tokens']")" = '[300, 300, 300, 300, 300, 300]' ]
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":1,"temperature":0,"return_tokens":true}' "$tmp/lb0.json" >/dev/null
+first=$(jv "$tmp/lb0.json" "d['choices'][0]['tokens'][0]")
+post /v1/completions "{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,\"return_tokens\":true,\"logit_bias\":{\"$first\":-100}}" "$tmp/lb1.json" >/dev/null
+check "logit_bias -100 on the greedy first token ($first) makes it another" [ -n "$first" -a "$(jv "$tmp/lb1.json" "d['choices'][0]['tokens'][0] != $first")" = true ]
+
 # ---- batch invariance end to end: 8 concurrent requests give exactly what each gives alone ----
 # (tokens and logprobs compared as the server prints them: 17 significant digits, every float bit)
 PROMPTS=("Once upon a time" "The cat" "Lily and Ben went to the park to play with a big red ball" "One day" \

@@ -99,6 +99,20 @@ static void bad_requests_name_the_field(void)
     refused("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\"}]}", SV_CHAT, 400,
             "messages[1].content");
     refused("{\"messages\":[{\"role\":\"user\",\"content\":null}]}", SV_CHAT, 400, "messages[0].content");
+    refused("{\"prompt\":\"x\",\"logit_bias\":[1]}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"512\":1}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\" 7\":1}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"7\":101}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"7\":\"up\"}}", SV_COMPLETION, 400, "logit_bias");
+    {
+        sv_params p;
+        sv_error e;
+        REQUIRE(parse("{\"prompt\":\"x\",\"logit_bias\":{\"7\":-100,\"511\":2.5}}", SV_COMPLETION, &p, &e) == 0);
+        CHECK(p.sp.n_bias == 2 && p.sp.bias == p.bias);
+        CHECK(p.bias[0].id == 7 && p.bias[0].bias == -100.0f && p.bias[1].id == 511 && p.bias[1].bias == 2.5f);
+        sv_params_free(&p);
+    }
     {
         sv_params p;
         sv_error e;
