@@ -255,6 +255,21 @@ static int parse_messages(json_t *root, sv_params *p, sv_error *e)
     json_t *kw = field(root, "chat_template_kwargs");
     if (tools && !json_is_array(tools))
         return BAD("invalid_type", "tools", "tools must be an array, not %s", type_name(tools));
+    for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        char param[64];
+        snprintf(param, sizeof param, "tools[%zu].function.name", i);
+        if (!json_is_string(json_object_get(fn, "name")))
+            return BAD("invalid_value", param, "%s must be a string (a tool is {\"type\":\"function\",\"function\":"
+                       "{\"name\":...,\"parameters\":{...}}})", param);
+    }
+    json_t *choice = field(root, "tool_choice");
+    const char *cs = json_string_value(choice);
+    if (choice && !(cs && (!strcmp(cs, "auto") || !strcmp(cs, "none"))))
+        return BAD("invalid_value", "tool_choice", "tool_choice must be \"auto\" or \"none\"; forcing a call (\"required\" "
+                   "or a named function) needs constrained decoding, which this server does not do");
+    if (tools && json_array_size(tools) && !(cs && !strcmp(cs, "none")))
+        p->tools = tools;
     if (kw && !json_is_object(kw))
         return BAD("invalid_type", "chat_template_kwargs", "chat_template_kwargs must be an object, not %s",
                    type_name(kw));
