@@ -598,7 +598,9 @@ static void inspect_reports_missing_tensors_and_refuses_malformed_files(void)
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,80]}}", "outside" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", "data_offsets" },
         { "not json at all", "not a JSON object" },
-        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3,4,5,6,7,8,9,10],\"data_offsets\":[0,8]}}", "at most 8 dims" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3,4,5,6,7,8,9,10],\"data_offsets\":[0,8]}}", "at most 8 dimensions" },
+        /* a size the dtype and shape contradict, in a dtype caldrix does not compute with: still checked */
+        { "{\"a\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[0,8]}}", "need 3" },
     };
     for (size_t i = 0; i < sizeof sth / sizeof sth[0]; i++) {
         snprintf(p, sizeof p, "%s/model.safetensors", d);
