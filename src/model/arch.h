@@ -69,6 +69,7 @@ struct cdx_model {
     void **packs;                       /* [n_packs]: per matrix (mats order) its owned buffer or NULL */
     const void **orig_data;             /* [n_packs]: w->data before a copy replaced it, or NULL */
     size_t n_packs;
+    struct expert_cache *xc;            /* experts streamed under a weight budget (expert_cache.h), or NULL */
 };
 
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and

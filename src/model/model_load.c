@@ -2,6 +2,7 @@
  * config.json; then every tensor the architecture needs is looked up by role, its shape and type
  * checked, and any tensor left over is refused by name. */
 #include "arch.h"
+#include "expert_cache.h"
 
 #include "caldrix/config.h"
 #include <math.h>
@@ -857,6 +858,8 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
     m->n_packs = n_mats;
     for (size_t i = 0; i < n_mats; i++) {
         cdx_mat *w = model_mat(m, i);
+        if (xc_streams_mat(m->xc, i))
+            continue; /* under a weight budget: packed when a token first needs it (expert_cache.c) */
         size_t bytes = cdx_matmul_pack_bytes(k, w);
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
         if (copy && in_place)
@@ -889,6 +892,7 @@ void cdx_model_close(cdx_model *m)
     if (!m)
         return;
     model_unpack(m);
+    xc_close(m->xc);
     pthread_mutex_destroy(&m->pack_mu);
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
@@ -931,7 +935,6 @@ int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx
 
 int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
 {
-    (void)opts;
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0)
@@ -948,6 +951,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
         if (!rc)
             rc = load_gguf(m, m->gguf, err);
     }
+    if (!rc && opts && opts->weight_budget)
+        rc = xc_open(m, opts->weight_budget, path, err);
     return finish(m, rc, out);
 }
 
@@ -1022,10 +1027,17 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         const cdx_mat *shared[] = { &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
         for (int i = 0; i < 5; i++)
             fp_mat(c, shared[i]);
+        /* the shapes of every expert, the bytes of the first and the last: reading a sample of every
+         * expert would fault in pages of experts a weight budget leaves in the file */
         for (int64_t e = 0; e < hp->n_expert; e++) {
-            fp_mat(c, &L->exp_gate[e]);
-            fp_mat(c, &L->exp_up[e]);
-            fp_mat(c, &L->exp_down[e]);
+            const bool sample = e == 0 || e == hp->n_expert - 1;
+            const cdx_mat *x[3] = { &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e] };
+            for (int i = 0; i < 3; i++) {
+                cdx_mat h = *x[i];
+                if (!sample)
+                    h.data = NULL;
+                fp_mat(c, &h);
+            }
         }
     }
     EVP_DigestFinal_ex(c, out, &n);
