@@ -69,8 +69,26 @@ static void fmt_bytes(uint64_t b, char *out, size_t cap)
         snprintf(out, cap, "%.1f KiB", (double)b / 1024.0);
 }
 
+/* Bytes of one expert's slot for kernel set k (NULL: the file layout): each matrix 64-aligned, in
+ * k's packed layout where it has one (which may be a little larger than the file's). */
+static size_t slot_bytes_for(const cdx_kernels *k, const cdx_mat *const w[3], size_t *stage)
+{
+    size_t b = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t raw = mat_bytes(w[i]), pb = k ? cdx_matmul_pack_bytes(k, w[i]) : 0;
+        b += up64(pb > raw ? pb : raw);
+        if (stage)
+            *stage = raw > *stage ? raw : *stage;
+    }
+    return b;
+}
+
 void xc_model_sizes(const cdx_model *m, xc_sizes *s)
 {
+    /* an expert's size is its slot's in the largest layout of any kernel set this CPU runs, so the
+     * minimum stated at open holds whichever set the forward pass then uses */
+    const cdx_kernels *sets[] = { NULL, cdx_kernels_by_isa("scalar"), cdx_kernels_by_isa("avx2"),
+                                  cdx_kernels_by_isa("avx512") };
     memset(s, 0, sizeof *s);
     const cdx_hparams *hp = &m->hp;
     size_t total = 0;
@@ -81,13 +99,18 @@ void xc_model_sizes(const cdx_model *m, xc_sizes *s)
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         for (int64_t e = 0; L->moe && e < hp->n_expert; e++) {
-            size_t b = mat_bytes(&L->exp_gate[e]) + mat_bytes(&L->exp_up[e]) + mat_bytes(&L->exp_down[e]);
-            s->expert_all_bytes += b;
-            s->expert_max_bytes = b > s->expert_max_bytes ? b : s->expert_max_bytes;
+            const cdx_mat *w[3] = { &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e] };
+            s->expert_all_bytes += mat_bytes(w[0]) + mat_bytes(w[1]) + mat_bytes(w[2]);
+            for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+                size_t b = (k == 0 || sets[k]) ? slot_bytes_for(sets[k], w, NULL) : 0;
+                s->expert_max_bytes = b > s->expert_max_bytes ? b : s->expert_max_bytes;
+            }
             s->n_experts++;
         }
     }
     s->dense_bytes = total - s->expert_all_bytes;
+    /* all experts at slot size: the budget above which nothing streams */
+    s->expert_all_slots = s->expert_max_bytes * (size_t)s->n_experts;
 }
 
 void xc_close(expert_cache *xc)
@@ -138,7 +161,7 @@ int xc_open(cdx_model *m, uint64_t budget, const char *path, cdx_err *err)
                            (unsigned long long)budget, b2, (unsigned long long)need, b3, (long long)hp->n_expert_used,
                            b4);
     }
-    if (budget >= (uint64_t)s.dense_bytes + s.expert_all_bytes)
+    if (budget >= (uint64_t)s.dense_bytes + s.expert_all_bytes && budget >= (uint64_t)s.dense_bytes + s.expert_all_slots)
         return CDX_OK; /* everything fits: the resident path */
     expert_cache *xc = calloc(1, sizeof *xc);
     if (!xc)
@@ -218,12 +241,7 @@ static int size_slots(const cdx_model *m, expert_cache *xc, const cdx_kernels *k
         const layer_weights *L = &m->layers[l];
         for (int64_t e = 0; L->moe && e < hp->n_expert; e++) {
             const cdx_mat *w[3] = { &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e] };
-            size_t b = 0;
-            for (int i = 0; i < 3; i++) {
-                size_t raw = mat_bytes(w[i]), pb = k == m->packed_k ? cdx_matmul_pack_bytes(k, w[i]) : 0;
-                b += up64(pb > raw ? pb : raw);
-                stage = raw > stage ? raw : stage;
-            }
+            size_t b = slot_bytes_for(k, w, &stage);
             sb = b > sb ? b : sb;
         }
     }

@@ -11,8 +11,10 @@ typedef struct expert_cache expert_cache;
 /* What the budget is weighed against, in file-layout bytes. */
 typedef struct xc_sizes {
     size_t dense_bytes;      /* every matrix but the experts', the embedding and the head included */
-    size_t expert_max_bytes; /* the largest expert (gate + up + down) of any layer */
-    size_t expert_all_bytes; /* every expert of every layer */
+    size_t expert_max_bytes; /* the largest expert slot (gate + up + down, 64-aligned, in the largest
+                                layout of the kernel sets this CPU runs) */
+    size_t expert_all_bytes; /* every expert of every layer, in the file */
+    size_t expert_all_slots; /* every expert at slot size */
     int64_t n_experts;       /* experts over all sparse layers */
 } xc_sizes;
 
