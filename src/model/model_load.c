@@ -224,6 +224,44 @@ static const struct moe_role_desc {
                         D_EMBD, D_FFS, false, true },
 };
 
+/* Matches name against fmt, whose "%d"s each take a decimal number (no leading zeros); the numbers
+ * go to v[] in order. */
+static bool match_pattern(const char *fmt, const char *name, int v[2])
+{
+    int k = 0;
+    while (*fmt) {
+        if (fmt[0] == '%' && fmt[1] == 'd') {
+            if (k == 2 || *name < '0' || *name > '9' || (name[0] == '0' && name[1] >= '0' && name[1] <= '9'))
+                return false;
+            long x = 0;
+            while (*name >= '0' && *name <= '9' && x < 1000000)
+                x = x * 10 + (*name++ - '0');
+            v[k++] = (int)x;
+            fmt += 2;
+        } else if (*fmt++ != *name++)
+            return false;
+    }
+    return !*name;
+}
+
+bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int *layer, int *expert, int *rows_kind)
+{
+    const arch_desc *d = arch_get(arch);
+    for (int r = 0; d && d->moe && r < MOE_ROLE_COUNT; r++) {
+        const struct moe_role_desc *rd = &k_moe_roles[r];
+        const char *fmt = arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+        int v[2] = { -1, -1 };
+        if (!fmt || (rd->shared && !d->shared_expert) || !match_pattern(fmt, hf, v))
+            continue;
+        snprintf(gguf, cap, rd->gguf, v[0]);
+        *layer = v[0];
+        *expert = rd->per_expert ? v[1] : -1;
+        *rows_kind = r; /* the caller only tells the router (MOE_ROUTER = 0) from the rest */
+        return true;
+    }
+    return false;
+}
+
 /* Binds n_mat matrices of rows × cols from one tensor (n_mat > 1: a GGUF expert stack) into out[]. */
 static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, int64_t n_mat, cdx_mat *out, cdx_err *err)
 {
