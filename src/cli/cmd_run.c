@@ -648,11 +648,16 @@ int cmd_run(int argc, char **argv)
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, o.json);
             ho.ctx = (uint32_t)o.ctx;
+            uint64_t admitted = 0;
+            ho.weight_budget = o.weight_budget;
+            ho.budget_out = &admitted;
             if (cdx_hub_resolve(o.model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix: %s\n", err.msg);
                 goto done;
             }
             o.model = resolved;
+            if (admitted && !o.weight_budget)
+                o.weight_budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
         }
         cdx_model_opts mo = { .weight_budget = o.weight_budget };
         rc = cdx_model_open(o.model, &mo, &m, &err);

@@ -189,10 +189,15 @@ int cmd_serve(int argc, char **argv)
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, false);
             ho.ctx = (uint32_t)eo.n_ctx;
+            uint64_t admitted = 0;
+            ho.weight_budget = budget;
+            ho.budget_out = &admitted;
             if (cdx_hub_resolve(model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix serve: %s\n", err.msg);
                 goto done;
             }
+            if (admitted && !budget)
+                budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
             path = resolved;
         }
         cdx_model_opts mo = { .weight_budget = budget };

@@ -91,11 +91,12 @@ void xc_model_sizes(const cdx_model *m, xc_sizes *s)
                                   cdx_kernels_by_isa("avx512") };
     memset(s, 0, sizeof *s);
     const cdx_hparams *hp = &m->hp;
+    /* dense: every tensor of the file but the experts' (as inspect counts them) */
     size_t total = 0;
-    for (size_t i = 0; i < m->n_mats; i++)
-        total += mat_bytes(m->mats[i]);
-    if (m->output.data != m->tok_embd.data)
-        total += mat_bytes(&m->tok_embd); /* read row by row from the mapping, but counted as resident */
+    for (uint64_t i = 0; m->gguf && i < m->gguf->n_tensors; i++)
+        total += m->gguf->tensors[i].n_bytes;
+    for (uint64_t i = 0; m->st && i < m->st->n_tensors; i++)
+        total += m->st->tensors[i].n_bytes;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         for (int64_t e = 0; L->moe && e < hp->n_expert; e++) {
