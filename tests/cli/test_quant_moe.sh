@@ -5,7 +5,7 @@
 # llama.cpp's own quantizer gives the same tensors), and caldrix run gives llama.cpp's greedy tokens
 # on it (near-tie rule of tests/cli/compare_greedy.py). Then the same under --weight-budget: the
 # least one token needs is accepted and one byte less refused naming both numbers, and at that
-# budget (experts read from the file into packed slots) and at 1.5x it the tokens and top logits
+# budget (experts read from the file into packed slots, by pread and through the mapping) and at 1.5x it the tokens and top logits
 # equal the resident run's exactly, and llama.cpp's greedy tokens still hold.
 set -u
 CALDRIX=${CALDRIX:-build/caldrix}
@@ -39,15 +39,16 @@ for ((f = 0; f < n; f++)); do
     else bad "$shape $type: one byte under the minimum is refused with both numbers (rc $rc): $msg"; fi
     ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['files'][$f]['cases'][1]['prompt_ids'])))")
     "$CALDRIX" run "$file" --prompt-ids "$ids" -n 24 --temp 0 --ignore-eos --json --top-logits 5 > "$tmp/res.json" 2>/dev/null
-    for b in $min $((min * 3 / 2)); do
-        "$CALDRIX" run "$file" --prompt-ids "$ids" -n 24 --temp 0 --ignore-eos --json --top-logits 5 --weight-budget $b > "$tmp/bud.json" 2>"$tmp/bud.err"
+    for b in $min $((min * 3 / 2)) mmap; do
+        io=pread; [ $b = mmap ] && io=mmap b=$min
+        CALDRIX_EXPERT_IO=$io "$CALDRIX" run "$file" --prompt-ids "$ids" -n 24 --temp 0 --ignore-eos --json --top-logits 5 --weight-budget $b > "$tmp/bud.json" 2>"$tmp/bud.err"
         if python3 - "$tmp/res.json" "$tmp/bud.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 sys.exit(0 if a['tokens'] == b['tokens'] and len(a['tokens']) == 24 and [s['top'] for s in a['steps']] == [s['top'] for s in b['steps']] else 1)
 PY
-        then ok "$shape $type: under --weight-budget $b the tokens and top-5 logits equal the resident run's exactly"
-        else bad "$shape $type: under --weight-budget $b the tokens and top-5 logits equal the resident run's exactly ($(tail -c 300 "$tmp/bud.err"))"; fi
+        then ok "$shape $type: under --weight-budget $b ($io) the tokens and top-5 logits equal the resident run's exactly"
+        else bad "$shape $type: under --weight-budget $b ($io) the tokens and top-5 logits equal the resident run's exactly ($(tail -c 300 "$tmp/bud.err"))"; fi
     done
     if python3 tests/cli/compare_greedy.py "$GOLD" "$f" 0 "$CALDRIX" "$file" --weight-budget "$min"; then ok "$shape $type case 0 under the minimum budget: llama.cpp's greedy tokens"
     else bad "$shape $type case 0 under the minimum budget: llama.cpp's greedy tokens"; fi
