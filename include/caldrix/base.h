@@ -81,6 +81,10 @@ CDX_API void cdx_file_unmap(cdx_file *f); /* NULL: no-op */
 /* Reads a whole (small) file into a NUL-terminated heap buffer, refusing files over max_bytes. */
 CDX_API int cdx_file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len, cdx_err *err);
 
+/* A byte count: digits with an optional fraction and a K, M, G or T suffix (powers of 1024; an
+ * optional "i" and "B" after it): "8G", "512M", "1.5GiB", "4096". False on anything else. */
+CDX_API bool cdx_parse_bytes(const char *s, uint64_t *out);
+
 /* Monotonic clock in milliseconds. */
 CDX_API double cdx_time_ms(void);
 

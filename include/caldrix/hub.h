@@ -131,6 +131,11 @@ CDX_API int cdx_hub_check_config(const char *json, size_t len, const char *name,
 CDX_API uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx);
 /* The context the estimate uses: ctx (0: CDX_HUB_DEFAULT_CTX) capped as above. */
 CDX_API uint32_t cdx_hub_ctx_for(const cdx_hub_config *c, uint32_t ctx);
+/* A mixture of experts' weights split the way --weight-budget sees them, estimated from config.json
+ * alone (parameter counts scaled to weight_bytes, the download's size): the dense bytes and the
+ * bytes of one expert. False for a dense model. */
+CDX_API bool cdx_hub_expert_split(const cdx_hub_config *c, uint64_t weight_bytes, uint64_t *dense, uint64_t *one_expert);
+
 /* *out: MemAvailable from /proc/meminfo in bytes (0 when unknown), or CALDRIX_MEM_AVAILABLE
  * (bytes, or with a K/M/G suffix) when set. A malformed CALDRIX_MEM_AVAILABLE is CDX_EINVAL,
  * naming the value; it is never ignored. */
@@ -168,6 +173,10 @@ typedef struct cdx_hub_opts {
     bool check_local;           /* apply the config.json rules to local directories too */
     uint64_t mem_available;     /* 0: cdx_hub_mem_available() */
     bool cache_only;            /* no network: resolve through the caches alone (caldrix inspect) */
+    uint64_t weight_budget;     /* --weight-budget (0: none): admission counts the weights at it */
+    uint64_t *budget_out;       /* NULL, or receives the budget admission chose: a mixture of experts too
+                                   big for memory whose least budget fits is admitted with the largest
+                                   budget that fits (0 when none was needed or one was given) */
 } cdx_hub_opts;
 
 /* Resolves ref to a local path the model layer opens: a file (.gguf, an Ollama model) or a
@@ -199,6 +208,10 @@ typedef struct cdx_hub_report {
     uint64_t n_unused;
     char unused_tensors[512];          /* "none" or a count and the first names (tensors no role reads) */
     uint64_t weight_bytes, kv_bytes;   /* estimated memory = weights + KV at kv_ctx */
+    /* a mixture of experts under --weight-budget (0 for a dense model): the expert tensors' bytes,
+     * the largest layer's bytes per expert, and the least budget one token needs (the dense weights
+     * + top-k experts of one layer; the loader adds the 64-byte alignment of its expert slots) */
+    uint64_t expert_bytes, expert_one_bytes, min_budget_bytes;
     uint32_t kv_ctx;
     char refusal[1024];                /* "" or what the import rules refuse, with the field and value */
     char note[1024];                   /* "" or notes (files not read, a shipped head beside a tied one) */

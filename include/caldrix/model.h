@@ -78,6 +78,11 @@ CDX_API void cdx_model_tensor_names(const cdx_tensor_plan *plan, void (*fn)(void
 
 typedef struct cdx_model_opts {
     int reserved;            /* zero-initialise; room for future options */
+    /* Bytes the weights may hold (--weight-budget; 0: no limit). For a mixture of experts below its
+     * whole size, the dense weights stay resident and the experts are read from the file when a token
+     * routes to them, kept in an LRU of expert slots within the budget; the results are the same bits.
+     * Below the dense weights plus top-k experts of one layer, the open is refused with both numbers. */
+    uint64_t weight_budget;
 } cdx_model_opts;
 
 /* path: a .gguf file or a Hugging Face checkpoint directory (config.json + safetensors).
@@ -91,6 +96,12 @@ CDX_API const cdx_hparams *cdx_model_hparams(const cdx_model *m);
 CDX_API const cdx_gguf *cdx_model_gguf(const cdx_model *m);
 /* Bytes of weights read for one decoded token (for bandwidth figures). */
 CDX_API size_t cdx_model_weight_bytes(const cdx_model *m);
+/* Under a weight budget: expert slots, and hits and misses (experts read from the file) so far.
+ * All 0 when every weight is resident. Thread-safe. */
+CDX_API void cdx_model_expert_stats(const cdx_model *m, uint64_t *hits, uint64_t *misses, size_t *n_slots);
+/* File-layout bytes: the dense weights, one expert (the largest, gate + up + down) and all experts;
+ * the smallest budget is dense + n_expert_used × one expert. */
+CDX_API void cdx_model_weight_split(const cdx_model *m, size_t *dense, size_t *expert_max, size_t *experts_all);
 /* Notes produced while loading (e.g. "llama3 rope scaling applied"), newline-separated; may be "". */
 CDX_API const char *cdx_model_notes(const cdx_model *m);
 

@@ -29,6 +29,13 @@ int cmd_synth(int argc, char **argv);
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* A byte count > 0 (cdx_parse_bytes: 8G, 512M); on failure says so and returns -1. */
+int cli_parse_bytes(const char *opt, const char *s, uint64_t *out);
+/* The --weight-budget line of run, bench and serve's usage. */
+#define CLI_WEIGHT_BUDGET_HELP \
+    "  --weight-budget BYTES  memory the weights may hold (8G, 512M): a mixture of experts larger than\n" \
+    "                         that keeps its dense weights resident and reads experts from the file\n" \
+    "                         when tokens route to them, in an LRU within the budget (same output)\n"
 
 /* Before any work: OUT must not be IN (the same inode: the path, a hard link, a symlink), nor any
  * file of IN when IN is a checkpoint folder, and OUT's folder must exist and take a new file.

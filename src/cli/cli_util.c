@@ -36,6 +36,16 @@ int cli_parse_float(const char *opt, const char *s, double lo, double hi, double
     return 0;
 }
 
+int cli_parse_bytes(const char *opt, const char *s, uint64_t *out)
+{
+    if (!cdx_parse_bytes(s, out) || !*out) {
+        fprintf(stderr, "caldrix: %s: \"%s\" is not a byte count (a positive number, optionally with a K, M, G or T "
+                        "suffix: 512M, 8G, 1.5GiB)\n", opt, s ? s : "");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- output paths ---- */
 
 static int same_file(const struct stat *a, const char *path)

@@ -42,7 +42,8 @@ static double median(double *v, int n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
-               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--mem-bw GB/s] [--json]\n\n"
+               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--mem-bw GB/s]\n"
+               "                     [--weight-budget BYTES] [--json]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
@@ -51,7 +52,8 @@ static void usage(FILE *f)
                "decode ceiling: the memory bandwidth divided by the weight bytes one decoded token reads.\n"
                "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
                "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"
-               "16 tokens are in the prefix cache, against one that is not.\n");
+               "16 tokens are in the prefix cache, against one that is not. --weight-budget: as run's (a\n"
+               "mixture of experts streams its experts; the JSON adds expert_slots, expert_hits, expert_misses).\n");
 }
 
 /* Synthetic prompt ids: spread over the vocabulary, deterministic, never the first 3 (specials). */
@@ -129,6 +131,7 @@ int cmd_bench(int argc, char **argv)
     const char *path = NULL, *isa = NULL;
     long threads = 0, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1;
     double mem_bw = 0;
+    uint64_t budget = 0;
     bool json = false, prefix_hit = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -157,6 +160,9 @@ int cmd_bench(int argc, char **argv)
             prefix_hit = true;
         } else if (!strcmp(a, "--isa") && has) {
             isa = argv[++i];
+        } else if (!strcmp(a, "--weight-budget") && has) {
+            if (cli_parse_bytes(a, argv[++i], &budget))
+                return 2;
         } else if (!strcmp(a, "--mem-bw") && has) {
             if (cli_parse_float(a, argv[++i], 1e-3, 1e6, &mem_bw))
                 return 2;
@@ -198,7 +204,8 @@ int cmd_bench(int argc, char **argv)
     int rc = 1;
 
     double t0 = now_s();
-    if (cdx_model_open(path, NULL, &m, &err) < 0) {
+    cdx_model_opts mo = { .weight_budget = budget };
+    if (cdx_model_open(path, &mo, &m, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
     }
@@ -316,6 +323,13 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(o, "prefix_cached_tokens", json_integer(hit_cached));
         }
         json_object_set_new(o, "greedy_tokens", kept);
+        uint64_t x_hits, x_misses;
+        size_t x_slots;
+        cdx_model_expert_stats(m, &x_hits, &x_misses, &x_slots);
+        json_object_set_new(o, "weight_budget", json_integer((json_int_t)budget));
+        json_object_set_new(o, "expert_slots", json_integer((json_int_t)x_slots));
+        json_object_set_new(o, "expert_hits", json_integer((json_int_t)x_hits));
+        json_object_set_new(o, "expert_misses", json_integer((json_int_t)x_misses));
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)wbytes));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
         if (mem_bw > 0) {
@@ -343,6 +357,13 @@ int cmd_bench(int argc, char **argv)
         if (mem_bw > 0)
             printf("ceiling  %.2f tok/s at %.2f GB/s: decode is at %.0f %% of it\n", mem_bw * 1e9 / (double)wbytes,
                    mem_bw, 100.0 * bw / mem_bw);
+        uint64_t x_hits, x_misses;
+        size_t x_slots;
+        cdx_model_expert_stats(m, &x_hits, &x_misses, &x_slots);
+        if (x_slots)
+            printf("experts  %zu slots within --weight-budget: %llu hits, %llu read from the file (%.0f %% hits)\n",
+                   x_slots, (unsigned long long)x_hits, (unsigned long long)x_misses,
+                   100.0 * (double)x_hits / (double)(x_hits + x_misses ? x_hits + x_misses : 1));
         if (parallel > 1)
             printf("parallel %ld streams: %.2f tok/s in all, %.2f tok/s per stream (medians)\n", parallel,
                    median(ta, (int)runs), median(ts, (int)runs));

@@ -11,7 +11,7 @@
 static const char k_convert_usage[] =
     "usage: caldrix convert HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0] [--name NAME] [--vocab-only]\n"
     "\n"
-    "Converts a Hugging Face checkpoint (config.json + safetensors; Llama, Mistral, Qwen2, Qwen3) to\n"
+    "Converts a Hugging Face checkpoint (config.json + safetensors; Llama, Mistral, Qwen2, Qwen3, and the mixtures of experts Qwen3-MoE, Qwen2-MoE and Mixtral) to\n"
     "GGUF as llama.cpp's convert_hf_to_gguf.py does: its tensor names, the Llama q/k permutation,\n"
     "rope_freqs for Llama-3 scaling, its metadata keys and tokenizer keys.\n"
     "  --type T   type of the weight matrices (norms and vectors stay F32). Default: F16 when the\n"

@@ -9,14 +9,18 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: caldrix inspect REF [--json]\n\n"
+    fprintf(f, "usage: caldrix inspect REF [--weight-budget BYTES] [--json]\n\n"
                "Reports what caldrix makes of a model from its headers alone: architecture, tensor and metadata\n"
                "counts, family, layers, heads, kv heads, hidden size, head_dim, context, tensor types,\n"
                "unsupported_tensor_types, missing_required_tensors and the estimated memory (weights + KV cache\n"
                "for a %u-token context). REF is a .gguf file, a checkpoint folder, or a reference already in\n"
                "the cache (an alias, owner/name[@revision], ollama:name[:tag]); inspect never downloads.\n"
                "Exit status 0 when caldrix can run the model, 1 when it cannot (a refusal, an architecture it\n"
-               "does not map, missing tensors or unsupported types; the report is printed all the same).\n",
+               "does not map, missing tensors or unsupported types; the report is printed all the same).\n"
+               "A mixture of experts also reports its experts' bytes and the least --weight-budget it runs under;\n"
+               "with --weight-budget the estimate counts the weights at that budget, and when the model does\n"
+               "not fit in the memory available (CALDRIX_MEM_AVAILABLE or MemAvailable) but would under a\n"
+               "budget, inspect says which.\n",
                CDX_HUB_DEFAULT_CTX);
 }
 
@@ -24,12 +28,17 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *ref = NULL;
     bool json = false;
+    uint64_t budget = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--weight-budget") && i + 1 < argc) {
+            if (cli_parse_bytes(argv[i], argv[i + 1], &budget))
+                return 2;
+            i++;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "caldrix inspect: unknown option \"%s\"\n", argv[i]);
             return 2;
@@ -61,10 +70,34 @@ int cmd_inspect(int argc, char **argv)
         free(path);
         return 1;
     }
+    /* under a budget the weights hold at most the budget (the loader refuses one below the least) */
+    const uint64_t wres = budget && budget < r->weight_bytes ? budget : r->weight_bytes;
     char w[32], k[32], t[32];
-    cli_fmt_bytes(r->weight_bytes, w, sizeof w);
+    cli_fmt_bytes(wres, w, sizeof w);
     cli_fmt_bytes(r->kv_bytes, k, sizeof k);
-    cli_fmt_bytes(r->weight_bytes + r->kv_bytes, t, sizeof t);
+    cli_fmt_bytes(wres + r->kv_bytes, t, sizeof t);
+    /* memory admission as the hub applies it before a download: the weights (at the budget) + KV */
+    uint64_t avail = 0;
+    cdx_err merr = { 0 };
+    if (cdx_hub_mem_available(&avail, &merr) < 0) {
+        fprintf(stderr, "caldrix inspect: %s\n", merr.msg);
+        free(r);
+        free(path);
+        return 2;
+    }
+    char fits[256] = "";
+    const uint64_t suggest = avail > r->kv_bytes ? (avail - r->kv_bytes) & ~(uint64_t)4095 : 0;
+    if (avail && wres + r->kv_bytes > avail) {
+        char a[32], b[32];
+        cli_fmt_bytes(avail, a, sizeof a);
+        if (r->min_budget_bytes && r->min_budget_bytes + r->kv_bytes <= avail && suggest >= r->min_budget_bytes) {
+            cli_fmt_bytes(suggest, b, sizeof b);
+            snprintf(fits, sizeof fits, "does not fit in the %s available; fits with --weight-budget %llu (%s)", a,
+                     (unsigned long long)suggest, b);
+        } else
+            snprintf(fits, sizeof fits, "does not fit in the %s available%s", a,
+                     r->min_budget_bytes ? ", not even at the least weight budget" : "");
+    }
     if (json) {
         json_t *o2 = json_pack("{s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:I}",
                                "format", r->format, "path", r->path, "architecture", r->architecture,
@@ -82,6 +115,14 @@ int cmd_inspect(int argc, char **argv)
                             json_pack("{s:I,s:I,s:I,s:I}", "weights_bytes", (json_int_t)r->weight_bytes,
                                       "kv_bytes", (json_int_t)r->kv_bytes, "kv_context", (json_int_t)r->kv_ctx,
                                       "total_bytes", (json_int_t)(r->weight_bytes + r->kv_bytes)));
+        if (r->expert_bytes)
+            json_object_set_new(o2, "weight_budget",
+                                json_pack("{s:I,s:I,s:I,s:I,s:I}", "dense_bytes",
+                                          (json_int_t)(r->weight_bytes - r->expert_bytes), "expert_bytes",
+                                          (json_int_t)r->expert_bytes, "one_expert_bytes",
+                                          (json_int_t)r->expert_one_bytes, "min_budget_bytes",
+                                          (json_int_t)r->min_budget_bytes, "budget", (json_int_t)budget));
+        json_object_set_new(o2, "memory", fits[0] ? json_string(fits) : json_null());
         json_object_set_new(o2, "refusal", r->refusal[0] ? json_string(r->refusal) : json_null());
         json_object_set_new(o2, "note", r->note[0] ? json_string(r->note) : json_null());
         char *s = json_dumps(o2, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -105,7 +146,19 @@ int cmd_inspect(int argc, char **argv)
             printf("  missing_required_tensors=%s\n", r->missing_required_tensors);
         if (strcmp(r->format, "gguf"))
             printf("  unused_tensors=%s\n", r->unused_tensors);
-        printf("  estimated_memory=%s (weights %s + KV cache %s for %u tokens)\n", t, w, k, r->kv_ctx);
+        printf("  estimated_memory=%s (weights %s%s + KV cache %s for %u tokens)\n", t, w,
+               wres < r->weight_bytes ? " under --weight-budget" : "", k, r->kv_ctx);
+        if (r->expert_bytes) {
+            char d[32], x[32], one[32], mn[32];
+            cli_fmt_bytes(r->weight_bytes - r->expert_bytes, d, sizeof d);
+            cli_fmt_bytes(r->expert_bytes, x, sizeof x);
+            cli_fmt_bytes(r->expert_one_bytes, one, sizeof one);
+            cli_fmt_bytes(r->min_budget_bytes, mn, sizeof mn);
+            printf("  weight_budget: dense %s + experts %s (%s each); the least --weight-budget is %llu (%s)\n", d, x,
+                   one, (unsigned long long)r->min_budget_bytes, mn);
+        }
+        if (fits[0])
+            printf("  memory: %s\n", fits);
         if (r->note[0])
             printf("  note: %s\n", r->note);
         if (r->refusal[0])
@@ -116,6 +169,14 @@ int cmd_inspect(int argc, char **argv)
                     : strcmp(r->missing_required_tensors, "none") ? r->missing_required_tensors
                     : strcmp(r->unsupported_tensor_types, "none") ? r->unsupported_tensor_types : NULL;
     int rc = 0;
+    if (!why && budget && r->min_budget_bytes && budget < r->min_budget_bytes) {
+        char b[32], mn[32];
+        cli_fmt_bytes(budget, b, sizeof b);
+        cli_fmt_bytes(r->min_budget_bytes, mn, sizeof mn);
+        fprintf(stderr, "caldrix inspect: %s: --weight-budget %s (%llu bytes) is below what one token needs: %s (%llu "
+                "bytes)\n", ref, b, (unsigned long long)budget, mn, (unsigned long long)r->min_budget_bytes);
+        rc = 1;
+    }
     if (why) {
         fprintf(stderr, "caldrix inspect: %s: caldrix cannot run this model: %s%s\n", ref,
                 why == r->unsupported_tensor_types ? "unsupported tensor types " :

@@ -37,6 +37,7 @@ static const char k_run_usage[] =
     "                         for is allowed with a warning)\n"
     "  --dtype f32            compute type (f32 is the only one on the CPU for now)\n"
     "  --threads N            worker threads (default: all cores)\n"
+    CLI_WEIGHT_BUDGET_HELP
     "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has;\n"
     "                         avx512-gemm: faster AVX-512 prefill that is not batch invariant)\n"
     "  --chat                 wrap the prompt (-p, or stdin when it is not a terminal) in the model's chat\n"
@@ -62,6 +63,7 @@ static const char k_run_usage[] =
 typedef struct {
     const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
     uint32_t kv_type;
+    uint64_t weight_budget;
     long n_gen, ctx, threads, top_logits;
     bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set;
     cdx_sampler_params sp;
@@ -185,6 +187,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--isa")) {
             NEED_VALUE();
             o->isa = v;
+        } else if (!strcmp(a, "--weight-budget")) {
+            NEED_VALUE();
+            if (cli_parse_bytes(a, v, &o->weight_budget)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             NEED_VALUE();
             if (strcmp(v, "f32") && strcmp(v, "f16")) {
@@ -643,13 +648,19 @@ int cmd_run(int argc, char **argv)
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, o.json);
             ho.ctx = (uint32_t)o.ctx;
+            uint64_t admitted = 0;
+            ho.weight_budget = o.weight_budget;
+            ho.budget_out = &admitted;
             if (cdx_hub_resolve(o.model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix: %s\n", err.msg);
                 goto done;
             }
             o.model = resolved;
+            if (admitted && !o.weight_budget)
+                o.weight_budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
         }
-        rc = cdx_model_open(o.model, NULL, &m, &err);
+        cdx_model_opts mo = { .weight_budget = o.weight_budget };
+        rc = cdx_model_open(o.model, &mo, &m, &err);
     } else
         rc = cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
                                      "stories260K.gguf (bundled)", &m, &err);

@@ -28,6 +28,9 @@ static const char k_serve_usage[] =
     "  --threads N          worker threads (default: all cores)\n"
     "  --isa NAME           force a kernel set: avx512, avx2 or scalar\n"
     "  --dtype f32          compute type (f32 is the only one on the CPU for now)\n"
+    "  --weight-budget BYTES memory the weights may hold (8G, 512M): a mixture of experts larger than\n"
+    "                       that keeps its dense weights resident and reads experts from the file when\n"
+    "                       tokens route to them, in an LRU within the budget (same output)\n"
     "  --kv-type f32|f16    KV cache storage (default f32; f16: half the memory, llama.cpp's rounding)\n"
     "  --kv-store DIR       a prefix store shared by processes: K/V blocks pushed out of memory, and\n"
     "                       all of them at exit, are kept in DIR and read back by prefix (also after\n"
@@ -72,6 +75,7 @@ int cmd_serve(int argc, char **argv)
     cdx_server_opts so = cdx_server_defaults();
     cdx_engine_opts eo = cdx_engine_defaults();
     const char *model = NULL, *isa = NULL, *kv_store = NULL;
+    uint64_t budget = 0;
     long l;
     so.api_key = getenv("CALDRIX_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -80,7 +84,8 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--max-queue") || !strcmp(a, "--ctx") || !strcmp(a, "--threads") ||
                      !strcmp(a, "-t") || !strcmp(a, "--kv-store") || !strcmp(a, "--api-key") ||
                      !strcmp(a, "--kv-type") || !strcmp(a, "--dtype") || !strcmp(a, "--isa") ||
-                     !strcmp(a, "--max-connections") || !strcmp(a, "--timeout") || !strcmp(a, "--kv-blocks");
+                     !strcmp(a, "--max-connections") || !strcmp(a, "--timeout") || !strcmp(a, "--kv-blocks") ||
+                     !strcmp(a, "--weight-budget");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             return 0;
@@ -121,6 +126,8 @@ int cmd_serve(int argc, char **argv)
             so.api_key = v;
         } else if (!strcmp(a, "--isa")) {
             isa = v;
+        } else if (!strcmp(a, "--weight-budget")) {
+            if (cli_parse_bytes(a, v, &budget)) return 2;
         } else if (!strcmp(a, "--kv-store")) {
             kv_store = v;
         } else if (!strcmp(a, "--kv-type")) {
@@ -182,13 +189,19 @@ int cmd_serve(int argc, char **argv)
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, false);
             ho.ctx = (uint32_t)eo.n_ctx;
+            uint64_t admitted = 0;
+            ho.weight_budget = budget;
+            ho.budget_out = &admitted;
             if (cdx_hub_resolve(model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix serve: %s\n", err.msg);
                 goto done;
             }
+            if (admitted && !budget)
+                budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
             path = resolved;
         }
-        if (cdx_model_open(path, NULL, &m, &err)) {
+        cdx_model_opts mo = { .weight_budget = budget };
+        if (cdx_model_open(path, &mo, &m, &err)) {
             fprintf(stderr, "caldrix serve: %s\n", err.msg);
             goto done;
         }

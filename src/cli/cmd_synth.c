@@ -27,22 +27,32 @@ typedef struct {
     float rms_eps;
     bool qk_norm;
     const char *about;
+    /* a mixture of experts (llama.cpp's layout: every layer sparse, experts stacked per layer) */
+    int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* n_ff_shexp: qwen2moe's shared expert */
+    bool untied;             /* an output head of its own (output.weight), as Qwen3-30B-A3B has */
+    float head_sd;           /* the head's weights' deviation (0: 0.02 as the rest): wider logit gaps for tests */
 } synth_shape;
 
 static const synth_shape k_shapes[] = {
     { "llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5f, false,
-      "Llama-3.2-1B: 1.24 B parameters, tied embeddings" },
+      "Llama-3.2-1B: 1.24 B parameters, tied embeddings", 0, 0, 0, 0, false, 0 },
     { "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6f, true,
-      "Qwen3-0.6B: 0.6 B parameters, QK-norm, tied embeddings" },
+      "Qwen3-0.6B: 0.6 B parameters, QK-norm, tied embeddings", 0, 0, 0, 0, false, 0 },
     { "tiny", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5f, false,
-      "a 2-layer llama for tests (rows are multiples of 256, so every type fits)" },
+      "a 2-layer llama for tests (rows are multiples of 256, so every type fits)", 0, 0, 0, 0, false, 0 },
     { "tiny-qwen3", "qwen3", 256, 2, 4, 2, 32, 512, 512, 2048, 1000000.0, 1e-6f, true,
-      "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)" },
+      "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)", 0, 0, 0, 0, false, 0 },
     { "tiny-qwen3-64", "qwen3", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
-      "a 2-layer qwen3 for tests, head_dim 64 (the llama.cpp quant goldens)" },
+      "a 2-layer qwen3 for tests, head_dim 64 (the llama.cpp quant goldens)", 0, 0, 0, 0, false, 0 },
+    { "tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
+      "a 2-layer qwen3moe for tests: 8 experts, top-2, expert FFN 256, untied head", 8, 2, 256, 0, true, 0.2f },
+    { "tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, false,
+      "a 2-layer qwen2moe for tests: 8 experts, top-2, expert FFN 256, shared expert 512, untied head", 8, 2, 256, 512, true, 0.2f },
+    { "qwen3-30b-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6f, true,
+      "Qwen3-30B-A3B's layers (128 experts, top-8, expert FFN 768), 4 of its 48", 128, 8, 768, 0, true, 0 },
 };
 
-typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN } tensor_role;
+typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN, R_BIAS, R_ROUTER } tensor_role;
 
 static bool is_float_type(int t) { return t == CDX_TYPE_F32 || t == CDX_TYPE_F16 || t == CDX_TYPE_BF16; }
 
@@ -100,7 +110,8 @@ typedef struct {
     char name[64];
     tensor_role role;
     int type;
-    int64_t rows, cols;     /* rows == 1 for vectors */
+    int64_t rows, cols;     /* rows == 1 for vectors; a stack of n_mat experts: n_mat × its rows */
+    int64_t n_mat;          /* 1, or the experts of a stacked tensor (GGUF ne[2]) */
     size_t row_bytes;
     void *data;
 } synth_tensor;
@@ -299,7 +310,8 @@ int cmd_synth(int argc, char **argv)
     }
     /* the tensor list, in the order llama.cpp's converter writes them */
     const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim;
-    size_t n_t = 2 + (size_t)sh->n_layer * (sh->qk_norm ? 11 : 9);
+    const bool qkv_bias = !strcmp(sh->arch, "qwen2moe"); /* llama.cpp's qwen2moe has q/k/v biases */
+    size_t n_t = 2 + (sh->untied ? 1 : 0) + (size_t)sh->n_layer * ((sh->qk_norm ? 11 : 9) + (qkv_bias ? 3 : 0) + (sh->n_expert ? 1 + (sh->n_ff_shexp ? 4 : 0) : 0));
     synth_tensor *ts = calloc(n_t, sizeof *ts);
     if (!ts) {
         fprintf(stderr, "caldrix synth: out of memory\n");
@@ -312,6 +324,7 @@ int cmd_synth(int argc, char **argv)
         ts[k].role = role_;                                                                        \
         ts[k].rows = rows_;                                                                        \
         ts[k].cols = cols_;                                                                        \
+        ts[k].n_mat = 1;                                                                           \
         k++;                                                                                       \
     } while (0)
     ADD(R_EMBD, 0, sh->n_vocab, E, "token_embd.weight");
@@ -322,24 +335,54 @@ int cmd_synth(int argc, char **argv)
         ADD(R_K, l, KV, E, "blk.%d.attn_k.weight", li);
         ADD(R_V, l, KV, E, "blk.%d.attn_v.weight", li);
         ADD(R_O, l, E, Q, "blk.%d.attn_output.weight", li);
+        if (qkv_bias) {
+            ADD(R_BIAS, l, 1, Q, "blk.%d.attn_q.bias", li);
+            ADD(R_BIAS, l, 1, KV, "blk.%d.attn_k.bias", li);
+            ADD(R_BIAS, l, 1, KV, "blk.%d.attn_v.bias", li);
+        }
         if (sh->qk_norm) {
             ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_q_norm.weight", li);
             ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_k_norm.weight", li);
         }
         ADD(R_NORM, l, 1, E, "blk.%d.ffn_norm.weight", li);
+        if (sh->n_expert) {
+            const int64_t X = sh->n_expert, F = sh->n_ff_exp;
+            ADD(R_ROUTER, l, X, E, "blk.%d.ffn_gate_inp.weight", li);
+            ADD(R_GATE, l, X * F, E, "blk.%d.ffn_gate_exps.weight", li);
+            ts[k - 1].n_mat = X;
+            ADD(R_UP, l, X * F, E, "blk.%d.ffn_up_exps.weight", li);
+            ts[k - 1].n_mat = X;
+            ADD(R_DOWN, l, X * E, F, "blk.%d.ffn_down_exps.weight", li);
+            ts[k - 1].n_mat = X;
+            if (sh->n_ff_shexp) {
+                ADD(R_BIAS, l, 1, E, "blk.%d.ffn_gate_inp_shexp.weight", li);
+                ADD(R_GATE, l, sh->n_ff_shexp, E, "blk.%d.ffn_gate_shexp.weight", li);
+                ADD(R_UP, l, sh->n_ff_shexp, E, "blk.%d.ffn_up_shexp.weight", li);
+                ADD(R_DOWN, l, E, sh->n_ff_shexp, "blk.%d.ffn_down_shexp.weight", li);
+            }
+            continue;
+        }
         ADD(R_GATE, l, sh->n_ff, E, "blk.%d.ffn_gate.weight", li);
         ADD(R_UP, l, sh->n_ff, E, "blk.%d.ffn_up.weight", li);
         ADD(R_DOWN, l, E, sh->n_ff, "blk.%d.ffn_down.weight", li);
     }
     ADD(R_NORM, 0, 1, E, "output_norm.weight");
+    if (sh->untied)
+        ADD(R_EMBD, 0, sh->n_vocab, E, "output.weight");
 #undef ADD
+    if (k != n_t) {
+        fprintf(stderr, "caldrix synth: internal error: %zu tensors listed, %zu counted\n", k, n_t);
+        free(ts);
+        return 1;
+    }
 
     /* each tensor's type, by llama.cpp's rules, visited in llama.cpp's order */
     cdx_err err = {0};
     const char **names = calloc(n_t, sizeof *names);
     size_t *order = calloc(n_t, sizeof *order);
     cdx_quant_mix mix;
-    cdx_quant_model_info info = { .n_layer = (int)sh->n_layer, .n_gqa = (int)(sh->n_head / sh->n_head_kv) };
+    cdx_quant_model_info info = { .n_layer = (int)sh->n_layer, .n_gqa = (int)(sh->n_head / sh->n_head_kv),
+                                  .n_expert = (int)sh->n_expert };
     if (!names || !order) {
         fprintf(stderr, "caldrix synth: out of memory\n");
         free(names), free(order), free(ts);
@@ -355,8 +398,9 @@ int cmd_synth(int argc, char **argv)
     int mrc = cdx_quant_mix_init(&mix, fi->name, &info, names, n_t, &err);
     for (size_t i = 0; i < n_t && !mrc; i++) {
         synth_tensor *t = &ts[order[i]];
-        int64_t ne[4] = { t->cols, t->rows, 1, 1 };
-        t->type = (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
+        int64_t ne[4] = { t->cols, t->rows / t->n_mat, t->n_mat, 1 };
+        t->type = t->role == R_BIAS || t->role == R_NORM ? CDX_TYPE_F32
+                  : (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
         const cdx_type_traits *tr = cdx_type_get((uint32_t)t->type);
         if (!tr || (!is_float_type(t->type) && !tr->from_f32)) {
             fprintf(stderr, "caldrix synth: --type %s: tensor \"%s\" would be %s, which needs an importance matrix\n",
@@ -420,6 +464,8 @@ int cmd_synth(int argc, char **argv)
     nth = cdx_pool_size(pool);
     int64_t max_cols = E > Q ? E : Q;
     max_cols = sh->n_ff > max_cols ? sh->n_ff : max_cols;
+    max_cols = sh->n_ff_exp > max_cols ? sh->n_ff_exp : max_cols;
+    max_cols = sh->n_ff_shexp > max_cols ? sh->n_ff_shexp : max_cols;
     scratch = calloc((size_t)nth, sizeof *scratch);
     for (int i = 0; scratch && i < nth; i++)
         scratch[i] = malloc((size_t)CHUNK_ROWS * (size_t)max_cols * sizeof(float));
@@ -429,7 +475,7 @@ int cmd_synth(int argc, char **argv)
             goto done;
         }
     for (size_t i = 0; i < n_t; i++) {
-        fill_job j = { .t = &ts[i], .seed = (uint64_t)seed, .index = i, .sd = 0.02f,
+        fill_job j = { .t = &ts[i], .seed = (uint64_t)seed, .index = i, .sd = !strcmp(ts[i].name, "output.weight") && sh->head_sd > 0 ? sh->head_sd : 0.02f,
                        .n_chunks = (ts[i].rows + CHUNK_ROWS - 1) / CHUNK_ROWS, .scratch = scratch };
         cdx_pool_run(pool, fill_work, &j);
     }
@@ -465,14 +511,26 @@ int cmd_synth(int argc, char **argv)
     wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, (float)sh->rope_theta);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
     wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, sh->rms_eps);
+    if (sh->n_expert) {
+        const struct { const char *key; int64_t v; } mk[] = {
+            { "expert_count", sh->n_expert }, { "expert_used_count", sh->n_expert_used },
+            { "expert_feed_forward_length", sh->n_ff_exp }, { "expert_shared_feed_forward_length", sh->n_ff_shexp },
+        };
+        for (size_t i = 0; i < 4 && !wrc; i++)
+            if (mk[i].v) {
+                snprintf(key, sizeof key, "%s.%s", a, mk[i].key);
+                wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)mk[i].v);
+            }
+    }
     wrc = wrc ? wrc : set_vocab(w, sh->n_vocab, &vocab_text);
     if (wrc) {
         fprintf(stderr, "caldrix synth: %s: cannot build the metadata (%s)\n", out, cdx_err_name(wrc));
         goto done;
     }
     for (size_t i = 0; i < n_t; i++) {
-        uint64_t ne[2] = { (uint64_t)ts[i].cols, (uint64_t)ts[i].rows };
-        if (cdx_gguf_writer_add_tensor(w, ts[i].name, (uint32_t)ts[i].type, ts[i].role == R_NORM ? 1 : 2, ne,
+        uint64_t ne[3] = { (uint64_t)ts[i].cols, (uint64_t)(ts[i].rows / ts[i].n_mat), (uint64_t)ts[i].n_mat };
+        const uint32_t nd = ts[i].role == R_NORM || ts[i].role == R_BIAS ? 1 : ts[i].n_mat > 1 ? 3 : 2;
+        if (cdx_gguf_writer_add_tensor(w, ts[i].name, (uint32_t)ts[i].type, nd, ne,
                                        ts[i].data, &err) < 0) {
             fprintf(stderr, "caldrix synth: %s: %s\n", out, err.msg);
             goto done;

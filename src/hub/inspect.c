@@ -115,6 +115,48 @@ static void type_lists(cdx_hub_report *out, const tcount *tc, int n_tc)
         snprintf(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, "none");
 }
 
+/* ---- the split a weight budget reads (expert tensors by name; see expert_cache.c) ---- */
+
+/* The layer of an expert tensor ("blk.L.ffn_up_exps.weight", "model.layers.L.mlp.experts.E....",
+ * "model.layers.L.block_sparse_moe.experts.E..."), or -1 for any other tensor. */
+static long expert_layer(const char *name)
+{
+    const char *p = NULL;
+    if (!strncmp(name, "blk.", 4) && strstr(name, "_exps."))
+        p = name + 4;
+    else if (!strncmp(name, "model.layers.", 13) && strstr(name, ".experts.") && !strstr(name, "shared_expert"))
+        p = name + 13;
+    if (!p || *p < '0' || *p > '9')
+        return -1;
+    long l = 0;
+    while (*p >= '0' && *p <= '9' && l < 100000)
+        l = l * 10 + (*p++ - '0');
+    return l;
+}
+
+typedef struct { uint64_t *per_layer; long n; } expert_acc;
+
+static void expert_add(cdx_hub_report *out, expert_acc *a, const char *name, uint64_t bytes)
+{
+    long l = expert_layer(name);
+    if (l < 0)
+        return;
+    out->expert_bytes += bytes;
+    if (l < a->n && a->per_layer)
+        a->per_layer[l] += bytes;
+}
+
+static void expert_finish(cdx_hub_report *out, expert_acc *a)
+{
+    for (long l = 0; l < a->n && a->per_layer && out->n_expert > 0; l++) {
+        uint64_t one = a->per_layer[l] / (uint64_t)out->n_expert;
+        out->expert_one_bytes = one > out->expert_one_bytes ? one : out->expert_one_bytes;
+    }
+    if (out->expert_bytes && out->n_expert_used > 0)
+        out->min_budget_bytes = out->weight_bytes - out->expert_bytes + (uint64_t)out->n_expert_used * out->expert_one_bytes;
+    free(a->per_layer);
+}
+
 static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
 {
     cdx_gguf *g = NULL;
@@ -145,9 +187,12 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     out->n_expert_used = gguf_int(g, a, "expert_used_count");
     tcount tc[CDX_TYPE_COUNT + 1];
     int n_tc = 0;
+    expert_acc ea = { .n = out->n_layer > 0 && out->n_layer <= 4096 ? (long)out->n_layer : 0 };
+    ea.per_layer = ea.n ? calloc((size_t)ea.n, sizeof *ea.per_layer) : NULL;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const cdx_gguf_tensor *t = &g->tensors[i];
         out->weight_bytes += t->n_bytes;
+        expert_add(out, &ea, t->name, t->n_bytes);
         int k = 0;
         while (k < n_tc && tc[k].type != t->type)
             k++;
@@ -157,6 +202,7 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
             tc[k].n++;
     }
     type_lists(out, tc, n_tc);
+    expert_finish(out, &ea);
     cdx_arch arch = CDX_ARCH_LLAMA;
     const bool known = cdx_model_arch_of(a, true, out->n_expert > 0, &arch); /* "llama" with experts: Mixtral */
     snprintf(out->family, sizeof out->family, "%s", known ? cdx_model_arch_family(arch) : a);
@@ -258,6 +304,7 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     const char *seen[32];
     uint64_t counts[32];
     int n_seen = 0;
+    /* the layer count is read further down; experts are summed per layer once it is known */
     for (size_t i = 0; i < st->n_tensors; i++) {
         out->weight_bytes += st->tensors[i].n_bytes;
         int k = 0;
@@ -351,6 +398,13 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
                 snprintf(out->note, sizeof out->note, "tie_word_embeddings is true but the checkpoint ships "
                          "lm_head.weight: it runs with the shipped head, as transformers does");
         }
+    }
+    {
+        expert_acc ea = { .n = out->n_layer > 0 && out->n_layer <= 4096 ? (long)out->n_layer : 0 };
+        ea.per_layer = ea.n ? calloc((size_t)ea.n, sizeof *ea.per_layer) : NULL;
+        for (size_t i = 0; i < st->n_tensors; i++)
+            expert_add(out, &ea, st->tensors[i].name, st->tensors[i].n_bytes);
+        expert_finish(out, &ea);
     }
     out->kv_ctx = cdx_hub_ctx_for(&(cdx_hub_config){ .ctx_max = out->ctx, .sliding_window = c.sliding_window }, 0);
     cdx_hub_config kc = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,

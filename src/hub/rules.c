@@ -492,9 +492,28 @@ uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx)
     return 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)c->head_dim * n * CDX_HUB_KV_BYTES;
 }
 
+bool cdx_hub_expert_split(const cdx_hub_config *c, uint64_t weight_bytes, uint64_t *dense, uint64_t *one_expert)
+{
+    if (!c || c->n_expert < 1 || c->moe_ffn < 1 || c->n_layer < 1 || c->hidden < 1)
+        return false;
+    /* parameters: embeddings (and the head), attention, the experts (every layer taken as sparse) */
+    const double h = (double)c->hidden, hd = (double)(c->head_dim ? c->head_dim : c->hidden / (c->n_head ? c->n_head : 1));
+    const double attn = h * hd * (2.0 * (double)c->n_head + 2.0 * (double)c->n_kv_head);
+    const double emb = (double)c->vocab * h * (c->tied ? 1 : 2);
+    const double one = 3.0 * h * (double)c->moe_ffn;
+    const double experts = (double)c->n_layer * (double)c->n_expert * one;
+    const double total = emb + (double)c->n_layer * (attn + (double)c->n_expert * h) + experts;
+    const double per_param = (double)weight_bytes / total;
+    *one_expert = (uint64_t)(one * per_param);
+    *dense = weight_bytes - (uint64_t)(experts * per_param);
+    return true;
+}
+
 int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight_bytes, const cdx_hub_opts *o,
                      const char *downloaded, cdx_err *err)
 {
+    if (o && o->budget_out)
+        *o->budget_out = 0;
     if (o && o->skip_memory_check)
         return 0;
     uint64_t avail = o ? o->mem_available : 0;
@@ -509,12 +528,35 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
     memset(&none, 0, sizeof none);
     uint32_t ctx = cdx_hub_ctx_for(c ? c : &none, o ? o->ctx : 0);
     uint64_t kv = c ? cdx_hub_kv_bytes(c, ctx) : 0;
-    uint64_t need = weight_bytes + kv;
+    const uint64_t given = o ? o->weight_budget : 0;
+    const uint64_t wres = given && given < weight_bytes ? given : weight_bytes;
+    uint64_t need = wres + kv;
     if (need <= avail)
         return 0;
-    char a[32], w[32], k[32], t[32];
+    /* a mixture of experts: its least budget (the dense weights + top-k experts of one layer) */
+    uint64_t dense = 0, one = 0, least = 0, fit = avail > kv ? (avail - kv) & ~(uint64_t)4095 : 0;
+    if (c && cdx_hub_expert_split(c, weight_bytes, &dense, &one))
+        least = dense + (uint64_t)(c->n_expert_used > 0 ? c->n_expert_used : 1) * one;
+    char a[32], w[32], k[32], t[32], lb[32], fb[32];
+    hub_fmt_bytes(least, lb, sizeof lb);
+    hub_fmt_bytes(fit, fb, sizeof fb);
+    if (least && fit >= least && !given) {
+        if (o && o->budget_out)
+            *o->budget_out = fit;
+        hub_note(o, "%s does not fit in memory whole; admitted with --weight-budget %llu (%s): the dense weights "
+                 "stay resident and experts are read from the file when tokens route to them", label,
+                 (unsigned long long)fit, fb);
+        return 0;
+    }
+    char budget_line[256] = "";
+    if (least && fit >= least)
+        snprintf(budget_line, sizeof budget_line, "  - a smaller weight budget: --weight-budget %llu (%s) fits; the least "
+                 "this model takes is %s\n", (unsigned long long)fit, fb, lb);
+    else if (least)
+        snprintf(budget_line, sizeof budget_line, "  - (a weight budget does not help: the least this model takes, %s, "
+                 "does not fit either)\n", lb);
     hub_fmt_bytes(need, t, sizeof t);
-    hub_fmt_bytes(weight_bytes, w, sizeof w);
+    hub_fmt_bytes(wres, w, sizeof w);
     hub_fmt_bytes(kv, k, sizeof k);
     hub_fmt_bytes(avail, a, sizeof a);
     return cdx_err_set(err, CDX_ERANGE,
@@ -522,7 +564,8 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
                        "has %s available.\n%s\n\nOptions:\n"
                        "  - a smaller model: caldrix models supported\n"
                        "  - a shorter context: --ctx N (the KV cache shrinks with it)\n"
+                       "%s"
                        "  - free memory, then run again\n"
                        "  - fetch it anyway and let the loader decide against the real files: caldrix pull %s "
-                       "--fetch-anyway", label, t, w, k, ctx, a, downloaded, label);
+                       "--fetch-anyway", label, t, w, k, ctx, a, downloaded, budget_line, label);
 }

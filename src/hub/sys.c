@@ -31,22 +31,9 @@ int cdx_hub_mem_available(uint64_t *out, cdx_err *err)
     *out = 0;
     const char *v = getenv("CALDRIX_MEM_AVAILABLE");
     if (v && *v) {
-        /* digits, an optional fraction, then K, M or G (powers of 1024), an optional i and B */
-        char *end = NULL;
-        errno = 0;
-        double x = (*v >= '0' && *v <= '9') ? strtod(v, &end) : -1;
-        if (end && end != v + strspn(v, "0123456789.")) /* no hex, exponents or signs */
-            x = -1;
-        double mul = 1;
-        if (end && (*end == 'K' || *end == 'k')) mul = 1024.0, end++;
-        else if (end && (*end == 'M' || *end == 'm')) mul = 1024.0 * 1024, end++;
-        else if (end && (*end == 'G' || *end == 'g')) mul = 1024.0 * 1024 * 1024, end++;
-        if (end && mul > 1 && *end == 'i') end++;
-        if (end && (*end == 'B' || *end == 'b')) end++;
-        if (errno || !end || *end || !(x >= 0) || !(x * mul < 1.8e19))
+        if (!cdx_parse_bytes(v, out))
             return cdx_err_set(err, CDX_EINVAL, "CALDRIX_MEM_AVAILABLE is \"%.60s\"; expected a number of bytes, "
                                "optionally with a K, M or G suffix (512K, 2G, 1.5GiB), or unset it", v);
-        *out = (uint64_t)(x * mul);
         return 0;
     }
     uint64_t total;

@@ -35,6 +35,11 @@ typedef enum {
  * a role; NULL where the format has no such tensor (HF has no rope_freqs). *per_layer: "%d" is the layer. */
 const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer);
 
+/* A transformers mixture-of-experts tensor name (router, an expert's gate/up/down, the shared
+ * expert) → its llama.cpp GGUF name ("blk.L.ffn_gate_exps.weight": experts stacked, so *expert says
+ * which slice, -1 for the others); *role is 0 for the router. False: not an expert-layer tensor. */
+bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int *layer, int *expert, int *role);
+
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies */
     float *bq, *bk, *bv;                /* [n_head*hd], [n_head_kv*hd] or NULL */
@@ -69,6 +74,7 @@ struct cdx_model {
     void **packs;                       /* [n_packs]: per matrix (mats order) its owned buffer or NULL */
     const void **orig_data;             /* [n_packs]: w->data before a copy replaced it, or NULL */
     size_t n_packs;
+    struct expert_cache *xc;            /* experts streamed under a weight budget (expert_cache.h), or NULL */
 };
 
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and

@@ -7,7 +7,10 @@
  *     (LlamaModel.permute); qwen2/qwen3 keep HF's order (GGUF NeoX RoPE);
  *   - 1-D tensors and *_norm.weight stay F32; other weights take the requested type; a Q8_0 row
  *     that is not a multiple of 32 falls back to F16 (the converter's QuantError path);
- *   - the metadata keys of TextModel.set_gguf_parameters with gguf-py's value types. */
+ *   - the metadata keys of TextModel.set_gguf_parameters with gguf-py's value types;
+ *   - mixtures of experts (qwen.py Qwen2MoeModel/Qwen3MoeModel, llama.py MixtralModel): each layer's
+ *     experts stacked into ffn_{gate,up,down}_exps [n_expert][rows][cols] once the last of them is
+ *     met, the routers (ffn_gate_inp) kept F32, the expert counts and widths as metadata. */
 #include "arch.h"
 
 #include "caldrix/convert.h"
@@ -19,8 +22,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One layer's expert role being stacked: experts arrive one tensor at a time. */
+typedef struct moe_stack {
+    char name[160];          /* its GGUF name */
+    uint64_t rows, cols;
+    float *f;                /* [n_expert][rows][cols], NULL once written */
+    bool *have;              /* [n_expert] */
+    int n_have;
+} moe_stack;
+
 struct cdx_convert {
     cdx_hf_config cfg;
+    moe_stack *stacks;
+    size_t n_stacks;
     cdx_safetensors *st;
     void **bufs;            /* converted tensor data the writer borrows */
     size_t n_bufs, cap_bufs;
@@ -35,6 +49,11 @@ void cdx_convert_free(cdx_convert *c)
     for (size_t i = 0; i < c->n_bufs; i++)
         free(c->bufs[i]);
     free(c->bufs);
+    for (size_t i = 0; i < c->n_stacks; i++) {
+        free(c->stacks[i].f);
+        free(c->stacks[i].have);
+    }
+    free(c->stacks);
     cdx_st_close(c->st);
     free(c);
 }
@@ -296,13 +315,76 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
     return rc;
 }
 
+/* A tensor of a sparse layer: the routers and the shared expert's gate stay F32 (the converter
+ * never quantizes ffn_gate_inp), the shared expert converts as a dense tensor, and an expert's
+ * matrix goes into its layer's stack, written when the last expert arrives. */
+static int convert_moe_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tensor *t, const char *gname, int layer,
+                              int expert, int role, uint32_t want, const char *dir, cdx_err *err)
+{
+    const int64_t ne_exp = c->cfg.n_experts;
+    if (layer >= c->cfg.n_layers || expert >= ne_exp)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" names layer %d, expert %d; config.json has %lld layers "
+                           "of %lld experts", dir, t->name, layer, expert, (long long)c->cfg.n_layers, (long long)ne_exp);
+    const cdx_type_traits *st = cdx_type_get(t->type);
+    if (t->n_dims < 1 || t->n_dims > 2 || !st || !st->to_f32)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" must be a matrix or vector of F32, F16 or BF16", dir,
+                           t->name);
+    const uint64_t cols = t->shape[t->n_dims - 1], rows = t->n_dims == 2 ? t->shape[0] : 1;
+    uint64_t ne[3] = { cols, rows, 1 };
+    if (rows * cols > SIZE_MAX / sizeof(float) / (uint64_t)ne_exp)
+        return cdx_err_set(err, CDX_ERANGE, "%s: tensor \"%s\" is too large", dir, t->name);
+    if (expert < 0) {
+        float *f = malloc((size_t)(rows * cols) * sizeof *f);
+        if (!f)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+        st->to_f32(t->data, f, (int64_t)(rows * cols));
+        const bool gate_inp = strstr(gname, "ffn_gate_inp") != NULL; /* the router, the shared expert's gate */
+        uint32_t type = gate_inp ? CDX_TYPE_F32 : tensor_type(want, gname, t->n_dims, cols);
+        int rc = add_tensor(c, w, gname, type, t->n_dims, ne, f, NULL, err);
+        free(f);
+        (void)role;
+        return rc;
+    }
+    moe_stack *s = NULL;
+    for (size_t i = 0; i < c->n_stacks && !s; i++)
+        if (!strcmp(c->stacks[i].name, gname))
+            s = &c->stacks[i];
+    if (!s) {
+        moe_stack *ns = realloc(c->stacks, (c->n_stacks + 1) * sizeof *ns);
+        if (!ns)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        c->stacks = ns;
+        s = &c->stacks[c->n_stacks++];
+        *s = (moe_stack){ .rows = rows, .cols = cols };
+        snprintf(s->name, sizeof s->name, "%s", gname);
+        s->f = malloc((size_t)(rows * cols * (uint64_t)ne_exp) * sizeof(float));
+        s->have = calloc((size_t)ne_exp, sizeof *s->have);
+        if (!s->f || !s->have)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory stacking the experts of \"%s\"", gname);
+    }
+    if (!s->f || s->rows != rows || s->cols != cols || s->have[expert])
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%llu, %llu]; the other experts of %s have "
+                           "[%llu, %llu]%s", dir, t->name, (unsigned long long)rows, (unsigned long long)cols, gname,
+                           (unsigned long long)s->rows, (unsigned long long)s->cols,
+                           s->f && s->rows == rows && s->cols == cols ? " (and it appears twice)" : "");
+    st->to_f32(t->data, s->f + (size_t)expert * (size_t)(rows * cols), (int64_t)(rows * cols));
+    s->have[expert] = true;
+    if (++s->n_have < ne_exp)
+        return CDX_OK;
+    ne[2] = (uint64_t)ne_exp;
+    int rc = add_tensor(c, w, gname, tensor_type(want, gname, 3, cols), 3, ne, s->f, NULL, err);
+    free(s->f);
+    s->f = NULL; /* add_tensor converted it into a buffer of its own */
+    return rc;
+}
+
 /* ---- the whole checkpoint ---- */
 
 static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, const arch_desc *d,
                           const cdx_convert_opts *o, int ftype, uint64_t n_params)
 {
     const cdx_hf_config *cfg = &c->cfg;
-    const char *a = d->gguf_name;
+    const char *a = d->gguf_name ? d->gguf_name : "llama"; /* Mixtral: "llama" with experts */
     char key[128], nbuf[256], label[32];
 #define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
     cdx_gguf_writer_set_str(w, "general.architecture", a);
@@ -332,8 +414,20 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         cdx_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)cfg->head_dim);
     }
     cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    if (d->moe) { /* Qwen2MoeModel / MixtralModel set_gguf_parameters */
+        cdx_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)cfg->n_experts);
+        cdx_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)cfg->n_experts_per_tok);
+        if (d->arch != CDX_ARCH_MIXTRAL)
+            cdx_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)cfg->moe_intermediate_size);
+        if (d->shared_expert)
+            cdx_gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"),
+                                    (uint32_t)cfg->shared_expert_intermediate_size);
+        /* llama.cpp fixes the renormalisation per architecture; the key says what config.json says */
+        if (d->arch != CDX_ARCH_MIXTRAL)
+            cdx_gguf_writer_set_bool(w, K("expert_weights_norm"), cfg->norm_topk_prob);
+    }
     /* LlamaModel.set_gguf_parameters adds these two; Qwen2/Qwen3 do not */
-    if (d->arch == CDX_ARCH_LLAMA) {
+    if (d->arch == CDX_ARCH_LLAMA || d->arch == CDX_ARCH_MIXTRAL) {
         cdx_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)cfg->vocab_size);
         cdx_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)cfg->head_dim);
     }
@@ -360,9 +454,15 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     const cdx_hf_config *cfg = &c->cfg;
     const arch_desc *d = arch_by_hf(cfg->arch);
-    if (!d || d->moe || !d->gguf_name) {
-        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: architectures is \"%s\"; caldrix convert handles dense "
-                         "Llama, Mistral, Qwen2 and Qwen3 checkpoints", dir, cfg->architecture);
+    if (!d) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: architectures is \"%s\"; caldrix convert handles "
+                         "Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE and Mixtral checkpoints", dir,
+                         cfg->architecture);
+        goto fail;
+    }
+    if (d->moe && (cfg->n_experts < 1 || cfg->n_experts > 4096)) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: the expert count is %lld; expected 1..4096", dir,
+                         (long long)cfg->n_experts);
         goto fail;
     }
     if (cfg->sliding_window > 0)
@@ -401,7 +501,7 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
     qsort(refs, n_src, sizeof *refs, src_cmp);
 
     float freqs[512];
-    bool has_freqs = d->arch == CDX_ARCH_LLAMA && cfg->rope_type == CDX_HF_ROPE_LLAMA3;
+    bool has_freqs = (d->arch == CDX_ARCH_LLAMA || d->arch == CDX_ARCH_MIXTRAL) && cfg->rope_type == CDX_HF_ROPE_LLAMA3;
     if (has_freqs) {
         if (cfg->head_dim < 2 || cfg->head_dim > 1024) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: head_dim %lld is out of range for rope_freqs", dir,
@@ -420,9 +520,22 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         if ((rc = add_tensor(c, w, "rope_freqs.weight", CDX_TYPE_F32, 1, ne, freqs, NULL, err)))
             goto fail;
     }
-    for (size_t i = 0; i < n_src; i++)
-        if ((rc = convert_tensor(c, w, refs[i].t, d, o.type, dir, err)))
+    for (size_t i = 0; i < n_src; i++) {
+        char gname[160];
+        int layer, expert, role;
+        if (d->moe && arch_moe_hf_name(d->arch, refs[i].t->name, gname, sizeof gname, &layer, &expert, &role))
+            rc = convert_moe_tensor(c, w, refs[i].t, gname, layer, expert, role, o.type, dir, err);
+        else
+            rc = convert_tensor(c, w, refs[i].t, d, o.type, dir, err);
+        if (rc)
             goto fail;
+    }
+    for (size_t i = 0; i < c->n_stacks; i++)
+        if (c->stacks[i].n_have != c->cfg.n_experts) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: %s has %d of the %lld experts config.json gives", dir,
+                             c->stacks[i].name, c->stacks[i].n_have, (long long)c->cfg.n_experts);
+            goto fail;
+        }
     free(refs);
     *out = c;
     return CDX_OK;

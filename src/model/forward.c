@@ -12,6 +12,7 @@
  * In a batch, a sparse layer groups the tokens by expert, so each expert's weights are read once
  * per forward over the gathered rows; a row's result does not depend on which rows are beside it. */
 #include "arch.h"
+#include "expert_cache.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -228,7 +229,8 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, int32_t *sel, fl
 /* out[n][E] = the sparse block of layer L over the normalised rows xn. Tokens are grouped by
  * expert (ascending within a group); each expert runs once over its gathered rows and adds weight·output to its tokens' sums. Expert ids ascend in the outer loop,
  * so every token's sum runs in the same order — its experts' ids, ascending — whatever the batch. */
-static void moe_block(cdx_forward_ctx *fc, const layer_weights *L, const float *xn, int64_t n, float *out)
+static int moe_block(cdx_forward_ctx *fc, int64_t l, const layer_weights *L, const float *xn, int64_t n, float *out,
+                     cdx_err *err)
 {
     const cdx_hparams *hp = &fc->m->hp;
     const cdx_kernels *K = fc->k;
@@ -251,12 +253,22 @@ static void moe_block(cdx_forward_ctx *fc, const layer_weights *L, const float *
                 }
         if (!c)
             continue;
-        const int64_t F = L->exp_gate[e].rows;
-        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->exp_gate[e], &L->exp_up[e] }, 2, fc->xg, c,
+        /* under a weight budget the expert comes from the cache, in the layout model_pack would give it */
+        cdx_mat xw[3] = { L->exp_gate[e], L->exp_up[e], L->exp_down[e] };
+        int slot = -1;
+        if (fc->m->xc) {
+            int rc = xc_acquire(fc->m, K, pool, l, e, xw, &slot, err);
+            if (rc)
+                return rc;
+        }
+        const int64_t F = xw[0].rows;
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &xw[0], &xw[1] }, 2, fc->xg, c,
                          (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
         for (int64_t j = 0; j < c * F; j++)
             fc->ffn_g[j] = silu(fc->ffn_g[j]) * fc->ffn_u[j];
-        cdx_matmul(K, pool, &L->exp_down[e], fc->ffn_g, c, fc->yg, fc->ws);
+        cdx_matmul(K, pool, &xw[2], fc->ffn_g, c, fc->yg, fc->ws);
+        if (slot >= 0)
+            xc_release(fc->m, slot);
         for (int64_t j = 0; j < c; j++) {
             float *o = out + fc->grp_tok[j] * E;
             const float *y = fc->yg + j * E, w = fc->grp_w[j];
@@ -265,7 +277,7 @@ static void moe_block(cdx_forward_ctx *fc, const layer_weights *L, const float *
         }
     }
     if (!L->sh_gate.data)
-        return;
+        return CDX_OK;
     /* Qwen2-MoE: out += sigmoid(xn·w_sg) · shared(xn) */
     const int64_t F = L->sh_gate.rows;
     cdx_matmul(K, pool, &L->sh_router, xn, n, fc->router, fc->ws);
@@ -281,6 +293,7 @@ static void moe_block(cdx_forward_ctx *fc, const layer_weights *L, const float *
         for (int64_t d = 0; d < E; d++)
             o[d] += g * y[d];
     }
+    return CDX_OK;
 }
 
 /* ---- the pass ---- */
@@ -391,7 +404,8 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
         for (int64_t i = 0; i < n; i++)
             rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
         if (L->moe) {
-            moe_block(fc, L, fc->xn, n, fc->moe);
+            if ((rc = moe_block(fc, l, L, fc->xn, n, fc->moe, err)))
+                return rc;
             for (int64_t i = 0; i < n * E; i++)
                 fc->x[i] += fc->moe[i];
             continue;

@@ -2,6 +2,7 @@
  * config.json; then every tensor the architecture needs is looked up by role, its shape and type
  * checked, and any tensor left over is refused by name. */
 #include "arch.h"
+#include "expert_cache.h"
 
 #include "caldrix/config.h"
 #include <math.h>
@@ -222,6 +223,44 @@ static const struct moe_role_desc {
     [MOE_SH_DOWN]   = { "blk.%d.ffn_down_shexp.weight", "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL,
                         D_EMBD, D_FFS, false, true },
 };
+
+/* Matches name against fmt, whose "%d"s each take a decimal number (no leading zeros); the numbers
+ * go to v[] in order. */
+static bool match_pattern(const char *fmt, const char *name, int v[2])
+{
+    int k = 0;
+    while (*fmt) {
+        if (fmt[0] == '%' && fmt[1] == 'd') {
+            if (k == 2 || *name < '0' || *name > '9' || (name[0] == '0' && name[1] >= '0' && name[1] <= '9'))
+                return false;
+            long x = 0;
+            while (*name >= '0' && *name <= '9' && x < 1000000)
+                x = x * 10 + (*name++ - '0');
+            v[k++] = (int)x;
+            fmt += 2;
+        } else if (*fmt++ != *name++)
+            return false;
+    }
+    return !*name;
+}
+
+bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int *layer, int *expert, int *rows_kind)
+{
+    const arch_desc *d = arch_get(arch);
+    for (int r = 0; d && d->moe && r < MOE_ROLE_COUNT; r++) {
+        const struct moe_role_desc *rd = &k_moe_roles[r];
+        const char *fmt = arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+        int v[2] = { -1, -1 };
+        if (!fmt || (rd->shared && !d->shared_expert) || !match_pattern(fmt, hf, v))
+            continue;
+        snprintf(gguf, cap, rd->gguf, v[0]);
+        *layer = v[0];
+        *expert = rd->per_expert ? v[1] : -1;
+        *rows_kind = r; /* the caller only tells the router (MOE_ROUTER = 0) from the rest */
+        return true;
+    }
+    return false;
+}
 
 /* Binds n_mat matrices of rows × cols from one tensor (n_mat > 1: a GGUF expert stack) into out[]. */
 static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, int64_t n_mat, cdx_mat *out, cdx_err *err)
@@ -857,6 +896,8 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
     m->n_packs = n_mats;
     for (size_t i = 0; i < n_mats; i++) {
         cdx_mat *w = model_mat(m, i);
+        if (xc_streams_mat(m->xc, i))
+            continue; /* under a weight budget: packed when a token first needs it (expert_cache.c) */
         size_t bytes = cdx_matmul_pack_bytes(k, w);
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
         if (copy && in_place)
@@ -889,6 +930,7 @@ void cdx_model_close(cdx_model *m)
     if (!m)
         return;
     model_unpack(m);
+    xc_close(m->xc);
     pthread_mutex_destroy(&m->pack_mu);
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
@@ -931,7 +973,6 @@ int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx
 
 int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
 {
-    (void)opts;
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0)
@@ -948,6 +989,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
         if (!rc)
             rc = load_gguf(m, m->gguf, err);
     }
+    if (!rc && opts && opts->weight_budget)
+        rc = xc_open(m, opts->weight_budget, path, err);
     return finish(m, rc, out);
 }
 
@@ -1022,10 +1065,17 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         const cdx_mat *shared[] = { &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
         for (int i = 0; i < 5; i++)
             fp_mat(c, shared[i]);
+        /* the shapes of every expert, the bytes of the first and the last: reading a sample of every
+         * expert would fault in pages of experts a weight budget leaves in the file */
         for (int64_t e = 0; e < hp->n_expert; e++) {
-            fp_mat(c, &L->exp_gate[e]);
-            fp_mat(c, &L->exp_up[e]);
-            fp_mat(c, &L->exp_down[e]);
+            const bool sample = e == 0 || e == hp->n_expert - 1;
+            const cdx_mat *x[3] = { &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e] };
+            for (int i = 0; i < 3; i++) {
+                cdx_mat h = *x[i];
+                if (!sample)
+                    h.data = NULL;
+                fp_mat(c, &h);
+            }
         }
     }
     EVP_DigestFinal_ex(c, out, &n);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-# compare_greedy.py GOLD FILE_INDEX CASE_INDEX CALDRIX MODEL: caldrix's greedy tokens against one case
-# of a llama.cpp golden (tests/golden/*-quant.json). Exit status 0 when they agree.
+# compare_greedy.py GOLD FILE_INDEX CASE_INDEX CALDRIX MODEL [RUN_ARGS...]: caldrix's greedy tokens against one
+# case of a llama.cpp golden (tests/golden/*-quant.json); RUN_ARGS go to caldrix run (--weight-budget N).
+# Exit status 0 when they agree.
 #
 # Tokens must be equal at every step. The one allowance is a near-tie: llama.cpp's own top-2
 # gap under TIE and caldrix's top two are the same two ids. A q8/f16 activation rounding that
@@ -11,13 +12,13 @@
 import json, subprocess, sys
 TIE = 0.1
 g = json.load(open(sys.argv[1]))['files'][int(sys.argv[2])]['cases'][int(sys.argv[3])]
-caldrix, model = sys.argv[4], sys.argv[5]
+caldrix, model, extra = sys.argv[4], sys.argv[5], sys.argv[6:]
 gold, prompt = g['tokens'], g['prompt_ids']
 s = 0
 while s < len(gold):
     ids = prompt + gold[:s]
     out = subprocess.run([caldrix, 'run', model, '--prompt-ids', ','.join(map(str, ids)), '-n', str(len(gold) - s),
-                          '--temp', '0', '--ignore-eos', '--json', '--top-logits', '2'],
+                          '--temp', '0', '--ignore-eos', '--json', '--top-logits', '2'] + extra,
                          capture_output=True, text=True)
     if out.returncode != 0:
         print('  caldrix run failed: ' + out.stderr.strip()[-300:]); sys.exit(1)

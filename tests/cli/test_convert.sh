@@ -73,6 +73,16 @@ for m in llama llama_bf16 llama_f16 llama3_rope qwen2 qwen3; do
         ok "convert $m --type F32 runs to PyTorch's goldens"
     else bad "convert $m --type F32 runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
 done
+# ---- mixtures of experts: experts stacked as llama.cpp's converter stacks them (ffn_*_exps) ----
+for m in qwen3_moe mixtral qwen2_moe; do
+    if "$CALDRIX" convert $HF/$m "$tmp/$m.gguf" --type F32 2>"$tmp/conv.$m" && golden "$tmp/$m.gguf" $HF/$m/golden.json 1e-3 &&
+        [ "$(kv "$tmp/$m.gguf" "$( [ $m = mixtral ] && echo llama || echo ${m/_/}).expert_count")" != "<absent>" ] &&
+        python3 -c "import sys; d=open('$tmp/$m.gguf','rb').read(); sys.exit(0 if b'blk.0.ffn_down_exps.weight' in d and b'.experts.' not in d else 1)"; then
+        ok "convert $m --type F32 stacks the experts and runs to PyTorch's goldens"
+    else bad "convert $m --type F32 stacks the experts and runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
+done
+"$CALDRIX" convert $HF/qwen3_moe "$tmp/q3m8.gguf" --type Q8_0 2>/dev/null && "$CALDRIX" run "$tmp/q3m8.gguf" --prompt-ids 1,2,3 -n 4 --temp 0 --json >/dev/null 2>&1 &&
+    ok "convert qwen3_moe --type Q8_0 runs" || bad "convert qwen3_moe --type Q8_0 runs"
 grep -q "placeholder vocabulary of 320 tokens" "$tmp/conv.qwen3" && [ "$(kv "$tmp/qwen3.gguf" tokenizer.ggml.model)" = llama ] &&
     ok "no tokenizer files: a placeholder vocabulary, said on stderr" || bad "no tokenizer files: a placeholder vocabulary, said on stderr"
 
@@ -230,8 +240,9 @@ fi
 "$CALDRIX" convert --help | grep -q "Q8_0" && ok "convert --help" || bad "convert --help"
 "$CALDRIX" convert $HF/llama "$tmp/x.gguf" --type Q4_K 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && grep -q "Q4_K" "$tmp/err" && ok "--type Q4_K is a usage error" || bad "--type Q4_K is a usage error ($rc)"
-"$CALDRIX" convert $HF/qwen3_moe "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
-[ $rc = 1 ] && grep -q "Qwen3MoeForCausalLM" "$tmp/err" && [ ! -e "$tmp/x.gguf" ] && ok "a MoE checkpoint is refused by name" || bad "a MoE checkpoint is refused by name ($rc)"
+mkdir -p "$tmp/gpt2" && echo '{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}' >"$tmp/gpt2/config.json"
+"$CALDRIX" convert "$tmp/gpt2" "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
+[ $rc = 1 ] && grep -q "GPT2LMHeadModel" "$tmp/err" && [ ! -e "$tmp/x.gguf" ] && ok "an architecture convert does not handle is refused by name" || bad "an architecture convert does not handle is refused by name ($rc: $(cat "$tmp/err"))"
 "$CALDRIX" convert "$tmp/nope" "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
 [ $rc = 1 ] && grep -q "nope" "$tmp/err" && ok "a missing directory is named" || bad "a missing directory is named ($rc)"
 "$CALDRIX" convert $HF/mistral "$tmp/m.gguf" 2>"$tmp/err"; rc=$?

@@ -404,6 +404,38 @@ static void memory_estimate_is_weights_plus_kv(void)
     CHECK(t > 0 && a > 0 && a <= t);
 }
 
+/* Qwen3-30B-A3B's config.json in bf16 (61 GB): too big for 24 GB whole, admitted under a budget. */
+static void a_mixture_of_experts_too_big_is_admitted_under_a_budget(void)
+{
+    cdx_hub_config c = { .n_layer = 48, .n_head = 32, .n_kv_head = 4, .head_dim = 128, .hidden = 2048, .vocab = 151936,
+                         .ctx_max = 40960, .n_expert = 128, .n_expert_used = 8, .moe_ffn = 768 };
+    const uint64_t w = 61060000000ull, gb = 1ull << 30;
+    uint64_t dense, one;
+    CHECK(cdx_hub_expert_split(&c, w, &dense, &one));
+    /* 48 x 128 x 3 x 2048 x 768 expert parameters of ~30.5 B: about 29 GB of 30.5 B x 2 bytes are experts */
+    CHECKF(dense > 1 * gb && dense < 4 * gb && one > 9000000 && one < 10000000, "dense %llu, one expert %llu",
+           (unsigned long long)dense, (unsigned long long)one);
+    cdx_hub_config dense_cfg = c;
+    dense_cfg.n_expert = 0;
+    CHECK(!cdx_hub_expert_split(&dense_cfg, w, &dense, &one));
+    uint64_t chosen = 1;
+    cdx_hub_opts o = { .mem_available = 24 * gb, .budget_out = &chosen };
+    cdx_err err = { 0 };
+    CHECKF(hub_check_memory("Qwen/Qwen3-30B-A3B", &c, w, &o, "", &err) == 0, "%s", err.msg);
+    const uint64_t kv = cdx_hub_kv_bytes(&c, 0);
+    CHECKF(chosen > 20 * gb && chosen + kv <= 24 * gb, "admitted with a budget of %llu", (unsigned long long)chosen);
+    /* a budget given is what admission counts */
+    o = (cdx_hub_opts){ .mem_available = 24 * gb, .weight_budget = 20 * gb, .budget_out = &chosen };
+    CHECK(hub_check_memory("Qwen/Qwen3-30B-A3B", &c, w, &o, "", &err) == 0 && chosen == 0);
+    o.weight_budget = 30 * gb;
+    CHECK(hub_check_memory("Qwen/Qwen3-30B-A3B", &c, w, &o, "", &err) == CDX_ERANGE);
+    CHECKF(strstr(err.msg, "--weight-budget") && strstr(err.msg, "fits; the least this model takes is"), "%s", err.msg);
+    /* below the least budget nothing is admitted, and the refusal says a budget does not help */
+    o = (cdx_hub_opts){ .mem_available = 1 * gb, .budget_out = &chosen };
+    CHECK(hub_check_memory("Qwen/Qwen3-30B-A3B", &c, w, &o, "", &err) == CDX_ERANGE && chosen == 0);
+    CHECKF(strstr(err.msg, "a weight budget does not help"), "%s", err.msg);
+}
+
 /* ---- folders and inspect ---- */
 
 static void put(const char *dir, const char *name, const char *text)
@@ -750,6 +782,8 @@ int main(void)
     if (!mkdtemp(g_tmp))
         return 1;
     RUN("sha256 matches the FIPS 180 examples", sha256_matches_fips_180_examples);
+    RUN("a mixture of experts too big for memory is admitted under a weight budget, and the refusal proposes one",
+        a_mixture_of_experts_too_big_is_admitted_under_a_budget);
     RUN("sha256 of a file equals the streamed digest", sha256_of_a_file_equals_the_streamed_digest);
     RUN("references parse into their kinds", references_parse_into_their_kinds);
     RUN("the alias table is the seed's", the_alias_table_is_the_seeds);

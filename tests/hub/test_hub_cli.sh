@@ -82,5 +82,24 @@ check "a malformed CALDRIX_MEM_AVAILABLE is refused by name (doctor exits 2)" '[
 CALDRIX_MEM_AVAILABLE=3G "$CALDRIX" doctor > "$T/doc.out" 2> "$T/doc.err"; rc=$?
 check "a well-formed CALDRIX_MEM_AVAILABLE is what admission uses" '[ $rc -eq 0 ] && grep -q "admission uses 3.22 GB (CALDRIX_MEM_AVAILABLE)" "$T/doc.out"'
 
+# inspect and the weight budget (issue 15): the least budget, the memory it fits, a budget below the least
+Q3M=$SH/fixtures/hf/qwen3_moe
+"$CALDRIX" inspect $Q3M > "$T/i1.out" 2>&1; rc=$?
+check "inspect of a mixture of experts reports its experts and the least --weight-budget" '[ $rc -eq 0 ] && grep -q "weight_budget: dense .* + experts .*; the least --weight-budget is 662016" "$T/i1.out"'
+"$CALDRIX" run $Q3M --prompt-ids 1,2 -n 1 --weight-budget 1 > /dev/null 2> "$T/r1.err"; rc=$?
+check "run refuses a budget below the least with the number inspect gives" '[ $rc -ne 0 ] && grep -q "one token needs: .*(662016 bytes" "$T/r1.err"'
+CALDRIX_MEM_AVAILABLE=1.2M "$CALDRIX" inspect $Q3M --json > "$T/i2.out" 2>&1; rc=$?
+b=$(python3 -c "import json,sys; m=json.load(open('$T/i2.out'))['memory'] or ''; print(m.split('--weight-budget ')[1].split()[0] if '--weight-budget ' in m else '')" 2>/dev/null)
+check "inspect: too big for the memory available whole, it proposes a budget that fits" '[ $rc -eq 0 ] && [ -n "$b" ] && [ "$b" -ge 662016 ]'
+"$CALDRIX" run $Q3M --prompt-ids 1,2,3 -n 4 --temp 0 --json > "$T/r2.out" 2>/dev/null
+"$CALDRIX" run $Q3M --prompt-ids 1,2,3 -n 4 --temp 0 --json --weight-budget "${b:-1}" > "$T/r3.out" 2>/dev/null; rc=$?
+check "run under that budget gives the resident run's tokens" '[ $rc -eq 0 ] && [ "$(python3 -c "import json; print(json.load(open(\"$T/r2.out\"))[\"tokens\"])")" = "$(python3 -c "import json; print(json.load(open(\"$T/r3.out\"))[\"tokens\"])")" ]'
+CALDRIX_MEM_AVAILABLE=1M "$CALDRIX" inspect $Q3M > "$T/i3.out" 2>&1
+check "inspect: below even the least budget, it says so" 'grep -q "not even at the least weight budget" "$T/i3.out"'
+"$CALDRIX" inspect $Q3M --weight-budget 100K > /dev/null 2> "$T/i4.err"; rc=$?
+check "inspect --weight-budget below the least exits 1 with both numbers" '[ $rc -eq 1 ] && grep -q "(102400 bytes) is below what one token needs: .*(662016 bytes)" "$T/i4.err"'
+"$CALDRIX" run $Q3M --prompt-ids 1 -n 1 --weight-budget 8X > /dev/null 2> "$T/r4.err"; rc=$?
+check "a malformed --weight-budget is a usage error naming it" '[ $rc -eq 2 ] && grep -q "\"8X\" is not a byte count" "$T/r4.err"'
+
 echo "hub_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

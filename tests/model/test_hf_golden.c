@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 static const char *g_path, *g_golden, *g_isa;
+/* 0: every weight resident; else under a --weight-budget of 1: the least one token needs (dense
+ * weights + top-k experts of one layer), 2: the dense weights + 40 % of the experts (the fixtures'
+ * embeddings alone are about half of each file, so 40 % of the file is below the minimum) */
+static int g_budget;
 
 static void run_golden(void)
 {
@@ -28,21 +32,51 @@ static void run_golden(void)
     cdx_forward_ctx *fc = NULL;
     REQUIRE(cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(g_isa), &fc, &e) == 0);
     float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    /* under a budget: the streamed model's logits are compared with the resident one's, bit for bit */
+    cdx_model *mr = NULL;
+    cdx_forward_ctx *fcr = NULL;
+    float *lr = NULL;
+    size_t bit_diffs = 0, n_exp_total = 0;
+    if (g_budget) {
+        size_t dense, one, all;
+        cdx_model_weight_split(m, &dense, &one, &all);
+        n_exp_total = all / (one ? one : 1);
+        cdx_model_opts mo = { .weight_budget = g_budget == 1 ? dense + (size_t)hp->n_expert_used * one
+                                                             : dense + all * 4 / 10 };
+        mr = m;
+        fcr = fc;
+        lr = logits;
+        logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+        REQUIRE(cdx_model_open(g_path, &mo, &m, &e) == 0);
+        REQUIRE(cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(g_isa), &fc, &e) == 0);
+        cdx_model_opts lo = { .weight_budget = mo.weight_budget - 1 };
+        cdx_model *bad = NULL;
+        if (g_budget == 1) {
+            CHECKF(cdx_model_open(g_path, &lo, &bad, &e) == CDX_ERESOURCE_LIMIT && strstr(e.msg, "below what one token"),
+                   "a budget one byte under the minimum is refused: %s", e.msg);
+            cdx_model_close(bad);
+        }
+    }
     json_t *cases = json_object_get(gold, "cases");
     size_t ci;
     json_t *c;
     json_array_foreach(cases, ci, c) {
         json_t *prompt = json_object_get(c, "prompt_ids"), *toks = json_object_get(c, "tokens"),
                *steps = json_object_get(c, "steps");
-        cdx_kv kv;
+        cdx_kv kv, kvr;
         REQUIRE(cdx_kv_init(&kv, hp, 256, &e) == 0);
-        cdx_kv *kvp = &kv;
+        REQUIRE(cdx_kv_init(&kvr, hp, 256, &e) == 0);
+        cdx_kv *kvp = &kv, *kvrp = &kvr;
         int32_t ids[64];
         size_t np = json_array_size(prompt);
         for (size_t i = 0; i < np; i++)
             ids[i] = (int32_t)json_integer_value(json_array_get(prompt, i));
         cdx_batch b = { .n = (int64_t)np, .tokens = ids };
         CHECKF(cdx_forward(fc, &kvp, 1, &b, logits, &e) == 0, "%s", e.msg);
+        if (fcr) {
+            CHECKF(cdx_forward(fcr, &kvrp, 1, &b, lr, &e) == 0, "%s", e.msg);
+            bit_diffs += memcmp(lr, logits, sizeof(float) * (size_t)hp->n_vocab) != 0;
+        }
         double worst = 0;
         for (size_t s = 0; s < json_array_size(toks); s++) {
             int32_t want = (int32_t)json_integer_value(json_array_get(toks, s));
@@ -60,12 +94,31 @@ static void run_golden(void)
                 break;
             cdx_batch nb = { .n = 1, .tokens = &want };
             CHECKF(cdx_forward(fc, &kvp, 1, &nb, logits, &e) == 0, "%s", e.msg);
+            if (fcr) {
+                CHECKF(cdx_forward(fcr, &kvrp, 1, &nb, lr, &e) == 0, "%s", e.msg);
+                bit_diffs += memcmp(lr, logits, sizeof(float) * (size_t)hp->n_vocab) != 0;
+            }
         }
         CHECKF(worst <= 1e-3, "%s case %s: worst top-5 logit error %.3g", g_path,
                json_string_value(json_object_get(c, "name")), worst);
         printf("  %s [%s] case %s: max |logit - golden| = %.2e\n", g_path, g_isa,
                json_string_value(json_object_get(c, "name")), worst);
         cdx_kv_free(&kv);
+        cdx_kv_free(&kvr);
+    }
+    if (g_budget) {
+        uint64_t hits, misses;
+        size_t slots;
+        cdx_model_expert_stats(m, &hits, &misses, &slots);
+        CHECKF(bit_diffs == 0, "%s: %zu steps' logits differ from the resident run's", g_path, bit_diffs);
+        CHECKF(slots >= (size_t)hp->n_expert_used && slots < n_exp_total && misses > slots,
+               "%s: %zu expert slots of %zu experts, %llu read from the file", g_path, slots, n_exp_total,
+               (unsigned long long)misses);
+        printf("  %s [%s] budget: %zu of %zu experts resident, %llu hits, %llu read from the file, logits = resident's\n",
+               g_path, g_isa, slots, n_exp_total, (unsigned long long)hits, (unsigned long long)misses);
+        cdx_forward_ctx_free(fcr);
+        cdx_model_close(mr);
+        free(lr);
     }
     free(logits);
     cdx_forward_ctx_free(fc);
@@ -170,7 +223,7 @@ int main(void)
 {
     static const char *const dense[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3",
                                          "qwen3_moe", "mixtral", "qwen2_moe" };
-    static char names[64][160], paths[64][160], goldens[64][160];
+    static char names[96][200], paths[96][160], goldens[96][160];
     int k = 0;
     const char *isas[] = { "scalar", "avx2", "avx512" };
     for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
@@ -193,8 +246,17 @@ int main(void)
                 g_path = paths[k];
                 g_golden = goldens[k];
                 g_isa = isas[s];
+                g_budget = 0;
                 RUN(names[k], run_golden);
                 k++;
+                for (int bud = 1; bud <= 2 && (strstr(dense[i], "moe") || strstr(dense[i], "mixtral")); bud++) {
+                    snprintf(names[k], sizeof names[k], "%s (%s, %s kernels) under a weight budget of %s reproduces "
+                             "the goldens and the resident run's logits bit for bit", dense[i],
+                             fmt ? "gguf" : "safetensors", isas[s], bud == 1 ? "the minimum" : "dense + 40 % of experts");
+                    g_budget = bud;
+                    RUN(names[k], run_golden);
+                    k++;
+                }
             }
         }
     }

@@ -1,0 +1,29 @@
+/* Byte counts as people write them: --weight-budget 8G, CALDRIX_MEM_AVAILABLE=512M. */
+#include "caldrix/base.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cdx_parse_bytes(const char *v, uint64_t *out)
+{
+    /* digits, an optional fraction, then K, M, G or T (powers of 1024), an optional i and B */
+    if (!v || !*v)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    double x = (*v >= '0' && *v <= '9') ? strtod(v, &end) : -1;
+    if (end && end != v + strspn(v, "0123456789.")) /* no hex, exponents or signs */
+        x = -1;
+    double mul = 1;
+    if (end && (*end == 'K' || *end == 'k')) mul = 1024.0, end++;
+    else if (end && (*end == 'M' || *end == 'm')) mul = 1024.0 * 1024, end++;
+    else if (end && (*end == 'G' || *end == 'g')) mul = 1024.0 * 1024 * 1024, end++;
+    else if (end && (*end == 'T' || *end == 't')) mul = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (end && mul > 1 && *end == 'i') end++;
+    if (end && (*end == 'B' || *end == 'b')) end++;
+    if (errno || !end || *end || !(x >= 0) || !(x * mul < 1.8e19))
+        return false;
+    *out = (uint64_t)(x * mul);
+    return true;
+}
