@@ -777,7 +777,7 @@ out:
 /* Weights read once per token: 2 MiB pages where the kernel offers them (transparent huge pages
  * in "madvise" mode), which spares the TLB a miss every 4 KiB of a streaming matvec. */
 #define HUGE_PAGE ((size_t)2 << 20)
-static void *huge_alloc(size_t bytes)
+void *huge_alloc(size_t bytes)
 {
     if (bytes < HUGE_PAGE / 2) /* small matrices (an expert of a tiny model): a page of its own would waste most of it */
         return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -859,8 +859,8 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         cdx_mat *w = model_mat(m, i);
         size_t bytes = cdx_matmul_pack_bytes(k, w);
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
-        if (copy && in_place)
-            continue;
+        if (copy && (in_place || model_owns_data(m, w->data)))
+            continue; /* read in place: the mapped file, or a bf16 copy already on pages of our own */
         if (copy)
             bytes = (size_t)w->rows * w->row_bytes;
         void *buf = huge_alloc(bytes);
@@ -889,6 +889,7 @@ void cdx_model_close(cdx_model *m)
     if (!m)
         return;
     model_unpack(m);
+    model_free_dtype(m);
     pthread_mutex_destroy(&m->pack_mu);
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
@@ -926,12 +927,13 @@ int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx
     int rc = cdx_gguf_open_mem(data, size, name, &m->gguf, err);
     if (!rc)
         rc = load_gguf(m, m->gguf, err);
+    if (!rc)
+        rc = model_set_dtype(m, CDX_DTYPE_AUTO, true, name, err);
     return finish(m, rc, out);
 }
 
 int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
 {
-    (void)opts;
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0)
@@ -948,6 +950,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
         if (!rc)
             rc = load_gguf(m, m->gguf, err);
     }
+    if (!rc)
+        rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !S_ISDIR(st.st_mode), path, err);
     return finish(m, rc, out);
 }
 
@@ -1006,6 +1010,8 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
     EVP_DigestUpdate(c, &hp->rope_theta, sizeof hp->rope_theta);
     EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
     EVP_DigestUpdate(c, m->out_norm, (size_t)hp->n_embd * sizeof(float));
+    if (m->dtype == CDX_DTYPE_BF16) /* the same mapped bf16 weights compute otherwise than in f32 */
+        EVP_DigestUpdate(c, "dtype:bf16", 10);
     fp_mat(c, &m->tok_embd);
     fp_mat(c, &m->output);
     for (int64_t l = 0; l < hp->n_layer; l++) {
