@@ -4,6 +4,8 @@
 
 #include "caldrix.h"
 
+#include <stdio.h>
+
 #define CDX_VERSION_STRING "0.1.0"
 
 typedef struct {
@@ -29,6 +31,12 @@ int cmd_synth(int argc, char **argv);
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* --dtype auto|f32|bf16 and --kv-type f32|f16|bf16 (the engine checks that the pair goes together);
+ * on failure print why (cmd: "caldrix run") and return -1. */
+int cli_parse_dtype(const char *cmd, const char *s, cdx_dtype *out);
+int cli_parse_kv_type(const char *cmd, const char *s, uint32_t *out);
+/* The --help lines of --dtype and --kv-type (the defaults come from the model layer's one table). */
+void cli_print_dtype_help(FILE *f);
 
 /* Before any work: OUT must not be IN (the same inode: the path, a hard link, a symlink), nor any
  * file of IN when IN is a checkpoint folder, and OUT's folder must exist and take a new file.

@@ -42,7 +42,8 @@ static double median(double *v, int n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
-               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--mem-bw GB/s] [--json]\n\n"
+               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--dtype auto|f32|bf16]\n"
+               "                     [--mem-bw GB/s] [--json]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
@@ -51,7 +52,8 @@ static void usage(FILE *f)
                "decode ceiling: the memory bandwidth divided by the weight bytes one decoded token reads.\n"
                "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
                "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"
-               "16 tokens are in the prefix cache, against one that is not.\n");
+               "16 tokens are in the prefix cache, against one that is not. --dtype: the compute type, as\n"
+               "caldrix run takes it (the KV cache follows it: bf16 for bf16 compute, else f32).\n");
 }
 
 /* Synthetic prompt ids: spread over the vocabulary, deterministic, never the first 3 (specials). */
@@ -130,6 +132,7 @@ int cmd_bench(int argc, char **argv)
     long threads = 0, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1;
     double mem_bw = 0;
     bool json = false, prefix_hit = false;
+    cdx_dtype dtype = CDX_DTYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -157,6 +160,9 @@ int cmd_bench(int argc, char **argv)
             prefix_hit = true;
         } else if (!strcmp(a, "--isa") && has) {
             isa = argv[++i];
+        } else if (!strcmp(a, "--dtype") && has) {
+            if (cli_parse_dtype("caldrix bench", argv[++i], &dtype))
+                return 2;
         } else if (!strcmp(a, "--mem-bw") && has) {
             if (cli_parse_float(a, argv[++i], 1e-3, 1e6, &mem_bw))
                 return 2;
@@ -198,7 +204,8 @@ int cmd_bench(int argc, char **argv)
     int rc = 1;
 
     double t0 = now_s();
-    if (cdx_model_open(path, NULL, &m, &err) < 0) {
+    const cdx_model_opts mo = { .dtype = dtype };
+    if (cdx_model_open(path, &mo, &m, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
     }
@@ -209,6 +216,7 @@ int cmd_bench(int argc, char **argv)
     eo.max_batch = (int)parallel;
     eo.n_ctx = n_prompt + n_gen + 1 + 2; /* 2: the warm-up */
     eo.token_budget = n_prompt * parallel; /* every prompt in one batch */
+    eo.kv_type = cdx_model_kv_type_default(m);
     if (cdx_engine_create(m, NULL, &eo, &eng, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
@@ -292,6 +300,8 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "model", json_string(path));
         json_object_set_new(o, "arch", json_string(hp->arch_name ? hp->arch_name : ""));
         json_object_set_new(o, "isa", json_string(cdx_kernels_isa(kern)));
+        json_object_set_new(o, "dtype", json_string(cdx_dtype_name(cdx_model_dtype(m))));
+        json_object_set_new(o, "kv_type", json_string(cdx_type_name(eo.kv_type)));
         json_object_set_new(o, "n_vocab", json_integer(hp->n_vocab));
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
@@ -333,7 +343,8 @@ int cmd_bench(int argc, char **argv)
         json_decref(runs_d);
         printf("model    %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", path, hp->arch_name, (long long)hp->n_layer,
                (long long)hp->n_embd, (long long)hp->n_vocab);
-        printf("threads  %ld, %s kernels\n", threads, cdx_kernels_isa(kern));
+        printf("threads  %ld, %s kernels, %s compute (%s), %s KV cache\n", threads, cdx_kernels_isa(kern),
+               cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(eo.kv_type));
         printf("load     %.1f ms\n", load_ms);
         printf("prefill  %8.2f tok/s  (%ld tokens in one batch; median of %ld, best %.2f)\n", prefill, n_prompt, runs,
                best_p);
