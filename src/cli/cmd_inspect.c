@@ -82,6 +82,8 @@ int cmd_inspect(int argc, char **argv)
                             json_pack("{s:I,s:I,s:I,s:I}", "weights_bytes", (json_int_t)r->weight_bytes,
                                       "kv_bytes", (json_int_t)r->kv_bytes, "kv_context", (json_int_t)r->kv_ctx,
                                       "total_bytes", (json_int_t)(r->weight_bytes + r->kv_bytes)));
+        json_object_set_new(o2, "compute_dtype", r->compute_dtype[0] ? json_string(r->compute_dtype) : json_null());
+        json_object_set_new(o2, "compute_dtype_reason", json_string(r->compute_why));
         json_object_set_new(o2, "refusal", r->refusal[0] ? json_string(r->refusal) : json_null());
         json_object_set_new(o2, "note", r->note[0] ? json_string(r->note) : json_null());
         char *s = json_dumps(o2, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -105,7 +107,11 @@ int cmd_inspect(int argc, char **argv)
             printf("  missing_required_tensors=%s\n", r->missing_required_tensors);
         if (strcmp(r->format, "gguf"))
             printf("  unused_tensors=%s\n", r->unused_tensors);
-        printf("  estimated_memory=%s (weights %s + KV cache %s for %u tokens)\n", t, w, k, r->kv_ctx);
+        if (r->compute_dtype[0])
+            printf("  compute_dtype=%s (%s%s)\n", r->compute_dtype, r->compute_why,
+                   strcmp(r->format, "gguf") ? "; run --dtype f32|bf16 picks another" : "");
+        printf("  estimated_memory=%s (weights %s + KV cache %s for %u tokens, as %s compute holds them)\n", t, w, k,
+               r->kv_ctx, r->compute_dtype[0] ? r->compute_dtype : "f32");
         if (r->note[0])
             printf("  note: %s\n", r->note);
         if (r->refusal[0])

@@ -645,6 +645,7 @@ int cmd_run(int argc, char **argv)
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, o.json);
             ho.ctx = (uint32_t)o.ctx;
+            ho.dtype = (int)o.dtype;
             if (cdx_hub_resolve(o.model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix: %s\n", err.msg);
                 goto done;

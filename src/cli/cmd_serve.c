@@ -181,6 +181,7 @@ int cmd_serve(int argc, char **argv)
             cdx_hub_opts ho;
             cli_hub_opts_init(&ho, &ui, false);
             ho.ctx = (uint32_t)eo.n_ctx;
+            ho.dtype = (int)dtype;
             if (cdx_hub_resolve(model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix serve: %s\n", err.msg);
                 goto done;

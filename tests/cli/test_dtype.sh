@@ -72,6 +72,21 @@ grep -q -- "--dtype auto|f32|bf16" "$tmp/help" && grep -q "checkpoint stored in 
     grep -q "GGUF: f32" "$tmp/help" && grep -q "checkpoint stored in f32: f32" "$tmp/help" &&
     ok "run --help documents the default compute type per format and stored type" || bad "run --help documents the dtype defaults"
 
+# inspect: the compute type, why, and the KV bytes it holds (2 x 3 layers x 2 KV heads x 16 x 256
+# positions x 2 or 4 bytes, from config.json's shape)
+"$CALDRIX" inspect $HF/llama_bf16 --json >"$tmp/i.json" 2>/dev/null
+"$CALDRIX" inspect $HF/llama --json >"$tmp/j.json" 2>/dev/null
+python3 - "$tmp/i.json" "$tmp/j.json" <<'PY' && ok "inspect names the compute type and why, and counts a bf16 cache at 2 bytes" || bad "inspect: compute type and KV bytes"
+import json, sys
+b = json.load(open(sys.argv[1])); f = json.load(open(sys.argv[2]))
+assert b['compute_dtype'] == 'bf16' and 'bf16 or f16' in b['compute_dtype_reason'], b
+assert f['compute_dtype'] == 'f32', f
+assert b['estimated_memory']['kv_bytes'] == 2 * 3 * 2 * 16 * 256 * 2, b['estimated_memory']
+assert f['estimated_memory']['kv_bytes'] == 2 * 3 * 2 * 16 * 256 * 4, f['estimated_memory']
+PY
+"$CALDRIX" inspect ../shared/fixtures/hf-gguf/llama_bf16.gguf >"$tmp/g.txt" 2>/dev/null
+grep -q "compute_dtype=f32 (GGUF" "$tmp/g.txt" && ok "inspect of a BF16 GGUF says f32 compute, as llama.cpp" || bad "inspect of a BF16 GGUF"
+
 expect_fail() { # name, expected substring, command...
     local name=$1 want=$2; shift 2
     "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
