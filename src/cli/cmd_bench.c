@@ -56,6 +56,23 @@ static void usage(FILE *f)
                "caldrix run takes it (the KV cache follows it: bf16 for bf16 compute, else f32).\n");
 }
 
+/* This process's resident memory now and at its peak (/proc/self/status VmRSS, VmHWM), bytes; 0 when unknown. */
+static void rss_bytes(uint64_t *now, uint64_t *peak)
+{
+    *now = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            *now = (uint64_t)kb << 10;
+        else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            *peak = (uint64_t)kb << 10;
+    }
+    if (f)
+        fclose(f);
+}
+
 /* Synthetic prompt ids: spread over the vocabulary, deterministic, never the first 3 (specials). */
 static void synth_ids(int32_t *ids, int64_t n, int64_t n_vocab)
 {
@@ -327,6 +344,10 @@ int cmd_bench(int argc, char **argv)
         }
         json_object_set_new(o, "greedy_tokens", kept);
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)wbytes));
+        uint64_t rss, rss_peak;
+        rss_bytes(&rss, &rss_peak);
+        json_object_set_new(o, "rss_bytes", json_integer((json_int_t)rss));
+        json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
         if (mem_bw > 0) {
             json_object_set_new(o, "mem_bw_gb_s", json_real(mem_bw));

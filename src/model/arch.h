@@ -73,6 +73,7 @@ struct cdx_model {
     cdx_dtype dtype;
     const char *dtype_why;
     void **bf16_bufs;                   /* [n_bf16_bufs]: owned bf16 copies of F32/F16 matrices (--dtype bf16) */
+    bool file_mapped;                   /* the weights are a read-only file mapping (cdx_model_open) */
     size_t n_bf16_bufs;
 };
 

@@ -801,6 +801,16 @@ static void populate(const void *p, size_t bytes)
 #endif
 }
 
+/* Once a matrix lives in a copy of its own, its file pages need not stay resident: dropped from
+ * this process (they are clean pages of a read-only mapping, read back from the file if ever
+ * touched again), so the weights are not held twice. Whole pages inside [p, p + bytes) only. */
+static void release(const void *p, size_t bytes)
+{
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 typedef struct {
     const uint8_t *src;
     uint8_t *dst;
@@ -873,9 +883,13 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
             cdx_pool_run(pool, copy_part, &cj);
             m->orig_data[i] = w->data;
             w->data = buf;
+            if (m->file_mapped)
+                release(cj.src, bytes);
             continue;
         }
         cdx_matmul_pack(k, pool, w, buf);
+        if (m->file_mapped && !model_owns_data(m, w->data)) /* never a copy of ours: that would zero it */
+            release(w->data, (size_t)w->rows * w->row_bytes);
         w->packed = buf;
         w->packed_for = k;
     }
@@ -942,6 +956,7 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     if (!m)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     pthread_mutex_init(&m->pack_mu, NULL);
+    m->file_mapped = true;
     int rc;
     if (S_ISDIR(st.st_mode)) {
         rc = load_checkpoint(m, path, err);
