@@ -106,7 +106,9 @@ typedef struct cdx_engine_opts {
     int max_queue;              /* waiting requests before CDX_ERESOURCE_BUSY (default 64) */
     const char *kv_store;       /* a directory for the prefix store (made if missing), or NULL */
     uint32_t kv_type;           /* CDX_TYPE_F32 (0, the default) or CDX_TYPE_F16 (llama.cpp's default:
-                                   half the memory, and its rounding; see cdx_attn_shape) */
+                                   half the memory, and its rounding; see cdx_attn_shape); for a model
+                                   computing in bf16, CDX_TYPE_BF16 instead of F16 (half the memory,
+                                   exact: cdx_model_kv_type_default gives it) */
 } cdx_engine_opts;
 
 CDX_API cdx_engine_opts cdx_engine_defaults(void);

@@ -97,6 +97,8 @@ typedef struct cdx_hub_config {
     bool vision;            /* a vision-language architecture (processor files required) */
     bool llama3_rope;       /* rope_scaling is Llama 3's */
     int n_keys;             /* top-level keys in config.json */
+    uint32_t kv_value_bytes; /* bytes per cached K or V value for the estimate (0: CDX_HUB_KV_BYTES);
+                                2 where the model computes in bf16 (its cache is bf16) */
 } cdx_hub_config;
 
 /* One row per refusal: the table that the checks, `caldrix models rules` and docs/models.md read. */
@@ -126,8 +128,9 @@ CDX_API int cdx_hub_check_config(const char *json, size_t len, const char *name,
 #define CDX_HUB_DEFAULT_CTX 4096u  /* the context the estimate assumes when none is given */
 #define CDX_HUB_KV_BYTES 4u        /* bytes per cached K or V value (f32) */
 
-/* KV cache bytes for ctx tokens: 2 (K and V) * layers * kv_heads * head_dim * ctx * 4, with ctx
- * capped at the model's context and at an active sliding window. */
+/* KV cache bytes for ctx tokens: 2 (K and V) * layers * kv_heads * head_dim * ctx * the bytes of a
+ * value (kv_value_bytes, else 4), with ctx capped at the model's context and at an active sliding
+ * window. */
 CDX_API uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx);
 /* The context the estimate uses: ctx (0: CDX_HUB_DEFAULT_CTX) capped as above. */
 CDX_API uint32_t cdx_hub_ctx_for(const cdx_hub_config *c, uint32_t ctx);
@@ -177,7 +180,12 @@ typedef struct cdx_hub_opts {
     uint64_t *budget_out;       /* NULL, or receives the budget admission chose: a mixture of experts too
                                    big for memory whose least budget fits is admitted with the largest
                                    budget that fits (0 when none was needed or one was given) */
+    int dtype;                  /* the compute type asked (a cdx_dtype; 0: the model's default): it sizes
+                                   the KV cache of the estimate */
 } cdx_hub_opts;
+/* Bytes per cached K or V value of a checkpoint with this config.json computing in dtype (a
+ * cdx_dtype; 0: its default, from the model layer's table): 2 for bf16, else 4. */
+CDX_API uint32_t cdx_hub_kv_value_bytes(const cdx_hub_config *c, int dtype);
 
 /* Resolves ref to a local path the model layer opens: a file (.gguf, an Ollama model) or a
  * directory (a local checkpoint or a Hub snapshot), downloading what is missing in the order
@@ -207,11 +215,14 @@ typedef struct cdx_hub_report {
     uint64_t n_missing;
     uint64_t n_unused;
     char unused_tensors[512];          /* "none" or a count and the first names (tensors no role reads) */
-    uint64_t weight_bytes, kv_bytes;   /* estimated memory = weights + KV at kv_ctx */
     /* a mixture of experts under --weight-budget (0 for a dense model): the expert tensors' bytes,
      * the largest layer's bytes per expert, and the least budget one token needs (the dense weights
      * + top-k experts of one layer; the loader adds the 64-byte alignment of its expert slots) */
     uint64_t expert_bytes, expert_one_bytes, min_budget_bytes;
+    uint64_t weight_bytes, kv_bytes;   /* estimated memory = weights + KV at kv_ctx, as the default compute
+                                          type holds them */
+    char compute_dtype[8];             /* the default compute type: "f32" or "bf16" ("" when unknown) */
+    char compute_why[160];             /* why (the model layer's table) */
     uint32_t kv_ctx;
     char refusal[1024];                /* "" or what the import rules refuse, with the field and value */
     char note[1024];                   /* "" or notes (files not read, a shipped head beside a tied one) */

@@ -46,6 +46,8 @@ typedef struct cdx_mat {
     size_t row_bytes;
     bool act_half;       /* F16/BF16 weights: round the activations to that type first, as ggml's
                             F16/BF16 dot products do (GGUF models follow llama.cpp; checkpoints stay f32) */
+    bool act_bf16;       /* BF16 weights whose activations are always bf16 values (a --dtype bf16 model):
+                            kernels may then use bf16 dot-product instructions (AVX512_BF16 vdpbf16ps) */
     const void *packed;  /* the same weights in packed_for's own layout (cdx_matmul_pack), or NULL */
     const cdx_kernels *packed_for;
 } cdx_mat;
@@ -114,5 +116,17 @@ typedef struct cdx_attn_row {
  * with lo > hi; nothing is written then. */
 CDX_API int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows,
                      int64_t n_rows, cdx_err *err);
+
+/* ---- attention in bf16, as transformers' eager attention computes it for a bf16 model ----
+ * Every query row's q, and K and V (kv_type CDX_TYPE_F32 holding bf16 values, or CDX_TYPE_BF16),
+ * are bf16. Per query head h and position p: s_p = bf16(bf16(q·k_p) · scale) (the dot's exact
+ * products summed in f32 in dimension order, rounded; the product with scale, a float, rounded
+ * again); the softmax of the s_p in f32 (max subtracted, exp, the sum in position order,
+ * multiplied by 1/sum) rounded to bf16 weights w_p; out[d] = bf16(Σ_p w_p · v_p[d]) summed in f32
+ * in position order. The same result on every kernel set and for any batch (no SIMD reordering:
+ * this is the reference order of ../shared/fixtures/hf/INDEX.md's bf16 goldens). Same errors as
+ * cdx_attn. */
+CDX_API int cdx_attn_bf16(cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows, int64_t n_rows,
+                          cdx_err *err);
 
 #endif

@@ -76,6 +76,27 @@ CDX_API const char *cdx_model_arch_family(cdx_arch a);
 CDX_API void cdx_model_tensor_names(const cdx_tensor_plan *plan, void (*fn)(void *ctx, const char *name, bool required),
                                     void *ctx);
 
+/* ---- the compute type ---- */
+
+typedef enum cdx_dtype {
+    CDX_DTYPE_AUTO = 0,  /* the default for the format and stored type (cdx_dtype_choose) */
+    CDX_DTYPE_F32,       /* f32 activations; F16/BF16 weights read exactly (GGUF: as ggml rounds them) */
+    CDX_DTYPE_BF16,      /* transformers' bf16 forward: bf16 weights and activations, f32 sums */
+    CDX_DTYPE_COUNT
+} cdx_dtype;
+
+CDX_API const char *cdx_dtype_name(cdx_dtype d);            /* "auto", "f32", "bf16"; "?" out of range */
+CDX_API int cdx_dtype_from_name(const char *s, cdx_dtype *out); /* CDX_EINVAL for another name */
+/* The one table of compute types: what a model of this format (gguf), stored weight type (the
+ * type most of its matrices have) and architecture computes in when `want` is asked (AUTO: its
+ * default). *why: a phrase saying why (static storage), for inspect and the run summary.
+ * CDX_EUNSUPPORTED, with err saying why, when want cannot be honoured (bf16 for a GGUF file or an
+ * architecture without a bf16 forward pass). */
+CDX_API int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype want, cdx_dtype *out,
+                             const char **why, cdx_err *err);
+/* The help text of --dtype, from the same table (static storage; lines end in '\n'). */
+CDX_API const char *cdx_dtype_help(void);
+
 typedef struct cdx_model_opts {
     int reserved;            /* zero-initialise; room for future options */
     /* Bytes the weights may hold (--weight-budget; 0: no limit). For a mixture of experts below its
@@ -83,6 +104,7 @@ typedef struct cdx_model_opts {
      * routes to them, kept in an LRU of expert slots within the budget; the results are the same bits.
      * Below the dense weights plus top-k experts of one layer, the open is refused with both numbers. */
     uint64_t weight_budget;
+    cdx_dtype dtype;         /* AUTO (0): the format's default for the stored type */
 } cdx_model_opts;
 
 /* path: a .gguf file or a Hugging Face checkpoint directory (config.json + safetensors).
@@ -102,6 +124,11 @@ CDX_API void cdx_model_expert_stats(const cdx_model *m, uint64_t *hits, uint64_t
 /* File-layout bytes: the dense weights, one expert (the largest, gate + up + down) and all experts;
  * the smallest budget is dense + n_expert_used × one expert. */
 CDX_API void cdx_model_weight_split(const cdx_model *m, size_t *dense, size_t *expert_max, size_t *experts_all);
+/* The compute type the model runs in (F32 or BF16), and why (static storage). */
+CDX_API cdx_dtype cdx_model_dtype(const cdx_model *m);
+CDX_API const char *cdx_model_dtype_why(const cdx_model *m);
+/* The KV cache type that goes with it by default: CDX_TYPE_BF16 for bf16 compute, else CDX_TYPE_F32. */
+CDX_API uint32_t cdx_model_kv_type_default(const cdx_model *m);
 /* Notes produced while loading (e.g. "llama3 rope scaling applied"), newline-separated; may be "". */
 CDX_API const char *cdx_model_notes(const cdx_model *m);
 
@@ -111,7 +138,8 @@ CDX_API const char *cdx_model_notes(const cdx_model *m);
  * [i·block, (i+1)·block) of every layer; K of layer l at position p is the n_head_kv·head_dim
  * elements at k[p / block] + l·layer_stride + (p % block)·n_head_kv·head_dim (V the same), of
  * type CDX_TYPE_F32 (0) or CDX_TYPE_F16 (rounded to nearest even when written, as ggml's copy
- * into an F16 cache does). Every sequence of one batch has the same type and block. */
+ * into an F16 cache does), or, for a bf16 model only, CDX_TYPE_BF16 (exact: its K and V are bf16
+ * values; an f32 cache holds the same values). Every sequence of one batch has the same type and block. */
 typedef struct cdx_kv_seq {
     void *const *k;
     void *const *v;

@@ -73,6 +73,17 @@ static inline float cdx_bf16_to_f32(uint16_t h)
     return v.f;
 }
 CDX_API uint16_t cdx_f32_to_bf16(float f);
+/* f rounded to the nearest bf16 (ties to even), as a float: what torch's .to(torch.bfloat16) keeps
+ * (the same rounding as cdx_f32_to_bf16, inline for the bf16 forward pass's elementwise ops). */
+static inline float cdx_bf16_round(float f)
+{
+    union { float f; uint32_t u; } v = { .f = f };
+    if ((v.u & 0x7FFFFFFF) > 0x7F800000) /* nan: keep it a quiet nan */
+        v.u = (v.u | 0x00400000u) & 0xFFFF0000u;
+    else
+        v.u = (v.u + (0x7FFF + ((v.u >> 16) & 1))) & 0xFFFF0000u;
+    return v.f;
+}
 
 /* ---- quantization mixtures: the per-tensor type llama.cpp's llama_model_quantize would pick ----
  *

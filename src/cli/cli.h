@@ -4,6 +4,8 @@
 
 #include "caldrix.h"
 
+#include <stdio.h>
+
 #define CDX_VERSION_STRING "0.1.0"
 
 typedef struct {
@@ -36,6 +38,12 @@ int cli_parse_bytes(const char *opt, const char *s, uint64_t *out);
     "  --weight-budget BYTES  memory the weights may hold (8G, 512M): a mixture of experts larger than\n" \
     "                         that keeps its dense weights resident and reads experts from the file\n" \
     "                         when tokens route to them, in an LRU within the budget (same output)\n"
+/* --dtype auto|f32|bf16 and --kv-type f32|f16|bf16 (the engine checks that the pair goes together);
+ * on failure print why (cmd: "caldrix run") and return -1. */
+int cli_parse_dtype(const char *cmd, const char *s, cdx_dtype *out);
+int cli_parse_kv_type(const char *cmd, const char *s, uint32_t *out);
+/* The --help lines of --dtype and --kv-type (the defaults come from the model layer's one table). */
+void cli_print_dtype_help(FILE *f);
 
 /* Before any work: OUT must not be IN (the same inode: the path, a hard link, a symlink), nor any
  * file of IN when IN is a checkpoint folder, and OUT's folder must exist and take a new file.

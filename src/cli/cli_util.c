@@ -135,3 +135,32 @@ int cli_open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_
     }
     return CDX_OK;
 }
+
+int cli_parse_dtype(const char *cmd, const char *s, cdx_dtype *out)
+{
+    if (cdx_dtype_from_name(s, out) == CDX_OK)
+        return 0;
+    fprintf(stderr, "%s: --dtype is \"%s\"; expected auto, f32 or bf16\n", cmd, s);
+    return -1;
+}
+
+int cli_parse_kv_type(const char *cmd, const char *s, uint32_t *out)
+{
+    static const struct { const char *name; uint32_t type; } k[] = {
+        { "f32", CDX_TYPE_F32 }, { "f16", CDX_TYPE_F16 }, { "bf16", CDX_TYPE_BF16 },
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(s, k[i].name)) {
+            *out = k[i].type;
+            return 0;
+        }
+    fprintf(stderr, "%s: --kv-type is \"%s\"; expected f32, f16 (f32 compute) or bf16 (bf16 compute)\n", cmd, s);
+    return -1;
+}
+
+void cli_print_dtype_help(FILE *f)
+{
+    fprintf(f, "\n--dtype auto (the default) picks, by format and stored type:\n%s"
+               "--kv-type defaults to bf16 for bf16 compute (exact: its K and V are bf16 values), else f32.\n",
+            cdx_dtype_help());
+}

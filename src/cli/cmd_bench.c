@@ -42,8 +42,8 @@ static double median(double *v, int n)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
-               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--mem-bw GB/s]\n"
-               "                     [--weight-budget BYTES] [--json]\n\n"
+               "                     [--parallel N] [--prefix-hit] [--isa NAME] [--dtype auto|f32|bf16]\n"
+               "                     [--mem-bw GB/s] [--weight-budget BYTES] [--json]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
@@ -53,7 +53,26 @@ static void usage(FILE *f)
                "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
                "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"
                "16 tokens are in the prefix cache, against one that is not. --weight-budget: as run's (a\n"
-               "mixture of experts streams its experts; the JSON adds expert_slots, expert_hits, expert_misses).\n");
+               "mixture of experts streams its experts; the JSON adds expert_slots, expert_hits, expert_misses).\n"
+               "--dtype: the compute type, as caldrix run takes it (the KV cache follows it: bf16 for bf16\n"
+               "compute, else f32).\n");
+}
+
+/* This process's resident memory now and at its peak (/proc/self/status VmRSS, VmHWM), bytes; 0 when unknown. */
+static void rss_bytes(uint64_t *now, uint64_t *peak)
+{
+    *now = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            *now = (uint64_t)kb << 10;
+        else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            *peak = (uint64_t)kb << 10;
+    }
+    if (f)
+        fclose(f);
 }
 
 /* Synthetic prompt ids: spread over the vocabulary, deterministic, never the first 3 (specials). */
@@ -133,6 +152,7 @@ int cmd_bench(int argc, char **argv)
     double mem_bw = 0;
     uint64_t budget = 0;
     bool json = false, prefix_hit = false;
+    cdx_dtype dtype = CDX_DTYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -162,6 +182,9 @@ int cmd_bench(int argc, char **argv)
             isa = argv[++i];
         } else if (!strcmp(a, "--weight-budget") && has) {
             if (cli_parse_bytes(a, argv[++i], &budget))
+                return 2;
+        } else if (!strcmp(a, "--dtype") && has) {
+            if (cli_parse_dtype("caldrix bench", argv[++i], &dtype))
                 return 2;
         } else if (!strcmp(a, "--mem-bw") && has) {
             if (cli_parse_float(a, argv[++i], 1e-3, 1e6, &mem_bw))
@@ -204,7 +227,7 @@ int cmd_bench(int argc, char **argv)
     int rc = 1;
 
     double t0 = now_s();
-    cdx_model_opts mo = { .weight_budget = budget };
+    const cdx_model_opts mo = { .weight_budget = budget, .dtype = dtype };
     if (cdx_model_open(path, &mo, &m, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
@@ -216,6 +239,7 @@ int cmd_bench(int argc, char **argv)
     eo.max_batch = (int)parallel;
     eo.n_ctx = n_prompt + n_gen + 1 + 2; /* 2: the warm-up */
     eo.token_budget = n_prompt * parallel; /* every prompt in one batch */
+    eo.kv_type = cdx_model_kv_type_default(m);
     if (cdx_engine_create(m, NULL, &eo, &eng, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
@@ -299,6 +323,8 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "model", json_string(path));
         json_object_set_new(o, "arch", json_string(hp->arch_name ? hp->arch_name : ""));
         json_object_set_new(o, "isa", json_string(cdx_kernels_isa(kern)));
+        json_object_set_new(o, "dtype", json_string(cdx_dtype_name(cdx_model_dtype(m))));
+        json_object_set_new(o, "kv_type", json_string(cdx_type_name(eo.kv_type)));
         json_object_set_new(o, "n_vocab", json_integer(hp->n_vocab));
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
@@ -331,6 +357,10 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "expert_hits", json_integer((json_int_t)x_hits));
         json_object_set_new(o, "expert_misses", json_integer((json_int_t)x_misses));
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)wbytes));
+        uint64_t rss, rss_peak;
+        rss_bytes(&rss, &rss_peak);
+        json_object_set_new(o, "rss_bytes", json_integer((json_int_t)rss));
+        json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
         if (mem_bw > 0) {
             json_object_set_new(o, "mem_bw_gb_s", json_real(mem_bw));
@@ -347,7 +377,8 @@ int cmd_bench(int argc, char **argv)
         json_decref(runs_d);
         printf("model    %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", path, hp->arch_name, (long long)hp->n_layer,
                (long long)hp->n_embd, (long long)hp->n_vocab);
-        printf("threads  %ld, %s kernels\n", threads, cdx_kernels_isa(kern));
+        printf("threads  %ld, %s kernels, %s compute (%s), %s KV cache\n", threads, cdx_kernels_isa(kern),
+               cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(eo.kv_type));
         printf("load     %.1f ms\n", load_ms);
         printf("prefill  %8.2f tok/s  (%ld tokens in one batch; median of %ld, best %.2f)\n", prefill, n_prompt, runs,
                best_p);

@@ -123,6 +123,8 @@ int cmd_inspect(int argc, char **argv)
                                           (json_int_t)r->expert_one_bytes, "min_budget_bytes",
                                           (json_int_t)r->min_budget_bytes, "budget", (json_int_t)budget));
         json_object_set_new(o2, "memory", fits[0] ? json_string(fits) : json_null());
+        json_object_set_new(o2, "compute_dtype", r->compute_dtype[0] ? json_string(r->compute_dtype) : json_null());
+        json_object_set_new(o2, "compute_dtype_reason", json_string(r->compute_why));
         json_object_set_new(o2, "refusal", r->refusal[0] ? json_string(r->refusal) : json_null());
         json_object_set_new(o2, "note", r->note[0] ? json_string(r->note) : json_null());
         char *s = json_dumps(o2, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -146,8 +148,12 @@ int cmd_inspect(int argc, char **argv)
             printf("  missing_required_tensors=%s\n", r->missing_required_tensors);
         if (strcmp(r->format, "gguf"))
             printf("  unused_tensors=%s\n", r->unused_tensors);
-        printf("  estimated_memory=%s (weights %s%s + KV cache %s for %u tokens)\n", t, w,
-               wres < r->weight_bytes ? " under --weight-budget" : "", k, r->kv_ctx);
+        if (r->compute_dtype[0])
+            printf("  compute_dtype=%s (%s%s)\n", r->compute_dtype, r->compute_why,
+                   strcmp(r->format, "gguf") ? "; run --dtype f32|bf16 picks another" : "");
+        printf("  estimated_memory=%s (weights %s%s + KV cache %s for %u tokens, as %s compute holds them)\n", t, w,
+               wres < r->weight_bytes ? " under --weight-budget" : "", k, r->kv_ctx,
+               r->compute_dtype[0] ? r->compute_dtype : "f32");
         if (r->expert_bytes) {
             char d[32], x[32], one[32], mn[32];
             cli_fmt_bytes(r->weight_bytes - r->expert_bytes, d, sizeof d);

@@ -35,7 +35,9 @@ static const char k_run_usage[] =
     "  --ctx N                context length (default min(4096, the model's trained context); a prompt\n"
     "                         that does not fit is refused; a longer --ctx than the model was trained\n"
     "                         for is allowed with a warning)\n"
-    "  --dtype f32            compute type (f32 is the only one on the CPU for now)\n"
+    "  --dtype auto|f32|bf16  compute type (default auto: see below). bf16: transformers' bf16 forward\n"
+    "                         (weights and activations in bf16, f32 sums; f16 weights cast to bf16);\n"
+    "                         f32: exact f32 activations. GGUF files compute as llama.cpp does (f32)\n"
     "  --threads N            worker threads (default: all cores)\n"
     CLI_WEIGHT_BUDGET_HELP
     "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has;\n"
@@ -49,8 +51,9 @@ static const char k_run_usage[] =
     "                         over, /exit or end of input quits, Ctrl-C stops a reply. Implies --chat;\n"
     "                         -n then limits each reply (default: until the end-of-turn token)\n"
     "  --system TEXT          with --chat, a system message before the user's\n"
-    "  --kv-type f32|f16      K/V cache storage (default f32; f16: half the memory, with the rounding\n"
-    "                         llama.cpp applies to its default F16 cache)\n"
+    "  --kv-type f32|f16|bf16 K/V cache storage (default: bf16 for bf16 compute, else f32). f16 (f32\n"
+    "                         compute): half the memory, with the rounding llama.cpp applies to its\n"
+    "                         default F16 cache; bf16 (bf16 compute): half the memory, exact\n"
     "  --kv-store DIR         keep the prompt's K/V blocks in DIR (a prefix store shared by processes):\n"
     "                         a later run with the same prefix reads them instead of computing them\n"
     "                         (--json timings: cached_tokens); bad or foreign files are deleted\n"
@@ -64,6 +67,8 @@ typedef struct {
     const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
     uint32_t kv_type;
     uint64_t weight_budget;
+    bool kv_type_set;
+    cdx_dtype dtype;
     long n_gen, ctx, threads, top_logits;
     bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set;
     cdx_sampler_params sp;
@@ -125,6 +130,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_run_usage, stdout);
+            cli_print_dtype_help(stdout);
             exit(0);
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             NEED_VALUE();
@@ -180,10 +186,8 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->top_logits_set = true;
         } else if (!strcmp(a, "--dtype")) {
             NEED_VALUE();
-            if (strcmp(v, "f32")) {
-                fprintf(stderr, "caldrix run: --dtype is \"%s\"; the CPU computes in f32 only for now (use --dtype f32)\n", v);
+            if (cli_parse_dtype("caldrix run", v, &o->dtype))
                 return 2;
-            }
         } else if (!strcmp(a, "--isa")) {
             NEED_VALUE();
             o->isa = v;
@@ -192,11 +196,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             if (cli_parse_bytes(a, v, &o->weight_budget)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             NEED_VALUE();
-            if (strcmp(v, "f32") && strcmp(v, "f16")) {
-                fprintf(stderr, "caldrix run: --kv-type is \"%s\"; expected f32 or f16\n", v);
+            if (cli_parse_kv_type("caldrix run", v, &o->kv_type))
                 return 2;
-            }
-            o->kv_type = strcmp(v, "f16") ? CDX_TYPE_F32 : CDX_TYPE_F16;
+            o->kv_type_set = true;
         } else if (!strcmp(a, "--kv-store")) {
             NEED_VALUE();
             o->kv_store = v;
@@ -651,6 +653,7 @@ int cmd_run(int argc, char **argv)
             uint64_t admitted = 0;
             ho.weight_budget = o.weight_budget;
             ho.budget_out = &admitted;
+            ho.dtype = (int)o.dtype;
             if (cdx_hub_resolve(o.model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix: %s\n", err.msg);
                 goto done;
@@ -659,8 +662,12 @@ int cmd_run(int argc, char **argv)
             if (admitted && !o.weight_budget)
                 o.weight_budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
         }
-        cdx_model_opts mo = { .weight_budget = o.weight_budget };
+        const cdx_model_opts mo = { .weight_budget = o.weight_budget, .dtype = o.dtype };
         rc = cdx_model_open(o.model, &mo, &m, &err);
+    } else if (o.dtype == CDX_DTYPE_BF16) {
+        fprintf(stderr, "caldrix: the bundled model is a GGUF file: it computes as llama.cpp does; --dtype bf16 "
+                        "applies to safetensors checkpoints (use --dtype f32 or auto)\n");
+        goto done;
     } else
         rc = cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
                                      "stories260K.gguf (bundled)", &m, &err);
@@ -777,7 +784,7 @@ int cmd_run(int argc, char **argv)
     eo.n_ctx = n_ctx;
     eo.max_batch = 1;
     eo.kv_store = o.kv_store;
-    eo.kv_type = o.kv_type;
+    eo.kv_type = o.kv_type_set ? o.kv_type : cdx_model_kv_type_default(m);
     if ((rc = cdx_engine_create(m, tok, &eo, &eng, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
@@ -808,12 +815,13 @@ int cmd_run(int argc, char **argv)
     double prefill_s = (t_first - t_loaded) / 1e3, decode_s = (st.t_end - t_first) / 1e3;
     size_t n_decoded = st.out.n > 0 ? st.out.n - 1 : 0; /* the first token comes from the prefill's logits */
     if (o.json) {
-        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f,s:I,s:I}}", "prompt",
+        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f,s:I,s:I},s:s,s:s}", "prompt",
                                  ids_json(prompt.tokens, prompt.n), "tokens", ids_json(st.out.tokens, st.out.n), "text",
                                  st.text.s ? st.text.s : "", st.text.n, "steps", st.steps, "timings", "load_ms",
                                  t_loaded - t0, "prefill_tok_s", prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0,
                                  "decode_tok_s", decode_s > 0 ? (double)n_decoded / decode_s : 0.0, "cached_tokens",
-                                 (json_int_t)st.n_cached, "seed", (json_int_t)o.sp.seed);
+                                 (json_int_t)st.n_cached, "seed", (json_int_t)o.sp.seed, "dtype",
+                                 cdx_dtype_name(cdx_model_dtype(m)), "kv_type", cdx_type_name(eo.kv_type));
         st.steps = NULL;
         if (!root) {
             fprintf(stderr, "caldrix: cannot build the JSON result\n");
@@ -825,9 +833,12 @@ int cmd_run(int argc, char **argv)
     } else {
         fputc('\n', stdout);
         fflush(stdout); /* the summary on stderr comes after the text */
-        fprintf(stderr, "caldrix: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s kernels, seed %llu)\n",
+        fprintf(stderr, "caldrix: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s kernels, %s compute "
+                        "[%s], %s KV cache, seed %llu)\n",
                 prompt.n, prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, st.out.n,
-                decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k), (unsigned long long)o.sp.seed);
+                decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k),
+                cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(eo.kv_type),
+                (unsigned long long)o.sp.seed);
     }
     status = 0;
 done:

@@ -27,11 +27,12 @@ static const char k_serve_usage[] =
     "  --kv-blocks N        KV cache pool in blocks of 16 positions (default max-batch sequences of --ctx)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --isa NAME           force a kernel set: avx512, avx2 or scalar\n"
-    "  --dtype f32          compute type (f32 is the only one on the CPU for now)\n"
+    "  --dtype auto|f32|bf16  compute type (default auto: bf16 for bf16/f16 checkpoints; caldrix run --help)\n"
     "  --weight-budget BYTES memory the weights may hold (8G, 512M): a mixture of experts larger than\n"
     "                       that keeps its dense weights resident and reads experts from the file when\n"
     "                       tokens route to them, in an LRU within the budget (same output)\n"
-    "  --kv-type f32|f16    KV cache storage (default f32; f16: half the memory, llama.cpp's rounding)\n"
+    "  --kv-type f32|f16|bf16 KV cache storage (default bf16 for bf16 compute, else f32; f16: half the\n"
+    "                       memory with llama.cpp's rounding, f32 compute only)\n"
     "  --kv-store DIR       a prefix store shared by processes: K/V blocks pushed out of memory, and\n"
     "                       all of them at exit, are kept in DIR and read back by prefix (also after\n"
     "                       a restart); bad or foreign files are deleted\n"
@@ -76,6 +77,8 @@ int cmd_serve(int argc, char **argv)
     cdx_engine_opts eo = cdx_engine_defaults();
     const char *model = NULL, *isa = NULL, *kv_store = NULL;
     uint64_t budget = 0;
+    cdx_dtype dtype = CDX_DTYPE_AUTO;
+    bool kv_type_set = false;
     long l;
     so.api_key = getenv("CALDRIX_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -131,16 +134,12 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--kv-store")) {
             kv_store = v;
         } else if (!strcmp(a, "--kv-type")) {
-            if (strcmp(v, "f32") && strcmp(v, "f16")) {
-                fprintf(stderr, "caldrix serve: --kv-type is \"%s\"; expected f32 or f16\n", v);
+            if (cli_parse_kv_type("caldrix serve", v, &eo.kv_type))
                 return 2;
-            }
-            eo.kv_type = strcmp(v, "f16") ? CDX_TYPE_F32 : CDX_TYPE_F16;
+            kv_type_set = true;
         } else if (!strcmp(a, "--dtype")) {
-            if (strcmp(v, "f32")) {
-                fprintf(stderr, "caldrix serve: --dtype is \"%s\"; the CPU computes in f32 only for now (use --dtype f32)\n", v);
+            if (cli_parse_dtype("caldrix serve", v, &dtype))
                 return 2;
-            }
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "caldrix serve: unknown option \"%s\" (caldrix serve --help)\n", a);
             return 2;
@@ -192,6 +191,7 @@ int cmd_serve(int argc, char **argv)
             uint64_t admitted = 0;
             ho.weight_budget = budget;
             ho.budget_out = &admitted;
+            ho.dtype = (int)dtype;
             if (cdx_hub_resolve(model, &ho, &resolved, &err) < 0) {
                 fprintf(stderr, "caldrix serve: %s\n", err.msg);
                 goto done;
@@ -200,11 +200,15 @@ int cmd_serve(int argc, char **argv)
                 budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
             path = resolved;
         }
-        cdx_model_opts mo = { .weight_budget = budget };
+        const cdx_model_opts mo = { .weight_budget = budget, .dtype = dtype };
         if (cdx_model_open(path, &mo, &m, &err)) {
             fprintf(stderr, "caldrix serve: %s\n", err.msg);
             goto done;
         }
+    } else if (dtype == CDX_DTYPE_BF16) {
+        fprintf(stderr, "caldrix serve: the bundled model is a GGUF file: it computes as llama.cpp does; --dtype bf16 "
+                        "applies to safetensors checkpoints\n");
+        goto done;
     } else if (cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
                                        "stories260K.gguf (bundled)", &m, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
@@ -237,6 +241,10 @@ int cmd_serve(int argc, char **argv)
         if (eos)
             json_object_set_new(tmpl_tokens, "eos_token", json_string(eos));
     }
+    if (!kv_type_set)
+        eo.kv_type = cdx_model_kv_type_default(m);
+    fprintf(stderr, "caldrix serve: %s compute (%s), %s KV cache\n", cdx_dtype_name(cdx_model_dtype(m)),
+            cdx_model_dtype_why(m), cdx_type_name(eo.kv_type));
     if (cdx_engine_create(m, tok, &eo, &e, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;

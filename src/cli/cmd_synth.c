@@ -7,6 +7,9 @@
  * (<unk>, <s>, </s>, the 256 byte tokens, then filler pieces) so llama.cpp loads the file too.
  * --type is a llama.cpp file type: each tensor's type is chosen by the quant layer's copy of
  * llama.cpp's rules (cdx_quant_mix), and quantized with its reference quantizers.
+ * --safetensors OUT writes a Hugging Face checkpoint folder instead (config.json + model.safetensors
+ * with transformers' names, tied embeddings, no tokenizer) for the float types F32, F16 and BF16:
+ * every tensor in that type, norms too, as a checkpoint saved in that torch_dtype is.
  */
 #include "cli.h"
 #include "caldrix/pool.h"
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <sys/stat.h>
 
 /* ---- shapes: one row per model ---- */
 
@@ -233,11 +238,86 @@ out:
     return rc;
 }
 
+/* ---- a Hugging Face checkpoint (--safetensors) ---- */
+
+/* GGUF name → transformers name ("%d": the layer) */
+static const char *const k_hf_names[][2] = {
+    { "token_embd.weight", "model.embed_tokens.weight" }, { "output_norm.weight", "model.norm.weight" },
+    { "attn_norm.weight", "model.layers.%d.input_layernorm.weight" },
+    { "attn_q.weight", "model.layers.%d.self_attn.q_proj.weight" },
+    { "attn_k.weight", "model.layers.%d.self_attn.k_proj.weight" },
+    { "attn_v.weight", "model.layers.%d.self_attn.v_proj.weight" },
+    { "attn_output.weight", "model.layers.%d.self_attn.o_proj.weight" },
+    { "attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight" },
+    { "attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight" },
+    { "ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight" },
+    { "ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight" },
+    { "ffn_up.weight", "model.layers.%d.mlp.up_proj.weight" },
+    { "ffn_down.weight", "model.layers.%d.mlp.down_proj.weight" },
+};
+
+static bool hf_name(const char *gguf, char *out, size_t cap)
+{
+    int layer = -1, used = 0;
+    const char *rest = gguf;
+    if (sscanf(gguf, "blk.%d.%n", &layer, &used) == 1 && used > 0)
+        rest = gguf + used;
+    for (size_t i = 0; i < sizeof k_hf_names / sizeof k_hf_names[0]; i++)
+        if (!strcmp(rest, k_hf_names[i][0]) && (layer >= 0) == (strstr(k_hf_names[i][1], "%d") != NULL)) {
+            snprintf(out, cap, k_hf_names[i][1], layer);
+            return true;
+        }
+    return false;
+}
+
+static int write_checkpoint(const char *dir, const synth_shape *sh, const synth_tensor *ts, size_t n_t, int type,
+                            cdx_err *err)
+{
+    char path[4096];
+    if (mkdir(dir, 0755) && errno != EEXIST)
+        return cdx_err_set(err, CDX_EIO, "%s: cannot make the folder (%s)", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return cdx_err_set(err, CDX_EIO, "%s: cannot write it", path);
+    const bool q3 = !strcmp(sh->arch, "qwen3");
+    fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %lld, "
+               "\"intermediate_size\": %lld, \"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
+               "\"num_key_value_heads\": %lld, \"head_dim\": %lld, \"vocab_size\": %lld, "
+               "\"max_position_embeddings\": %lld, \"rms_norm_eps\": %g, \"rope_theta\": %.1f, "
+               "\"hidden_act\": \"silu\", \"tie_word_embeddings\": true, \"attention_bias\": false, "
+               "\"bos_token_id\": 1, \"eos_token_id\": 2, \"torch_dtype\": \"%s\"}\n",
+            q3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM", q3 ? "qwen3" : "llama", (long long)sh->n_embd,
+            (long long)sh->n_ff, (long long)sh->n_layer, (long long)sh->n_head, (long long)sh->n_head_kv,
+            (long long)sh->head_dim, (long long)sh->n_vocab, (long long)sh->n_ctx, (double)sh->rms_eps, sh->rope_theta,
+            type == CDX_TYPE_BF16 ? "bfloat16" : type == CDX_TYPE_F16 ? "float16" : "float32");
+    if (fclose(f))
+        return cdx_err_set(err, CDX_EIO, "%s: cannot write it", path);
+    cdx_st_writer *w = NULL;
+    int rc = cdx_st_writer_new(&w, err);
+    for (size_t i = 0; i < n_t && !rc; i++) {
+        char name[160];
+        if (!hf_name(ts[i].name, name, sizeof name)) {
+            rc = cdx_err_set(err, CDX_EINVAL, "tensor \"%s\" has no transformers name", ts[i].name);
+            break;
+        }
+        const uint64_t shape[2] = { (uint64_t)ts[i].rows, (uint64_t)ts[i].cols };
+        rc = ts[i].role == R_NORM ? cdx_st_writer_add(w, name, (uint32_t)ts[i].type, 1, shape + 1, ts[i].data, err)
+                                  : cdx_st_writer_add(w, name, (uint32_t)ts[i].type, 2, shape, ts[i].data, err);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!rc)
+        rc = cdx_st_writer_write(w, path, err);
+    cdx_st_writer_free(w);
+    return rc;
+}
+
 /* ---- the command ---- */
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix synth OUT.gguf --shape SHAPE --type TYPE [--seed S] [--threads N]\n"
+               "       caldrix synth --safetensors DIR --shape SHAPE --type F32|F16|BF16   (a checkpoint folder)\n"
                "       caldrix synth --list --shape SHAPE --type TYPE   (the tensors it would write)\n\n"
                "Writes a random-weight model (weights N(0, 0.02), norms 1.0) with a real model's shapes\n"
                "and a minimal SentencePiece-style vocabulary, for benchmarks. Not a trained model.\n\nshapes:\n");
@@ -255,7 +335,7 @@ static void usage(FILE *f)
 
 int cmd_synth(int argc, char **argv)
 {
-    const char *out = NULL, *shape_name = NULL, *type_name = NULL;
+    const char *out = NULL, *shape_name = NULL, *type_name = NULL, *st_dir = NULL;
     long seed = 1, threads = 0;
     bool list = false;
     for (int i = 1; i < argc; i++) {
@@ -267,6 +347,8 @@ int cmd_synth(int argc, char **argv)
         bool has = i + 1 < argc;
         if (!strcmp(a, "--list"))
             list = true;
+        else if (!strcmp(a, "--safetensors") && has)
+            out = st_dir = argv[++i];
         else if (!strcmp(a, "--shape") && has)
             shape_name = argv[++i];
         else if (!strcmp(a, "--type") && has)
@@ -396,10 +478,16 @@ int cmd_synth(int argc, char **argv)
             order[j] = order[j - 1], order[j - 1] = x;
         }
     int mrc = cdx_quant_mix_init(&mix, fi->name, &info, names, n_t, &err);
+    if (st_dir && !is_float_type((int)fi->default_type)) {
+        fprintf(stderr, "caldrix synth: --safetensors writes F32, F16 or BF16 checkpoints, not %s\n", type_name);
+        free(names), free(order), free(ts);
+        return 2;
+    }
     for (size_t i = 0; i < n_t && !mrc; i++) {
         synth_tensor *t = &ts[order[i]];
         int64_t ne[4] = { t->cols, t->rows / t->n_mat, t->n_mat, 1 };
-        t->type = t->role == R_BIAS || t->role == R_NORM ? CDX_TYPE_F32
+        t->type = st_dir ? (int)fi->default_type
+                  : t->role == R_BIAS || t->role == R_NORM ? CDX_TYPE_F32
                   : (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
         const cdx_type_traits *tr = cdx_type_get((uint32_t)t->type);
         if (!tr || (!is_float_type(t->type) && !tr->from_f32)) {
@@ -480,6 +568,18 @@ int cmd_synth(int argc, char **argv)
         cdx_pool_run(pool, fill_work, &j);
     }
 
+    if (st_dir) {
+        if (write_checkpoint(st_dir, sh, ts, n_t, (int)fi->default_type, &err) < 0) {
+            fprintf(stderr, "caldrix synth: %s: %s\n", st_dir, err.msg);
+            goto done;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        fprintf(stderr, "caldrix synth: wrote %s/: %s %s checkpoint, %zu tensors, %.1f MB of weights in %.1f s\n",
+                st_dir, sh->name, type_name, n_t, (double)total / 1e6,
+                (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+        rc = 0;
+        goto done;
+    }
     if (cdx_gguf_writer_new(&w, &err) < 0) {
         fprintf(stderr, "caldrix synth: %s\n", err.msg);
         goto done;

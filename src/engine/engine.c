@@ -69,7 +69,7 @@ struct cdx_engine {
     cdx_forward_ctx *fc;
     int64_t kv_dim;            /* n_head_kv · head_dim */
     size_t block_floats;       /* elements of K (or V) in one block */
-    size_t elem_bytes;         /* 4 (f32) or 2 (f16) */
+    size_t elem_bytes;         /* 4 (f32) or 2 (f16, bf16) */
     uint8_t root_key[KEY_LEN]; /* the parent key of every sequence's first block */
     char *store;               /* the prefix store's directory, or NULL */
     kv_store_shape shape;
@@ -539,8 +539,11 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
                            "(1..1048576), queue %d (1..1048576)", eo.max_batch, (long long)eo.token_budget, eo.max_queue);
     if (eo.token_budget < eo.max_batch)
         eo.token_budget = eo.max_batch; /* every decoding sequence fits in one round */
-    if (eo.kv_type != CDX_TYPE_F32 && eo.kv_type != CDX_TYPE_F16)
-        return cdx_err_set(err, CDX_EINVAL, "KV cache type %s; expected f32 or f16", cdx_type_name(eo.kv_type));
+    /* an f16 cache rounds as ggml's does (f32 models); a bf16 cache holds a bf16 model's K and V exactly */
+    const bool bf16_model = cdx_model_dtype(m) == CDX_DTYPE_BF16;
+    if (eo.kv_type != CDX_TYPE_F32 && eo.kv_type != (bf16_model ? CDX_TYPE_BF16 : CDX_TYPE_F16))
+        return cdx_err_set(err, CDX_EINVAL, "KV cache type %s for a model computing in %s; expected f32 or %s",
+                           cdx_type_name(eo.kv_type), cdx_dtype_name(cdx_model_dtype(m)), bf16_model ? "bf16" : "f16");
     if (eo.n_ctx <= 0)
         eo.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (eo.n_ctx > (1 << 24))
@@ -562,14 +565,14 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->o.kv_store = NULL; /* the caller's string: e->store is ours */
     e->kv_dim = hp->n_head_kv * hp->head_dim;
     e->block_floats = (size_t)hp->n_layer * CDX_KV_BLOCK * (size_t)e->kv_dim;
-    e->elem_bytes = eo.kv_type == CDX_TYPE_F16 ? 2 : 4;
+    e->elem_bytes = eo.kv_type == CDX_TYPE_F32 ? 4 : 2;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
     /* the root key: the model's fingerprint and the KV storage type */
     uint8_t fp[KEY_LEN + 8];
     cdx_model_fingerprint(m, fp);
-    memcpy(fp + KEY_LEN, eo.kv_type == CDX_TYPE_F16 ? "kv:f16\0\0" : "kv:f32\0\0", 8);
+    memcpy(fp + KEY_LEN, eo.kv_type == CDX_TYPE_F16 ? "kv:f16\0\0" : eo.kv_type == CDX_TYPE_BF16 ? "kv:bf16\0" : "kv:f32\0\0", 8);
     unsigned int kn = KEY_LEN;
     EVP_Digest(fp, sizeof fp, e->root_key, &kn, EVP_sha256(), NULL);
 

@@ -84,6 +84,18 @@ static void check_required(cdx_hub_report *out, const cdx_tensor_plan *plan, has
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors, "none");
 }
 
+/* The default compute type (cdx_dtype_choose) and why, into the report. */
+static void set_compute(cdx_hub_report *out, bool gguf, uint32_t stored, cdx_arch arch)
+{
+    cdx_dtype d;
+    const char *why = "";
+    cdx_err e = { 0 };
+    if (cdx_dtype_choose(gguf, stored, arch, CDX_DTYPE_AUTO, &d, &why, &e))
+        return;
+    snprintf(out->compute_dtype, sizeof out->compute_dtype, "%s", cdx_dtype_name(d));
+    snprintf(out->compute_why, sizeof out->compute_why, "%s", why);
+}
+
 /* ---- GGUF ---- */
 
 static bool gguf_has(const void *ctx, const char *name) { return cdx_gguf_tensor_find(ctx, name) != NULL; }
@@ -229,6 +241,7 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
     cdx_hub_config c = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
                          .ctx_max = out->ctx };
+    set_compute(out, true, CDX_TYPE_F32, arch);
     out->kv_ctx = cdx_hub_ctx_for(&c, 0);
     out->kv_bytes = cdx_hub_kv_bytes(&c, 0);
     cdx_gguf_close(g);
@@ -323,6 +336,23 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
             append_list(unsup, sizeof unsup, seen[k]);
     }
     snprintf(out->tensor_types, sizeof out->tensor_types, "%s", types);
+    /* the compute type the loader will pick (the model layer's table), and the bytes it holds:
+     * bf16 compute keeps 16-bit weights as they are and casts f32 ones to bf16 */
+    cdx_arch ca = CDX_ARCH_LLAMA;
+    const bool ca_known = cdx_model_arch_of(out->architecture, false, out->n_expert > 0, &ca);
+    uint64_t by_type[3] = { 0 }; /* values stored as F32, F16, BF16 */
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        const uint32_t ty = st->tensors[i].type;
+        const int k = ty == CDX_TYPE_F32 ? 0 : ty == CDX_TYPE_F16 ? 1 : ty == CDX_TYPE_BF16 ? 2 : -1;
+        if (k >= 0)
+            by_type[k] += st->tensors[i].n_bytes / (k ? 2 : 4);
+    }
+    const uint32_t stored = by_type[2] >= by_type[1] && by_type[2] > by_type[0] ? CDX_TYPE_BF16
+                          : by_type[1] > by_type[0] ? CDX_TYPE_F16 : CDX_TYPE_F32;
+    if (ca_known)
+        set_compute(out, false, stored, ca);
+    if (!strcmp(out->compute_dtype, "bf16"))
+        out->weight_bytes -= 2 * by_type[0]; /* f32 values held as bf16 */
     snprintf(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, "%s", unsup[0] ? unsup : "none");
     if (unsup[0] && !out->refusal[0])
         snprintf(out->refusal, sizeof out->refusal, "%s: tensors stored as %s; caldrix imports F32, F16 and BF16 "
@@ -408,7 +438,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     }
     out->kv_ctx = cdx_hub_ctx_for(&(cdx_hub_config){ .ctx_max = out->ctx, .sliding_window = c.sliding_window }, 0);
     cdx_hub_config kc = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
-                          .ctx_max = out->ctx, .sliding_window = c.sliding_window };
+                          .ctx_max = out->ctx, .sliding_window = c.sliding_window,
+                          .kv_value_bytes = !strcmp(out->compute_dtype, "bf16") ? 2 : 0 };
     out->kv_bytes = cdx_hub_kv_bytes(&kc, 0);
     rc = 0;
 done:

@@ -3,6 +3,7 @@
  * field, the value, and what to do instead. */
 #include "caldrix/config.h"
 #include "caldrix/hub.h"
+#include "caldrix/model.h"
 #include "hub/hub_int.h"
 
 #include <jansson.h>
@@ -489,7 +490,23 @@ uint64_t cdx_hub_kv_bytes(const cdx_hub_config *c, uint32_t ctx)
 {
     uint64_t n = cdx_hub_ctx_for(c, ctx);
     /* bounded by the rules: layers <= 1024, kv heads <= 1024, head_dim <= 1024, ctx <= 2^24 */
-    return 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)c->head_dim * n * CDX_HUB_KV_BYTES;
+    return 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)c->head_dim * n *
+           (c->kv_value_bytes ? c->kv_value_bytes : CDX_HUB_KV_BYTES);
+}
+
+uint32_t cdx_hub_kv_value_bytes(const cdx_hub_config *c, int dtype)
+{
+    cdx_arch a;
+    if (!cdx_model_arch_of(c->arch, false, c->n_expert > 0, &a))
+        return CDX_HUB_KV_BYTES;
+    const uint32_t stored = !strcmp(c->dtype, "bfloat16") ? CDX_TYPE_BF16 : !strcmp(c->dtype, "float16") ? CDX_TYPE_F16
+                                                                                                       : CDX_TYPE_F32;
+    cdx_dtype d;
+    const char *why;
+    cdx_err e = { 0 };
+    if (cdx_dtype_choose(false, stored, a, (cdx_dtype)dtype, &d, &why, &e))
+        return CDX_HUB_KV_BYTES;
+    return d == CDX_DTYPE_BF16 ? 2 : CDX_HUB_KV_BYTES;
 }
 
 bool cdx_hub_expert_split(const cdx_hub_config *c, uint64_t weight_bytes, uint64_t *dense, uint64_t *one_expert)
@@ -527,7 +544,10 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
     cdx_hub_config none;
     memset(&none, 0, sizeof none);
     uint32_t ctx = cdx_hub_ctx_for(c ? c : &none, o ? o->ctx : 0);
-    uint64_t kv = c ? cdx_hub_kv_bytes(c, ctx) : 0;
+    cdx_hub_config kc = c ? *c : none;
+    if (c && !kc.kv_value_bytes)
+        kc.kv_value_bytes = cdx_hub_kv_value_bytes(c, o ? o->dtype : 0);
+    uint64_t kv = c ? cdx_hub_kv_bytes(&kc, ctx) : 0;
     const uint64_t given = o ? o->weight_budget : 0;
     const uint64_t wres = given && given < weight_bytes ? given : weight_bytes;
     uint64_t need = wres + kv;

@@ -650,6 +650,9 @@ const cdx_kernels KT(cdx_kernels) = {
     .pack_bytes = KT(pack_bytes),
     .pack = KT(pack),
 #endif
+#ifdef KT_ROW_BF16DP
+    .row_bf16dp = KT_ROW_BF16DP,
+#endif
     .vec = &KT(vec_ops),
     .row = {
         [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),

@@ -49,7 +49,17 @@ struct cdx_kernels {
      * the native layout for w) and the repacking of row groups [g0, g1) of 16 rows. NULL: none. */
     size_t (*pack_bytes)(const cdx_mat *w);
     void (*pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1);
+    /* BF16 weights × bf16 activations (cdx_mat.act_bf16) with bf16 dot instructions, used only where
+     * the CPU has AVX512_BF16: xq holds the activations as bf16 rows of xq_row_bytes. NULL: none. */
+    cdx_row_kernel row_bf16dp;
 };
+
+/* vdpbf16ps (matmul_bf16dp_avx512.c) and its scalar twin (matmul_bf16dp.c), which tests hold it to */
+void cdx_rows_bf16dp_avx512(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, size_t xrb,
+                            int64_t n, float *y, void *scratch);
+void cdx_rows_bf16dp_ref(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, size_t xrb,
+                         int64_t n, float *y, void *scratch);
+float cdx_dot_bf16dp_ref(const uint16_t *w, const uint16_t *x, int64_t n);
 
 extern const cdx_kernels cdx_kernels_avx2;
 extern const cdx_kernels cdx_kernels_avx512;

@@ -30,4 +30,5 @@ typedef __m512 VF;
 #define vf_store(p, v) _mm512_storeu_ps((p), (v))
 
 #define KT_WIDE_HEADER "kernel/kern_wide512.h"
+#define KT_ROW_BF16DP cdx_rows_bf16dp_avx512 /* --dtype bf16 on an AVX512_BF16 CPU (matmul.c checks) */
 #include "kernel/kern_tmpl.h"

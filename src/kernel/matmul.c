@@ -38,6 +38,8 @@ size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads)
     }
     if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16))
         bytes += (size_t)n * (size_t)w->cols * sizeof(float) + 64;
+    if (w->act_bf16) /* bf16 copies of the activations for a bf16 dot kernel (rows padded to even) */
+        bytes += (size_t)n * (((size_t)w->cols + 1) & ~(size_t)1) * 2 + 64;
     /* per-thread scratch: a dequantized row (generic path) or a GEMM panel (fast paths) */
     bytes += (size_t)(n_threads > 0 ? n_threads : 1) * cdx_kernel_scratch_bytes(w->cols, n) + 64 * 2;
     return bytes;
@@ -54,7 +56,8 @@ typedef struct {
     int64_t chunk[MATMUL_MAX_MULTI];              /* rows per chunk of matrix i */
     int64_t first_chunk[MATMUL_MAX_MULTI + 1];    /* chunks of matrices before i */
     const float *x;
-    const void *xq;       /* activations in vec_dot_type, or NULL */
+    const void *xq;       /* activations in vec_dot_type (or as bf16 for row_bf16dp), or NULL */
+    bool bf16dp;          /* run k->row_bf16dp (bf16 activations in xq) */
     size_t xq_row_bytes;
     int64_t n;
     uint8_t *scratch;     /* [nth][cdx_kernel_scratch_bytes(cols)] */
@@ -92,7 +95,7 @@ static void matmul_range(const matmul_job *j, int i, int ith, int64_t r0, int64_
     const cdx_type_traits *tr = j->t[i];
     float *y = j->y[i];
     uint8_t *scratch = j->scratch + (size_t)ith * cdx_kernel_scratch_bytes(w->cols, j->n);
-    const cdx_row_kernel fast = j->k->row[w->type];
+    const cdx_row_kernel fast = j->bf16dp ? j->k->row_bf16dp : j->k->row[w->type];
     if (fast) {
         fast(w, r0, r1, j->x, j->xq, j->xq_row_bytes, j->n, y, scratch);
         return;
@@ -175,7 +178,7 @@ static bool same_activations(const cdx_mat *a, const cdx_mat *b)
     if (qa || qb)
         return qa && qb && ta->vec_dot_type == tb->vec_dot_type;
     const bool ha = a->act_half && a->type != CDX_TYPE_F32, hb = b->act_half && b->type != CDX_TYPE_F32;
-    return ha == hb && (!ha || a->type == b->type);
+    return ha == hb && (!ha || a->type == b->type) && a->act_bf16 == b->act_bf16 && (!a->act_bf16 || a->type == b->type);
 }
 
 void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const *mats, int n_w, const float *x,
@@ -226,6 +229,21 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
             xr[i] = w->type == CDX_TYPE_F16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_to_f32(cdx_f32_to_bf16(x[i]));
         j.x = xr;
         p = (uint8_t *)(((uintptr_t)(xr + nx) + 63) & ~(uintptr_t)63);
+    }
+    if (w->act_bf16 && w->type == CDX_TYPE_BF16 && k->row_bf16dp && cdx_cpu_features_get()->avx512bf16) {
+        /* the activations are bf16 values: their bf16 bits, exactly, for vdpbf16ps */
+        uint16_t *xb = (uint16_t *)p;
+        const size_t rb = ((size_t)w->cols + 1) & ~(size_t)1;
+        for (int64_t t = 0; t < n; t++) {
+            for (int64_t c = 0; c < w->cols; c++)
+                xb[(size_t)t * rb + (size_t)c] = cdx_f32_to_bf16(x[t * w->cols + c]);
+            if (rb > (size_t)w->cols)
+                xb[(size_t)t * rb + rb - 1] = 0;
+        }
+        j.xq = xb;
+        j.xq_row_bytes = rb * 2;
+        j.bf16dp = true;
+        p = (uint8_t *)(((uintptr_t)(xb + (size_t)n * rb) + 63) & ~(uintptr_t)63);
     }
     j.scratch = p;
     /* a small product is not worth waking a thread for (and a busy machine may not run it soon) */

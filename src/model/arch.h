@@ -75,10 +75,44 @@ struct cdx_model {
     const void **orig_data;             /* [n_packs]: w->data before a copy replaced it, or NULL */
     size_t n_packs;
     struct expert_cache *xc;            /* experts streamed under a weight budget (expert_cache.h), or NULL */
+    /* the compute type (model_dtype.c): CDX_DTYPE_F32 or CDX_DTYPE_BF16, and why it was chosen */
+    cdx_dtype dtype;
+    const char *dtype_why;
+    void **bf16_bufs;                   /* [n_bf16_bufs]: owned bf16 copies of F32/F16 matrices (--dtype bf16) */
+    bool file_mapped;                   /* the weights are a read-only file mapping (cdx_model_open) */
+    size_t n_bf16_bufs;
 };
 
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and
  * copies the other matrices onto huge pages (unless CALDRIX_MMAP=1: they are read in place). */
 int model_pack(const cdx_model *m, const cdx_kernels *k, cdx_pool *pool, cdx_err *err);
+
+/* ---- bf16 compute (model_dtype.c, forward_bf16.c) ---- */
+
+/* Settles m->dtype from what was asked (opts; AUTO: the default of the format and stored type) and,
+ * for bf16, casts the weights as transformers' from_pretrained(torch_dtype=bfloat16) does: every
+ * matrix to BF16 (BF16 as mapped; F32 and F16 copied, rounded to nearest even), every vector (norm
+ * weights, biases) rounded to bf16 values in place. */
+int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, cdx_err *err);
+void model_free_dtype(cdx_model *m);
+/* Whether p is one of those bf16 copies (already on pages of the model's own: model_pack leaves it). */
+bool model_owns_data(const cdx_model *m, const void *p);
+/* 64-byte aligned memory, on 2 MiB pages where the kernel offers them (model_load.c); free() frees it. */
+void *huge_alloc(size_t bytes);
+
+/* What the forward pass lends the bf16 layers: its kernels, threads and scratch (forward.c owns them). */
+typedef struct fwd_scratch {
+    const cdx_kernels *k;
+    cdx_pool *pool;
+    float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;   /* [max_tokens][...] */
+    const int64_t *pos;
+    const int32_t *seq;
+    cdx_attn_row *arows;
+    void *ws;
+} fwd_scratch;
+
+/* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
+int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
+                 float *logits, cdx_err *err);
 
 #endif

@@ -337,6 +337,10 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
         fc->seq[i] = s;
         fc->pos[i] = b->pos[i];
     }
+    if (m->dtype == CDX_DTYPE_BF16) /* forward_bf16.c: transformers' bf16 forward */
+        return forward_bf16(m, &(fwd_scratch){ fc->k, fc->pool, fc->x, fc->xn, fc->q, fc->kk, fc->vv, fc->attn,
+                                               fc->ffn_g, fc->ffn_u, fc->pos, fc->seq, fc->arows, fc->ws },
+                            seqs, n_seq, b, logits, err);
     const cdx_kernels *K = fc->k;
     cdx_pool *pool = fc->pool;
     for (int64_t i = 0; i < n; i++)

@@ -816,7 +816,7 @@ out:
 /* Weights read once per token: 2 MiB pages where the kernel offers them (transparent huge pages
  * in "madvise" mode), which spares the TLB a miss every 4 KiB of a streaming matvec. */
 #define HUGE_PAGE ((size_t)2 << 20)
-static void *huge_alloc(size_t bytes)
+void *huge_alloc(size_t bytes)
 {
     if (bytes < HUGE_PAGE / 2) /* small matrices (an expert of a tiny model): a page of its own would waste most of it */
         return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -838,6 +838,16 @@ static void populate(const void *p, size_t bytes)
     (void)p;
     (void)bytes;
 #endif
+}
+
+/* Once a matrix lives in a copy of its own, its file pages need not stay resident: dropped from
+ * this process (they are clean pages of a read-only mapping, read back from the file if ever
+ * touched again), so the weights are not held twice. Whole pages inside [p, p + bytes) only. */
+static void release(const void *p, size_t bytes)
+{
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 typedef struct {
@@ -900,8 +910,8 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
             continue; /* under a weight budget: packed when a token first needs it (expert_cache.c) */
         size_t bytes = cdx_matmul_pack_bytes(k, w);
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
-        if (copy && in_place)
-            continue;
+        if (copy && (in_place || model_owns_data(m, w->data)))
+            continue; /* read in place: the mapped file, or a bf16 copy already on pages of our own */
         if (copy)
             bytes = (size_t)w->rows * w->row_bytes;
         void *buf = huge_alloc(bytes);
@@ -914,9 +924,13 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
             cdx_pool_run(pool, copy_part, &cj);
             m->orig_data[i] = w->data;
             w->data = buf;
+            if (m->file_mapped)
+                release(cj.src, bytes);
             continue;
         }
         cdx_matmul_pack(k, pool, w, buf);
+        if (m->file_mapped && !model_owns_data(m, w->data)) /* never a copy of ours: that would zero it */
+            release(w->data, (size_t)w->rows * w->row_bytes);
         w->packed = buf;
         w->packed_for = k;
     }
@@ -931,6 +945,7 @@ void cdx_model_close(cdx_model *m)
         return;
     model_unpack(m);
     xc_close(m->xc);
+    model_free_dtype(m);
     pthread_mutex_destroy(&m->pack_mu);
     if (m->layers)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
@@ -968,6 +983,8 @@ int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx
     int rc = cdx_gguf_open_mem(data, size, name, &m->gguf, err);
     if (!rc)
         rc = load_gguf(m, m->gguf, err);
+    if (!rc)
+        rc = model_set_dtype(m, CDX_DTYPE_AUTO, true, name, err);
     return finish(m, rc, out);
 }
 
@@ -981,6 +998,7 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     if (!m)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     pthread_mutex_init(&m->pack_mu, NULL);
+    m->file_mapped = true;
     int rc;
     if (S_ISDIR(st.st_mode)) {
         rc = load_checkpoint(m, path, err);
@@ -991,6 +1009,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     }
     if (!rc && opts && opts->weight_budget)
         rc = xc_open(m, opts->weight_budget, path, err);
+    if (!rc)
+        rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !S_ISDIR(st.st_mode), path, err);
     return finish(m, rc, out);
 }
 
@@ -1049,6 +1069,8 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
     EVP_DigestUpdate(c, &hp->rope_theta, sizeof hp->rope_theta);
     EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
     EVP_DigestUpdate(c, m->out_norm, (size_t)hp->n_embd * sizeof(float));
+    if (m->dtype == CDX_DTYPE_BF16) /* the same mapped bf16 weights compute otherwise than in f32 */
+        EVP_DigestUpdate(c, "dtype:bf16", 10);
     fp_mat(c, &m->tok_embd);
     fp_mat(c, &m->output);
     for (int64_t l = 0; l < hp->n_layer; l++) {

@@ -25,6 +25,7 @@ typedef struct {
 } result;
 
 static uint32_t g_kv_type; /* the KV cache type of the engines the tests make */
+static cdx_dtype g_dtype;  /* the compute type the goldens' models are opened with */
 
 static uint32_t fbits(float f)
 {
@@ -180,7 +181,8 @@ static void goldens_and_invariance(void)
 {
     cdx_err err = { 0 };
     cdx_model *m = NULL;
-    REQUIRE(cdx_model_open(g_model, NULL, &m, &err) == 0);
+    const cdx_model_opts mo = { .dtype = g_dtype };
+    REQUIRE(cdx_model_open(g_model, &mo, &m, &err) == 0);
     static req_spec qs[32];
     static int32_t gold[32][MAX_GEN];
     int n_gold[32];
@@ -576,6 +578,12 @@ int main(void)
         { "../shared/fixtures/hf/qwen2_moe", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/mixtral.gguf", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/qwen2_moe.gguf", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
+        /* --dtype bf16 with a bf16 cache: PyTorch's bf16 greedy tokens, the same invariance */
+        { "../shared/fixtures/hf/llama_bf16", "../shared/fixtures/hf/llama_bf16/golden_bf16.json", "", "bf16" },
+        { "../shared/fixtures/hf/llama_f16", "../shared/fixtures/hf/llama_f16/golden_bf16.json", "", "bf16" },
+        { "../shared/fixtures/hf/qwen2", "../shared/fixtures/hf/qwen2/golden_bf16.json", "", "bf16" },
+        { "../shared/fixtures/hf/qwen3", "../shared/fixtures/hf/qwen3/golden_bf16.json", "", "bf16" },
+        { "../shared/fixtures/hf/mistral", "../shared/fixtures/hf/mistral/golden_bf16.json", "", "bf16" },
     };
     const char *isas[] = { "scalar", "avx2", "avx512" };
     int k = 0;
@@ -588,14 +596,18 @@ int main(void)
             g_model = models[i][0];
             g_golden = models[i][1];
             g_llamacpp = *models[i][2];
-            g_kv_type = models[i][3] && *models[i][3] ? CDX_TYPE_F16 : CDX_TYPE_F32;
+            const bool bf16 = !strcmp(models[i][3], "bf16");
+            g_kv_type = bf16 ? CDX_TYPE_BF16 : *models[i][3] ? CDX_TYPE_F16 : CDX_TYPE_F32;
+            g_dtype = bf16 ? CDX_DTYPE_BF16 : CDX_DTYPE_F32;
             g_isa = isas[s];
             snprintf(names[k], sizeof names[k], "%s (%s kernels%s): goldens through the engine, batch invariant",
-                     models[i][0], isas[s], g_kv_type == CDX_TYPE_F16 ? ", f16 cache" : "");
+                     models[i][0], isas[s], bf16 ? ", --dtype bf16, bf16 cache"
+                                            : g_kv_type == CDX_TYPE_F16 ? ", f16 cache" : "");
             RUN(names[k], goldens_and_invariance);
             k++;
         }
     g_kv_type = CDX_TYPE_F32;
+    g_dtype = CDX_DTYPE_AUTO;
     RUN("a pool of 5 blocks finishes 8 requests with their unconstrained tokens", small_pool_finishes_everything_unchanged);
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);

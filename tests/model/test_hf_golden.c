@@ -22,7 +22,8 @@ static void run_golden(void)
     json_t *gold = json_load_file(g_golden, 0, &je);
     REQUIRE(gold);
     cdx_model *m = NULL;
-    int rc = cdx_model_open(g_path, NULL, &m, &e);
+    const cdx_model_opts mo = { .dtype = CDX_DTYPE_F32 }; /* golden.json is the f32 contract */
+    int rc = cdx_model_open(g_path, &mo, &m, &e);
     CHECKF(rc == 0, "%s", e.msg);
     if (rc) {
         json_decref(gold);

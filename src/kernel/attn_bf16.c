@@ -1,0 +1,128 @@
+/* Attention for a bf16 model (--dtype bf16), as transformers' eager_attention_forward computes it
+ * when the model is loaded with torch_dtype=torch.bfloat16 (../shared/fixtures/hf/INDEX.md, "bf16
+ * semantics", cast points 8-11):
+ *   attn = matmul(q, kᵀ)                 bf16 operands, exact products summed in f32, one rounding
+ *   attn = attn · scaling                a bf16 tensor times a Python float: f32 product, rounded
+ *   attn = attn + mask                   0 where allowed; masked weights come out exactly 0
+ *   p    = softmax(attn, f32).to(bf16)   max subtracted, exp, Σ, times 1/Σ (torch's CPU softmax)
+ *   o    = matmul(p, v)                  f32 sum in position order, one rounding
+ * Plain C on purpose: the sums run in the reference's own order, so every kernel set gives the same
+ * bits, and a row's result never depends on the batch. Per (row, KV head) the scores of a span of
+ * up to SPAN_CAP positions are kept on the stack; a longer span recomputes them (same values). */
+#include "caldrix/kernel.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ATTN_MAX_DIM 512
+#define SPAN_CAP 4096
+
+typedef struct {
+    const cdx_attn_shape *s;
+    const cdx_attn_row *rows;
+    int64_t n_rows;
+} attn_job;
+
+static inline const void *kv_at(const cdx_attn_shape *s, const void *const *tab, size_t off, int64_t p, int g)
+{
+    const size_t i = off + (size_t)(p % s->block) * (size_t)s->kv_stride + (size_t)g * (size_t)s->head_dim;
+    return s->kv_type == CDX_TYPE_BF16 ? (const void *)((const uint16_t *)tab[p / s->block] + i)
+                                       : (const void *)((const float *)tab[p / s->block] + i);
+}
+
+static inline void load_row(const cdx_attn_shape *s, const void *src, float *dst)
+{
+    if (s->kv_type == CDX_TYPE_BF16)
+        for (int d = 0; d < s->head_dim; d++)
+            dst[d] = cdx_bf16_to_f32(((const uint16_t *)src)[d]);
+    else
+        memcpy(dst, src, (size_t)s->head_dim * sizeof(float));
+}
+
+/* bf16(bf16(q·k) · scale) */
+static inline float score(const cdx_attn_shape *s, const float *q, const float *k)
+{
+    float acc = 0;
+    for (int d = 0; d < s->head_dim; d++)
+        acc += q[d] * k[d]; /* bf16 · bf16 is exact in f32: fused or not, the same sum */
+    return cdx_bf16_round(cdx_bf16_round(acc) * s->scale);
+}
+
+static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h, float *sc)
+{
+    const int hd = s->head_dim;
+    const int64_t span = r->hi - r->lo + 1;
+    const bool kept = span <= SPAN_CAP;
+    const float *q = r->q + (size_t)h * hd;
+    float row[ATTN_MAX_DIM], acc[ATTN_MAX_DIM];
+    float mx = -INFINITY;
+    for (int64_t p = r->lo; p <= r->hi; p++) {
+        load_row(s, kv_at(s, r->k, r->off, p, g), row);
+        const float x = score(s, q, row);
+        if (kept)
+            sc[p - r->lo] = x;
+        mx = x > mx ? x : mx;
+    }
+    float sum = 0;
+    for (int64_t p = r->lo; p <= r->hi; p++) {
+        float x;
+        if (kept)
+            x = sc[p - r->lo];
+        else {
+            load_row(s, kv_at(s, r->k, r->off, p, g), row);
+            x = score(s, q, row);
+        }
+        const float e = expf(x - mx);
+        if (kept)
+            sc[p - r->lo] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int64_t p = r->lo; p <= r->hi; p++) {
+        float e;
+        if (kept)
+            e = sc[p - r->lo];
+        else {
+            load_row(s, kv_at(s, r->k, r->off, p, g), row);
+            e = expf(score(s, q, row) - mx);
+        }
+        const float w = cdx_bf16_round(e * inv);
+        load_row(s, kv_at(s, r->v, r->off, p, g), row);
+        for (int d = 0; d < hd; d++)
+            acc[d] += w * row[d];
+    }
+    float *o = r->out + (size_t)h * hd;
+    for (int d = 0; d < hd; d++)
+        o[d] = cdx_bf16_round(acc[d]);
+}
+
+static void attn_work(void *arg, int ith, int nth)
+{
+    attn_job *j = arg;
+    const int group = j->s->n_head / j->s->n_kv_head;
+    const int64_t nh = j->s->n_head, total = j->n_rows * nh;
+    float sc[SPAN_CAP];
+    /* dealt round-robin: causal rows grow with their position */
+    for (int64_t i = ith; i < total; i += nth) {
+        const int h = (int)(i % nh);
+        attn_head(j->s, &j->rows[i / nh], h / group, h, sc);
+    }
+}
+
+int cdx_attn_bf16(cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows, int64_t n_rows, cdx_err *err)
+{
+    if (s->n_head <= 0 || s->n_kv_head <= 0 || s->n_head % s->n_kv_head || s->head_dim <= 0 ||
+        s->head_dim > ATTN_MAX_DIM || s->block <= 0 || (s->kv_type != CDX_TYPE_F32 && s->kv_type != CDX_TYPE_BF16))
+        return cdx_err_set(err, CDX_EINVAL, "bf16 attention shape: %d heads, %d KV heads, head_dim %d, block %lld, KV "
+                           "type %s; expected heads a multiple of KV heads, head_dim 1..%d, a block of at least 1 "
+                           "position and an f32 or bf16 cache", s->n_head, s->n_kv_head, s->head_dim,
+                           (long long)s->block, cdx_type_name(s->kv_type), ATTN_MAX_DIM);
+    for (int64_t i = 0; i < n_rows; i++)
+        if (rows[i].lo < 0 || rows[i].lo > rows[i].hi)
+            return cdx_err_set(err, CDX_EINVAL, "attention row %lld: positions %lld..%lld; expected 0 <= lo <= hi",
+                               (long long)i, (long long)rows[i].lo, (long long)rows[i].hi);
+    attn_job j = { s, rows, n_rows };
+    cdx_pool_run(pool, attn_work, &j);
+    return CDX_OK;
+}

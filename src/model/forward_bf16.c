@@ -1,0 +1,186 @@
+/* The forward pass of a bf16 model (--dtype bf16): what transformers computes for a dense Llama /
+ * Mistral / Qwen2 / Qwen3 checkpoint loaded with torch_dtype=torch.bfloat16 on CPU (eager attention).
+ * ../shared/fixtures/hf/INDEX.md, "bf16 semantics: every cast point", lists each rounding with the
+ * transformers function it mirrors; the numbers below (#n) are its rows. Activations live in the
+ * forward context's f32 buffers holding bf16 values (every value is rounded where torch rounds it),
+ * so the matmuls run on the kernels' BF16 rows: exact products summed in f32 (#4), rounded here once.
+ *   x = embed(tokens)                                     #2  rows of the bf16 table
+ *   per layer: h = rmsnorm(x)·w                          #3  f32 statistics, bf16(h), then bf16(w·h)
+ *              q,k,v = bf16(h·Wᵀ + b)                     #4  bias added in f32 before the rounding
+ *              [qwen3: per-head rmsnorm of q, k]          #5
+ *              rope(q, k) with bf16 cos/sin               #6, #7  three rounded bf16 ops
+ *              attn (cdx_attn_bf16)                       #8-#11
+ *              x = bf16(x + bf16(attn·Woᵀ))               #11, #12
+ *              h = rmsnorm(x)·w; g = bf16(silu(bf16(h·Wgᵀ))); u = bf16(h·Wuᵀ)    #13
+ *              x = bf16(x + bf16(bf16(g·u)·Wdᵀ))          #12, #13
+ *   logits = bf16(rmsnorm(x)·w · Woutᵀ)                   #14  bf16 logits, read as f32
+ * The K/V cache holds post-RoPE K and V (#15): bf16 values, exact in a bf16 or an f32 cache. */
+#include "arch.h"
+
+#include <math.h>
+#include <string.h>
+
+#define bf cdx_bf16_round
+
+/* LlamaRMSNorm.forward with a bf16 input: h = x.float(); var = mean(h²); h·rsqrt(var + eps) in
+ * f32, rounded to bf16; then weight · h, a bf16 product (rounded again). The squares are summed in
+ * f32 in order, then divided by n: on the fixtures this reproduces torch's f32 reduction bit for
+ * bit (a sum in double does not, for qwen3's 32-wide q/k norms: 45 of its 48 steps instead of 48). */
+static void rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    float ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const float var = ss / (float)n;
+    const float r = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf(w[i] * bf(x[i] * r));
+}
+
+/* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
+ * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
+static void rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq)
+{
+    const int64_t half = hd / 2;
+    float c[256], s[256]; /* head_dim <= 512 (check_hparams bounds it by 1024; the attention by 512) */
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = inv_freq[i] * (float)pos;
+        c[i] = bf(cosf(ang));
+        s[i] = bf(sinf(ang));
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const float x0 = p[i], x1 = p[i + half];
+            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
+            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
+        }
+    }
+}
+
+/* y[t][r] = bf16(y[t][r] + bias[r]) over n rows of `rows` values (bias NULL: none) */
+static void round_rows(float *y, int64_t n, int64_t rows, const float *bias)
+{
+    for (int64_t t = 0; t < n; t++) {
+        float *yt = y + t * rows;
+        if (bias)
+            for (int64_t r = 0; r < rows; r++)
+                yt[r] = bf(yt[r] + bias[r]);
+        else
+            for (int64_t r = 0; r < rows; r++)
+                yt[r] = bf(yt[r]);
+    }
+}
+
+/* the residual stream: x = bf16(x + d) */
+static void add_bf16(float *x, const float *d, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf(x[i] + d[i]);
+}
+
+static void store_kv(const cdx_kv_seq *c, int64_t l, int64_t p, int64_t kvd, const float *k, const float *v)
+{
+    const size_t off = (size_t)l * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
+    if (c->type == CDX_TYPE_BF16) {
+        uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
+        for (int64_t d = 0; d < kvd; d++) { /* bf16 values: the upper half of their bits, exactly */
+            kh[d] = cdx_f32_to_bf16(k[d]);
+            vh[d] = cdx_f32_to_bf16(v[d]);
+        }
+    } else {
+        memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
+        memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
+    }
+}
+
+int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
+                 float *logits, cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    const int64_t n = b->n, E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
+    const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    const cdx_kernels *K = s->k;
+    cdx_pool *pool = s->pool;
+    if (hp->rope_mode != CDX_ROPE_HALVES || hd > 512)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: rope pairing %d, head_dim %lld; it runs "
+                           "transformers' rotate_half with head_dim <= 512", (int)hp->rope_mode, (long long)hd);
+    /* #8: a bf16 tensor times the Python float head_dim**-0.5, kept in float */
+    cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
+                              .kv_stride = kvd, .block = seqs[0].block, .scale = (float)pow((double)hd, -0.5),
+                              .kv_type = seqs[0].type };
+    if (ashape.kv_type != CDX_TYPE_F32 && ashape.kv_type != CDX_TYPE_BF16)
+        return cdx_err_set(err, CDX_EINVAL, "KV cache type %s for a bf16 model; bf16 and f32 are supported",
+                           cdx_type_name(ashape.kv_type));
+    for (int i = 1; i < n_seq; i++)
+        if (seqs[i].block != ashape.block || seqs[i].type != ashape.kv_type)
+            return cdx_err_set(err, CDX_EINVAL, "sequences of one batch differ in their KV blocks (%lld and %lld "
+                               "positions, types %u and %u)", (long long)ashape.block, (long long)seqs[i].block,
+                               ashape.kv_type, seqs[i].type);
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].moe)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: layer %lld is a mixture of experts", (long long)l);
+
+    const cdx_type_traits *et = cdx_type_get(m->tok_embd.type);
+    for (int64_t i = 0; i < n; i++)
+        et->to_f32((const uint8_t *)m->tok_embd.data + (size_t)b->tokens[i] * m->tok_embd.row_bytes, s->x + i * E, E);
+
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        for (int64_t i = 0; i < n; i++)
+            rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, s->xn, n,
+                         (float *[]){ s->q, s->kk, s->vv }, s->ws);
+        round_rows(s->q, n, qd, L->bq);
+        round_rows(s->kk, n, kvd, L->bk);
+        round_rows(s->vv, n, kvd, L->bv);
+        for (int64_t i = 0; i < n; i++) {
+            float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
+            if (L->q_norm) {
+                for (int64_t h = 0; h < hp->n_head; h++)
+                    rmsnorm_bf16(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+                for (int64_t h = 0; h < hp->n_head_kv; h++)
+                    rmsnorm_bf16(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+            }
+            rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
+            rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
+            store_kv(&seqs[s->seq[i]], l, s->pos[i], kvd, k, v);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const cdx_kv_seq *c = &seqs[s->seq[i]];
+            const int64_t pos = s->pos[i], w = hp->sliding_window;
+            s->arows[i] = (cdx_attn_row){ .q = s->q + i * qd, .k = (const void *const *)c->k,
+                                          .v = (const void *const *)c->v,
+                                          .lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, .hi = pos,
+                                          .out = s->attn + i * qd, .off = (size_t)l * c->layer_stride };
+        }
+        int rc = cdx_attn_bf16(pool, &ashape, s->arows, n, err);
+        if (rc)
+            return rc;
+        cdx_matmul(K, pool, &L->wo, s->attn, n, s->xn, s->ws);
+        round_rows(s->xn, n, E, NULL);
+        add_bf16(s->x, s->xn, n * E);
+        for (int64_t i = 0; i < n; i++)
+            rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, s->xn, n,
+                         (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
+        for (int64_t i = 0; i < n * F; i++) {
+            const float g = bf(s->ffn_g[i]), u = bf(s->ffn_u[i]);
+            const float a = bf(g / (1.0f + expf(-g))); /* PyTorch 2.x's CPU SiLU on bf16: f32, one rounding */
+            s->ffn_g[i] = bf(a * u);
+        }
+        cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
+        round_rows(s->xn, n, E, NULL);
+        add_bf16(s->x, s->xn, n * E);
+    }
+
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (b->want_logits ? b->want_logits[i] : i == n - 1)
+            rmsnorm_bf16(s->xn + (n_out++) * E, s->x + i * E, m->out_norm, E, hp->rms_eps);
+    if (n_out) {
+        cdx_matmul(K, pool, &m->output, s->xn, n_out, logits, s->ws);
+        round_rows(logits, n_out, hp->n_vocab, NULL);
+    }
+    return CDX_OK;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# caldrix run --dtype: the default per format and stored type (bf16 for bf16 and f16 checkpoints,
+# f32 for f32 ones and for GGUF files), PyTorch's bf16 goldens through the CLI with the default,
+# the f32 goldens with --dtype f32, what the summary line, --json and --help say, and refusals.
+# Greedy comparison as ../shared/fixtures/hf/INDEX.md says: tokens exact before a marked near-tie
+# (there: either tied id; a different pick ends the case), top-5 logits within logit_tolerance.
+set -u
+CALDRIX=${CALDRIX:-build/caldrix}
+pass=0; fail=0
+ok() { pass=$((pass+1)); echo "ok - $1"; }
+bad() { fail=$((fail+1)); echo "not ok - $1"; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+HF=../shared/fixtures/hf
+
+# golden FILE OUT CASE: the bf16 (greedy, near-tie) or f32 (1e-3) contract on one case
+check_case() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1])); o = json.load(open(sys.argv[2])); c = g['cases'][int(sys.argv[3])]
+tol = g.get('logit_tolerance', 1e-3)
+for s, (gs, mine) in enumerate(zip(c['steps'], o['steps'])):
+    top = dict((i, l) for i, l in mine['top'])
+    for i, l in gs['top']:
+        assert i in top and abs(top[i] - l) <= tol, ('step', s, 'id', i, top.get(i), l)
+    if o['tokens'][s] != c['tokens'][s]:
+        tied = [i for i, l in gs['top'] if l == gs['top'][0][1]]
+        assert gs.get('near_tie') and o['tokens'][s] in tied, ('step', s, o['tokens'][s], c['tokens'][s])
+        break
+else:
+    assert o['tokens'] == c['tokens'], (o['tokens'], c['tokens'])
+PY
+}
+
+run_case() { # MODEL GOLDEN CASE [args...]
+    local m=$1 g=$2 c=$3; shift 3
+    local ids
+    ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$g'))['cases'][$c]['prompt_ids'])))")
+    "$CALDRIX" run "$m" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json --top-logits 320 "$@" >"$tmp/o.json" 2>"$tmp/err"
+}
+
+for m in llama_bf16 llama_f16; do
+    good=1
+    for c in 0 1 2; do
+        run_case $HF/$m $HF/$m/golden_bf16.json $c && check_case $HF/$m/golden_bf16.json "$tmp/o.json" $c || { good=0; cat "$tmp/err"; }
+        python3 -c "import json,sys; t=json.load(open('$tmp/o.json')); sys.exit(0 if (t['dtype'],t['kv_type'])==('bf16','bf16') else 1)" || good=0
+    done
+    [ $good = 1 ] && ok "$m computes in bf16 by default, with a bf16 cache, and matches PyTorch's bf16 goldens" || bad "$m: bf16 by default matches the bf16 goldens"
+    good=1
+    for c in 0 1 2; do
+        run_case $HF/$m $HF/$m/golden.json $c --dtype f32 && check_case $HF/$m/golden.json "$tmp/o.json" $c || { good=0; cat "$tmp/err"; }
+    done
+    [ $good = 1 ] && ok "$m --dtype f32 matches the f32 goldens (1e-3)" || bad "$m --dtype f32 matches the f32 goldens"
+done
+# an f32 checkpoint: f32 by default, bf16 when asked (its weights cast as torch_dtype=bfloat16 does)
+run_case $HF/qwen2 $HF/qwen2/golden.json 0 && check_case $HF/qwen2/golden.json "$tmp/o.json" 0 &&
+    python3 -c "import json,sys; sys.exit(0 if json.load(open('$tmp/o.json'))['dtype']=='f32' else 1)" &&
+    ok "an f32 checkpoint computes in f32 by default" || bad "an f32 checkpoint computes in f32 by default"
+run_case $HF/qwen2 $HF/qwen2/golden_bf16.json 0 --dtype bf16 && check_case $HF/qwen2/golden_bf16.json "$tmp/o.json" 0 &&
+    ok "qwen2 --dtype bf16 (f32 weights cast to bf16) matches the bf16 goldens" || { bad "qwen2 --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
+run_case $HF/qwen3 $HF/qwen3/golden_bf16.json 1 --dtype bf16 --kv-type f32 && check_case $HF/qwen3/golden_bf16.json "$tmp/o.json" 1 &&
+    ok "qwen3 --dtype bf16 --kv-type f32 matches the bf16 goldens" || { bad "qwen3 --dtype bf16 --kv-type f32"; cat "$tmp/err"; }
+
+# the summary line names the compute type and why; --help lists the defaults
+"$CALDRIX" run $HF/llama_f16 --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"
+grep -q "bf16 compute \[checkpoint stored in bf16 or f16" "$tmp/err" && grep -q "bf16 KV cache" "$tmp/err" &&
+    ok "the run summary says bf16 compute, why, and the bf16 cache" || { bad "the run summary says bf16 compute"; cat "$tmp/err"; }
+"$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"
+grep -q "f32 compute \[GGUF" "$tmp/err" && ok "a GGUF of BF16 tensors computes in f32, as llama.cpp does, and says so" ||
+    { bad "a GGUF of BF16 tensors says f32 compute"; cat "$tmp/err"; }
+"$CALDRIX" run --help >"$tmp/help"
+grep -q -- "--dtype auto|f32|bf16" "$tmp/help" && grep -q "checkpoint stored in bf16 or f16: bf16" "$tmp/help" &&
+    grep -q "GGUF: f32" "$tmp/help" && grep -q "checkpoint stored in f32: f32" "$tmp/help" &&
+    ok "run --help documents the default compute type per format and stored type" || bad "run --help documents the dtype defaults"
+
+# inspect: the compute type, why, and the KV bytes it holds (2 x 3 layers x 2 KV heads x 16 x 256
+# positions x 2 or 4 bytes, from config.json's shape)
+"$CALDRIX" inspect $HF/llama_bf16 --json >"$tmp/i.json" 2>/dev/null
+"$CALDRIX" inspect $HF/llama --json >"$tmp/j.json" 2>/dev/null
+python3 - "$tmp/i.json" "$tmp/j.json" <<'PY' && ok "inspect names the compute type and why, and counts a bf16 cache at 2 bytes" || bad "inspect: compute type and KV bytes"
+import json, sys
+b = json.load(open(sys.argv[1])); f = json.load(open(sys.argv[2]))
+assert b['compute_dtype'] == 'bf16' and 'bf16 or f16' in b['compute_dtype_reason'], b
+assert f['compute_dtype'] == 'f32', f
+assert b['estimated_memory']['kv_bytes'] == 2 * 3 * 2 * 16 * 256 * 2, b['estimated_memory']
+assert f['estimated_memory']['kv_bytes'] == 2 * 3 * 2 * 16 * 256 * 4, f['estimated_memory']
+PY
+"$CALDRIX" inspect ../shared/fixtures/hf-gguf/llama_bf16.gguf >"$tmp/g.txt" 2>/dev/null
+grep -q "compute_dtype=f32 (GGUF" "$tmp/g.txt" && ok "inspect of a BF16 GGUF says f32 compute, as llama.cpp" || bad "inspect of a BF16 GGUF"
+
+expect_fail() { # name, expected substring, command...
+    local name=$1 want=$2; shift 2
+    "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
+    if [ $rc -ge 1 ] && [ $rc -lt 128 ] && grep -q -- "$want" "$tmp/e"; then ok "$name"; else bad "$name (rc $rc: $(head -c 300 "$tmp/e"))"; fi
+}
+expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX" run $HF/llama --dtype f64 --prompt-ids 5
+expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to safetensors checkpoints" \
+    "$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --dtype bf16 --prompt-ids 5
+expect_fail "--dtype bf16 on the bundled GGUF is refused" "applies to safetensors checkpoints" "$CALDRIX" run --dtype bf16 --prompt-ids 5
+expect_fail "--dtype bf16 on a mixture of experts is refused" "no bf16 forward pass" \
+    "$CALDRIX" run $HF/qwen3_moe --dtype bf16 --prompt-ids 5
+expect_fail "an f16 cache with bf16 compute is refused" "expected f32 or bf16" \
+    "$CALDRIX" run $HF/llama_bf16 --kv-type f16 --prompt-ids 5
+expect_fail "a bf16 cache with f32 compute is refused" "expected f32 or f16" \
+    "$CALDRIX" run $HF/llama_bf16 --dtype f32 --kv-type bf16 --prompt-ids 5
+expect_fail "an unknown --kv-type is named" "--kv-type is" "$CALDRIX" run $HF/llama --kv-type q8 --prompt-ids 5
+
+echo "dtype: $pass passed, $fail failed"
+[ $fail -eq 0 ]
