@@ -91,6 +91,22 @@ typedef struct cdx_image_tiles {
 CDX_API int cdx_image_preprocess(const cdx_image_proc *p, const cdx_image *im, cdx_image_tiles *out, cdx_err *err);
 CDX_API void cdx_image_tiles_free(cdx_image_tiles *t); /* NULL or empty: no-op */
 
+/* ---- the prompt (processing_idefics3.py) ---- */
+
+#define CDX_IDEFICS3_IMAGE "<image>"
+#define CDX_IDEFICS3_FAKE "<fake_token_around_image>"
+#define CDX_IDEFICS3_GLOBAL "<global-img>"
+
+/* get_image_prompt_string as pieces, in order: special-token strings ("<fake_token_around_image>",
+ * "<row_R_col_C>", "<global-img>", "<image>") and the text chunks between them ("\n" after each tile
+ * row but the last, "\n\n" for the last row's and the one before the global image, which a
+ * tokenizer sees as one piece). rows = cols = 0: a single tile. fn is called once per piece. */
+CDX_API void cdx_idefics3_prompt_pieces(int rows, int cols, int64_t image_seq_len,
+                                        void (*fn)(void *ctx, const char *piece), void *ctx);
+/* The same pieces joined: the text that stands for one image. Owned by the caller (free);
+ * NULL when out of memory. */
+CDX_API char *cdx_idefics3_prompt_string(int rows, int cols, int64_t image_seq_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -246,6 +246,71 @@ static void image_opts_are_checked(void)
     CHECK(cdx_image_proc_set(&pp, "image_std", "[0.5, 0, 0.5]", &e) == CDX_EINVAL && strstr(e.msg, "image_std"));
 }
 
+/* ---- the prompt ---- */
+
+typedef struct {
+    json_t *map[2];   /* special_tokens, text_piece_ids */
+    int32_t *out;
+    size_t n;
+    bool unknown;
+} piece_ids;
+
+static void piece_to_id(void *ctx, const char *piece)
+{
+    piece_ids *p = ctx;
+    json_t *id = json_object_get(p->map[0], piece);
+    if (!id)
+        id = json_object_get(p->map[1], piece);
+    if (!id) {
+        p->unknown = true;
+        return;
+    }
+    p->out[p->n++] = (int32_t)json_integer_value(id);
+}
+
+static void expansion_of_each_template_equals_its_prompt_ids(void)
+{
+    size_t ci;
+    json_t *c;
+    int n_images = 0;
+    const int64_t seq_len = json_integer_value(json_object_get(g_gold, "image_seq_len"));
+    REQUIRE(seq_len == 4);
+    json_array_foreach(json_object_get(g_gold, "cases"), ci, c) {
+        json_t *tmpl = json_object_get(c, "prompt_template"), *want = json_object_get(c, "prompt_ids"),
+               *grids = json_object_get(c, "image_grids");
+        int32_t ids[512];
+        piece_ids p = { { json_object_get(g_gold, "special_tokens"), json_object_get(g_gold, "text_piece_ids") }, ids, 0, false };
+        size_t k = 0, ti;
+        json_t *t;
+        json_array_foreach(tmpl, ti, t) {
+            if (json_is_string(t)) {
+                REQUIRE(!strcmp(json_string_value(t), "<image>") && k < json_array_size(grids));
+                json_t *g = json_array_get(grids, k++);
+                cdx_idefics3_prompt_pieces((int)json_integer_value(json_object_get(g, "rows")),
+                                           (int)json_integer_value(json_object_get(g, "cols")), seq_len, piece_to_id, &p);
+                n_images++;
+            } else
+                ids[p.n++] = (int32_t)json_integer_value(t);
+            REQUIRE(p.n < 400);
+        }
+        CHECK(!p.unknown);
+        CHECK(k == json_array_size(grids));
+        bool same = p.n == json_array_size(want);
+        for (size_t i = 0; same && i < p.n; i++)
+            same = ids[i] == json_integer_value(json_array_get(want, i));
+        CHECKF(same, "%s: expansion differs from prompt_ids (%zu vs %zu ids)", json_string_value(json_object_get(c, "name")),
+               p.n, json_array_size(want));
+    }
+    CHECK(n_images == 4);
+    char *one = cdx_idefics3_prompt_string(0, 0, 2);
+    CHECK(one && !strcmp(one, "<fake_token_around_image><global-img><image><image><fake_token_around_image>"));
+    free(one);
+    char *grid = cdx_idefics3_prompt_string(2, 1, 1);
+    CHECK(grid && !strcmp(grid, "<fake_token_around_image><row_1_col_1><image>\n<fake_token_around_image><row_2_col_1><image>"
+                                "\n\n<fake_token_around_image><global-img><image><fake_token_around_image>"));
+    free(grid);
+}
+
 /* ---- the malformed corpus ---- */
 
 static uint32_t crc_table[256];
@@ -466,6 +531,7 @@ int main(void)
     RUN("preprocess gives the recorded tiles and pixel_values bit for bit", preprocess_gives_the_recorded_tiles_and_pixel_values);
     RUN("rescale and normalize follow the reference's two-step rule", rescale_normalize_follows_the_two_step_rule);
     RUN("--image-opt values are checked", image_opts_are_checked);
+    RUN("the expansion of each prompt_template equals its prompt_ids", expansion_of_each_template_equals_its_prompt_ids);
     RUN("gray and RGBA PNGs and JPEGs decode to RGB", gray_and_rgba_pngs_and_jpegs_decode);
     RUN("malformed images are refused before memory is sized", malformed_images_are_refused_before_memory_is_sized);
     json_decref(g_gold);
