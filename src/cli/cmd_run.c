@@ -14,6 +14,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "cli_image.h"
+
 static const char k_run_usage[] =
     "usage: caldrix run [MODEL] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
     "\n"
@@ -55,6 +57,10 @@ static const char k_run_usage[] =
     "                         (--json timings: cached_tokens); bad or foreign files are deleted\n"
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
+    "  --image FILE           a PNG or JPEG for a vision model (repeat for more): each <image> in -p marks\n"
+    "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
+    "                         given (already expanded) and the images fill the image-token positions\n"
+    "  --image-opt KEY=JSON   override a preprocessor setting (e.g. do_image_splitting=false)\n"
     "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
     "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"}; reused: prompt tokens\n"
     "                         whose K/V came from the cache, in whole blocks of 16)\n";
@@ -67,6 +73,10 @@ typedef struct {
     cdx_sampler_params sp;
     int32_t *ids;  /* --prompt-ids, parsed */
     size_t n_ids;
+    const char *images[64], *image_opts[64];  /* --image, --image-opt */
+    int n_images, n_image_opts;
+    const cdx_request_image *req_images;      /* the loaded images, for the request */
+    int n_req_images;
 } run_opts;
 
 static int parse_ids(const char *s, int32_t **out, size_t *n_out)
@@ -202,6 +212,15 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->chat = true;
         } else if (!strcmp(a, "-i") || !strcmp(a, "--interactive")) {
             o->chat = o->interactive = true;
+        } else if (!strcmp(a, "--image") || !strcmp(a, "--image-opt")) {
+            NEED_VALUE();
+            const bool opt = a[7] == '-';
+            int *n = opt ? &o->n_image_opts : &o->n_images;
+            if (*n == 64) {
+                fprintf(stderr, "caldrix run: more than 64 %s options\n", a);
+                return 2;
+            }
+            (opt ? o->image_opts : o->images)[(*n)++] = v;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -424,6 +443,8 @@ static int run_request(cdx_engine *e, const id_list *prompt, int64_t max_tokens,
     r.top_logprobs = st->steps ? (int)o->top_logits : 0;
     r.on_event = on_event;
     r.user = st;
+    r.images = o->req_images;
+    r.n_images = o->n_req_images;
     st->finish = CDX_FINISH_NONE;
     uint64_t id;
     int rc = cdx_engine_submit(e, &r, &id, err);
@@ -621,6 +642,9 @@ int cmd_run(int argc, char **argv)
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
     chat_tmpl ct = {0};
+    cdx_image_proc pp;
+    cli_images images = {0};
+    char *expanded = NULL;
     int status = 1;
     double t0 = cdx_time_ms();
     if (!o.seed_set)
@@ -728,6 +752,41 @@ int cmd_run(int argc, char **argv)
             }
         }
     }
+    if (o.n_images || o.n_image_opts) {
+        if (o.interactive) {
+            fprintf(stderr, "caldrix run: in -i, attach images with /image PATH\n");
+            goto done;
+        }
+        if (!o.model) {
+            fprintf(stderr, "caldrix: the bundled model takes no images\n");
+            goto done;
+        }
+        if ((rc = cli_image_proc(o.model, m, o.image_opts, o.n_image_opts, &pp, &err))) {
+            fprintf(stderr, "caldrix: %s\n", err.msg);
+            goto done;
+        }
+        for (int i = 0; i < o.n_images; i++)
+            if ((rc = cli_images_add_file(&images, &pp, o.images[i], &err))) {
+                fprintf(stderr, "caldrix: --image: %s\n", err.msg);
+                goto done;
+            }
+        o.req_images = images.req;
+        o.n_req_images = images.n;
+        if (!prompt.n && (chat_text || o.prompt)) {
+            char *ex = NULL;
+            if ((rc = cli_images_expand(&images, chat_text ? chat_text : o.prompt, &ex, &err))) {
+                fprintf(stderr, "caldrix: %s\n", err.msg);
+                goto done;
+            }
+            if (chat_text) {
+                free(chat_text);
+                chat_text = ex;
+            } else {
+                free(expanded);
+                o.prompt = expanded = ex;
+            }
+        }
+    }
     if (!prompt.n && !o.interactive) {
         /* a rendered chat template carries its own special tokens: nothing is added to it */
         const char *ptext = chat_text ? chat_text : o.prompt ? o.prompt : "";
@@ -832,5 +891,7 @@ done:
     free(resolved);
     free(chat_text);
     free(input_text);
+    free(expanded);
+    cli_images_free(&images);
     return status;
 }
