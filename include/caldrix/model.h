@@ -64,6 +64,7 @@ typedef struct cdx_tensor_plan {
     const uint8_t *sparse;   /* [n_layer]: non-zero for a mixture-of-experts layer; NULL: none */
     int qkv_bias;            /* -1: as the architecture has them; 0/1: as config.json says (Qwen2-MoE's qkv_bias) */
     bool untied;             /* the output head is a tensor of its own, required */
+    int64_t n_vision_layer;  /* vision-language models: the tower's layers (vision_config.num_hidden_layers) */
 } cdx_tensor_plan;
 
 /* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required

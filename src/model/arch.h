@@ -81,6 +81,7 @@ struct cdx_model {
  * st it takes) into m->vision; every name, shape and type is checked. */
 int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *st, bool *used, cdx_err *err);
 void vision_free(struct vision_model *v);
+void vision_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
 const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc);
 /* HF name of role fmt ("model.layers.%d...") for this architecture: the text prefix applied. */
 void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap);

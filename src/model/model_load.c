@@ -308,6 +308,8 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
     if (!d)
         return;
     char name[192];
+    if (d->vision && !p->gguf)
+        vision_tensor_names(p->n_vision_layer, fn, ctx);
     for (int r = 0; r < ROLE_COUNT; r++) {
         const struct role_desc *rd = &k_roles[r];
         const char *fmt = p->gguf ? rd->gguf : rd->hf;

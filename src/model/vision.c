@@ -53,6 +53,32 @@ void vision_free(struct vision_model *v)
     free(v);
 }
 
+/* ---- the tensor names (the loader's, for inspect) ---- */
+
+static const char *const k_vis_layer[] = {
+    "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+    "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+    "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
+    "layer_norm1.weight", "layer_norm1.bias", "layer_norm2.weight", "layer_norm2.bias",
+};
+
+void vision_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
+{
+    static const char *const k_top[] = {
+        "model.vision_model.embeddings.patch_embedding.weight", "model.vision_model.embeddings.patch_embedding.bias",
+        "model.vision_model.embeddings.position_embedding.weight", "model.vision_model.post_layernorm.weight",
+        "model.vision_model.post_layernorm.bias", "model.connector.modality_projection.proj.weight",
+    };
+    for (size_t i = 0; i < sizeof k_top / sizeof k_top[0]; i++)
+        fn(ctx, k_top[i], true);
+    char name[160];
+    for (int64_t l = 0; l < n_layer && l < 4096; l++)
+        for (size_t i = 0; i < sizeof k_vis_layer / sizeof k_vis_layer[0]; i++) {
+            snprintf(name, sizeof name, "model.vision_model.encoder.layers.%lld.%s", (long long)l, k_vis_layer[i]);
+            fn(ctx, name, true);
+        }
+}
+
 /* ---- binding ---- */
 
 typedef struct {
