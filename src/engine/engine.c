@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define KEY_LEN 32
+#define IMAGE_CACHE 8              /* images whose features the engine keeps */
 #define NONE (-1)
 
 typedef struct kv_block {
@@ -103,6 +104,10 @@ struct cdx_engine {
     bool has_vision;
     uint64_t t_img_tiles;
     double t_img_ms;
+    /* the features of recently encoded images by key, so an image whose prompt is cached only in
+     * part (its last rows in a block not yet full) is not encoded again: least recently used out */
+    struct { uint8_t key[KEY_LEN]; float *feat; size_t n; uint64_t used; } icache[IMAGE_CACHE];
+    uint64_t icache_clock;
     int64_t *b_pos;
     bool *b_want;
     seq **b_seqs;              /* [max_batch] the sequences in this round, in cdx_kv_seq order */
@@ -701,6 +706,8 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_pos);
     free(e->b_want);
     free(e->b_embd);
+    for (int i = 0; i < IMAGE_CACHE; i++)
+        free(e->icache[i].feat);
     free(e->b_seqs);
     free(e->b_kv);
     free(e->b_logit_seq);
@@ -757,9 +764,22 @@ static int seq_image_row(cdx_engine *e, seq *s, int64_t p, const float **out, cd
         k++;
     seq_image *im = &s->img[k];
     if (!im->feat) {
-        const size_t rows = (size_t)(im->n_tiles * e->vis.tokens_per_tile);
-        if (!(im->feat = malloc(rows * (size_t)e->vis.n_embd * sizeof(float))))
+        const size_t rows = (size_t)(im->n_tiles * e->vis.tokens_per_tile), nf = rows * (size_t)e->vis.n_embd;
+        if (!(im->feat = malloc(nf * sizeof(float))))
             return cdx_err_set(err, CDX_ENOMEM, "out of memory for image features");
+        int slot = 0;
+        for (int i = 0; i < IMAGE_CACHE; i++) {
+            if (e->icache[i].feat && e->icache[i].n == nf && !memcmp(e->icache[i].key, im->key, KEY_LEN)) {
+                memcpy(im->feat, e->icache[i].feat, nf * sizeof(float));
+                e->icache[i].used = ++e->icache_clock;
+                free(im->pixels);
+                im->pixels = NULL;
+                *out = im->feat + (size_t)(r - im->row0) * (size_t)e->vis.n_embd;
+                return CDX_OK;
+            }
+            if (e->icache[i].used < e->icache[slot].used)
+                slot = i;
+        }
         const double t0 = cdx_time_ms();
         int rc = cdx_vision_encode(e->fc, im->pixels, im->n_tiles, im->feat, err);
         if (rc) {
@@ -769,6 +789,15 @@ static int seq_image_row(cdx_engine *e, seq *s, int64_t p, const float **out, cd
         }
         e->t_img_ms += cdx_time_ms() - t0;
         e->t_img_tiles += (uint64_t)im->n_tiles;
+        float *keep = malloc(nf * sizeof(float)); /* no memory for the copy: just not kept */
+        if (keep) {
+            memcpy(keep, im->feat, nf * sizeof(float));
+            free(e->icache[slot].feat);
+            memcpy(e->icache[slot].key, im->key, KEY_LEN);
+            e->icache[slot].feat = keep;
+            e->icache[slot].n = nf;
+            e->icache[slot].used = ++e->icache_clock;
+        }
         free(im->pixels);
         im->pixels = NULL;
     }
