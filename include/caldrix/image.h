@@ -106,6 +106,11 @@ CDX_API void cdx_idefics3_prompt_pieces(int rows, int cols, int64_t image_seq_le
 /* The same pieces joined: the text that stands for one image. Owned by the caller (free);
  * NULL when out of memory. */
 CDX_API char *cdx_idefics3_prompt_string(int rows, int cols, int64_t image_seq_len);
+/* Idefics3Processor.__call__ on text: each "<image>" in text is replaced, in order, by the
+ * expansion of the matching image's grid (tiles[i].rows / cols); text without a marker gets the
+ * images first. The marker count must equal n_images (CDX_EINVAL naming both). *out: caller frees. */
+CDX_API int cdx_idefics3_expand(const char *text, const cdx_image_tiles *tiles, int n_images, int64_t seq_len,
+                                char **out, cdx_err *err);
 
 #ifdef __cplusplus
 }

@@ -78,52 +78,5 @@ void cli_images_free(cli_images *im)
 
 int cli_images_expand(const cli_images *im, const char *text, char **out, cdx_err *err)
 {
-    *out = NULL;
-    const char *mk = CDX_IDEFICS3_IMAGE;
-    const size_t mk_len = strlen(mk);
-    int markers = 0;
-    for (const char *p = strstr(text, mk); p; p = strstr(p + mk_len, mk))
-        markers++;
-    if (markers && markers != im->n)
-        return cdx_err_set(err, CDX_EINVAL, "the prompt has %d <image> markers and there are %d images", markers, im->n);
-    char **ex = calloc((size_t)(im->n ? im->n : 1), sizeof *ex);
-    size_t total = strlen(text) + 1;
-    int rc = ex ? CDX_OK : CDX_ENOMEM;
-    for (int i = 0; !rc && i < im->n; i++) {
-        if (!(ex[i] = cdx_idefics3_prompt_string(im->tiles[i].rows, im->tiles[i].cols, im->seq_len)))
-            rc = CDX_ENOMEM;
-        else
-            total += strlen(ex[i]);
-    }
-    char *s = rc ? NULL : malloc(total);
-    if (!s) {
-        for (int i = 0; ex && i < im->n; i++)
-            free(ex[i]);
-        free(ex);
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    }
-    size_t n = 0;
-    if (!markers) {
-        for (int i = 0; i < im->n; i++) {
-            memcpy(s + n, ex[i], strlen(ex[i]));
-            n += strlen(ex[i]);
-        }
-        strcpy(s + n, text);
-    } else {
-        const char *p = text;
-        for (int i = 0; i < im->n; i++) {
-            const char *q = strstr(p, mk);
-            memcpy(s + n, p, (size_t)(q - p));
-            n += (size_t)(q - p);
-            memcpy(s + n, ex[i], strlen(ex[i]));
-            n += strlen(ex[i]);
-            p = q + mk_len;
-        }
-        strcpy(s + n, p);
-    }
-    for (int i = 0; i < im->n; i++)
-        free(ex[i]);
-    free(ex);
-    *out = s;
-    return CDX_OK;
+    return cdx_idefics3_expand(text, im->tiles, im->n, im->seq_len, out, err);
 }
