@@ -867,6 +867,13 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "caldrix: cannot build the JSON result\n");
             goto done;
         }
+        if (images.n) { /* the vision tower's share of the prefill */
+            cdx_engine_stats es;
+            cdx_engine_get_stats(eng, &es);
+            json_t *tm = json_object_get(root, "timings");
+            json_object_set_new(tm, "image_tiles", json_integer((json_int_t)es.image_tiles_encoded));
+            json_object_set_new(tm, "image_encode_ms", json_real(es.image_encode_ms));
+        }
         json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
         json_decref(root);
