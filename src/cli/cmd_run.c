@@ -77,6 +77,7 @@ typedef struct {
     int n_images, n_image_opts;
     const cdx_request_image *req_images;      /* the loaded images, for the request */
     int n_req_images;
+    const cdx_model *m;                       /* for -i's /image */
 } run_opts;
 
 static int parse_ids(const char *s, int32_t **out, size_t *n_out)
@@ -295,6 +296,22 @@ static json_t *chat_message(const char *role, const char *content)
     return json_pack("{s:s,s:s}", "role", role, "content", content);
 }
 
+/* A vision model's message: content as parts, n_images {"type":"image"} first, then the text (the
+ * form SmolVLM's template iterates; it writes "<image>" for an image part). */
+static json_t *chat_message_parts(const char *role, const char *text, int n_images)
+{
+    json_t *parts = json_array(), *t = json_pack("{s:s,s:s}", "type", "text", "text", text);
+    if (!parts || !t) {
+        json_decref(parts);
+        json_decref(t);
+        return NULL;
+    }
+    for (int i = 0; i < n_images; i++)
+        json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+    json_array_append_new(parts, t);
+    return json_pack("{s:s,s:o}", "role", role, "content", parts);
+}
+
 /* The conversation as transformers' apply_chat_template(add_generation_prompt=True) renders it. */
 static int chat_render(const chat_tmpl *c, const json_t *msgs, char **out, cdx_err *err)
 {
@@ -507,6 +524,10 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
     char *line = NULL, *rendered = NULL;
     size_t line_cap = 0;
     int rc = CDX_OK, answered = 0;
+    cli_images conv = {0}; /* the conversation's images, in order */
+    int pending = 0;       /* attached to the next message */
+    cdx_image_proc pp;
+    bool have_pp = false;
     struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
@@ -535,13 +556,34 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         if (!strcmp(m, "/clear")) {
             while (json_array_size(msgs) > n_fixed)
                 json_array_remove(msgs, json_array_size(msgs) - 1);
+            cli_images_free(&conv);
+            pending = 0;
             if (tty)
                 fprintf(stderr, "caldrix: the conversation starts over\n");
             continue;
         }
+        if (!strncmp(m, "/image", 6) && (m[6] == ' ' || !m[6])) {
+            const char *path = m + 6;
+            while (*path == ' ')
+                path++;
+            cdx_err ie = {0};
+            if (!*path)
+                fprintf(stderr, "caldrix: /image PATH attaches a PNG or JPEG to the next message\n");
+            else if (!have_pp && cli_image_proc(model, o->m, o->image_opts, o->n_image_opts, &pp, &ie))
+                fprintf(stderr, "caldrix: /image: %s\n", ie.msg);
+            else if ((have_pp = true) && cli_images_add_file(&conv, &pp, path, &ie))
+                fprintf(stderr, "caldrix: /image: %s\n", ie.msg);
+            else {
+                pending++;
+                if (tty)
+                    fprintf(stderr, "caldrix: %s attached to the next message (%lld tiles)\n", path,
+                            (long long)conv.tiles[conv.n - 1].n_tiles);
+            }
+            continue;
+        }
         if (!*m)
             continue;
-        json_t *um = chat_message("user", msg.s);
+        json_t *um = conv.n ? chat_message_parts("user", msg.s, pending) : chat_message("user", msg.s);
         if (!um) {
             fprintf(stderr, "caldrix: the message is not valid UTF-8; it was not sent\n");
             continue;
@@ -549,7 +591,17 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         json_array_append_new(msgs, um);
         free(rendered);
         rendered = NULL;
-        if ((rc = chat_render(ct, msgs, &rendered, err)) || (rc = encode_text(tok, rendered, false, &ids, err)))
+        if ((rc = chat_render(ct, msgs, &rendered, err)))
+            goto done;
+        if (conv.n) { /* every image of the conversation, expanded where the template put it */
+            char *ex = NULL;
+            if ((rc = cli_images_expand(&conv, rendered, &ex, err)))
+                goto done;
+            free(rendered);
+            rendered = ex;
+        }
+        pending = 0;
+        if ((rc = encode_text(tok, rendered, false, &ids, err)))
             goto done;
         if ((int64_t)ids.n >= n_ctx) {
             fprintf(stderr, "caldrix: the conversation is now %zu tokens, more than the context holds (%lld): /clear "
@@ -562,7 +614,10 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         run_state st = { .stream = !o->json };
         g_interrupted = 0;
         g_generating = 1;
-        rc = run_request(e, &ids, max, o, &st, err);
+        run_opts oi = *o;
+        oi.req_images = conv.req;
+        oi.n_req_images = conv.n;
+        rc = run_request(e, &ids, max, &oi, &st, err);
         g_generating = 0;
         if (rc) {
             free(st.out.tokens);
@@ -593,6 +648,7 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
     }
 done:
     sigaction(SIGINT, &old_sa, NULL);
+    cli_images_free(&conv);
     json_decref(msgs);
     free(ids.tokens);
     free(msg.s);
@@ -683,6 +739,7 @@ int cmd_run(int argc, char **argv)
     }
     const cdx_hparams *hp = cdx_model_hparams(m);
     const char *notes = cdx_model_notes(m);
+    o.m = m;
     if (*notes && !o.json)
         fprintf(stderr, "caldrix: %s", notes);
     if ((rc = cli_open_tokenizer(o.model, m, &tok, &err))) {
@@ -736,7 +793,8 @@ int cmd_run(int argc, char **argv)
             json_t *msgs = json_array();
             if (o.system)
                 json_array_append_new(msgs, chat_message("system", o.system));
-            json_t *um = chat_message("user", o.prompt);
+            json_t *um = o.n_images && cdx_model_vision(m, NULL) ? chat_message_parts("user", o.prompt, o.n_images)
+                                                                 : chat_message("user", o.prompt);
             if (!um || (o.system && json_array_size(msgs) == 0)) {
                 json_decref(um);
                 json_decref(msgs);
