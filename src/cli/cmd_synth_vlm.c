@@ -11,11 +11,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* SmolVLM-256M-Instruct (INDEX.md, "idefics3"): vision 768 / 12 layers / 12 heads / FFN 3072 /
- * patch 16 / 512 px, scale_factor 4 (64 tokens per tile); text 576 / 30 layers / 9:3 heads /
- * head_dim 64 / FFN 1536 / vocab 49280; images resized to a longest edge of 2048. */
-enum { V_D = 768, V_L = 12, V_H = 12, V_F = 3072, V_P = 16, V_S = 512, SCALE = 4,
-       T_E = 576, T_L = 30, T_H = 9, T_KV = 3, T_HD = 64, T_F = 1536, T_V = 49280, IMAGE_ID = 49190 };
+/* One row per shape. smolvlm-256m is SmolVLM-256M-Instruct (INDEX.md, "idefics3"): vision 768 / 12
+ * layers / 12 heads / FFN 3072 / patch 16 / 512 px, scale_factor 4 (64 tokens per tile); text 576 /
+ * 30 layers / 9:3 heads / head_dim 64 / FFN 1536 / vocab 49280; images resized to a longest edge of
+ * 2048. smolvlm-tiny keeps the real vocabulary and special ids (for tests with SmolLM2's tokenizer)
+ * on the fixture's small tower and text model. */
+typedef struct {
+    const char *name;
+    int V_D, V_L, V_H, V_F, V_P, V_S, SCALE, T_E, T_L, T_H, T_KV, T_HD, T_F, T_V, IMAGE_ID, LONGEST;
+} vlm_shape;
+
+static const vlm_shape k_vlm[] = {
+    { "smolvlm-256m", 768, 12, 12, 3072, 16, 512, 4, 576, 30, 9, 3, 64, 1536, 49280, 49190, 2048 },
+    { "smolvlm-tiny", 32, 2, 2, 64, 16, 64, 2, 64, 2, 4, 2, 16, 160, 49280, 49190, 128 },
+};
 
 static uint64_t g_state;
 static float normal(void)
@@ -80,8 +89,19 @@ static int write_text(const char *dir, const char *file, const char *text)
     return fclose(f) ? 1 : 0;
 }
 
-int synth_vlm(const char *dir, long seed)
+int synth_vlm(const char *dir, const char *shape, long seed)
 {
+    const vlm_shape *sh = NULL;
+    for (size_t i = 0; i < sizeof k_vlm / sizeof k_vlm[0]; i++)
+        if (!strcmp(k_vlm[i].name, shape))
+            sh = &k_vlm[i];
+    if (!sh) {
+        fprintf(stderr, "caldrix synth: --shape: \"%s\" is not a known shape (caldrix synth --help lists them)\n", shape);
+        return 2;
+    }
+    const int V_D = sh->V_D, V_L = sh->V_L, V_H = sh->V_H, V_F = sh->V_F, V_P = sh->V_P, V_S = sh->V_S,
+              SCALE = sh->SCALE, T_E = sh->T_E, T_L = sh->T_L, T_H = sh->T_H, T_KV = sh->T_KV, T_HD = sh->T_HD,
+              T_F = sh->T_F, T_V = sh->T_V, IMAGE_ID = sh->IMAGE_ID;
     if (mkdir(dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "caldrix synth: cannot make the folder %s\n", dir);
         return 1;
@@ -103,9 +123,12 @@ int synth_vlm(const char *dir, long seed)
              "{\"do_convert_rgb\":true,\"do_image_splitting\":true,\"do_normalize\":true,\"do_pad\":true,\"do_rescale\":true,"
              "\"do_resize\":true,\"image_mean\":[0.5,0.5,0.5],\"image_processor_type\":\"Idefics3ImageProcessor\","
              "\"image_std\":[0.5,0.5,0.5],\"max_image_size\":{\"longest_edge\":%d},\"processor_class\":\"Idefics3Processor\","
-             "\"resample\":1,\"rescale_factor\":0.00392156862745098,\"size\":{\"longest_edge\":2048}}\n", V_S);
+             "\"resample\":1,\"rescale_factor\":0.00392156862745098,\"size\":{\"longest_edge\":%d}}\n", V_S, sh->LONGEST);
+    char seq[128];
+    const int per_side = V_S / V_P / SCALE;
+    snprintf(seq, sizeof seq, "{\"image_seq_len\":%d,\"processor_class\":\"Idefics3Processor\"}\n", per_side * per_side);
     if (write_text(dir, "config.json", cfg) || write_text(dir, "preprocessor_config.json", pp) ||
-        write_text(dir, "processor_config.json", "{\"image_seq_len\":64,\"processor_class\":\"Idefics3Processor\"}\n") ||
+        write_text(dir, "processor_config.json", seq) ||
         write_text(dir, "generation_config.json", "{\"bos_token_id\":1,\"eos_token_id\":49279}\n"))
         return 1;
     vw x = { 0 };
@@ -162,7 +185,7 @@ int synth_vlm(const char *dir, long seed)
     if (x.rc)
         fprintf(stderr, "caldrix synth: %s\n", x.err.msg);
     else
-        fprintf(stderr, "caldrix synth: wrote %s (SmolVLM-256M shapes, BF16, random weights)\n", dir);
+        fprintf(stderr, "caldrix synth: wrote %s (%s shapes, BF16, random weights)\n", dir, sh->name);
     cdx_st_writer_free(x.w);
     for (size_t i = 0; i < x.n_bufs; i++)
         free(x.bufs[i]);

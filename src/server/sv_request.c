@@ -352,7 +352,20 @@ static int parse_messages(json_t *root, const sv_limits *lim, sv_params *p, sv_e
             memcpy(w, json_string_value(text), json_string_length(text));
             w += json_string_length(text);
         }
-        json_object_set_new(copy, "content", json_stringn(joined, len));
+        if (lim->images) {
+            /* a vision model's template iterates the parts (SmolVLM's writes "<image>" for an image
+             * part): text parts as sent, each image_url part as {"type":"image"} */
+            json_t *parts = json_array();
+            for (size_t j = 0; parts && j < json_array_size(c); j++) {
+                json_t *part = json_array_get(c, j);
+                if (!strcmp(json_string_value(json_object_get(part, "type")), "image_url"))
+                    json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+                else
+                    json_array_append(parts, part);
+            }
+            json_object_set_new(copy, "content", parts ? parts : json_stringn(joined, len));
+        } else
+            json_object_set_new(copy, "content", json_stringn(joined, len));
         free(joined);
     }
     json_t *tools = field(root, "tools");
