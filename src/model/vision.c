@@ -289,6 +289,13 @@ bool cdx_model_vision(const cdx_model *m, cdx_vision_info *out)
     return v != NULL;
 }
 
+static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const float *pixels, int64_t n_tiles,
+                        float *out, cdx_err *err);
+
+/* Tiles go through in groups of TILE_GROUP: every row's sums run in the same order whatever the
+ * group (the kernels are batch invariant), and the scratch stays at a few tiles' worth. */
+#define TILE_GROUP 4
+
 int cdx_vision_encode(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles, float *out, cdx_err *err)
 {
     const cdx_model *m = forward_ctx_model(fc);
@@ -297,6 +304,20 @@ int cdx_vision_encode(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles,
         return cdx_err_set(err, CDX_EINVAL, "the model has no vision tower (it takes no images)");
     if (n_tiles < 1 || n_tiles > 4096)
         return cdx_err_set(err, CDX_EINVAL, "%lld image tiles; expected 1..4096", (long long)n_tiles);
+    const size_t tile_px = (size_t)(3 * v->image_size * v->image_size);
+    const size_t tile_out = (size_t)((v->side / v->scale) * (v->side / v->scale) * v->n_embd);
+    for (int64_t t = 0; t < n_tiles; t += TILE_GROUP) {
+        const int64_t n = n_tiles - t < TILE_GROUP ? n_tiles - t : TILE_GROUP;
+        int rc = encode_tiles(fc, v, pixels + (size_t)t * tile_px, n, out + (size_t)t * tile_out, err);
+        if (rc)
+            return rc;
+    }
+    return CDX_OK;
+}
+
+static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const float *pixels, int64_t n_tiles,
+                        float *out, cdx_err *err)
+{
     const cdx_kernels *K = cdx_forward_ctx_kernels(fc);
     cdx_pool *pool = cdx_forward_ctx_pool(fc);
     const int64_t D = v->D, F = v->F, P = v->patch, S = v->image_size, side = v->side, T = side * side;
@@ -359,7 +380,7 @@ int cdx_vision_encode(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles,
         add_bias(k, L->bk, N, D);
         add_bias(vv, L->bv, N, D);
         /* non-causal: every patch of a tile attends to every patch of its tile (one block of T) */
-        const void *kt[4096], *vt[4096];
+        const void *kt[TILE_GROUP], *vt[TILE_GROUP];
         for (int64_t t = 0; t < n_tiles; t++) {
             kt[t] = k + t * T * D;
             vt[t] = vv + t * T * D;

@@ -265,6 +265,17 @@ static void vision_features_match_the_reference_record(void)
             worst = fmax(worst, fabs(feat[i] - json_number_value(json_array_get(f8, i))));
         CHECKF(worst < 1e-4, "%s: first values off by %.3g", json_string_value(json_object_get(c, "name")), worst);
         CHECK_NEAR(sum, json_number_value(json_object_get(dbg, "sum")), 1e-3);
+        /* one tile at a time gives the same bits as all of an image's tiles together */
+        float *one = malloc((size_t)(4 * 64) * sizeof *one);
+        int64_t t_at = 0;
+        bool same = true;
+        for (int i = 0; i < p.n_img; i++)
+            for (int64_t k = 0; k < p.tiles[i].n_tiles; k++, t_at++) {
+                REQUIRE(cdx_vision_encode(fc, p.tiles[i].pixels + k * 3 * 64 * 64, 1, one, &err) == 0);
+                same &= !memcmp(one, feat + t_at * 4 * 64, (size_t)(4 * 64) * sizeof *one);
+            }
+        CHECKF(same, "%s: a tile's features depend on the tiles beside it", json_string_value(json_object_get(c, "name")));
+        free(one);
         free(feat);
         unprepare(&p);
         n++;
