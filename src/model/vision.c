@@ -10,6 +10,7 @@
 #include "arch.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,11 +56,22 @@ void vision_free(struct vision_model *v)
 
 /* ---- the tensor names (the loader's, for inspect) ---- */
 
-static const char *const k_vis_layer[] = {
-    "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
-    "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
-    "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
-    "layer_norm1.weight", "layer_norm1.bias", "layer_norm2.weight", "layer_norm2.bias",
+/* A layer's tensors, one row each: the name stem, and where it binds (a matrix and its bias, or a
+ * LayerNorm's weight and bias). Dimensions: 'D' hidden, 'F' feed-forward. */
+static const struct vis_role {
+    const char *stem;
+    bool linear;
+    size_t mat, w, b;          /* offsetof in vision_layer (mat: linear only) */
+    char rows, cols;
+} k_vis_layer[] = {
+    { "self_attn.q_proj", true, offsetof(vision_layer, q), 0, offsetof(vision_layer, bq), 'D', 'D' },
+    { "self_attn.k_proj", true, offsetof(vision_layer, k), 0, offsetof(vision_layer, bk), 'D', 'D' },
+    { "self_attn.v_proj", true, offsetof(vision_layer, v), 0, offsetof(vision_layer, bv), 'D', 'D' },
+    { "self_attn.out_proj", true, offsetof(vision_layer, o), 0, offsetof(vision_layer, bo), 'D', 'D' },
+    { "mlp.fc1", true, offsetof(vision_layer, fc1), 0, offsetof(vision_layer, b1), 'F', 'D' },
+    { "mlp.fc2", true, offsetof(vision_layer, fc2), 0, offsetof(vision_layer, b2), 'D', 'F' },
+    { "layer_norm1", false, 0, offsetof(vision_layer, ln1_w), offsetof(vision_layer, ln1_b), 'D', 0 },
+    { "layer_norm2", false, 0, offsetof(vision_layer, ln2_w), offsetof(vision_layer, ln2_b), 'D', 0 },
 };
 
 void vision_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
@@ -73,10 +85,12 @@ void vision_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name
         fn(ctx, k_top[i], true);
     char name[160];
     for (int64_t l = 0; l < n_layer && l < 4096; l++)
-        for (size_t i = 0; i < sizeof k_vis_layer / sizeof k_vis_layer[0]; i++) {
-            snprintf(name, sizeof name, "model.vision_model.encoder.layers.%lld.%s", (long long)l, k_vis_layer[i]);
-            fn(ctx, name, true);
-        }
+        for (size_t i = 0; i < sizeof k_vis_layer / sizeof k_vis_layer[0]; i++)
+            for (int wb = 0; wb < 2; wb++) {
+                snprintf(name, sizeof name, "model.vision_model.encoder.layers.%lld.%s.%s", (long long)l,
+                         k_vis_layer[i].stem, wb ? "bias" : "weight");
+                fn(ctx, name, true);
+            }
 }
 
 /* ---- binding ---- */
@@ -217,24 +231,16 @@ int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *s
     position_ids(v->side, v->pos_ids);
     for (int64_t l = 0; l < v->n_layer; l++) {
         vision_layer *L = &v->layers[l];
-        struct { const char *n; cdx_mat *m; float **b; int64_t rows, cols; } k_lin[] = {
-            { "self_attn.q_proj", &L->q, &L->bq, D, D },   { "self_attn.k_proj", &L->k, &L->bk, D, D },
-            { "self_attn.v_proj", &L->v, &L->bv, D, D },   { "self_attn.out_proj", &L->o, &L->bo, D, D },
-            { "mlp.fc1", &L->fc1, &L->b1, v->F, D },       { "mlp.fc2", &L->fc2, &L->b2, D, v->F },
-        };
-        for (size_t i = 0; i < sizeof k_lin / sizeof k_lin[0]; i++) {
-            snprintf(name, sizeof name, "%sencoder.layers.%lld.%s.weight", pre, (long long)l, k_lin[i].n);
-            if ((rc = mat(&b, name, k_lin[i].rows, k_lin[i].cols, NULL, k_lin[i].m, err)))
+        for (size_t i = 0; i < sizeof k_vis_layer / sizeof k_vis_layer[0]; i++) {
+            const struct vis_role *r = &k_vis_layer[i];
+            const int64_t rows = r->rows == 'F' ? v->F : D, cols = r->cols == 'F' ? v->F : D;
+            char *base = (char *)L;
+            snprintf(name, sizeof name, "%sencoder.layers.%lld.%s.weight", pre, (long long)l, r->stem);
+            if ((rc = r->linear ? mat(&b, name, rows, cols, NULL, (cdx_mat *)(base + r->mat), err)
+                                : vec(&b, name, rows, (float **)(base + r->w), err)))
                 return rc;
-            snprintf(name, sizeof name, "%sencoder.layers.%lld.%s.bias", pre, (long long)l, k_lin[i].n);
-            if ((rc = vec(&b, name, k_lin[i].rows, k_lin[i].b, err)))
-                return rc;
-        }
-        struct { const char *n; float **p; } k_ln[] = { { "layer_norm1.weight", &L->ln1_w }, { "layer_norm1.bias", &L->ln1_b },
-                                                        { "layer_norm2.weight", &L->ln2_w }, { "layer_norm2.bias", &L->ln2_b } };
-        for (size_t i = 0; i < 4; i++) {
-            snprintf(name, sizeof name, "%sencoder.layers.%lld.%s", pre, (long long)l, k_ln[i].n);
-            if ((rc = vec(&b, name, D, k_ln[i].p, err)))
+            snprintf(name, sizeof name, "%sencoder.layers.%lld.%s.bias", pre, (long long)l, r->stem);
+            if ((rc = vec(&b, name, rows, (float **)(base + r->b), err)))
                 return rc;
         }
     }
