@@ -5,6 +5,9 @@
 # Prints the vision tower's time per tile and the text model's tok/s. The prompt ids are the
 # processor's expansion of one <image> (grid from the processor's size rules: 512x512 is upscaled to
 # 2048x2048 = 4x4 tiles + global; 2048x1536 = 3x4 + global), 64 image tokens per tile.
+# Cost: the tower is ~230 GFLOP per 512 px tile (BF16 weights, f32 compute); on 2 shared AVX2 cores
+# under load 11 one tile took 57 s wall (27 s CPU), so the two images (17 + 13 tiles) take tens of
+# minutes there: run it on an idle machine.
 #   bench/vlm/run.sh [-t THREADS]
 set -eu
 cd "$(dirname "$0")/../.."
