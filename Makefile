@@ -1,7 +1,7 @@
 # caldrix: a plain Makefile. `make` builds build/libcaldrix.a, build/libcaldrix.so and build/caldrix.
 # `make test` runs every test; `make SAN=1 test` the same under ASan+UBSan (in build-san/).
 CC      ?= cc
-PKGS    := libcurl libcrypto libmicrohttpd libpcre2-8 libutf8proc jansson
+PKGS    := libcurl libcrypto libmicrohttpd libpcre2-8 libutf8proc jansson libpng libjpeg
 ifeq ($(SAN),1)
 BUILD   ?= build-san
 OPT     ?= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -22,7 +22,7 @@ LDLIBS  += $(PKG_LIBS) -lm
 ISA_avx2   := -mavx2 -mfma -mf16c -O3
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2 -O3
 
-LAYERS  := base format quant kernel model engine text hub server
+LAYERS  := base format image quant kernel model engine text hub server
 LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -24,5 +24,6 @@
 #include "caldrix/tokenizer.h"
 #include "caldrix/hub.h"
 #include "caldrix/server.h"
+#include "caldrix/image.h"
 
 #endif

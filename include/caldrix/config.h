@@ -26,6 +26,7 @@ typedef enum cdx_hf_arch {
     CDX_HF_QWEN3_MOE,   /* Qwen3MoeForCausalLM */
     CDX_HF_MIXTRAL,     /* MixtralForCausalLM */
     CDX_HF_QWEN2_MOE,   /* Qwen2MoeForCausalLM */
+    CDX_HF_IDEFICS3,    /* Idefics3ForConditionalGeneration (SmolVLM): text_config is Llama, plus vision_config */
     CDX_HF_ARCH_COUNT
 } cdx_hf_arch;
 
@@ -39,6 +40,17 @@ enum {
 };
 
 typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1 } cdx_hf_rope_type;
+
+/* A vision-language checkpoint's vision_config and the connector settings (Idefics3: SigLIP-style
+ * tower, pixel shuffle by scale_factor, a projection); present false for text models. Defaults are
+ * Idefics3VisionConfig's. */
+typedef struct cdx_hf_vision {
+    bool present;
+    int64_t hidden_size, intermediate_size, n_layers, n_heads, n_channels, image_size, patch_size;
+    double layer_norm_eps;
+    int64_t scale_factor;     /* top level */
+    int64_t image_token_id;   /* top level */
+} cdx_hf_vision;
 
 typedef struct cdx_hf_config {
     cdx_hf_arch arch;
@@ -76,6 +88,8 @@ typedef struct cdx_hf_config {
     bool has_temperature, has_top_p, has_top_k, has_repetition_penalty;
     double temperature, top_p, repetition_penalty;
     int64_t top_k;
+    /* vision-language models: the text fields above come from text_config */
+    cdx_hf_vision vision;
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a

@@ -158,7 +158,20 @@ typedef struct cdx_request {
     bool skip_special;           /* leave special tokens' text out of the text */
     cdx_event_fn on_event;       /* called on the engine thread, inside cdx_engine_step */
     void *user;
+    /* Images (vision models): the processor's pixel_values of each image, in prompt order. The
+     * k-th image token of the prompt takes feature row k (the images' tiles in order, each
+     * cdx_vision_info.tokens_per_tile rows); the counts must agree. Pixels are copied at submit;
+     * the engine encodes an image on its own thread when a position it fills is computed, so an
+     * image whose positions all come from the prefix cache is not encoded again. Each image's
+     * SHA-256 (of its pixel floats) enters the keys of the blocks that hold its tokens. */
+    const struct cdx_request_image *images;
+    int n_images;
 } cdx_request;
+
+typedef struct cdx_request_image {
+    const float *pixels;         /* [n_tiles][3][image_size][image_size] */
+    int64_t n_tiles;
+} cdx_request_image;
 
 CDX_API cdx_request cdx_request_defaults(void);
 
@@ -191,6 +204,8 @@ typedef struct cdx_engine_stats {
     uint64_t prompt_tokens, cached_tokens, generated_tokens; /* totals since creation */
     uint64_t preemptions, rounds;
     uint64_t store_reads, store_writes;      /* blocks read from / written to the prefix store */
+    uint64_t image_tiles_encoded;            /* tiles run through the vision tower */
+    double image_encode_ms;                  /* time spent in it */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */
 CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);

@@ -23,6 +23,7 @@ typedef enum cdx_arch {
     CDX_ARCH_QWEN3_MOE,
     CDX_ARCH_QWEN2_MOE,
     CDX_ARCH_MIXTRAL,     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */
+    CDX_ARCH_IDEFICS3,    /* HF Idefics3ForConditionalGeneration (SmolVLM): a Llama text model + a vision tower */
     CDX_ARCH_COUNT
 } cdx_arch;
 
@@ -63,6 +64,7 @@ typedef struct cdx_tensor_plan {
     const uint8_t *sparse;   /* [n_layer]: non-zero for a mixture-of-experts layer; NULL: none */
     int qkv_bias;            /* -1: as the architecture has them; 0/1: as config.json says (Qwen2-MoE's qkv_bias) */
     bool untied;             /* the output head is a tensor of its own, required */
+    int64_t n_vision_layer;  /* vision-language models: the tower's layers (vision_config.num_hidden_layers) */
 } cdx_tensor_plan;
 
 /* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required
@@ -183,6 +185,8 @@ typedef struct cdx_batch {
     const int32_t *seq;         /* NULL: all tokens belong to sequence 0 */
     const int64_t *pos;         /* NULL: after the cache's n_past (cdx_forward only) */
     const bool *want_logits;    /* NULL: only token n-1 */
+    const float *const *embd;   /* NULL, or per token NULL or n_embd floats that replace its embedding
+                                   (image features at image-token positions) */
 } cdx_batch;
 
 CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
@@ -190,6 +194,23 @@ CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_
 /* The same over contiguous caches; on success each sequence's n_past advances. */
 CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits,
                         cdx_err *err);
+
+/* ---- the vision tower (vision-language models) ---- */
+
+typedef struct cdx_vision_info {
+    int64_t image_size;       /* tile side in pixels (the tower's image_size) */
+    int64_t tokens_per_tile;  /* image tokens one tile becomes: (image_size / patch / scale_factor)^2 */
+    int64_t n_embd;           /* the text model's hidden size: one feature row per image token */
+    int32_t image_token_id;   /* the <image> token whose positions take the features */
+} cdx_vision_info;
+
+/* Whether m takes images; fills *out when it does (out may be NULL). */
+CDX_API bool cdx_model_vision(const cdx_model *m, cdx_vision_info *out);
+/* The image features of n_tiles tiles of pixels ([n_tiles][3][image_size][image_size], the
+ * processor's pixel_values): out[n_tiles * tokens_per_tile][n_embd], tiles in order. The tower
+ * computes in f32 whatever the weights' type (F32/BF16/F16 products are exact in f32). Runs on
+ * fc's threads and kernels; scratch is allocated per call. CDX_EINVAL when m has no tower. */
+CDX_API int cdx_vision_encode(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles, float *out, cdx_err *err);
 
 /* A SHA-256 fingerprint of what the model computes: its hyperparameters and a sample of every
  * tensor's bytes (first and last 4 KiB). Keys the engine's prefix cache and store. */

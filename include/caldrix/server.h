@@ -50,6 +50,7 @@ typedef struct cdx_server_model {
     int64_t n_vocab;
     int64_t n_ctx;                 /* context per sequence */
     int32_t bos_id;                /* -1: none */
+    const struct cdx_image_proc *image_proc; /* a vision model's processor settings; NULL: no images */
 } cdx_server_model;
 
 /* Binds and starts answering (/health: 503 "loading" until cdx_server_ready). */

@@ -14,6 +14,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "cli_image.h"
+
 static const char k_run_usage[] =
     "usage: caldrix run [MODEL] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
     "\n"
@@ -59,6 +61,10 @@ static const char k_run_usage[] =
     "                         (--json timings: cached_tokens); bad or foreign files are deleted\n"
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
+    "  --image FILE           a PNG or JPEG for a vision model (repeat for more): each <image> in -p marks\n"
+    "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
+    "                         given (already expanded) and the images fill the image-token positions\n"
+    "  --image-opt KEY=JSON   override a preprocessor setting (e.g. do_image_splitting=false)\n"
     "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
     "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"}; reused: prompt tokens\n"
     "                         whose K/V came from the cache, in whole blocks of 16)\n";
@@ -74,6 +80,11 @@ typedef struct {
     cdx_sampler_params sp;
     int32_t *ids;  /* --prompt-ids, parsed */
     size_t n_ids;
+    const char *images[64], *image_opts[64];  /* --image, --image-opt */
+    int n_images, n_image_opts;
+    const cdx_request_image *req_images;      /* the loaded images, for the request */
+    int n_req_images;
+    const cdx_model *m;                       /* for -i's /image */
 } run_opts;
 
 static int parse_ids(const char *s, int32_t **out, size_t *n_out)
@@ -209,6 +220,15 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->chat = true;
         } else if (!strcmp(a, "-i") || !strcmp(a, "--interactive")) {
             o->chat = o->interactive = true;
+        } else if (!strcmp(a, "--image") || !strcmp(a, "--image-opt")) {
+            NEED_VALUE();
+            const bool opt = a[7] == '-';
+            int *n = opt ? &o->n_image_opts : &o->n_images;
+            if (*n == 64) {
+                fprintf(stderr, "caldrix run: more than 64 %s options\n", a);
+                return 2;
+            }
+            (opt ? o->image_opts : o->images)[(*n)++] = v;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -281,6 +301,22 @@ static int chat_tmpl_open(chat_tmpl *c, const char *model, cdx_err *err)
 static json_t *chat_message(const char *role, const char *content)
 {
     return json_pack("{s:s,s:s}", "role", role, "content", content);
+}
+
+/* A vision model's message: content as parts, n_images {"type":"image"} first, then the text (the
+ * form SmolVLM's template iterates; it writes "<image>" for an image part). */
+static json_t *chat_message_parts(const char *role, const char *text, int n_images)
+{
+    json_t *parts = json_array(), *t = json_pack("{s:s,s:s}", "type", "text", "text", text);
+    if (!parts || !t) {
+        json_decref(parts);
+        json_decref(t);
+        return NULL;
+    }
+    for (int i = 0; i < n_images; i++)
+        json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+    json_array_append_new(parts, t);
+    return json_pack("{s:s,s:o}", "role", role, "content", parts);
 }
 
 /* The conversation as transformers' apply_chat_template(add_generation_prompt=True) renders it. */
@@ -431,6 +467,8 @@ static int run_request(cdx_engine *e, const id_list *prompt, int64_t max_tokens,
     r.top_logprobs = st->steps ? (int)o->top_logits : 0;
     r.on_event = on_event;
     r.user = st;
+    r.images = o->req_images;
+    r.n_images = o->n_req_images;
     st->finish = CDX_FINISH_NONE;
     uint64_t id;
     int rc = cdx_engine_submit(e, &r, &id, err);
@@ -493,6 +531,10 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
     char *line = NULL, *rendered = NULL;
     size_t line_cap = 0;
     int rc = CDX_OK, answered = 0;
+    cli_images conv = {0}; /* the conversation's images, in order */
+    int pending = 0;       /* attached to the next message */
+    cdx_image_proc pp;
+    bool have_pp = false;
     struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
@@ -521,13 +563,34 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         if (!strcmp(m, "/clear")) {
             while (json_array_size(msgs) > n_fixed)
                 json_array_remove(msgs, json_array_size(msgs) - 1);
+            cli_images_free(&conv);
+            pending = 0;
             if (tty)
                 fprintf(stderr, "caldrix: the conversation starts over\n");
             continue;
         }
+        if (!strncmp(m, "/image", 6) && (m[6] == ' ' || !m[6])) {
+            const char *path = m + 6;
+            while (*path == ' ')
+                path++;
+            cdx_err ie = {0};
+            if (!*path)
+                fprintf(stderr, "caldrix: /image PATH attaches a PNG or JPEG to the next message\n");
+            else if (!have_pp && cli_image_proc(model, o->m, o->image_opts, o->n_image_opts, &pp, &ie))
+                fprintf(stderr, "caldrix: /image: %s\n", ie.msg);
+            else if ((have_pp = true) && cli_images_add_file(&conv, &pp, path, &ie))
+                fprintf(stderr, "caldrix: /image: %s\n", ie.msg);
+            else {
+                pending++;
+                if (tty)
+                    fprintf(stderr, "caldrix: %s attached to the next message (%lld tiles)\n", path,
+                            (long long)conv.tiles[conv.n - 1].n_tiles);
+            }
+            continue;
+        }
         if (!*m)
             continue;
-        json_t *um = chat_message("user", msg.s);
+        json_t *um = conv.n ? chat_message_parts("user", msg.s, pending) : chat_message("user", msg.s);
         if (!um) {
             fprintf(stderr, "caldrix: the message is not valid UTF-8; it was not sent\n");
             continue;
@@ -535,7 +598,17 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         json_array_append_new(msgs, um);
         free(rendered);
         rendered = NULL;
-        if ((rc = chat_render(ct, msgs, &rendered, err)) || (rc = encode_text(tok, rendered, false, &ids, err)))
+        if ((rc = chat_render(ct, msgs, &rendered, err)))
+            goto done;
+        if (conv.n) { /* every image of the conversation, expanded where the template put it */
+            char *ex = NULL;
+            if ((rc = cli_images_expand(&conv, rendered, &ex, err)))
+                goto done;
+            free(rendered);
+            rendered = ex;
+        }
+        pending = 0;
+        if ((rc = encode_text(tok, rendered, false, &ids, err)))
             goto done;
         if ((int64_t)ids.n >= n_ctx) {
             fprintf(stderr, "caldrix: the conversation is now %zu tokens, more than the context holds (%lld): /clear "
@@ -548,7 +621,10 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         run_state st = { .stream = !o->json };
         g_interrupted = 0;
         g_generating = 1;
-        rc = run_request(e, &ids, max, o, &st, err);
+        run_opts oi = *o;
+        oi.req_images = conv.req;
+        oi.n_req_images = conv.n;
+        rc = run_request(e, &ids, max, &oi, &st, err);
         g_generating = 0;
         if (rc) {
             free(st.out.tokens);
@@ -579,6 +655,7 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
     }
 done:
     sigaction(SIGINT, &old_sa, NULL);
+    cli_images_free(&conv);
     json_decref(msgs);
     free(ids.tokens);
     free(msg.s);
@@ -628,6 +705,9 @@ int cmd_run(int argc, char **argv)
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
     chat_tmpl ct = {0};
+    cdx_image_proc pp;
+    cli_images images = {0};
+    char *expanded = NULL;
     int status = 1;
     double t0 = cdx_time_ms();
     if (!o.seed_set)
@@ -677,6 +757,7 @@ int cmd_run(int argc, char **argv)
     }
     const cdx_hparams *hp = cdx_model_hparams(m);
     const char *notes = cdx_model_notes(m);
+    o.m = m;
     if (*notes && !o.json)
         fprintf(stderr, "caldrix: %s", notes);
     if ((rc = cli_open_tokenizer(o.model, m, &tok, &err))) {
@@ -730,7 +811,8 @@ int cmd_run(int argc, char **argv)
             json_t *msgs = json_array();
             if (o.system)
                 json_array_append_new(msgs, chat_message("system", o.system));
-            json_t *um = chat_message("user", o.prompt);
+            json_t *um = o.n_images && cdx_model_vision(m, NULL) ? chat_message_parts("user", o.prompt, o.n_images)
+                                                                 : chat_message("user", o.prompt);
             if (!um || (o.system && json_array_size(msgs) == 0)) {
                 json_decref(um);
                 json_decref(msgs);
@@ -743,6 +825,41 @@ int cmd_run(int argc, char **argv)
             if (rc) {
                 fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
                 goto done;
+            }
+        }
+    }
+    if (o.n_images || o.n_image_opts) {
+        if (o.interactive) {
+            fprintf(stderr, "caldrix run: in -i, attach images with /image PATH\n");
+            goto done;
+        }
+        if (!o.model) {
+            fprintf(stderr, "caldrix: the bundled model takes no images\n");
+            goto done;
+        }
+        if ((rc = cli_image_proc(o.model, m, o.image_opts, o.n_image_opts, &pp, &err))) {
+            fprintf(stderr, "caldrix: %s\n", err.msg);
+            goto done;
+        }
+        for (int i = 0; i < o.n_images; i++)
+            if ((rc = cli_images_add_file(&images, &pp, o.images[i], &err))) {
+                fprintf(stderr, "caldrix: --image: %s\n", err.msg);
+                goto done;
+            }
+        o.req_images = images.req;
+        o.n_req_images = images.n;
+        if (!prompt.n && (chat_text || o.prompt)) {
+            char *ex = NULL;
+            if ((rc = cli_images_expand(&images, chat_text ? chat_text : o.prompt, &ex, &err))) {
+                fprintf(stderr, "caldrix: %s\n", err.msg);
+                goto done;
+            }
+            if (chat_text) {
+                free(chat_text);
+                chat_text = ex;
+            } else {
+                free(expanded);
+                o.prompt = expanded = ex;
             }
         }
     }
@@ -827,6 +944,13 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "caldrix: cannot build the JSON result\n");
             goto done;
         }
+        if (images.n) { /* the vision tower's share of the prefill */
+            cdx_engine_stats es;
+            cdx_engine_get_stats(eng, &es);
+            json_t *tm = json_object_get(root, "timings");
+            json_object_set_new(tm, "image_tiles", json_integer((json_int_t)es.image_tiles_encoded));
+            json_object_set_new(tm, "image_encode_ms", json_real(es.image_encode_ms));
+        }
         json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
         json_decref(root);
@@ -854,5 +978,7 @@ done:
     free(resolved);
     free(chat_text);
     free(input_text);
+    free(expanded);
+    cli_images_free(&images);
     return status;
 }

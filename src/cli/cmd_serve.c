@@ -1,6 +1,7 @@
 /* caldrix serve: the OpenAI-compatible HTTP server (src/server/) over one model. This file only
  * parses flags, loads the model as `run` does, and waits for a signal. */
 #include "cli.h"
+#include "cli_image.h"
 #include "cli_hub.h"
 
 #include <jansson.h>
@@ -254,6 +255,14 @@ int cmd_serve(int argc, char **argv)
     const cdx_hparams *hp = cdx_model_hparams(m);
     cdx_server_model sm = { .engine = e, .tok = tok, .tmpl = tmpl, .tmpl_tokens = tmpl_tokens, .name = name,
                             .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id };
+    cdx_image_proc pp;
+    if (cdx_model_vision(m, NULL)) { /* image_url parts, with the checkpoint's processor settings */
+        if (cli_image_proc(path, m, NULL, 0, &pp, &err)) {
+            fprintf(stderr, "caldrix serve: %s\n", err.msg);
+            goto done;
+        }
+        sm.image_proc = &pp;
+    }
     if (cdx_server_ready(srv, &sm, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;

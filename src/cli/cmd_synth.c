@@ -323,6 +323,8 @@ static void usage(FILE *f)
                "and a minimal SentencePiece-style vocabulary, for benchmarks. Not a trained model.\n\nshapes:\n");
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         fprintf(f, "  %-13s %s\n", k_shapes[i].name, k_shapes[i].about);
+    fprintf(f, "  %-13s %s\n", "smolvlm-256m", "SmolVLM-256M-Instruct (Idefics3): OUT is a checkpoint folder, BF16, no --type");
+    fprintf(f, "  %-13s %s\n", "smolvlm-tiny", "SmolVLM's vocabulary on a tiny tower and text model (tests), a folder");
     fprintf(f, "\ntypes (llama.cpp's file types; each tensor's type is chosen as llama-quantize does):\n ");
     for (int id = 0; id < 64; id++) {
         const cdx_ftype_info *fi = cdx_ftype_by_id(id);
@@ -370,6 +372,8 @@ int cmd_synth(int argc, char **argv)
             return 2;
         }
     }
+    if (out && shape_name && !strncmp(shape_name, "smolvlm-", 8)) /* a checkpoint folder (cmd_synth_vlm.c) */
+        return synth_vlm(out, shape_name, seed);
     if ((!out && !list) || !shape_name || !type_name) {
         fprintf(stderr, "caldrix synth: OUT.gguf, --shape and --type are required\n");
         usage(stderr);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define KEY_LEN 32
+#define IMAGE_CACHE 8              /* images whose features the engine keeps */
 #define NONE (-1)
 
 typedef struct kv_block {
@@ -59,7 +60,18 @@ typedef struct seq {
     double t_submit, t_first;
     uint64_t order;            /* admission order: the newest is preempted first */
     struct seq *next;          /* the list it is on (inbox, waiting, running) */
+    /* images (vision models): img_row[p] is the feature row of prompt position p, or -1 */
+    int32_t *img_row;
+    struct seq_image *img;
+    int n_img;
 } seq;
+
+typedef struct seq_image {
+    float *pixels;             /* [n_tiles][3][side][side]; freed once encoded */
+    int64_t n_tiles, row0;     /* its first feature row */
+    uint8_t key[KEY_LEN];      /* SHA-256 of the pixel floats */
+    float *feat;               /* [n_tiles · tokens_per_tile][n_embd] once encoded, else NULL */
+} seq_image;
 
 struct cdx_engine {
     const cdx_model *m;
@@ -87,6 +99,15 @@ struct cdx_engine {
     uint64_t next_order;
     /* per-round buffers */
     int32_t *b_tok, *b_seq;
+    const float **b_embd;      /* [budget]: image features replacing a token's embedding, or NULL */
+    cdx_vision_info vis;       /* when the model takes images (has_vision) */
+    bool has_vision;
+    uint64_t t_img_tiles;
+    double t_img_ms;
+    /* the features of recently encoded images by key, so an image whose prompt is cached only in
+     * part (its last rows in a block not yet full) is not encoded again: least recently used out */
+    struct { uint8_t key[KEY_LEN]; float *feat; size_t n; uint64_t used; } icache[IMAGE_CACHE];
+    uint64_t icache_clock;
     int64_t *b_pos;
     bool *b_want;
     seq **b_seqs;              /* [max_batch] the sequences in this round, in cdx_kv_seq order */
@@ -137,6 +158,36 @@ static void block_key(const uint8_t parent[KEY_LEN], const int32_t *toks, uint8_
     }
     unsigned int n = KEY_LEN;
     EVP_Digest(buf, sizeof buf, out, &n, EVP_sha256(), NULL);
+}
+
+/* The key of s's block i: block_key, and when the block holds image tokens, SHA-256 of that key
+ * followed by (position in the block, the image's key, the row within the image) for each of them:
+ * the same tokens with other pixels never share a block. Text blocks keep their plain keys. */
+static void seq_block_key(const seq *s, int64_t i, const uint8_t parent[KEY_LEN], uint8_t out[KEY_LEN])
+{
+    block_key(parent, s->toks + i * CDX_KV_BLOCK, out);
+    if (!s->img_row)
+        return;
+    uint8_t buf[KEY_LEN + CDX_KV_BLOCK * (8 + KEY_LEN)];
+    size_t n = KEY_LEN;
+    memcpy(buf, out, KEY_LEN);
+    for (int64_t j = 0; j < CDX_KV_BLOCK; j++) {
+        const int64_t p = i * CDX_KV_BLOCK + j;
+        const int32_t r = p < s->n_prompt ? s->img_row[p] : -1;
+        if (r < 0)
+            continue;
+        int k = 0;
+        while (k + 1 < s->n_img && s->img[k + 1].row0 <= r)
+            k++;
+        const uint32_t w[2] = { (uint32_t)j, (uint32_t)(r - s->img[k].row0) };
+        memcpy(buf + n, w, 8);
+        memcpy(buf + n + 8, s->img[k].key, KEY_LEN);
+        n += 8 + KEY_LEN;
+    }
+    if (n > KEY_LEN) {
+        unsigned int len = KEY_LEN;
+        EVP_Digest(buf, n, out, &len, EVP_sha256(), NULL);
+    }
 }
 
 static uint64_t key_bucket(const cdx_engine *e, const uint8_t key[KEY_LEN])
@@ -318,6 +369,12 @@ static void seq_free(seq *s)
         free(s->stop[i]);
     free(s->stop);
     free(s->text);
+    for (int i = 0; i < s->n_img; i++) {
+        free(s->img[i].pixels);
+        free(s->img[i].feat);
+    }
+    free(s->img);
+    free(s->img_row);
     free(s);
 }
 
@@ -358,7 +415,7 @@ static void seq_register_blocks(cdx_engine *e, seq *s)
     if (seq_make_keys(s))
         return; /* no memory for keys: the blocks just stay private */
     for (int64_t i = s->n_keys; i < full; i++)
-        block_key(i ? s->keys[i - 1] : e->root_key, s->toks + i * CDX_KV_BLOCK, s->keys[i]);
+        seq_block_key(s, i, i ? s->keys[i - 1] : e->root_key, s->keys[i]);
     if (full > s->n_keys)
         s->n_keys = full;
     for (int64_t i = s->n_registered; i < full; i++) {
@@ -601,11 +658,13 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->b_seq = malloc(B * sizeof *e->b_seq);
     e->b_pos = malloc(B * sizeof *e->b_pos);
     e->b_want = malloc(B * sizeof *e->b_want);
+    e->b_embd = calloc(B, sizeof *e->b_embd);
+    e->has_vision = cdx_model_vision(m, &e->vis);
     e->b_seqs = malloc(S * sizeof *e->b_seqs);
     e->b_kv = malloc(S * sizeof *e->b_kv);
     e->b_logit_seq = malloc(S * sizeof *e->b_logit_seq);
     e->logits = malloc(S * (size_t)hp->n_vocab * sizeof(float));
-    if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want ||
+    if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want || !e->b_embd ||
         !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->logits) {
         cdx_engine_free(e);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
@@ -649,6 +708,9 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_seq);
     free(e->b_pos);
     free(e->b_want);
+    free(e->b_embd);
+    for (int i = 0; i < IMAGE_CACHE; i++)
+        free(e->icache[i].feat);
     free(e->b_seqs);
     free(e->b_kv);
     free(e->b_logit_seq);
@@ -661,6 +723,90 @@ void cdx_engine_free(cdx_engine *e)
 }
 
 /* ---- submit / cancel (any thread) ---- */
+
+/* ---- images ---- */
+
+/* Copies the request's pixels, keys each image by the SHA-256 of its floats, maps prompt
+ * positions to feature rows (counts checked by the caller). */
+static int seq_take_images(cdx_engine *e, seq *s, const cdx_request *r, cdx_err *err)
+{
+    const size_t tile = (size_t)(3 * e->vis.image_size * e->vis.image_size);
+    s->img = calloc((size_t)r->n_images, sizeof *s->img);
+    s->img_row = malloc((size_t)s->n_prompt * sizeof *s->img_row);
+    if (!s->img || !s->img_row)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    int64_t row = 0;
+    for (int i = 0; i < r->n_images; i++) {
+        seq_image *im = &s->img[i];
+        const size_t bytes = (size_t)r->images[i].n_tiles * tile * sizeof(float);
+        s->n_img = i + 1;
+        if (!(im->pixels = malloc(bytes)))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for image %d (%zu MiB of pixels)", i, bytes >> 20);
+        memcpy(im->pixels, r->images[i].pixels, bytes);
+        im->n_tiles = r->images[i].n_tiles;
+        im->row0 = row;
+        row += im->n_tiles * e->vis.tokens_per_tile;
+        unsigned int n = KEY_LEN;
+        EVP_Digest(im->pixels, bytes, im->key, &n, EVP_sha256(), NULL);
+    }
+    int32_t k = 0;
+    for (int64_t p = 0; p < s->n_prompt; p++)
+        s->img_row[p] = s->toks[p] == e->vis.image_token_id ? k++ : -1;
+    return CDX_OK;
+}
+
+/* The features of position p (an image token of the prompt), encoding its image first if needed. */
+static int seq_image_row(cdx_engine *e, seq *s, int64_t p, const float **out, cdx_err *err)
+{
+    *out = NULL;
+    const int32_t r = s->img_row && p < s->n_prompt ? s->img_row[p] : -1;
+    if (r < 0)
+        return CDX_OK;
+    int k = 0;
+    while (k + 1 < s->n_img && s->img[k + 1].row0 <= r)
+        k++;
+    seq_image *im = &s->img[k];
+    if (!im->feat) {
+        const size_t rows = (size_t)(im->n_tiles * e->vis.tokens_per_tile), nf = rows * (size_t)e->vis.n_embd;
+        if (!(im->feat = malloc(nf * sizeof(float))))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for image features");
+        int slot = 0;
+        for (int i = 0; i < IMAGE_CACHE; i++) {
+            if (e->icache[i].feat && e->icache[i].n == nf && !memcmp(e->icache[i].key, im->key, KEY_LEN)) {
+                memcpy(im->feat, e->icache[i].feat, nf * sizeof(float));
+                e->icache[i].used = ++e->icache_clock;
+                free(im->pixels);
+                im->pixels = NULL;
+                *out = im->feat + (size_t)(r - im->row0) * (size_t)e->vis.n_embd;
+                return CDX_OK;
+            }
+            if (e->icache[i].used < e->icache[slot].used)
+                slot = i;
+        }
+        const double t0 = cdx_time_ms();
+        int rc = cdx_vision_encode(e->fc, im->pixels, im->n_tiles, im->feat, err);
+        if (rc) {
+            free(im->feat);
+            im->feat = NULL;
+            return rc;
+        }
+        e->t_img_ms += cdx_time_ms() - t0;
+        e->t_img_tiles += (uint64_t)im->n_tiles;
+        float *keep = malloc(nf * sizeof(float)); /* no memory for the copy: just not kept */
+        if (keep) {
+            memcpy(keep, im->feat, nf * sizeof(float));
+            free(e->icache[slot].feat);
+            memcpy(e->icache[slot].key, im->key, KEY_LEN);
+            e->icache[slot].feat = keep;
+            e->icache[slot].n = nf;
+            e->icache[slot].used = ++e->icache_clock;
+        }
+        free(im->pixels);
+        im->pixels = NULL;
+    }
+    *out = im->feat + (size_t)(r - im->row0) * (size_t)e->vis.n_embd;
+    return CDX_OK;
+}
 
 int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err *err)
 {
@@ -682,6 +828,24 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     for (int i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !*r->stop[i] || strlen(r->stop[i]) > 4096)
             return cdx_err_set(err, CDX_EINVAL, "stop string %d is empty or longer than 4096 bytes", i);
+    /* images: the model takes them, and the prompt has one image token per feature row */
+    int64_t n_img_tok = 0, n_img_rows = 0;
+    if (r->n_images < 0 || r->n_images > 256 || (r->n_images && !r->images))
+        return cdx_err_set(err, CDX_EINVAL, "%d images; expected 0..256", r->n_images);
+    if (r->n_images && !e->has_vision)
+        return cdx_err_set(err, CDX_EINVAL, "the request has %d images; this model takes no images", r->n_images);
+    for (int i = 0; i < r->n_images; i++) {
+        if (!r->images[i].pixels || r->images[i].n_tiles < 1 || r->images[i].n_tiles > 4096)
+            return cdx_err_set(err, CDX_EINVAL, "image %d has %lld tiles; expected 1..4096", i,
+                               (long long)r->images[i].n_tiles);
+        n_img_rows += r->images[i].n_tiles * e->vis.tokens_per_tile;
+    }
+    for (int64_t i = 0; e->has_vision && i < r->n_prompt; i++)
+        n_img_tok += r->prompt[i] == e->vis.image_token_id;
+    if (n_img_tok != n_img_rows)
+        return cdx_err_set(err, CDX_EINVAL, "the prompt has %lld image tokens (id %d); the %d images give %lld feature "
+                           "rows (%lld per tile)", (long long)n_img_tok, e->vis.image_token_id, r->n_images,
+                           (long long)n_img_rows, (long long)e->vis.tokens_per_tile);
     /* can it ever fit? */
     const int64_t n_ctx = e->o.n_ctx;
     if (r->n_prompt >= n_ctx || (r->max_tokens > 0 && r->n_prompt + r->max_tokens > n_ctx))
@@ -723,6 +887,10 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     }
     memcpy(s->toks, r->prompt, (size_t)r->n_prompt * sizeof *s->toks);
     s->n_toks = s->n_prompt = r->n_prompt;
+    if (r->n_images && (rc = seq_take_images(e, s, r, err))) {
+        seq_free(s);
+        return rc;
+    }
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
     s->skip_special = r->skip_special;
@@ -863,7 +1031,7 @@ static bool admit_one(cdx_engine *e)
         const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
         for (int64_t i = 0; i < usable; i++) {
             if (i >= s->n_keys) {
-                block_key(i ? s->keys[i - 1] : e->root_key, s->toks + i * CDX_KV_BLOCK, s->keys[i]);
+                seq_block_key(s, i, i ? s->keys[i - 1] : e->root_key, s->keys[i]);
                 s->n_keys = i + 1;
             }
             int32_t b = table_find(e, s->keys[i]);
@@ -976,6 +1144,8 @@ static void snapshot(cdx_engine *e)
     e->stats.rounds = e->t_rounds;
     e->stats.store_reads = e->t_store_r;
     e->stats.store_writes = e->t_store_w;
+    e->stats.image_tiles_encoded = e->t_img_tiles;
+    e->stats.image_encode_ms = e->t_img_ms;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1022,6 +1192,14 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                                         .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
                                         .type = e->o.kv_type };
             for (int64_t p = s->n_done; p < end; p++) {
+                if (seq_image_row(e, s, p, &e->b_embd[n], err)) {
+                    /* the image cannot be encoded: this request ends, the batch is built again */
+                    list_remove(&e->running, s);
+                    e->n_running--;
+                    seq_finish(e, s, CDX_FINISH_ERROR, err ? err->msg : "the image could not be encoded");
+                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1;
+                    goto rebuild;
+                }
                 e->b_tok[n] = s->toks[p];
                 e->b_seq[n] = si;
                 e->b_pos[n] = p;
@@ -1033,10 +1211,12 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             budget -= end - s->n_done;
             s = next;
         }
+    rebuild:;
     }
     int rc = CDX_OK;
     if (n > 0) {
-        cdx_batch b = { .n = n, .tokens = e->b_tok, .seq = e->b_seq, .pos = e->b_pos, .want_logits = e->b_want };
+        cdx_batch b = { .n = n, .tokens = e->b_tok, .seq = e->b_seq, .pos = e->b_pos, .want_logits = e->b_want,
+                        .embd = e->has_vision ? e->b_embd : NULL };
         rc = cdx_forward_seqs(e->fc, e->b_kv, n_seq, &b, e->logits, err);
         e->t_rounds++;
         if (rc) {

@@ -54,6 +54,9 @@ static const arch_row k_arch[CDX_HF_ARCH_COUNT] = {
                          8, 2, 0, 0, true },
     [CDX_HF_QWEN2_MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN2_MOE, -1, -1, 1,
                            B_QKV_KEY, false, 60, 4, 1408, 5632, false },
+    /* the text model is a LlamaConfig (text_config); read_vision reads the rest */
+    [CDX_HF_IDEFICS3] = { "Idefics3ForConditionalGeneration", "idefics3", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, 1, 2, 0,
+                          B_ATTN, true },
 };
 
 const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_arch[a].arch : NULL; }
@@ -450,6 +453,51 @@ static int read_moe(ctx *c, cdx_hf_config *cfg, const arch_row *row)
     return CDX_OK;
 }
 
+/* Idefics3: vision_config (Idefics3VisionConfig defaults) and the top-level connector keys. */
+static int read_vision(ctx *top, cdx_hf_config *cfg)
+{
+    cdx_hf_vision *v = &cfg->vision;
+    *v = (cdx_hf_vision){ .present = true, .hidden_size = 1152, .intermediate_size = 3072, .n_layers = 12,
+                          .n_heads = 16, .n_channels = 3, .image_size = 224, .patch_size = 32, .layer_norm_eps = 1e-6,
+                          .scale_factor = 2, .image_token_id = 128257 };
+    int rc;
+    if ((rc = get_int(top, "scale_factor", 1, 64, &v->scale_factor, NULL)) ||
+        (rc = get_int(top, "image_token_id", 0, INT32_MAX, &v->image_token_id, NULL)))
+        return rc;
+    json_t *vc = field(top->root, "vision_config");
+    if (!vc)
+        return cdx_err_set(top->err, CDX_EFORMAT, "%s: vision_config is missing; %s needs it", top->name, cfg->architecture);
+    if (!json_is_object(vc))
+        return type_err(top, "vision_config", vc, "an object");
+    char name[300];
+    snprintf(name, sizeof name, "%s: vision_config", top->name);
+    ctx c = { vc, name, top->err };
+    if ((rc = get_int(&c, "hidden_size", 1, (int64_t)1 << 16, &v->hidden_size, NULL)) ||
+        (rc = get_int(&c, "intermediate_size", 1, (int64_t)1 << 20, &v->intermediate_size, NULL)) ||
+        (rc = get_int(&c, "num_hidden_layers", 1, 256, &v->n_layers, NULL)) ||
+        (rc = get_int(&c, "num_attention_heads", 1, 1024, &v->n_heads, NULL)) ||
+        (rc = get_int(&c, "num_channels", 3, 3, &v->n_channels, NULL)) ||
+        (rc = get_int(&c, "image_size", 1, 4096, &v->image_size, NULL)) ||
+        (rc = get_int(&c, "patch_size", 1, 1024, &v->patch_size, NULL)) ||
+        (rc = get_num_in(&c, vc, "layer_norm_eps", "layer_norm_eps", 0, 1, &v->layer_norm_eps, NULL)))
+        return rc;
+    const char *act = NULL;
+    if ((rc = get_str(&c, vc, "hidden_act", "hidden_act", &act)))
+        return rc;
+    if (act && strcmp(act, "gelu_pytorch_tanh"))
+        return cdx_err_set(top->err, CDX_EUNSUPPORTED, "%s: hidden_act is \"%.40s\"; caldrix runs the vision tower with "
+                           "\"gelu_pytorch_tanh\"", name, act);
+    if (v->hidden_size % v->n_heads)
+        return cdx_err_set(top->err, CDX_ERANGE, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", name,
+                           (long long)v->hidden_size, (long long)v->n_heads);
+    const int64_t side = v->image_size / v->patch_size;
+    if (v->image_size % v->patch_size || side % v->scale_factor)
+        return cdx_err_set(top->err, CDX_ERANGE, "%s: image_size %lld / patch_size %lld = %lld patches per side; it must "
+                           "be whole and a multiple of scale_factor %lld", name, (long long)v->image_size,
+                           (long long)v->patch_size, (long long)side, (long long)v->scale_factor);
+    return CDX_OK;
+}
+
 int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_config *cfg, cdx_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -469,6 +517,26 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if ((rc = find_arch(&c, cfg)))
         goto out;
     const arch_row *row = &k_arch[cfg->arch];
+    char text_name[300];
+    if (cfg->arch == CDX_HF_IDEFICS3) {
+        /* the text model's fields come from text_config; the tie of the head is the top level's */
+        json_t *tc = field(root, "text_config");
+        if (!tc || !json_is_object(tc)) {
+            rc = tc ? type_err(&c, "text_config", tc, "an object")
+                    : cdx_err_set(err, CDX_EFORMAT, "%s: text_config is missing; %s needs it", name, cfg->architecture);
+            goto out;
+        }
+        if ((rc = read_vision(&c, cfg)) || (rc = get_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)))
+            goto out;
+        const bool tied = cfg->tie_word_embeddings;
+        snprintf(text_name, sizeof text_name, "%s: text_config", name);
+        c.root = tc;
+        c.name = text_name;
+        name = text_name;
+        json_t *tt = field(tc, "tie_word_embeddings");
+        if (!tt)
+            json_object_set_new(tc, "tie_word_embeddings", json_boolean(tied));
+    }
 
     if ((rc = req_int(&c, "hidden_size", 1, (int64_t)1 << 20, &cfg->hidden_size)) ||
         (rc = req_int(&c, "intermediate_size", 1, (int64_t)1 << 22, &cfg->intermediate_size)) ||

@@ -389,6 +389,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = out->n_layer, .n_expert = out->n_expert,
                                  .sparse = sparse, .qkv_bias = json_is_boolean(qb) ? json_is_true(qb) : -1,
                                  .untied = !tied };
+        json_t *vl = json_object_get(json_object_get(root, "vision_config"), "num_hidden_layers");
+        plan.n_vision_layer = json_is_integer(vl) ? json_integer_value(vl) : 12; /* Idefics3VisionConfig's default */
         names_ctx x = { .keep = true };
         check_required(out, &plan, st_has, st, &x);
         free(sparse);

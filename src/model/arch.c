@@ -1,6 +1,7 @@
 /* The architecture table: one row per family. Loading, --help and docs read it. */
 #include "arch.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const arch_desc k_archs[CDX_ARCH_COUNT] = {
@@ -12,6 +13,9 @@ static const arch_desc k_archs[CDX_ARCH_COUNT] = {
     [CDX_ARCH_QWEN2_MOE] = { CDX_ARCH_QWEN2_MOE, "qwen2moe", CDX_ROPE_HALVES,   true,  false, true,  true,  false, "qwen2_moe" },
     /* GGUF files of Mixtral say "llama" and carry llama.expert_count (load_gguf switches to this row) */
     [CDX_ARCH_MIXTRAL]   = { CDX_ARCH_MIXTRAL,   NULL,       CDX_ROPE_ADJACENT, false, false, true,  false, true , "mixtral" },
+    /* a Llama text model under model.text_model.*, plus the vision tower and connector (vision.c) */
+    [CDX_ARCH_IDEFICS3]  = { CDX_ARCH_IDEFICS3,  NULL,       CDX_ROPE_HALVES,   false, false, false, false, false, "idefics3",
+                             .hf_text_prefix = "model.text_model.", .vision = true },
 };
 
 /* config.json architectures → families (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
@@ -19,8 +23,18 @@ static const cdx_arch k_from_hf[CDX_HF_ARCH_COUNT] = {
     [CDX_HF_LLAMA] = CDX_ARCH_LLAMA,         [CDX_HF_MISTRAL] = CDX_ARCH_LLAMA,
     [CDX_HF_QWEN2] = CDX_ARCH_QWEN2,         [CDX_HF_QWEN3] = CDX_ARCH_QWEN3,
     [CDX_HF_QWEN3_MOE] = CDX_ARCH_QWEN3_MOE, [CDX_HF_MIXTRAL] = CDX_ARCH_MIXTRAL,
-    [CDX_HF_QWEN2_MOE] = CDX_ARCH_QWEN2_MOE,
+    [CDX_HF_QWEN2_MOE] = CDX_ARCH_QWEN2_MOE, [CDX_HF_IDEFICS3] = CDX_ARCH_IDEFICS3,
 };
+
+void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap)
+{
+    char tmp[256];
+    if (d && d->hf_text_prefix && !strncmp(fmt, "model.", 6))
+        snprintf(tmp, sizeof tmp, "%s%s", d->hf_text_prefix, fmt + 6);
+    else
+        snprintf(tmp, sizeof tmp, "%s", fmt);
+    snprintf(out, cap, tmp, layer, expert);
+}
 
 const arch_desc *arch_get(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? &k_archs[a] : NULL; }
 

@@ -17,6 +17,9 @@ typedef struct arch_desc {
     bool shared_expert;         /* Qwen2-MoE: plus one always-on expert scaled by sigmoid(its gate) */
     bool norm_topk;             /* GGUF default for renormalising the top-k weights (HF: config.json) */
     const char *family;         /* transformers' model_type of the family ("qwen3_moe"): what inspect reports */
+    const char *hf_text_prefix; /* HF tensor names of the text model start with this in place of "model."
+                                   (Idefics3: "model.text_model."); NULL: "model." */
+    bool vision;                /* a vision tower + connector beside the text model (vision.c) */
 } arch_desc;
 
 const arch_desc *arch_by_gguf(const char *name, size_t len);
@@ -81,7 +84,19 @@ struct cdx_model {
     void **bf16_bufs;                   /* [n_bf16_bufs]: owned bf16 copies of F32/F16 matrices (--dtype bf16) */
     bool file_mapped;                   /* the weights are a read-only file mapping (cdx_model_open) */
     size_t n_bf16_bufs;
+    struct vision_model *vision;        /* the vision tower (arch_desc.vision), or NULL */
 };
+
+/* ---- the vision tower (vision.c) ---- */
+
+/* Binds the tower's and connector's tensors from a checkpoint (marking used[i] for each tensor i of
+ * st it takes) into m->vision; every name, shape and type is checked. */
+int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *st, bool *used, cdx_err *err);
+void vision_free(struct vision_model *v);
+void vision_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
+const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc);
+/* HF name of role fmt ("model.layers.%d...") for this architecture: the text prefix applied. */
+void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap);
 
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and
  * copies the other matrices onto huge pages (unless CALDRIX_MMAP=1: they are read in place). */

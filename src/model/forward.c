@@ -90,6 +90,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
 
 cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc) { return fc->pool; }
 const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc) { return fc->k; }
+const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc) { return fc->m; }
 
 int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k,
                            cdx_forward_ctx **out, cdx_err *err)
@@ -343,8 +344,12 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
                             seqs, n_seq, b, logits, err);
     const cdx_kernels *K = fc->k;
     cdx_pool *pool = fc->pool;
-    for (int64_t i = 0; i < n; i++)
-        embed_row(&m->tok_embd, b->tokens[i], fc->x + i * E);
+    for (int64_t i = 0; i < n; i++) {
+        if (b->embd && b->embd[i]) /* image features at an image token (Idefics3's inputs_merger) */
+            memcpy(fc->x + i * E, b->embd[i], (size_t)E * sizeof(float));
+        else
+            embed_row(&m->tok_embd, b->tokens[i], fc->x + i * E);
+    }
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd),
                               .kv_type = seqs[0].type };

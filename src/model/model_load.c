@@ -155,8 +155,11 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
         *present = false;
     if (!fmt)
         return CDX_OK;
-    char name[128];
-    snprintf(name, sizeof name, fmt, layer);
+    char name[160];
+    if (b->gguf)
+        snprintf(name, sizeof name, fmt, layer);
+    else
+        arch_hf_name(b->m->desc, fmt, layer, 0, name, sizeof name);
     int64_t idx = -1;
     const src_tensor *t = find_tensor(b, name, &idx);
     if (!t) {
@@ -344,13 +347,17 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
     if (!d)
         return;
     char name[192];
+    if (d->vision && !p->gguf)
+        vision_tensor_names(p->n_vision_layer, fn, ctx);
     for (int r = 0; r < ROLE_COUNT; r++) {
         const struct role_desc *rd = &k_roles[r];
         const char *fmt = p->gguf ? rd->gguf : rd->hf;
         if (!fmt || rd->per_layer)
             continue;
         bool req = rd->need == NEED_ALWAYS || (r == ROLE_OUTPUT && p->untied && !p->gguf);
-        fn(ctx, fmt, req);
+        if (!p->gguf)
+            arch_hf_name(d, fmt, 0, 0, name, sizeof name);
+        fn(ctx, p->gguf ? fmt : name, req);
     }
     for (int64_t l = 0; l < p->n_layer; l++) {
         const bool sparse = p->sparse && p->sparse[l] && p->n_expert > 0;
@@ -362,7 +369,10 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
             const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
             if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
                 continue;
-            snprintf(name, sizeof name, fmt, (int)l);
+            if (p->gguf)
+                snprintf(name, sizeof name, fmt, (int)l);
+            else
+                arch_hf_name(d, fmt, (int)l, 0, name, sizeof name);
             fn(ctx, name, rd->need != NEED_OPTIONAL);
         }
         for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
@@ -733,7 +743,7 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     const arch_desc *d = arch_by_hf(cfg->arch);
     m->desc = d;
     hp->arch = d->arch;
-    hp->arch_name = d->gguf_name ? d->gguf_name : "mixtral";
+    hp->arch_name = d->gguf_name ? d->gguf_name : d->family;
     hp->n_embd = cfg->hidden_size;
     hp->n_layer = cfg->n_layers;
     hp->n_head = cfg->n_heads;
@@ -796,12 +806,14 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     }
     for (int64_t i = 0; i < b.n && !rc; i++) {
         const cdx_st_tensor *t = &m->st->tensors[i];
-        if (t->n_dims < 1 || t->n_dims > 2)
+        if ((t->n_dims < 1 || t->n_dims > 2) && !(d->vision && !strncmp(t->name, "model.vision_model.", 19)))
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
                              dir, t->name, t->n_dims);
         b.tensors[i] = (src_tensor){ t->name, t->type, (int)t->n_dims, t->n_dims == 2 ? (int64_t)t->shape[0] : 1,
                                      (int64_t)t->shape[t->n_dims ? t->n_dims - 1 : 0], 1, t->data, t->n_bytes };
     }
+    if (!rc && d->vision)
+        rc = vision_bind(m, cfg, m->st, b.used, err);
     if (!rc)
         rc = bind_all(&b, cfg->rope_type == CDX_HF_ROPE_LLAMA3 ? cfg : NULL, err);
     free(b.tensors);
@@ -958,6 +970,7 @@ void cdx_model_close(cdx_model *m)
     free(m->mats);
     free(m->out_norm);
     free(m->inv_freq);
+    vision_free(m->vision);
     cdx_gguf_close(m->gguf);
     cdx_st_close(m->st);
     free(m);

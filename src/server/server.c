@@ -686,9 +686,51 @@ static enum MHD_Result route_detokenize(sv_conn *k, struct MHD_Connection *c, sv
     return reply_json(k, c, 200, j);
 }
 
+/* The images of a request decoded and preprocessed (on the connection's thread; the engine encodes them). */
+static int prepare_images(cdx_server *s, sv_params *p, sv_error *e)
+{
+    if (!p->n_img)
+        return 0;
+    p->tiles = calloc((size_t)p->n_img, sizeof *p->tiles);
+    p->req_img = calloc((size_t)p->n_img, sizeof *p->req_img);
+    if (!p->tiles || !p->req_img)
+        return sv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    cdx_image_proc pp = *s->m.image_proc;
+    const char *key;
+    json_t *val;
+    json_object_foreach(p->image_opts, key, val) {
+        cdx_err err = {0};
+        char param[96], *txt = json_dumps(val, JSON_ENCODE_ANY);
+        snprintf(param, sizeof param, "image_opts.%.60s", key);
+        int rc = txt ? cdx_image_proc_set(&pp, key, txt, &err) : CDX_ENOMEM;
+        free(txt);
+        if (!rc && (pp.max_image_size != s->m.image_proc->max_image_size ||
+                    pp.image_seq_len != s->m.image_proc->image_seq_len))
+            rc = cdx_err_set(&err, CDX_EINVAL, "%s: the vision tower takes tiles of %lld pixels and %lld tokens", key,
+                             (long long)s->m.image_proc->max_image_size, (long long)s->m.image_proc->image_seq_len);
+        if (rc)
+            return sv_fail(e, 400, "invalid_request_error", "invalid_value", param, "%s: %s", param, err.msg);
+    }
+    for (int i = 0; i < p->n_img; i++) {
+        cdx_err err = {0};
+        cdx_image im;
+        int rc = cdx_image_decode(p->img[i], p->img_len[i], p->img_param[i], &im, &err);
+        if (!rc)
+            rc = cdx_image_preprocess(&pp, &im, &p->tiles[i], &err);
+        cdx_image_free(&im);
+        if (rc)
+            return sv_fail(e, rc == CDX_ENOMEM ? 500 : 400, rc == CDX_ENOMEM ? "server_error" : "invalid_request_error",
+                           "invalid_image", p->img_param[i], "%s", err.msg);
+        p->req_img[i] = (cdx_request_image){ .pixels = p->tiles[i].pixels, .n_tiles = p->tiles[i].n_tiles };
+    }
+    return 0;
+}
+
 /* The prompt of a chat or completion request as token ids (into p->ids). */
 static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
 {
+    if (prepare_images(s, p, e))
+        return -1;
     if (p->kind == SV_CHAT) {
         cdx_err err = {0};
         char *text = NULL;
@@ -697,6 +739,15 @@ static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
         if (cdx_chat_render(t, p->messages, p->add_generation_prompt, s->m.tmpl_tokens, p->extra, &text, &len, &err))
             return sv_fail(e, 400, "invalid_request_error", "template_error", "messages",
                            "the chat template refused the messages: %s", err.msg);
+        if (p->n_img) { /* the processor's expansion of each <image> the parts left in the text */
+            char *ex = NULL;
+            const int rc = cdx_idefics3_expand(text, p->tiles, p->n_img, s->m.image_proc->image_seq_len, &ex, &err);
+            free(text);
+            if (rc)
+                return sv_fail(e, 400, "invalid_request_error", "invalid_value", "messages", "%s", err.msg);
+            text = ex;
+            len = strlen(ex);
+        }
         /* a rendered template carries its own special tokens; ChatML on a model without a template
          * gets what the tokenizer adds by itself (BOS) */
         int rc = encode(s, text, len, s->m.tmpl == NULL, &p->ids, &p->n_ids, e, "messages");
@@ -751,6 +802,8 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.skip_special = true;
     rq.on_event = on_event;
     rq.user = j;
+    rq.images = j->p.req_img;
+    rq.n_images = j->p.n_img;
     k->job = j;
     cdx_err err = {0};
     int rc = cdx_engine_submit(s->m.engine, &rq, &j->id, &err);
@@ -829,7 +882,7 @@ static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char
     }
     static const sv_kind kinds[] = { [SV_R_CHAT] = SV_CHAT, [SV_R_COMPLETIONS] = SV_COMPLETION,
                                      [SV_R_TOKENIZE] = SV_TOKENIZE, [SV_R_DETOKENIZE] = SV_DETOKENIZE };
-    sv_limits lim = { .n_vocab = s->m.n_vocab, .has_tok = s->m.tok != NULL };
+    sv_limits lim = { .n_vocab = s->m.n_vocab, .has_tok = s->m.tok != NULL, .images = s->m.image_proc != NULL };
     sv_params p;
     enum MHD_Result ret;
     if (sv_parse(k->body ? k->body : "", k->n, kinds[k->route], &lim, &p, &e))

@@ -36,7 +36,10 @@ typedef enum { SV_CHAT, SV_COMPLETION, SV_TOKENIZE, SV_DETOKENIZE } sv_kind;
 typedef struct sv_limits {
     int64_t n_vocab;
     bool has_tok;
+    bool images;             /* the model takes images (image_url parts) */
 } sv_limits;
+
+#define SV_MAX_IMAGES 16
 
 /* A parsed, validated request. Strings and JSON point into root (owned here). */
 typedef struct sv_params {
@@ -64,6 +67,15 @@ typedef struct sv_params {
     int top_logprobs;
     bool stream, include_usage, ignore_eos;
     bool return_tokens;      /* caldrix's extension: choices[0].tokens holds the generated ids */
+    /* images: the decoded bytes of each image_url data: URL, in order (chat: where the part was,
+     * the joined content holds "<image>"; completions: caldrix's "images" list, prompt as ids) */
+    uint8_t *img[SV_MAX_IMAGES];
+    size_t img_len[SV_MAX_IMAGES];
+    char img_param[SV_MAX_IMAGES][128];
+    int n_img;
+    json_t *image_opts;      /* caldrix's extension: processor settings for this request's images (in root) */
+    struct cdx_image_tiles *tiles;          /* [n_img], made by the server before submit */
+    struct cdx_request_image *req_img;      /* [n_img] */
 } sv_params;
 
 /* ---- tool calls (sv_tools.c) ---- */

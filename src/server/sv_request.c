@@ -183,10 +183,108 @@ static int get_ids(json_t *arr, const char *key, const sv_limits *lim, sv_params
 
 /* ---- the routes' bodies ---- */
 
-/* messages: a non-empty array of {role, content}; content as a string or text parts (joined), or,
- * in an assistant turn, null or absent. The template gets a copy with the parts joined and
- * everything else as sent. */
-static int parse_messages(json_t *root, sv_params *p, sv_error *e)
+/* ---- images: data: URLs only (the server never fetches a URL a caller names) ---- */
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+/* Strict base64 (RFC 4648, padding optional at the end). NULL on a bad character. */
+static uint8_t *b64_decode(const char *s, size_t n, size_t *out_n)
+{
+    while (n && s[n - 1] == '=')
+        n--;
+    if (n % 4 == 1)
+        return NULL;
+    uint8_t *o = malloc(n / 4 * 3 + 3), *w = o;
+    if (!o)
+        return NULL;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int v = b64_value((unsigned char)s[i]);
+        if (v < 0) {
+            free(o);
+            return NULL;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            *w++ = (uint8_t)(acc >> bits);
+        }
+    }
+    *out_n = (size_t)(w - o);
+    return o;
+}
+
+/* {"type":"image_url","image_url":{"url":"data:image/png;base64,..."}} (or "image_url": "data:...") */
+static int parse_image_part(json_t *part, const char *param, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    char f[128];
+    if (!lim->images)
+        return BAD("invalid_value", param, "%s is an image; this model takes no images", param);
+    if (p->n_img == SV_MAX_IMAGES)
+        return BAD("invalid_value", param, "%s: more than %d images in one request", param, SV_MAX_IMAGES);
+    json_t *iu = json_object_get(part, "image_url");
+    json_t *url = json_is_object(iu) ? json_object_get(iu, "url") : iu;
+    snprintf(f, sizeof f, "%s.image_url%s", param, json_is_object(iu) ? ".url" : "");
+    if (!json_is_string(url))
+        return BAD(url ? "invalid_type" : "missing_required_parameter", f, "%s must be a data: URL string", f);
+    const char *u = json_string_value(url);
+    static const char *const k_prefix[] = { "data:image/png;base64,", "data:image/jpeg;base64,", "data:image/jpg;base64," };
+    size_t pre = 0;
+    for (size_t i = 0; i < sizeof k_prefix / sizeof k_prefix[0] && !pre; i++)
+        if (!strncmp(u, k_prefix[i], strlen(k_prefix[i])))
+            pre = strlen(k_prefix[i]);
+    if (!pre)
+        return BAD("invalid_value", f, "%s must be a data: URL of a base64 PNG or JPEG (data:image/png;base64,...); "
+                   "the server fetches no URL (got \"%.40s%s\")", f, u, strlen(u) > 40 ? "..." : "");
+    size_t n = 0;
+    uint8_t *d = b64_decode(u + pre, json_string_length(url) - pre, &n);
+    if (!d)
+        return BAD("invalid_value", f, "%s: the data is not valid base64", f);
+    p->img[p->n_img] = d;
+    p->img_len[p->n_img] = n;
+    snprintf(p->img_param[p->n_img], sizeof p->img_param[0], "%s", f);
+    p->n_img++;
+    return 0;
+}
+
+/* completions: caldrix's "images" list of image_url parts; the prompt ids must hold the image tokens */
+static int parse_images_field(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    json_t *v = json_object_get(root, "images");
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v))
+        return BAD("invalid_type", "images", "images must be an array of image_url parts, not %s", type_name(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char param[96];
+        snprintf(param, sizeof param, "images[%zu]", i);
+        json_t *part = json_array_get(v, i);
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_object(part) || !type || strcmp(type, "image_url"))
+            return BAD("invalid_value", param, "%s must be {\"type\":\"image_url\",\"image_url\":{\"url\":...}}", param);
+        if (parse_image_part(part, param, lim, p, e))
+            return -1;
+    }
+    if (p->n_img && !p->ids)
+        return BAD("invalid_value", "images", "images go with a prompt of token ids (already expanded); with text, "
+                   "use /v1/chat/completions and image_url parts");
+    return 0;
+}
+
+/* messages: a non-empty array of {role, content}; content as a string or parts (text joined,
+ * images for a vision model), or, in an assistant turn, null or absent. The template gets a copy
+ * with the parts joined and everything else as sent. */
+static int parse_messages(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
 {
     json_t *msgs = json_object_get(root, "messages");
     if (!msgs || json_is_null(msgs))
@@ -232,6 +330,13 @@ static int parse_messages(json_t *root, sv_params *p, sv_error *e)
             json_t *part = json_array_get(c, j);
             const char *type = json_string_value(json_object_get(part, "type"));
             json_t *text = json_object_get(part, "text");
+            if (json_is_object(part) && type && !strcmp(type, "image_url")) {
+                snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
+                if (parse_image_part(part, param, lim, p, e))
+                    return -1;
+                len += strlen(CDX_IDEFICS3_IMAGE);
+                continue;
+            }
             if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text)) {
                 snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
                 return BAD("invalid_value", param, "%s must be a text part {\"type\":\"text\",\"text\":...}%s%s%s",
@@ -244,11 +349,31 @@ static int parse_messages(json_t *root, sv_params *p, sv_error *e)
         if (!joined)
             return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
         for (size_t j = 0; j < json_array_size(c); j++) {
-            json_t *text = json_object_get(json_array_get(c, j), "text");
+            json_t *part = json_array_get(c, j);
+            if (!strcmp(json_string_value(json_object_get(part, "type")), "image_url")) {
+                /* the processor's marker: expanded after the template renders */
+                memcpy(w, CDX_IDEFICS3_IMAGE, strlen(CDX_IDEFICS3_IMAGE));
+                w += strlen(CDX_IDEFICS3_IMAGE);
+                continue;
+            }
+            json_t *text = json_object_get(part, "text");
             memcpy(w, json_string_value(text), json_string_length(text));
             w += json_string_length(text);
         }
-        json_object_set_new(copy, "content", json_stringn(joined, len));
+        if (lim->images) {
+            /* a vision model's template iterates the parts (SmolVLM's writes "<image>" for an image
+             * part): text parts as sent, each image_url part as {"type":"image"} */
+            json_t *parts = json_array();
+            for (size_t j = 0; parts && j < json_array_size(c); j++) {
+                json_t *part = json_array_get(c, j);
+                if (!strcmp(json_string_value(json_object_get(part, "type")), "image_url"))
+                    json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+                else
+                    json_array_append(parts, part);
+            }
+            json_object_set_new(copy, "content", parts ? parts : json_stringn(joined, len));
+        } else
+            json_object_set_new(copy, "content", json_stringn(joined, len));
         free(joined);
     }
     json_t *tools = field(root, "tools");
@@ -536,11 +661,11 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
     json_t *root = p->root;
     switch (kind) {
     case SV_CHAT:
-        if (parse_messages(root, p, e))
+        if (parse_messages(root, lim, p, e))
             return -1;
         break;
     case SV_COMPLETION:
-        if (parse_prompt(root, lim, p, e))
+        if (parse_prompt(root, lim, p, e) || parse_images_field(root, lim, p, e))
             return -1;
         break;
     case SV_TOKENIZE: {
@@ -568,6 +693,12 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
     }
     if (parse_generation(root, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
         return -1;
+    p->image_opts = field(root, "image_opts");
+    if (p->image_opts && !json_is_object(p->image_opts))
+        return BAD("invalid_type", "image_opts", "image_opts must be an object of processor settings, not %s",
+                   type_name(p->image_opts));
+    if (p->image_opts && !p->n_img)
+        return BAD("invalid_value", "image_opts", "image_opts is given but the request has no images");
     if (!lim->has_tok && (kind == SV_CHAT || p->n_stop))
         return BAD("invalid_value", kind == SV_CHAT ? "messages" : "stop", "this model has no tokenizer: %s",
                    kind == SV_CHAT ? "chat needs one" : "stop strings need one");
@@ -581,6 +712,13 @@ void sv_params_free(sv_params *p)
     json_decref(p->root);
     free(p->ids);
     free(p->bias);
+    for (int i = 0; i < p->n_img; i++) {
+        free(p->img[i]);
+        if (p->tiles)
+            cdx_image_tiles_free(&p->tiles[i]);
+    }
+    free(p->tiles);
+    free(p->req_img);
     *p = (sv_params){0};
 }
 

@@ -285,7 +285,8 @@ import json, sys
 text = json.load(open(sys.argv[1]))
 text.pop("architectures", None)
 print(json.dumps({"architectures": ["Idefics3ForConditionalGeneration"], "model_type": "idefics3",
-                  "text_config": text, "vision_config": {"hidden_size": 32}, "scale_factor": 4}))
+                  "text_config": text, "vision_config": {"hidden_size": 32, "image_size": 64, "patch_size": 16},
+                  "scale_factor": 4}))
 PY
 echo '{"do_resize": true, "size": {"longest_edge": 512}}' > "$F/preprocessor_config.json"
 echo '{"image_seq_len": 64}' > "$F/processor_config.json"

@@ -1,10 +1,7 @@
 /* One verdict per model: for every fixture in ../shared/fixtures/hf (and its GGUF twins in hf-gguf),
  * the import rules run before a download (cdx_hub_check_config on config.json alone), `caldrix
  * inspect` (cdx_hub_inspect_path: headers only, exit 1 on a refusal) and the loader that `run`
- * uses (cdx_model_open) must all accept it or all refuse it. One named exception: the import
- * accepts Idefics3 ahead of the loader (seed 000; issue 19 runs it), so `caldrix pull` fetches a
- * SmolVLM checkpoint that this build cannot run yet; when the loader runs it, the exception goes.
- * And where both read config.json, the import rules see the dimensions the loader sees (the same
+ * uses (cdx_model_open) must all accept it or all refuse it, Idefics3 (SmolVLM) included. And where both read config.json, the import rules see the dimensions the loader sees (the same
  * reader, the same transformers defaults for absent keys). */
 #include "caldrix.h"
 #include "test.h"
@@ -15,7 +12,6 @@
 static const char *g_path;
 
 /* inspect's verdict, as cmd_inspect decides its exit status */
-static const char *const k_import_ahead[] = { "idefics3" };
 
 static bool inspect_accepts(const char *path, char *why, size_t cap)
 {
@@ -76,20 +72,10 @@ static void one_verdict(void)
     struct stat st;
     REQUIRE(stat(g_path, &st) == 0);
     const bool dir = S_ISDIR(st.st_mode);
-    bool ahead = false;
-    for (size_t i = 0; i < sizeof k_import_ahead / sizeof k_import_ahead[0]; i++)
-        ahead |= dir && !strcmp(strrchr(g_path, '/') + 1, k_import_ahead[i]);
     w_rules[0] = w_insp[0] = w_load[0] = 0;
     bool rules = dir ? rules_accept(g_path, w_rules, sizeof w_rules) : true;
     bool insp = inspect_accepts(g_path, w_insp, sizeof w_insp);
     bool load = loader_accepts(g_path, w_load, sizeof w_load);
-    if (ahead) { /* see the head of the file */
-        CHECKF(rules && !insp && !load, "%s: expected the import to accept it ahead of the loader (%s / %s / %s)",
-               g_path, w_rules, w_insp, w_load);
-        printf("  %s: accepted by the import ahead of the loader (issue 19); inspect and the loader refuse: %s\n",
-               g_path, w_load);
-        return;
-    }
     CHECKF(insp == load && (!dir || rules == load),
            "%s: %s\n      import rules: %s %s\n      inspect:      %s %s\n      loader:       %s %s", g_path,
            "the verdicts differ", dir ? (rules ? "accept" : "refuse") : "n/a", w_rules, insp ? "accept" : "refuse",
