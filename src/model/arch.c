@@ -12,6 +12,7 @@ static const arch_desc k_archs[CDX_ARCH_COUNT] = {
     [CDX_ARCH_QWEN2_MOE] = { CDX_ARCH_QWEN2_MOE, "qwen2moe", CDX_ROPE_HALVES,   true,  false, true,  true,  false, "qwen2_moe" },
     /* GGUF files of Mixtral say "llama" and carry llama.expert_count (load_gguf switches to this row) */
     [CDX_ARCH_MIXTRAL]   = { CDX_ARCH_MIXTRAL,   NULL,       CDX_ROPE_ADJACENT, false, false, true,  false, true , "mixtral" },
+    [CDX_ARCH_QWEN3_5]   = { CDX_ARCH_QWEN3_5,   "qwen35",   CDX_ROPE_HALVES,   false, true,  false, false, false, "qwen3_5", true },
 };
 
 /* config.json architectures → families (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
@@ -19,7 +20,8 @@ static const cdx_arch k_from_hf[CDX_HF_ARCH_COUNT] = {
     [CDX_HF_LLAMA] = CDX_ARCH_LLAMA,         [CDX_HF_MISTRAL] = CDX_ARCH_LLAMA,
     [CDX_HF_QWEN2] = CDX_ARCH_QWEN2,         [CDX_HF_QWEN3] = CDX_ARCH_QWEN3,
     [CDX_HF_QWEN3_MOE] = CDX_ARCH_QWEN3_MOE, [CDX_HF_MIXTRAL] = CDX_ARCH_MIXTRAL,
-    [CDX_HF_QWEN2_MOE] = CDX_ARCH_QWEN2_MOE,
+    [CDX_HF_QWEN2_MOE] = CDX_ARCH_QWEN2_MOE, [CDX_HF_QWEN3_5] = CDX_ARCH_QWEN3_5,
+    [CDX_HF_QWEN3_5_VL] = CDX_ARCH_QWEN3_5,
 };
 
 const arch_desc *arch_get(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? &k_archs[a] : NULL; }
