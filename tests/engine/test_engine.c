@@ -530,6 +530,10 @@ int main(void)
         { "../shared/fixtures/hf/qwen2_moe", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/mixtral.gguf", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/qwen2_moe.gguf", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
+        /* Qwen3.5: the recurrent state is part of the sequence's cache; a cached prefix resumes from
+         * the state snapshot kept at the prompt's last block boundary */
+        { "../shared/fixtures/hf/qwen3_5", "../shared/fixtures/hf/qwen3_5/golden.json", "", "" },
+        { "../shared/fixtures/hf/qwen3_5_vl", "../shared/fixtures/hf/qwen3_5_vl/golden.json", "", "" },
     };
     const char *isas[] = { "scalar", "avx2", "avx512" };
     int k = 0;
