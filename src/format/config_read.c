@@ -630,6 +630,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         return cdx_err_set(err, CDX_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, je.text, je.line,
                            je.column);
     ctx c = { root, name, err };
+    json_t *const doc = root; /* root becomes text_config for a Qwen3.5 VL config */
     int rc;
     if (!json_is_object(root)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s: not a JSON object", name);
@@ -654,7 +655,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         if ((rc = qwen35_keys(&c, tc, "text_config.")))
             goto out;
         snprintf(tc_name, sizeof tc_name, "%s: text_config", name);
-        c.root = tc;
+        c.root = root = tc;
         c.name = tc_name;
         cfg->text_config = true;
     }
@@ -755,12 +756,12 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if (qwen35 && (rc = read_qwen35(&c, cfg)))
         goto out;
     if (cfg->text_config) { /* the top level's tie_word_embeddings and dtype win (the reference reads them first) */
-        ctx top = { root, name, err };
+        ctx top = { doc, name, err };
         if ((rc = get_bool(&top, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)))
             goto out;
         const char *tdt = NULL;
-        if ((rc = get_str(&top, root, "dtype", "dtype", &tdt)) ||
-            (!tdt && (rc = get_str(&top, root, "torch_dtype", "torch_dtype", &tdt))))
+        if ((rc = get_str(&top, doc, "dtype", "dtype", &tdt)) ||
+            (!tdt && (rc = get_str(&top, doc, "torch_dtype", "torch_dtype", &tdt))))
             goto out;
         if (tdt && !cdx_hf_dtype_accepted(tdt)) {
             rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: dtype is \"%.40s\"; caldrix imports %s checkpoints", name, tdt,
@@ -771,7 +772,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
             snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", tdt);
     }
 out:
-    json_decref(root);
+    json_decref(doc);
     return rc;
 }
 

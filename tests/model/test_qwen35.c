@@ -12,7 +12,10 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *g_fixture, *g_isa;
 
@@ -223,15 +226,51 @@ static void delta_rule_kernel(void)
     free(hr);
 }
 
+/* A checkpoint whose config.json disagrees with its tensors is refused naming the tensor. */
 static void refusals(void)
 {
-    /* a GGUF of another architecture than qwen35 still loads; here only that a fixture's copy with a
-     * tensor renamed is refused by name (the config refusals are in tests/format/test_config.c) */
     cdx_err e = { 0 };
     cdx_model *m = NULL;
     CHECK(cdx_model_open(SHARED "/fixtures/hf/qwen3_5_vl", NULL, &m, &e) == 0);
     CHECKF(m && cdx_model_hparams(m)->tied_embeddings, "%s", e.msg);
     cdx_model_close(m);
+    static const struct {
+        const char *key, *value, *msg;
+    } bad[] = {
+        { "linear_key_head_dim", "8", "linear_attn.in_proj_qkv.weight\" has shape [128, 64]; the model's "
+          "hyperparameters need [96, 64]" },
+        { "linear_conv_kernel_dim", "3", "linear_attn.conv1d.weight\" has shape [128, 4]; the model's "
+          "hyperparameters need [128, 3]" },
+        { "linear_num_value_heads", "2", "in_proj_qkv.weight\" has shape [128, 64]; the model's hyperparameters need [96, 64]" },
+        { "layer_types", "[\"linear_attention\",\"linear_attention\",\"full_attention\",\"full_attention\"]",
+          "tensor \"model.layers.2.self_attn.q_proj.weight\" is missing" },
+        { "num_attention_heads", "2", "self_attn.q_proj.weight\" has shape [256, 64]; the model's hyperparameters need [128, 64]" },
+    };
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/cdx_q35_%d", (int)getpid());
+    REQUIRE(mkdir(dir, 0700) == 0);
+    char cfg[128], st[128], real_st[PATH_MAX];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    REQUIRE(realpath(SHARED "/fixtures/hf/qwen3_5/model.safetensors", real_st));
+    REQUIRE(symlink(real_st, st) == 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_error_t je;
+        json_t *root = json_load_file(SHARED "/fixtures/hf/qwen3_5/config.json", 0, &je);
+        REQUIRE(root);
+        json_object_set_new(root, bad[i].key, json_loads(bad[i].value, JSON_DECODE_ANY, &je));
+        json_object_del(root, "full_attention_interval");
+        REQUIRE(json_dump_file(root, cfg, 0) == 0);
+        json_decref(root);
+        m = NULL;
+        int rc = cdx_model_open(dir, NULL, &m, &e);
+        CHECKF(rc == CDX_EFORMAT && strstr(e.msg, bad[i].msg), "%s = %s: rc %d \"%s\"", bad[i].key, bad[i].value, rc,
+               e.msg);
+        cdx_model_close(m);
+    }
+    unlink(cfg);
+    unlink(st);
+    rmdir(dir);
 }
 
 int main(void)
@@ -254,6 +293,6 @@ int main(void)
             RUN(names[k], goldens);
             k++;
         }
-    RUN("the ConditionalGeneration layout loads as its tied text model", refusals);
+    RUN("a config.json that disagrees with the tensors is refused naming the tensor", refusals);
     return t_done("qwen35");
 }
