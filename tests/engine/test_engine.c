@@ -514,6 +514,68 @@ static void evicted_blocks_reach_the_store(void)
     cdx_model_close(m);
 }
 
+/* ---- Qwen3.5: prefixes resume from state snapshots ---- */
+
+/* A request sharing a prompt's prefix (a longer prompt), and a chat-like continuation (prompt +
+ * the answer + more), resume from the snapshots kept at the prompt's last block boundary and at
+ * the latest decode boundary, beside other Qwen3.5 requests in the same rounds: the same bits as
+ * a fresh engine computing everything. */
+static void qwen35_prefixes_resume_from_snapshots(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open("../shared/fixtures/hf/qwen3_5", NULL, &m, &err) == 0);
+    req_spec base = { .n = 70, .max_tokens = 20 };
+    for (int i = 0; i < base.n; i++)
+        base.ids[i] = 3 + (i * 37) % 300;
+    result first, longer, cont, fresh_l, fresh_c, others[3];
+    cdx_engine *e = engine(m, NULL, "scalar", 8, 512, 0, 256);
+    REQUIRE(e);
+    REQUIRE(run_all(e, &base, 1, &first) == 0);
+    /* a longer prompt with the same first 70 tokens, beside three other requests */
+    req_spec mix[4];
+    mix[0] = base;
+    for (int i = 0; i < 20; i++)
+        mix[0].ids[mix[0].n++] = 5 + i;
+    mix[0].max_tokens = 8;
+    for (int k = 1; k < 4; k++) {
+        mix[k] = (req_spec){ .n = 10 + 9 * k, .max_tokens = 6, .temp = k == 2 ? 0.8f : 0, .seed = (uint64_t)k };
+        for (int i = 0; i < mix[k].n; i++)
+            mix[k].ids[i] = 3 + (i * 11 + k) % 300;
+    }
+    result rs[4];
+    REQUIRE(run_all(e, mix, 4, rs) == 0);
+    longer = rs[0];
+    for (int k = 1; k < 4; k++)
+        others[k - 1] = rs[k];
+    (void)others;
+    /* the conversation goes on: prompt + its 20 answers + 10 more tokens */
+    req_spec turn = base;
+    for (int i = 0; i < first.n; i++)
+        turn.ids[turn.n++] = first.tok[i];
+    for (int i = 0; i < 10; i++)
+        turn.ids[turn.n++] = 7 + i;
+    turn.max_tokens = 8;
+    REQUIRE(run_all(e, &turn, 1, &cont) == 0);
+    CHECK(blocks_held(e) == 0);
+    cdx_engine_free(e);
+    /* 70 prompt tokens: the snapshot at 64; the answer ran to position 89: the latest decode snapshot at 80 */
+    CHECKF(longer.cached == 64, "the longer prompt resumed at %lld", (long long)longer.cached);
+    CHECKF(cont.cached == 80, "the continuation resumed at %lld", (long long)cont.cached);
+    cdx_engine *f = engine(m, NULL, "scalar", 8, 512, 0, 256);
+    REQUIRE(f);
+    REQUIRE(run_all(f, &mix[0], 1, &fresh_l) == 0);
+    cdx_engine_free(f);
+    f = engine(m, NULL, "scalar", 8, 512, 0, 256);
+    REQUIRE(f);
+    REQUIRE(run_all(f, &turn, 1, &fresh_c) == 0);
+    cdx_engine_free(f);
+    CHECK(fresh_l.cached == 0 && fresh_c.cached == 0);
+    CHECK(same_bits(&longer, &fresh_l));
+    CHECK(same_bits(&cont, &fresh_c));
+    cdx_model_close(m);
+}
+
 int main(void)
 {
     static char names[64][200];
@@ -559,5 +621,7 @@ int main(void)
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
     RUN("evicted blocks reach the store and a new engine reads them", evicted_blocks_reach_the_store);
+    RUN("Qwen3.5: a longer prompt and a continued conversation resume from state snapshots, same bits",
+        qwen35_prefixes_resume_from_snapshots);
     return t_done("engine");
 }
