@@ -83,6 +83,7 @@ typedef struct cdx_hf_config {
      * gated full-attention layers' partial rotary; 0 elsewhere. */
     int64_t linear_n_k_heads, linear_n_v_heads, linear_k_dim, linear_v_dim, linear_conv_kernel;
     double partial_rotary_factor;  /* rotated share of head_dim (1 for the other architectures) */
+    int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent) */
     bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
 } cdx_hf_config;
 

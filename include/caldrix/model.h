@@ -57,6 +57,8 @@ typedef struct cdx_hparams {
     int64_t n_layer_kv;            /* layers with K/V in the cache (the full-attention ones); 0: n_layer */
     int64_t ssm_n_k_head, ssm_n_v_head, ssm_d_k, ssm_d_v, ssm_conv_k;
     bool attn_gate;                /* q_proj gives per head [query | gate]; the output is × sigmoid(gate) */
+    bool ssm_v_tiled;              /* value head j reads key head j mod key heads (llama.cpp's GGUF order);
+                                    * false: j / (value heads / key heads), transformers' order */
 } cdx_hparams;
 
 /* Layers with K/V in the cache: the KV block layout's layer count. */

@@ -367,6 +367,9 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
     /* M-RoPE: text positions are the same in all three rows, so the sections change nothing, but
      * they must cover the rotary half exactly (Qwen3VL's recomposition assumes it) */
     json_t *sec = rp && json_is_object(rp) ? field(rp, "mrope_section") : NULL;
+    cfg->mrope_section[0] = 11;
+    cfg->mrope_section[1] = 11;
+    cfg->mrope_section[2] = 10;
     if (sec) {
         int64_t sum = 0;
         bool ok = json_is_array(sec) && json_array_size(sec) == 3;
@@ -374,6 +377,7 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
             json_t *e = json_array_get(sec, i);
             ok = json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) <= 4096;
             sum += ok ? json_integer_value(e) : 0;
+            cfg->mrope_section[i] = ok ? json_integer_value(e) : 0;
         }
         if (!ok || sum != n_rot / 2) {
             char bb[96];

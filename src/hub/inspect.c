@@ -169,11 +169,21 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
             snprintf(rn, sizeof rn, "blk.%lld.ffn_gate_inp.weight", (long long)l);
             sparse[l] = cdx_gguf_tensor_find(g, rn) != NULL;
         }
+        /* Qwen3.5: every full_attention_interval-th layer is full attention, as the loader reads it */
+        uint8_t *linear = arch == CDX_ARCH_QWEN3_5 ? calloc((size_t)out->n_layer, 1) : NULL;
+        uint64_t every = 4;
+        char fk[96];
+        snprintf(fk, sizeof fk, "%s.full_attention_interval", a);
+        if (linear && (!cdx_gguf_get_u64(g, fk, &every) || every < 1))
+            every = every < 1 ? 1 : 4;
+        for (int64_t l = 0; linear && l < out->n_layer; l++)
+            linear[l] = (uint64_t)(l + 1) % every != 0;
         cdx_tensor_plan plan = { .arch = arch, .gguf = true, .n_layer = out->n_layer, .n_expert = out->n_expert,
-                                 .sparse = sparse, .qkv_bias = -1 };
+                                 .sparse = sparse, .qkv_bias = -1, .linear = linear };
         names_ctx x = { 0 };
         check_required(out, &plan, gguf_has, g, &x);
         free(sparse);
+        free(linear);
     } else {
         out->n_missing = 0;
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,

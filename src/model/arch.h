@@ -38,6 +38,8 @@ typedef enum {
 /* The GGUF ("blk.%d.attn_q.weight") or HF ("model.layers.%d.self_attn.q_proj.weight") name pattern of
  * a role; NULL where the format has no such tensor (HF has no rope_freqs). *per_layer: "%d" is the layer. */
 const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer);
+/* The same for one architecture (Qwen3.5's GGUF FFN norm is blk.%d.post_attention_norm). */
+const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer);
 
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies */

@@ -55,6 +55,23 @@ static const struct role_desc {
     [ROLE_SSM_OUT]    = { "blk.%d.ssm_out.weight",      "model.layers.%d.linear_attn.out_proj.weight", true,  true,  D_EMBD,  D_SSM_VD, NEED_LINEAR },
 };
 
+/* llama.cpp names Qwen3.5's post_attention_layernorm blk.%d.post_attention_norm (qwen35.cpp) */
+static const char *role_gguf_name(const arch_desc *d, tensor_role r)
+{
+    if (d && d->hybrid && r == ROLE_FFN_NORM)
+        return "blk.%d.post_attention_norm.weight";
+    return k_roles[r].gguf;
+}
+
+const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
+{
+    if ((unsigned)r >= ROLE_COUNT)
+        return NULL;
+    if (per_layer)
+        *per_layer = k_roles[r].per_layer;
+    return gguf ? role_gguf_name(d, r) : k_roles[r].hf;
+}
+
 const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer)
 {
     if ((unsigned)r >= ROLE_COUNT)
@@ -164,7 +181,7 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
 {
     const struct role_desc *rd = &k_roles[role];
     const cdx_hparams *hp = &b->m->hp;
-    const char *fmt = b->gguf ? rd->gguf : rd->hf;
+    const char *fmt = b->gguf ? role_gguf_name(b->m->desc, role) : rd->hf;
     bool needed = rd->need == NEED_ALWAYS || (rd->need == NEED_QKV_BIAS && hp->qkv_bias) ||
                   (rd->need == NEED_QK_NORM && hp->qk_norm) || rd->need == NEED_LINEAR;
     if (present)
@@ -347,7 +364,7 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
         const bool linear = p->linear && p->linear[l];
         for (int r = 0; r < ROLE_COUNT; r++) {
             const struct role_desc *rd = &k_roles[r];
-            const char *fmt = p->gguf ? rd->gguf : rd->hf;
+            const char *fmt = p->gguf ? role_gguf_name(d, (tensor_role)r) : rd->hf;
             if (!fmt || !rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
                 continue;
             /* a Gated DeltaNet layer has its norms, linear_attn.* and the MLP; the others no linear_attn.* */
@@ -639,6 +656,59 @@ static bool gguf_arch_u64(const cdx_gguf *g, const char *arch, const char *key, 
     return cdx_gguf_get_u64(g, full, out);
 }
 
+/* llama.cpp's qwen35 (src/models/qwen35.cpp load_arch_hparams): the Gated DeltaNet sizes as
+ * ssm.* keys (group_count: key heads, time_step_rank: value heads, state_size: the key head dim,
+ * inner_size: value heads x value dim), every full_attention_interval-th layer full attention. Its
+ * converter stores value heads tiled (value head j reads key head j mod key heads), the norms
+ * with their 1 added and ssm_a = -exp(A_log). */
+static int hybrid_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    const char *a = m->desc->gguf_name, *path = g->path;
+    static const struct { const char *key; int64_t lo, hi; } keys[] = {
+        { "ssm.conv_kernel", 1, 64 }, { "ssm.group_count", 1, 1024 }, { "ssm.time_step_rank", 1, 1024 },
+        { "ssm.state_size", 1, 1024 }, { "ssm.inner_size", 1, 1 << 20 },
+    };
+    int64_t v[5];
+    for (int i = 0; i < 5; i++) {
+        uint64_t x;
+        if (!gguf_arch_u64(g, a, keys[i].key, &x) || x < (uint64_t)keys[i].lo || x > (uint64_t)keys[i].hi)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is missing or out of range; expected %lld..%lld", path, a,
+                               keys[i].key, (long long)keys[i].lo, (long long)keys[i].hi);
+        v[i] = (int64_t)x;
+    }
+    hp->ssm_conv_k = v[0];
+    hp->ssm_n_k_head = v[1];
+    hp->ssm_n_v_head = v[2];
+    hp->ssm_d_k = v[3];
+    if (v[4] % v[2] || v[2] % v[1])
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.ssm.inner_size %lld, ssm.time_step_rank %lld, ssm.group_count "
+                           "%lld: the value heads must divide the inner size and be a multiple of the key heads", path,
+                           a, (long long)v[4], (long long)v[2], (long long)v[1]);
+    hp->ssm_d_v = v[4] / v[2];
+    uint64_t every = 4;
+    if (gguf_arch_u64(g, a, "full_attention_interval", &every) && (every < 1 || every > 1024))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.full_attention_interval is %llu; expected 1..1024", path, a,
+                           (unsigned long long)every);
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", a);
+    if (cdx_gguf_find(g, key))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is given; caldrix reads the layer pattern from "
+                           "full_attention_interval only", path, key);
+    if (hp->n_layer < 1 || hp->n_layer > 1024 || !(m->linear_layer = calloc((size_t)hp->n_layer, 1)))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.block_count is %lld; expected 1..1024", path, a,
+                           (long long)hp->n_layer);
+    hp->n_layer_kv = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        m->linear_layer[l] = (uint64_t)(l + 1) % every != 0;
+        hp->n_layer_kv += !m->linear_layer[l];
+    }
+    hp->linear_layer = m->linear_layer;
+    hp->attn_gate = true;
+    hp->ssm_v_tiled = true;
+    return CDX_OK;
+}
+
 static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
 {
     const char *path = g->path;
@@ -651,9 +721,6 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
                            "%s: general.architecture is \"%.*s\"; caldrix runs llama, qwen2 and qwen3 (and Mistral as llama)",
                            path, (int)(an.len > 64 ? 64 : an.len), an.ptr);
     m->desc = d;
-    if (d->hybrid)
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: general.architecture is \"%s\"; caldrix runs Qwen3.5 from its "
-                           "safetensors checkpoint, not from GGUF yet", path, d->gguf_name);
     cdx_hparams *hp = &m->hp;
     hp->arch = d->arch;
     hp->arch_name = d->gguf_name;
@@ -733,6 +800,11 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->rope_mode = d->gguf_rope;
     hp->qkv_bias = d->qkv_bias;
     hp->qk_norm = d->qk_norm;
+    if (d->hybrid) {
+        int rc = hybrid_gguf_hparams(m, g, err);
+        if (rc)
+            return rc;
+    }
     const cdx_gguf_tensor *emb = cdx_gguf_tensor_find(g, "token_embd.weight");
     hp->n_vocab = emb && emb->n_dims == 2 ? (int64_t)emb->ne[1] : 0;
     int64_t id;
@@ -1165,7 +1237,7 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
     fp_mat(c, &m->output);
     if (hp->linear_layer) {
         const int64_t hy[] = { hp->n_layer_kv, hp->ssm_n_k_head, hp->ssm_n_v_head, hp->ssm_d_k, hp->ssm_d_v,
-                               hp->ssm_conv_k, hp->attn_gate };
+                               hp->ssm_conv_k, hp->attn_gate, hp->ssm_v_tiled };
         EVP_DigestUpdate(c, "hybrid", 6);
         EVP_DigestUpdate(c, hy, sizeof hy);
         EVP_DigestUpdate(c, hp->linear_layer, (size_t)hp->n_layer);

@@ -24,6 +24,7 @@ struct hybrid_ctx {
     dn_shape sh;
     int64_t max_tokens;
     bool per_token;
+    bool tiled;                             /* hp->ssm_v_tiled */
     int n_threads;
     float *qg, *q, *gate, *kk, *vv, *attn;  /* [n][2·qd], [n][qd] ×2, [n][kvd] ×2, [n][qd] */
     float *mix, *cv, *z, *beta, *g, *core;  /* [n][channels] ×2, [n][vd], [n][nv] ×2, [n][vd] */
@@ -105,6 +106,7 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, hyb
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     shape_of(m, &h->sh);
     h->max_tokens = max_tokens;
+    h->tiled = hp->ssm_v_tiled;
     h->n_threads = n_threads > 0 ? n_threads : 1;
     const size_t n = (size_t)max_tokens, qd = (size_t)(hp->n_head * hp->head_dim),
                  kvd = (size_t)(hp->n_head_kv * hp->head_dim), ch = (size_t)h->sh.channels,
@@ -198,7 +200,7 @@ static void dn_work(void *arg, int ith, int nth)
     const int64_t items = (int64_t)j->n_seq * nv, rep = nv / nk;
     float *tmp = h->tmp + (size_t)ith * (size_t)(dv + DN_CHUNK);
     for (int64_t it = ith; it < items; it += nth) {
-        const int64_t s = it / nv, hh = it % nv, kh = hh / rep;
+        const int64_t s = it / nv, hh = it % nv, kh = h->tiled ? hh % nk : hh / rep;
         if (!h->count[s])
             continue;
         void *state = j->seqs[s].state;
