@@ -93,7 +93,8 @@ int model_pack(const cdx_model *m, const cdx_kernels *k, cdx_pool *pool, cdx_err
 
 /* ---- the hybrid forward pass (qwen35.c) ---- */
 typedef struct hybrid_ctx hybrid_ctx;
-int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, hybrid_ctx **out, cdx_err *err);
+int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k, hybrid_ctx **out,
+                      cdx_err *err);
 void hybrid_ctx_free(hybrid_ctx *h);
 void hybrid_set_per_token(hybrid_ctx *h, bool per_token);
 /* The pass for a hybrid model once cdx_forward_seqs has checked the batch, placed positions and

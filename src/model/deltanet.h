@@ -57,4 +57,17 @@ void dn_chunk_step(float *head, int64_t dk, int64_t dv, int64_t row, const float
 void dn_recurrent_step(float *head, int64_t dk, int64_t dv, const float *q, const float *k, const float *v, float g,
                        float beta, float *out, float *tmp);
 
+/* The steps per kernel set: "scalar" (the oracle) and "avx2", bit for bit the same. */
+typedef struct cdx_kernels cdx_kernels;
+typedef struct dn_kernels {
+    const char *isa;
+    void (*chunk)(float *head, int64_t dk, int64_t dv, int64_t row, const float *q, const float *k, const float *v,
+                  float g, float beta, float *out, float *tmp);
+    void (*recurrent)(float *head, int64_t dk, int64_t dv, const float *q, const float *k, const float *v, float g,
+                      float beta, float *out, float *tmp);
+} dn_kernels;
+extern const dn_kernels dn_kernels_avx2;
+/* The set for a forward context's kernels: scalar for the scalar set, else AVX2 where the CPU has it. */
+const dn_kernels *dn_kernels_for(const cdx_kernels *k);
+
 #endif

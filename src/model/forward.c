@@ -121,7 +121,7 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
         return rc;
     }
     if ((rc = model_pack(m, fc->k, fc->pool, err)) ||
-        (hp->linear_layer && (rc = hybrid_ctx_create(m, max_tokens, cdx_pool_size(fc->pool), &fc->hy, err)))) {
+        (hp->linear_layer && (rc = hybrid_ctx_create(m, max_tokens, cdx_pool_size(fc->pool), fc->k, &fc->hy, err)))) {
         cdx_forward_ctx_free(fc);
         return rc;
     }

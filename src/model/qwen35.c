@@ -25,6 +25,7 @@ struct hybrid_ctx {
     int64_t max_tokens;
     bool per_token;
     bool tiled;                             /* hp->ssm_v_tiled */
+    const dn_kernels *dn;                   /* the delta-rule steps of the context's kernel set */
     int n_threads;
     float *qg, *q, *gate, *kk, *vv, *attn;  /* [n][2·qd], [n][qd] ×2, [n][kvd] ×2, [n][qd] */
     float *mix, *cv, *z, *beta, *g, *core;  /* [n][channels] ×2, [n][vd], [n][nv] ×2, [n][vd] */
@@ -97,7 +98,8 @@ void hybrid_ctx_free(hybrid_ctx *h)
 
 void hybrid_set_per_token(hybrid_ctx *h, bool per_token) { h->per_token = per_token; }
 
-int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, hybrid_ctx **out, cdx_err *err)
+int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k, hybrid_ctx **out,
+                      cdx_err *err)
 {
     const cdx_hparams *hp = &m->hp;
     hybrid_ctx *h = calloc(1, sizeof *h);
@@ -107,6 +109,7 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, hyb
     shape_of(m, &h->sh);
     h->max_tokens = max_tokens;
     h->tiled = hp->ssm_v_tiled;
+    h->dn = dn_kernels_for(k);
     h->n_threads = n_threads > 0 ? n_threads : 1;
     const size_t n = (size_t)max_tokens, qd = (size_t)(hp->n_head * hp->head_dim),
                  kvd = (size_t)(hp->n_head_kv * hp->head_dim), ch = (size_t)h->sh.channels,
@@ -213,9 +216,9 @@ static void dn_work(void *arg, int ith, int nth)
             const float g = h->g[i * nv + hh], beta = h->beta[i * nv + hh];
             float *o = h->core + i * vd + hh * dv;
             if (h->per_token)
-                dn_recurrent_step(head, dk, dv, q, k, v, g, beta, o, tmp);
+                h->dn->recurrent(head, dk, dv, q, k, v, g, beta, o, tmp);
             else
-                dn_chunk_step(head, dk, dv, p % DN_CHUNK, q, k, v, g, beta, o, tmp);
+                h->dn->chunk(head, dk, dv, p % DN_CHUNK, q, k, v, g, beta, o, tmp);
         }
     }
 }
