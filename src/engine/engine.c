@@ -395,6 +395,29 @@ static void seq_register_blocks(cdx_engine *e, seq *s)
  * reuses the block of the last token, so the same prompt again resumes exactly there). */
 static int64_t snap_point(const seq *s) { return (s->n_prompt - 1) / CDX_KV_BLOCK * CDX_KV_BLOCK; }
 
+/* Inside a prompt a snapshot is also kept every SNAP_EVERY positions, so that a prompt sharing
+ * only part of another resumes near where they part (16 blocks: a few per long prompt; a state
+ * is tens of MiB for real models). */
+#define SNAP_EVERY (16 * CDX_KV_BLOCK)
+
+/* The next position after n_done, inside the prompt, where s's state must be snapshotted; 0: none. */
+static int64_t next_snap(const seq *s)
+{
+    const int64_t pb = snap_point(s), per = (s->n_done / SNAP_EVERY + 1) * SNAP_EVERY;
+    int64_t best = pb > s->n_done ? pb : 0;
+    if (per < pb && (!best || per < best))
+        best = per;
+    return best;
+}
+
+/* Room for one more snapshot: under the cap, or after dropping the oldest cached block's. */
+static bool snap_room(cdx_engine *e)
+{
+    for (int32_t b = e->lru_head; e->n_snaps >= e->max_snaps && b != NONE; b = e->blocks[b].next)
+        snap_drop(e, b);
+    return e->n_snaps < e->max_snaps;
+}
+
 /* After a round: when s's state stands at a block boundary that is its prompt's snapshot point or
  * past its prompt (decoding: only the latest is kept), a copy goes with the keyed block of that
  * prefix (ours or the one found under its key), unless that block has one already. The copies
@@ -403,13 +426,14 @@ static void seq_snapshot(cdx_engine *e, seq *s)
 {
     if (!e->state_bytes || !s->n_done || s->n_done % CDX_KV_BLOCK)
         return;
-    const bool at_prompt = s->n_done == snap_point(s), decoding = s->n_done >= s->n_prompt;
+    const bool at_prompt = s->n_done == snap_point(s) || (s->n_done % SNAP_EVERY == 0 && s->n_done < s->n_prompt),
+               decoding = s->n_done >= s->n_prompt;
     const int64_t bi = s->n_done / CDX_KV_BLOCK - 1;
     if ((!at_prompt && !decoding) || bi >= s->n_keys || bi >= s->n_registered)
         return;
     const int32_t b = table_find(e, s->keys[bi]);
-    if (b == NONE || e->blocks[b].snap || e->n_snaps >= e->max_snaps ||
-        cdx_model_state_pos(s->state) != s->n_done || !(e->blocks[b].snap = malloc(e->state_bytes)))
+    if (b == NONE || e->blocks[b].snap || cdx_model_state_pos(s->state) != s->n_done || !snap_room(e) ||
+        !(e->blocks[b].snap = malloc(e->state_bytes)))
         return;
     memcpy(e->blocks[b].snap, s->state, e->state_bytes);
     e->n_snaps++;
@@ -616,7 +640,10 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->kv_dim = hp->n_head_kv * hp->head_dim;
     e->block_floats = (size_t)cdx_hparams_kv_layers(hp) * CDX_KV_BLOCK * (size_t)e->kv_dim;
     e->state_bytes = cdx_model_state_bytes(m);
-    e->max_snaps = 4 * (int64_t)eo.max_batch + 16;
+    /* snapshots: 1 GiB of them, and never fewer than two per running sequence */
+    e->max_snaps = e->state_bytes ? (int64_t)(((size_t)1 << 30) / e->state_bytes) : 0;
+    if (e->max_snaps < 2 * (int64_t)eo.max_batch + 8)
+        e->max_snaps = 2 * (int64_t)eo.max_batch + 8;
     e->elem_bytes = eo.kv_type == CDX_TYPE_F16 ? 2 : 4;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -1065,7 +1092,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             }
             int64_t want = left < budget ? left : budget;
             if (e->state_bytes && !decoding) { /* end a chunk where the prompt's snapshot is taken */
-                const int64_t pb = snap_point(s);
+                const int64_t pb = next_snap(s);
                 if (pb > s->n_done && pb < s->n_done + want)
                     want = pb - s->n_done;
             }

@@ -573,6 +573,38 @@ static void qwen35_prefixes_resume_from_snapshots(void)
     CHECK(fresh_l.cached == 0 && fresh_c.cached == 0);
     CHECK(same_bits(&longer, &fresh_l));
     CHECK(same_bits(&cont, &fresh_c));
+    /* inside a long prompt a snapshot every 256 positions: a prompt sharing 270 of another's 280
+     * tokens resumes at 256 */
+    static int32_t pa[280], pb[290];
+    for (int i = 0; i < 280; i++)
+        pa[i] = 3 + (i * 53) % 310;
+    memcpy(pb, pa, 270 * sizeof *pb);
+    for (int i = 270; i < 290; i++)
+        pb[i] = 4 + i % 50;
+    result ra, rb, rf;
+    cdx_engine *g = engine(m, NULL, "avx2", 4, 512, 0, 512);
+    cdx_engine *h = engine(m, NULL, "avx2", 4, 512, 0, 512);
+    REQUIRE(g && h);
+    cdx_request qa = make_req(&(req_spec){ .n = 0 }, &ra), qb = make_req(&(req_spec){ .n = 0 }, &rb),
+                qf = make_req(&(req_spec){ .n = 0 }, &rf);
+    qa.prompt = pa, qa.n_prompt = 280, qa.max_tokens = 4;
+    qb.prompt = pb, qb.n_prompt = 290, qb.max_tokens = 6;
+    qf = qb, qf.user = &rf;
+    REQUIRE(cdx_engine_submit(g, &qa, NULL, &err) == 0);
+    while (cdx_engine_busy(g))
+        REQUIRE(cdx_engine_step(g, &err) == 0);
+    REQUIRE(cdx_engine_submit(g, &qb, NULL, &err) == 0);
+    while (cdx_engine_busy(g))
+        REQUIRE(cdx_engine_step(g, &err) == 0);
+    REQUIRE(cdx_engine_submit(h, &qf, NULL, &err) == 0);
+    while (cdx_engine_busy(h))
+        REQUIRE(cdx_engine_step(h, &err) == 0);
+    CHECKF(rb.cached == 256 && rf.cached == 0, "resumed at %lld (fresh %lld)", (long long)rb.cached,
+           (long long)rf.cached);
+    CHECK(rb.n == 6 && same_bits(&rb, &rf));
+    CHECK(blocks_held(g) == 0 && blocks_held(h) == 0);
+    cdx_engine_free(g);
+    cdx_engine_free(h);
     cdx_model_close(m);
 }
 
