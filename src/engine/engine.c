@@ -786,11 +786,8 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
         s->top_lp = malloc((size_t)s->n_top * sizeof *s->top_lp);
     }
     s->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof *s->stop) : NULL;
-    s->snap_blk = NONE;
-    if (e->state_bytes && (s->state = malloc(e->state_bytes)))
-        cdx_model_state_reset(e->m, s->state);
-    int rc = !s->toks || (s->n_top && (!s->top_ids || !s->top_logits || !s->top_lp)) || (r->n_stop && !s->stop) ||
-             (e->state_bytes && !s->state)
+    s->snap_blk = NONE; /* a hybrid model's state is allocated on admission (a queued request holds none) */
+    int rc = !s->toks || (s->n_top && (!s->top_ids || !s->top_logits || !s->top_lp)) || (r->n_stop && !s->stop)
            ? cdx_err_set(err, CDX_ENOMEM, "out of memory") : CDX_OK;
     if (!rc)
         rc = cdx_sampler_create(&r->sampling, hp->n_vocab, &s->smp, err);
@@ -942,6 +939,11 @@ static bool admit_one(cdx_engine *e)
     seq *s = e->waiting;
     if (!s || e->n_running >= e->o.max_batch)
         return false;
+    if (e->state_bytes && !s->state) {
+        if (!(s->state = malloc(e->state_bytes)))
+            return false; /* it waits; the next round tries again */
+        cdx_model_state_reset(e->m, s->state);
+    }
     int64_t reuse = 0;
     if (!seq_make_keys(s)) {
         const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
