@@ -308,17 +308,17 @@ static void goldens_and_invariance(void)
 
 #define STORIES "../shared/models/stories260K/stories260K.gguf"
 
-static void small_pool_finishes_everything_unchanged(void)
+static void small_pool_model(const char *path, int first_id, int n_ids)
 {
     cdx_err err = { 0 };
     cdx_model *m = NULL;
-    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    REQUIRE(cdx_model_open(path, NULL, &m, &err) == 0);
     req_spec qs[8];
     for (int i = 0; i < 8; i++) {
         memset(&qs[i], 0, sizeof qs[i]);
         qs[i].n = 3 + 4 * i;
         for (int j = 0; j < qs[i].n; j++)
-            qs[i].ids[j] = 1 + (j * 37 + i * 11) % 500;
+            qs[i].ids[j] = first_id + (j * 37 + i * 11) % n_ids;
         qs[i].max_tokens = 40;
         qs[i].temp = i % 2 ? 0.8f : 0;
         qs[i].seed = 7 + (uint64_t)i;
@@ -341,11 +341,16 @@ static void small_pool_finishes_everything_unchanged(void)
     CHECKF(bad == 0, "%d requests differ from their unconstrained run", bad);
     CHECKF(st.preemptions > 0, "the pool never ran dry (%llu preemptions)", (unsigned long long)st.preemptions);
     CHECK(st.blocks_used == 0 && st.blocks_free + st.blocks_cached == 5);
-    printf("  8 requests in 5 blocks: %llu preemptions, %llu rounds\n", (unsigned long long)st.preemptions,
+    printf("  %s: 8 requests in 5 blocks: %llu preemptions, %llu rounds\n", path, (unsigned long long)st.preemptions,
            (unsigned long long)st.rounds);
     cdx_engine_free(e);
     cdx_model_close(m);
 }
+
+static void small_pool_finishes_everything_unchanged(void) { small_pool_model(STORIES, 1, 500); }
+
+/* Qwen3.5: a preempted sequence's recurrent state starts again with its blocks */
+static void small_pool_qwen35(void) { small_pool_model("../shared/fixtures/hf/qwen3_5", 3, 300); }
 
 static void refusals_name_both_numbers(void)
 {
@@ -649,6 +654,8 @@ int main(void)
         }
     g_kv_type = CDX_TYPE_F32;
     RUN("a pool of 5 blocks finishes 8 requests with their unconstrained tokens", small_pool_finishes_everything_unchanged);
+    RUN("Qwen3.5: a pool of 5 blocks finishes 8 requests with their unconstrained tokens (preempted states restart)",
+        small_pool_qwen35);
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
