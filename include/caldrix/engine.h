@@ -51,6 +51,12 @@ extern "C" {
 
 /* ---- sampling ---- */
 
+/* One entry of OpenAI's logit_bias: added to the token's logit before anything else. */
+typedef struct cdx_logit_bias {
+    int32_t id;
+    float bias;
+} cdx_logit_bias;
+
 typedef struct cdx_sampler_params {
     float temp;            /* <= 0: greedy (highest logit, lowest id on a tie) */
     int32_t top_k;         /* <= 0: off */
@@ -61,6 +67,9 @@ typedef struct cdx_sampler_params {
     float presence_penalty;  /* OpenAI's: logit -= presence if the token occurred (0: off) */
     float frequency_penalty; /* OpenAI's: logit -= frequency · count (0: off) */
     uint64_t seed;
+    const cdx_logit_bias *bias; /* n_bias entries (ids in the vocabulary, finite biases), copied by
+                                 * cdx_sampler_create; applied before the penalties, greedy too */
+    int32_t n_bias;
 } cdx_sampler_params;
 
 /* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty. */
@@ -70,7 +79,7 @@ typedef struct cdx_sampler cdx_sampler; /* one per sequence; not thread-safe */
 CDX_API int cdx_sampler_create(const cdx_sampler_params *p, int64_t n_vocab, cdx_sampler **out, cdx_err *err);
 CDX_API void cdx_sampler_free(cdx_sampler *s);
 /* Chooses the next token from raw logits[n_vocab]; history: the tokens so far (prompt included),
- * for the penalties. Order: penalties, top-k, top-p, min-p, temperature, draw. */
+ * for the penalties. Order: logit bias, penalties, top-k, top-p, min-p, temperature, draw. */
 CDX_API int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *history, int64_t n_history);
 
 /* The k highest logits, highest first (lowest id first on a tie). Writes min(k, n) pairs. */

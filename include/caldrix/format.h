@@ -129,7 +129,8 @@ CDX_API int cdx_gguf_writer_write(cdx_gguf_writer *w, const char *path, cdx_err 
 
 typedef struct cdx_st_tensor {
     char *name;          /* owned */
-    uint32_t type;       /* CDX_TYPE_F32 / F16 / BF16 */
+    uint32_t type;       /* CDX_TYPE_F32 / F16 / BF16 (CDX_TYPE_COUNT: another dtype, headers only) */
+    char dtype[16];      /* the file's dtype name ("BF16", "I8", ...) */
     uint32_t n_dims;     /* 0..8 */
     uint64_t shape[8];   /* safetensors order: shape[n_dims-1] is the row length */
     size_t n_bytes;
@@ -150,6 +151,10 @@ typedef struct cdx_safetensors {
 CDX_API int cdx_st_open(const char *path, cdx_safetensors **out, cdx_err *err);
 /* One safetensors file in caller-owned memory that must outlive the reader (fuzzing). n_files is 0. */
 CDX_API int cdx_st_open_mem(const void *data, size_t size, const char *name, cdx_safetensors **out, cdx_err *err);
+/* The same reader for what the headers say (inspect): every other dtype is accepted too (type
+ * CDX_TYPE_COUNT, dtype names it; sizes are checked for the dtypes safetensors defines), and no
+ * tensor's data is touched. The checks on lengths, offsets, shards and names are the same. */
+CDX_API int cdx_st_open_headers(const char *path, cdx_safetensors **out, cdx_err *err);
 CDX_API void cdx_st_close(cdx_safetensors *st); /* NULL: no-op */
 CDX_API const cdx_st_tensor *cdx_st_find(const cdx_safetensors *st, const char *name);
 /* Writer: one file, tensors given in any order (written sorted by name). */

@@ -225,15 +225,7 @@ CDX_API int cdx_sha256_file(const char *path, char hex[65], cdx_err *err);
 
 /* ---- the machine (caldrix doctor) ---- */
 
-typedef struct cdx_hub_cpu {
-    char vendor[16];
-    char brand[64];
-    bool avx, avx2, fma, f16c, bmi2;
-    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi;
-    bool x86_64_v3;   /* AVX2+FMA+F16C+BMI2 and the OS saves the YMM state */
-    bool x86_64_v4;   /* + AVX-512 F/BW/VL/DQ and the OS saves the ZMM state */
-} cdx_hub_cpu;
-CDX_API void cdx_hub_cpu_detect(cdx_hub_cpu *out);
+/* The CPU's features: cdx_cpu_features_get (caldrix/kernel.h), the one detector. */
 /* MemTotal and MemAvailable in bytes (0 when unknown). */
 CDX_API void cdx_hub_meminfo(uint64_t *total, uint64_t *available);
 /* Free bytes on the filesystem holding path (or its nearest existing parent). */

@@ -15,14 +15,19 @@
 typedef struct cdx_kernels cdx_kernels;
 
 /* What this CPU and OS offer (cpuid; AVX and AVX-512 also need the OS to save their registers,
- * checked with xgetbv). Filled once; the same answer on every call. */
+ * checked with xgetbv). Filled once; the same answer on every call. The one CPU detector: the
+ * kernel sets, doctor and the hub read it. */
 typedef struct cdx_cpu_features {
-    bool sse42, avx, avx2, fma, f16c;
+    bool sse42, avx, avx2, fma, f16c, bmi2;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi, avx_vnni;
+    bool x86_64_v3;   /* AVX2+FMA+F16C+BMI2 with the YMM state saved */
+    bool x86_64_v4;   /* + AVX-512 F/BW/VL/DQ with the ZMM state saved */
 } cdx_cpu_features;
 CDX_API const cdx_cpu_features *cdx_cpu_features_get(void);
 /* The CPU's brand string ("AMD EPYC ..."), or "" where cpuid does not give one. */
 CDX_API const char *cdx_cpu_brand(void);
+/* The vendor string ("AuthenticAMD", "GenuineIntel"), or "". */
+CDX_API const char *cdx_cpu_vendor(void);
 
 /* The best kernel set this CPU runs (AVX-512, then AVX2, then scalar), or the set the environment
  * variable CALDRIX_ISA names when this CPU has it. Never NULL. */

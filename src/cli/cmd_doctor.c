@@ -18,22 +18,27 @@ int cmd_doctor(int argc, char **argv)
         fprintf(stderr, "caldrix doctor: unknown argument \"%s\"\n", argv[i]);
         return 2;
     }
-    cdx_hub_cpu c;
-    cdx_hub_cpu_detect(&c);
-    printf("caldrix %s\n\ncpu: %s (%s), %ld logical cores\n", CDX_VERSION_STRING, c.brand[0] ? c.brand : "?",
-           c.vendor[0] ? c.vendor : "?", sysconf(_SC_NPROCESSORS_ONLN));
+    const cdx_cpu_features c = *cdx_cpu_features_get();
+    const char *brand = cdx_cpu_brand(), *vendor = cdx_cpu_vendor();
+    printf("caldrix %s\n\ncpu: %s (%s), %ld logical cores\n", CDX_VERSION_STRING, brand[0] ? brand : "?",
+           vendor[0] ? vendor : "?", sysconf(_SC_NPROCESSORS_ONLN));
     const struct { const char *name; bool on; } feats[] = {
         { "AVX", c.avx }, { "AVX2", c.avx2 }, { "FMA", c.fma }, { "F16C", c.f16c }, { "BMI2", c.bmi2 },
         { "AVX-512F", c.avx512f }, { "AVX-512BW", c.avx512bw }, { "AVX-512VL", c.avx512vl },
         { "AVX-512DQ", c.avx512dq }, { "AVX-512VNNI", c.avx512vnni }, { "AVX-512BF16", c.avx512bf16 },
-        { "AVX-512VBMI", c.avx512vbmi },
+        { "AVX-512VBMI", c.avx512vbmi }, { "AVX-VNNI", c.avx_vnni },
     };
     printf("  features:");
     for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)
         printf(" %s%s", feats[i].name, feats[i].on ? "" : "(no)");
     printf("\n  level: %s\n", c.x86_64_v4 ? "x86-64-v4" : c.x86_64_v3 ? "x86-64-v3" : "below x86-64-v3");
-    printf("\nlanes:\n  cpu: yes (%s kernels; scalar always available)\n",
-           c.x86_64_v4 ? "AVX-512 and AVX2" : c.x86_64_v3 ? "AVX2" : "scalar");
+    /* the kernel sets this CPU runs, as the kernel layer picks them (cdx_kernels_by_isa) */
+    printf("\nlanes:\n  cpu: yes (kernel sets:");
+    static const char *const sets[] = { "avx512-gemm", "avx512", "avx2", "scalar" };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        if (cdx_kernels_by_isa(sets[i]))
+            printf(" %s", sets[i]);
+    printf(")\n");
     const char *forced = getenv("CALDRIX_ISA");
     printf("  kernel set in use: %s%s\n", cdx_kernels_isa(cdx_kernels_best()),
            forced && *forced ? " (from CALDRIX_ISA)" : "");

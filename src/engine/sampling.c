@@ -13,6 +13,7 @@ struct cdx_sampler {
     float *work;        /* [n_vocab] penalised logits */
     int32_t *ids;       /* [n_vocab] candidate ids */
     float *probs;       /* [n_vocab] */
+    cdx_logit_bias *bias; /* [p.n_bias], owned (p.bias points here) */
 };
 
 cdx_sampler_params cdx_sampler_defaults(void)
@@ -29,6 +30,12 @@ int cdx_sampler_create(const cdx_sampler_params *p, int64_t n_vocab, cdx_sampler
     if (!(p->repeat_penalty > 0) || isnan(p->temp) || isnan(p->top_p) || isnan(p->min_p))
         return cdx_err_set(err, CDX_EINVAL, "sampler settings out of range (repeat penalty %g must be > 0)",
                            (double)p->repeat_penalty);
+    if (p->n_bias < 0 || (p->n_bias > 0 && !p->bias))
+        return cdx_err_set(err, CDX_EINVAL, "logit bias: %d entries", (int)p->n_bias);
+    for (int32_t i = 0; i < p->n_bias; i++)
+        if (p->bias[i].id < 0 || p->bias[i].id >= n_vocab || !isfinite(p->bias[i].bias))
+            return cdx_err_set(err, CDX_EINVAL, "logit bias %g for token %d: the token must be in [0, %lld) and the "
+                               "bias finite", (double)p->bias[i].bias, (int)p->bias[i].id, (long long)n_vocab);
     cdx_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -38,7 +45,13 @@ int cdx_sampler_create(const cdx_sampler_params *p, int64_t n_vocab, cdx_sampler
     s->work = malloc((size_t)n_vocab * sizeof(float));
     s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
     s->probs = malloc((size_t)n_vocab * sizeof(float));
-    if (!s->work || !s->ids || !s->probs) {
+    if (p->n_bias) {
+        s->bias = malloc((size_t)p->n_bias * sizeof *s->bias);
+        if (s->bias)
+            memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+    }
+    s->p.bias = s->bias;
+    if (!s->work || !s->ids || !s->probs || (p->n_bias && !s->bias)) {
         cdx_sampler_free(s);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
@@ -53,6 +66,7 @@ void cdx_sampler_free(cdx_sampler *s)
     free(s->work);
     free(s->ids);
     free(s->probs);
+    free(s->bias);
     free(s);
 }
 
@@ -134,6 +148,8 @@ int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *h
     int64_t n = s->n_vocab;
     float *w = s->work;
     memcpy(w, logits, (size_t)n * sizeof(float));
+    for (int32_t i = 0; i < p->n_bias; i++)
+        w[p->bias[i].id] += p->bias[i].bias;
     const bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
     if (pen && history && n_history > 0) {
         int64_t from = p->repeat_last_n > 0 && n_history > p->repeat_last_n ? n_history - p->repeat_last_n : 0;

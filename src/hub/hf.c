@@ -1158,29 +1158,3 @@ int hub_dir_note(const char *dir, char **note)
     names_free(&chosen);
     return 0;
 }
-
-int hub_dir_weights(const char *dir, char ***files, size_t *n, cdx_err *err)
-{
-    *files = NULL;
-    *n = 0;
-    names all = { 0 }, chosen = { 0 };
-    char *text = NULL;
-    size_t len = 0;
-    int rc = list_dir(dir, &all, err);
-    if (rc == 0 && !names_has(&all, "model.safetensors") && names_has(&all, "model.safetensors.index.json")) {
-        char *ip = hub_strdup_printf("%s/model.safetensors.index.json", dir);
-        rc = ip ? cdx_file_read_all(ip, MAX_JSON_BYTES, &text, &len, err) : cdx_err_set(err, CDX_ENOMEM, "oom");
-        free(ip);
-    }
-    if (rc == 0)
-        rc = choose_weights(&all, text, len, dir, &chosen, err);
-    free(text);
-    names_free(&all);
-    if (rc < 0) {
-        names_free(&chosen);
-        return rc;
-    }
-    *files = chosen.v;
-    *n = chosen.n;
-    return 0;
-}

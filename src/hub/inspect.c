@@ -200,125 +200,10 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     return 0;
 }
 
-/* ---- safetensors headers ---- */
+/* ---- safetensors headers: the format layer's reader, headers only ---- */
 
-typedef struct st_entry { char *name; char dtype[16]; uint64_t shape[8]; int n_dims; uint64_t bytes; } st_entry;
-typedef struct st_set { st_entry *v; size_t n, cap; } st_set;
+static bool st_has(const void *ctx, const char *name) { return cdx_st_find(ctx, name) != NULL; }
 
-static int cmp_entry(const void *a, const void *b) { return strcmp(((const st_entry *)a)->name, ((const st_entry *)b)->name); }
-
-static bool st_has(const void *ctx, const char *name)
-{
-    const st_set *s = ctx;
-    st_entry key = { .name = (char *)name };
-    return s->n && bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) != NULL;
-}
-
-static const st_entry *st_find(const st_set *s, const char *name)
-{
-    st_entry key = { .name = (char *)name };
-    return s->n ? bsearch(&key, s->v, s->n, sizeof *s->v, cmp_entry) : NULL;
-}
-
-/* Reads one file's header: 8-byte little-endian length, then JSON. Every offset is checked
- * against the file size; tensor data is never read. */
-static int read_st_header(const char *path, st_set *set, cdx_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return cdx_err_set(err, CDX_EIO, "%s: cannot open", path);
-    struct stat stt;
-    uint8_t b8[8];
-    int rc = 0;
-    char *hdr = NULL;
-    json_t *root = NULL;
-    if (fstat(fileno(f), &stt) != 0 || fread(b8, 1, 8, f) != 8) {
-        rc = cdx_err_set(err, CDX_EFORMAT, "%s: shorter than the 8-byte header length", path);
-        goto done;
-    }
-    uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--)
-        hl = hl << 8 | b8[i];
-    uint64_t fsize = (uint64_t)stt.st_size;
-    if (hl < 2 || hl > (100u << 20) || hl > fsize - 8) {
-        rc = cdx_err_set(err, CDX_EFORMAT, "%s: header length is %llu; the file is %llu bytes (limit 100 MiB)", path,
-                         (unsigned long long)hl, (unsigned long long)fsize);
-        goto done;
-    }
-    hdr = malloc(hl);
-    if (!hdr || fread(hdr, 1, hl, f) != hl) {
-        rc = cdx_err_set(err, hdr ? CDX_EIO : CDX_ENOMEM, "%s: cannot read the %llu-byte header", path,
-                         (unsigned long long)hl);
-        goto done;
-    }
-    json_error_t je;
-    root = json_loadb(hdr, hl, 0, &je);
-    if (!json_is_object(root)) {
-        rc = cdx_err_set(err, CDX_EFORMAT, "%s: the header is not a JSON object: %s", path, je.text);
-        goto done;
-    }
-    uint64_t data_size = fsize - 8 - hl;
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        if (!strcmp(key, "__metadata__"))
-            continue;
-        json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
-               *offs = json_object_get(v, "data_offsets");
-        if (!json_is_string(dt) || !json_is_array(shape) || json_array_size(shape) > 8 || !json_is_array(offs) ||
-            json_array_size(offs) != 2 || !json_is_integer(json_array_get(offs, 0)) ||
-            !json_is_integer(json_array_get(offs, 1))) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%.100s\": needs dtype, shape (at most 8 dims) and two "
-                             "data_offsets", path, key);
-            goto done;
-        }
-        json_int_t a = json_integer_value(json_array_get(offs, 0)), b = json_integer_value(json_array_get(offs, 1));
-        if (a < 0 || b < a || (uint64_t)b > data_size) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%.100s\": data_offsets [%lld, %lld] outside the %llu "
-                             "data bytes", path, key, (long long)a, (long long)b, (unsigned long long)data_size);
-            goto done;
-        }
-        if (set->n == set->cap) {
-            size_t cap = set->cap ? set->cap * 2 : 256;
-            st_entry *nv = realloc(set->v, cap * sizeof *nv);
-            if (!nv) {
-                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-                goto done;
-            }
-            set->v = nv;
-            set->cap = cap;
-        }
-        st_entry *e = &set->v[set->n];
-        memset(e, 0, sizeof *e);
-        if (!(e->name = strdup(key))) {
-            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-            goto done;
-        }
-        snprintf(e->dtype, sizeof e->dtype, "%s", json_string_value(dt));
-        e->n_dims = (int)json_array_size(shape);
-        for (int d = 0; d < e->n_dims; d++) {
-            json_t *x = json_array_get(shape, (size_t)d);
-            e->shape[d] = json_is_integer(x) && json_integer_value(x) >= 0 ? (uint64_t)json_integer_value(x) : 0;
-        }
-        e->bytes = (uint64_t)(b - a);
-        set->n++;
-    }
-done:
-    json_decref(root);
-    free(hdr);
-    fclose(f);
-    return rc;
-}
-
-static void free_set(st_set *s)
-{
-    for (size_t i = 0; i < s->n; i++)
-        free(s->v[i].name);
-    free(s->v);
-}
-
-/* The weight files a folder's rule chooses (model.safetensors / index / every *.safetensors). */
-int hub_dir_weights(const char *dir, char ***files, size_t *n, cdx_err *err); /* hf.c */
 
 static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
 {
@@ -373,39 +258,24 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     free(text);
     free(cp);
 
-    char **files = NULL;
-    size_t n_files = 0;
-    st_set set = { 0 };
+    /* the loader's reader and its choice of files (model.safetensors / index / every *.safetensors) */
+    cdx_safetensors *st = NULL;
     bool *dense = NULL;
-    if ((rc = hub_dir_weights(dir, &files, &n_files, err)) < 0)
+    if ((rc = cdx_st_open_headers(dir, &st, err)) < 0)
         goto done;
-    for (size_t i = 0; i < n_files && rc == 0; i++) {
-        char *p = hub_strdup_printf("%s/%s", dir, files[i]);
-        rc = p ? read_st_header(p, &set, err) : cdx_err_set(err, CDX_ENOMEM, "out of memory");
-        free(p);
-    }
-    if (rc < 0)
-        goto done;
-    if (set.n)
-        qsort(set.v, set.n, sizeof *set.v, cmp_entry);
-    for (size_t i = 1; i < set.n; i++)
-        if (!strcmp(set.v[i].name, set.v[i - 1].name)) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor %s appears twice", dir, set.v[i].name);
-            goto done;
-        }
-    out->n_tensors = set.n;
+    out->n_tensors = st->n_tensors;
     /* dtypes: safetensors names; only F32, F16 and BF16 are imported */
     char types[512] = "", unsup[512] = "";
     const char *seen[32];
     uint64_t counts[32];
     int n_seen = 0;
-    for (size_t i = 0; i < set.n; i++) {
-        out->weight_bytes += set.v[i].bytes;
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        out->weight_bytes += st->tensors[i].n_bytes;
         int k = 0;
-        while (k < n_seen && strcmp(seen[k], set.v[i].dtype))
+        while (k < n_seen && strcmp(seen[k], st->tensors[i].dtype))
             k++;
         if (k == n_seen && n_seen < 32)
-            seen[n_seen] = set.v[i].dtype, counts[n_seen++] = 0;
+            seen[n_seen] = st->tensors[i].dtype, counts[n_seen++] = 0;
         if (k < n_seen)
             counts[k]++;
     }
@@ -465,7 +335,7 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
                                  .sparse = sparse, .qkv_bias = json_is_boolean(qb) ? json_is_true(qb) : -1,
                                  .untied = !tied, .linear = linear, .text_config = json_is_object(tc) };
         names_ctx x = { .keep = true };
-        check_required(out, &plan, st_has, &set, &x);
+        check_required(out, &plan, st_has, st, &x);
         free(sparse);
         free(linear);
         if (x.oom) {
@@ -476,8 +346,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         /* tensors the loader does not look up (Qwen3.5's mtp.* and model.visual.* are skipped by name) */
         out->unused_tensors[0] = 0;
         out->n_unused = 0;
-        for (size_t i = 0; i < set.n; i++) {
-            const char *t = set.v[i].name;
+        for (size_t i = 0; i < st->n_tensors; i++) {
+            const char *t = st->tensors[i].name;
             if (!strncmp(t, "mtp.", 4) || !strncmp(t, "model.visual.", 13))
                 continue;
             if (x.n && bsearch(&t, x.all, x.n, sizeof *x.all, cmp_str))
@@ -493,7 +363,7 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
                      "import refuses them rather than ignore them", dir, (unsigned long long)out->n_unused,
                      out->unused_tensors);
         /* a shipped lm_head beside a tied embedding */
-        const st_entry *head = st_find(&set, "lm_head.weight"), *emb = st_find(&set, "model.embed_tokens.weight");
+        const cdx_st_tensor *head = cdx_st_find(st, "lm_head.weight"), *emb = cdx_st_find(st, "model.embed_tokens.weight");
         if (tied && head && emb) {
             bool same = head->n_dims == emb->n_dims && !strcmp(head->dtype, emb->dtype) &&
                         !memcmp(head->shape, emb->shape, sizeof head->shape);
@@ -512,11 +382,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     rc = 0;
 done:
     json_decref(root);
-    for (size_t i = 0; i < n_files; i++)
-        free(files[i]);
-    free(files);
     free(dense);
-    free_set(&set);
+    cdx_st_close(st);
     return rc;
 }
 

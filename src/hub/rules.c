@@ -466,8 +466,8 @@ uint32_t cdx_hub_ctx_for(const cdx_hub_config *c, uint32_t ctx)
     uint64_t n = ctx ? ctx : CDX_HUB_DEFAULT_CTX;
     if (c->ctx_max > 0 && (uint64_t)c->ctx_max < n)
         n = (uint64_t)c->ctx_max;
-    if (c->sliding_window > 0 && (uint64_t)c->sliding_window < n)
-        n = (uint64_t)c->sliding_window;
+    /* not clamped to a sliding window: the window limits what attention reads, while the engine's
+     * cache keeps every position of the context (as its pool is sized) */
     return (uint32_t)n;
 }
 

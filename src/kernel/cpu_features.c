@@ -19,12 +19,18 @@ static uint64_t xgetbv0(void)
 
 static cdx_cpu_features g_feat;
 static char g_brand[49];
+static char g_vendor[13];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void detect(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return;
+    memcpy(g_vendor, &b, 4);
+    memcpy(g_vendor + 4, &d, 4);
+    memcpy(g_vendor + 8, &c, 4);
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
     bool osxsave = c & bit_OSXSAVE;
@@ -38,6 +44,7 @@ static void detect(void)
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         g_feat.avx2 = g_feat.avx && (b & bit_AVX2);
+        g_feat.bmi2 = b & bit_BMI2;
         g_feat.avx512f = os_avx512 && (b & bit_AVX512F);
         g_feat.avx512bw = g_feat.avx512f && (b & bit_AVX512BW);
         g_feat.avx512vl = g_feat.avx512f && (b & bit_AVX512VL);
@@ -49,6 +56,8 @@ static void detect(void)
         g_feat.avx512bf16 = g_feat.avx512f && (a1 & (1u << 5));
         g_feat.avx_vnni = g_feat.avx && (a1 & (1u << 4));
     }
+    g_feat.x86_64_v3 = g_feat.avx2 && g_feat.fma && g_feat.f16c && g_feat.bmi2;
+    g_feat.x86_64_v4 = g_feat.x86_64_v3 && g_feat.avx512f && g_feat.avx512bw && g_feat.avx512vl && g_feat.avx512dq;
     if (__get_cpuid_max(0x80000000, NULL) >= 0x80000004) {
         unsigned *w = (unsigned *)g_brand;
         for (unsigned i = 0; i < 3; i++)
@@ -74,4 +83,10 @@ const char *cdx_cpu_brand(void)
 {
     pthread_once(&g_once, detect);
     return g_brand;
+}
+
+const char *cdx_cpu_vendor(void)
+{
+    pthread_once(&g_once, detect);
+    return g_vendor;
 }

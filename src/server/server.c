@@ -81,6 +81,8 @@ typedef struct sv_job {
     char *out;
     size_t out_n, out_off, out_cap;
     size_t text_offset;             /* completions' logprobs text_offset */
+    char *acc;                      /* streaming with tools: the reply so far; acc[0..released) is sent */
+    size_t acc_n, acc_cap, released;
     bool gone;                      /* the client hung up or the server stops */
 } sv_job;
 
@@ -93,6 +95,7 @@ static void job_unref(sv_job *j)
     free(j->pieces);
     free(j->message);
     free(j->out);
+    free(j->acc);
     sv_params_free(&j->p);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -267,6 +270,13 @@ static const char *finish_reason(cdx_finish f)
     return f == CDX_FINISH_LENGTH ? "length" : "stop";
 }
 
+/* The tool-call ids' stem: the request id's random part. */
+static const char *call_id_base(const sv_job *j)
+{
+    const char *d = strchr(j->rid, '-');
+    return d ? d + 1 : j->rid;
+}
+
 /* The whole (non-streamed) result. */
 static char *result_body(sv_job *j)
 {
@@ -295,13 +305,31 @@ static char *result_body(sv_job *j)
         } else
             lp = cmpl_logprobs(j, 0, j->n);
     }
-    if (chat)
-        json_object_set_new(choice, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", jstr(text, len)));
-    else
+    json_t *calls = NULL;
+    if (chat && j->p.tools) {
+        char *rest = NULL;
+        size_t rest_n = 0;
+        if (sv_tool_calls(text, len, j->p.tools, call_id_base(j), &calls, &rest, &rest_n) < 0) {
+            free(text);
+            json_decref(choice);
+            json_decref(lp);
+            return NULL;
+        }
+        free(text);
+        text = rest;
+        len = rest_n;
+    }
+    if (chat) {
+        json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                                calls && !len ? json_null() : jstr(text, len));
+        if (calls)
+            json_object_set_new(msg, "tool_calls", calls);
+        json_object_set_new(choice, "message", msg);
+    } else
         json_object_set_new(choice, "text", jstr(text, len));
     free(text);
     json_object_set_new(choice, "logprobs", lp);
-    json_object_set_new(choice, "finish_reason", json_string(finish_reason(j->finish)));
+    json_object_set_new(choice, "finish_reason", json_string(calls ? "tool_calls" : finish_reason(j->finish)));
     if (j->p.return_tokens) {
         json_t *ids = json_array();
         for (size_t i = 0; i < j->n; i++)
@@ -358,10 +386,38 @@ static json_t *chunk(sv_job *j, json_t *choice)
     return o;
 }
 
+/* Streaming with tools: adds the piece to the reply and says how much of it may go out now. */
+static bool acc_push(sv_job *j, const char *s, size_t n, const char **out, size_t *out_n)
+{
+    if (j->acc_n + n + 1 > j->acc_cap) {
+        size_t cap = j->acc_cap ? j->acc_cap : 1024;
+        while (cap < j->acc_n + n + 1)
+            cap *= 2;
+        char *g = realloc(j->acc, cap);
+        if (!g)
+            return false;
+        j->acc = g;
+        j->acc_cap = cap;
+    }
+    memcpy(j->acc + j->acc_n, s, n);
+    j->acc_n += n;
+    size_t h = sv_tool_hold_from(j->acc, j->acc_n);
+    *out = j->acc + j->released;
+    *out_n = h > j->released ? h - j->released : 0;
+    j->released += *out_n;
+    return true;
+}
+
 static void out_piece(sv_job *j, size_t i)
 {
     const sv_piece *pc = &j->pieces[i];
-    if (pc->text_len == 0 && !(j->p.logprobs && pc->token >= 0))
+    const char *text = pc->text;
+    size_t text_len = pc->text_len;
+    if (j->p.tools && !acc_push(j, pc->text, pc->text_len, &text, &text_len)) {
+        j->oom = true;
+        return;
+    }
+    if (text_len == 0 && !(j->p.logprobs && pc->token >= 0))
         return;
     json_t *lp = json_null();
     if (j->p.logprobs && pc->token >= 0)
@@ -369,7 +425,7 @@ static void out_piece(sv_job *j, size_t i)
                                   : cmpl_logprobs(j, i, i + 1);
     json_t *choice;
     if (j->p.kind == SV_CHAT)
-        choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", jstr(pc->text, pc->text_len),
+        choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", jstr(text, text_len),
                            "logprobs", lp, "finish_reason");
     else
         choice = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "text", jstr(pc->text, pc->text_len), "logprobs", lp,
@@ -391,9 +447,29 @@ static void out_tail(sv_job *j)
             free(b);
         }
     } else {
+        const char *reason = finish_reason(j->finish);
+        if (j->p.tools) { /* the held tail: calls, or text after all */
+            json_t *calls = NULL;
+            char *rest = NULL;
+            size_t rest_n = 0;
+            if (sv_tool_calls(j->acc ? j->acc + j->released : "", j->acc_n - j->released, j->p.tools, call_id_base(j),
+                              &calls, &rest, &rest_n) >= 0) {
+                if (rest_n)
+                    out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "content",
+                                                    jstr(rest, rest_n), "logprobs", "finish_reason")));
+                size_t k;
+                json_t *c;
+                json_array_foreach(calls, k, c) json_object_set_new(c, "index", json_integer((json_int_t)k));
+                if (calls) {
+                    out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "tool_calls", calls,
+                                                    "logprobs", "finish_reason")));
+                    reason = "tool_calls";
+                }
+                free(rest);
+            }
+        }
         json_t *choice = j->p.kind == SV_CHAT
-                             ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
-                                         finish_reason(j->finish))
+                             ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason", reason)
                              : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
                                          finish_reason(j->finish));
         out_event(j, chunk(j, choice));

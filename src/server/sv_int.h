@@ -45,6 +45,7 @@ typedef struct sv_params {
     /* chat */
     json_t *messages;        /* a normalized copy (text parts joined); owned */
     json_t *extra;           /* tools and chat_template_kwargs for the template; owned; may be NULL */
+    const json_t *tools;     /* the request's tools when the reply is scanned for calls (tool_choice not "none"), else NULL */
     bool add_generation_prompt;
     /* completion, tokenize */
     const char *text;        /* the prompt or content as text, or NULL */
@@ -53,7 +54,8 @@ typedef struct sv_params {
     int64_t n_ids;
     bool add_special;        /* tokenize */
     /* generation */
-    cdx_sampler_params sp;
+    cdx_sampler_params sp;   /* sp.bias points at bias */
+    cdx_logit_bias *bias;    /* logit_bias, owned */
     bool seed_set;
     int64_t max_tokens;      /* 0: until the end of generation or a full context */
     const char *stop[SV_MAX_STOP];
@@ -63,6 +65,18 @@ typedef struct sv_params {
     bool stream, include_usage, ignore_eos;
     bool return_tokens;      /* caldrix's extension: choices[0].tokens holds the generated ids */
 } sv_params;
+
+/* ---- tool calls (sv_tools.c) ---- */
+
+/* Finds the tool calls in a chat reply (Hermes <tool_call> blocks, Mistral's [TOOL_CALLS], or a
+ * Llama 3 reply that is one JSON call), each naming one of tools. *calls_out: an array of OpenAI
+ * tool_calls (ids "call_<id_base>_<i>"), NULL when none; *content_out (heap): the text without the
+ * calls, trimmed (the whole text when there are none). Returns the number of calls, -1: no memory. */
+int sv_tool_calls(const char *text, size_t len, const json_t *tools, const char *id_base, json_t **calls_out,
+                  char **content_out, size_t *content_len);
+/* Streaming: text[0..len) so far may be released up to the returned offset; from there on it may
+ * be (the start of) a tool call and is held until the end. */
+size_t sv_tool_hold_from(const char *text, size_t len);
 
 /* Parses and validates body[0..len) for a route. Returns 0, or -1 with e set (status 400 naming
  * the field). On success free p with sv_params_free (also safe after a failure). */

@@ -2,6 +2,7 @@
  * field and the value; unknown fields are ignored; JSON null counts as absent. */
 #include "server/sv_int.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,8 +183,9 @@ static int get_ids(json_t *arr, const char *key, const sv_limits *lim, sv_params
 
 /* ---- the routes' bodies ---- */
 
-/* messages: a non-empty array of {role, content}; content as a string, null, or text parts
- * (joined). The template gets a copy with the parts joined and everything else as sent. */
+/* messages: a non-empty array of {role, content}; content as a string or text parts (joined), or,
+ * in an assistant turn, null or absent. The template gets a copy with the parts joined and
+ * everything else as sent. */
 static int parse_messages(json_t *root, sv_params *p, sv_error *e)
 {
     json_t *msgs = json_object_get(root, "messages");
@@ -209,6 +211,12 @@ static int parse_messages(json_t *root, sv_params *p, sv_error *e)
                        role ? "" : " (it is missing)");
         }
         json_t *c = json_object_get(m, "content");
+        /* only an assistant turn may leave content out (OpenAI: one that carries tool_calls) */
+        if ((!c || json_is_null(c)) && strcmp(json_string_value(role), "assistant")) {
+            snprintf(param, sizeof param, "messages[%zu].content", i);
+            return BAD("missing_required_parameter", param, "%s is required for a %s message", param,
+                       json_string_value(role));
+        }
         json_t *copy = json_copy(m);
         if (!copy)
             return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
@@ -247,6 +255,21 @@ static int parse_messages(json_t *root, sv_params *p, sv_error *e)
     json_t *kw = field(root, "chat_template_kwargs");
     if (tools && !json_is_array(tools))
         return BAD("invalid_type", "tools", "tools must be an array, not %s", type_name(tools));
+    for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        char param[64];
+        snprintf(param, sizeof param, "tools[%zu].function.name", i);
+        if (!json_is_string(json_object_get(fn, "name")))
+            return BAD("invalid_value", param, "%s must be a string (a tool is {\"type\":\"function\",\"function\":"
+                       "{\"name\":...,\"parameters\":{...}}})", param);
+    }
+    json_t *choice = field(root, "tool_choice");
+    const char *cs = json_string_value(choice);
+    if (choice && !(cs && (!strcmp(cs, "auto") || !strcmp(cs, "none"))))
+        return BAD("invalid_value", "tool_choice", "tool_choice must be \"auto\" or \"none\"; forcing a call (\"required\" "
+                   "or a named function) needs constrained decoding, which this server does not do");
+    if (tools && json_array_size(tools) && !(cs && !strcmp(cs, "none")))
+        p->tools = tools;
     if (kw && !json_is_object(kw))
         return BAD("invalid_type", "chat_template_kwargs", "chat_template_kwargs must be an object, not %s",
                    type_name(kw));
@@ -399,6 +422,46 @@ static int parse_generation(json_t *root, sv_params *p, sv_error *e)
     return parse_stop(root, p, e);
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape and range). */
+static int parse_logit_bias(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    json_t *lb = field(root, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!json_is_object(lb))
+        return BAD("invalid_type", "logit_bias", "logit_bias must be an object of token id: bias, not %s",
+                   type_name(lb));
+    size_t n = json_object_size(lb);
+    if (n > (size_t)lim->n_vocab)
+        return BAD("invalid_value", "logit_bias", "logit_bias has %zu entries; the vocabulary has %lld tokens", n,
+                   (long long)lim->n_vocab);
+    if (!n)
+        return 0;
+    p->bias = malloc(n * sizeof *p->bias);
+    if (!p->bias)
+        return sv_fail(e, 500, "server_error", "out_of_memory", "logit_bias", "out of memory");
+    const char *key;
+    json_t *v;
+    int32_t k = 0;
+    json_object_foreach(lb, key, v) {
+        char *end = NULL;
+        errno = 0;
+        long long id = strtoll(key, &end, 10);
+        if (*key < '0' || *key > '9' || *end || errno || id >= lim->n_vocab)
+            return BAD("invalid_value", "logit_bias", "logit_bias key \"%.40s\" is not a token id in [0, %lld)", key,
+                       (long long)lim->n_vocab);
+        if (!json_is_number(v))
+            return BAD("invalid_type", "logit_bias", "logit_bias[\"%s\"] must be a number, not %s", key, type_name(v));
+        double b = json_number_value(v);
+        if (!(b >= -100 && b <= 100))
+            return BAD("invalid_value", "logit_bias", "logit_bias[\"%s\"] is %g; it must be between -100 and 100", key, b);
+        p->bias[k++] = (cdx_logit_bias){ .id = (int32_t)id, .bias = (float)b };
+    }
+    p->sp.bias = p->bias;
+    p->sp.n_bias = k;
+    return 0;
+}
+
 static int parse_logprobs(json_t *root, sv_params *p, sv_error *e)
 {
     json_int_t x = 0;
@@ -503,7 +566,7 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
         return get_ids(t, "tokens", lim, p, e);
     }
     }
-    if (parse_generation(root, p, e) || parse_logprobs(root, p, e))
+    if (parse_generation(root, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
         return -1;
     if (!lim->has_tok && (kind == SV_CHAT || p->n_stop))
         return BAD("invalid_value", kind == SV_CHAT ? "messages" : "stop", "this model has no tokenizer: %s",
@@ -517,6 +580,7 @@ void sv_params_free(sv_params *p)
     json_decref(p->extra);
     json_decref(p->root);
     free(p->ids);
+    free(p->bias);
     *p = (sv_params){0};
 }
 

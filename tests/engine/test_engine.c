@@ -613,6 +613,52 @@ static void qwen35_prefixes_resume_from_snapshots(void)
     cdx_model_close(m);
 }
 
+/* The sampler on hand-made logits: what logit_bias, penalties and top-k must do follows from their
+ * definitions (OpenAI's logit_bias is added to the logit; llama.cpp's repeat rule divides a positive
+ * logit), so the expected ids are read off the numbers, not from a run. */
+static void sampler_applies_bias_then_penalties(void)
+{
+    const float logits[5] = { 0.5f, 2.0f, 3.0f, -1.0f, 2.9f };
+    cdx_err err = {0};
+    cdx_sampler *s = NULL;
+    cdx_sampler_params p = cdx_sampler_defaults();
+    p.temp = 0;
+    REQUIRE(cdx_sampler_create(&p, 5, &s, &err) == CDX_OK);
+    CHECK(cdx_sampler_sample(s, logits, NULL, 0) == 2);
+    cdx_sampler_free(s);
+    cdx_logit_bias b[2] = { { 3, 4.5f }, { 2, -1.0f } };  /* token 3: -1 + 4.5 = 3.5 beats 2.9 and 2.0 */
+    p.bias = b;
+    p.n_bias = 2;
+    REQUIRE(cdx_sampler_create(&p, 5, &s, &err) == CDX_OK);
+    b[0].bias = -100;                                      /* the sampler keeps its own copy */
+    CHECK(cdx_sampler_sample(s, logits, NULL, 0) == 3);
+    /* repeat penalty 2 on token 3 (history): 3.5 / 2 = 1.75 < 2.9 (token 4) */
+    const int32_t hist[1] = { 3 };
+    cdx_sampler_free(s);
+    b[0].bias = 4.5f;
+    p.repeat_penalty = 2.0f;
+    REQUIRE(cdx_sampler_create(&p, 5, &s, &err) == CDX_OK);
+    CHECK(cdx_sampler_sample(s, logits, hist, 1) == 4);
+    cdx_sampler_free(s);
+    /* sampling with top-k 1 keeps only the biased best */
+    p.repeat_penalty = 1.0f;
+    p.temp = 1.0f;
+    p.top_k = 1;
+    REQUIRE(cdx_sampler_create(&p, 5, &s, &err) == CDX_OK);
+    for (int i = 0; i < 8; i++)
+        CHECK(cdx_sampler_sample(s, logits, NULL, 0) == 3);
+    cdx_sampler_free(s);
+    /* refused: ids outside the vocabulary, biases that are not finite */
+    const cdx_logit_bias badv[4] = { { -1, 1 }, { 5, 1 }, { 0, NAN }, { 0, INFINITY } };
+    for (int i = 0; i < 4; i++) {
+        p.bias = &badv[i];
+        p.n_bias = 1;
+        s = NULL;
+        CHECKF(cdx_sampler_create(&p, 5, &s, &err) == CDX_EINVAL && !s && strstr(err.msg, "logit bias"), "case %d: %s",
+               i, err.msg);
+    }
+}
+
 int main(void)
 {
     static char names[64][200];
@@ -659,6 +705,7 @@ int main(void)
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
+    RUN("the sampler adds the logit bias first, then penalises, then cuts", sampler_applies_bias_then_penalties);
     RUN("evicted blocks reach the store and a new engine reads them", evicted_blocks_reach_the_store);
     RUN("Qwen3.5: a longer prompt and a continued conversation resume from state snapshots, same bits",
         qwen35_prefixes_resume_from_snapshots);

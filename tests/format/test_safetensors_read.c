@@ -4,6 +4,8 @@
 #include "caldrix.h"
 #include "test.h"
 
+#include <unistd.h>
+
 #define HF SHARED "/fixtures/hf/"
 
 typedef struct {
@@ -211,6 +213,37 @@ static void a_file_in_memory_reads_like_a_mapped_one(void)
     cdx_file_unmap(f);
 }
 
+/* A checkpoint with an I8 tensor: refused by the loader's open naming the dtype; the headers-only
+ * open reads it, names its dtype and still checks its size. */
+static void headers_only_reads_every_dtype(void)
+{
+    char path[] = "/tmp/caldrix-st-hdr-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    const char *hdr = "{\"w\":{\"dtype\":\"I8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                      "\"v\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}";
+    uint64_t hl = strlen(hdr);
+    uint8_t b8[8];
+    for (int k = 0; k < 8; k++)
+        b8[k] = (uint8_t)(hl >> (8 * k));
+    FILE *f = fdopen(fd, "wb");
+    REQUIRE(f);
+    fwrite(b8, 1, 8, f);
+    fwrite(hdr, 1, hl, f);
+    fwrite("\1\2\3\4\0\0\0\0", 1, 8, f);
+    fclose(f);
+    cdx_safetensors *st = NULL;
+    cdx_err e = { 0 };
+    CHECK(cdx_st_open(path, &st, &e) == CDX_EUNSUPPORTED && strstr(e.msg, "dtype I8") && !st);
+    REQUIRE(cdx_st_open_headers(path, &st, &e) == CDX_OK);
+    const cdx_st_tensor *w = cdx_st_find(st, "w"), *v = cdx_st_find(st, "v");
+    REQUIRE(w && v);
+    CHECK(w->type == CDX_TYPE_COUNT && !strcmp(w->dtype, "I8") && w->n_bytes == 4 && w->shape[0] == 2);
+    CHECK(v->type == CDX_TYPE_BF16 && !strcmp(v->dtype, "BF16") && v->n_bytes == 4);
+    cdx_st_close(st);
+    unlink(path);
+}
+
 int main(void)
 {
     RUN("every fixture has the tensors, shapes and dtypes its config implies", every_fixture_has_the_tensors_its_config_implies);
@@ -218,5 +251,6 @@ int main(void)
     RUN("a sharded checkpoint opens from its index and maps each shard", a_sharded_checkpoint_opens_from_its_index);
     RUN("a missing path is named", a_missing_path_is_named);
     RUN("a file in memory reads like a mapped one", a_file_in_memory_reads_like_a_mapped_one);
+    RUN("the headers-only open reads every dtype and checks its size", headers_only_reads_every_dtype);
     return t_done("safetensors_read");
 }

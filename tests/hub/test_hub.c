@@ -367,8 +367,9 @@ static void memory_estimate_is_weights_plus_kv(void)
     /* 2 (K,V) * 28 layers * 8 kv heads * 128 * 4096 tokens * 4 bytes */
     CHECK(cdx_hub_kv_bytes(&c, 0) == 2ull * 28 * 8 * 128 * 4096 * 4);
     CHECK(cdx_hub_ctx_for(&c, 100000) == 40960);
+    /* a sliding window does not shrink the estimate: the engine's cache holds the whole context */
     c.sliding_window = 1024;
-    CHECK(cdx_hub_ctx_for(&c, 0) == 1024 && cdx_hub_kv_bytes(&c, 0) == 2ull * 28 * 8 * 128 * 1024 * 4);
+    CHECK(cdx_hub_ctx_for(&c, 0) == 4096 && cdx_hub_kv_bytes(&c, 0) == 2ull * 28 * 8 * 128 * 4096 * 4);
     cdx_hub_opts o = { .mem_available = 1000000 };
     cdx_err err = { 0 };
     CHECK(hub_check_memory("x/y", &c, 1000, &o, "Nothing was downloaded.", &err) == CDX_ERANGE);
@@ -598,7 +599,9 @@ static void inspect_reports_missing_tensors_and_refuses_malformed_files(void)
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,80]}}", "outside" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", "data_offsets" },
         { "not json at all", "not a JSON object" },
-        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3,4,5,6,7,8,9,10],\"data_offsets\":[0,8]}}", "at most 8 dims" },
+        { "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3,4,5,6,7,8,9,10],\"data_offsets\":[0,8]}}", "at most 8 dimensions" },
+        /* a size the dtype and shape contradict, in a dtype caldrix does not compute with: still checked */
+        { "{\"a\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[0,8]}}", "need 3" },
     };
     for (size_t i = 0; i < sizeof sth / sizeof sth[0]; i++) {
         snprintf(p, sizeof p, "%s/model.safetensors", d);
@@ -735,13 +738,8 @@ static void a_cache_snapshot_opens_in_the_model_layer(void)
     }
 }
 
-static void cpu_detection_is_consistent(void)
+static void disk_free_finds_the_nearest_parent(void)
 {
-    cdx_hub_cpu c;
-    cdx_hub_cpu_detect(&c);
-    CHECK(c.vendor[0]);
-    CHECK(!c.x86_64_v4 || c.x86_64_v3);
-    CHECK(!c.avx2 || c.avx);
     uint64_t fb = 0;
     CHECK(cdx_hub_disk_free("/nonexistent/deeper/path", &fb, NULL) == 0 && fb > 0);
 }
@@ -769,7 +767,7 @@ int main(void)
         inspect_reports_missing_tensors_and_refuses_malformed_files);
     RUN("the gguf peek sizes a model from its first bytes", the_gguf_peek_sizes_a_model_from_its_first_bytes);
     RUN("a cache snapshot opens in the model layer", a_cache_snapshot_opens_in_the_model_layer);
-    RUN("cpu detection is consistent", cpu_detection_is_consistent);
+    RUN("disk free finds the nearest existing parent", disk_free_finds_the_nearest_parent);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0)

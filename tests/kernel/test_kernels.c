@@ -585,6 +585,42 @@ static void isa_env_names_a_set_or_is_refused(void)
         unsetenv("CALDRIX_ISA");
 }
 
+/* The detector against the Linux kernel's own reading of cpuid (/proc/cpuinfo's flags, which it
+ * also clears for state the OS does not save): every feature must agree. */
+static void cpu_features_match_proc_cpuinfo(void)
+{
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    REQUIRE(fp); /* caldrix runs on Linux */
+    static char line[16384];
+    char flags[16384] = "";
+    while (fgets(line, sizeof line, fp))
+        if (!strncmp(line, "flags", 5)) {
+            snprintf(flags, sizeof flags, " %s ", strchr(line, ':') ? strchr(line, ':') + 1 : "");
+            break;
+        }
+    fclose(fp);
+    REQUIRE(flags[0]);
+    for (char *c = flags; *c; c++)
+        if (*c == '\n' || *c == '\t')
+            *c = ' ';
+    const cdx_cpu_features *f = cdx_cpu_features_get();
+    const struct { const char *flag; bool have; } rows[] = {
+        { "sse4_2", f->sse42 }, { "avx", f->avx }, { "avx2", f->avx2 }, { "fma", f->fma }, { "f16c", f->f16c },
+        { "bmi2", f->bmi2 }, { "avx512f", f->avx512f }, { "avx512bw", f->avx512bw }, { "avx512vl", f->avx512vl },
+        { "avx512dq", f->avx512dq }, { "avx512_vnni", f->avx512vnni }, { "avx512_bf16", f->avx512bf16 },
+        { "avx512vbmi", f->avx512vbmi }, { "avx_vnni", f->avx_vnni },
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char want[40];
+        snprintf(want, sizeof want, " %s ", rows[i].flag);
+        CHECKF((strstr(flags, want) != NULL) == rows[i].have, "%s: /proc/cpuinfo %s, caldrix %s", rows[i].flag,
+               strstr(flags, want) ? "has it" : "lacks it", rows[i].have ? "has it" : "lacks it");
+    }
+    CHECK(f->x86_64_v3 == (f->avx2 && f->fma && f->f16c && f->bmi2));
+    CHECK(f->x86_64_v4 == (f->x86_64_v3 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq));
+    CHECK(strlen(cdx_cpu_vendor()) == 12);
+}
+
 static void isa_table_picks_what_the_cpu_runs(void)
 {
     const cdx_cpu_features *f = cdx_cpu_features_get();
@@ -607,6 +643,7 @@ static void isa_table_picks_what_the_cpu_runs(void)
 
 int main(void)
 {
+    RUN("cpu features match /proc/cpuinfo's flags", cpu_features_match_proc_cpuinfo);
     RUN("isa table picks what the cpu runs", isa_table_picks_what_the_cpu_runs);
     RUN("CALDRIX_ISA names a set or is refused", isa_env_names_a_set_or_is_refused);
     RUN("matmul rows are batch invariant (every type, packed and not)", matmul_rows_are_batch_invariant);

@@ -56,7 +56,7 @@ static void chat_fields_are_read(void)
                   "\"frequency_penalty\":2,\"repetition_penalty\":1.1,\"seed\":-3,\"max_completion_tokens\":9,"
                   "\"stop\":[\"x\",\"\",\"yz\"],\"n\":1,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown\":{\"a\":1},"
-                  "\"tools\":[{\"type\":\"function\"}]}",
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
                   SV_CHAT, &p, &e) == 0);
     CHECK(p.sp.temp == 0.0f && p.sp.top_p == 0.5f && p.sp.top_k == 7 && fabsf(p.sp.min_p - 0.1f) < 1e-7f);
     CHECK(p.sp.presence_penalty == -1.5f && p.sp.frequency_penalty == 2.0f && fabsf(p.sp.repeat_penalty - 1.1f) < 1e-6f);
@@ -96,6 +96,30 @@ static void bad_requests_name_the_field(void)
     refused("{\"messages\":[3]}", SV_CHAT, 400, "messages[0]");
     refused("{\"messages\":[{\"content\":\"x\"}]}", SV_CHAT, 400, "messages[0].role");
     refused("{\"messages\":[{\"role\":\"user\",\"content\":5}]}", SV_CHAT, 400, "messages[0].content");
+    refused("{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\"}]}", SV_CHAT, 400,
+            "messages[1].content");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":null}]}", SV_CHAT, 400, "messages[0].content");
+    refused("{\"prompt\":\"x\",\"logit_bias\":[1]}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"512\":1}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\" 7\":1}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"7\":101}}", SV_COMPLETION, 400, "logit_bias");
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"7\":\"up\"}}", SV_COMPLETION, 400, "logit_bias");
+    {
+        sv_params p;
+        sv_error e;
+        REQUIRE(parse("{\"prompt\":\"x\",\"logit_bias\":{\"7\":-100,\"511\":2.5}}", SV_COMPLETION, &p, &e) == 0);
+        CHECK(p.sp.n_bias == 2 && p.sp.bias == p.bias);
+        CHECK(p.bias[0].id == 7 && p.bias[0].bias == -100.0f && p.bias[1].id == 511 && p.bias[1].bias == 2.5f);
+        sv_params_free(&p);
+    }
+    {
+        sv_params p;
+        sv_error e;
+        REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null},"
+                      "{\"role\":\"user\",\"content\":\"y\"}]}", SV_CHAT, &p, &e) == 0);
+        sv_params_free(&p);
+    }
     refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", SV_CHAT, 400,
             "messages[0].content[0]");
     const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
@@ -186,6 +210,133 @@ static void sanitize_and_metrics(void)
     sv_metrics_destroy(&m);
 }
 
+/* One reply scanned as a whole (the non-streamed path) and as a stream cut into pieces of every
+ * size (what is released as it comes, then the held tail scanned at the end): the same calls, and
+ * the released text never shows a call. The expected calls are read off the formats' definitions. */
+static json_t *g_tools;
+
+static int scan(const char *text, json_t **calls, char **content)
+{
+    size_t n = 0;
+    return sv_tool_calls(text, strlen(text), g_tools, "x", calls, content, &n);
+}
+
+static void streamed_equals_whole(const char *text)
+{
+    json_t *want_calls;
+    char *want_content;
+    int want = scan(text, &want_calls, &want_content);
+    size_t len = strlen(text);
+    for (size_t piece = 1; piece <= len; piece++) {
+        size_t released = 0;
+        for (size_t at = 0; at < len;) {
+            at = at + piece < len ? at + piece : len;
+            size_t h = sv_tool_hold_from(text, at);
+            if (h > released)
+                released = h;
+        }
+        json_t *calls;
+        char *rest;
+        size_t rest_n;
+        int got = sv_tool_calls(text + released, len - released, g_tools, "x", &calls, &rest, &rest_n);
+        CHECKF(got == want, "pieces of %zu: %d calls, whole: %d", piece, got, want);
+        CHECKF(!want || !memmem(text, released, "<tool_call>", 11), "pieces of %zu released a call", piece);
+        if (calls && want_calls)
+            CHECK(json_equal(calls, want_calls));
+        json_decref(calls);
+        free(rest);
+    }
+    json_decref(want_calls);
+    free(want_content);
+}
+
+static void tool_calls_are_found_in_every_form(void)
+{
+    g_tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{}}},"
+                         "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]", 0, NULL);
+    REQUIRE(g_tools);
+    json_t *c;
+    char *t;
+    /* Hermes / Qwen: text before, a block, the text kept and trimmed */
+    CHECK(scan("I'll check.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>", &c,
+               &t) == 1);
+    CHECK(!strcmp(t, "I'll check."));
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "name")),
+                  "get_time"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "arguments")),
+                  "{\"tz\":\"UTC\"}"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(c, 0), "id")), "call_x_0"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(c, 0), "type")), "function"));
+    json_decref(c);
+    free(t);
+    /* two blocks: two calls, nothing else */
+    CHECK(scan("<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1}}</tool_call>\n<tool_call>{\"name\":\"get_time\","
+               "\"arguments\":{}}</tool_call>", &c, &t) == 2);
+    CHECK(!strcmp(t, "") && !strcmp(json_string_value(json_object_get(json_array_get(c, 1), "id")), "call_x_1"));
+    json_decref(c);
+    free(t);
+    /* a tool the request does not have, or JSON that does not parse: text */
+    CHECK(scan("<tool_call>{\"name\":\"rm_rf\",\"arguments\":{}}</tool_call>", &c, &t) == 0 && !c);
+    CHECK(!strcmp(t, "<tool_call>{\"name\":\"rm_rf\",\"arguments\":{}}</tool_call>"));
+    free(t);
+    CHECK(scan("<tool_call>{\"name\":\"add\",</tool_call>", &c, &t) == 0 && !c);
+    free(t);
+    CHECK(scan("<tool_call>{\"name\":\"add\",\"arguments\":{}}", &c, &t) == 0 && !c); /* never closed */
+    free(t);
+    /* Mistral */
+    CHECK(scan("[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{\"a\":2}},{\"name\":\"get_time\",\"arguments\":{}}]", &c,
+               &t) == 2);
+    json_decref(c);
+    free(t);
+    CHECK(scan("[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{}},{\"name\":\"nope\",\"arguments\":{}}]", &c, &t) == 0);
+    free(t);
+    /* Llama 3: the reply is one JSON call, "parameters" for its arguments */
+    CHECK(scan("{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}", &c, &t) == 1);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "arguments")),
+                  "{\"tz\":\"UTC\"}"));
+    json_decref(c);
+    free(t);
+    CHECK(scan("{\"a\": 1}", &c, &t) == 0 && !strcmp(t, "{\"a\": 1}"));
+    free(t);
+    /* arguments given as a string pass as sent */
+    CHECK(scan("<tool_call>{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":3}\"}</tool_call>", &c, &t) == 1);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "arguments")),
+                  "{\"a\":3}"));
+    json_decref(c);
+    free(t);
+    /* plain text is released whole; a lone "<" only until it is not a marker */
+    CHECK(sv_tool_hold_from("Hello <b>", 9) == 9);
+    CHECK(sv_tool_hold_from("Hello <tool_", 12) == 6);
+    CHECK(sv_tool_hold_from("  {\"name\"", 9) == 2);
+    CHECK(sv_tool_hold_from("[TOOL", 5) == 0);
+    streamed_equals_whole("I'll check.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+    streamed_equals_whole("Hello <b>world</b> and <tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1}}</tool_call>");
+    streamed_equals_whole("[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{}}]");
+    streamed_equals_whole("{\"name\": \"get_time\", \"parameters\": {}}");
+    streamed_equals_whole("Just text, with a < and a [ and a {.");
+    json_decref(g_tools);
+}
+
+static void tool_fields_are_checked(void)
+{
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", SV_CHAT, 400,
+            "tools[0].function.name");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", SV_CHAT, 400,
+            "tool_choice");
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    char body[512];
+    sv_params p;
+    sv_error e;
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", tools);
+    REQUIRE(parse(body, SV_CHAT, &p, &e) == 0);
+    CHECK(p.tools && json_array_size(p.tools) == 1);
+    sv_params_free(&p);
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"none\"}", tools);
+    REQUIRE(parse(body, SV_CHAT, &p, &e) == 0);
+    CHECK(!p.tools && p.extra); /* the template still sees them; the reply is not scanned */
+    sv_params_free(&p);
+}
+
 int main(void)
 {
     RUN("chat defaults are OpenAI's (temperature 1, top_p 1, no top-k/min-p, random seed)", chat_defaults_are_openais);
@@ -195,5 +346,7 @@ int main(void)
     RUN("invalid UTF-8 is a 400 naming the key it sits in", invalid_utf8_names_the_field);
     RUN("tokenize and detokenize bodies", tokenize_fields);
     RUN("UTF-8 sanitizing and the metrics text", sanitize_and_metrics);
+    RUN("tool calls are found in every form, streamed or whole", tool_calls_are_found_in_every_form);
+    RUN("tools and tool_choice are checked", tool_fields_are_checked);
     return t_done("server_request");
 }
