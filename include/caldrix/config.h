@@ -27,6 +27,8 @@ typedef enum cdx_hf_arch {
     CDX_HF_MIXTRAL,     /* MixtralForCausalLM */
     CDX_HF_QWEN2_MOE,   /* Qwen2MoeForCausalLM */
     CDX_HF_IDEFICS3,    /* Idefics3ForConditionalGeneration (SmolVLM): text_config is Llama, plus vision_config */
+    CDX_HF_QWEN3_5,     /* Qwen3_5ForCausalLM (hybrid: Gated DeltaNet + gated attention) */
+    CDX_HF_QWEN3_5_VL,  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */
     CDX_HF_ARCH_COUNT
 } cdx_hf_arch;
 
@@ -37,6 +39,7 @@ typedef enum cdx_hf_arch {
 enum {
     CDX_HF_LAYER_SLIDING = 1, /* attention limited to the last sliding_window positions */
     CDX_HF_LAYER_MOE = 2,     /* sparse MoE block (else a dense MLP of intermediate_size) */
+    CDX_HF_LAYER_LINEAR = 4,  /* Qwen3.5: a Gated DeltaNet ("linear_attention") layer, else full attention */
 };
 
 typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1 } cdx_hf_rope_type;
@@ -90,6 +93,12 @@ typedef struct cdx_hf_config {
     int64_t top_k;
     /* vision-language models: the text fields above come from text_config */
     cdx_hf_vision vision;
+    /* Qwen3.5 (hybrid): the Gated DeltaNet layers (layer_flags & CDX_HF_LAYER_LINEAR) and the
+     * gated full-attention layers' partial rotary; 0 elsewhere. */
+    int64_t linear_n_k_heads, linear_n_v_heads, linear_k_dim, linear_v_dim, linear_conv_kernel;
+    double partial_rotary_factor;  /* rotated share of head_dim (1 for the other architectures) */
+    int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent) */
+    bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a
@@ -105,6 +114,9 @@ CDX_API const char *cdx_hf_arch_name(cdx_hf_arch a);
  * reader and the hub's import rules both check against. NULL: false. */
 CDX_API bool cdx_hf_dtype_accepted(const char *torch_dtype);
 #define CDX_HF_DTYPES_ACCEPTED "bfloat16, float32 or float16"
+/* Qwen3.5: whether the import reads key (at the top of config.json or in text_config); any other
+ * key is refused by name (the config reader and the hub's import rules share this one list). */
+CDX_API bool cdx_hf_qwen35_key_known(const char *key);
 /* Whether id is one of the end-of-sequence ids. */
 CDX_API bool cdx_hf_config_is_eos(const cdx_hf_config *c, int64_t id);
 

@@ -24,6 +24,7 @@ typedef enum cdx_arch {
     CDX_ARCH_QWEN2_MOE,
     CDX_ARCH_MIXTRAL,     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */
     CDX_ARCH_IDEFICS3,    /* HF Idefics3ForConditionalGeneration (SmolVLM): a Llama text model + a vision tower */
+    CDX_ARCH_QWEN3_5,     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */
     CDX_ARCH_COUNT
 } cdx_arch;
 
@@ -51,7 +52,21 @@ typedef struct cdx_hparams {
     int32_t bos_id;          /* -1: none */
     int32_t eos_ids[CDX_MAX_EOS];
     int n_eos;
+    /* hybrid models (Qwen3.5): Gated DeltaNet ("linear attention") layers with a recurrent state
+     * beside gated full-attention layers; 0 / NULL for every other architecture */
+    const uint8_t *linear_layer;   /* [n_layer]: non-zero for a Gated DeltaNet layer; NULL: none */
+    int64_t n_layer_kv;            /* layers with K/V in the cache (the full-attention ones); 0: n_layer */
+    int64_t ssm_n_k_head, ssm_n_v_head, ssm_d_k, ssm_d_v, ssm_conv_k;
+    bool attn_gate;                /* q_proj gives per head [query | gate]; the output is × sigmoid(gate) */
+    bool ssm_v_tiled;              /* value head j reads key head j mod key heads (llama.cpp's GGUF order);
+                                    * false: j / (value heads / key heads), transformers' order */
 } cdx_hparams;
+
+/* Layers with K/V in the cache: the KV block layout's layer count. */
+static inline int64_t cdx_hparams_kv_layers(const cdx_hparams *hp)
+{
+    return hp->n_layer_kv > 0 ? hp->n_layer_kv : hp->n_layer;
+}
 
 typedef struct cdx_model cdx_model;
 
@@ -62,9 +77,11 @@ typedef struct cdx_tensor_plan {
     bool gguf;               /* llama.cpp's names (experts stacked per layer), else transformers' */
     int64_t n_layer, n_expert;
     const uint8_t *sparse;   /* [n_layer]: non-zero for a mixture-of-experts layer; NULL: none */
+    const uint8_t *linear;   /* [n_layer]: non-zero for a Gated DeltaNet layer (Qwen3.5); NULL: none */
     int qkv_bias;            /* -1: as the architecture has them; 0/1: as config.json says (Qwen2-MoE's qkv_bias) */
     bool untied;             /* the output head is a tensor of its own, required */
     int64_t n_vision_layer;  /* vision-language models: the tower's layers (vision_config.num_hidden_layers) */
+    bool text_config;        /* HF: the text model's tensors are under model.language_model. (Qwen3.5 VL) */
 } cdx_tensor_plan;
 
 /* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required
@@ -148,6 +165,11 @@ typedef struct cdx_kv_seq {
     int64_t n_blocks, block;
     size_t layer_stride;   /* elements */
     uint32_t type;
+    /* A hybrid model's recurrent state (cdx_model_state_bytes, made by cdx_model_state_reset): it
+     * has absorbed the sequence's positions before the state's own position, and the batch must
+     * hold the sequence's next positions from there, ascending; the pass advances it. NULL for
+     * models without one. KV layers of a hybrid model are its full-attention layers only. */
+    void *state;
 } cdx_kv_seq;
 
 /* A contiguous KV cache of one sequence (K and V for every layer, positions [0, n_ctx)), for
@@ -159,9 +181,20 @@ typedef struct cdx_kv {
     int64_t n_past;  /* positions filled */
     cdx_kv_seq seq;  /* the same memory as a block table */
     void **tab;      /* seq's pointers */
+    void *state;     /* a hybrid model's recurrent state (seq.state), or NULL */
 } cdx_kv;
 
 CDX_API int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err);
+/* The same for a model with a recurrent state (allocated and reset here too). */
+CDX_API int cdx_kv_init_model(cdx_kv *kv, const cdx_model *m, int64_t n_ctx, cdx_err *err);
+
+/* ---- recurrent state (hybrid models) ----
+ * One sequence's state is a flat blob of cdx_model_state_bytes: its position, then per Gated
+ * DeltaNet layer the causal conv's window and each value head's delta-rule state. It can be
+ * copied byte for byte (a snapshot) and resumed from: the result is the same bits. */
+CDX_API size_t cdx_model_state_bytes(const cdx_model *m);    /* 0: the model has no recurrent state */
+CDX_API void cdx_model_state_reset(const cdx_model *m, void *state); /* to position 0 */
+CDX_API int64_t cdx_model_state_pos(const void *state);      /* the next position it takes */
 CDX_API void cdx_kv_free(cdx_kv *kv);
 
 /* Scratch for forward passes of up to max_tokens tokens. */
@@ -170,6 +203,11 @@ CDX_API int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n
                                    const cdx_kernels *k, cdx_forward_ctx **out, cdx_err *err);
 CDX_API void cdx_forward_ctx_free(cdx_forward_ctx *fc);
 CDX_API cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc);
+/* Gated DeltaNet: per_token true runs the per-token recurrence (S ← e^g S; S += k ⊗ β(v − Sᵀk);
+ * o = Sᵀq) instead of the chunked form (64-position chunks at fixed positions, see deltanet.c):
+ * the oracle the chunked form is tested against. States of one form do not resume in the other
+ * (refused). Returns CDX_EINVAL for a model without DeltaNet layers. */
+CDX_API int cdx_forward_ctx_set_per_token(cdx_forward_ctx *fc, bool per_token);
 CDX_API const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc);
 
 /* One batch: token i belongs to sequence seq[i] (NULL: all to sequence 0) at position pos[i].

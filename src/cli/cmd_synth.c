@@ -36,28 +36,40 @@ typedef struct {
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* n_ff_shexp: qwen2moe's shared expert */
     bool untied;             /* an output head of its own (output.weight), as Qwen3-30B-A3B has */
     float head_sd;           /* the head's weights' deviation (0: 0.02 as the rest): wider logit gaps for tests */
+    /* hybrid (GGUF qwen35): every full_every-th layer full attention (gated), the others Gated
+     * DeltaNet; 0 for the dense shapes */
+    int64_t full_every, ssm_nk, ssm_nv, ssm_dk, ssm_dv, ssm_conv, n_rot;
 } synth_shape;
 
 static const synth_shape k_shapes[] = {
     { "llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5f, false,
-      "Llama-3.2-1B: 1.24 B parameters, tied embeddings", 0, 0, 0, 0, false, 0 },
+      "Llama-3.2-1B: 1.24 B parameters, tied embeddings", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6f, true,
-      "Qwen3-0.6B: 0.6 B parameters, QK-norm, tied embeddings", 0, 0, 0, 0, false, 0 },
+      "Qwen3-0.6B: 0.6 B parameters, QK-norm, tied embeddings", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "tiny", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5f, false,
-      "a 2-layer llama for tests (rows are multiples of 256, so every type fits)", 0, 0, 0, 0, false, 0 },
+      "a 2-layer llama for tests (rows are multiples of 256, so every type fits)", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "tiny-qwen3", "qwen3", 256, 2, 4, 2, 32, 512, 512, 2048, 1000000.0, 1e-6f, true,
-      "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)", 0, 0, 0, 0, false, 0 },
+      "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "tiny-qwen3-64", "qwen3", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
-      "a 2-layer qwen3 for tests, head_dim 64 (the llama.cpp quant goldens)", 0, 0, 0, 0, false, 0 },
+      "a 2-layer qwen3 for tests, head_dim 64 (the llama.cpp quant goldens)", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
     { "tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
-      "a 2-layer qwen3moe for tests: 8 experts, top-2, expert FFN 256, untied head", 8, 2, 256, 0, true, 0.2f },
+      "a 2-layer qwen3moe for tests: 8 experts, top-2, expert FFN 256, untied head", 8, 2, 256, 0, true, 0.2f,
+      0, 0, 0, 0, 0, 0, 0 },
     { "tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, false,
-      "a 2-layer qwen2moe for tests: 8 experts, top-2, expert FFN 256, shared expert 512, untied head", 8, 2, 256, 512, true, 0.2f },
+      "a 2-layer qwen2moe for tests: 8 experts, top-2, expert FFN 256, shared expert 512, untied head", 8, 2, 256, 512,
+      true, 0.2f, 0, 0, 0, 0, 0, 0, 0 },
     { "qwen3-30b-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6f, true,
-      "Qwen3-30B-A3B's layers (128 experts, top-8, expert FFN 768), 4 of its 48", 128, 8, 768, 0, true, 0 },
+      "Qwen3-30B-A3B's layers (128 experts, top-8, expert FFN 768), 4 of its 48", 128, 8, 768, 0, true, 0,
+      0, 0, 0, 0, 0, 0, 0 },
+    { "qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0, 1e-6f, true,
+      "Qwen3.5-0.8B: 18 Gated DeltaNet + 6 gated attention layers, tied embeddings", 0, 0, 0, 0, false, 0,
+      4, 16, 16, 128, 128, 4, 64 },
+    { "tiny-qwen3.5", "qwen35", 256, 4, 4, 2, 64, 512, 512, 2048, 10000000.0, 1e-6f, true,
+      "a 4-layer Qwen3.5 for tests (3 DeltaNet + 1 attention, 2 key / 4 value heads)", 0, 0, 0, 0, false, 0,
+      4, 2, 4, 64, 64, 4, 16 },
 };
 
-typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN, R_BIAS, R_ROUTER } tensor_role;
+typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN, R_BIAS, R_ROUTER, R_VEC, R_NEG } tensor_role;
 
 static bool is_float_type(int t) { return t == CDX_TYPE_F32 || t == CDX_TYPE_F16 || t == CDX_TYPE_BF16; }
 
@@ -143,9 +155,9 @@ static void fill_work(void *arg, int ith, int nth)
         int64_t r0 = c * CHUNK_ROWS, nr = t->rows - r0 < CHUNK_ROWS ? t->rows - r0 : CHUNK_ROWS;
         int64_t n = nr * t->cols;
         uint8_t *dst = (uint8_t *)t->data + (size_t)r0 * t->row_bytes;
-        if (t->role == R_NORM) {
+        if (t->role == R_NORM || t->role == R_NEG) { /* norms 1; ssm_a = -exp(A_log) with A_log 0 */
             for (int64_t i = 0; i < n; i++)
-                buf[i] = 1.0f;
+                buf[i] = t->role == R_NORM ? 1.0f : -1.0f;
         } else {
             rng r;
             rng_seed(&r, j->seed, j->index, (uint64_t)c);
@@ -397,7 +409,9 @@ int cmd_synth(int argc, char **argv)
     /* the tensor list, in the order llama.cpp's converter writes them */
     const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim;
     const bool qkv_bias = !strcmp(sh->arch, "qwen2moe"); /* llama.cpp's qwen2moe has q/k/v biases */
-    size_t n_t = 2 + (sh->untied ? 1 : 0) + (size_t)sh->n_layer * ((sh->qk_norm ? 11 : 9) + (qkv_bias ? 3 : 0) + (sh->n_expert ? 1 + (sh->n_ff_shexp ? 4 : 0) : 0));
+    /* an upper bound for the hybrid shapes (their DeltaNet layers have other tensors); exact otherwise */
+    size_t n_t = 2 + (sh->untied ? 1 : 0) + (size_t)sh->n_layer * ((sh->qk_norm ? 11 : 9) + (qkv_bias ? 3 : 0) + (sh->n_expert ? 1 + (sh->n_ff_shexp ? 4 : 0) : 0))
+               + (sh->full_every ? (size_t)sh->n_layer * 12 : 0);
     synth_tensor *ts = calloc(n_t, sizeof *ts);
     if (!ts) {
         fprintf(stderr, "caldrix synth: out of memory\n");
@@ -414,7 +428,35 @@ int cmd_synth(int argc, char **argv)
         k++;                                                                                       \
     } while (0)
     ADD(R_EMBD, 0, sh->n_vocab, E, "token_embd.weight");
-    for (int64_t l = 0; l < sh->n_layer; l++) {
+    for (int64_t l = 0; sh->full_every && l < sh->n_layer; l++) {
+        /* llama.cpp's qwen35 names (src/models/qwen35.cpp) */
+        int li = (int)l;
+        const int64_t ch = 2 * sh->ssm_nk * sh->ssm_dk + sh->ssm_nv * sh->ssm_dv, vd = sh->ssm_nv * sh->ssm_dv;
+        ADD(R_NORM, l, 1, E, "blk.%d.attn_norm.weight", li);
+        if ((l + 1) % sh->full_every) {
+            ADD(R_Q, l, ch, E, "blk.%d.attn_qkv.weight", li);
+            ADD(R_V, l, vd, E, "blk.%d.attn_gate.weight", li);
+            ADD(R_VEC, l, ch, sh->ssm_conv, "blk.%d.ssm_conv1d.weight", li);
+            ADD(R_VEC, l, 1, sh->ssm_nv, "blk.%d.ssm_dt.bias", li);
+            ADD(R_NEG, l, 1, sh->ssm_nv, "blk.%d.ssm_a", li);
+            ADD(R_K, l, sh->ssm_nv, E, "blk.%d.ssm_beta.weight", li);
+            ADD(R_K, l, sh->ssm_nv, E, "blk.%d.ssm_alpha.weight", li);
+            ADD(R_NORM, l, 1, sh->ssm_dv, "blk.%d.ssm_norm.weight", li);
+            ADD(R_O, l, E, vd, "blk.%d.ssm_out.weight", li);
+        } else {
+            ADD(R_Q, l, 2 * Q, E, "blk.%d.attn_q.weight", li);
+            ADD(R_K, l, KV, E, "blk.%d.attn_k.weight", li);
+            ADD(R_V, l, KV, E, "blk.%d.attn_v.weight", li);
+            ADD(R_O, l, E, Q, "blk.%d.attn_output.weight", li);
+            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_q_norm.weight", li);
+            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_k_norm.weight", li);
+        }
+        ADD(R_NORM, l, 1, E, "blk.%d.post_attention_norm.weight", li);
+        ADD(R_GATE, l, sh->n_ff, E, "blk.%d.ffn_gate.weight", li);
+        ADD(R_UP, l, sh->n_ff, E, "blk.%d.ffn_up.weight", li);
+        ADD(R_DOWN, l, E, sh->n_ff, "blk.%d.ffn_down.weight", li);
+    }
+    for (int64_t l = 0; !sh->full_every && l < sh->n_layer; l++) {
         int li = (int)l;
         ADD(R_NORM, l, 1, E, "blk.%d.attn_norm.weight", li);
         ADD(R_Q, l, Q, E, "blk.%d.attn_q.weight", li);
@@ -456,11 +498,12 @@ int cmd_synth(int argc, char **argv)
     if (sh->untied)
         ADD(R_EMBD, 0, sh->n_vocab, E, "output.weight");
 #undef ADD
-    if (k != n_t) {
+    if (k > n_t || (!sh->full_every && k != n_t)) {
         fprintf(stderr, "caldrix synth: internal error: %zu tensors listed, %zu counted\n", k, n_t);
         free(ts);
         return 1;
     }
+    n_t = k;
 
     /* each tensor's type, by llama.cpp's rules, visited in llama.cpp's order */
     cdx_err err = {0};
@@ -493,6 +536,8 @@ int cmd_synth(int argc, char **argv)
         t->type = st_dir ? (int)fi->default_type
                   : t->role == R_BIAS || t->role == R_NORM ? CDX_TYPE_F32
                   : (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
+        if (!st_dir && (t->rows == 1 || strstr(t->name, "ssm_conv1d"))) /* vectors and the conv kernel stay F32, as llama.cpp keeps them */
+            t->type = CDX_TYPE_F32;
         const cdx_type_traits *tr = cdx_type_get((uint32_t)t->type);
         if (!tr || (!is_float_type(t->type) && !tr->from_f32)) {
             fprintf(stderr, "caldrix synth: --type %s: tensor \"%s\" would be %s, which needs an importance matrix\n",
@@ -554,10 +599,9 @@ int cmd_synth(int argc, char **argv)
         goto done;
     }
     nth = cdx_pool_size(pool);
-    int64_t max_cols = E > Q ? E : Q;
-    max_cols = sh->n_ff > max_cols ? sh->n_ff : max_cols;
-    max_cols = sh->n_ff_exp > max_cols ? sh->n_ff_exp : max_cols;
-    max_cols = sh->n_ff_shexp > max_cols ? sh->n_ff_shexp : max_cols;
+    int64_t max_cols = 1;
+    for (size_t i = 0; i < n_t; i++)
+        max_cols = ts[i].cols > max_cols ? ts[i].cols : max_cols;
     scratch = calloc((size_t)nth, sizeof *scratch);
     for (int i = 0; scratch && i < nth; i++)
         scratch[i] = malloc((size_t)CHUNK_ROWS * (size_t)max_cols * sizeof(float));
@@ -607,9 +651,29 @@ int cmd_synth(int argc, char **argv)
         { "rope.dimension_count", offsetof(synth_shape, head_dim) },
         { "vocab_size", offsetof(synth_shape, n_vocab) },
     };
+    static const struct { const char *key; size_t off; } hykeys[] = {
+        { "ssm.conv_kernel", offsetof(synth_shape, ssm_conv) }, { "ssm.state_size", offsetof(synth_shape, ssm_dk) },
+        { "ssm.group_count", offsetof(synth_shape, ssm_nk) }, { "ssm.time_step_rank", offsetof(synth_shape, ssm_nv) },
+        { "full_attention_interval", offsetof(synth_shape, full_every) },
+        { "rope.dimension_count", offsetof(synth_shape, n_rot) },
+    };
     for (size_t i = 0; i < sizeof u32keys / sizeof u32keys[0] && !wrc; i++) {
+        if (sh->full_every && !strcmp(u32keys[i].key, "rope.dimension_count"))
+            continue;
         snprintf(key, sizeof key, "%s.%s", a, u32keys[i].key);
         wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)*(const int64_t *)((const char *)sh + u32keys[i].off));
+    }
+    for (size_t i = 0; sh->full_every && i < sizeof hykeys / sizeof hykeys[0] && !wrc; i++) {
+        snprintf(key, sizeof key, "%s.%s", a, hykeys[i].key);
+        wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)*(const int64_t *)((const char *)sh + hykeys[i].off));
+    }
+    if (sh->full_every && !wrc) {
+        const int32_t sec[4] = { (int32_t)(sh->n_rot / 2 - 2 * (sh->n_rot / 6)), (int32_t)(sh->n_rot / 6),
+                                 (int32_t)(sh->n_rot / 6), 0 };
+        snprintf(key, sizeof key, "%s.ssm.inner_size", a);
+        wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)(sh->ssm_nv * sh->ssm_dv));
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+        wrc = wrc ? wrc : cdx_gguf_writer_set_arr(w, key, CDX_GGUF_I32, sec, 4);
     }
     snprintf(key, sizeof key, "%s.rope.freq_base", a);
     wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, (float)sh->rope_theta);
@@ -633,7 +697,9 @@ int cmd_synth(int argc, char **argv)
     }
     for (size_t i = 0; i < n_t; i++) {
         uint64_t ne[3] = { (uint64_t)ts[i].cols, (uint64_t)(ts[i].rows / ts[i].n_mat), (uint64_t)ts[i].n_mat };
-        const uint32_t nd = ts[i].role == R_NORM || ts[i].role == R_BIAS ? 1 : ts[i].n_mat > 1 ? 3 : 2;
+        const bool vec = ts[i].role == R_NORM || ts[i].role == R_BIAS ||
+                         (ts[i].rows == 1 && (ts[i].role == R_VEC || ts[i].role == R_NEG));
+        const uint32_t nd = vec ? 1 : ts[i].n_mat > 1 ? 3 : 2;
         if (cdx_gguf_writer_add_tensor(w, ts[i].name, (uint32_t)ts[i].type, nd, ne,
                                        ts[i].data, &err) < 0) {
             fprintf(stderr, "caldrix synth: %s: %s\n", out, err.msg);

@@ -29,6 +29,8 @@ typedef struct kv_block {
     uint8_t key[KEY_LEN];
     int32_t hnext;             /* prefix table chain */
     int32_t prev, next;        /* LRU list of keyed blocks no sequence holds */
+    void *snap;                /* a hybrid model's recurrent state after the block's last position (keyed
+                                * blocks only), or NULL: a prefix may resume only after a block with one */
 } kv_block;
 
 typedef struct seq {
@@ -59,6 +61,9 @@ typedef struct seq {
     size_t n_text, cap_text, n_emitted;
     double t_submit, t_first;
     uint64_t order;            /* admission order: the newest is preempted first */
+    void *state;               /* a hybrid model's recurrent state at n_done (NULL for other models) */
+    int32_t snap_blk;          /* the block with this sequence's latest decode snapshot, or NONE */
+    uint8_t snap_key[KEY_LEN]; /* its key (the block may have gone to another prefix since) */
     struct seq *next;          /* the list it is on (inbox, waiting, running) */
     /* images (vision models): img_row[p] is the feature row of prompt position p, or -1 */
     int32_t *img_row;
@@ -82,6 +87,8 @@ struct cdx_engine {
     int64_t kv_dim;            /* n_head_kv · head_dim */
     size_t block_floats;       /* elements of K (or V) in one block */
     size_t elem_bytes;         /* 4 (f32) or 2 (f16, bf16) */
+    size_t state_bytes;        /* a hybrid model's recurrent state per sequence; 0: none */
+    int64_t n_snaps, max_snaps; /* state snapshots held by blocks, and the cap */
     uint8_t root_key[KEY_LEN]; /* the parent key of every sequence's first block */
     char *store;               /* the prefix store's directory, or NULL */
     kv_store_shape shape;
@@ -263,6 +270,15 @@ static void table_insert(cdx_engine *e, int32_t b, const uint8_t key[KEY_LEN])
     k->keyed = true;
 }
 
+static void snap_drop(cdx_engine *e, int32_t b)
+{
+    if (!e->blocks[b].snap)
+        return;
+    free(e->blocks[b].snap);
+    e->blocks[b].snap = NULL;
+    e->n_snaps--;
+}
+
 /* Blocks a new allocation can have: free ones and cached ones nobody holds. */
 static int64_t pool_available(const cdx_engine *e) { return e->n_free + e->n_lru; }
 
@@ -277,10 +293,11 @@ static int32_t pool_take(cdx_engine *e)
         b = e->lru_head;
         lru_unlink(e, b);
         if (e->store && !e->blocks[b].stored &&
-            !kv_store_write(e->store, &e->shape, e->blocks[b].key, e->blocks[b].k, e->blocks[b].v))
+            !kv_store_write(e->store, &e->shape, e->blocks[b].key, e->blocks[b].k, e->blocks[b].v, e->blocks[b].snap))
             e->t_store_w++;
         table_remove(e, b);
         e->blocks[b].stored = false;
+        snap_drop(e, b);
     } else {
         return NONE;
     }
@@ -350,6 +367,8 @@ static void seq_release_blocks(cdx_engine *e, seq *s)
     s->n_blk = 0;
     s->n_done = 0;
     s->n_registered = 0;
+    if (s->state)
+        cdx_model_state_reset(e->m, s->state); /* back to position 0 with n_done */
 }
 
 static void seq_free(seq *s)
@@ -357,6 +376,7 @@ static void seq_free(seq *s)
     if (!s)
         return;
     free(s->toks);
+    free(s->state);
     free(s->blk);
     free(s->ktab);
     free(s->vtab);
@@ -424,6 +444,63 @@ static void seq_register_blocks(cdx_engine *e, seq *s)
             table_insert(e, b, s->keys[i]);
     }
     s->n_registered = full;
+}
+
+/* ---- recurrent-state snapshots (hybrid models) ---- */
+
+/* The prompt's snapshot point: the last block boundary before its last token (admission never
+ * reuses the block of the last token, so the same prompt again resumes exactly there). */
+static int64_t snap_point(const seq *s) { return (s->n_prompt - 1) / CDX_KV_BLOCK * CDX_KV_BLOCK; }
+
+/* Inside a prompt a snapshot is also kept every SNAP_EVERY positions, so that a prompt sharing
+ * only part of another resumes near where they part (16 blocks: a few per long prompt; a state
+ * is tens of MiB for real models). */
+#define SNAP_EVERY (16 * CDX_KV_BLOCK)
+
+/* The next position after n_done, inside the prompt, where s's state must be snapshotted; 0: none. */
+static int64_t next_snap(const seq *s)
+{
+    const int64_t pb = snap_point(s), per = (s->n_done / SNAP_EVERY + 1) * SNAP_EVERY;
+    int64_t best = pb > s->n_done ? pb : 0;
+    if (per < pb && (!best || per < best))
+        best = per;
+    return best;
+}
+
+/* Room for one more snapshot: under the cap, or after dropping the oldest cached block's. */
+static bool snap_room(cdx_engine *e)
+{
+    for (int32_t b = e->lru_head; e->n_snaps >= e->max_snaps && b != NONE; b = e->blocks[b].next)
+        snap_drop(e, b);
+    return e->n_snaps < e->max_snaps;
+}
+
+/* After a round: when s's state stands at a block boundary that is its prompt's snapshot point or
+ * past its prompt (decoding: only the latest is kept), a copy goes with the keyed block of that
+ * prefix (ours or the one found under its key), unless that block has one already. The copies
+ * are capped (max_snaps); without one a prefix is simply recomputed. */
+static void seq_snapshot(cdx_engine *e, seq *s)
+{
+    if (!e->state_bytes || !s->n_done || s->n_done % CDX_KV_BLOCK)
+        return;
+    const bool at_prompt = s->n_done == snap_point(s) || (s->n_done % SNAP_EVERY == 0 && s->n_done < s->n_prompt),
+               decoding = s->n_done >= s->n_prompt;
+    const int64_t bi = s->n_done / CDX_KV_BLOCK - 1;
+    if ((!at_prompt && !decoding) || bi >= s->n_keys || bi >= s->n_registered)
+        return;
+    const int32_t b = table_find(e, s->keys[bi]);
+    if (b == NONE || e->blocks[b].snap || cdx_model_state_pos(s->state) != s->n_done || !snap_room(e) ||
+        !(e->blocks[b].snap = malloc(e->state_bytes)))
+        return;
+    memcpy(e->blocks[b].snap, s->state, e->state_bytes);
+    e->n_snaps++;
+    if (!decoding)
+        return;
+    const int32_t old = s->snap_blk;
+    if (old != NONE && old != b && e->blocks[old].keyed && !memcmp(e->blocks[old].key, s->snap_key, KEY_LEN))
+        snap_drop(e, old);
+    s->snap_blk = b;
+    memcpy(s->snap_key, s->keys[bi], KEY_LEN);
 }
 
 /* ---- events ---- */
@@ -621,7 +698,12 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->o = eo;
     e->o.kv_store = NULL; /* the caller's string: e->store is ours */
     e->kv_dim = hp->n_head_kv * hp->head_dim;
-    e->block_floats = (size_t)hp->n_layer * CDX_KV_BLOCK * (size_t)e->kv_dim;
+    e->block_floats = (size_t)cdx_hparams_kv_layers(hp) * CDX_KV_BLOCK * (size_t)e->kv_dim;
+    e->state_bytes = cdx_model_state_bytes(m);
+    /* snapshots: 1 GiB of them, and never fewer than two per running sequence */
+    e->max_snaps = e->state_bytes ? (int64_t)(((size_t)1 << 30) / e->state_bytes) : 0;
+    if (e->max_snaps < 2 * (int64_t)eo.max_batch + 8)
+        e->max_snaps = 2 * (int64_t)eo.max_batch + 8;
     e->elem_bytes = eo.kv_type == CDX_TYPE_F32 ? 4 : 2;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -633,9 +715,9 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     unsigned int kn = KEY_LEN;
     EVP_Digest(fp, sizeof fp, e->root_key, &kn, EVP_sha256(), NULL);
 
-    e->shape = (kv_store_shape){ .positions = CDX_KV_BLOCK, .n_layer = (uint64_t)hp->n_layer,
+    e->shape = (kv_store_shape){ .positions = CDX_KV_BLOCK, .n_layer = (uint64_t)cdx_hparams_kv_layers(hp),
                                  .kv_dim = (uint64_t)e->kv_dim, .n_elems = e->block_floats,
-                                 .elem_bytes = (uint32_t)e->elem_bytes };
+                                 .elem_bytes = (uint32_t)e->elem_bytes, .state_bytes = e->state_bytes };
     memcpy(e->shape.root, e->root_key, KEY_LEN);
     int rc = eo.kv_store ? kv_store_open(eo.kv_store, err) : CDX_OK;
     if (!rc && eo.kv_store && !(e->store = strdup(eo.kv_store)))
@@ -695,11 +777,12 @@ void cdx_engine_free(cdx_engine *e)
         }
     for (int64_t i = 0; e->blocks && e->store && i < e->o.n_blocks; i++)
         if (e->blocks[i].keyed && !e->blocks[i].stored)
-            kv_store_write(e->store, &e->shape, e->blocks[i].key, e->blocks[i].k, e->blocks[i].v);
+            kv_store_write(e->store, &e->shape, e->blocks[i].key, e->blocks[i].k, e->blocks[i].v, e->blocks[i].snap);
     free(e->store);
     for (int64_t i = 0; e->blocks && i < e->o.n_blocks; i++) {
         free(e->blocks[i].k);
         free(e->blocks[i].v);
+        free(e->blocks[i].snap);
     }
     free(e->blocks);
     free(e->free_stack);
@@ -870,6 +953,7 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
         s->top_lp = malloc((size_t)s->n_top * sizeof *s->top_lp);
     }
     s->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof *s->stop) : NULL;
+    s->snap_blk = NONE; /* a hybrid model's state is allocated on admission (a queued request holds none) */
     int rc = !s->toks || (s->n_top && (!s->top_ids || !s->top_logits || !s->top_lp)) || (r->n_stop && !s->stop)
            ? cdx_err_set(err, CDX_ENOMEM, "out of memory") : CDX_OK;
     if (!rc)
@@ -1026,6 +1110,11 @@ static bool admit_one(cdx_engine *e)
     seq *s = e->waiting;
     if (!s || e->n_running >= e->o.max_batch)
         return false;
+    if (e->state_bytes && !s->state) {
+        if (!(s->state = malloc(e->state_bytes)))
+            return false; /* it waits; the next round tries again */
+        cdx_model_state_reset(e->m, s->state);
+    }
     int64_t reuse = 0;
     if (!seq_make_keys(s)) {
         const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
@@ -1039,12 +1128,14 @@ static bool admit_one(cdx_engine *e)
                 pool_hold(e, b);
             } else if (!e->store || !kv_store_has(e->store, s->keys[i]) || (b = pool_take(e)) == NONE) {
                 break;
-            } else if (kv_store_read(e->store, &e->shape, s->keys[i], e->blocks[b].k, e->blocks[b].v)) {
+            } else if (kv_store_read(e->store, &e->shape, s->keys[i], e->blocks[b].k, e->blocks[b].v,
+                                     e->state_bytes ? &e->blocks[b].snap : NULL)) {
                 pool_release(e, b); /* a bad file is gone; the block is computed */
                 break;
             } else {
                 table_insert(e, b, s->keys[i]);
                 e->blocks[b].stored = true;
+                e->n_snaps += e->blocks[b].snap != NULL;
                 e->t_store_r++;
             }
             if (seq_push_block(s, e, b)) {
@@ -1054,6 +1145,14 @@ static bool admit_one(cdx_engine *e)
             reuse++;
         }
     }
+    /* a hybrid model resumes only where a state snapshot was kept: the blocks after the last such
+     * block go back (they stay cached) and are computed */
+    while (e->state_bytes && reuse > 0 && !e->blocks[s->blk[reuse - 1]].snap) {
+        pool_release(e, s->blk[--s->n_blk]);
+        reuse--;
+    }
+    if (e->state_bytes && reuse > 0)
+        memcpy(s->state, e->blocks[s->blk[reuse - 1]].snap, e->state_bytes);
     const int64_t need = (s->n_toks + CDX_KV_BLOCK - 1) / CDX_KV_BLOCK - reuse;
     if (need > pool_available(e)) {
         seq_release_blocks(e, s);
@@ -1166,7 +1265,12 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 s = next;
                 continue;
             }
-            const int64_t want = left < budget ? left : budget;
+            int64_t want = left < budget ? left : budget;
+            if (e->state_bytes && !decoding) { /* end a chunk where the prompt's snapshot is taken */
+                const int64_t pb = next_snap(s);
+                if (pb > s->n_done && pb < s->n_done + want)
+                    want = pb - s->n_done;
+            }
             const int64_t end = grow_to(e, s, s->n_done + want);
             /* grow_to may have preempted sequences already placed in this batch */
             if (n_seq > 0) {
@@ -1190,7 +1294,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             e->b_seqs[si] = s;
             e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
                                         .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
-                                        .type = e->o.kv_type };
+                                        .type = e->o.kv_type, .state = s->state };
             for (int64_t p = s->n_done; p < end; p++) {
                 if (seq_image_row(e, s, p, &e->b_embd[n], err)) {
                     /* the image cannot be encoded: this request ends, the batch is built again */
@@ -1231,8 +1335,10 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 seq *s = e->b_seqs[e->b_seq[i]];
                 s->n_done = e->b_pos[i] + 1;
             }
-            for (int i = 0; i < n_seq; i++)
+            for (int i = 0; i < n_seq; i++) {
                 seq_register_blocks(e, e->b_seqs[i]);
+                seq_snapshot(e, e->b_seqs[i]);
+            }
             for (int i = 0; i < n_logits; i++) {
                 seq *s = e->b_logit_seq[i];
                 const char *msg = NULL;

@@ -57,6 +57,11 @@ static const arch_row k_arch[CDX_HF_ARCH_COUNT] = {
     /* the text model is a LlamaConfig (text_config); read_vision reads the rest */
     [CDX_HF_IDEFICS3] = { "Idefics3ForConditionalGeneration", "idefics3", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, 1, 2, 0,
                           B_ATTN, true },
+    /* Qwen3_5TextConfig's defaults; its sliding window and layer pattern are read by read_qwen35 */
+    [CDX_HF_QWEN3_5] = { "Qwen3_5ForCausalLM", "qwen3_5_text", 4, 256, 1e-6, 10000.0, 32768, 0, SW_NONE, -1, -1, 0,
+                         B_ATTN },
+    [CDX_HF_QWEN3_5_VL] = { "Qwen3_5ForConditionalGeneration", "qwen3_5", 4, 256, 1e-6, 10000.0, 32768, 0, SW_NONE,
+                            -1, -1, 0, B_ATTN },
 };
 
 const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_arch[a].arch : NULL; }
@@ -216,6 +221,174 @@ static int get_eos(ctx *c, cdx_hf_config *cfg)
             return cdx_err_set(c->err, CDX_ERANGE, "%s: %s is %lld; expected 0..%d", c->name, shown,
                                (long long)json_integer_value(e), INT32_MAX);
         cfg->eos_token_ids[cfg->n_eos++] = json_integer_value(e);
+    }
+    return CDX_OK;
+}
+
+/* ---- Qwen3.5 (transformers configuration_qwen3_5.py: Qwen3_5TextConfig, Qwen3_5Config) ---- */
+
+/* Every key the Qwen3.5 import reads, at the top level or in text_config: the one list (the hub's
+ * import rules read it through cdx_hf_qwen35_key_known). A key outside it is refused by name
+ * rather than ignored: it may change what the model computes. */
+static const char *const k_qwen35_keys[] = {
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "vocab_size", "hidden_size",
+    "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps", "use_cache",
+    "tie_word_embeddings", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor",
+    "attention_bias", "attention_dropout", "layer_types", "full_attention_interval", "linear_conv_kernel_dim",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+    "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", "bos_token_id", "eos_token_id", "pad_token_id",
+    "sliding_window", "use_sliding_window", "max_window_layers", "attn_output_gate", "mamba_ssm_dtype",
+    "mlp_only_layers", "text_config", "vision_config", "image_token_id", "video_token_id",
+    "vision_start_token_id", "vision_end_token_id",
+};
+
+bool cdx_hf_qwen35_key_known(const char *key)
+{
+    for (size_t i = 0; key && i < sizeof k_qwen35_keys / sizeof k_qwen35_keys[0]; i++)
+        if (!strcmp(key, k_qwen35_keys[i]))
+            return true;
+    return false;
+}
+
+static int qwen35_keys(ctx *c, json_t *obj, const char *prefix)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        if (cdx_hf_qwen35_key_known(key))
+            continue;
+        char b[96];
+        show(v, b, sizeof b);
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: %s%s is %s; caldrix's Qwen3.5 import does not read this key, "
+                           "so it refuses the model rather than ignore it", c->name, prefix, key, b);
+    }
+    return CDX_OK;
+}
+
+/* The layer pattern, the Gated DeltaNet dimensions, the gated attention's partial rotary and the
+ * settings Qwen3.5 has that caldrix computes one way only (refused otherwise, by name). */
+static int read_qwen35(ctx *c, cdx_hf_config *cfg)
+{
+    int rc;
+    /* Qwen3NextConfig / Qwen3_5TextConfig defaults */
+    cfg->linear_conv_kernel = 4;
+    cfg->linear_k_dim = 128;
+    cfg->linear_v_dim = 128;
+    cfg->linear_n_k_heads = 16;
+    cfg->linear_n_v_heads = 32;
+    if ((rc = get_int(c, "linear_conv_kernel_dim", 1, 64, &cfg->linear_conv_kernel, NULL)) ||
+        (rc = get_int(c, "linear_key_head_dim", 1, 1024, &cfg->linear_k_dim, NULL)) ||
+        (rc = get_int(c, "linear_value_head_dim", 1, 1024, &cfg->linear_v_dim, NULL)) ||
+        (rc = get_int(c, "linear_num_key_heads", 1, 1024, &cfg->linear_n_k_heads, NULL)) ||
+        (rc = get_int(c, "linear_num_value_heads", 1, 1024, &cfg->linear_n_v_heads, NULL)))
+        return rc;
+    if (cfg->linear_n_v_heads % cfg->linear_n_k_heads)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: linear_num_value_heads is %lld; it must be a multiple of "
+                           "linear_num_key_heads (%lld): each value head reads key head j / (value heads / key heads)",
+                           c->name, (long long)cfg->linear_n_v_heads, (long long)cfg->linear_n_k_heads);
+    /* layer_types, else every full_attention_interval-th layer (1-based) is full attention */
+    int64_t interval = 4;
+    bool has_interval;
+    if ((rc = get_int(c, "full_attention_interval", 1, CDX_HF_MAX_LAYERS, &interval, &has_interval)))
+        return rc;
+    json_t *lt = field(c->root, "layer_types");
+    if (lt && (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layers)) {
+        char b[96];
+        show(lt, b, sizeof b);
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: layer_types is %s; expected a list of %lld strings "
+                           "(num_hidden_layers)", c->name, b, (long long)cfg->n_layers);
+    }
+    for (int64_t l = 0; l < cfg->n_layers; l++) {
+        bool linear = (l + 1) % interval != 0;
+        if (lt) {
+            json_t *e = json_array_get(lt, (size_t)l);
+            const char *t = json_is_string(e) ? json_string_value(e) : NULL;
+            char shown[40];
+            snprintf(shown, sizeof shown, "layer_types[%lld]", (long long)l);
+            if (!t || (strcmp(t, "linear_attention") && strcmp(t, "full_attention")))
+                return type_err(c, shown, e, "\"linear_attention\" or \"full_attention\"");
+            const bool lin = !strcmp(t, "linear_attention");
+            if (has_interval && lin != linear)
+                return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is \"%s\", but full_attention_interval %lld makes layer "
+                                   "%lld %s; the two disagree", c->name, shown, t, (long long)interval, (long long)l,
+                                   linear ? "linear_attention" : "full_attention");
+            linear = lin;
+        }
+        if (linear)
+            cfg->layer_flags[l] |= CDX_HF_LAYER_LINEAR;
+    }
+    bool gate = true;
+    if ((rc = get_bool(c, "attn_output_gate", &gate, NULL)))
+        return rc;
+    if (!gate)
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: attn_output_gate is false; caldrix runs Qwen3.5's full "
+                           "attention with its output gate only", c->name);
+    if (cfg->attention_bias)
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: attention_bias is true; Qwen3.5 has no attention bias",
+                           c->name);
+    const char *ssm = NULL;
+    if ((rc = get_str(c, c->root, "mamba_ssm_dtype", "mamba_ssm_dtype", &ssm)))
+        return rc;
+    if (ssm && strcmp(ssm, "float32"))
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: mamba_ssm_dtype is \"%.40s\"; caldrix keeps the recurrent "
+                           "state in float32 only", c->name, ssm);
+    int64_t mtp = 0;
+    bool b;
+    if ((rc = get_int(c, "mtp_num_hidden_layers", 0, 64, &mtp, NULL)) ||
+        (rc = get_bool(c, "mtp_use_dedicated_embeddings", &b, NULL)) || (rc = get_bool(c, "use_cache", &b, NULL)))
+        return rc;
+    json_t *mol = field(c->root, "mlp_only_layers");
+    if (mol && (!json_is_array(mol) || json_array_size(mol)))
+        return type_err(c, "mlp_only_layers", mol, "[] (the dense Qwen3.5 has no sparse layers)");
+    /* an active sliding window (use_sliding_window with a positive sliding_window) is refused */
+    bool use_sw = false;
+    int64_t sw = 0;
+    if ((rc = get_bool(c, "use_sliding_window", &use_sw, NULL)) ||
+        (rc = get_int(c, "sliding_window", 0, (int64_t)1 << 30, &sw, NULL)))
+        return rc;
+    if (use_sw && sw > 0)
+        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: use_sliding_window is true with sliding_window %lld; an "
+                           "active sliding window is refused for Qwen3.5 (its attention is global)", c->name,
+                           (long long)sw);
+    /* partial rotary: rope_parameters.partial_rotary_factor (v5), else the top-level key; 0.25 by default */
+    cfg->partial_rotary_factor = 0.25;
+    json_t *rp = field(c->root, "rope_parameters");
+    if ((rc = get_num_in(c, c->root, "partial_rotary_factor", "partial_rotary_factor", 0, 1,
+                         &cfg->partial_rotary_factor, NULL)))
+        return rc;
+    if (rp && json_is_object(rp) &&
+        (rc = get_num_in(c, rp, "partial_rotary_factor", "rope_parameters.partial_rotary_factor", 0, 1,
+                         &cfg->partial_rotary_factor, NULL)))
+        return rc;
+    const double rot = (double)cfg->head_dim * cfg->partial_rotary_factor;
+    const int64_t n_rot = (int64_t)rot;
+    if ((double)n_rot != rot || n_rot < 2 || n_rot % 2)
+        return cdx_err_set(c->err, CDX_ERANGE, "%s: partial_rotary_factor %g of head_dim %lld gives %g rotated "
+                           "dimensions; expected an even whole number", c->name, cfg->partial_rotary_factor,
+                           (long long)cfg->head_dim, rot);
+    /* M-RoPE: text positions are the same in all three rows, so the sections change nothing, but
+     * they must cover the rotary half exactly (Qwen3VL's recomposition assumes it) */
+    json_t *sec = rp && json_is_object(rp) ? field(rp, "mrope_section") : NULL;
+    cfg->mrope_section[0] = 11;
+    cfg->mrope_section[1] = 11;
+    cfg->mrope_section[2] = 10;
+    if (sec) {
+        int64_t sum = 0;
+        bool ok = json_is_array(sec) && json_array_size(sec) == 3;
+        for (size_t i = 0; ok && i < 3; i++) {
+            json_t *e = json_array_get(sec, i);
+            ok = json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) <= 4096;
+            sum += ok ? json_integer_value(e) : 0;
+            cfg->mrope_section[i] = ok ? json_integer_value(e) : 0;
+        }
+        if (!ok || sum != n_rot / 2) {
+            char bb[96];
+            show(sec, bb, sizeof bb);
+            return cdx_err_set(c->err, CDX_EFORMAT, "%s: rope_parameters.mrope_section is %s; expected three counts "
+                               "summing to %lld (half the %lld rotated dimensions)", c->name, bb,
+                               (long long)(n_rot / 2), (long long)n_rot);
+        }
     }
     return CDX_OK;
 }
@@ -509,6 +682,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         return cdx_err_set(err, CDX_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, je.text, je.line,
                            je.column);
     ctx c = { root, name, err };
+    json_t *const doc = root; /* root becomes text_config for a Qwen3.5 VL config */
     int rc;
     if (!json_is_object(root)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s: not a JSON object", name);
@@ -518,6 +692,10 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     const arch_row *row = &k_arch[cfg->arch];
     char text_name[300];
+    char tc_name[600];
+    const bool qwen35 = cfg->arch == CDX_HF_QWEN3_5 || cfg->arch == CDX_HF_QWEN3_5_VL;
+    if (qwen35 && (rc = qwen35_keys(&c, root, "")))
+        goto out;
     if (cfg->arch == CDX_HF_IDEFICS3) {
         /* the text model's fields come from text_config; the tie of the head is the top level's */
         json_t *tc = field(root, "text_config");
@@ -536,6 +714,21 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         json_t *tt = field(tc, "tie_word_embeddings");
         if (!tt)
             json_object_set_new(tc, "tie_word_embeddings", json_boolean(tied));
+    } else if (cfg->arch == CDX_HF_QWEN3_5_VL) {
+        /* Qwen3_5Config: the text model's fields are in text_config; the vision tower is not run */
+        json_t *tc = field(root, "text_config");
+        if (!tc || !json_is_object(tc)) {
+            rc = tc ? type_err(&c, "text_config", tc, "an object") :
+                 cdx_err_set(err, CDX_EFORMAT, "%s: text_config is missing; a %s config keeps the text model there",
+                             name, cfg->architecture);
+            goto out;
+        }
+        if ((rc = qwen35_keys(&c, tc, "text_config.")))
+            goto out;
+        snprintf(tc_name, sizeof tc_name, "%s: text_config", name);
+        c.root = root = tc;
+        c.name = tc_name;
+        cfg->text_config = true;
     }
 
     if ((rc = req_int(&c, "hidden_size", 1, (int64_t)1 << 20, &cfg->hidden_size)) ||
@@ -630,8 +823,27 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     if (row->moe && (rc = read_moe(&c, cfg, row)))
         goto out;
+    cfg->partial_rotary_factor = 1.0;
+    if (qwen35 && (rc = read_qwen35(&c, cfg)))
+        goto out;
+    if (cfg->text_config) { /* the top level's tie_word_embeddings and dtype win (the reference reads them first) */
+        ctx top = { doc, name, err };
+        if ((rc = get_bool(&top, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)))
+            goto out;
+        const char *tdt = NULL;
+        if ((rc = get_str(&top, doc, "dtype", "dtype", &tdt)) ||
+            (!tdt && (rc = get_str(&top, doc, "torch_dtype", "torch_dtype", &tdt))))
+            goto out;
+        if (tdt && !cdx_hf_dtype_accepted(tdt)) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: dtype is \"%.40s\"; caldrix imports %s checkpoints", name, tdt,
+                             CDX_HF_DTYPES_ACCEPTED);
+            goto out;
+        }
+        if (tdt)
+            snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", tdt);
+    }
 out:
-    json_decref(root);
+    json_decref(doc);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* caldrix inspect (seed 003): what caldrix makes of a GGUF file or a checkpoint folder, from
  * headers alone. Weights are never read: GGUF through the format layer's reader (which maps the
  * file and checks every offset), safetensors through their JSON headers. */
+#include "caldrix/config.h"
 #include "caldrix/hub.h"
 #include "caldrix/format.h"
 #include "caldrix/model.h"
@@ -226,11 +227,21 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
             snprintf(rn, sizeof rn, "blk.%lld.ffn_gate_inp.weight", (long long)l);
             sparse[l] = cdx_gguf_tensor_find(g, rn) != NULL;
         }
+        /* Qwen3.5: every full_attention_interval-th layer is full attention, as the loader reads it */
+        uint8_t *linear = arch == CDX_ARCH_QWEN3_5 ? calloc((size_t)out->n_layer, 1) : NULL;
+        uint64_t every = 4;
+        char fk[96];
+        snprintf(fk, sizeof fk, "%s.full_attention_interval", a);
+        if (linear && (!cdx_gguf_get_u64(g, fk, &every) || every < 1))
+            every = every < 1 ? 1 : 4;
+        for (int64_t l = 0; linear && l < out->n_layer; l++)
+            linear[l] = (uint64_t)(l + 1) % every != 0;
         cdx_tensor_plan plan = { .arch = arch, .gguf = true, .n_layer = out->n_layer, .n_expert = out->n_expert,
-                                 .sparse = sparse, .qkv_bias = -1 };
+                                 .sparse = sparse, .qkv_bias = -1, .linear = linear };
         names_ctx x = { 0 };
         check_required(out, &plan, gguf_has, g, &x);
         free(sparse);
+        free(linear);
     } else {
         out->n_missing = 0;
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
@@ -386,14 +397,27 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
             sparse[l] = out->n_expert > 0 && !dense[l];
         /* Qwen2-MoE reads qkv_bias (default true); the others have the architecture's biases */
         json_t *qb = fa == CDX_ARCH_QWEN2_MOE ? json_object_get(src, "qkv_bias") : NULL;
+        /* Qwen3.5: which layers are Gated DeltaNet, from layer_types, else every full_attention_interval-th
+         * layer (default 4) is full attention, as the config reader decides */
+        uint8_t *linear = fa == CDX_ARCH_QWEN3_5 ? calloc((size_t)out->n_layer, 1) : NULL;
+        if (linear) {
+            json_t *lt = json_object_get(src, "layer_types"), *fi = json_object_get(src, "full_attention_interval");
+            const int64_t every = json_is_integer(fi) && json_integer_value(fi) > 0 ? json_integer_value(fi) : 4;
+            for (int64_t l = 0; l < out->n_layer; l++) {
+                const char *t = json_string_value(json_array_get(lt, (size_t)l));
+                linear[l] = json_is_array(lt) ? !t || strcmp(t, "full_attention") : (l + 1) % every != 0;
+            }
+        }
         cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = out->n_layer, .n_expert = out->n_expert,
                                  .sparse = sparse, .qkv_bias = json_is_boolean(qb) ? json_is_true(qb) : -1,
-                                 .untied = !tied };
+                                 .untied = !tied, .linear = linear,
+                                 .text_config = fa == CDX_ARCH_QWEN3_5 && json_is_object(tc) };
         json_t *vl = json_object_get(json_object_get(root, "vision_config"), "num_hidden_layers");
         plan.n_vision_layer = json_is_integer(vl) ? json_integer_value(vl) : 12; /* Idefics3VisionConfig's default */
         names_ctx x = { .keep = true };
         check_required(out, &plan, st_has, st, &x);
         free(sparse);
+        free(linear);
         if (x.oom) {
             names_free(&x);
             rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");

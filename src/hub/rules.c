@@ -35,18 +35,7 @@ const cdx_hub_arch *cdx_hub_archs(size_t *n)
 
 static bool is_qwen35(const char *arch) { return !strncmp(arch, "Qwen3_5", 7); }
 
-/* Qwen3.5: the keys the import reads (at the top level or in text_config); any other is refused. */
-static const char *const k_qwen35_keys[] = {
-    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "vocab_size", "hidden_size",
-    "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps", "use_cache",
-    "tie_word_embeddings", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor",
-    "attention_bias", "attention_dropout", "layer_types", "full_attention_interval", "linear_conv_kernel_dim",
-    "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
-    "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", "bos_token_id", "eos_token_id", "pad_token_id",
-    "sliding_window", "use_sliding_window", "max_window_layers", "attn_output_gate", "text_config",
-    "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
-};
+/* Qwen3.5: the keys the import reads are the config reader's list (cdx_hf_qwen35_key_known). */
 
 /* ---- context for the checks ---- */
 
@@ -347,10 +336,7 @@ static int r_qwen35_keys(rctx *x, cdx_err *err)
         if (!objs[k])
             continue;
         json_object_foreach(objs[k], key, v) {
-            bool known = false;
-            for (size_t i = 0; i < sizeof k_qwen35_keys / sizeof k_qwen35_keys[0] && !known; i++)
-                known = !strcmp(key, k_qwen35_keys[i]);
-            if (!known) {
+            if (!cdx_hf_qwen35_key_known(key)) {
                 int rc;
                 WITH_DUMP(v, s, rc = cdx_err_set(err, CDX_EUNSUPPORTED,
                                                  "%s: %s%s is %s; caldrix's Qwen3.5 import does not read this key, "

@@ -16,6 +16,9 @@ static const arch_desc k_archs[CDX_ARCH_COUNT] = {
     /* a Llama text model under model.text_model.*, plus the vision tower and connector (vision.c) */
     [CDX_ARCH_IDEFICS3]  = { CDX_ARCH_IDEFICS3,  NULL,       CDX_ROPE_HALVES,   false, false, false, false, false, "idefics3",
                              .hf_text_prefix = "model.text_model.", .vision = true },
+    /* Gated DeltaNet layers beside gated attention (qwen35.c) */
+    [CDX_ARCH_QWEN3_5]   = { CDX_ARCH_QWEN3_5,   "qwen35",   CDX_ROPE_HALVES,   false, true,  false, false, false, "qwen3_5",
+                             .hybrid = true },
 };
 
 /* config.json architectures → families (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
@@ -24,6 +27,7 @@ static const cdx_arch k_from_hf[CDX_HF_ARCH_COUNT] = {
     [CDX_HF_QWEN2] = CDX_ARCH_QWEN2,         [CDX_HF_QWEN3] = CDX_ARCH_QWEN3,
     [CDX_HF_QWEN3_MOE] = CDX_ARCH_QWEN3_MOE, [CDX_HF_MIXTRAL] = CDX_ARCH_MIXTRAL,
     [CDX_HF_QWEN2_MOE] = CDX_ARCH_QWEN2_MOE, [CDX_HF_IDEFICS3] = CDX_ARCH_IDEFICS3,
+    [CDX_HF_QWEN3_5] = CDX_ARCH_QWEN3_5,     [CDX_HF_QWEN3_5_VL] = CDX_ARCH_QWEN3_5,
 };
 
 void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap)

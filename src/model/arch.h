@@ -20,6 +20,7 @@ typedef struct arch_desc {
     const char *hf_text_prefix; /* HF tensor names of the text model start with this in place of "model."
                                    (Idefics3: "model.text_model."); NULL: "model." */
     bool vision;                /* a vision tower + connector beside the text model (vision.c) */
+    bool hybrid;                /* Qwen3.5: Gated DeltaNet layers, gated attention, partial rotary, norms x·(1 + w) */
 } arch_desc;
 
 const arch_desc *arch_by_gguf(const char *name, size_t len);
@@ -31,12 +32,17 @@ typedef enum {
     ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUTPUT, ROLE_ROPE_FREQS,
     ROLE_ATTN_NORM, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_QNORM, ROLE_KNORM,
     ROLE_FFN_NORM, ROLE_GATE, ROLE_UP, ROLE_DOWN,
+    /* Gated DeltaNet (Qwen3.5 linear attention) */
+    ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_NORM,
+    ROLE_SSM_OUT,
     ROLE_COUNT
 } tensor_role;
 
 /* The GGUF ("blk.%d.attn_q.weight") or HF ("model.layers.%d.self_attn.q_proj.weight") name pattern of
  * a role; NULL where the format has no such tensor (HF has no rope_freqs). *per_layer: "%d" is the layer. */
 const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer);
+/* The same for one architecture (Qwen3.5's GGUF FFN norm is blk.%d.post_attention_norm). */
+const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer);
 
 /* A transformers mixture-of-experts tensor name (router, an expert's gate/up/down, the shared
  * expert) → its llama.cpp GGUF name ("blk.L.ffn_gate_exps.weight": experts stacked, so *expert says
@@ -55,6 +61,15 @@ typedef struct layer_weights {
     cdx_mat *exp_gate, *exp_up, *exp_down; /* [n_expert] each: [n_ff_expert × n_embd] ×2, [n_embd × n_ff_expert] */
     cdx_mat sh_gate, sh_up, sh_down;    /* shared expert: [n_ff_shared × n_embd] ×2, [n_embd × n_ff_shared] */
     cdx_mat sh_router;                  /* [1 × n_embd]: the shared expert's sigmoid gate */
+    /* a Gated DeltaNet layer (Qwen3.5): wq..wo, q_norm, k_norm unused */
+    bool linear;
+    cdx_mat ssm_qkv;                    /* [2·nk·dk + nv·dv × n_embd]: rows q | k | v (the conv's channels) */
+    cdx_mat ssm_z, ssm_b, ssm_a;        /* [nv·dv × n_embd], [nv × n_embd] ×2 */
+    cdx_mat ssm_out;                    /* [n_embd × nv·dv] */
+    float *ssm_conv;                    /* [conv channels][conv_k]: tap conv_k-1 multiplies the current token */
+    float *ssm_dt;                      /* [nv] dt_bias */
+    float *ssm_a_neg;                   /* [nv] -exp(A_log) */
+    float *ssm_norm;                    /* [dv] the gated RMSNorm's weight (no offset) */
 } layer_weights;
 
 struct cdx_model {
@@ -68,6 +83,7 @@ struct cdx_model {
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     layer_weights *layers;              /* [n_layer] */
     cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */
+    uint8_t *linear_layer;              /* [n_layer] (hp.linear_layer) or NULL */
     size_t n_mats;
     char notes[512];
     /* The weights in a kernel set's load-time layout (cdx_matmul_pack), made by the first forward
@@ -129,5 +145,16 @@ typedef struct fwd_scratch {
 /* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
 int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
                  float *logits, cdx_err *err);
+/* ---- the hybrid forward pass (qwen35.c) ---- */
+typedef struct hybrid_ctx hybrid_ctx;
+int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k, hybrid_ctx **out,
+                      cdx_err *err);
+void hybrid_ctx_free(hybrid_ctx *h);
+void hybrid_set_per_token(hybrid_ctx *h, bool per_token);
+/* The pass for a hybrid model once cdx_forward_seqs has checked the batch, placed positions and
+ * sequences in pos/seq and the embeddings in x ([n][n_embd]); xn is [n][n_embd] scratch. */
+int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_pool *pool, void *ws, float *x,
+                   float *xn, const int64_t *pos, const int32_t *seq, cdx_attn_row *arows, const cdx_kv_seq *seqs,
+                   int n_seq, const cdx_batch *b, float *logits, cdx_err *err);
 
 #endif

@@ -142,12 +142,12 @@ static int src_cmp(const void *a, const void *b)
 }
 
 /* HF name -> GGUF name through the role table; false when no role matches. */
-static bool map_name(const char *hf, char *out, size_t cap, tensor_role *role, int *layer)
+static bool map_name(const arch_desc *d, const char *hf, char *out, size_t cap, tensor_role *role, int *layer)
 {
     for (int r = 0; r < ROLE_COUNT; r++) {
         bool per_layer;
-        const char *h = arch_role_name((tensor_role)r, false, &per_layer);
-        const char *g = arch_role_name((tensor_role)r, true, NULL);
+        const char *h = arch_role_name_of(d, (tensor_role)r, false, &per_layer);
+        const char *g = arch_role_name_of(d, (tensor_role)r, true, NULL);
         if (!h || !g)
             continue;
         if (!per_layer) {
@@ -212,6 +212,60 @@ static void llama3_factors(const cdx_hf_config *cfg, int64_t dim, float *out)
     }
 }
 
+/* Qwen3.5 (conversion/qwen.py _LinearAttentionVReorderBase): value heads from transformers'
+ * grouped order (key head kh's value heads together) to the tiled order ggml's broadcast reads
+ * (new head vp·nk + kh is old head kh·r + vp), along rows (cols 1: along columns) of [rows][cols]
+ * floats, head_dim elements per head, starting at element `at` of that dimension. */
+static void reorder_v(float *f, int64_t rows, int64_t cols, bool along_cols, int64_t at, int64_t nk, int64_t r,
+                      int64_t hd, float *tmp)
+{
+    const int64_t n = nk * r * hd;
+    for (int64_t o = 0; o < (along_cols ? rows : cols); o++) {
+        for (int64_t kh = 0; kh < nk; kh++)
+            for (int64_t vp = 0; vp < r; vp++)
+                for (int64_t d = 0; d < hd; d++) {
+                    const int64_t src = at + (kh * r + vp) * hd + d, dst = (vp * nk + kh) * hd + d;
+                    tmp[dst] = along_cols ? f[o * cols + src] : f[src * cols + o];
+                }
+        for (int64_t i = 0; i < n; i++) {
+            if (along_cols)
+                f[o * cols + at + i] = tmp[i];
+            else
+                f[(at + i) * cols + o] = tmp[i];
+        }
+    }
+}
+
+/* Qwen3NextModel.modify_tensors: ssm_a = -exp(A_log), the conv kernel squeezed, norms (except the
+ * gated one) + 1; then the value heads tiled. f: [rows][cols]. */
+static int hybrid_tensor(const cdx_hf_config *cfg, tensor_role role, float *f, int64_t rows, int64_t cols)
+{
+    const int64_t nk = cfg->linear_n_k_heads, nv = cfg->linear_n_v_heads, r = nv / nk;
+    const int64_t dk = cfg->linear_k_dim, dv = cfg->linear_v_dim, n = rows * cols;
+    if (role == ROLE_SSM_ALOG)
+        for (int64_t i = 0; i < n; i++)
+            f[i] = -expf(f[i]);
+    if (role == ROLE_ATTN_NORM || role == ROLE_FFN_NORM || role == ROLE_OUT_NORM || role == ROLE_QNORM ||
+        role == ROLE_KNORM)
+        for (int64_t i = 0; i < n; i++)
+            f[i] += 1.0f;
+    if (nk == nv)
+        return CDX_OK;
+    float *tmp = malloc((size_t)(nv * dv) * sizeof *tmp);
+    if (!tmp)
+        return CDX_ENOMEM;
+    switch (role) {
+    case ROLE_SSM_QKV: case ROLE_SSM_CONV: reorder_v(f, rows, cols, false, 2 * nk * dk, nk, r, dv, tmp); break;
+    case ROLE_SSM_Z: reorder_v(f, rows, cols, false, 0, nk, r, dv, tmp); break;
+    case ROLE_SSM_B: case ROLE_SSM_A: reorder_v(f, rows, cols, false, 0, nk, r, 1, tmp); break;
+    case ROLE_SSM_DT: case ROLE_SSM_ALOG: reorder_v(f, n, 1, false, 0, nk, r, 1, tmp); break;
+    case ROLE_SSM_OUT: reorder_v(f, rows, cols, true, 0, nk, r, dv, tmp); break;
+    default: break;
+    }
+    free(tmp);
+    return CDX_OK;
+}
+
 static uint32_t tensor_type(uint32_t want, const char *gguf_name, uint32_t n_dims, uint64_t ne0)
 {
     size_t n = strlen(gguf_name);
@@ -263,7 +317,9 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
     char name[160];
     tensor_role role;
     int layer;
-    if (!map_name(t->name, name, sizeof name, &role, &layer))
+    /* Qwen3.5 ForConditionalGeneration: the text model under model.language_model. */
+    const char *hf = d->hybrid && !strncmp(t->name, "model.language_model.", 21) ? t->name + 15 : t->name;
+    if (!map_name(d, hf, name, sizeof name, &role, &layer))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has no GGUF name for the %s architecture", dir,
                            t->name, d->gguf_name);
     if (layer >= c->cfg.n_layers)
@@ -273,25 +329,34 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
         return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; expected 1..4", dir, t->name, t->n_dims);
     uint64_t ne[4] = { 1, 1, 1, 1 };
     uint64_t n = 1;
+    uint32_t n_dims = t->n_dims;
     for (uint32_t i = 0; i < t->n_dims; i++) {
         ne[i] = t->shape[t->n_dims - 1 - i];
         n *= ne[i];
+    }
+    if (d->hybrid && role == ROLE_SSM_CONV && n_dims == 3 && ne[1] == 1) { /* [C, 1, K] squeezed to [C, K] */
+        ne[1] = ne[2];
+        ne[2] = 1;
+        n_dims = 2;
     }
     const cdx_type_traits *st = cdx_type_get(t->type);
     if (!st || !st->to_f32 || n > SIZE_MAX / sizeof(float))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; expected F32, F16 or BF16", dir,
                            t->name, cdx_type_name(t->type));
-    uint32_t type = tensor_type(want, name, t->n_dims, ne[0]);
+    uint32_t type = d->hybrid && role == ROLE_SSM_CONV ? CDX_TYPE_F32 : tensor_type(want, name, n_dims, ne[0]);
     bool permute = d->gguf_rope == CDX_ROPE_ADJACENT &&
                    (role == ROLE_WQ || role == ROLE_WK || role == ROLE_BQ || role == ROLE_BK);
     /* the converter widens BF16 to F32 first; F16/F32 data that stays in its type is copied as is */
-    if (!permute && type == t->type && (type == CDX_TYPE_F32 || type == CDX_TYPE_F16))
-        return add_tensor(c, w, name, type, t->n_dims, ne, NULL, t->data, err);
+    if (!permute && !d->hybrid && type == t->type && (type == CDX_TYPE_F32 || type == CDX_TYPE_F16))
+        return add_tensor(c, w, name, type, n_dims, ne, NULL, t->data, err);
     float *f = malloc((size_t)n * sizeof *f);
     if (!f)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
     st->to_f32(t->data, f, (int64_t)n);
     int rc = CDX_OK;
+    if (d->hybrid && n_dims <= 2 &&
+        hybrid_tensor(&c->cfg, role, f, n_dims == 2 ? (int64_t)ne[1] : (int64_t)ne[0], n_dims == 2 ? (int64_t)ne[0] : 1))
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
     if (permute) {
         int64_t heads = role == ROLE_WQ || role == ROLE_BQ ? c->cfg.n_heads : c->cfg.n_kv_heads;
         int64_t rows = (int64_t)(t->n_dims == 1 ? ne[0] : ne[1]), cols = t->n_dims == 1 ? 1 : (int64_t)ne[0];
@@ -310,7 +375,7 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
         }
     }
     if (!rc)
-        rc = add_tensor(c, w, name, type, t->n_dims, ne, f, NULL, err);
+        rc = add_tensor(c, w, name, type, n_dims, ne, f, NULL, err);
     free(f);
     return rc;
 }
@@ -409,7 +474,7 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     cdx_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)cfg->n_kv_heads);
     cdx_gguf_writer_set_f32(w, K("rope.freq_base"), (float)cfg->rope_theta);
     cdx_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)cfg->rms_norm_eps);
-    if (config_has(dir, "head_dim")) {
+    if (config_has(dir, "head_dim") || d->hybrid) {
         cdx_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)cfg->head_dim);
         cdx_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)cfg->head_dim);
     }
@@ -430,6 +495,22 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     if (d->arch == CDX_ARCH_LLAMA || d->arch == CDX_ARCH_MIXTRAL) {
         cdx_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)cfg->vocab_size);
         cdx_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)cfg->head_dim);
+    }
+    if (d->hybrid) { /* Qwen3NextModel / _Qwen35MRopeMixin.set_gguf_parameters */
+        cdx_gguf_writer_set_u32(w, K("ssm.conv_kernel"), (uint32_t)cfg->linear_conv_kernel);
+        cdx_gguf_writer_set_u32(w, K("ssm.state_size"), (uint32_t)cfg->linear_k_dim);
+        cdx_gguf_writer_set_u32(w, K("ssm.group_count"), (uint32_t)cfg->linear_n_k_heads);
+        cdx_gguf_writer_set_u32(w, K("ssm.time_step_rank"), (uint32_t)cfg->linear_n_v_heads);
+        cdx_gguf_writer_set_u32(w, K("ssm.inner_size"), (uint32_t)(cfg->linear_v_dim * cfg->linear_n_v_heads));
+        int64_t every = 0;
+        for (int64_t l = 0; l < cfg->n_layers && !every; l++)
+            every = cfg->layer_flags[l] & CDX_HF_LAYER_LINEAR ? 0 : l + 1;
+        cdx_gguf_writer_set_u32(w, K("full_attention_interval"), (uint32_t)(every ? every : cfg->n_layers + 1));
+        cdx_gguf_writer_set_u32(w, K("rope.dimension_count"),
+                                (uint32_t)((double)cfg->head_dim * cfg->partial_rotary_factor));
+        const int32_t sec[4] = { (int32_t)cfg->mrope_section[0], (int32_t)cfg->mrope_section[1],
+                                 (int32_t)cfg->mrope_section[2], 0 };
+        cdx_gguf_writer_set_arr(w, K("rope.dimension_sections"), CDX_GGUF_I32, sec, 4);
     }
     return cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
 #undef K
@@ -454,11 +535,23 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     const cdx_hf_config *cfg = &c->cfg;
     const arch_desc *d = arch_by_hf(cfg->arch);
-    if (!d) {
+    if (!d || d->vision) {
         rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: architectures is \"%s\"; caldrix convert handles "
-                         "Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE and Mixtral checkpoints", dir,
-                         cfg->architecture);
+                         "Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral and Qwen3.5 checkpoints (not "
+                         "vision-language models)", dir, cfg->architecture);
         goto fail;
+    }
+    if (d->hybrid) { /* GGUF keeps one interval for the layer pattern: it must say it all */
+        int64_t every = 0;
+        for (int64_t l = 0; l < cfg->n_layers && !every; l++)
+            every = cfg->layer_flags[l] & CDX_HF_LAYER_LINEAR ? 0 : l + 1;
+        for (int64_t l = 0; l < cfg->n_layers; l++)
+            if (!!(cfg->layer_flags[l] & CDX_HF_LAYER_LINEAR) != (every == 0 || (l + 1) % every != 0)) {
+                rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: layer_types is not every %lld-th layer full "
+                                 "attention; GGUF qwen35 writes the pattern as full_attention_interval only", dir,
+                                 (long long)every);
+                goto fail;
+            }
     }
     if (d->moe && (cfg->n_experts < 1 || cfg->n_experts > 4096)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: the expert count is %lld; expected 1..4096", dir,
@@ -488,6 +581,8 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
             size_t l = strlen(k_skip[k]);
             skip |= n >= l && !strcmp(t->name + n - l, k_skip[k]);
         }
+        /* Qwen3.5: the multi-token-prediction head and the vision tower are not the text model */
+        skip |= d->hybrid && (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "model.visual.", 13));
         if (skip)
             continue;
         refs[n_src].t = t;

@@ -34,6 +34,7 @@ struct cdx_forward_ctx {
     int32_t *seq;          /* [max_tokens] */
     cdx_attn_row *arows;   /* [max_tokens] */
     void *ws;              /* matmul workspace */
+    hybrid_ctx *hy;        /* a hybrid model's (Qwen3.5) own buffers, qwen35.c; NULL otherwise */
 };
 
 int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err)
@@ -41,10 +42,11 @@ int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err)
     memset(kv, 0, sizeof *kv);
     const int64_t bs = 16;
     size_t per_pos = (size_t)(hp->n_head_kv * hp->head_dim), n;
+    const int64_t n_layer = cdx_hparams_kv_layers(hp); /* a hybrid model: its attention layers */
     if (n_ctx <= 0 || n_ctx > ((int64_t)1 << 40))
         return cdx_err_set(err, CDX_ERANGE, "context of %lld positions is out of range", (long long)n_ctx);
     const int64_t nb = (n_ctx + bs - 1) / bs, cap = nb * bs; /* whole blocks */
-    if (!cdx_mul_size(per_pos, (size_t)cap, &n) || !cdx_mul_size(n, (size_t)hp->n_layer, &n) ||
+    if (!cdx_mul_size(per_pos, (size_t)cap, &n) || !cdx_mul_size(n, (size_t)n_layer, &n) ||
         !cdx_mul_size(n, sizeof(float), &n))
         return cdx_err_set(err, CDX_ERANGE, "context of %lld positions is out of range", (long long)n_ctx);
     kv->k = malloc(n);
@@ -72,6 +74,7 @@ void cdx_kv_free(cdx_kv *kv)
     free(kv->k);
     free(kv->v);
     free(kv->tab);
+    free(kv->state);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -84,11 +87,20 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->arows);
     free(fc->router); free(fc->xg); free(fc->yg); free(fc->moe); free(fc->sel_w); free(fc->grp_w);
     free(fc->sel_e); free(fc->grp_tok);
+    hybrid_ctx_free(fc->hy);
     cdx_pool_destroy(fc->pool);
     free(fc);
 }
 
 cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc) { return fc->pool; }
+
+int cdx_forward_ctx_set_per_token(cdx_forward_ctx *fc, bool per_token)
+{
+    if (!fc->hy)
+        return CDX_EINVAL;
+    hybrid_set_per_token(fc->hy, per_token);
+    return CDX_OK;
+}
 const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc) { return fc->k; }
 const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc) { return fc->m; }
 
@@ -110,7 +122,8 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
         free(fc);
         return rc;
     }
-    if ((rc = model_pack(m, fc->k, fc->pool, err))) {
+    if ((rc = model_pack(m, fc->k, fc->pool, err)) ||
+        (hp->linear_layer && (rc = hybrid_ctx_create(m, max_tokens, cdx_pool_size(fc->pool), fc->k, &fc->hy, err)))) {
         cdx_forward_ctx_free(fc);
         return rc;
     }
@@ -360,6 +373,9 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
             return cdx_err_set(err, CDX_EINVAL, "sequences of one batch differ in their KV blocks (%lld and %lld "
                                "positions, types %u and %u)", (long long)ashape.block, (long long)seqs[s].block,
                                ashape.kv_type, seqs[s].type);
+    if (fc->hy)
+        return hybrid_forward(fc->hy, m, K, pool, fc->ws, fc->x, fc->xn, fc->pos, fc->seq, fc->arows, seqs, n_seq, b,
+                              logits, err);
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];

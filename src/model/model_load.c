@@ -16,8 +16,9 @@
 
 /* ---- tensor roles ---- */
 
-typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE } dim_kind;
-typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM } need_kind;
+typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE,
+               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K } dim_kind;
+typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -30,7 +31,7 @@ static const struct role_desc {
     [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
     [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
     [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_ALWAYS },
-    [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_Q,     D_EMBD, NEED_ALWAYS },
+    [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_QG,    D_EMBD, NEED_ALWAYS },
     [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
     [ROLE_WV]         = { "blk.%d.attn_v.weight",       "model.layers.%d.self_attn.v_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
     [ROLE_WO]         = { "blk.%d.attn_output.weight",  "model.layers.%d.self_attn.o_proj.weight",     true,  true,  D_EMBD,  D_Q,    NEED_ALWAYS },
@@ -43,7 +44,34 @@ static const struct role_desc {
     [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
     [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
+    /* Gated DeltaNet (Qwen3.5 linear_attn; GGUF names as llama.cpp's qwen35, whose ssm_a is -exp(A_log)) */
+    [ROLE_SSM_QKV]    = { "blk.%d.attn_qkv.weight",     "model.layers.%d.linear_attn.in_proj_qkv.weight", true, true,  D_SSM_CH, D_EMBD, NEED_LINEAR },
+    [ROLE_SSM_Z]      = { "blk.%d.attn_gate.weight",    "model.layers.%d.linear_attn.in_proj_z.weight", true,  true,  D_SSM_VD, D_EMBD, NEED_LINEAR },
+    [ROLE_SSM_B]      = { "blk.%d.ssm_beta.weight",     "model.layers.%d.linear_attn.in_proj_b.weight", true,  true,  D_SSM_NV, D_EMBD, NEED_LINEAR },
+    [ROLE_SSM_A]      = { "blk.%d.ssm_alpha.weight",    "model.layers.%d.linear_attn.in_proj_a.weight", true,  true,  D_SSM_NV, D_EMBD, NEED_LINEAR },
+    [ROLE_SSM_CONV]   = { "blk.%d.ssm_conv1d.weight",   "model.layers.%d.linear_attn.conv1d.weight",   true,  false, D_SSM_CH, D_SSM_K, NEED_LINEAR },
+    [ROLE_SSM_DT]     = { "blk.%d.ssm_dt.bias",         "model.layers.%d.linear_attn.dt_bias",         true,  false, D_SSM_NV, D_NONE, NEED_LINEAR },
+    [ROLE_SSM_ALOG]   = { "blk.%d.ssm_a",               "model.layers.%d.linear_attn.A_log",           true,  false, D_SSM_NV, D_NONE, NEED_LINEAR },
+    [ROLE_SSM_NORM]   = { "blk.%d.ssm_norm.weight",     "model.layers.%d.linear_attn.norm.weight",     true,  false, D_SSM_DV, D_NONE, NEED_LINEAR },
+    [ROLE_SSM_OUT]    = { "blk.%d.ssm_out.weight",      "model.layers.%d.linear_attn.out_proj.weight", true,  true,  D_EMBD,  D_SSM_VD, NEED_LINEAR },
 };
+
+/* llama.cpp names Qwen3.5's post_attention_layernorm blk.%d.post_attention_norm (qwen35.cpp) */
+static const char *role_gguf_name(const arch_desc *d, tensor_role r)
+{
+    if (d && d->hybrid && r == ROLE_FFN_NORM)
+        return "blk.%d.post_attention_norm.weight";
+    return k_roles[r].gguf;
+}
+
+const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
+{
+    if ((unsigned)r >= ROLE_COUNT)
+        return NULL;
+    if (per_layer)
+        *per_layer = k_roles[r].per_layer;
+    return gguf ? role_gguf_name(d, r) : k_roles[r].hf;
+}
 
 const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer)
 {
@@ -67,6 +95,12 @@ static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
     case D_NEXP: return hp->n_expert;
     case D_FFE: return hp->n_ff_expert;
     case D_FFS: return hp->n_ff_shared;
+    case D_QG: return hp->n_head * hp->head_dim * (hp->attn_gate ? 2 : 1);
+    case D_SSM_CH: return 2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v;
+    case D_SSM_VD: return hp->ssm_n_v_head * hp->ssm_d_v;
+    case D_SSM_NV: return hp->ssm_n_v_head;
+    case D_SSM_DV: return hp->ssm_d_v;
+    case D_SSM_K: return hp->ssm_conv_k;
     default: return 1;
     }
 }
@@ -148,9 +182,9 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
 {
     const struct role_desc *rd = &k_roles[role];
     const cdx_hparams *hp = &b->m->hp;
-    const char *fmt = b->gguf ? rd->gguf : rd->hf;
+    const char *fmt = b->gguf ? role_gguf_name(b->m->desc, role) : rd->hf;
     bool needed = rd->need == NEED_ALWAYS || (rd->need == NEED_QKV_BIAS && hp->qkv_bias) ||
-                  (rd->need == NEED_QK_NORM && hp->qk_norm);
+                  (rd->need == NEED_QK_NORM && hp->qk_norm) || rd->need == NEED_LINEAR;
     if (present)
         *present = false;
     if (!fmt)
@@ -170,9 +204,9 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
     }
     if (!needed && rd->need != NEED_OPTIONAL)
         return CDX_OK; /* left unused: reported as unexpected below */
-    int64_t rows = dim_value(hp, rd->rows), cols = rd->is_mat ? dim_value(hp, rd->cols) : 1;
+    int64_t rows = dim_value(hp, rd->rows), cols = rd->is_mat || rd->cols != D_NONE ? dim_value(hp, rd->cols) : 1;
     bool shape_ok = t->n_mat != 1 ? false
-                    : rd->is_mat ? (t->n_dims == 2 && t->rows == rows && t->cols == cols)
+                    : rd->is_mat || rd->cols != D_NONE ? (t->n_dims == 2 && t->rows == rows && t->cols == cols)
                                : (t->rows * t->cols == rows && (t->n_dims == 1 || t->rows == 1 || t->cols == 1));
     if (!shape_ok)
         return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld]; the model's hyperparameters need [%lld, %lld]",
@@ -341,6 +375,18 @@ static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
     return CDX_OK;
 }
 
+/* fn, with Qwen3.5 ForConditionalGeneration's model.language_model. in place of model. */
+static void name_out(const cdx_tensor_plan *p, void (*fn)(void *ctx, const char *name, bool required), void *ctx,
+                     const char *name, bool required)
+{
+    char full[224];
+    if (p->text_config && !p->gguf && !strncmp(name, "model.", 6)) {
+        snprintf(full, sizeof full, "model.language_model.%s", name + 6);
+        name = full;
+    }
+    fn(ctx, name, required);
+}
+
 void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
 {
     const arch_desc *d = arch_get(p->arch);
@@ -357,14 +403,20 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
         bool req = rd->need == NEED_ALWAYS || (r == ROLE_OUTPUT && p->untied && !p->gguf);
         if (!p->gguf)
             arch_hf_name(d, fmt, 0, 0, name, sizeof name);
-        fn(ctx, p->gguf ? fmt : name, req);
+        name_out(p, fn, ctx, p->gguf ? fmt : name, req);
     }
     for (int64_t l = 0; l < p->n_layer; l++) {
         const bool sparse = p->sparse && p->sparse[l] && p->n_expert > 0;
+        const bool linear = p->linear && p->linear[l];
         for (int r = 0; r < ROLE_COUNT; r++) {
             const struct role_desc *rd = &k_roles[r];
-            const char *fmt = p->gguf ? rd->gguf : rd->hf;
+            const char *fmt = p->gguf ? role_gguf_name(d, (tensor_role)r) : rd->hf;
             if (!fmt || !rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
+                continue;
+            /* a Gated DeltaNet layer has its norms, linear_attn.* and the MLP; the others no linear_attn.* */
+            const bool shared = r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || r == ROLE_GATE || r == ROLE_UP ||
+                                r == ROLE_DOWN;
+            if ((rd->need == NEED_LINEAR) != linear && !shared)
                 continue;
             const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
             if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
@@ -373,7 +425,7 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
                 snprintf(name, sizeof name, fmt, (int)l);
             else
                 arch_hf_name(d, fmt, (int)l, 0, name, sizeof name);
-            fn(ctx, name, rd->need != NEED_OPTIONAL);
+            name_out(p, fn, ctx, name, rd->need != NEED_OPTIONAL);
         }
         for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
             const struct moe_role_desc *rd = &k_moe_roles[r];
@@ -394,7 +446,7 @@ static int collect_mats(cdx_model *m, cdx_err *err)
     const cdx_hparams *hp = &m->hp;
     size_t cap = 1;
     for (int64_t l = 0; l < hp->n_layer; l++)
-        cap += 8 + (m->layers[l].moe ? 3 * (size_t)hp->n_expert + 4 : 0);
+        cap += 18 + (m->layers[l].moe ? 3 * (size_t)hp->n_expert + 4 : 0);
     m->mats = calloc(cap, sizeof *m->mats);
     if (!m->mats)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -402,7 +454,8 @@ static int collect_mats(cdx_model *m, cdx_err *err)
     for (int64_t l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         cdx_mat *att[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
-                           &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
+                           &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down,
+                           &L->ssm_qkv, &L->ssm_z, &L->ssm_b, &L->ssm_a, &L->ssm_out };
         for (size_t i = 0; i < sizeof att / sizeof att[0]; i++)
             if (att[i]->data)
                 m->mats[n++] = att[i];
@@ -478,7 +531,10 @@ static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
     if (hp->n_head % hp->n_head_kv)
         return cdx_err_set(err, CDX_EFORMAT, "%s: %lld attention heads is not a multiple of %lld kv heads", path,
                            (long long)hp->n_head, (long long)hp->n_head_kv);
-    if (hp->n_rot != hp->head_dim || hp->n_rot % 2)
+    if (hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: rotary dimension count is %lld; expected an even count in 2..%lld "
+                           "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
+    if (!hp->linear_layer && (hp->n_rot != hp->head_dim || hp->n_rot % 2))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope dimension count is %lld; caldrix needs it equal to head_dim (%lld)",
                            path, (long long)hp->n_rot, (long long)hp->head_dim);
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
@@ -498,6 +554,37 @@ static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
     if (hp->n_ff_shared < 0 || hp->n_ff_shared > (1 << 20) || (hp->n_ff_shared == 0 && hp->arch == CDX_ARCH_QWEN2_MOE))
         return cdx_err_set(err, CDX_EFORMAT, "%s: shared expert feed-forward size is %lld; expected 1..%d", path,
                            (long long)hp->n_ff_shared, 1 << 20);
+    return CDX_OK;
+}
+
+/* A Gated DeltaNet layer: its norms, the linear_attn tensors and the dense MLP. */
+static int bind_linear_layer(binder *b, int il, layer_weights *L, cdx_err *err)
+{
+    const cdx_hparams *hp = &b->m->hp;
+    float *a_log = NULL;
+    int rc;
+    L->linear = true;
+    if ((rc = bind_role(b, ROLE_ATTN_NORM, il, NULL, &L->attn_norm, NULL, err)) ||
+        (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_QKV, il, &L->ssm_qkv, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_Z, il, &L->ssm_z, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_B, il, &L->ssm_b, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_A, il, &L->ssm_a, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_CONV, il, NULL, &L->ssm_conv, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_DT, il, NULL, &L->ssm_dt, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_ALOG, il, NULL, &a_log, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_NORM, il, NULL, &L->ssm_norm, NULL, err)) ||
+        (rc = bind_role(b, ROLE_SSM_OUT, il, &L->ssm_out, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)) ||
+        (rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err))) {
+        free(a_log);
+        return rc;
+    }
+    /* transformers: g = -A_log.float().exp() * softplus(a + dt_bias); llama.cpp's ssm_a is already -exp(A_log) */
+    for (int64_t h = 0; h < hp->ssm_n_v_head; h++)
+        a_log[h] = b->gguf ? a_log[h] : -expf(a_log[h]);
+    L->ssm_a_neg = a_log;
     return CDX_OK;
 }
 
@@ -535,6 +622,11 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     for (int64_t l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         int il = (int)l;
+        if (hp->linear_layer && hp->linear_layer[l]) {
+            if ((rc = bind_linear_layer(b, il, L, err)))
+                goto out;
+            continue;
+        }
         if ((rc = bind_role(b, ROLE_ATTN_NORM, il, NULL, &L->attn_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_WQ, il, &L->wq, NULL, NULL, err)) ||
             (rc = bind_role(b, ROLE_WK, il, &L->wk, NULL, NULL, err)) ||
@@ -567,6 +659,22 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     }
     if ((rc = collect_mats(m, err)))
         goto out;
+    if (m->desc->hybrid && !b->gguf) {
+        /* Qwen3_5RMSNorm scales by (1 + w): the checkpoint stores offsets (llama.cpp's converter adds the 1) */
+        for (int64_t i = 0; i < hp->n_embd; i++)
+            m->out_norm[i] += 1.0f;
+        for (int64_t l = 0; l < hp->n_layer; l++) {
+            layer_weights *L = &m->layers[l];
+            for (int64_t i = 0; i < hp->n_embd; i++) {
+                L->attn_norm[i] += 1.0f;
+                L->ffn_norm[i] += 1.0f;
+            }
+            for (int64_t i = 0; L->q_norm && i < hp->head_dim; i++) {
+                L->q_norm[i] += 1.0f;
+                L->k_norm[i] += 1.0f;
+            }
+        }
+    }
     for (int64_t i = 0; i < b->n; i++)
         if (!b->used[i]) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not used by the %s architecture", b->path,
@@ -595,6 +703,59 @@ static bool gguf_arch_u64(const cdx_gguf *g, const char *arch, const char *key, 
     char full[160];
     snprintf(full, sizeof full, "%s.%s", arch, key);
     return cdx_gguf_get_u64(g, full, out);
+}
+
+/* llama.cpp's qwen35 (src/models/qwen35.cpp load_arch_hparams): the Gated DeltaNet sizes as
+ * ssm.* keys (group_count: key heads, time_step_rank: value heads, state_size: the key head dim,
+ * inner_size: value heads x value dim), every full_attention_interval-th layer full attention. Its
+ * converter stores value heads tiled (value head j reads key head j mod key heads), the norms
+ * with their 1 added and ssm_a = -exp(A_log). */
+static int hybrid_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    const char *a = m->desc->gguf_name, *path = g->path;
+    static const struct { const char *key; int64_t lo, hi; } keys[] = {
+        { "ssm.conv_kernel", 1, 64 }, { "ssm.group_count", 1, 1024 }, { "ssm.time_step_rank", 1, 1024 },
+        { "ssm.state_size", 1, 1024 }, { "ssm.inner_size", 1, 1 << 20 },
+    };
+    int64_t v[5];
+    for (int i = 0; i < 5; i++) {
+        uint64_t x;
+        if (!gguf_arch_u64(g, a, keys[i].key, &x) || x < (uint64_t)keys[i].lo || x > (uint64_t)keys[i].hi)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is missing or out of range; expected %lld..%lld", path, a,
+                               keys[i].key, (long long)keys[i].lo, (long long)keys[i].hi);
+        v[i] = (int64_t)x;
+    }
+    hp->ssm_conv_k = v[0];
+    hp->ssm_n_k_head = v[1];
+    hp->ssm_n_v_head = v[2];
+    hp->ssm_d_k = v[3];
+    if (v[4] % v[2] || v[2] % v[1])
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.ssm.inner_size %lld, ssm.time_step_rank %lld, ssm.group_count "
+                           "%lld: the value heads must divide the inner size and be a multiple of the key heads", path,
+                           a, (long long)v[4], (long long)v[2], (long long)v[1]);
+    hp->ssm_d_v = v[4] / v[2];
+    uint64_t every = 4;
+    if (gguf_arch_u64(g, a, "full_attention_interval", &every) && (every < 1 || every > 1024))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.full_attention_interval is %llu; expected 1..1024", path, a,
+                           (unsigned long long)every);
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", a);
+    if (cdx_gguf_find(g, key))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is given; caldrix reads the layer pattern from "
+                           "full_attention_interval only", path, key);
+    if (hp->n_layer < 1 || hp->n_layer > 1024 || !(m->linear_layer = calloc((size_t)hp->n_layer, 1)))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.block_count is %lld; expected 1..1024", path, a,
+                           (long long)hp->n_layer);
+    hp->n_layer_kv = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        m->linear_layer[l] = (uint64_t)(l + 1) % every != 0;
+        hp->n_layer_kv += !m->linear_layer[l];
+    }
+    hp->linear_layer = m->linear_layer;
+    hp->attn_gate = true;
+    hp->ssm_v_tiled = true;
+    return CDX_OK;
 }
 
 static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
@@ -688,6 +849,11 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->rope_mode = d->gguf_rope;
     hp->qkv_bias = d->qkv_bias;
     hp->qk_norm = d->qk_norm;
+    if (d->hybrid) {
+        int rc = hybrid_gguf_hparams(m, g, err);
+        if (rc)
+            return rc;
+    }
     const cdx_gguf_tensor *emb = cdx_gguf_tensor_find(g, "token_embd.weight");
     hp->n_vocab = emb && emb->n_dims == 2 ? (int64_t)emb->ne[1] : 0;
     int64_t id;
@@ -730,6 +896,38 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
 }
 
 /* ---- from a checkpoint directory ---- */
+
+/* Qwen3.5: the layer pattern and the Gated DeltaNet / gated attention dimensions from config.json
+ * (the config reader checked their ranges and that value heads are a multiple of key heads). */
+static int hybrid_hparams(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    hp->arch_name = "qwen35";
+    if (!(m->linear_layer = calloc((size_t)hp->n_layer, 1)))
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    int64_t n_kv = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        m->linear_layer[l] = (cfg->layer_flags[l] & CDX_HF_LAYER_LINEAR) != 0;
+        n_kv += !m->linear_layer[l];
+    }
+    hp->linear_layer = m->linear_layer;
+    hp->n_layer_kv = n_kv;
+    hp->ssm_n_k_head = cfg->linear_n_k_heads;
+    hp->ssm_n_v_head = cfg->linear_n_v_heads;
+    hp->ssm_d_k = cfg->linear_k_dim;
+    hp->ssm_d_v = cfg->linear_v_dim;
+    hp->ssm_conv_k = cfg->linear_conv_kernel;
+    hp->attn_gate = true;
+    hp->n_rot = (int64_t)((double)hp->head_dim * cfg->partial_rotary_factor);
+    if (hp->ssm_n_k_head < 1 || hp->ssm_n_v_head % hp->ssm_n_k_head || hp->ssm_d_k < 1 || hp->ssm_d_v < 1 ||
+        hp->ssm_d_k > 1024 || hp->ssm_d_v > 1024 || hp->ssm_conv_k < 1 || hp->ssm_conv_k > 64)
+        return cdx_err_set(err, CDX_EFORMAT, "%s/config.json: linear_num_value_heads %lld, linear_num_key_heads %lld, "
+                           "linear_key_head_dim %lld, linear_value_head_dim %lld, linear_conv_kernel_dim %lld: the value "
+                           "heads must be a multiple of the key heads, head dims 1..1024, the kernel 1..64", dir,
+                           (long long)hp->ssm_n_v_head, (long long)hp->ssm_n_k_head, (long long)hp->ssm_d_k,
+                           (long long)hp->ssm_d_v, (long long)hp->ssm_conv_k);
+    return CDX_OK;
+}
 
 static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
 {
@@ -790,6 +988,8 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
             goto out;
         }
     }
+    if (d->hybrid && (rc = hybrid_hparams(m, cfg, dir, err)))
+        goto out;
     hp->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < hp->n_vocab ? (int32_t)cfg->bos_token_id : -1;
     for (int i = 0; i < cfg->n_eos && hp->n_eos < CDX_MAX_EOS; i++)
         hp->eos_ids[hp->n_eos++] = (int32_t)cfg->eos_token_ids[i];
@@ -804,14 +1004,41 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
         goto out;
     }
-    for (int64_t i = 0; i < b.n && !rc; i++) {
+    int64_t nb = 0;
+    for (int64_t i = 0; i < (int64_t)m->st->n_tensors && !rc; i++) {
         const cdx_st_tensor *t = &m->st->tensors[i];
-        if ((t->n_dims < 1 || t->n_dims > 2) && !(d->vision && !strncmp(t->name, "model.vision_model.", 19)))
+        const char *name = t->name;
+        /* Qwen3.5: the multi-token-prediction head (mtp.*) and the vision tower (model.visual.*) are
+         * skipped by name, their bytes never read; ForConditionalGeneration keeps the text model
+         * under model.language_model., which the roles name model. */
+        if (d->hybrid) {
+            if (!strncmp(name, "mtp.", 4) || (cfg->text_config && !strncmp(name, "model.visual.", 13)))
+                continue;
+            if (cfg->text_config) {
+                if (strncmp(name, "model.language_model.", 21) && strcmp(name, "lm_head.weight")) {
+                    rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is neither under model.language_model. nor "
+                                     "model.visual. nor mtp.; a %s checkpoint has no such tensor", dir, name,
+                                     cfg->architecture);
+                    break;
+                }
+                if (!strncmp(name, "model.language_model.", 21))
+                    name += 15; /* "model.language_model.x" -> "model.x" is a suffix of it: point past "language_model" */
+            }
+        }
+        int n_dims = (int)t->n_dims;
+        int64_t rows = n_dims == 2 ? (int64_t)t->shape[0] : 1, cols = (int64_t)t->shape[n_dims ? n_dims - 1 : 0];
+        if (d->hybrid && n_dims == 3 && t->shape[1] == 1) { /* conv1d.weight [channels, 1, kernel] */
+            n_dims = 2;
+            rows = (int64_t)t->shape[0];
+        }
+        if ((n_dims < 1 || n_dims > 2) && !(d->vision && !strncmp(name, "model.vision_model.", 19)))
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
                              dir, t->name, t->n_dims);
-        b.tensors[i] = (src_tensor){ t->name, t->type, (int)t->n_dims, t->n_dims == 2 ? (int64_t)t->shape[0] : 1,
-                                     (int64_t)t->shape[t->n_dims ? t->n_dims - 1 : 0], 1, t->data, t->n_bytes };
+        b.tensors[nb++] = (src_tensor){ name, t->type, n_dims, rows, cols, 1, t->data, t->n_bytes };
     }
+    b.n = nb;
+    /* the tower's tensors, by their index in the file (no tensor is skipped for a vision model, so
+     * b's indices are the file's) */
     if (!rc && d->vision)
         rc = vision_bind(m, cfg, m->st, b.used, err);
     if (!rc)
@@ -965,7 +1192,9 @@ void cdx_model_close(cdx_model *m)
             free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
             free(L->q_norm); free(L->k_norm);
             free(L->exp_gate); free(L->exp_up); free(L->exp_down);
+            free(L->ssm_conv); free(L->ssm_dt); free(L->ssm_a_neg); free(L->ssm_norm);
         }
+    free(m->linear_layer);
     free(m->layers);
     free(m->mats);
     free(m->out_norm);
@@ -1086,8 +1315,25 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         EVP_DigestUpdate(c, "dtype:bf16", 10);
     fp_mat(c, &m->tok_embd);
     fp_mat(c, &m->output);
+    if (hp->linear_layer) {
+        const int64_t hy[] = { hp->n_layer_kv, hp->ssm_n_k_head, hp->ssm_n_v_head, hp->ssm_d_k, hp->ssm_d_v,
+                               hp->ssm_conv_k, hp->attn_gate, hp->ssm_v_tiled };
+        EVP_DigestUpdate(c, "hybrid", 6);
+        EVP_DigestUpdate(c, hy, sizeof hy);
+        EVP_DigestUpdate(c, hp->linear_layer, (size_t)hp->n_layer);
+    }
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
+        if (L->linear) {
+            const cdx_mat *sm[] = { &L->ssm_qkv, &L->ssm_z, &L->ssm_b, &L->ssm_a, &L->ssm_out };
+            for (int i = 0; i < 5; i++)
+                fp_mat(c, sm[i]);
+            const int64_t ch = L->ssm_qkv.rows, nv = hp->ssm_n_v_head;
+            EVP_DigestUpdate(c, L->ssm_conv, (size_t)(ch * hp->ssm_conv_k) * sizeof(float));
+            EVP_DigestUpdate(c, L->ssm_dt, (size_t)nv * sizeof(float));
+            EVP_DigestUpdate(c, L->ssm_a_neg, (size_t)nv * sizeof(float));
+            EVP_DigestUpdate(c, L->ssm_norm, (size_t)hp->ssm_d_v * sizeof(float));
+        }
         EVP_DigestUpdate(c, L->attn_norm, (size_t)hp->n_embd * sizeof(float));
         EVP_DigestUpdate(c, L->ffn_norm, (size_t)hp->n_embd * sizeof(float));
         const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };

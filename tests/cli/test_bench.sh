@@ -142,6 +142,13 @@ check "Llama-3.2-1B: 16 layers, 128256 x 2048 Q6_K tied embedding, 8192-wide FFN
 "$CALDRIX" synth --list --shape qwen3-0.6b --type Q8_0 >"$tmp/plan.txt"
 check "Qwen3-0.6B: 28 layers, head_dim 128 (q 2048 x 1024), QK-norm, 151936 vocab, Q8_0 throughout" \
     'grep -q "^blk.27.attn_q.weight q8_0 1024 2048 " "$tmp/plan.txt" && grep -q "^blk.0.attn_k_norm.weight f32 128 1 " "$tmp/plan.txt" && grep -q "^token_embd.weight q8_0 1024 151936 " "$tmp/plan.txt" && ! grep -q "^blk.28" "$tmp/plan.txt"'
+"$CALDRIX" synth --list --shape qwen3.5-0.8b --type Q8_0 >"$tmp/plan.txt"
+check "Qwen3.5-0.8B: 18 DeltaNet layers (qkv 6144 x 1024, conv f32 4 x 6144) and 6 gated attention layers (q 4096 x 1024)" \
+    'grep -q "^blk.0.attn_qkv.weight q8_0 1024 6144 " "$tmp/plan.txt" && grep -q "^blk.0.ssm_conv1d.weight f32 4 6144 " "$tmp/plan.txt" && grep -q "^blk.3.attn_q.weight q8_0 1024 4096 " "$tmp/plan.txt" && [ $(grep -c "ssm_out" "$tmp/plan.txt") = 18 ] && [ $(grep -c "attn_q_norm" "$tmp/plan.txt") = 6 ] && ! grep -q "^blk.24" "$tmp/plan.txt"'
+"$CALDRIX" synth "$tmp/q35.gguf" --shape tiny-qwen3.5 --type Q8_0 2>/dev/null
+"$CALDRIX" bench "$tmp/q35.gguf" -t 2 -p 300 -n 5 -r 2 --prefix-hit --json >"$tmp/t.json" 2>/dev/null
+check "synth tiny-qwen3.5 writes a qwen35 model that caldrix bench runs, its prefix resumed from a state snapshot" \
+    'python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert o[\"arch\"]==\"qwen35\" and o[\"prefill_tok_s\"]>0 and o[\"decode_tok_s\"]>0 and o[\"prefix_cached_tokens\"]==256, o" "$tmp/t.json"'
 "$CALDRIX" synth "$tmp/x.gguf" --shape tiny --type IQ2_XXS >/dev/null 2>"$tmp/err"; rc=$?
 check "synth refuses a type that needs an importance matrix" '[ $rc -eq 2 ] && grep -q IQ2_XXS "$tmp/err"'
 "$CALDRIX" synth "$tmp/x.gguf" --shape gpt5 --type F16 >/dev/null 2>"$tmp/err"; rc=$?

@@ -248,5 +248,31 @@ mkdir -p "$tmp/gpt2" && echo '{"architectures": ["GPT2LMHeadModel"], "model_type
 "$CALDRIX" convert $HF/mistral "$tmp/m.gguf" 2>"$tmp/err"; rc=$?
 [ $rc = 0 ] && grep -q "sliding_window 8" "$tmp/err" && ok "mistral converts, saying its sliding window has no GGUF key" || bad "mistral converts, saying its sliding window has no GGUF key"
 
+# Qwen3.5: GGUF qwen35 as llama.cpp reads it (value heads tiled, norms + 1, ssm_a = -exp(A_log),
+# blk.N.post_attention_norm). tests/golden/qwen35-llamacpp.json (scripts/goldens/llamacpp-qwen35.mjs)
+# records that llama.cpp's qwen35 on these very files (sha256 pins) gives PyTorch's tokens; caldrix
+# reads them back and gives the goldens too.
+for n in qwen3_5 qwen3_5_vl; do
+    "$CALDRIX" convert $HF/$n "$tmp/$n.gguf" --type F32 2>/dev/null
+    pin=$(python3 -c "import json,sys; m=[x for x in json.load(open('tests/golden/qwen35-llamacpp.json'))['models'] if x['name']=='$n'][0]; print(m['sha256'] if m['same_as_pytorch']=='3/3' else 'llama.cpp differs')")
+    [ "$(sha256sum "$tmp/$n.gguf" | cut -d' ' -f1)" = "$pin" ] && ok "$n: the GGUF is the file llama.cpp's qwen35 ran to PyTorch's tokens (regression pin)" ||
+        bad "$n: the GGUF is the file llama.cpp's qwen35 ran to PyTorch's tokens (regression pin)"
+    good=0
+    for c in 0 1 2; do
+        ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$HF/$n/golden.json'))['cases'][$c]['prompt_ids'])))")
+        "$CALDRIX" run "$tmp/$n.gguf" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json --top-logits 10 >"$tmp/q.json" 2>/dev/null &&
+        python3 - "$tmp/q.json" "$HF/$n/golden.json" $c <<'PY' && good=$((good+1))
+import json, sys
+r, g = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))['cases'][int(sys.argv[3])]
+ok = r['tokens'] == g['tokens']
+for st, gs in zip(r['steps'], g['steps']):
+    mine = dict((t[0], t[1]) for t in st['top'])
+    ok = ok and all(i in mine and abs(mine[i] - v) <= 1e-3 for i, v in gs["top"])
+sys.exit(0 if ok else 1)
+PY
+    done
+    [ $good = 3 ] && ok "$n: caldrix runs its GGUF to the PyTorch goldens (3 cases)" || bad "$n: caldrix runs its GGUF to the PyTorch goldens ($good/3)"
+done
+
 echo "cli-convert: $pass passed, $fail failed"
 [ $fail = 0 ]

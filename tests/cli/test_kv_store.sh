@@ -94,5 +94,27 @@ same "$tmp/cold.json" "$tmp/e.json" 0 && ok "empty files are refused" || bad "em
 "$CALDRIX" run "$M" --prompt-ids 1,2,3 -n 2 --kv-store "$tmp/plain" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "not a directory" "$tmp/err" && ok "--kv-store on a plain file is refused by name" ||
     bad "--kv-store on a plain file is refused by name (rc $rc)"
+# Qwen3.5 (hybrid): the blocks carry the recurrent-state snapshot taken at the prompt's last block
+# boundary; a new process resumes from it with the same bits; a snapshot cut short is refused
+Q=../shared/fixtures/hf/qwen3_5
+S=$tmp/qstore
+qids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$Q/golden.json'))['cases'][2]['prompt_ids'])))")
+qrun() { "$CALDRIX" run "$Q" --prompt-ids "$qids" -n 8 --temp 0 --ignore-eos --json --top-logits 5 ${2:+--kv-store "$S"} >"$1" 2>"$1.err"; }
+qrun "$tmp/q0.json"
+qrun "$tmp/qc.json" store
+qrun "$tmp/qw.json" store
+same "$tmp/q0.json" "$tmp/qc.json" 0 && same "$tmp/q0.json" "$tmp/qw.json" 64 &&
+    ok "qwen3_5: a new process resumes 64 of 70 prompt positions from the stored KV and state snapshot, same bits" ||
+    bad "qwen3_5: a new process resumes from the stored state snapshot with the same bits"
+big=$(ls -S "$S"/*.kvb | head -1)
+[ "$(ls "$S" | grep -c '\.kvb$')" = 4 ] && [ "$(stat -c %s "$big")" -gt "$(stat -c %s "$(ls -S "$S"/*.kvb | tail -1)")" ] &&
+    ok "qwen3_5: 4 blocks stored, the one at the prompt's boundary with its state snapshot" ||
+    bad "qwen3_5: 4 blocks stored, one with a state snapshot"
+head -c $(( $(stat -c %s "$big") - 100 )) "$big" >"$tmp/cut" && cp "$tmp/cut" "$big"
+qrun "$tmp/qx.json" store
+# (cached 0: refused; at exit the engine writes the recomputed block back whole)
+same "$tmp/q0.json" "$tmp/qx.json" 0 && { [ ! -e "$big" ] || [ "$(stat -c %s "$big")" -gt "$(stat -c %s "$tmp/cut")" ]; } &&
+    ok "qwen3_5: a snapshot cut short is refused and deleted; the prefix is recomputed with the same bits" ||
+    bad "qwen3_5: a snapshot cut short is refused and deleted"
 echo "kv_store: $pass passed, $fail failed"
 [ $fail -eq 0 ]

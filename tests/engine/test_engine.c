@@ -310,17 +310,17 @@ static void goldens_and_invariance(void)
 
 #define STORIES "../shared/models/stories260K/stories260K.gguf"
 
-static void small_pool_finishes_everything_unchanged(void)
+static void small_pool_model(const char *path, int first_id, int n_ids)
 {
     cdx_err err = { 0 };
     cdx_model *m = NULL;
-    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    REQUIRE(cdx_model_open(path, NULL, &m, &err) == 0);
     req_spec qs[8];
     for (int i = 0; i < 8; i++) {
         memset(&qs[i], 0, sizeof qs[i]);
         qs[i].n = 3 + 4 * i;
         for (int j = 0; j < qs[i].n; j++)
-            qs[i].ids[j] = 1 + (j * 37 + i * 11) % 500;
+            qs[i].ids[j] = first_id + (j * 37 + i * 11) % n_ids;
         qs[i].max_tokens = 40;
         qs[i].temp = i % 2 ? 0.8f : 0;
         qs[i].seed = 7 + (uint64_t)i;
@@ -343,11 +343,16 @@ static void small_pool_finishes_everything_unchanged(void)
     CHECKF(bad == 0, "%d requests differ from their unconstrained run", bad);
     CHECKF(st.preemptions > 0, "the pool never ran dry (%llu preemptions)", (unsigned long long)st.preemptions);
     CHECK(st.blocks_used == 0 && st.blocks_free + st.blocks_cached == 5);
-    printf("  8 requests in 5 blocks: %llu preemptions, %llu rounds\n", (unsigned long long)st.preemptions,
+    printf("  %s: 8 requests in 5 blocks: %llu preemptions, %llu rounds\n", path, (unsigned long long)st.preemptions,
            (unsigned long long)st.rounds);
     cdx_engine_free(e);
     cdx_model_close(m);
 }
+
+static void small_pool_finishes_everything_unchanged(void) { small_pool_model(STORIES, 1, 500); }
+
+/* Qwen3.5: a preempted sequence's recurrent state starts again with its blocks */
+static void small_pool_qwen35(void) { small_pool_model("../shared/fixtures/hf/qwen3_5", 3, 300); }
 
 static void refusals_name_both_numbers(void)
 {
@@ -516,6 +521,100 @@ static void evicted_blocks_reach_the_store(void)
     cdx_model_close(m);
 }
 
+/* ---- Qwen3.5: prefixes resume from state snapshots ---- */
+
+/* A request sharing a prompt's prefix (a longer prompt), and a chat-like continuation (prompt +
+ * the answer + more), resume from the snapshots kept at the prompt's last block boundary and at
+ * the latest decode boundary, beside other Qwen3.5 requests in the same rounds: the same bits as
+ * a fresh engine computing everything. */
+static void qwen35_prefixes_resume_from_snapshots(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open("../shared/fixtures/hf/qwen3_5", NULL, &m, &err) == 0);
+    req_spec base = { .n = 70, .max_tokens = 20 };
+    for (int i = 0; i < base.n; i++)
+        base.ids[i] = 3 + (i * 37) % 300;
+    result first, longer, cont, fresh_l, fresh_c, others[3];
+    cdx_engine *e = engine(m, NULL, "scalar", 8, 512, 0, 256);
+    REQUIRE(e);
+    REQUIRE(run_all(e, &base, 1, &first) == 0);
+    /* a longer prompt with the same first 70 tokens, beside three other requests */
+    req_spec mix[4];
+    mix[0] = base;
+    for (int i = 0; i < 20; i++)
+        mix[0].ids[mix[0].n++] = 5 + i;
+    mix[0].max_tokens = 8;
+    for (int k = 1; k < 4; k++) {
+        mix[k] = (req_spec){ .n = 10 + 9 * k, .max_tokens = 6, .temp = k == 2 ? 0.8f : 0, .seed = (uint64_t)k };
+        for (int i = 0; i < mix[k].n; i++)
+            mix[k].ids[i] = 3 + (i * 11 + k) % 300;
+    }
+    result rs[4];
+    REQUIRE(run_all(e, mix, 4, rs) == 0);
+    longer = rs[0];
+    for (int k = 1; k < 4; k++)
+        others[k - 1] = rs[k];
+    (void)others;
+    /* the conversation goes on: prompt + its 20 answers + 10 more tokens */
+    req_spec turn = base;
+    for (int i = 0; i < first.n; i++)
+        turn.ids[turn.n++] = first.tok[i];
+    for (int i = 0; i < 10; i++)
+        turn.ids[turn.n++] = 7 + i;
+    turn.max_tokens = 8;
+    REQUIRE(run_all(e, &turn, 1, &cont) == 0);
+    CHECK(blocks_held(e) == 0);
+    cdx_engine_free(e);
+    /* 70 prompt tokens: the snapshot at 64; the answer ran to position 89: the latest decode snapshot at 80 */
+    CHECKF(longer.cached == 64, "the longer prompt resumed at %lld", (long long)longer.cached);
+    CHECKF(cont.cached == 80, "the continuation resumed at %lld", (long long)cont.cached);
+    cdx_engine *f = engine(m, NULL, "scalar", 8, 512, 0, 256);
+    REQUIRE(f);
+    REQUIRE(run_all(f, &mix[0], 1, &fresh_l) == 0);
+    cdx_engine_free(f);
+    f = engine(m, NULL, "scalar", 8, 512, 0, 256);
+    REQUIRE(f);
+    REQUIRE(run_all(f, &turn, 1, &fresh_c) == 0);
+    cdx_engine_free(f);
+    CHECK(fresh_l.cached == 0 && fresh_c.cached == 0);
+    CHECK(same_bits(&longer, &fresh_l));
+    CHECK(same_bits(&cont, &fresh_c));
+    /* inside a long prompt a snapshot every 256 positions: a prompt sharing 270 of another's 280
+     * tokens resumes at 256 */
+    static int32_t pa[280], pb[290];
+    for (int i = 0; i < 280; i++)
+        pa[i] = 3 + (i * 53) % 310;
+    memcpy(pb, pa, 270 * sizeof *pb);
+    for (int i = 270; i < 290; i++)
+        pb[i] = 4 + i % 50;
+    result ra, rb, rf;
+    cdx_engine *g = engine(m, NULL, "avx2", 4, 512, 0, 512);
+    cdx_engine *h = engine(m, NULL, "avx2", 4, 512, 0, 512);
+    REQUIRE(g && h);
+    cdx_request qa = make_req(&(req_spec){ .n = 0 }, &ra), qb = make_req(&(req_spec){ .n = 0 }, &rb),
+                qf = make_req(&(req_spec){ .n = 0 }, &rf);
+    qa.prompt = pa, qa.n_prompt = 280, qa.max_tokens = 4;
+    qb.prompt = pb, qb.n_prompt = 290, qb.max_tokens = 6;
+    qf = qb, qf.user = &rf;
+    REQUIRE(cdx_engine_submit(g, &qa, NULL, &err) == 0);
+    while (cdx_engine_busy(g))
+        REQUIRE(cdx_engine_step(g, &err) == 0);
+    REQUIRE(cdx_engine_submit(g, &qb, NULL, &err) == 0);
+    while (cdx_engine_busy(g))
+        REQUIRE(cdx_engine_step(g, &err) == 0);
+    REQUIRE(cdx_engine_submit(h, &qf, NULL, &err) == 0);
+    while (cdx_engine_busy(h))
+        REQUIRE(cdx_engine_step(h, &err) == 0);
+    CHECKF(rb.cached == 256 && rf.cached == 0, "resumed at %lld (fresh %lld)", (long long)rb.cached,
+           (long long)rf.cached);
+    CHECK(rb.n == 6 && same_bits(&rb, &rf));
+    CHECK(blocks_held(g) == 0 && blocks_held(h) == 0);
+    cdx_engine_free(g);
+    cdx_engine_free(h);
+    cdx_model_close(m);
+}
+
 /* The sampler on hand-made logits: what logit_bias, penalties and top-k must do follows from their
  * definitions (OpenAI's logit_bias is added to the logit; llama.cpp's repeat rule divides a positive
  * logit), so the expected ids are read off the numbers, not from a run. */
@@ -584,6 +683,10 @@ int main(void)
         { "../shared/fixtures/hf/qwen2", "../shared/fixtures/hf/qwen2/golden_bf16.json", "", "bf16" },
         { "../shared/fixtures/hf/qwen3", "../shared/fixtures/hf/qwen3/golden_bf16.json", "", "bf16" },
         { "../shared/fixtures/hf/mistral", "../shared/fixtures/hf/mistral/golden_bf16.json", "", "bf16" },
+        /* Qwen3.5: the recurrent state is part of the sequence's cache; a cached prefix resumes from
+         * the state snapshot kept at the prompt's last block boundary */
+        { "../shared/fixtures/hf/qwen3_5", "../shared/fixtures/hf/qwen3_5/golden.json", "", "" },
+        { "../shared/fixtures/hf/qwen3_5_vl", "../shared/fixtures/hf/qwen3_5_vl/golden.json", "", "" },
     };
     const char *isas[] = { "scalar", "avx2", "avx512" };
     int k = 0;
@@ -609,10 +712,14 @@ int main(void)
     g_kv_type = CDX_TYPE_F32;
     g_dtype = CDX_DTYPE_AUTO;
     RUN("a pool of 5 blocks finishes 8 requests with their unconstrained tokens", small_pool_finishes_everything_unchanged);
+    RUN("Qwen3.5: a pool of 5 blocks finishes 8 requests with their unconstrained tokens (preempted states restart)",
+        small_pool_qwen35);
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
     RUN("the sampler adds the logit bias first, then penalises, then cuts", sampler_applies_bias_then_penalties);
     RUN("evicted blocks reach the store and a new engine reads them", evicted_blocks_reach_the_store);
+    RUN("Qwen3.5: a longer prompt and a continued conversation resume from state snapshots, same bits",
+        qwen35_prefixes_resume_from_snapshots);
     return t_done("engine");
 }

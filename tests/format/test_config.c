@@ -3,6 +3,8 @@
 #include "caldrix.h"
 #include "test.h"
 
+#include <jansson.h>
+
 #include <unistd.h>
 
 #define HF SHARED "/fixtures/hf/"
@@ -279,6 +281,116 @@ static void a_checkpoint_folder_and_a_config_path_both_read(void)
     CHECK(cdx_hf_config_read("tests/no-such-checkpoint", &c, &e) == CDX_ENOTFOUND && strstr(e.msg, "no-such-checkpoint"));
 }
 
+/* ---- Qwen3.5: both layouts, and every malformed variant refused naming its field ---- */
+
+static char *qwen35_variant(const char *fixture, const char *edit_path, json_t *value)
+{
+    char path[256];
+    snprintf(path, sizeof path, SHARED "/fixtures/hf/%s/config.json", fixture);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root)
+        return NULL;
+    /* edit_path: "key" (in the text config), "^key" (the top level), "key.sub" (one object down) */
+    json_t *obj = json_object_get(root, "text_config");
+    if (!obj || edit_path[0] == '^')
+        obj = root;
+    const char *key = edit_path[0] == '^' ? edit_path + 1 : edit_path;
+    char head[64];
+    const char *dot = strchr(key, '.');
+    if (dot) {
+        snprintf(head, sizeof head, "%.*s", (int)(dot - key), key);
+        obj = json_object_get(obj, head);
+        key = dot + 1;
+    }
+    if (value)
+        json_object_set_new(obj, key, value);
+    else
+        json_object_del(obj, key);
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return text;
+}
+
+static void qwen35_configs(void)
+{
+    const char *fx[] = { "qwen3_5", "qwen3_5_vl" };
+    for (int f = 0; f < 2; f++) {
+        char path[256];
+        snprintf(path, sizeof path, SHARED "/fixtures/hf/%s", fx[f]);
+        cdx_hf_config c;
+        cdx_err e = { 0 };
+        REQUIRE(cdx_hf_config_read(path, &c, &e) == 0);
+        CHECK(c.arch == (f ? CDX_HF_QWEN3_5_VL : CDX_HF_QWEN3_5) && c.text_config == (f == 1));
+        CHECK(c.hidden_size == 64 && c.n_layers == 4 && c.n_heads == 4 && c.n_kv_heads == 2 && c.head_dim == 32);
+        CHECK(c.linear_n_k_heads == 2 && c.linear_n_v_heads == 4 && c.linear_k_dim == 16 && c.linear_v_dim == 16 &&
+              c.linear_conv_kernel == 4 && c.partial_rotary_factor == 0.25 && c.rope_theta == 1e7);
+        CHECK(c.tie_word_embeddings && !strcmp(c.torch_dtype, "bfloat16") && c.sliding_window == 0);
+        for (int l = 0; l < 4; l++)
+            CHECKF(!!(c.layer_flags[l] & CDX_HF_LAYER_LINEAR) == (l < 3), "%s layer %d", fx[f], l);
+    }
+    static const struct {
+        const char *edit, *value; /* value as JSON; NULL: the key removed */
+        int code;
+        const char *msg;
+        bool vl_only;
+    } bad[] = {
+        { "new_key", "1", CDX_EUNSUPPORTED, "new_key is 1; caldrix's Qwen3.5 import does not read this key", false },
+        { "use_sliding_window", "true", CDX_OK, NULL, false },
+        { "sliding_window", "16", CDX_OK, NULL, false }, /* inactive without use_sliding_window */
+        { "layer_types", "[\"linear_attention\",\"linear_attention\",\"full_attention\"]", CDX_EFORMAT,
+          "layer_types is [\"linear_attention\",\"linear_attention\",\"full_attention\"]; expected a list of 4", false },
+        { "layer_types", "[\"linear_attention\",\"sliding_attention\",\"linear_attention\",\"full_attention\"]",
+          CDX_EFORMAT, "layer_types[1] is \"sliding_attention\"", false },
+        { "layer_types", "[\"linear_attention\",\"linear_attention\",\"full_attention\",\"linear_attention\"]",
+          CDX_EFORMAT, "layer_types[2] is \"full_attention\", but full_attention_interval 4", false },
+        { "full_attention_interval", "0", CDX_ERANGE, "full_attention_interval is 0", false },
+        { "linear_num_value_heads", "3", CDX_ERANGE, "linear_num_value_heads is 3; it must be a multiple of "
+          "linear_num_key_heads (2)", false },
+        { "linear_key_head_dim", "0", CDX_ERANGE, "linear_key_head_dim is 0", false },
+        { "linear_conv_kernel_dim", "\"4\"", CDX_EFORMAT, "linear_conv_kernel_dim is \"4\"", false },
+        { "rope_parameters.partial_rotary_factor", "0.3", CDX_ERANGE, "partial_rotary_factor 0.3 of head_dim 32", false },
+        { "rope_parameters.mrope_section", "[2,1,2]", CDX_EFORMAT, "rope_parameters.mrope_section is [2,1,2]", false },
+        { "rope_parameters.rope_type", "\"yarn\"", CDX_EUNSUPPORTED, "rope_parameters.rope_type is \"yarn\"", false },
+        { "attn_output_gate", "false", CDX_EUNSUPPORTED, "attn_output_gate is false", false },
+        { "mamba_ssm_dtype", "\"bfloat16\"", CDX_EUNSUPPORTED, "mamba_ssm_dtype is \"bfloat16\"", false },
+        { "mlp_only_layers", "[1]", CDX_EFORMAT, "mlp_only_layers is [1]", false },
+        { "hidden_act", "\"gelu\"", CDX_EUNSUPPORTED, "hidden_act is \"gelu\"", false },
+        { "^text_config", NULL, CDX_EFORMAT, "text_config is missing", true },
+        { "^vision_tower", "{}", CDX_EUNSUPPORTED, "vision_tower is {}", true },
+        { "^dtype", "\"int8\"", CDX_EUNSUPPORTED, "dtype is \"int8\"", true },
+    };
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            if (bad[i].vl_only && f == 0)
+                continue;
+            json_error_t je;
+            json_t *v = bad[i].value ? json_loads(bad[i].value, JSON_DECODE_ANY, &je) : NULL;
+            char *text = qwen35_variant(fx[f], bad[i].edit, v);
+            REQUIRE(text);
+            cdx_hf_config c;
+            cdx_err e = { 0 };
+            int rc = cdx_hf_config_parse(text, strlen(text), "x/config.json", &c, &e);
+            CHECKF(rc == bad[i].code && (!bad[i].msg || strstr(e.msg, bad[i].msg)), "%s, %s = %s: rc %d \"%s\"; "
+                   "expected %d \"%s\"", fx[f], bad[i].edit, bad[i].value ? bad[i].value : "(removed)", rc, e.msg,
+                   bad[i].code, bad[i].msg ? bad[i].msg : "");
+            free(text);
+        }
+    /* both switches on: an active sliding window is refused naming both */
+    json_error_t je;
+    char *t1 = qwen35_variant("qwen3_5", "use_sliding_window", json_true());
+    cdx_hf_config c;
+    cdx_err e = { 0 };
+    json_t *r = json_loads(t1, 0, &je);
+    json_object_set_new(r, "sliding_window", json_integer(16));
+    char *t2 = json_dumps(r, JSON_COMPACT);
+    CHECKF(cdx_hf_config_parse(t2, strlen(t2), "x/config.json", &c, &e) == CDX_EUNSUPPORTED &&
+           strstr(e.msg, "use_sliding_window is true with sliding_window 16"), "%s", e.msg);
+    free(t1);
+    free(t2);
+    json_decref(r);
+}
+
 int main(void)
 {
     RUN("the ten fixture configs read as their README says", the_ten_fixture_configs_read_as_their_readme_says);
@@ -287,5 +399,6 @@ int main(void)
     RUN("rope scaling and token ids in every accepted form", rope_and_ids_in_every_accepted_form);
     RUN("bad configs are refused naming the field and the value", bad_configs_are_refused_naming_field_and_value);
     RUN("a checkpoint folder and a config.json path both read", a_checkpoint_folder_and_a_config_path_both_read);
+    RUN("Qwen3.5: both layouts read, malformed variants refused naming the field", qwen35_configs);
     return t_done("config");
 }

@@ -14,9 +14,9 @@ trap 'rm -rf "$T"' EXIT
 unset HF_HUB_CACHE HF_TOKEN HF_ENDPOINT CALDRIX_OLLAMA_REGISTRY
 export HF_HOME="$T/hf" CALDRIX_CACHE="$T/cx" HF_HUB_OFFLINE=1 CALDRIX_OFFLINE=1
 
-# Fixtures of architectures caldrix does not run yet (Qwen3.5: issue 18): the
-# report is printed and inspect exits 1 naming why.
-not_yet=" qwen3_5 qwen3_5_vl "
+# Every fixture is of an architecture caldrix runs (Qwen3.5 and SmolVLM/Idefics3 included): none is
+# expected to be refused.
+not_yet=" "
 for d in $SH/fixtures/hf/*/; do
     n=$(basename $d)
     "$CALDRIX" inspect "$d" --json > "$T/$n.json" 2> "$T/$n.err"; rc=$?

@@ -1,0 +1,410 @@
+/* The forward pass of Qwen3.5 (transformers' modeling_qwen3_5.py, on qwen3_next), in f32:
+ *   x = embed(tokens)
+ *   per layer: h = rmsnorm(x)·(1 + w)   (the offsets are made weights at load)
+ *     Gated DeltaNet layer: qkv = h·Wqkvᵀ; z = h·Wzᵀ; b = h·Wbᵀ; a = h·Waᵀ
+ *       qkv = silu(causal depthwise conv over the last conv_k positions, the window in the state)
+ *       q, k = l2norm per key head (q × dk^-½); β = sigmoid(b); g = -exp(A_log)·softplus(a + dt_bias)
+ *       value head j reads key head j / (nv / nk); o = the delta rule (deltanet.h)
+ *       o = w·rms(o)·silu(z) per value head; x += o·Woutᵀ
+ *     gated attention layer: [q | gate] per head = h·Wqᵀ; k, v; q, k rmsnorm·(1 + w) per head;
+ *       RoPE (rotate_half) on the first n_rot dims; softmax attention over the cache (the KV
+ *       layers are the attention layers only); x += (attn ⊙ sigmoid(gate))·Woᵀ
+ *     h = rmsnorm(x)·(1 + w); x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ
+ *   logits = rmsnorm(x)·(1 + w) · Wembᵀ (tied)
+ * A row's arithmetic does not depend on the other rows of the batch, nor on how a sequence's
+ * positions were split into batches (the delta rule's chunks sit at fixed positions). */
+#include "arch.h"
+#include "deltanet.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hybrid_ctx {
+    dn_shape sh;
+    int64_t max_tokens;
+    bool per_token;
+    bool tiled;                             /* hp->ssm_v_tiled */
+    const dn_kernels *dn;                   /* the delta-rule steps of the context's kernel set */
+    int n_threads;
+    float *qg, *q, *gate, *kk, *vv, *attn;  /* [n][2·qd], [n][qd] ×2, [n][kvd] ×2, [n][qd] */
+    float *mix, *cv, *z, *beta, *g, *core;  /* [n][channels] ×2, [n][vd], [n][nv] ×2, [n][vd] */
+    float *ffn_g, *ffn_u;                   /* [n][n_ff] */
+    float *tmp;                             /* [n_threads][dv + DN_CHUNK] */
+    int64_t *order, *first, *count;         /* [n]: token indices by sequence; per sequence */
+};
+
+/* ---- state ---- */
+
+static void shape_of(const cdx_model *m, dn_shape *sh)
+{
+    const cdx_hparams *hp = &m->hp;
+    int64_t nl = 0;
+    for (int64_t l = 0; hp->linear_layer && l < hp->n_layer; l++)
+        nl += hp->linear_layer[l] != 0;
+    dn_shape_init(sh, nl, hp->ssm_n_k_head, hp->ssm_n_v_head, hp->ssm_d_k, hp->ssm_d_v, hp->ssm_conv_k);
+}
+
+size_t cdx_model_state_bytes(const cdx_model *m)
+{
+    if (!m->hp.linear_layer)
+        return 0;
+    dn_shape sh;
+    shape_of(m, &sh);
+    return dn_state_bytes(&sh);
+}
+
+void cdx_model_state_reset(const cdx_model *m, void *state)
+{
+    const size_t n = cdx_model_state_bytes(m);
+    if (!n || !state)
+        return;
+    dn_shape sh;
+    shape_of(m, &sh);
+    memset(state, 0, n);
+    dn_state_hdr *h = state;
+    h->n_linear = sh.n_linear;
+    h->magic = DN_STATE_MAGIC;
+}
+
+int64_t cdx_model_state_pos(const void *state) { return state ? ((const dn_state_hdr *)state)->pos : 0; }
+
+int cdx_kv_init_model(cdx_kv *kv, const cdx_model *m, int64_t n_ctx, cdx_err *err)
+{
+    int rc = cdx_kv_init(kv, &m->hp, n_ctx, err);
+    const size_t n = cdx_model_state_bytes(m);
+    if (rc || !n)
+        return rc;
+    if (!(kv->state = malloc(n))) {
+        cdx_kv_free(kv);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a recurrent state of %zu MiB", n >> 20);
+    }
+    cdx_model_state_reset(m, kv->state);
+    kv->seq.state = kv->state;
+    return CDX_OK;
+}
+
+/* ---- context ---- */
+
+void hybrid_ctx_free(hybrid_ctx *h)
+{
+    if (!h)
+        return;
+    free(h->qg); free(h->q); free(h->gate); free(h->kk); free(h->vv); free(h->attn);
+    free(h->mix); free(h->cv); free(h->z); free(h->beta); free(h->g); free(h->core);
+    free(h->ffn_g); free(h->ffn_u); free(h->tmp); free(h->order); free(h->first); free(h->count);
+    free(h);
+}
+
+void hybrid_set_per_token(hybrid_ctx *h, bool per_token) { h->per_token = per_token; }
+
+int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k, hybrid_ctx **out,
+                      cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    hybrid_ctx *h = calloc(1, sizeof *h);
+    *out = NULL;
+    if (!h)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    shape_of(m, &h->sh);
+    h->max_tokens = max_tokens;
+    h->tiled = hp->ssm_v_tiled;
+    h->dn = dn_kernels_for(k);
+    h->n_threads = n_threads > 0 ? n_threads : 1;
+    const size_t n = (size_t)max_tokens, qd = (size_t)(hp->n_head * hp->head_dim),
+                 kvd = (size_t)(hp->n_head_kv * hp->head_dim), ch = (size_t)h->sh.channels,
+                 vd = (size_t)(hp->ssm_n_v_head * hp->ssm_d_v), nv = (size_t)hp->ssm_n_v_head;
+    h->qg = malloc(n * 2 * qd * sizeof(float));
+    h->q = malloc(n * qd * sizeof(float));
+    h->gate = malloc(n * qd * sizeof(float));
+    h->kk = malloc(n * kvd * sizeof(float));
+    h->vv = malloc(n * kvd * sizeof(float));
+    h->attn = malloc(n * qd * sizeof(float));
+    h->mix = malloc(n * ch * sizeof(float));
+    h->cv = malloc(n * ch * sizeof(float));
+    h->z = malloc(n * vd * sizeof(float));
+    h->beta = malloc(n * nv * sizeof(float));
+    h->g = malloc(n * nv * sizeof(float));
+    h->core = malloc(n * vd * sizeof(float));
+    h->ffn_g = malloc(n * (size_t)hp->n_ff * sizeof(float));
+    h->ffn_u = malloc(n * (size_t)hp->n_ff * sizeof(float));
+    h->tmp = malloc((size_t)h->n_threads * (size_t)(hp->ssm_d_v + DN_CHUNK) * sizeof(float));
+    h->order = malloc(n * sizeof(int64_t));
+    h->first = malloc(n * sizeof(int64_t));
+    h->count = malloc(n * sizeof(int64_t));
+    if (!h->qg || !h->q || !h->gate || !h->kk || !h->vv || !h->attn || !h->mix || !h->cv || !h->z || !h->beta ||
+        !h->g || !h->core || !h->ffn_g || !h->ffn_u || !h->tmp || !h->order || !h->first || !h->count) {
+        hybrid_ctx_free(h);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
+    }
+    *out = h;
+    return CDX_OK;
+}
+
+/* ---- small ops ---- */
+
+/* As forward.c's rmsnorm (ggml's to the bit): squares summed in double, the mean in float. */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)(x[i] * x[i]);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = w[i] * (x[i] * scale);
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch's threshold 20 */
+
+/* rotate_half RoPE on the first n_rot dims of each head: pairs (i, i + n_rot/2) */
+static void rope_partial(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq)
+{
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = (float)pos * inv_freq[i], c = cosf(ang), s = sinf(ang);
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *p = v + h * hd;
+            const float x0 = p[i], x1 = p[i + half];
+            p[i] = x0 * c - x1 * s;
+            p[i + half] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/* x · rsqrt(Σx² + 1e-6) (transformers' l2norm), in place */
+static void l2norm(float *x, int64_t n, float scale)
+{
+    float ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss + 1e-6f);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] * r * scale;
+}
+
+/* ---- the delta rule over (sequence, value head) pairs ---- */
+
+typedef struct {
+    hybrid_ctx *h;
+    const cdx_kv_seq *seqs;
+    int n_seq;
+    int64_t li;
+} dn_job;
+
+static void dn_work(void *arg, int ith, int nth)
+{
+    const dn_job *j = arg;
+    hybrid_ctx *h = j->h;
+    const dn_shape *sh = &h->sh;
+    const int64_t nv = sh->nv, nk = sh->nk, dk = sh->dk, dv = sh->dv, ch = sh->channels, vd = nv * dv;
+    const int64_t items = (int64_t)j->n_seq * nv, rep = nv / nk;
+    float *tmp = h->tmp + (size_t)ith * (size_t)(dv + DN_CHUNK);
+    for (int64_t it = ith; it < items; it += nth) {
+        const int64_t s = it / nv, hh = it % nv, kh = h->tiled ? hh % nk : hh / rep;
+        if (!h->count[s])
+            continue;
+        void *state = j->seqs[s].state;
+        float *head = dn_head_state(sh, state, j->li, hh);
+        const int64_t p0 = ((const dn_state_hdr *)state)->pos;
+        for (int64_t r = 0; r < h->count[s]; r++) {
+            const int64_t i = h->order[h->first[s] + r], p = p0 + r;
+            const float *x = h->cv + i * ch;
+            const float *q = x + kh * dk, *k = x + nk * dk + kh * dk, *v = x + 2 * nk * dk + hh * dv;
+            const float g = h->g[i * nv + hh], beta = h->beta[i * nv + hh];
+            float *o = h->core + i * vd + hh * dv;
+            if (h->per_token)
+                h->dn->recurrent(head, dk, dv, q, k, v, g, beta, o, tmp);
+            else
+                h->dn->chunk(head, dk, dv, p % DN_CHUNK, q, k, v, g, beta, o, tmp);
+        }
+    }
+}
+
+/* The causal depthwise conv of one sequence's tokens (pre-conv inputs in mix), then silu, into
+ * cv; the window keeps the last conv_k - 1 inputs. */
+static void conv_seq(hybrid_ctx *h, const layer_weights *L, float *win, int64_t s)
+{
+    const int64_t ch = h->sh.channels, K = h->sh.conv_k, m = h->count[s];
+    const int64_t *idx = h->order + h->first[s];
+    for (int64_t r = 0; r < m; r++) {
+        float *out = h->cv + idx[r] * ch;
+        for (int64_t c = 0; c < ch; c++) {
+            float acc = 0;
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t d = r - (K - 1) + j;
+                const float x = d >= 0 ? h->mix[idx[d] * ch + c] : win[(K - 1 + d) * ch + c];
+                acc += L->ssm_conv[c * K + j] * x;
+            }
+            out[c] = silu(acc);
+        }
+    }
+    /* the new window: inputs at offsets m-(K-1) .. m-1; a source in the old window lies after its
+     * destination, so ascending t reads it before it is overwritten */
+    for (int64_t t = 0; t < K - 1; t++) {
+        const int64_t d = m - (K - 1) + t;
+        const float *src = d >= 0 ? h->mix + idx[d] * ch : win + (K - 1 + d) * ch;
+        memmove(win + t * ch, src, (size_t)ch * sizeof(float));
+    }
+}
+
+/* ---- the pass ---- */
+
+int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_pool *pool, void *ws, float *x,
+                   float *xn, const int64_t *pos, const int32_t *seq, cdx_attn_row *arows, const cdx_kv_seq *seqs,
+                   int n_seq, const cdx_batch *b, float *logits, cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    const dn_shape *sh = &h->sh;
+    const int64_t n = b->n, E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    const int64_t ch = sh->channels, nv = sh->nv, nk = sh->nk, dk = sh->dk, dv = sh->dv, vd = nv * dv;
+    if (n_seq > h->max_tokens)
+        return cdx_err_set(err, CDX_EINVAL, "%d sequences for a context of %lld tokens", n_seq,
+                           (long long)h->max_tokens);
+    /* each sequence's tokens: its next positions, ascending from its state's */
+    int64_t *cnt = h->count, *first = h->first;
+    const int ns = n_seq;
+    for (int s = 0; s < ns; s++)
+        cnt[s] = 0;
+    for (int64_t i = 0; i < n; i++)
+        cnt[seq[i]]++;
+    int64_t acc = 0;
+    for (int s = 0; s < ns; s++) {
+        first[s] = acc;
+        acc += cnt[s];
+        if (!cnt[s])
+            continue;
+        const dn_state_hdr *st = seqs[s].state;
+        if (!st)
+            return cdx_err_set(err, CDX_EINVAL, "sequence %d has no recurrent state; a %s model needs one", s,
+                               hp->arch_name);
+        if (st->magic != DN_STATE_MAGIC || st->n_linear != sh->n_linear)
+            return cdx_err_set(err, CDX_EINVAL, "sequence %d: its recurrent state is not one of this model's", s);
+        if (st->pos > 0 && (st->per_token != 0) != h->per_token)
+            return cdx_err_set(err, CDX_EINVAL, "sequence %d: its recurrent state was made by the %s form; this "
+                               "context runs the %s form", s, st->per_token ? "per-token" : "chunked",
+                               h->per_token ? "per-token" : "chunked");
+        cnt[s] = 0; /* refilled below */
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t s = seq[i];
+        const int64_t want = ((const dn_state_hdr *)seqs[s].state)->pos + cnt[s];
+        if (pos[i] != want)
+            return cdx_err_set(err, CDX_EINVAL, "batch token %lld of sequence %d is at position %lld; its recurrent "
+                               "state takes position %lld next", (long long)i, s, (long long)pos[i], (long long)want);
+        h->order[first[s] + cnt[s]++] = i;
+    }
+    cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
+                              .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd),
+                              .kv_type = seqs[0].type };
+    const float qscale = 1.0f / sqrtf((float)dk);
+    int64_t li = 0, slot = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        for (int64_t i = 0; i < n; i++)
+            rmsnorm(xn + i * E, x + i * E, L->attn_norm, E, hp->rms_eps);
+        if (L->linear) {
+            cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->ssm_qkv, &L->ssm_z, &L->ssm_b, &L->ssm_a }, 4, xn, n,
+                             (float *[]){ h->mix, h->z, h->beta, h->g }, ws);
+            for (int s = 0; s < ns; s++)
+                if (cnt[s])
+                    conv_seq(h, L, dn_layer_state(sh, seqs[s].state, li), s);
+            for (int64_t i = 0; i < n; i++) {
+                float *c = h->cv + i * ch;
+                for (int64_t kh = 0; kh < nk; kh++) {
+                    l2norm(c + kh * dk, dk, qscale);
+                    l2norm(c + nk * dk + kh * dk, dk, 1.0f);
+                }
+                for (int64_t j = 0; j < nv; j++) {
+                    float *bb = h->beta + i * nv + j, *gg = h->g + i * nv + j;
+                    *bb = sigmoid(*bb);
+                    *gg = L->ssm_a_neg[j] * softplus(*gg + L->ssm_dt[j]);
+                }
+            }
+            dn_job job = { h, seqs, ns, li };
+            cdx_pool_run(pool, dn_work, &job);
+            /* the gated norm per value head: w · rms(o) · silu(z) */
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < nv; j++) {
+                    float *o = h->core + i * vd + j * dv;
+                    const float *z = h->z + i * vd + j * dv;
+                    float ss = 0;
+                    for (int64_t d = 0; d < dv; d++)
+                        ss += o[d] * o[d];
+                    const float r = 1.0f / sqrtf(ss / (float)dv + hp->rms_eps);
+                    for (int64_t d = 0; d < dv; d++)
+                        o[d] = L->ssm_norm[d] * (o[d] * r) * silu(z[d]);
+                }
+            cdx_matmul(K, pool, &L->ssm_out, h->core, n, xn, ws);
+            li++;
+        } else {
+            cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, xn, n,
+                             (float *[]){ h->qg, h->kk, h->vv }, ws);
+            for (int64_t i = 0; i < n; i++) {
+                float *q = h->q + i * qd, *gt = h->gate + i * qd, *k = h->kk + i * kvd, *v = h->vv + i * kvd;
+                const float *qg = h->qg + i * 2 * qd;
+                for (int64_t hh = 0; hh < hp->n_head; hh++) {
+                    memcpy(q + hh * hd, qg + hh * 2 * hd, (size_t)hd * sizeof(float));
+                    memcpy(gt + hh * hd, qg + hh * 2 * hd + hd, (size_t)hd * sizeof(float));
+                    rmsnorm(q + hh * hd, q + hh * hd, L->q_norm, hd, hp->rms_eps);
+                }
+                for (int64_t hh = 0; hh < hp->n_head_kv; hh++)
+                    rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
+                rope_partial(q, hp->n_head, hd, hp->n_rot, pos[i], m->inv_freq);
+                rope_partial(k, hp->n_head_kv, hd, hp->n_rot, pos[i], m->inv_freq);
+                const cdx_kv_seq *c = &seqs[seq[i]];
+                const int64_t p = pos[i];
+                const size_t off = (size_t)slot * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
+                if (c->type == CDX_TYPE_F16) {
+                    uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
+                    for (int64_t d = 0; d < kvd; d++) {
+                        kh[d] = cdx_f32_to_f16(k[d]);
+                        vh[d] = cdx_f32_to_f16(v[d]);
+                    }
+                } else {
+                    memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
+                    memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
+                }
+            }
+            for (int64_t i = 0; i < n; i++) {
+                const cdx_kv_seq *c = &seqs[seq[i]];
+                arows[i] = (cdx_attn_row){ .q = h->q + i * qd, .k = (const void *const *)c->k,
+                                           .v = (const void *const *)c->v, .lo = 0, .hi = pos[i],
+                                           .out = h->attn + i * qd, .off = (size_t)slot * c->layer_stride };
+            }
+            int rc = cdx_attn(K, pool, &ashape, arows, n, err);
+            if (rc)
+                return rc;
+            for (int64_t i = 0; i < n * qd; i++)
+                h->attn[i] *= sigmoid(h->gate[i]);
+            cdx_matmul(K, pool, &L->wo, h->attn, n, xn, ws);
+            slot++;
+        }
+        for (int64_t i = 0; i < n * E; i++)
+            x[i] += xn[i];
+        for (int64_t i = 0; i < n; i++)
+            rmsnorm(xn + i * E, x + i * E, L->ffn_norm, E, hp->rms_eps);
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, xn, n,
+                         (float *[]){ h->ffn_g, h->ffn_u }, ws);
+        for (int64_t i = 0; i < n * hp->n_ff; i++)
+            h->ffn_g[i] = silu(h->ffn_g[i]) * h->ffn_u[i];
+        cdx_matmul(K, pool, &L->down, h->ffn_g, n, xn, ws);
+        for (int64_t i = 0; i < n * E; i++)
+            x[i] += xn[i];
+    }
+    for (int s = 0; s < ns; s++)
+        if (cnt[s]) {
+            dn_state_hdr *st = seqs[s].state;
+            st->pos += cnt[s];
+            st->per_token = h->per_token;
+        }
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (b->want_logits ? b->want_logits[i] : i == n - 1)
+            rmsnorm(xn + (n_out++) * E, x + i * E, m->out_norm, E, hp->rms_eps);
+    if (n_out)
+        cdx_matmul(K, pool, &m->output, xn, n_out, logits, ws);
+    return CDX_OK;
+}
