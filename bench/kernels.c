@@ -2,10 +2,15 @@
  * measured read bandwidth, and prefill (n = 128) GFLOP/s. Run with bench/run-kernels.sh.
  *
  *   build/bench-kernels [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
+ *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time]
  *
  * The weights of each type are copied until the set is larger than any cache (--ws MiB, default
  * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode.
- * Types the kernel set repacks at load (cdx_matmul_pack) run from that layout, as in a model. */
+ * Types the kernel set repacks at load (cdx_matmul_pack) run from that layout, as in a model.
+ * --cpu-time (with -t 1) times each call by the thread's CPU time instead of the wall clock: on a
+ * machine other processes share, a preempted call then still counts only its own time (memory
+ * stalls included), so kernel variants can be compared there; read the median column, the
+ * CPU-time clock of a VM sometimes misses part of a call. */
 #include "caldrix.h"
 
 #include <immintrin.h>
@@ -15,10 +20,12 @@
 #include <sys/mman.h>
 #include <time.h>
 
+static clockid_t g_clock = CLOCK_MONOTONIC;
+
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_clock, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -106,11 +113,20 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--secs") && i + 1 < argc) secs = atof(argv[++i]);
         else if (!strcmp(argv[i], "--ws") && i + 1 < argc) ws_mib = (size_t)atoll(argv[++i]);
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_pre = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--cpu-time")) g_clock = CLOCK_THREAD_CPUTIME_ID;
         else {
             fprintf(stderr, "usage: %s [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S] "
-                            "[--ws MiB] [-p PREFILL_TOKENS]\n", argv[0]);
+                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time]\n", argv[0]);
             return 2;
         }
+    }
+    if (g_clock != CLOCK_MONOTONIC && threads != 1) {
+        fprintf(stderr, "--cpu-time measures one thread's time: use it with -t 1\n");
+        return 2;
+    }
+    if (rows <= 0 || cols <= 0 || n_pre <= 0 || secs <= 0 || threads <= 0) {
+        fprintf(stderr, "rows, cols, -p, --secs and -t must be positive\n");
+        return 2;
     }
     const cdx_kernels *k = isa ? cdx_kernels_by_isa(isa) : cdx_kernels_best();
     if (!k) {
@@ -124,8 +140,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const size_t ws_bytes = ws_mib << 20;
-    printf("cpu: %.40s; kernels: %s; threads: %d; matrix %lld x %lld; working set %zu MiB\n", cdx_cpu_brand(),
-           cdx_kernels_isa(k), threads, (long long)rows, (long long)cols, ws_mib);
+    printf("cpu: %.40s; kernels: %s; threads: %d; matrix %lld x %lld; working set %zu MiB; clock: %s\n",
+           cdx_cpu_brand(), cdx_kernels_isa(k), threads, (long long)rows, (long long)cols, ws_mib,
+           g_clock == CLOCK_MONOTONIC ? "wall" : "thread CPU time");
     double bw = measure_bw(pool, ws_bytes, secs);
     printf("read bandwidth (%d threads, best 16 MiB call over a %zu MiB buffer): %.1f GB/s\n\n", threads, ws_mib, bw);
     printf("decode: matvec (n = 1) GB/s of weights, best call and median; %% of the read bandwidth (best);\n"
