@@ -145,6 +145,10 @@ typedef struct fwd_scratch {
 /* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
 int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
                  float *logits, cdx_err *err);
+/* ggml's rms_norm to the bit (forward.c): out = w · x / sqrt(mean(x²) + eps), squares summed in
+ * double, the mean rounded to float. The dense and the hybrid passes share it. */
+void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+
 /* ---- the hybrid forward pass (qwen35.c) ---- */
 typedef struct hybrid_ctx hybrid_ctx;
 int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k, hybrid_ctx **out,

@@ -174,7 +174,7 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
 
 /* ggml's rms_norm to the bit: squares in float summed in double, the mean rounded to float, then
  * 1/sqrtf in float. A last-bit difference here moves a q8 activation a step (see quant_legacy.c). */
-static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
     double ss = 0;
     for (int64_t i = 0; i < n; i++)
@@ -380,7 +380,7 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++)
-            rmsnorm(fc->xn + i * E, fc->x + i * E, L->attn_norm, E, hp->rms_eps);
+            model_rmsnorm(fc->xn + i * E, fc->x + i * E, L->attn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, fc->xn, n,
                          (float *[]){ fc->q, fc->kk, fc->vv }, fc->ws);
         for (int64_t i = 0; i < n; i++) {
@@ -392,9 +392,9 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
             }
             if (L->q_norm) {
                 for (int64_t h = 0; h < hp->n_head; h++)
-                    rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+                    model_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
                 for (int64_t h = 0; h < hp->n_head_kv; h++)
-                    rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+                    model_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
             }
             rope(q, hp->n_head, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
             rope(k, hp->n_head_kv, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
@@ -427,7 +427,7 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];
         for (int64_t i = 0; i < n; i++)
-            rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
+            model_rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
         if (L->moe) {
             if ((rc = moe_block(fc, l, L, fc->xn, n, fc->moe, err)))
                 return rc;
@@ -447,7 +447,7 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)
-            rmsnorm(fc->xn + (n_out++) * E, fc->x + i * E, m->out_norm, E, hp->rms_eps);
+            model_rmsnorm(fc->xn + (n_out++) * E, fc->x + i * E, m->out_norm, E, hp->rms_eps);
     if (n_out)
         cdx_matmul(K, pool, &m->output, fc->xn, n_out, logits, fc->ws);
     return CDX_OK;

@@ -143,18 +143,6 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, con
 
 /* ---- small ops ---- */
 
-/* As forward.c's rmsnorm (ggml's to the bit): squares summed in double, the mean in float. */
-static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
-{
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)(x[i] * x[i]);
-    const float mean = (float)(ss / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = w[i] * (x[i] * scale);
-}
-
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch's threshold 20 */
@@ -304,7 +292,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++)
-            rmsnorm(xn + i * E, x + i * E, L->attn_norm, E, hp->rms_eps);
+            model_rmsnorm(xn + i * E, x + i * E, L->attn_norm, E, hp->rms_eps);
         if (L->linear) {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->ssm_qkv, &L->ssm_z, &L->ssm_b, &L->ssm_a }, 4, xn, n,
                              (float *[]){ h->mix, h->z, h->beta, h->g }, ws);
@@ -348,10 +336,10 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
                 for (int64_t hh = 0; hh < hp->n_head; hh++) {
                     memcpy(q + hh * hd, qg + hh * 2 * hd, (size_t)hd * sizeof(float));
                     memcpy(gt + hh * hd, qg + hh * 2 * hd + hd, (size_t)hd * sizeof(float));
-                    rmsnorm(q + hh * hd, q + hh * hd, L->q_norm, hd, hp->rms_eps);
+                    model_rmsnorm(q + hh * hd, q + hh * hd, L->q_norm, hd, hp->rms_eps);
                 }
                 for (int64_t hh = 0; hh < hp->n_head_kv; hh++)
-                    rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
+                    model_rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
                 rope_partial(q, hp->n_head, hd, hp->n_rot, pos[i], m->inv_freq);
                 rope_partial(k, hp->n_head_kv, hd, hp->n_rot, pos[i], m->inv_freq);
                 const cdx_kv_seq *c = &seqs[seq[i]];
@@ -385,7 +373,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
         for (int64_t i = 0; i < n * E; i++)
             x[i] += xn[i];
         for (int64_t i = 0; i < n; i++)
-            rmsnorm(xn + i * E, x + i * E, L->ffn_norm, E, hp->rms_eps);
+            model_rmsnorm(xn + i * E, x + i * E, L->ffn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, xn, n,
                          (float *[]){ h->ffn_g, h->ffn_u }, ws);
         for (int64_t i = 0; i < n * hp->n_ff; i++)
@@ -403,7 +391,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)
-            rmsnorm(xn + (n_out++) * E, x + i * E, m->out_norm, E, hp->rms_eps);
+            model_rmsnorm(xn + (n_out++) * E, x + i * E, m->out_norm, E, hp->rms_eps);
     if (n_out)
         cdx_matmul(K, pool, &m->output, xn, n_out, logits, ws);
     return CDX_OK;
