@@ -174,6 +174,22 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
 
 /* ggml's rms_norm to the bit: squares in float summed in double, the mean rounded to float, then
  * 1/sqrtf in float. A last-bit difference here moves a q8 activation a step (see quant_legacy.c). */
+void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v)
+{
+    const size_t off = (size_t)slot * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
+    if (c->type == CDX_TYPE_F16 || c->type == CDX_TYPE_BF16) {
+        uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
+        const bool f16 = c->type == CDX_TYPE_F16;
+        for (int64_t d = 0; d < kvd; d++) {
+            kh[d] = f16 ? cdx_f32_to_f16(k[d]) : cdx_f32_to_bf16(k[d]);
+            vh[d] = f16 ? cdx_f32_to_f16(v[d]) : cdx_f32_to_bf16(v[d]);
+        }
+    } else {
+        memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
+        memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
+    }
+}
+
 void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
     double ss = 0;
@@ -398,19 +414,7 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
             }
             rope(q, hp->n_head, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
             rope(k, hp->n_head_kv, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
-            const cdx_kv_seq *c = &seqs[fc->seq[i]];
-            const int64_t p = fc->pos[i];
-            const size_t off = (size_t)l * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
-            if (c->type == CDX_TYPE_F16) {
-                uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
-                for (int64_t d = 0; d < kvd; d++) {
-                    kh[d] = cdx_f32_to_f16(k[d]);
-                    vh[d] = cdx_f32_to_f16(v[d]);
-                }
-            } else {
-                memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
-                memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
-            }
+            model_kv_store(&seqs[fc->seq[i]], l, fc->pos[i], kvd, k, v);
         }
         for (int64_t i = 0; i < n; i++) {
             const cdx_kv_seq *c = &seqs[fc->seq[i]];

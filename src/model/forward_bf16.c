@@ -79,21 +79,6 @@ static void add_bf16(float *x, const float *d, int64_t n)
         x[i] = bf(x[i] + d[i]);
 }
 
-static void store_kv(const cdx_kv_seq *c, int64_t l, int64_t p, int64_t kvd, const float *k, const float *v)
-{
-    const size_t off = (size_t)l * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
-    if (c->type == CDX_TYPE_BF16) {
-        uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
-        for (int64_t d = 0; d < kvd; d++) { /* bf16 values: the upper half of their bits, exactly */
-            kh[d] = cdx_f32_to_bf16(k[d]);
-            vh[d] = cdx_f32_to_bf16(v[d]);
-        }
-    } else {
-        memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
-        memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
-    }
-}
-
 int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
                  float *logits, cdx_err *err)
 {
@@ -144,7 +129,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
             }
             rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
             rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
-            store_kv(&seqs[s->seq[i]], l, s->pos[i], kvd, k, v);
+            model_kv_store(&seqs[s->seq[i]], l, s->pos[i], kvd, k, v);
         }
         for (int64_t i = 0; i < n; i++) {
             const cdx_kv_seq *c = &seqs[s->seq[i]];

@@ -342,19 +342,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
                     model_rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
                 rope_partial(q, hp->n_head, hd, hp->n_rot, pos[i], m->inv_freq);
                 rope_partial(k, hp->n_head_kv, hd, hp->n_rot, pos[i], m->inv_freq);
-                const cdx_kv_seq *c = &seqs[seq[i]];
-                const int64_t p = pos[i];
-                const size_t off = (size_t)slot * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
-                if (c->type == CDX_TYPE_F16) {
-                    uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
-                    for (int64_t d = 0; d < kvd; d++) {
-                        kh[d] = cdx_f32_to_f16(k[d]);
-                        vh[d] = cdx_f32_to_f16(v[d]);
-                    }
-                } else {
-                    memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
-                    memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
-                }
+                model_kv_store(&seqs[seq[i]], slot, pos[i], kvd, k, v);
             }
             for (int64_t i = 0; i < n; i++) {
                 const cdx_kv_seq *c = &seqs[seq[i]];
