@@ -66,6 +66,9 @@ static inline bool cdx_add_size(size_t a, size_t b, size_t *out) { return !__bui
  * items itself while n < *cap, else the array reallocated to twice the capacity (64 at first) with
  * *cap updated; NULL when out of memory, items and *cap then unchanged. */
 CDX_API void *cdx_array_grow(void *items, size_t *cap, size_t n, size_t elem);
+/* Room for need bytes in a growable text buffer: *buf reallocated to a doubling of *cap (256 at
+ * first) that holds need, *cap updated. False when out of memory, *buf and *cap then unchanged. */
+CDX_API bool cdx_bytes_reserve(char **buf, size_t *cap, size_t need);
 
 /* A read-only file mapped into memory. A zero-length file maps to data == NULL, size 0. */
 typedef struct cdx_file {

@@ -410,16 +410,8 @@ static int seq_push_token(seq *s, int32_t t)
 
 static void text_push(seq *s, const char *p, size_t n)
 {
-    if (s->n_text + n + 1 > s->cap_text) {
-        size_t cap = s->cap_text ? s->cap_text : 256;
-        while (cap < s->n_text + n + 1)
-            cap *= 2;
-        char *g = realloc(s->text, cap);
-        if (!g)
-            return; /* text is lost, tokens are not */
-        s->text = g;
-        s->cap_text = cap;
-    }
+    if (!cdx_bytes_reserve(&s->text, &s->cap_text, s->n_text + n + 1))
+        return; /* text is lost, tokens are not */
     memcpy(s->text + s->n_text, p, n);
     s->n_text += n;
     s->text[s->n_text] = 0;

@@ -41,15 +41,9 @@ static void join(void *ctx, const char *piece)
     const size_t k = strlen(piece);
     if (b->oom)
         return;
-    if (b->n + k + 1 > b->cap) {
-        size_t cap = (b->n + k + 1) * 2;
-        char *g = realloc(b->s, cap);
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->s = g;
-        b->cap = cap;
+    if (!cdx_bytes_reserve(&b->s, &b->cap, b->n + k + 1)) {
+        b->oom = true;
+        return;
     }
     memcpy(b->s + b->n, piece, k + 1);
     b->n += k;

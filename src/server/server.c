@@ -349,16 +349,8 @@ static char *result_body(sv_job *j)
 
 static void out_add(sv_job *j, const char *s, size_t n)
 {
-    if (j->out_n + n + 1 > j->out_cap) {
-        size_t cap = j->out_cap ? j->out_cap : 4096;
-        while (cap < j->out_n + n + 1)
-            cap *= 2;
-        char *g = realloc(j->out, cap);
-        if (!g)
-            return; /* the chunk is lost; the stream still ends with [DONE] if memory comes back */
-        j->out = g;
-        j->out_cap = cap;
-    }
+    if (!cdx_bytes_reserve(&j->out, &j->out_cap, j->out_n + n + 1))
+        return; /* the chunk is lost; the stream still ends with [DONE] if memory comes back */
     memcpy(j->out + j->out_n, s, n);
     j->out_n += n;
 }
@@ -389,16 +381,8 @@ static json_t *chunk(sv_job *j, json_t *choice)
 /* Streaming with tools: adds the piece to the reply and says how much of it may go out now. */
 static bool acc_push(sv_job *j, const char *s, size_t n, const char **out, size_t *out_n)
 {
-    if (j->acc_n + n + 1 > j->acc_cap) {
-        size_t cap = j->acc_cap ? j->acc_cap : 1024;
-        while (cap < j->acc_n + n + 1)
-            cap *= 2;
-        char *g = realloc(j->acc, cap);
-        if (!g)
-            return false;
-        j->acc = g;
-        j->acc_cap = cap;
-    }
+    if (!cdx_bytes_reserve(&j->acc, &j->acc_cap, j->acc_n + n + 1))
+        return false;
     memcpy(j->acc + j->acc_n, s, n);
     j->acc_n += n;
     size_t h = sv_tool_hold_from(j->acc, j->acc_n);

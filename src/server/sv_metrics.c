@@ -101,16 +101,10 @@ static void put(sbuf *b, const char *fmt, ...)
             b->n += (size_t)k;
             return;
         }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->n + (size_t)k + 1)
-            cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g) {
+        if (!cdx_bytes_reserve(&b->s, &b->cap, b->n + (size_t)k + 1)) {
             b->oom = true;
             return;
         }
-        b->s = g;
-        b->cap = cap;
     }
 }
 

@@ -85,11 +85,26 @@ static void array_grow_doubles_and_refuses_overflow(void)
     free(a);
 }
 
+static void bytes_reserve_doubles_and_keeps_the_text(void)
+{
+    char *b = NULL;
+    size_t cap = 0;
+    REQUIRE(cdx_bytes_reserve(&b, &cap, 5) && b && cap == 256);
+    memcpy(b, "abcd", 5);
+    char *same = b;
+    CHECK(cdx_bytes_reserve(&b, &cap, 256) && b == same && cap == 256); /* room enough: unchanged */
+    REQUIRE(cdx_bytes_reserve(&b, &cap, 1000) && cap == 1024 && !strcmp(b, "abcd"));
+    size_t huge = cap;
+    CHECK(!cdx_bytes_reserve(&b, &huge, SIZE_MAX) && huge == 1024 && !strcmp(b, "abcd")); /* refused, kept */
+    free(b);
+}
+
 int main(void)
 {
     RUN("err_set formats the message and returns the code", err_set_formats_and_returns_code);
     RUN("size helpers detect overflow", size_helpers_detect_overflow);
     RUN("array_grow doubles and refuses an overflowing size", array_grow_doubles_and_refuses_overflow);
+    RUN("bytes_reserve doubles and keeps the text", bytes_reserve_doubles_and_keeps_the_text);
     RUN("file_map reads bytes and names a missing file", file_map_reads_bytes_and_names_missing_file);
     RUN("utf8_check rejects bad sequences", utf8_check_rejects_bad_sequences);
     return t_done("base");
