@@ -151,7 +151,13 @@ static int decode_png(const uint8_t *d, size_t n, const char *name, cdx_image *o
     png_set_read_fn(p, &s, png_read_mem);
     png_read_info(p, info);
     const int64_t w = png_get_image_width(p, info), h = png_get_image_height(p, info);
-    png_set_expand(p);          /* palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha */
+    /* palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha; except an RGB image's tRNS colour key,
+     * which Pillow keeps aside (the image opens as "RGB") and convert_to_rgb then ignores. */
+    if (png_get_color_type(p, info) == PNG_COLOR_TYPE_RGB) {
+        if (png_get_valid(p, info, PNG_INFO_tRNS))
+            png_set_strip_alpha(p);
+    } else
+        png_set_expand(p);
     png_set_gray_to_rgb(p);
     png_set_interlace_handling(p);
     png_read_update_info(p, info);

@@ -462,6 +462,38 @@ static void gray_and_rgba_pngs_and_jpegs_decode(void)
     free(j.d);
 }
 
+/* Files made by Pillow (scripts/goldens/pil-images.py): RGBA at every alpha, gray+alpha, 1-bit,
+ * palettes with and without tRNS, an RGB colour key, JPEGs at 4:2:0 (odd size), 4:2:2, 4:4:4,
+ * progressive and grayscale; each must decode to the bytes transformers' convert_to_rgb gives. */
+static void pillow_made_files_decode_to_pillows_rgb_bytes(void)
+{
+    json_error_t je;
+    json_t *g = json_load_file("tests/image/pil/golden.json", 0, &je);
+    REQUIRE(g);
+    json_t *imgs = json_object_get(g, "images");
+    REQUIRE(json_object_size(imgs) >= 12);
+    const char *file;
+    json_t *v;
+    json_object_foreach(imgs, file, v) {
+        char path[512];
+        snprintf(path, sizeof path, "tests/image/pil/%s", file);
+        cdx_err e = {0};
+        cdx_image im;
+        CHECKF(cdx_image_load(path, &im, &e) == 0, "%s: %s", file, e.msg);
+        if (!im.rgb)
+            continue;
+        CHECKF(im.w == json_integer_value(json_object_get(v, "width")) &&
+               im.h == json_integer_value(json_object_get(v, "height")), "%s: %lld x %lld", file, (long long)im.w,
+               (long long)im.h);
+        char h[65];
+        hex_sha256(im.rgb, (size_t)(im.w * im.h * 3), h);
+        CHECKF(!strcmp(h, json_string_value(json_object_get(v, "rgb_sha256"))), "%s (%s): %s", file,
+               json_string_value(json_object_get(v, "mode")), h);
+        cdx_image_free(&im);
+    }
+    json_decref(g);
+}
+
 static void malformed_images_are_refused_before_memory_is_sized(void)
 {
     uint8_t buf[256];
@@ -533,6 +565,7 @@ int main(void)
     RUN("--image-opt values are checked", image_opts_are_checked);
     RUN("the expansion of each prompt_template equals its prompt_ids", expansion_of_each_template_equals_its_prompt_ids);
     RUN("gray and RGBA PNGs and JPEGs decode to RGB", gray_and_rgba_pngs_and_jpegs_decode);
+    RUN("Pillow-made PNGs and JPEGs decode to Pillow's RGB bytes", pillow_made_files_decode_to_pillows_rgb_bytes);
     RUN("malformed images are refused before memory is sized", malformed_images_are_refused_before_memory_is_sized);
     json_decref(g_gold);
     return t_done("image");
