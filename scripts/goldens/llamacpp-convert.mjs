@@ -15,23 +15,13 @@
 //
 // DIR holds node_modules/node-llama-cpp (3.21.1: `NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install -E
 // node-llama-cpp@3.21.1`).
-import {createHash} from "node:crypto";
 import {execFileSync} from "node:child_process";
-import {readFileSync, writeFileSync, mkdtempSync} from "node:fs";
+import {readFileSync, mkdtempSync} from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {pathToFileURL} from "node:url";
-
-const argv = process.argv.slice(2);
-const opt = (k, d) => { const i = argv.indexOf(k); return i >= 0 ? argv[i + 1] : d; };
-const nlc = opt("--nlc", process.env.NODE_LLAMA_CPP_DIR);
-const caldrix = opt("--caldrix", "build/caldrix");
-if (!nlc) throw new Error("give --nlc DIR (a folder holding node_modules/node-llama-cpp)");
-const {getLlama} = await import(pathToFileURL(path.join(path.resolve(nlc), "node_modules", "node-llama-cpp", "dist", "index.js")).href);
-const version = JSON.parse(readFileSync(path.join(path.resolve(nlc), "node_modules", "node-llama-cpp", "package.json"), "utf8")).version;
+import {caldrix, version, loadLlama, sha256 as sha, greedy, writeGolden} from "./llamacpp-lib.mjs";
 const tmp = mkdtempSync(path.join(os.tmpdir(), "cdx-convert-"));
-const llama = await getLlama({gpu: false, build: "never", logLevel: "warn", logger: () => {}});
-const sha = (f) => createHash("sha256").update(readFileSync(f)).digest("hex");
+const llama = await loadLlama();
 const convert = (args) => execFileSync(caldrix, ["convert", ...args], {stdio: ["ignore", "ignore", "ignore"]});
 
 const out = {reference: `llama.cpp via node-llama-cpp ${version} (prebuilt linux-x64 CPU); models: context 256, ` +
@@ -48,20 +38,9 @@ for (const [name, type] of models) {
     const cases = [];
     let same = 0;
     for (const c of gold.cases) {
-        const ctx = await model.createContext({contextSize: 256, batchSize: 256, flashAttention: false, sequences: 1,
-            threads: 2, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
-        const seq = ctx.getSequence();
-        const tokens = [], gaps = [];
-        for await (const r of seq.evaluateWithMetadata(c.prompt_ids, {probabilities: true}, {temperature: 0, yieldEogToken: true})) {
-            tokens.push(r.token);
-            // logit gap between llama.cpp's top two: log(p1/p2); the test uses it to recognise near-ties
-            const p = [...r.probabilities.values()];
-            gaps.push(Number(Math.log(p[0] / p[1]).toPrecision(4)));
-            if (tokens.length >= 16) break;
-        }
-        await ctx.dispose();
-        if (JSON.stringify(tokens) === JSON.stringify(c.tokens)) same++;
-        cases.push({prompt_ids: c.prompt_ids, tokens, top2_logit_gap: gaps});
+        const r = await greedy(model, c.prompt_ids, 16);
+        if (JSON.stringify(r.tokens) === JSON.stringify(c.tokens)) same++;
+        cases.push({prompt_ids: c.prompt_ids, ...r});
     }
     await model.dispose();
     out.models.push({name, type, sha256: sha(file), same_as_pytorch: `${same}/${cases.length}`, cases});
@@ -87,6 +66,4 @@ for (const name of ["llama3", "qwen3", "smollm2", "mistral"]) {
     out.tokenizers.push({name, sha256: sha(file), same_as_transformers: `${same}/${texts.length}`, ids});
     console.error(`tokenizer ${name}: llama.cpp on the converted vocabulary equals transformers on ${same}/${texts.length} texts`);
 }
-const text = JSON.stringify(out, null, 1).replace(/\[\s*([-0-9.e+,\s]+?)\s*\]/g, (_, b) => "[" + b.split(/,\s*/).join(",") + "]");
-writeFileSync("tests/golden/convert-llamacpp.json", text + "\n");
-console.error("wrote tests/golden/convert-llamacpp.json");
+writeGolden("tests/golden/convert-llamacpp.json", out);

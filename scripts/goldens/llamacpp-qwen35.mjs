@@ -6,23 +6,13 @@
 // own reader and graph; the sha256 of each file is a regression pin (caldrix's own output).
 //
 //   node scripts/goldens/llamacpp-qwen35.mjs --nlc bench/llamacpp [--caldrix build/caldrix]
-import {createHash} from "node:crypto";
 import {execFileSync} from "node:child_process";
-import {readFileSync, writeFileSync, mkdtempSync} from "node:fs";
+import {readFileSync, mkdtempSync} from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {pathToFileURL} from "node:url";
-
-const argv = process.argv.slice(2);
-const opt = (k, d) => { const i = argv.indexOf(k); return i >= 0 ? argv[i + 1] : d; };
-const nlc = opt("--nlc", process.env.NODE_LLAMA_CPP_DIR);
-const caldrix = opt("--caldrix", "build/caldrix");
-if (!nlc) throw new Error("give --nlc DIR (a folder holding node_modules/node-llama-cpp)");
-const {getLlama} = await import(pathToFileURL(path.join(path.resolve(nlc), "node_modules", "node-llama-cpp", "dist", "index.js")).href);
-const version = JSON.parse(readFileSync(path.join(path.resolve(nlc), "node_modules", "node-llama-cpp", "package.json"), "utf8")).version;
+import {caldrix, version, loadLlama, sha256 as sha, greedy, writeGolden} from "./llamacpp-lib.mjs";
 const tmp = mkdtempSync(path.join(os.tmpdir(), "cdx-q35-"));
-const llama = await getLlama({gpu: false, build: "never", logLevel: "warn", logger: () => {}});
-const sha = (f) => createHash("sha256").update(readFileSync(f)).digest("hex");
+const llama = await loadLlama();
 const out = {reference: `llama.cpp via node-llama-cpp ${version} (prebuilt linux-x64 CPU), architecture qwen35; ` +
     `context 256, batch 256, F32 KV cache, greedy, 16 steps`, models: []};
 for (const name of ["qwen3_5", "qwen3_5_vl"]) {
@@ -33,15 +23,7 @@ for (const name of ["qwen3_5", "qwen3_5_vl"]) {
     const cases = [];
     let same = 0;
     for (const c of gold.cases) {
-        const ctx = await model.createContext({contextSize: 256, batchSize: 256, flashAttention: false, sequences: 1,
-            threads: 2, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
-        const seq = ctx.getSequence();
-        const tokens = [];
-        for await (const r of seq.evaluateWithMetadata(c.prompt_ids, {}, {temperature: 0, yieldEogToken: true})) {
-            tokens.push(r.token);
-            if (tokens.length >= 16) break;
-        }
-        await ctx.dispose();
+        const {tokens} = await greedy(model, c.prompt_ids, 16, {gaps: false});
         if (JSON.stringify(tokens) === JSON.stringify(c.tokens)) same++;
         cases.push({name: c.name, prompt_ids: c.prompt_ids, tokens});
     }
@@ -49,6 +31,4 @@ for (const name of ["qwen3_5", "qwen3_5_vl"]) {
     out.models.push({name, type: "F32", sha256: sha(file), same_as_pytorch: `${same}/${cases.length}`, cases});
     console.error(`${name}: llama.cpp equals PyTorch on ${same}/${cases.length} cases`);
 }
-const text = JSON.stringify(out, null, 1).replace(/\[\s*([-0-9.e+,\s]+?)\s*\]/g, (_, b) => "[" + b.split(/,\s*/).join(",") + "]");
-writeFileSync("tests/golden/qwen35-llamacpp.json", text + "\n");
-console.error("wrote tests/golden/qwen35-llamacpp.json");
+writeGolden("tests/golden/qwen35-llamacpp.json", out);
