@@ -195,16 +195,12 @@ static void add_spec(void *c, const cdx_tensor_spec *t)
     synth_list *l = c;
     if (!t->required || l->oom) /* synth writes what the model needs: no rope_freqs, no head when tied */
         return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        synth_tensor *v = realloc(l->ts, cap * sizeof *v);
-        if (!v) {
-            l->oom = true;
-            return;
-        }
-        l->ts = v;
-        l->cap = cap;
+    synth_tensor *v = cdx_array_grow(l->ts, &l->cap, l->n, sizeof *v);
+    if (!v) {
+        l->oom = true;
+        return;
     }
+    l->ts = v;
     synth_tensor *x = &l->ts[l->n++];
     memset(x, 0, sizeof *x);
     snprintf(x->name, sizeof x->name, "%s", t->name);

@@ -46,16 +46,12 @@ static void on_name(void *c, const char *name, bool required)
     }
     if (!x->keep || x->oom)
         return;
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 256;
-        char **v = realloc(x->all, cap * sizeof *v);
-        if (!v) {
-            x->oom = true;
-            return;
-        }
-        x->all = v;
-        x->cap = cap;
+    char **v = cdx_array_grow(x->all, &x->cap, x->n, sizeof *v);
+    if (!v) {
+        x->oom = true;
+        return;
     }
+    x->all = v;
     if (!(x->all[x->n] = strdup(name)))
         x->oom = true;
     else
