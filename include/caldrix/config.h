@@ -33,6 +33,14 @@ typedef enum cdx_hf_arch {
 } cdx_hf_arch;
 
 #define CDX_HF_MAX_LAYERS 1024
+/* The sizes caldrix runs within: the config reader's bounds, which the loader applies to a GGUF
+ * file's metadata too (one set of limits). */
+#define CDX_MAX_VOCAB ((int64_t)1 << 22)
+#define CDX_MAX_HIDDEN ((int64_t)1 << 16)
+#define CDX_MAX_FF ((int64_t)1 << 20)
+#define CDX_MAX_HEADS 1024
+#define CDX_MAX_HEAD_DIM 1024
+#define CDX_MAX_EXPERTS 4096
 #define CDX_HF_MAX_EOS 16
 
 /* Per-layer flags, computed as transformers computes them. */
@@ -99,15 +107,28 @@ typedef struct cdx_hf_config {
     double partial_rotary_factor;  /* rotated share of head_dim (1 for the other architectures) */
     int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent) */
     bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
+    int64_t n_keys;                /* top-level keys of config.json (inspect's metadata count) */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a
- * config.json file (generation_config.json is looked for beside it). */
+ * config.json file (generation_config.json is looked for beside it).
+ * Returns 0, CDX_EFORMAT / CDX_ERANGE for a malformed file (a key of the wrong type, out of its
+ * bounds, given twice), or CDX_EUNSUPPORTED for a model caldrix refuses (cdx_hf_config_rules): the
+ * first refusal met, and reading goes on after it, so *out still holds every field that could be
+ * read (arch is CDX_HF_ARCH_COUNT for an architecture caldrix does not read). */
 CDX_API int cdx_hf_config_read(const char *path, cdx_hf_config *out, cdx_err *err);
 /* Parses config.json text (name is used in messages); no generation config. */
 CDX_API int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_config *out, cdx_err *err);
 /* Applies generation_config.json text on top of a parsed config. */
 CDX_API int cdx_hf_config_apply_generation(cdx_hf_config *c, const char *json, size_t len, const char *name, cdx_err *err);
+/* What config.json refuses, one row per rule: the table the reader's checks, the hub's import rules
+ * (which are this reader), `caldrix models rules` and docs/models.md share. */
+typedef struct cdx_hf_rule {
+    const char *id;       /* short name, e.g. "architecture" */
+    const char *field;    /* the config.json field(s) it reads */
+    const char *doc;      /* what is refused, one sentence */
+} cdx_hf_rule;
+CDX_API const cdx_hf_rule *cdx_hf_config_rules(size_t *n);
 /* "LlamaForCausalLM" etc.; NULL out of range. */
 CDX_API const char *cdx_hf_arch_name(cdx_hf_arch a);
 /* The torch_dtype values caldrix imports (seed 000: bf16, f32 or f16), the one list the config

@@ -15,6 +15,7 @@
 #define CALDRIX_HUB_H
 
 #include "caldrix/base.h"
+#include "caldrix/config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -96,20 +97,17 @@ typedef struct cdx_hub_config {
     bool tied;              /* tie_word_embeddings */
     bool vision;            /* a vision-language architecture (processor files required) */
     bool llama3_rope;       /* rope_scaling is Llama 3's */
-    int n_keys;             /* top-level keys in config.json */
     uint32_t kv_value_bytes; /* bytes per cached K or V value for the estimate (0: CDX_HUB_KV_BYTES);
                                 2 where the model computes in bf16 (its cache is bf16) */
 } cdx_hub_config;
 
-/* One row per refusal: the table that the checks, `caldrix models rules` and docs/models.md read. */
-typedef struct cdx_hub_rule {
-    const char *id;       /* short name, e.g. "architecture" */
-    const char *field;    /* the config.json field(s) it reads */
-    const char *doc;      /* what is refused, one sentence */
-} cdx_hub_rule;
+/* One row per refusal: the config reader's table (cdx_hf_config_rules), which its checks,
+ * `caldrix models rules` and docs/models.md read. */
+typedef struct cdx_hf_rule cdx_hub_rule;
 CDX_API const cdx_hub_rule *cdx_hub_rules(size_t *n);
 
-/* The accepted architectures, in one table. */
+/* The accepted architectures: config.json's names (the config reader's), the family each runs as and
+ * a note (the architecture table's, cdx_model_hf_arch_note). */
 typedef struct cdx_hub_arch {
     const char *name;     /* config.json architectures[0] */
     const char *family;   /* model_type family */

@@ -9,6 +9,7 @@
 #define CALDRIX_MODEL_H
 
 #include "caldrix/base.h"
+#include "caldrix/config.h"
 #include "caldrix/format.h"
 #include "caldrix/kernel.h"
 
@@ -92,8 +93,38 @@ typedef struct cdx_tensor_plan {
 CDX_API bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out);
 /* transformers' model_type of an architecture's family ("llama", "qwen3_moe", "mixtral"); NULL out of range. */
 CDX_API const char *cdx_model_arch_family(cdx_arch a);
+/* "llama, qwen2, ...": the GGUF general.architecture values the table maps (Mixtral: "llama with
+ * experts"), for messages and `caldrix doctor`. */
+CDX_API void cdx_model_gguf_archs(char *out, size_t cap);
+/* What the import says of a config.json architecture beyond its family ("" or e.g. "accepted, not
+ * verified on hardware"); NULL out of range. `caldrix models supported --all` and docs list it. */
+CDX_API const char *cdx_model_hf_arch_note(cdx_hf_arch a);
 CDX_API void cdx_model_tensor_names(const cdx_tensor_plan *plan, void (*fn)(void *ctx, const char *name, bool required),
                                     void *ctx);
+
+/* What a tensor's values are, as a fresh model is initialised (synth draws the others at random). */
+typedef enum cdx_tensor_kind {
+    CDX_TENSOR_WEIGHT = 0, /* a matrix, bias or other vector */
+    CDX_TENSOR_NORM,       /* a norm's scale (1 at init) */
+    CDX_TENSOR_DECAY,      /* Gated DeltaNet's decay: GGUF's ssm_a = -exp(A_log), -1 at A_log = 0 */
+} cdx_tensor_kind;
+
+/* One tensor the loader binds, with the shape it checks (from hp): rows × cols, n_mat of them stacked
+ * (a GGUF expert stack), written in n_dims dimensions (1: a vector of cols values). */
+typedef struct cdx_tensor_spec {
+    const char *name;        /* the plan's format; valid during the call */
+    const char *hf_name;     /* a GGUF plan: the transformers name of the same tensor, NULL where none (a stack) */
+    int64_t rows, cols, n_mat;
+    int n_dims;
+    bool required;
+    cdx_tensor_kind kind;
+} cdx_tensor_spec;
+
+/* cdx_model_tensor_names with shapes, in the order llama.cpp's converter writes a file: the token
+ * embedding, each layer, the output norm and head (optional tensors included, required false).
+ * hp gives the dimensions (n_embd, n_head, ..., n_expert, the ssm_* of a hybrid model). */
+CDX_API void cdx_model_tensor_specs(const cdx_tensor_plan *plan, const cdx_hparams *hp,
+                                    void (*fn)(void *ctx, const cdx_tensor_spec *t), void *ctx);
 
 /* ---- the compute type ---- */
 
@@ -129,6 +160,11 @@ typedef struct cdx_model_opts {
 /* path: a .gguf file or a Hugging Face checkpoint directory (config.json + safetensors).
  * Every tensor's name, shape and type is checked against the architecture before any compute. */
 CDX_API int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err);
+/* Whether cdx_model_open(path, NULL, ...) would open the model, from what names and sizes it: config.json,
+ * the safetensors headers or the GGUF metadata and tensor table, every tensor's name, shape and type
+ * checked as the open checks them; no tensor's data is read. 0, or the open's own error (the same
+ * code and message). `caldrix inspect` gives this verdict. */
+CDX_API int cdx_model_check(const char *path, cdx_err *err);
 /* A GGUF image in caller-owned memory that outlives the model (the embedded default model). */
 CDX_API int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx_model **out, cdx_err *err);
 CDX_API void cdx_model_close(cdx_model *m);

@@ -44,6 +44,15 @@ int cmd_doctor(int argc, char **argv)
            forced && *forced ? " (from CALDRIX_ISA)" : "");
     printf("  metal: no (Apple GPUs only)\n  hip: no (not in this build)\n");
     printf("  images (vision-language models): cpu lane only\n");
+    /* what caldrix runs: the architecture table */
+    size_t n_arch;
+    const cdx_hub_arch *ar = cdx_hub_archs(&n_arch);
+    printf("\nmodels (caldrix models supported --all):\n  config.json architectures:");
+    for (size_t i = 0; i < n_arch; i++)
+        printf("%s %s", i ? "," : "", ar[i].name);
+    char gg[256];
+    cdx_model_gguf_archs(gg, sizeof gg);
+    printf("\n  GGUF architectures: %s\n", gg);
     cdx_hub_env env;
     cdx_err err = { 0 };
     if (cdx_hub_env_load(&env, &err) < 0) {

@@ -30,7 +30,6 @@ typedef struct {
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     double rope_theta;
     float rms_eps;
-    bool qk_norm;
     const char *about;
     /* a mixture of experts (llama.cpp's layout: every layer sparse, experts stacked per layer) */
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* n_ff_shexp: qwen2moe's shared expert */
@@ -42,34 +41,32 @@ typedef struct {
 } synth_shape;
 
 static const synth_shape k_shapes[] = {
-    { "llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5f, false,
+    { "llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0, 1e-5f,
       "Llama-3.2-1B: 1.24 B parameters, tied embeddings", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6f, true,
+    { "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0, 1e-6f,
       "Qwen3-0.6B: 0.6 B parameters, QK-norm, tied embeddings", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "tiny", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5f, false,
+    { "tiny", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0, 1e-5f,
       "a 2-layer llama for tests (rows are multiples of 256, so every type fits)", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "tiny-qwen3", "qwen3", 256, 2, 4, 2, 32, 512, 512, 2048, 1000000.0, 1e-6f, true,
+    { "tiny-qwen3", "qwen3", 256, 2, 4, 2, 32, 512, 512, 2048, 1000000.0, 1e-6f,
       "a 2-layer qwen3 for tests (head_dim differs from n_embd / n_head)", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "tiny-qwen3-64", "qwen3", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
+    { "tiny-qwen3-64", "qwen3", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f,
       "a 2-layer qwen3 for tests, head_dim 64 (the llama.cpp quant goldens)", 0, 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0, 0 },
-    { "tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, true,
+    { "tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f,
       "a 2-layer qwen3moe for tests: 8 experts, top-2, expert FFN 256, untied head", 8, 2, 256, 0, true, 0.2f,
       0, 0, 0, 0, 0, 0, 0 },
-    { "tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f, false,
+    { "tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0, 1e-6f,
       "a 2-layer qwen2moe for tests: 8 experts, top-2, expert FFN 256, shared expert 512, untied head", 8, 2, 256, 512,
       true, 0.2f, 0, 0, 0, 0, 0, 0, 0 },
-    { "qwen3-30b-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6f, true,
+    { "qwen3-30b-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0, 1e-6f,
       "Qwen3-30B-A3B's layers (128 experts, top-8, expert FFN 768), 4 of its 48", 128, 8, 768, 0, true, 0,
       0, 0, 0, 0, 0, 0, 0 },
-    { "qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0, 1e-6f, true,
+    { "qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0, 1e-6f,
       "Qwen3.5-0.8B: 18 Gated DeltaNet + 6 gated attention layers, tied embeddings", 0, 0, 0, 0, false, 0,
       4, 16, 16, 128, 128, 4, 64 },
-    { "tiny-qwen3.5", "qwen35", 256, 4, 4, 2, 64, 512, 512, 2048, 10000000.0, 1e-6f, true,
+    { "tiny-qwen3.5", "qwen35", 256, 4, 4, 2, 64, 512, 512, 2048, 10000000.0, 1e-6f,
       "a 4-layer Qwen3.5 for tests (3 DeltaNet + 1 attention, 2 key / 4 value heads)", 0, 0, 0, 0, false, 0,
       4, 2, 4, 64, 64, 4, 16 },
 };
-
-typedef enum { R_EMBD, R_NORM, R_Q, R_K, R_V, R_O, R_GATE, R_UP, R_DOWN, R_BIAS, R_ROUTER, R_VEC, R_NEG } tensor_role;
 
 static bool is_float_type(int t) { return t == CDX_TYPE_F32 || t == CDX_TYPE_F16 || t == CDX_TYPE_BF16; }
 
@@ -125,7 +122,9 @@ static void fill_normal(rng *r, float *out, int64_t n, float sd)
 
 typedef struct {
     char name[64];
-    tensor_role role;
+    char hf[96];            /* the transformers name ("": none) */
+    cdx_tensor_kind kind;
+    int n_dims;             /* as the file writes it: 1 (a vector), 2, or 3 (stacked experts) */
     int type;
     int64_t rows, cols;     /* rows == 1 for vectors; a stack of n_mat experts: n_mat × its rows */
     int64_t n_mat;          /* 1, or the experts of a stacked tensor (GGUF ne[2]) */
@@ -155,9 +154,9 @@ static void fill_work(void *arg, int ith, int nth)
         int64_t r0 = c * CHUNK_ROWS, nr = t->rows - r0 < CHUNK_ROWS ? t->rows - r0 : CHUNK_ROWS;
         int64_t n = nr * t->cols;
         uint8_t *dst = (uint8_t *)t->data + (size_t)r0 * t->row_bytes;
-        if (t->role == R_NORM || t->role == R_NEG) { /* norms 1; ssm_a = -exp(A_log) with A_log 0 */
+        if (t->kind != CDX_TENSOR_WEIGHT) { /* norms 1; ssm_a = -exp(A_log) with A_log 0 */
             for (int64_t i = 0; i < n; i++)
-                buf[i] = t->role == R_NORM ? 1.0f : -1.0f;
+                buf[i] = t->kind == CDX_TENSOR_NORM ? 1.0f : -1.0f;
         } else {
             rng r;
             rng_seed(&r, j->seed, j->index, (uint64_t)c);
@@ -181,6 +180,68 @@ static void fill_work(void *arg, int ith, int nth)
             break;
         }
     }
+}
+
+/* ---- the tensors: the loader's role table (cdx_model_tensor_specs) for a shape ---- */
+
+typedef struct {
+    synth_tensor *ts;
+    size_t n, cap;
+    bool oom;
+} synth_list;
+
+static void add_spec(void *c, const cdx_tensor_spec *t)
+{
+    synth_list *l = c;
+    if (!t->required || l->oom) /* synth writes what the model needs: no rope_freqs, no head when tied */
+        return;
+    synth_tensor *v = cdx_array_grow(l->ts, &l->cap, l->n, sizeof *v);
+    if (!v) {
+        l->oom = true;
+        return;
+    }
+    l->ts = v;
+    synth_tensor *x = &l->ts[l->n++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", t->name);
+    snprintf(x->hf, sizeof x->hf, "%s", t->hf_name ? t->hf_name : "");
+    x->kind = t->kind;
+    x->n_dims = t->n_dims;
+    x->rows = t->rows * t->n_mat;
+    x->cols = t->cols;
+    x->n_mat = t->n_mat;
+}
+
+/* The tensors of shape sh as architecture arch binds them, or NULL (out of memory). */
+static synth_tensor *plan_tensors(const synth_shape *sh, cdx_arch arch, size_t *n)
+{
+    const size_t L = (size_t)sh->n_layer;
+    cdx_hparams hp = { .arch = arch, .n_vocab = sh->n_vocab, .n_embd = sh->n_embd, .n_layer = sh->n_layer,
+                       .n_head = sh->n_head, .n_head_kv = sh->n_head_kv, .head_dim = sh->head_dim, .n_ff = sh->n_ff,
+                       .n_rot = sh->full_every ? sh->n_rot : sh->head_dim, .n_expert = sh->n_expert,
+                       .n_expert_used = sh->n_expert_used, .n_ff_expert = sh->n_ff_exp, .n_ff_shared = sh->n_ff_shexp,
+                       .ssm_n_k_head = sh->ssm_nk, .ssm_n_v_head = sh->ssm_nv, .ssm_d_k = sh->ssm_dk,
+                       .ssm_d_v = sh->ssm_dv, .ssm_conv_k = sh->ssm_conv, .attn_gate = sh->full_every > 0 };
+    /* llama.cpp's layout of a mixture: every layer sparse; a hybrid: every full_every-th layer attention */
+    uint8_t *sparse = calloc(L, 1), *linear = calloc(L, 1);
+    synth_list l = { 0 };
+    if (sparse && linear) {
+        for (size_t i = 0; i < L; i++) {
+            sparse[i] = sh->n_expert > 0;
+            linear[i] = sh->full_every && (i + 1) % (size_t)sh->full_every;
+        }
+        cdx_tensor_plan plan = { .arch = arch, .gguf = true, .n_layer = sh->n_layer, .n_expert = sh->n_expert,
+                                 .sparse = sparse, .linear = linear, .qkv_bias = -1, .untied = sh->untied };
+        cdx_model_tensor_specs(&plan, &hp, add_spec, &l);
+    }
+    free(sparse);
+    free(linear);
+    if (!sparse || !linear || l.oom || !l.n) {
+        free(l.ts);
+        return NULL;
+    }
+    *n = l.n;
+    return l.ts;
 }
 
 /* ---- the vocabulary: SentencePiece-style, as llama.cpp's "llama" tokenizer model reads it ---- */
@@ -252,36 +313,6 @@ out:
 
 /* ---- a Hugging Face checkpoint (--safetensors) ---- */
 
-/* GGUF name → transformers name ("%d": the layer) */
-static const char *const k_hf_names[][2] = {
-    { "token_embd.weight", "model.embed_tokens.weight" }, { "output_norm.weight", "model.norm.weight" },
-    { "attn_norm.weight", "model.layers.%d.input_layernorm.weight" },
-    { "attn_q.weight", "model.layers.%d.self_attn.q_proj.weight" },
-    { "attn_k.weight", "model.layers.%d.self_attn.k_proj.weight" },
-    { "attn_v.weight", "model.layers.%d.self_attn.v_proj.weight" },
-    { "attn_output.weight", "model.layers.%d.self_attn.o_proj.weight" },
-    { "attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight" },
-    { "attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight" },
-    { "ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight" },
-    { "ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight" },
-    { "ffn_up.weight", "model.layers.%d.mlp.up_proj.weight" },
-    { "ffn_down.weight", "model.layers.%d.mlp.down_proj.weight" },
-};
-
-static bool hf_name(const char *gguf, char *out, size_t cap)
-{
-    int layer = -1, used = 0;
-    const char *rest = gguf;
-    if (sscanf(gguf, "blk.%d.%n", &layer, &used) == 1 && used > 0)
-        rest = gguf + used;
-    for (size_t i = 0; i < sizeof k_hf_names / sizeof k_hf_names[0]; i++)
-        if (!strcmp(rest, k_hf_names[i][0]) && (layer >= 0) == (strstr(k_hf_names[i][1], "%d") != NULL)) {
-            snprintf(out, cap, k_hf_names[i][1], layer);
-            return true;
-        }
-    return false;
-}
-
 static int write_checkpoint(const char *dir, const synth_shape *sh, const synth_tensor *ts, size_t n_t, int type,
                             cdx_err *err)
 {
@@ -308,14 +339,13 @@ static int write_checkpoint(const char *dir, const synth_shape *sh, const synth_
     cdx_st_writer *w = NULL;
     int rc = cdx_st_writer_new(&w, err);
     for (size_t i = 0; i < n_t && !rc; i++) {
-        char name[160];
-        if (!hf_name(ts[i].name, name, sizeof name)) {
+        if (!ts[i].hf[0]) {
             rc = cdx_err_set(err, CDX_EINVAL, "tensor \"%s\" has no transformers name", ts[i].name);
             break;
         }
         const uint64_t shape[2] = { (uint64_t)ts[i].rows, (uint64_t)ts[i].cols };
-        rc = ts[i].role == R_NORM ? cdx_st_writer_add(w, name, (uint32_t)ts[i].type, 1, shape + 1, ts[i].data, err)
-                                  : cdx_st_writer_add(w, name, (uint32_t)ts[i].type, 2, shape, ts[i].data, err);
+        rc = ts[i].n_dims == 1 ? cdx_st_writer_add(w, ts[i].hf, (uint32_t)ts[i].type, 1, shape + 1, ts[i].data, err)
+                               : cdx_st_writer_add(w, ts[i].hf, (uint32_t)ts[i].type, 2, shape, ts[i].data, err);
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (!rc)
@@ -406,104 +436,24 @@ int cmd_synth(int argc, char **argv)
                 type_name);
         return 2;
     }
-    /* the tensor list, in the order llama.cpp's converter writes them */
-    const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim;
-    const bool qkv_bias = !strcmp(sh->arch, "qwen2moe"); /* llama.cpp's qwen2moe has q/k/v biases */
-    /* an upper bound for the hybrid shapes (their DeltaNet layers have other tensors); exact otherwise */
-    size_t n_t = 2 + (sh->untied ? 1 : 0) + (size_t)sh->n_layer * ((sh->qk_norm ? 11 : 9) + (qkv_bias ? 3 : 0) + (sh->n_expert ? 1 + (sh->n_ff_shexp ? 4 : 0) : 0))
-               + (sh->full_every ? (size_t)sh->n_layer * 12 : 0);
-    synth_tensor *ts = calloc(n_t, sizeof *ts);
+    /* the tensor list: the loader's role table for this architecture and these shapes, in the order
+     * llama.cpp's converter writes them (cdx_model_tensor_specs) */
+    cdx_arch arch;
+    if (!cdx_model_arch_of(sh->arch, true, sh->n_expert > 0, &arch)) {
+        fprintf(stderr, "caldrix synth: internal error: shape %s names architecture %s, which caldrix does not map\n",
+                sh->name, sh->arch);
+        return 1;
+    }
+    if (st_dir && (sh->n_expert || sh->full_every)) {
+        fprintf(stderr, "caldrix synth: --safetensors writes the dense Llama and Qwen3 shapes, not %s\n", sh->name);
+        return 2;
+    }
+    size_t n_t = 0;
+    synth_tensor *ts = plan_tensors(sh, arch, &n_t);
     if (!ts) {
         fprintf(stderr, "caldrix synth: out of memory\n");
         return 1;
     }
-    size_t k = 0;
-#define ADD(role_, layer_, rows_, cols_, ...)                                                      \
-    do {                                                                                           \
-        snprintf(ts[k].name, sizeof ts[k].name, __VA_ARGS__);                                      \
-        ts[k].role = role_;                                                                        \
-        ts[k].rows = rows_;                                                                        \
-        ts[k].cols = cols_;                                                                        \
-        ts[k].n_mat = 1;                                                                           \
-        k++;                                                                                       \
-    } while (0)
-    ADD(R_EMBD, 0, sh->n_vocab, E, "token_embd.weight");
-    for (int64_t l = 0; sh->full_every && l < sh->n_layer; l++) {
-        /* llama.cpp's qwen35 names (src/models/qwen35.cpp) */
-        int li = (int)l;
-        const int64_t ch = 2 * sh->ssm_nk * sh->ssm_dk + sh->ssm_nv * sh->ssm_dv, vd = sh->ssm_nv * sh->ssm_dv;
-        ADD(R_NORM, l, 1, E, "blk.%d.attn_norm.weight", li);
-        if ((l + 1) % sh->full_every) {
-            ADD(R_Q, l, ch, E, "blk.%d.attn_qkv.weight", li);
-            ADD(R_V, l, vd, E, "blk.%d.attn_gate.weight", li);
-            ADD(R_VEC, l, ch, sh->ssm_conv, "blk.%d.ssm_conv1d.weight", li);
-            ADD(R_VEC, l, 1, sh->ssm_nv, "blk.%d.ssm_dt.bias", li);
-            ADD(R_NEG, l, 1, sh->ssm_nv, "blk.%d.ssm_a", li);
-            ADD(R_K, l, sh->ssm_nv, E, "blk.%d.ssm_beta.weight", li);
-            ADD(R_K, l, sh->ssm_nv, E, "blk.%d.ssm_alpha.weight", li);
-            ADD(R_NORM, l, 1, sh->ssm_dv, "blk.%d.ssm_norm.weight", li);
-            ADD(R_O, l, E, vd, "blk.%d.ssm_out.weight", li);
-        } else {
-            ADD(R_Q, l, 2 * Q, E, "blk.%d.attn_q.weight", li);
-            ADD(R_K, l, KV, E, "blk.%d.attn_k.weight", li);
-            ADD(R_V, l, KV, E, "blk.%d.attn_v.weight", li);
-            ADD(R_O, l, E, Q, "blk.%d.attn_output.weight", li);
-            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_q_norm.weight", li);
-            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_k_norm.weight", li);
-        }
-        ADD(R_NORM, l, 1, E, "blk.%d.post_attention_norm.weight", li);
-        ADD(R_GATE, l, sh->n_ff, E, "blk.%d.ffn_gate.weight", li);
-        ADD(R_UP, l, sh->n_ff, E, "blk.%d.ffn_up.weight", li);
-        ADD(R_DOWN, l, E, sh->n_ff, "blk.%d.ffn_down.weight", li);
-    }
-    for (int64_t l = 0; !sh->full_every && l < sh->n_layer; l++) {
-        int li = (int)l;
-        ADD(R_NORM, l, 1, E, "blk.%d.attn_norm.weight", li);
-        ADD(R_Q, l, Q, E, "blk.%d.attn_q.weight", li);
-        ADD(R_K, l, KV, E, "blk.%d.attn_k.weight", li);
-        ADD(R_V, l, KV, E, "blk.%d.attn_v.weight", li);
-        ADD(R_O, l, E, Q, "blk.%d.attn_output.weight", li);
-        if (qkv_bias) {
-            ADD(R_BIAS, l, 1, Q, "blk.%d.attn_q.bias", li);
-            ADD(R_BIAS, l, 1, KV, "blk.%d.attn_k.bias", li);
-            ADD(R_BIAS, l, 1, KV, "blk.%d.attn_v.bias", li);
-        }
-        if (sh->qk_norm) {
-            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_q_norm.weight", li);
-            ADD(R_NORM, l, 1, sh->head_dim, "blk.%d.attn_k_norm.weight", li);
-        }
-        ADD(R_NORM, l, 1, E, "blk.%d.ffn_norm.weight", li);
-        if (sh->n_expert) {
-            const int64_t X = sh->n_expert, F = sh->n_ff_exp;
-            ADD(R_ROUTER, l, X, E, "blk.%d.ffn_gate_inp.weight", li);
-            ADD(R_GATE, l, X * F, E, "blk.%d.ffn_gate_exps.weight", li);
-            ts[k - 1].n_mat = X;
-            ADD(R_UP, l, X * F, E, "blk.%d.ffn_up_exps.weight", li);
-            ts[k - 1].n_mat = X;
-            ADD(R_DOWN, l, X * E, F, "blk.%d.ffn_down_exps.weight", li);
-            ts[k - 1].n_mat = X;
-            if (sh->n_ff_shexp) {
-                ADD(R_BIAS, l, 1, E, "blk.%d.ffn_gate_inp_shexp.weight", li);
-                ADD(R_GATE, l, sh->n_ff_shexp, E, "blk.%d.ffn_gate_shexp.weight", li);
-                ADD(R_UP, l, sh->n_ff_shexp, E, "blk.%d.ffn_up_shexp.weight", li);
-                ADD(R_DOWN, l, E, sh->n_ff_shexp, "blk.%d.ffn_down_shexp.weight", li);
-            }
-            continue;
-        }
-        ADD(R_GATE, l, sh->n_ff, E, "blk.%d.ffn_gate.weight", li);
-        ADD(R_UP, l, sh->n_ff, E, "blk.%d.ffn_up.weight", li);
-        ADD(R_DOWN, l, E, sh->n_ff, "blk.%d.ffn_down.weight", li);
-    }
-    ADD(R_NORM, 0, 1, E, "output_norm.weight");
-    if (sh->untied)
-        ADD(R_EMBD, 0, sh->n_vocab, E, "output.weight");
-#undef ADD
-    if (k > n_t || (!sh->full_every && k != n_t)) {
-        fprintf(stderr, "caldrix synth: internal error: %zu tensors listed, %zu counted\n", k, n_t);
-        free(ts);
-        return 1;
-    }
-    n_t = k;
 
     /* each tensor's type, by llama.cpp's rules, visited in llama.cpp's order */
     cdx_err err = {0};
@@ -534,7 +484,7 @@ int cmd_synth(int argc, char **argv)
         synth_tensor *t = &ts[order[i]];
         int64_t ne[4] = { t->cols, t->rows / t->n_mat, t->n_mat, 1 };
         t->type = st_dir ? (int)fi->default_type
-                  : t->role == R_BIAS || t->role == R_NORM ? CDX_TYPE_F32
+                  : t->n_dims == 1 || t->kind == CDX_TENSOR_NORM ? CDX_TYPE_F32
                   : (int)cdx_quant_mix_choose(&mix, t->name, ne, CDX_TYPE_F32);
         if (!st_dir && (t->rows == 1 || strstr(t->name, "ssm_conv1d"))) /* vectors and the conv kernel stay F32, as llama.cpp keeps them */
             t->type = CDX_TYPE_F32;
@@ -697,9 +647,7 @@ int cmd_synth(int argc, char **argv)
     }
     for (size_t i = 0; i < n_t; i++) {
         uint64_t ne[3] = { (uint64_t)ts[i].cols, (uint64_t)(ts[i].rows / ts[i].n_mat), (uint64_t)ts[i].n_mat };
-        const bool vec = ts[i].role == R_NORM || ts[i].role == R_BIAS ||
-                         (ts[i].rows == 1 && (ts[i].role == R_VEC || ts[i].role == R_NEG));
-        const uint32_t nd = vec ? 1 : ts[i].n_mat > 1 ? 3 : 2;
+        const uint32_t nd = (uint32_t)ts[i].n_dims;
         if (cdx_gguf_writer_add_tensor(w, ts[i].name, (uint32_t)ts[i].type, nd, ne,
                                        ts[i].data, &err) < 0) {
             fprintf(stderr, "caldrix synth: %s: %s\n", out, err.msg);

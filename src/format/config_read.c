@@ -64,6 +64,33 @@ static const arch_row k_arch[CDX_HF_ARCH_COUNT] = {
                             -1, -1, 0, B_ATTN },
 };
 
+/* ---- what config.json refuses: one row per rule (the checks below make each refusal) ---- */
+
+static const cdx_hf_rule k_rules[] = {
+    { "architecture", "architectures", "config.json must declare exactly one architecture, one of the accepted list; every other architecture is refused by name." },
+    { "dtype", "torch_dtype / dtype", "a torch_dtype other than bfloat16, float32 or float16." },
+    { "quantized", "quantization_config", "a quantized safetensors checkpoint (quantization_config present); use the unquantized release or a quantized Ollama tag." },
+    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU." },
+    { "mlp_bias", "mlp_bias", "an MLP bias." },
+    { "attention_bias", "attention_bias", "an attention bias on o_proj (attention_bias true where the class applies it to q, k, v and o; Qwen2 and Qwen2-MoE have q, k, v biases of their own, which caldrix runs)." },
+    { "rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE." },
+    { "rope_scaling", "rope_scaling / rope_parameters", "any rope_scaling other than Llama 3's (rope_type \"llama3\"), or a default one with a factor other than 1." },
+    { "sliding_window", "sliding_window, use_sliding_window, max_window_layers, layer_types", "a sliding window over some layers only (caldrix applies one window to every layer)." },
+    { "dimensions", "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings", "dimensions missing, out of bounds or inconsistent with each other (kv heads that do not divide the heads, an odd head_dim); absent keys take the transformers class defaults." },
+    { "experts", "num_experts / num_local_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers", "for a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE): no experts, more experts per token than experts, expert widths out of bounds, layer lists out of range." },
+    { "qwen3_5_keys", "any key", "for Qwen3.5: any config.json key outside the set the import reads." },
+    { "qwen3_5_window", "use_sliding_window, sliding_window", "for Qwen3.5: an active sliding window." },
+    { "qwen3_5_layers", "layer_types, full_attention_interval, attn_output_gate, mamba_ssm_dtype, linear_*, partial_rotary_factor, rope_parameters.mrope_section", "for Qwen3.5: a layer pattern the two keys disagree on, full attention without its output gate, a recurrent state other than float32, value heads that are not a multiple of key heads, rotary sections that do not cover the rotated half." },
+    { "vision", "text_config, vision_config", "for Idefics3: a missing text_config or vision_config, a tower activation other than gelu_pytorch_tanh, an image size that is not a whole number of patches and pixel-shuffle cells." },
+    { "malformed", "every key the reader reads", "a value of the wrong type or out of its bounds, a key given twice, text that is not a JSON object (the message names the key and the value)." },
+};
+
+const cdx_hf_rule *cdx_hf_config_rules(size_t *n)
+{
+    *n = sizeof k_rules / sizeof k_rules[0];
+    return k_rules;
+}
+
 const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_arch[a].arch : NULL; }
 
 bool cdx_hf_dtype_accepted(const char *s)
@@ -81,11 +108,32 @@ bool cdx_hf_config_is_eos(const cdx_hf_config *c, int64_t id)
 
 /* ---- typed field access: every failure names the file, the field and the value ---- */
 
+/* The first refusal of a parse: a config.json that is well formed but describes a model caldrix
+ * does not run. Reading goes on after it, so the struct still holds every field that could be read
+ * (inspect reports them for a refused model); the parse returns it at the end. */
+typedef struct {
+    bool set;
+    cdx_err err, tmp;
+} refusal;
+
 typedef struct {
     json_t *root;
     const char *name;
     cdx_err *err;
+    refusal *ref;
 } ctx;
+
+static int keep_refusal(ctx *c)
+{
+    if (!c->ref->set) {
+        c->ref->set = true;
+        c->ref->err = c->ref->tmp;
+    }
+    return CDX_OK;
+}
+
+/* Records a refusal (the first one wins) and lets reading go on: evaluates to CDX_OK. */
+#define REFUSE(c, ...) (cdx_err_set(&(c)->ref->tmp, CDX_EUNSUPPORTED, __VA_ARGS__), keep_refusal(c))
 
 /* The value as compact JSON, cut to fit a message. */
 static void show(const json_t *v, char *buf, size_t cap)
@@ -260,8 +308,8 @@ static int qwen35_keys(ctx *c, json_t *obj, const char *prefix)
             continue;
         char b[96];
         show(v, b, sizeof b);
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: %s%s is %s; caldrix's Qwen3.5 import does not read this key, "
-                           "so it refuses the model rather than ignore it", c->name, prefix, key, b);
+        return REFUSE(c, "%s: %s%s is %s; caldrix's Qwen3.5 import does not read this key, so it refuses the model "
+                      "rather than ignore it", c->name, prefix, key, b);
     }
     return CDX_OK;
 }
@@ -322,17 +370,15 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
     if ((rc = get_bool(c, "attn_output_gate", &gate, NULL)))
         return rc;
     if (!gate)
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: attn_output_gate is false; caldrix runs Qwen3.5's full "
-                           "attention with its output gate only", c->name);
+        REFUSE(c, "%s: attn_output_gate is false; caldrix runs Qwen3.5's full attention with its output gate only",
+               c->name);
     if (cfg->attention_bias)
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: attention_bias is true; Qwen3.5 has no attention bias",
-                           c->name);
+        REFUSE(c, "%s: attention_bias is true; Qwen3.5 has no attention bias", c->name);
     const char *ssm = NULL;
     if ((rc = get_str(c, c->root, "mamba_ssm_dtype", "mamba_ssm_dtype", &ssm)))
         return rc;
     if (ssm && strcmp(ssm, "float32"))
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: mamba_ssm_dtype is \"%.40s\"; caldrix keeps the recurrent "
-                           "state in float32 only", c->name, ssm);
+        REFUSE(c, "%s: mamba_ssm_dtype is \"%.40s\"; caldrix keeps the recurrent state in float32 only", c->name, ssm);
     int64_t mtp = 0;
     bool b;
     if ((rc = get_int(c, "mtp_num_hidden_layers", 0, 64, &mtp, NULL)) ||
@@ -348,9 +394,8 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
         (rc = get_int(c, "sliding_window", 0, (int64_t)1 << 30, &sw, NULL)))
         return rc;
     if (use_sw && sw > 0)
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: use_sliding_window is true with sliding_window %lld; an "
-                           "active sliding window is refused for Qwen3.5 (its attention is global)", c->name,
-                           (long long)sw);
+        REFUSE(c, "%s: use_sliding_window is true with sliding_window %lld; an active sliding window is refused for "
+               "Qwen3.5 (its attention is global)", c->name, (long long)sw);
     /* partial rotary: rope_parameters.partial_rotary_factor (v5), else the top-level key; 0.25 by default */
     cfg->partial_rotary_factor = 0.25;
     json_t *rp = field(c->root, "rope_parameters");
@@ -395,54 +440,45 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
 
 /* ---- config.json ---- */
 
-static int find_arch(ctx *c, cdx_hf_config *cfg)
+/* What an architecture caldrix does not run is read with: transformers' PretrainedConfig habits (no
+ * sliding window, kv heads = heads, head_dim = hidden / heads), so inspect can still report it. */
+static const arch_row k_generic = { "", "", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, -1, -1, 0, B_ATTN, false, 0, 0, 0, 0,
+                                    false };
+
+/* The row config.json names (architectures[0], else its model_type's causal-LM class, as
+ * AutoModelForCausalLM picks). Seed 000: config.json declares exactly one architecture, one of
+ * k_arch; anything else is a refusal, and the model is read on with the named row or k_generic. */
+static int find_arch(ctx *c, cdx_hf_config *cfg, const arch_row **row)
 {
     const char *mt;
+    *row = &k_generic;
+    cfg->arch = CDX_HF_ARCH_COUNT;
     int rc = get_str(c, c->root, "model_type", "model_type", &mt);
     if (rc)
         return rc;
     if (mt)
         snprintf(cfg->model_type, sizeof cfg->model_type, "%s", mt);
     json_t *archs = field(c->root, "architectures");
-    const char *name = NULL;
-    if (archs) {
-        if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0)))
-            return type_err(c, "architectures", archs, "a list of architecture names");
-        /* seed 000: exactly one; a second class would be silently ignored, not run */
-        if (json_array_size(archs) != 1) {
-            char b[96];
-            show(archs, b, sizeof b);
-            return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: architectures is %s, %zu names; caldrix imports a "
-                               "config.json that declares exactly one architecture", c->name, b, json_array_size(archs));
-        }
-        name = json_string_value(json_array_get(archs, 0));
-        for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
-            if (!strcmp(name, k_arch[a].arch)) {
-                cfg->arch = (cdx_hf_arch)a;
-                snprintf(cfg->architecture, sizeof cfg->architecture, "%s", name);
-                return CDX_OK;
-            }
-    } else if (mt) {
-        /* No architectures list: the causal-LM class of the model_type, as AutoModelForCausalLM picks. */
-        for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
-            if (!strcmp(mt, k_arch[a].model_type)) {
-                cfg->arch = (cdx_hf_arch)a;
-                snprintf(cfg->architecture, sizeof cfg->architecture, "%s", k_arch[a].arch);
-                return CDX_OK;
-            }
-    }
-    char list[256] = "";
-    for (int a = 0; a < CDX_HF_ARCH_COUNT; a++) {
-        strcat(list, a ? ", " : "");
-        strcat(list, k_arch[a].arch);
-    }
-    if (name)
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: architectures[0] is \"%.80s\"; caldrix runs %s", c->name, name,
-                           list);
-    if (mt)
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: model_type is \"%.80s\" and there is no architectures list; caldrix runs %s",
-                           c->name, mt, list);
-    return cdx_err_set(c->err, CDX_EFORMAT, "%s: architectures is missing; expected one of %s", c->name, list);
+    const char *name = archs && json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
+    for (int a = 0; a < CDX_HF_ARCH_COUNT && cfg->arch == CDX_HF_ARCH_COUNT; a++)
+        if (name ? !strcmp(name, k_arch[a].arch) : !archs && mt && !strcmp(mt, k_arch[a].model_type))
+            cfg->arch = (cdx_hf_arch)a;
+    if (cfg->arch != CDX_HF_ARCH_COUNT) {
+        *row = &k_arch[cfg->arch];
+        snprintf(cfg->architecture, sizeof cfg->architecture, "%s", k_arch[cfg->arch].arch);
+    } else if (name)
+        snprintf(cfg->architecture, sizeof cfg->architecture, "%.60s", name);
+    if (name && json_array_size(archs) == 1 && cfg->arch != CDX_HF_ARCH_COUNT)
+        return CDX_OK;
+    char list[512] = "", b[96];
+    for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a ? ", " : "", k_arch[a].arch);
+    if (archs)
+        show(archs, b, sizeof b);
+    const char *what = !archs ? "" : !name || json_array_size(archs) != 1 ? ", not exactly one name" : "";
+    return REFUSE(c, "%s: architectures is %s%s; caldrix imports exactly one of %s. Choose a model of one of these "
+                  "architectures (caldrix models supported lists the verified ones)", c->name, archs ? b : "absent",
+                  what, list);
 }
 
 static int read_rope(ctx *c, cdx_hf_config *cfg)
@@ -472,11 +508,21 @@ static int read_rope(ctx *c, cdx_hf_config *cfg)
         if ((rc = get_str(c, rs, "type", shown, &type)))
             return rc;
     }
-    if (!type || !strcmp(type, "default"))
+    /* the default rotation ignores a factor; one other than 1 suggests a scaling the file does not name */
+    json_t *factor = field(rs, "factor");
+    const bool plain = (!type || !strcmp(type, "default")) &&
+                       (!factor || (json_is_number(factor) && json_number_value(factor) == 1.0));
+    if (plain)
         return CDX_OK;
+    if (!type || !strcmp(type, "default")) {
+        char b[48];
+        show(factor, b, sizeof b);
+        return REFUSE(c, "%s: %s.factor is %s with the default rope type; only Llama 3's rope scaling (rope_type "
+                      "\"llama3\") and the default (factor 1) are supported", c->name, rs_name, b);
+    }
     if (strcmp(type, "llama3"))
-        return cdx_err_set(c->err, CDX_EUNSUPPORTED, "%s: %s is \"%.40s\"; caldrix supports \"llama3\" and \"default\"",
-                           c->name, shown, type);
+        return REFUSE(c, "%s: %s is \"%.40s\"; only Llama 3's rope scaling (rope_type \"llama3\") and the default "
+                      "are supported", c->name, shown, type);
     cfg->rope_type = CDX_HF_ROPE_LLAMA3;
     /* _compute_llama3_parameters needs all four. */
     static const char *const keys[] = { "factor", "low_freq_factor", "high_freq_factor" };
@@ -575,11 +621,12 @@ static int read_moe(ctx *c, cdx_hf_config *cfg, const arch_row *row)
     const char *primary = row->moe == 2 ? "num_local_experts" : "num_experts";
     const char *alias = row->moe == 2 ? "num_experts" : "num_local_experts";
     bool present;
-    if ((rc = get_int(c, primary, row->moe == 2 ? 1 : 0, 4096, &cfg->n_experts, &present)))
+    /* a mixture of experts without experts is malformed (the dense class is the model to use) */
+    if ((rc = get_int(c, primary, 1, CDX_MAX_EXPERTS, &cfg->n_experts, &present)))
         return rc;
-    if (!present && (rc = get_int(c, alias, row->moe == 2 ? 1 : 0, 4096, &cfg->n_experts, NULL)))
+    if (!present && (rc = get_int(c, alias, 1, CDX_MAX_EXPERTS, &cfg->n_experts, NULL)))
         return rc;
-    if ((rc = get_int(c, "num_experts_per_tok", 1, 4096, &cfg->n_experts_per_tok, NULL)))
+    if ((rc = get_int(c, "num_experts_per_tok", 1, CDX_MAX_EXPERTS, &cfg->n_experts_per_tok, NULL)))
         return rc;
     if (cfg->n_experts > 0 && cfg->n_experts_per_tok > cfg->n_experts)
         return cdx_err_set(c->err, CDX_ERANGE, "%s: num_experts_per_tok is %lld; there are only %lld experts", c->name,
@@ -592,11 +639,11 @@ static int read_moe(ctx *c, cdx_hf_config *cfg, const arch_row *row)
             cfg->layer_flags[l] |= CDX_HF_LAYER_MOE;
         return CDX_OK;
     }
-    if ((rc = get_int(c, "moe_intermediate_size", 1, (int64_t)1 << 22, &cfg->moe_intermediate_size, NULL)) ||
+    if ((rc = get_int(c, "moe_intermediate_size", 1, CDX_MAX_FF, &cfg->moe_intermediate_size, NULL)) ||
         (rc = get_bool(c, "norm_topk_prob", &cfg->norm_topk_prob, NULL)) ||
         (rc = get_int(c, "decoder_sparse_step", 1, CDX_HF_MAX_LAYERS, &cfg->decoder_sparse_step, NULL)))
         return rc;
-    if (row->shared_ff && (rc = get_int(c, "shared_expert_intermediate_size", 0, (int64_t)1 << 22,
+    if (row->shared_ff && (rc = get_int(c, "shared_expert_intermediate_size", 1, CDX_MAX_FF,
                                         &cfg->shared_expert_intermediate_size, NULL)))
         return rc;
     uint8_t dense[CDX_HF_MAX_LAYERS] = {0};
@@ -644,7 +691,7 @@ static int read_vision(ctx *top, cdx_hf_config *cfg)
         return type_err(top, "vision_config", vc, "an object");
     char name[300];
     snprintf(name, sizeof name, "%s: vision_config", top->name);
-    ctx c = { vc, name, top->err };
+    ctx c = { vc, name, top->err, top->ref };
     if ((rc = get_int(&c, "hidden_size", 1, (int64_t)1 << 16, &v->hidden_size, NULL)) ||
         (rc = get_int(&c, "intermediate_size", 1, (int64_t)1 << 20, &v->intermediate_size, NULL)) ||
         (rc = get_int(&c, "num_hidden_layers", 1, 256, &v->n_layers, NULL)) ||
@@ -658,8 +705,7 @@ static int read_vision(ctx *top, cdx_hf_config *cfg)
     if ((rc = get_str(&c, vc, "hidden_act", "hidden_act", &act)))
         return rc;
     if (act && strcmp(act, "gelu_pytorch_tanh"))
-        return cdx_err_set(top->err, CDX_EUNSUPPORTED, "%s: hidden_act is \"%.40s\"; caldrix runs the vision tower with "
-                           "\"gelu_pytorch_tanh\"", name, act);
+        REFUSE(&c, "%s: hidden_act is \"%.40s\"; caldrix runs the vision tower with \"gelu_pytorch_tanh\"", name, act);
     if (v->hidden_size % v->n_heads)
         return cdx_err_set(top->err, CDX_ERANGE, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", name,
                            (long long)v->hidden_size, (long long)v->n_heads);
@@ -677,20 +723,23 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if (!name)
         name = "config.json";
     json_error_t je;
-    json_t *root = json_loadb(json, len, 0, &je);
+    /* a key given twice is ambiguous (which one would transformers read?): malformed */
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return cdx_err_set(err, CDX_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, je.text, je.line,
                            je.column);
-    ctx c = { root, name, err };
+    refusal ref = { 0 };
+    ctx c = { root, name, err, &ref };
+    const arch_row *row = &k_generic;
     json_t *const doc = root; /* root becomes text_config for a Qwen3.5 VL config */
     int rc;
     if (!json_is_object(root)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s: not a JSON object", name);
         goto out;
     }
-    if ((rc = find_arch(&c, cfg)))
+    cfg->n_keys = (int64_t)json_object_size(root);
+    if ((rc = find_arch(&c, cfg, &row)))
         goto out;
-    const arch_row *row = &k_arch[cfg->arch];
     char text_name[300];
     char tc_name[600];
     const bool qwen35 = cfg->arch == CDX_HF_QWEN3_5 || cfg->arch == CDX_HF_QWEN3_5_VL;
@@ -729,18 +778,37 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         c.root = root = tc;
         c.name = tc_name;
         cfg->text_config = true;
+    } else if (cfg->arch == CDX_HF_ARCH_COUNT && json_is_object(field(root, "text_config"))) {
+        /* refused already; a multimodal config keeps its text model's dimensions here */
+        snprintf(tc_name, sizeof tc_name, "%s: text_config", name);
+        c.root = root = field(root, "text_config");
+        c.name = tc_name;
     }
 
-    if ((rc = req_int(&c, "hidden_size", 1, (int64_t)1 << 20, &cfg->hidden_size)) ||
-        (rc = req_int(&c, "intermediate_size", 1, (int64_t)1 << 22, &cfg->intermediate_size)) ||
+    /* quantized checkpoints and interleaved RoPE: no class caldrix reads has them */
+    json_t *q = field(root, "quantization_config");
+    if (q) {
+        json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+        REFUSE(&c, "%s: quantization_config is present (quant_method \"%.40s\"); quantized safetensors checkpoints "
+               "are refused. Use the unquantized release, or a quantized Ollama tag (ollama:NAME:TAG)", c.name,
+               json_is_string(m) ? json_string_value(m) : "?");
+    }
+    static const char *const interleaved[] = { "rope_interleaved", "rotary_interleaved", "interleaved_rope" };
+    for (size_t i = 0; i < 3; i++)
+        if (json_is_true(field(root, interleaved[i])))
+            REFUSE(&c, "%s: %s is true; interleaved RoPE is not supported (caldrix rotates halves, as Llama and "
+                   "Qwen do)", c.name, interleaved[i]);
+
+    if ((rc = req_int(&c, "hidden_size", 1, CDX_MAX_HIDDEN, &cfg->hidden_size)) ||
+        (rc = req_int(&c, "intermediate_size", 1, CDX_MAX_FF, &cfg->intermediate_size)) ||
         (rc = req_int(&c, "num_hidden_layers", 1, CDX_HF_MAX_LAYERS, &cfg->n_layers)) ||
-        (rc = req_int(&c, "num_attention_heads", 1, 4096, &cfg->n_heads)) ||
-        (rc = req_int(&c, "vocab_size", 1, (int64_t)1 << 24, &cfg->vocab_size)))
+        (rc = req_int(&c, "num_attention_heads", 1, CDX_MAX_HEADS, &cfg->n_heads)) ||
+        (rc = req_int(&c, "vocab_size", 1, CDX_MAX_VOCAB, &cfg->vocab_size)))
         goto out;
     cfg->n_kv_heads = row->kv_heads ? row->kv_heads : cfg->n_heads;
     if (json_is_null(json_object_get(root, "num_key_value_heads")))
         cfg->n_kv_heads = cfg->n_heads; /* explicit null: every config class falls back to heads */
-    if ((rc = get_int(&c, "num_key_value_heads", 1, 4096, &cfg->n_kv_heads, NULL)))
+    if ((rc = get_int(&c, "num_key_value_heads", 1, CDX_MAX_HEADS, &cfg->n_kv_heads, NULL)))
         goto out;
     if (cfg->n_kv_heads > cfg->n_heads || cfg->n_heads % cfg->n_kv_heads) {
         rc = cdx_err_set(err, CDX_ERANGE, "%s: num_key_value_heads is %lld; it must divide num_attention_heads (%lld)",
@@ -748,7 +816,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     }
     cfg->head_dim = row->head_dim ? row->head_dim : cfg->hidden_size / cfg->n_heads;
-    if ((rc = get_int(&c, "head_dim", 1, 4096, &cfg->head_dim, NULL)))
+    if ((rc = get_int(&c, "head_dim", 1, CDX_MAX_HEAD_DIM, &cfg->head_dim, NULL)))
         goto out;
     if (cfg->head_dim < 2 || cfg->head_dim % 2) {
         rc = cdx_err_set(err, CDX_ERANGE, "%s: head_dim is %lld (hidden_size %lld / num_attention_heads %lld when absent); "
@@ -766,14 +834,13 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if ((rc = read_rope(&c, cfg)))
         goto out;
 
-    const char *act = "silu";
-    if ((rc = get_str(&c, root, "hidden_act", "hidden_act", &act)))
-        goto out;
-    if (!act)
-        act = "silu";
-    if (strcmp(act, "silu")) {
-        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: hidden_act is \"%.40s\"; only \"silu\" is supported", name, act);
-        goto out;
+    static const char *const act_keys[] = { "hidden_act", "hidden_activation" };
+    for (size_t i = 0; i < 2; i++) {
+        const char *act = NULL;
+        if ((rc = get_str(&c, root, act_keys[i], act_keys[i], &act)))
+            goto out;
+        if (act && strcmp(act, "silu"))
+            REFUSE(&c, "%s: %s is \"%.40s\"; only \"silu\" is supported", c.name, act_keys[i], act);
     }
     if ((rc = get_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)) ||
         (rc = get_bool(&c, "attention_bias", &cfg->attention_bias, NULL)))
@@ -790,6 +857,12 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
             goto out;
         break;
     }
+    /* the forward pass has q, k, v biases (Qwen2's) and no o_proj or MLP bias (Qwen3.5 says why itself) */
+    if (cfg->attn_o_bias && !qwen35)
+        REFUSE(&c, "%s: attention_bias is true; caldrix runs %s without attention biases (only Qwen2 and Qwen2-MoE "
+               "have theirs, on q, k and v)", c.name, cfg->architecture);
+    if (cfg->mlp_bias)
+        REFUSE(&c, "%s: mlp_bias is true; caldrix's MLP has no bias", c.name);
 
     const char *dt = NULL;
     if ((rc = get_str(&c, root, "torch_dtype", "torch_dtype", &dt)))
@@ -797,12 +870,10 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     const char *dt_key = dt ? "torch_dtype" : "dtype";
     if (!dt && (rc = get_str(&c, root, "dtype", "dtype", &dt)))
         goto out;
-    if (dt && !cdx_hf_dtype_accepted(dt)) {
-        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is \"%.40s\"; caldrix imports %s checkpoints", name, dt_key,
-                         dt, CDX_HF_DTYPES_ACCEPTED);
-        goto out;
-    }
-    if (dt)
+    if (dt && !cdx_hf_dtype_accepted(dt))
+        REFUSE(&c, "%s: %s is \"%.40s\"; caldrix imports %s checkpoints. Use the model's unquantized bf16/f16/f32 "
+               "release", name, dt_key, dt, CDX_HF_DTYPES_ACCEPTED);
+    else if (dt)
         snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", dt);
 
     cfg->bos_token_id = row->bos;
@@ -821,29 +892,39 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
 
     if ((rc = read_sliding(&c, cfg, row)))
         goto out;
+    for (int64_t l = 0; l < cfg->n_layers && cfg->sliding_window; l++)
+        if (!(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING)) {
+            REFUSE(&c, "%s: sliding window %lld applies to some layers only (max_window_layers %lld); caldrix applies "
+                   "one window to every layer", c.name, (long long)cfg->sliding_window,
+                   (long long)cfg->max_window_layers);
+            break;
+        }
     if (row->moe && (rc = read_moe(&c, cfg, row)))
         goto out;
     cfg->partial_rotary_factor = 1.0;
     if (qwen35 && (rc = read_qwen35(&c, cfg)))
         goto out;
     if (cfg->text_config) { /* the top level's tie_word_embeddings and dtype win (the reference reads them first) */
-        ctx top = { doc, name, err };
+        ctx top = { doc, name, err, &ref };
         if ((rc = get_bool(&top, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)))
             goto out;
         const char *tdt = NULL;
         if ((rc = get_str(&top, doc, "dtype", "dtype", &tdt)) ||
             (!tdt && (rc = get_str(&top, doc, "torch_dtype", "torch_dtype", &tdt))))
             goto out;
-        if (tdt && !cdx_hf_dtype_accepted(tdt)) {
-            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: dtype is \"%.40s\"; caldrix imports %s checkpoints", name, tdt,
-                             CDX_HF_DTYPES_ACCEPTED);
-            goto out;
-        }
-        if (tdt)
+        if (tdt && !cdx_hf_dtype_accepted(tdt))
+            REFUSE(&c, "%s: dtype is \"%.40s\"; caldrix imports %s checkpoints. Use the model's unquantized "
+                   "bf16/f16/f32 release", name, tdt, CDX_HF_DTYPES_ACCEPTED);
+        else if (tdt)
             snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "%s", tdt);
     }
 out:
     json_decref(doc);
+    if (ref.set) { /* the first refusal, even when reading on stopped at a malformed field after it */
+        if (err)
+            *err = ref.err;
+        rc = ref.err.code;
+    }
     return rc;
 }
 
@@ -858,7 +939,8 @@ int cdx_hf_config_apply_generation(cdx_hf_config *cfg, const char *json, size_t 
     if (!root)
         return cdx_err_set(err, CDX_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name, je.text, je.line,
                            je.column);
-    ctx c = { root, name, err };
+    refusal ref = { 0 };
+    ctx c = { root, name, err, &ref };
     int rc = CDX_OK;
     if (!json_is_object(root)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s: not a JSON object", name);

@@ -70,6 +70,12 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
                    const cdx_hub_opts *o, char **out, cdx_err *err);
 int hub_resolve_ollama(const cdx_hub_env *env, const cdx_hub_ref *ref, const cdx_hub_opts *o, char **out,
                        cdx_err *err);
+/* The import rules on config.json text (cdx_hub_check_config), keeping what the config reader read:
+ * *cfg and *out are filled even on a refusal, as far as config.json could be read (inspect reports a
+ * refused model whole). */
+struct cdx_hf_config;
+int hub_config_read(const char *text, size_t len, const char *name, cdx_hub_config *out, struct cdx_hf_config *cfg,
+                    cdx_err *err);
 /* The memory admission refusal (seed 004); weight_bytes from the listing, before any weight. */
 int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight_bytes, const cdx_hub_opts *o,
                      const char *downloaded, cdx_err *err);

@@ -1,6 +1,8 @@
 /* caldrix inspect (seed 003): what caldrix makes of a GGUF file or a checkpoint folder, from
  * headers alone. Weights are never read: GGUF through the format layer's reader (which maps the
- * file and checks every offset), safetensors through their JSON headers. */
+ * file and checks every offset), safetensors through their JSON headers, config.json through the
+ * config reader (the import rules). The verdict is the loader's own (cdx_model_check), so inspect
+ * refuses what `caldrix run` refuses, with its message. */
 #include "caldrix/config.h"
 #include "caldrix/hub.h"
 #include "caldrix/format.h"
@@ -8,7 +10,6 @@
 #include "caldrix/quant.h"
 #include "hub/hub_int.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,16 +46,12 @@ static void on_name(void *c, const char *name, bool required)
     }
     if (!x->keep || x->oom)
         return;
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 256;
-        char **v = realloc(x->all, cap * sizeof *v);
-        if (!v) {
-            x->oom = true;
-            return;
-        }
-        x->all = v;
-        x->cap = cap;
+    char **v = cdx_array_grow(x->all, &x->cap, x->n, sizeof *v);
+    if (!v) {
+        x->oom = true;
+        return;
     }
+    x->all = v;
     if (!(x->all[x->n] = strdup(name)))
         x->oom = true;
     else
@@ -96,6 +93,8 @@ static void set_compute(cdx_hub_report *out, bool gguf, uint32_t stored, cdx_arc
     snprintf(out->compute_dtype, sizeof out->compute_dtype, "%s", cdx_dtype_name(d));
     snprintf(out->compute_why, sizeof out->compute_why, "%s", why);
 }
+
+static void loader_verdict(cdx_hub_report *out, const char *path);
 
 /* ---- GGUF ---- */
 
@@ -246,8 +245,6 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
         out->n_missing = 0;
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
                  !known ? "n/a (architecture %s is not one caldrix maps)" : "n/a (block_count missing)", a);
-        snprintf(out->refusal, sizeof out->refusal, "general.architecture is \"%s\"; caldrix maps llama, qwen2, "
-                 "qwen3, qwen3moe and qwen2moe GGUF files", a);
     }
     snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
     cdx_hub_config c = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
@@ -256,6 +253,7 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     out->kv_ctx = cdx_hub_ctx_for(&c, 0);
     out->kv_bytes = cdx_hub_kv_bytes(&c, 0);
     cdx_gguf_close(g);
+    loader_verdict(out, path);
     return 0;
 }
 
@@ -264,6 +262,15 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
 static bool st_has(const void *ctx, const char *name) { return cdx_st_find(ctx, name) != NULL; }
 
 
+/* The loader's verdict (cdx_model_check: every name, shape and type, no data read) as the refusal,
+ * when nothing earlier refused: the message `caldrix run` gives. */
+static void loader_verdict(cdx_hub_report *out, const char *path)
+{
+    cdx_err e = { 0 };
+    if (!out->refusal[0] && cdx_model_check(path, &e) < 0)
+        snprintf(out->refusal, sizeof out->refusal, "%s", e.msg);
+}
+
 static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
 {
     snprintf(out->format, sizeof out->format, "safetensors");
@@ -271,55 +278,46 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     char *text = NULL;
     size_t len = 0;
     int rc = cp ? cdx_file_read_all(cp, 16u << 20, &text, &len, err) : cdx_err_set(err, CDX_ENOMEM, "oom");
-    if (rc < 0) {
+    cdx_hf_config *cfg = rc < 0 ? NULL : malloc(sizeof *cfg);
+    if (rc < 0 || !cfg) {
+        free(text);
         free(cp);
-        return rc;
+        return rc < 0 ? rc : cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
+    /* the import rules are the config reader's: its verdict, and what it read even for a refused model */
     cdx_hub_config c;
-    memset(&c, 0, sizeof c);
     cdx_err cerr = { 0 };
-    if (cdx_hub_check_config(text, len, cp, &c, &cerr) < 0) {
+    if (hub_config_read(text, len, cp, &c, cfg, &cerr) < 0) {
         if (cerr.code == CDX_EFORMAT && strstr(cerr.msg, "not valid JSON")) {
+            free(cfg);
             free(text);
             free(cp);
             return cdx_err_set(err, cerr.code, "%s", cerr.msg);
         }
         snprintf(out->refusal, sizeof out->refusal, "%s", cerr.msg);
     }
-    /* dimensions even when a rule refused: read them leniently */
-    json_t *root = json_loadb(text, len, 0, NULL);
-    json_t *tc = json_object_get(root, "text_config");
-    json_t *src = json_is_object(tc) ? tc : root;
-    json_t *arch = json_array_get(json_object_get(root, "architectures"), 0);
-    snprintf(out->architecture, sizeof out->architecture, "%s", json_is_string(arch) ? json_string_value(arch) : "?");
-    const char *mt = json_string_value(json_object_get(src, "model_type"));
-    if (!mt)
-        mt = json_string_value(json_object_get(root, "model_type"));
-    snprintf(out->family, sizeof out->family, "%s", mt ? mt : "?");
-#define JI(key) (json_is_integer(json_object_get(src, key)) ? (int64_t)json_integer_value(json_object_get(src, key)) : 0)
-    out->n_layer = c.n_layer ? c.n_layer : JI("num_hidden_layers");
-    out->n_head = c.n_head ? c.n_head : JI("num_attention_heads");
-    out->n_kv_head = c.n_kv_head ? c.n_kv_head : JI("num_key_value_heads");
-    if (!out->n_kv_head)
-        out->n_kv_head = out->n_head;
-    out->hidden = c.hidden ? c.hidden : JI("hidden_size");
-    out->head_dim = c.head_dim ? c.head_dim : JI("head_dim");
-    if (!out->head_dim && out->n_head)
-        out->head_dim = out->hidden / out->n_head;
-    out->ctx = c.ctx_max ? c.ctx_max : JI("max_position_embeddings");
-    out->n_expert = JI("num_experts") ? JI("num_experts") : JI("num_local_experts");
-    out->n_expert_used = JI("num_experts_per_tok");
-    bool tied = json_is_true(json_object_get(src, "tie_word_embeddings"));
-    int64_t sparse_step = JI("decoder_sparse_step");
-    json_t *mlp_only = json_object_get(src, "mlp_only_layers");
-#undef JI
-    out->n_metadata = (uint64_t)json_object_size(root);
     free(text);
     free(cp);
+    const bool known = cfg->arch != CDX_HF_ARCH_COUNT && cfg->n_layers > 0;
+    cdx_arch fa = CDX_ARCH_LLAMA;
+    if (cfg->arch != CDX_HF_ARCH_COUNT)
+        cdx_model_arch_of(cfg->architecture, false, false, &fa);
+    snprintf(out->architecture, sizeof out->architecture, "%s", cfg->architecture[0] ? cfg->architecture : "?");
+    snprintf(out->family, sizeof out->family, "%s",
+             cfg->arch != CDX_HF_ARCH_COUNT ? cdx_model_arch_family(fa) : cfg->model_type[0] ? cfg->model_type : "?");
+    out->n_layer = cfg->n_layers;
+    out->n_head = cfg->n_heads;
+    out->n_kv_head = cfg->n_kv_heads;
+    out->hidden = cfg->hidden_size;
+    out->head_dim = cfg->head_dim;
+    out->ctx = cfg->max_position_embeddings;
+    out->n_expert = cfg->n_experts;
+    out->n_expert_used = cfg->n_experts_per_tok;
+    out->n_metadata = (uint64_t)cfg->n_keys;
+    const bool tied = cfg->tie_word_embeddings;
 
     /* the loader's reader and its choice of files (model.safetensors / index / every *.safetensors) */
     cdx_safetensors *st = NULL;
-    bool *dense = NULL;
     if ((rc = cdx_st_open_headers(dir, &st, err)) < 0)
         goto done;
     out->n_tensors = st->n_tensors;
@@ -328,7 +326,6 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     const char *seen[32];
     uint64_t counts[32];
     int n_seen = 0;
-    /* the layer count is read further down; experts are summed per layer once it is known */
     for (size_t i = 0; i < st->n_tensors; i++) {
         out->weight_bytes += st->tensors[i].n_bytes;
         int k = 0;
@@ -349,8 +346,6 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     snprintf(out->tensor_types, sizeof out->tensor_types, "%s", types);
     /* the compute type the loader will pick (the model layer's table), and the bytes it holds:
      * bf16 compute keeps 16-bit weights as they are and casts f32 ones to bf16 */
-    cdx_arch ca = CDX_ARCH_LLAMA;
-    const bool ca_known = cdx_model_arch_of(out->architecture, false, out->n_expert > 0, &ca);
     uint64_t by_type[3] = { 0 }; /* values stored as F32, F16, BF16 */
     for (size_t i = 0; i < st->n_tensors; i++) {
         const uint32_t ty = st->tensors[i].type;
@@ -360,60 +355,31 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     }
     const uint32_t stored = by_type[2] >= by_type[1] && by_type[2] > by_type[0] ? CDX_TYPE_BF16
                           : by_type[1] > by_type[0] ? CDX_TYPE_F16 : CDX_TYPE_F32;
-    if (ca_known)
-        set_compute(out, false, stored, ca);
+    if (cfg->arch != CDX_HF_ARCH_COUNT)
+        set_compute(out, false, stored, fa);
     if (!strcmp(out->compute_dtype, "bf16"))
         out->weight_bytes -= 2 * by_type[0]; /* f32 values held as bf16 */
     snprintf(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, "%s", unsup[0] ? unsup : "none");
-    if (unsup[0] && !out->refusal[0])
-        snprintf(out->refusal, sizeof out->refusal, "%s: tensors stored as %s; caldrix imports F32, F16 and BF16 "
-                 "tensors only (a quantized checkpoint is refused)", dir, unsup);
-    /* required tensors */
-    cdx_arch fa = CDX_ARCH_LLAMA;
-    const bool known = cdx_model_arch_of(out->architecture, false, false, &fa);
-    if (!known || out->n_layer <= 0 || out->n_layer > 4096) {
+    /* required tensors: the loader's names for what config.json says of each layer */
+    if (!known) {
         snprintf(out->missing_required_tensors, sizeof out->missing_required_tensors,
                  "n/a (architecture %s is not one caldrix maps)", out->architecture);
         snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
     } else {
-        dense = calloc((size_t)out->n_layer, sizeof *dense);
-        uint8_t *sparse = calloc((size_t)out->n_layer, 1);
-        if (!dense || !sparse) {
+        uint8_t *sparse = calloc((size_t)cfg->n_layers, 1), *linear = calloc((size_t)cfg->n_layers, 1);
+        if (!sparse || !linear) {
             free(sparse);
+            free(linear);
             rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
             goto done;
         }
-        /* Qwen MoE: layers in mlp_only_layers, or off the decoder_sparse_step grid, are dense */
-        for (size_t i = 0; json_is_array(mlp_only) && i < json_array_size(mlp_only); i++) {
-            json_int_t l = json_integer_value(json_array_get(mlp_only, i));
-            if (l >= 0 && l < out->n_layer)
-                dense[l] = true;
+        for (int64_t l = 0; l < cfg->n_layers; l++) {
+            sparse[l] = (cfg->layer_flags[l] & CDX_HF_LAYER_MOE) != 0;
+            linear[l] = (cfg->layer_flags[l] & CDX_HF_LAYER_LINEAR) != 0;
         }
-        if (sparse_step > 1)
-            for (int64_t l = 0; l < out->n_layer; l++)
-                if ((l + 1) % sparse_step)
-                    dense[l] = true;
-        for (int64_t l = 0; l < out->n_layer; l++)
-            sparse[l] = out->n_expert > 0 && !dense[l];
-        /* Qwen2-MoE reads qkv_bias (default true); the others have the architecture's biases */
-        json_t *qb = fa == CDX_ARCH_QWEN2_MOE ? json_object_get(src, "qkv_bias") : NULL;
-        /* Qwen3.5: which layers are Gated DeltaNet, from layer_types, else every full_attention_interval-th
-         * layer (default 4) is full attention, as the config reader decides */
-        uint8_t *linear = fa == CDX_ARCH_QWEN3_5 ? calloc((size_t)out->n_layer, 1) : NULL;
-        if (linear) {
-            json_t *lt = json_object_get(src, "layer_types"), *fi = json_object_get(src, "full_attention_interval");
-            const int64_t every = json_is_integer(fi) && json_integer_value(fi) > 0 ? json_integer_value(fi) : 4;
-            for (int64_t l = 0; l < out->n_layer; l++) {
-                const char *t = json_string_value(json_array_get(lt, (size_t)l));
-                linear[l] = json_is_array(lt) ? !t || strcmp(t, "full_attention") : (l + 1) % every != 0;
-            }
-        }
-        cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = out->n_layer, .n_expert = out->n_expert,
-                                 .sparse = sparse, .qkv_bias = json_is_boolean(qb) ? json_is_true(qb) : -1,
-                                 .untied = !tied, .linear = linear,
-                                 .text_config = fa == CDX_ARCH_QWEN3_5 && json_is_object(tc) };
-        json_t *vl = json_object_get(json_object_get(root, "vision_config"), "num_hidden_layers");
-        plan.n_vision_layer = json_is_integer(vl) ? json_integer_value(vl) : 12; /* Idefics3VisionConfig's default */
+        cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = cfg->n_layers, .n_expert = cfg->n_experts,
+                                 .sparse = sparse, .qkv_bias = cfg->attn_qkv_bias, .untied = !tied, .linear = linear,
+                                 .text_config = cfg->text_config, .n_vision_layer = cfg->vision.n_layers };
         names_ctx x = { .keep = true };
         check_required(out, &plan, st_has, st, &x);
         free(sparse);
@@ -438,22 +404,11 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         names_free(&x);
         if (!out->n_unused)
             snprintf(out->unused_tensors, sizeof out->unused_tensors, "none");
-        else if (!out->refusal[0])
-            snprintf(out->refusal, sizeof out->refusal, "%s: %llu tensor(s) the architecture does not use (%s); the "
-                     "import refuses them rather than ignore them", dir, (unsigned long long)out->n_unused,
-                     out->unused_tensors);
         /* a shipped lm_head beside a tied embedding */
         const cdx_st_tensor *head = cdx_st_find(st, "lm_head.weight"), *emb = cdx_st_find(st, "model.embed_tokens.weight");
-        if (tied && head && emb) {
-            bool same = head->n_dims == emb->n_dims && !strcmp(head->dtype, emb->dtype) &&
-                        !memcmp(head->shape, emb->shape, sizeof head->shape);
-            if (!same && !out->refusal[0])
-                snprintf(out->refusal, sizeof out->refusal, "%s: lm_head.weight (%s) differs in shape or type from "
-                         "the tied model.embed_tokens.weight (%s)", dir, head->dtype, emb->dtype);
-            else if (same)
-                snprintf(out->note, sizeof out->note, "tie_word_embeddings is true but the checkpoint ships "
-                         "lm_head.weight: it runs with the shipped head, as transformers does");
-        }
+        if (tied && head && emb) /* (a head of another shape is the loader's refusal) */
+            snprintf(out->note, sizeof out->note, "tie_word_embeddings is true but the checkpoint ships "
+                     "lm_head.weight: it runs with the shipped head, as transformers does");
     }
     {
         expert_acc ea = { .n = out->n_layer > 0 && out->n_layer <= 4096 ? (long)out->n_layer : 0 };
@@ -462,15 +417,15 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
             expert_add(out, &ea, st->tensors[i].name, st->tensors[i].n_bytes);
         expert_finish(out, &ea);
     }
-    out->kv_ctx = cdx_hub_ctx_for(&(cdx_hub_config){ .ctx_max = out->ctx, .sliding_window = c.sliding_window }, 0);
     cdx_hub_config kc = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
                           .ctx_max = out->ctx, .sliding_window = c.sliding_window,
                           .kv_value_bytes = !strcmp(out->compute_dtype, "bf16") ? 2 : 0 };
+    out->kv_ctx = cdx_hub_ctx_for(&kc, 0);
     out->kv_bytes = cdx_hub_kv_bytes(&kc, 0);
+    loader_verdict(out, dir);
     rc = 0;
 done:
-    json_decref(root);
-    free(dense);
+    free(cfg);
     cdx_st_close(st);
     return rc;
 }

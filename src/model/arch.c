@@ -21,14 +21,22 @@ static const arch_desc k_archs[CDX_ARCH_COUNT] = {
                              .hybrid = true },
 };
 
-/* config.json architectures → families (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
-static const cdx_arch k_from_hf[CDX_HF_ARCH_COUNT] = {
-    [CDX_HF_LLAMA] = CDX_ARCH_LLAMA,         [CDX_HF_MISTRAL] = CDX_ARCH_LLAMA,
-    [CDX_HF_QWEN2] = CDX_ARCH_QWEN2,         [CDX_HF_QWEN3] = CDX_ARCH_QWEN3,
-    [CDX_HF_QWEN3_MOE] = CDX_ARCH_QWEN3_MOE, [CDX_HF_MIXTRAL] = CDX_ARCH_MIXTRAL,
-    [CDX_HF_QWEN2_MOE] = CDX_ARCH_QWEN2_MOE, [CDX_HF_IDEFICS3] = CDX_ARCH_IDEFICS3,
-    [CDX_HF_QWEN3_5] = CDX_ARCH_QWEN3_5,     [CDX_HF_QWEN3_5_VL] = CDX_ARCH_QWEN3_5,
+/* config.json architectures (the config reader's cdx_hf_arch) → families, and what the import says of
+ * each beyond its family (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
+static const struct { cdx_arch arch; const char *note; } k_from_hf[CDX_HF_ARCH_COUNT] = {
+    [CDX_HF_LLAMA]      = { CDX_ARCH_LLAMA,     "" },
+    [CDX_HF_MISTRAL]    = { CDX_ARCH_LLAMA,     "accepted, not verified on hardware" },
+    [CDX_HF_QWEN2]      = { CDX_ARCH_QWEN2,     "" },
+    [CDX_HF_QWEN3]      = { CDX_ARCH_QWEN3,     "" },
+    [CDX_HF_QWEN3_MOE]  = { CDX_ARCH_QWEN3_MOE, "mixture of experts" },
+    [CDX_HF_MIXTRAL]    = { CDX_ARCH_MIXTRAL,   "mixture of experts" },
+    [CDX_HF_QWEN2_MOE]  = { CDX_ARCH_QWEN2_MOE, "mixture of experts with a shared expert" },
+    [CDX_HF_IDEFICS3]   = { CDX_ARCH_IDEFICS3,  "vision-language; CPU lane only" },
+    [CDX_HF_QWEN3_5]    = { CDX_ARCH_QWEN3_5,   "CPU lane only" },
+    [CDX_HF_QWEN3_5_VL] = { CDX_ARCH_QWEN3_5,   "text only (the vision tower is skipped); CPU lane only" },
 };
+
+const char *cdx_model_hf_arch_note(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_from_hf[a].note : NULL; }
 
 void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap)
 {
@@ -50,9 +58,22 @@ const arch_desc *arch_by_gguf(const char *name, size_t len)
     return NULL;
 }
 
+void cdx_model_gguf_archs(char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < CDX_ARCH_COUNT; i++) {
+        const char *g = k_archs[i].gguf_name;
+        if (g && n < cap)
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", g);
+        if (k_archs[i].arch == CDX_ARCH_MIXTRAL && n < cap) /* no name of its own */
+            n += (size_t)snprintf(out + n, cap - n, "%sllama with experts (Mixtral)", n ? ", " : "");
+    }
+}
+
 const arch_desc *arch_by_hf(cdx_hf_arch a)
 {
-    return (unsigned)a < CDX_HF_ARCH_COUNT ? &k_archs[k_from_hf[a]] : NULL;
+    return (unsigned)a < CDX_HF_ARCH_COUNT ? &k_archs[k_from_hf[a].arch] : NULL;
 }
 
 bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)

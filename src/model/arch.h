@@ -28,13 +28,15 @@ const arch_desc *arch_by_hf(cdx_hf_arch a); /* config.h names the architectures 
 const arch_desc *arch_get(cdx_arch a);
 
 /* Tensor roles: one row each, with the GGUF and HF names ("%d" = layer). */
+/* In the order a layer's tensors are written (llama.cpp's converter order, which synth and
+ * cdx_model_tensor_specs follow): per layer the norm, attention or Gated DeltaNet, the FFN norm, the MLP. */
 typedef enum {
     ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUTPUT, ROLE_ROPE_FREQS,
     ROLE_ATTN_NORM, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_QNORM, ROLE_KNORM,
-    ROLE_FFN_NORM, ROLE_GATE, ROLE_UP, ROLE_DOWN,
     /* Gated DeltaNet (Qwen3.5 linear attention) */
-    ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_NORM,
+    ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_NORM,
     ROLE_SSM_OUT,
+    ROLE_FFN_NORM, ROLE_GATE, ROLE_UP, ROLE_DOWN,
     ROLE_COUNT
 } tensor_role;
 
@@ -99,6 +101,7 @@ struct cdx_model {
     const char *dtype_why;
     void **bf16_bufs;                   /* [n_bf16_bufs]: owned bf16 copies of F32/F16 matrices (--dtype bf16) */
     bool file_mapped;                   /* the weights are a read-only file mapping (cdx_model_open) */
+    bool check_only;                    /* cdx_model_check: bound and checked, no tensor data read (vectors are zeros) */
     size_t n_bf16_bufs;
     struct vision_model *vision;        /* the vision tower (arch_desc.vision), or NULL */
 };

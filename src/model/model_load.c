@@ -25,12 +25,13 @@ static const struct role_desc {
     bool per_layer, is_mat;
     dim_kind rows, cols;    /* a vector has rows = its length, cols = D_NONE */
     need_kind need;
+    cdx_tensor_kind kind;   /* what its values are (a norm's scale, a decay): a fresh model's init */
 } k_roles[ROLE_COUNT] = {
     [ROLE_TOK_EMBD]   = { "token_embd.weight",          "model.embed_tokens.weight",                   false, true,  D_VOCAB, D_EMBD, NEED_ALWAYS },
-    [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS },
+    [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
     [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
     [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
-    [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_ALWAYS },
+    [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
     [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_QG,    D_EMBD, NEED_ALWAYS },
     [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
     [ROLE_WV]         = { "blk.%d.attn_v.weight",       "model.layers.%d.self_attn.v_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
@@ -38,9 +39,9 @@ static const struct role_desc {
     [ROLE_BQ]         = { "blk.%d.attn_q.bias",         "model.layers.%d.self_attn.q_proj.bias",       true,  false, D_Q,     D_NONE, NEED_QKV_BIAS },
     [ROLE_BK]         = { "blk.%d.attn_k.bias",         "model.layers.%d.self_attn.k_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
     [ROLE_BV]         = { "blk.%d.attn_v.bias",         "model.layers.%d.self_attn.v_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
-    [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM },
-    [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM },
-    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_ALWAYS },
+    [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
+    [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
+    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
     [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
     [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
@@ -51,8 +52,8 @@ static const struct role_desc {
     [ROLE_SSM_A]      = { "blk.%d.ssm_alpha.weight",    "model.layers.%d.linear_attn.in_proj_a.weight", true,  true,  D_SSM_NV, D_EMBD, NEED_LINEAR },
     [ROLE_SSM_CONV]   = { "blk.%d.ssm_conv1d.weight",   "model.layers.%d.linear_attn.conv1d.weight",   true,  false, D_SSM_CH, D_SSM_K, NEED_LINEAR },
     [ROLE_SSM_DT]     = { "blk.%d.ssm_dt.bias",         "model.layers.%d.linear_attn.dt_bias",         true,  false, D_SSM_NV, D_NONE, NEED_LINEAR },
-    [ROLE_SSM_ALOG]   = { "blk.%d.ssm_a",               "model.layers.%d.linear_attn.A_log",           true,  false, D_SSM_NV, D_NONE, NEED_LINEAR },
-    [ROLE_SSM_NORM]   = { "blk.%d.ssm_norm.weight",     "model.layers.%d.linear_attn.norm.weight",     true,  false, D_SSM_DV, D_NONE, NEED_LINEAR },
+    [ROLE_SSM_ALOG]   = { "blk.%d.ssm_a",               "model.layers.%d.linear_attn.A_log",           true,  false, D_SSM_NV, D_NONE, NEED_LINEAR, CDX_TENSOR_DECAY },
+    [ROLE_SSM_NORM]   = { "blk.%d.ssm_norm.weight",     "model.layers.%d.linear_attn.norm.weight",     true,  false, D_SSM_DV, D_NONE, NEED_LINEAR, CDX_TENSOR_NORM },
     [ROLE_SSM_OUT]    = { "blk.%d.ssm_out.weight",      "model.layers.%d.linear_attn.out_proj.weight", true,  true,  D_EMBD,  D_SSM_VD, NEED_LINEAR },
 };
 
@@ -170,10 +171,11 @@ static int to_f32_copy(binder *b, const src_tensor *t, float **out, cdx_err *err
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; caldrix cannot read it as floats",
                            b->path, t->name, cdx_type_name(t->type));
     int64_t n = t->rows * t->cols;
-    float *f = malloc((size_t)n * sizeof *f);
+    float *f = b->m->check_only ? calloc((size_t)n, sizeof *f) : malloc((size_t)n * sizeof *f);
     if (!f)
         return cdx_err_set(err, CDX_ENOMEM, "%s: out of memory for tensor \"%s\"", b->path, t->name);
-    tr->to_f32(t->data, f, n);
+    if (!b->m->check_only)
+        tr->to_f32(t->data, f, n);
     *out = f;
     return CDX_OK;
 }
@@ -375,16 +377,104 @@ static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
     return CDX_OK;
 }
 
+/* ---- the tensors of a plan, in file order: what inspect looks for and synth writes ---- */
+
+typedef struct walker {
+    const cdx_tensor_plan *p;
+    const cdx_hparams *hp;   /* NULL: names only */
+    void (*fn)(void *ctx, const cdx_tensor_spec *t);
+    void *ctx;
+} walker;
+
 /* fn, with Qwen3.5 ForConditionalGeneration's model.language_model. in place of model. */
-static void name_out(const cdx_tensor_plan *p, void (*fn)(void *ctx, const char *name, bool required), void *ctx,
-                     const char *name, bool required)
+static void emit(const walker *w, const char *name, const char *hf, dim_kind rows, dim_kind cols, int64_t n_mat,
+                 bool mat, bool required, cdx_tensor_kind kind)
 {
     char full[224];
-    if (p->text_config && !p->gguf && !strncmp(name, "model.", 6)) {
+    if (w->p->text_config && !w->p->gguf && !strncmp(name, "model.", 6)) {
         snprintf(full, sizeof full, "model.language_model.%s", name + 6);
         name = full;
     }
-    fn(ctx, name, required);
+    cdx_tensor_spec t = { .name = name, .hf_name = hf, .n_mat = n_mat, .required = required, .kind = kind };
+    if (w->hp) {
+        const bool vec = !mat && cols == D_NONE;
+        t.rows = vec ? 1 : dim_value(w->hp, rows);
+        t.cols = vec ? dim_value(w->hp, rows) : dim_value(w->hp, cols);
+        t.n_dims = n_mat > 1 ? 3 : vec || (rows == D_ONE && w->p->gguf) ? 1 : 2; /* GGUF's shared gate: a vector */
+    }
+    w->fn(w->ctx, &t);
+}
+
+/* A role of layer l (-1: a global one) under the plan's names. */
+static void emit_role(const walker *w, const arch_desc *d, tensor_role r, int l, bool required)
+{
+    const struct role_desc *rd = &k_roles[r];
+    const char *fmt = w->p->gguf ? role_gguf_name(d, r) : rd->hf;
+    if (!fmt)
+        return;
+    char name[192], hf[192];
+    if (w->p->gguf)
+        snprintf(name, sizeof name, fmt, l);
+    else
+        arch_hf_name(d, fmt, l, 0, name, sizeof name);
+    if (w->p->gguf && rd->hf)
+        arch_hf_name(d, rd->hf, l, 0, hf, sizeof hf);
+    emit(w, name, w->p->gguf && rd->hf ? hf : NULL, rd->rows, rd->cols, 1, rd->is_mat, required, rd->kind);
+}
+
+static void walk(const walker *w)
+{
+    const cdx_tensor_plan *p = w->p;
+    const arch_desc *d = arch_get(p->arch);
+    if (!d)
+        return;
+    emit_role(w, d, ROLE_TOK_EMBD, 0, true);
+    for (int64_t l = 0; l < p->n_layer; l++) {
+        const bool sparse = p->sparse && p->sparse[l] && p->n_expert > 0;
+        const bool linear = p->linear && p->linear[l];
+        const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
+        for (int r = 0; r < ROLE_COUNT; r++) {
+            const struct role_desc *rd = &k_roles[r];
+            if (!rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
+                continue;
+            /* a Gated DeltaNet layer has its norms, linear_attn.* and the MLP; the others no linear_attn.* */
+            const bool shared = r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || r == ROLE_GATE || r == ROLE_UP ||
+                                r == ROLE_DOWN;
+            if ((rd->need == NEED_LINEAR) != linear && !shared)
+                continue;
+            if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
+                continue;
+            emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL);
+        }
+        for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
+            const struct moe_role_desc *rd = &k_moe_roles[r];
+            const char *fmt = p->gguf ? rd->gguf : p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+            if (!fmt || (rd->shared && !d->shared_expert))
+                continue;
+            const bool stack = rd->per_expert && p->gguf;
+            for (int64_t e = 0; e < (rd->per_expert && !p->gguf ? p->n_expert : 1); e++) {
+                char name[192], hf[192];
+                snprintf(name, sizeof name, fmt, (int)l, (int)e);
+                const char *hfmt = p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+                if (p->gguf && !stack && hfmt)
+                    snprintf(hf, sizeof hf, hfmt, (int)l);
+                emit(w, name, p->gguf && !stack && hfmt ? hf : NULL, rd->rows, rd->cols, stack ? p->n_expert : 1,
+                     true, true, CDX_TENSOR_WEIGHT);
+            }
+        }
+    }
+    emit_role(w, d, ROLE_OUT_NORM, 0, true);
+    /* the head: required when the plan says the model has its own; else an optional tie-breaker */
+    emit_role(w, d, ROLE_OUTPUT, 0, p->untied);
+    emit_role(w, d, ROLE_ROPE_FREQS, 0, false);
+}
+
+typedef struct { void (*fn)(void *ctx, const char *name, bool required); void *ctx; } names_fwd;
+
+static void names_one(void *c, const cdx_tensor_spec *t)
+{
+    const names_fwd *f = c;
+    f->fn(f->ctx, t->name, t->required);
 }
 
 void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
@@ -392,52 +482,18 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
     const arch_desc *d = arch_get(p->arch);
     if (!d)
         return;
-    char name[192];
     if (d->vision && !p->gguf)
         vision_tensor_names(p->n_vision_layer, fn, ctx);
-    for (int r = 0; r < ROLE_COUNT; r++) {
-        const struct role_desc *rd = &k_roles[r];
-        const char *fmt = p->gguf ? rd->gguf : rd->hf;
-        if (!fmt || rd->per_layer)
-            continue;
-        bool req = rd->need == NEED_ALWAYS || (r == ROLE_OUTPUT && p->untied && !p->gguf);
-        if (!p->gguf)
-            arch_hf_name(d, fmt, 0, 0, name, sizeof name);
-        name_out(p, fn, ctx, p->gguf ? fmt : name, req);
-    }
-    for (int64_t l = 0; l < p->n_layer; l++) {
-        const bool sparse = p->sparse && p->sparse[l] && p->n_expert > 0;
-        const bool linear = p->linear && p->linear[l];
-        for (int r = 0; r < ROLE_COUNT; r++) {
-            const struct role_desc *rd = &k_roles[r];
-            const char *fmt = p->gguf ? role_gguf_name(d, (tensor_role)r) : rd->hf;
-            if (!fmt || !rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
-                continue;
-            /* a Gated DeltaNet layer has its norms, linear_attn.* and the MLP; the others no linear_attn.* */
-            const bool shared = r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || r == ROLE_GATE || r == ROLE_UP ||
-                                r == ROLE_DOWN;
-            if ((rd->need == NEED_LINEAR) != linear && !shared)
-                continue;
-            const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
-            if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
-                continue;
-            if (p->gguf)
-                snprintf(name, sizeof name, fmt, (int)l);
-            else
-                arch_hf_name(d, fmt, (int)l, 0, name, sizeof name);
-            name_out(p, fn, ctx, name, rd->need != NEED_OPTIONAL);
-        }
-        for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
-            const struct moe_role_desc *rd = &k_moe_roles[r];
-            const char *fmt = p->gguf ? rd->gguf : p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
-            if (!fmt || (rd->shared && !d->shared_expert))
-                continue;
-            for (int64_t e = 0; e < (rd->per_expert && !p->gguf ? p->n_expert : 1); e++) {
-                snprintf(name, sizeof name, fmt, (int)l, (int)e);
-                fn(ctx, name, true);
-            }
-        }
-    }
+    names_fwd f = { fn, ctx };
+    walker w = { p, NULL, names_one, &f };
+    walk(&w);
+}
+
+void cdx_model_tensor_specs(const cdx_tensor_plan *p, const cdx_hparams *hp,
+                            void (*fn)(void *ctx, const cdx_tensor_spec *t), void *ctx)
+{
+    walker w = { p, hp, fn, ctx };
+    walk(&w);
 }
 
 /* Every weight matrix in one list (m->mats): packing, workspace sizing and the fingerprint walk it. */
@@ -519,10 +575,11 @@ static int rope_init(cdx_model *m, const float *freq_factors, const cdx_hf_confi
 static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
 {
     const struct { const char *name; int64_t v, lo, hi; } dims[] = {
-        { "vocab size", hp->n_vocab, 1, 1 << 22 },      { "hidden size", hp->n_embd, 1, 1 << 16 },
-        { "layers", hp->n_layer, 1, 1024 },             { "attention heads", hp->n_head, 1, 1024 },
-        { "kv heads", hp->n_head_kv, 1, 1024 },         { "head dim", hp->head_dim, 2, 1024 },
-        { "feed-forward size", hp->n_ff, 1, 1 << 20 },
+        /* the config reader's limits (caldrix/config.h): a GGUF file's metadata meets them here */
+        { "vocab size", hp->n_vocab, 1, CDX_MAX_VOCAB },  { "hidden size", hp->n_embd, 1, CDX_MAX_HIDDEN },
+        { "layers", hp->n_layer, 1, CDX_HF_MAX_LAYERS },  { "attention heads", hp->n_head, 1, CDX_MAX_HEADS },
+        { "kv heads", hp->n_head_kv, 1, CDX_MAX_HEADS },  { "head dim", hp->head_dim, 2, CDX_MAX_HEAD_DIM },
+        { "feed-forward size", hp->n_ff, 1, CDX_MAX_FF },
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (dims[i].v < dims[i].lo || dims[i].v > dims[i].hi)
@@ -543,17 +600,18 @@ static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
     if (!hp->n_expert)
         return CDX_OK;
     /* the readers name the file's own fields; these are the bounds both share */
-    if (hp->n_expert < 1 || hp->n_expert > 4096)
-        return cdx_err_set(err, CDX_EFORMAT, "%s: expert count is %lld; expected 1..4096", path, (long long)hp->n_expert);
+    if (hp->n_expert < 1 || hp->n_expert > CDX_MAX_EXPERTS)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: expert count is %lld; expected 1..%d", path, (long long)hp->n_expert,
+                           CDX_MAX_EXPERTS);
     if (hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert)
         return cdx_err_set(err, CDX_EFORMAT, "%s: experts used per token is %lld; expected 1..%lld (the expert count)",
                            path, (long long)hp->n_expert_used, (long long)hp->n_expert);
-    if (hp->n_ff_expert < 1 || hp->n_ff_expert > (1 << 20))
-        return cdx_err_set(err, CDX_EFORMAT, "%s: expert feed-forward size is %lld; expected 1..%d", path,
-                           (long long)hp->n_ff_expert, 1 << 20);
-    if (hp->n_ff_shared < 0 || hp->n_ff_shared > (1 << 20) || (hp->n_ff_shared == 0 && hp->arch == CDX_ARCH_QWEN2_MOE))
-        return cdx_err_set(err, CDX_EFORMAT, "%s: shared expert feed-forward size is %lld; expected 1..%d", path,
-                           (long long)hp->n_ff_shared, 1 << 20);
+    if (hp->n_ff_expert < 1 || hp->n_ff_expert > CDX_MAX_FF)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: expert feed-forward size is %lld; expected 1..%lld", path,
+                           (long long)hp->n_ff_expert, (long long)CDX_MAX_FF);
+    if (hp->n_ff_shared < 0 || hp->n_ff_shared > CDX_MAX_FF || (hp->n_ff_shared == 0 && hp->arch == CDX_ARCH_QWEN2_MOE))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: shared expert feed-forward size is %lld; expected 1..%lld", path,
+                           (long long)hp->n_ff_shared, (long long)CDX_MAX_FF);
     return CDX_OK;
 }
 
@@ -765,10 +823,12 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     if (!cdx_gguf_get_str(g, "general.architecture", &an))
         return cdx_err_set(err, CDX_EFORMAT, "%s: general.architecture is missing or not a string", path);
     const arch_desc *d = arch_by_gguf(an.ptr, an.len);
-    if (!d)
-        return cdx_err_set(err, CDX_EUNSUPPORTED,
-                           "%s: general.architecture is \"%.*s\"; caldrix runs llama, qwen2 and qwen3 (and Mistral as llama)",
-                           path, (int)(an.len > 64 ? 64 : an.len), an.ptr);
+    if (!d) {
+        char list[256];
+        cdx_model_gguf_archs(list, sizeof list);
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: general.architecture is \"%.*s\"; caldrix runs %s GGUF files",
+                           path, (int)(an.len > 64 ? 64 : an.len), an.ptr, list);
+    }
     m->desc = d;
     cdx_hparams *hp = &m->hp;
     hp->arch = d->arch;
@@ -957,36 +1017,15 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
     hp->tied_embeddings = cfg->tie_word_embeddings;
+    /* the config reader refused what the forward pass does not compute (a window over some layers
+     * only, o_proj and MLP biases, a mixture without experts, a shared expert of width 0) */
     hp->sliding_window = cfg->sliding_window;
-    for (int64_t l = 0; l < cfg->n_layers && hp->sliding_window; l++)
-        if (!(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING)) {
-            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: sliding window %lld applies to some layers only "
-                             "(max_window_layers %lld); caldrix applies one window to every layer", dir,
-                             (long long)cfg->sliding_window, (long long)cfg->max_window_layers);
-            goto out;
-        }
-    if (cfg->attn_o_bias || cfg->mlp_bias) {
-        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: %s is true; caldrix runs these architectures without it",
-                         dir, cfg->mlp_bias ? "mlp_bias" : "attention_bias");
-        goto out;
-    }
     if (d->moe) {
-        if (cfg->n_experts < 1) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: %s is %lld; a %s checkpoint needs at least one expert",
-                             dir, d->arch == CDX_ARCH_MIXTRAL ? "num_local_experts" : "num_experts",
-                             (long long)cfg->n_experts, cfg->architecture);
-            goto out;
-        }
         hp->n_expert = cfg->n_experts;
         hp->n_expert_used = cfg->n_experts_per_tok; /* <= n_experts: the config reader checked */
         hp->n_ff_expert = cfg->moe_intermediate_size;
         hp->n_ff_shared = d->shared_expert ? cfg->shared_expert_intermediate_size : 0;
         hp->norm_topk_prob = cfg->norm_topk_prob;
-        if (d->shared_expert && hp->n_ff_shared < 1) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: shared_expert_intermediate_size is %lld; expected 1 or more",
-                             dir, (long long)hp->n_ff_shared);
-            goto out;
-        }
     }
     if (d->hybrid && (rc = hybrid_hparams(m, cfg, dir, err)))
         goto out;
@@ -1230,7 +1269,9 @@ int cdx_model_open_gguf_mem(const void *data, size_t size, const char *name, cdx
     return finish(m, rc, out);
 }
 
-int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
+/* A model bound from path (a checkpoint folder or a GGUF file), mapped, not yet sized or cast:
+ * check_only binds and checks every tensor without reading any (cdx_model_check). */
+static int open_bound(const char *path, bool check_only, bool *dir, cdx_model **out, cdx_err *err)
 {
     *out = NULL;
     struct stat st;
@@ -1241,19 +1282,42 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     pthread_mutex_init(&m->pack_mu, NULL);
     m->file_mapped = true;
+    m->check_only = check_only;
+    *dir = S_ISDIR(st.st_mode);
     int rc;
-    if (S_ISDIR(st.st_mode)) {
+    if (*dir) {
         rc = load_checkpoint(m, path, err);
     } else {
         rc = cdx_gguf_open(path, &m->gguf, err);
         if (!rc)
             rc = load_gguf(m, m->gguf, err);
     }
+    *out = m;
+    return rc;
+}
+
+int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
+{
+    *out = NULL;
+    cdx_model *m;
+    bool dir = false;
+    int rc = open_bound(path, false, &dir, &m, err);
+    if (!m)
+        return rc;
     if (!rc && opts && opts->weight_budget)
         rc = xc_open(m, opts->weight_budget, path, err);
     if (!rc)
-        rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !S_ISDIR(st.st_mode), path, err);
+        rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !dir, path, err);
     return finish(m, rc, out);
+}
+
+int cdx_model_check(const char *path, cdx_err *err)
+{
+    cdx_model *m;
+    bool dir;
+    int rc = open_bound(path, true, &dir, &m, err);
+    cdx_model_close(m);
+    return rc;
 }
 
 const cdx_hparams *cdx_model_hparams(const cdx_model *m) { return &m->hp; }

@@ -99,6 +99,7 @@ typedef struct {
     const cdx_safetensors *st;
     bool *used;
     const char *dir;
+    bool check_only;        /* cdx_model_check: no tensor's data is read (vectors are zeros) */
 } vbinder;
 
 /* A tensor of exactly the shape dims[0..n) (safetensors order). */
@@ -135,9 +136,10 @@ static int vec(vbinder *b, const char *name, int64_t n, float **out, cdx_err *er
     int rc = find(b, name, 1, &n, &t, err);
     if (rc)
         return rc;
-    if (!(*out = malloc((size_t)n * sizeof(float))))
+    if (!(*out = b->check_only ? calloc((size_t)n, sizeof(float)) : malloc((size_t)n * sizeof(float))))
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    cdx_type_get(t->type)->to_f32(t->data, *out, n);
+    if (!b->check_only)
+        cdx_type_get(t->type)->to_f32(t->data, *out, n);
     return CDX_OK;
 }
 
@@ -206,7 +208,7 @@ int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *s
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: vision_config: %lld patches per side, head size %lld; caldrix "
                            "takes up to 4096 and 512", st->dir, (long long)v->side, (long long)(v->D / v->n_head));
     v->image_token_id = (int32_t)vc->image_token_id;
-    vbinder b = { st, used, st->dir };
+    vbinder b = { st, used, st->dir, m->check_only };
     const int64_t D = v->D, P = v->patch, n_pos = v->side * v->side, s2 = v->scale * v->scale;
     const int64_t conv[4] = { D, 3, P, P }, posd[2] = { n_pos, D };
     const char *pre = "model.vision_model.";
@@ -222,12 +224,13 @@ int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *s
     snprintf(name, sizeof name, "%sembeddings.position_embedding.weight", pre);
     if ((rc = find(&b, name, 2, posd, &pt, err)))
         return rc;
-    v->pos = malloc((size_t)(n_pos * D) * sizeof(float));
+    v->pos = calloc((size_t)(n_pos * D), sizeof(float));
     v->pos_ids = malloc((size_t)n_pos * sizeof *v->pos_ids);
     v->layers = calloc((size_t)v->n_layer, sizeof *v->layers);
     if (!v->pos || !v->pos_ids || !v->layers)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    cdx_type_get(pt->type)->to_f32(pt->data, v->pos, n_pos * D);
+    if (!m->check_only)
+        cdx_type_get(pt->type)->to_f32(pt->data, v->pos, n_pos * D);
     position_ids(v->side, v->pos_ids);
     for (int64_t l = 0; l < v->n_layer; l++) {
         vision_layer *L = &v->layers[l];

@@ -283,7 +283,7 @@ static void each_refusal_names_the_field_and_the_value(void)
         { "{" BASE ",\"mlp_bias\":true}", CDX_EUNSUPPORTED, "mlp_bias is true", NULL },
         { "{" BASE ",\"attention_bias\":true}", CDX_EUNSUPPORTED, "attention_bias is true", "Qwen2" },
         { "{" BASE ",\"rope_interleaved\":true}", CDX_EUNSUPPORTED, "rope_interleaved is true", NULL },
-        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", CDX_EUNSUPPORTED, "rope_scaling is", "yarn" },
+        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"yarn\"", "llama3" },
         { "{" BASE ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}", CDX_EUNSUPPORTED, "linear", NULL },
         /* Llama 3 scaling needs all four of its keys: the loader's reader says so before the download */
         { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", CDX_EFORMAT,
@@ -292,16 +292,18 @@ static void each_refusal_names_the_field_and_the_value(void)
           "\"high_freq_factor\":4,\"original_max_position_embeddings\":64}}", 0, NULL, NULL },
         { "{" BASE ",\"rope_scaling\":null}", 0, NULL, NULL },
         { "{" BASE ",\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000}}", 0, NULL, NULL },
-        { "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}", CDX_EUNSUPPORTED, "num_hidden_layers is 0", NULL },
-        { "{" DIMS(64, 3) "}", CDX_EUNSUPPORTED, "not a multiple of num_key_value_heads 3", NULL },
+        /* the loader's reader: the dimensions are required, and must agree */
+        { "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}", CDX_EFORMAT, "intermediate_size is missing", NULL },
+        { "{" DIMS(64, 3) "}", CDX_EUNSUPPORTED, "num_key_value_heads is 3", "must divide" },
         { "{" DIMS(64, 8) "}", CDX_EUNSUPPORTED, "num_key_value_heads is 8", NULL },
-        { "{" DIMS(66, 2) "}", CDX_EUNSUPPORTED, "hidden_size 66 is not a multiple", NULL },
+        /* LlamaConfig's head_dim is hidden_size // heads (16): q_proj 66 -> 64, o_proj 64 -> 66, as transformers runs it */
+        { "{" DIMS(66, 2) "}", 0, NULL, NULL },
         { "{" BASE ",\"head_dim\":15}", CDX_EUNSUPPORTED, "head_dim is 15", NULL },
         { "{" DIMS("64", 2) "}", CDX_EFORMAT, "hidden_size is \"64\"", "integer" },
-        { "{\"architectures\":[\"LlamaForCausalLM\"],\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_size\":64,\"vocab_size\":-1}", CDX_EUNSUPPORTED, "vocab_size is -1", NULL },
+        { "{\"architectures\":[\"LlamaForCausalLM\"],\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_size\":64,\"intermediate_size\":128,\"vocab_size\":-1}", CDX_EUNSUPPORTED, "vocab_size is -1", NULL },
         { "{" BASE ",\"max_position_embeddings\":1e30}", CDX_EFORMAT, "max_position_embeddings", NULL },
         { "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
-          "\"num_attention_heads\":4,\"vocab_size\":100,\"num_experts\":8,\"num_experts_per_tok\":9,"
+          "\"num_attention_heads\":4,\"vocab_size\":100,\"intermediate_size\":128,\"num_experts\":8,\"num_experts_per_tok\":9,"
           "\"moe_intermediate_size\":32}", CDX_EUNSUPPORTED, "num_experts_per_tok is 9", NULL },
         { "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
           "\"intermediate_size\":128,\"vocab_size\":100,\"attention_bias\":true,\"num_key_value_heads\":2}", 0, NULL, NULL },
@@ -320,7 +322,7 @@ static void each_refusal_names_the_field_and_the_value(void)
           "\"use_sliding_window\":true,\"sliding_window\":16}}", CDX_EUNSUPPORTED, "sliding window", "16" },
         { "{\"architectures\":[\"Qwen3_5ForConditionalGeneration\"],\"text_config\":{\"hidden_size\":64,"
           "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":100,"
-          "\"hidden_act\":\"gelu\"}}", CDX_EUNSUPPORTED, "text_config.hidden_act is \"gelu\"", NULL },
+          "\"hidden_act\":\"gelu\"}}", CDX_EUNSUPPORTED, "text_config: hidden_act is \"gelu\"", NULL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cdx_err err = { 0 };
@@ -505,9 +507,9 @@ static void a_folder_is_checked_and_notes_name_files_not_read(void)
     put(m, "vocab.json", "{\"a\":0,\"b\":1}");
     put(m, "merges.txt", "#version: 0.2\na b\n");
     put(m, "config.json", "{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_act\":\"gelu\",\"hidden_size\":64,"
-                          "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"vocab_size\":320}");
+                          "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,\"vocab_size\":320}");
     CHECK(cdx_hub_check_dir(m, false, NULL, &err) == 0);
-    CHECK(cdx_hub_check_dir(m, true, NULL, &err) == CDX_EUNSUPPORTED && strstr(err.msg, "hidden_act is \"gelu\""));
+    CHECKF(cdx_hub_check_dir(m, true, NULL, &err) == CDX_EUNSUPPORTED && strstr(err.msg, "hidden_act is \"gelu\""), "%s", err.msg);
     put(m, "merges.txt", "a b c\n");
     CHECK(cdx_hub_check_dir(m, false, NULL, &err) == CDX_EFORMAT && strstr(err.msg, "merges.txt line 1"));
     put(m, "merges.txt", "a b\n");
@@ -594,7 +596,9 @@ static void inspect_reports_missing_tensors_and_refuses_malformed_files(void)
     cdx_st_close(st);
     CHECK(cdx_hub_inspect_path(d, &r, &err) == 0);
     CHECK(r.n_missing == 1 && strstr(r.missing_required_tensors, "model.layers.1.mlp.up_proj.weight"));
-    CHECK(r.n_unused == 1 && strstr(r.unused_tensors, "model.layers.0.mlp.extra.weight") && strstr(r.refusal, "does not use"));
+    /* the verdict is the loader's, with its message: the first tensor it misses */
+    CHECKF(r.n_unused == 1 && strstr(r.unused_tensors, "model.layers.0.mlp.extra.weight") &&
+           strstr(r.refusal, "\"model.layers.1.mlp.up_proj.weight\" is missing"), "refusal %s", r.refusal);
 
     /* malformed files give an error, never a crash */
     static const struct { const char *name; const char *bytes; size_t n; const char *msg; } bad[] = {
@@ -692,28 +696,51 @@ static void inspect_applies_the_seeds_tensor_rules(void)
     copy(SHARED "/fixtures/hf/llama/config.json", d, "config.json");
     put_st(d, "{\"model.embed_tokens.weight\":{\"dtype\":\"I8\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
               "\"model.norm.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[4,6]}}", 6);
+    /* the report lists both; the refusal is the loader's (its reader stops at the first) */
     CHECKF(cdx_hub_inspect_path(d, &r, &err) == 0 && strstr(r.unsupported_tensor_types, "I8") &&
-           strstr(r.unsupported_tensor_types, "F8_E4M3") && strstr(r.refusal, "tensors stored as") &&
-           strstr(r.refusal, "I8"), "rc msg %s, refusal %s", err.msg, r.refusal);
-    /* an lm_head.weight beside a tied embedding whose shape or type differs (llama3_rope is tied) */
+           strstr(r.unsupported_tensor_types, "F8_E4M3") && strstr(r.refusal, "has dtype I8") &&
+           strstr(r.refusal, "F32, F16 and BF16"), "rc msg %s, refusal %s", err.msg, r.refusal);
+    /* an lm_head.weight beside a tied embedding (llama3_rope is tied): one of another shape is refused,
+     * one of another type runs (the loader binds a head of any type it computes with), as transformers does */
+    cdx_safetensors *st = NULL;
+    REQUIRE(cdx_st_open(SHARED "/fixtures/hf/llama3_rope", &st, &err) == 0);
+    const cdx_st_tensor *emb = cdx_st_find(st, "model.embed_tokens.weight");
+    REQUIRE(emb && emb->type == CDX_TYPE_F32 && emb->n_dims == 2);
     copy(SHARED "/fixtures/hf/llama3_rope/config.json", d, "config.json");
-    static const struct { const char *hdr; size_t n; bool refused; } heads[] = {
-        { "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
-          "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[16,40]}}", 40, true },
-        { "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
-          "\"lm_head.weight\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[16,24]}}", 24, true },
-        { "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
-          "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[16,32]}}", 32, false },
-    };
+    const uint64_t n = emb->shape[0] * emb->shape[1];
+    uint16_t *half = calloc((size_t)n, sizeof *half);
+    REQUIRE(half);
+    for (uint64_t i = 0; i < n; i++)
+        half[i] = cdx_f32_to_f16(((const float *)emb->data)[i]);
+    const uint64_t wide[2] = { emb->shape[0], emb->shape[1] + 1 };
+    static const struct { int kind; bool refused; } heads[] = { { 0, true }, { 1, false }, { 2, false } };
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
-        put_st(d, heads[i].hdr, heads[i].n);
+        cdx_st_writer *w = NULL;
+        REQUIRE(cdx_st_writer_new(&w, &err) == 0);
+        for (uint64_t k = 0; k < st->n_tensors; k++)
+            REQUIRE(cdx_st_writer_add(w, st->tensors[k].name, st->tensors[k].type, st->tensors[k].n_dims,
+                                      st->tensors[k].shape, st->tensors[k].data, &err) == 0);
+        float *pad = heads[i].kind == 0 ? calloc((size_t)(wide[0] * wide[1]), sizeof(float)) : NULL;
+        REQUIRE(heads[i].kind != 0 || pad);
+        REQUIRE((heads[i].kind == 0 ? cdx_st_writer_add(w, "lm_head.weight", CDX_TYPE_F32, 2, wide, pad, &err)
+                 : heads[i].kind == 1 ? cdx_st_writer_add(w, "lm_head.weight", CDX_TYPE_F16, 2, emb->shape, half, &err)
+                                      : cdx_st_writer_add(w, "lm_head.weight", CDX_TYPE_F32, 2, emb->shape, emb->data,
+                                                          &err)) == 0);
+        char p[400];
+        snprintf(p, sizeof p, "%s/model.safetensors", d);
+        REQUIRE(cdx_st_writer_write(w, p, &err) == 0);
+        cdx_st_writer_free(w);
+        free(pad);
         memset(&err, 0, sizeof err);
         REQUIRE(cdx_hub_inspect_path(d, &r, &err) == 0);
-        bool refused = strstr(r.refusal, "lm_head.weight") && strstr(r.refusal, "differs in shape or type");
+        bool refused = strstr(r.refusal, "\"lm_head.weight\" has shape") != NULL;
         CHECKF(refused == heads[i].refused, "head %zu: refusal \"%s\"", i, r.refusal);
         if (!heads[i].refused)
-            CHECKF(strstr(r.note, "runs with the shipped head"), "head %zu: note \"%s\"", i, r.note);
+            CHECKF(!r.refusal[0] && strstr(r.note, "runs with the shipped head"), "head %zu: note \"%s\" refusal "
+                   "\"%s\"", i, r.note, r.refusal);
     }
+    free(half);
+    cdx_st_close(st);
 }
 
 static void the_gguf_peek_sizes_a_model_from_its_first_bytes(void)

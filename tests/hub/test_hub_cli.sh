@@ -61,6 +61,9 @@ check "models with an unknown subcommand: usage error" '[ $rc -eq 2 ]'
 
 "$CALDRIX" doctor > "$T/doctor.txt"; rc=$?
 check "doctor prints CPU features, lanes, caches, memory" '[ $rc -eq 0 ] && grep -q "AVX2" "$T/doctor.txt" && grep -q "AVX-512VNNI" "$T/doctor.txt" && grep -q "^lanes:" "$T/doctor.txt" && grep -q "hugging face: $T/hf/hub" "$T/doctor.txt" && grep -q "^memory: .* available of " "$T/doctor.txt" && grep -q "offline: CALDRIX_OFFLINE" "$T/doctor.txt"'
+"$CALDRIX" models supported --all --json > "$T/sup.json"
+check "doctor lists what caldrix runs from the architecture table: every config.json architecture, the GGUF ones" \
+    '( for a in $(python3 -c "import json,sys; print(\" \".join(r[\"architecture\"] for r in json.load(open(sys.argv[1]))[\"architectures\"]))" "$T/sup.json"); do grep -q "^  config.json architectures:.* $a\(,\|$\)" "$T/doctor.txt" || exit 1; done ) && grep -q "^  GGUF architectures: llama, qwen2, qwen3, qwen3moe, qwen2moe, llama with experts (Mixtral), qwen35$" "$T/doctor.txt"'
 
 for c in pull inspect models doctor; do
     "$CALDRIX" $c --help > "$T/h.txt" 2>&1; rc=$?

@@ -5,45 +5,13 @@
  * key, a GGUF metadata value or tensor name patched in place, a safetensors header shape. */
 #include "caldrix.h"
 #include "test.h"
+#include "test_blob.h"
 
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char g_dir[64];
-
-typedef struct {
-    char *p;
-    size_t n;
-} blob;
-
-static blob slurp(const char *path)
-{
-    blob b = { NULL, 0 };
-    cdx_err e = { 0 };
-    if (cdx_file_read_all(path, (size_t)64 << 20, &b.p, &b.n, &e))
-        b.p = NULL;
-    return b;
-}
-
-static bool spit(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    bool ok = f && fwrite(p, 1, n, f) == n;
-    if (f)
-        ok &= fclose(f) == 0;
-    return ok;
-}
-
-/* The first place `s` occurs in b, or NULL. */
-static char *find(blob b, const char *s)
-{
-    size_t k = strlen(s);
-    for (size_t i = 0; i + k <= b.n; i++)
-        if (!memcmp(b.p + i, s, k))
-            return b.p + i;
-    return NULL;
-}
 
 /* ---- checkpoints: a copy of a fixture folder with one edit ---- */
 
