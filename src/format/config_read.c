@@ -722,6 +722,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     memset(cfg, 0, sizeof *cfg);
     if (!name)
         name = "config.json";
+    const char *const top_name = name;
     json_error_t je;
     /* a key given twice is ambiguous (which one would transformers read?): malformed */
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
@@ -786,18 +787,23 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     }
 
     /* quantized checkpoints and interleaved RoPE: no class caldrix reads has them */
-    json_t *q = field(root, "quantization_config");
-    if (q) {
-        json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
-        REFUSE(&c, "%s: quantization_config is present (quant_method \"%.40s\"); quantized safetensors checkpoints "
-               "are refused. Use the unquantized release, or a quantized Ollama tag (ollama:NAME:TAG)", c.name,
-               json_is_string(m) ? json_string_value(m) : "?");
-    }
+    /* these and the activation, in the text model's object and at the top level (a multimodal config) */
+    json_t *const objs[2] = { c.root, doc != c.root ? doc : NULL };
+    const char *const obj_names[2] = { c.name, top_name };
     static const char *const interleaved[] = { "rope_interleaved", "rotary_interleaved", "interleaved_rope" };
-    for (size_t i = 0; i < 3; i++)
-        if (json_is_true(field(root, interleaved[i])))
-            REFUSE(&c, "%s: %s is true; interleaved RoPE is not supported (caldrix rotates halves, as Llama and "
-                   "Qwen do)", c.name, interleaved[i]);
+    for (int k = 0; k < 2 && objs[k]; k++) {
+        json_t *q = field(objs[k], "quantization_config");
+        if (q) {
+            json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+            REFUSE(&c, "%s: quantization_config is present (quant_method \"%.40s\"); quantized safetensors "
+                   "checkpoints are refused. Use the unquantized release, or a quantized Ollama tag "
+                   "(ollama:NAME:TAG)", obj_names[k], json_is_string(m) ? json_string_value(m) : "?");
+        }
+        for (size_t i = 0; i < 3; i++)
+            if (json_is_true(field(objs[k], interleaved[i])))
+                REFUSE(&c, "%s: %s is true; interleaved RoPE is not supported (caldrix rotates halves, as Llama "
+                       "and Qwen do)", obj_names[k], interleaved[i]);
+    }
 
     if ((rc = req_int(&c, "hidden_size", 1, CDX_MAX_HIDDEN, &cfg->hidden_size)) ||
         (rc = req_int(&c, "intermediate_size", 1, CDX_MAX_FF, &cfg->intermediate_size)) ||
@@ -835,13 +841,14 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
 
     static const char *const act_keys[] = { "hidden_act", "hidden_activation" };
-    for (size_t i = 0; i < 2; i++) {
-        const char *act = NULL;
-        if ((rc = get_str(&c, root, act_keys[i], act_keys[i], &act)))
-            goto out;
-        if (act && strcmp(act, "silu"))
-            REFUSE(&c, "%s: %s is \"%.40s\"; only \"silu\" is supported", c.name, act_keys[i], act);
-    }
+    for (int k = 0; k < 2 && objs[k]; k++)
+        for (size_t i = 0; i < 2; i++) {
+            const char *act = NULL;
+            if ((rc = get_str(&c, objs[k], act_keys[i], act_keys[i], &act)))
+                goto out;
+            if (act && strcmp(act, "silu"))
+                REFUSE(&c, "%s: %s is \"%.40s\"; only \"silu\" is supported", obj_names[k], act_keys[i], act);
+        }
     if ((rc = get_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)) ||
         (rc = get_bool(&c, "attention_bias", &cfg->attention_bias, NULL)))
         goto out;
