@@ -22,7 +22,8 @@ static const char k_run_usage[] =
     "MODEL is a .gguf file, a Hugging Face checkpoint directory, an alias (caldrix models supported),\n"
     "owner/name[@revision] from the Hugging Face Hub, or ollama:name[:tag]; a model named that way is\n"
     "checked and downloaded into its cache first. Without MODEL, the bundled stories260K model runs.\n"
-    "\n"
+    "\n";
+static const char k_run_options[] =
     "  -p, --prompt TEXT      prompt text (tokenized with the model's tokenizer, BOS added if it says so)\n"
     "  --prompt-ids IDS       comma-separated token ids, used exactly as given\n"
     "  -n N                   tokens to generate (default 256)\n"
@@ -68,6 +69,38 @@ static const char k_run_usage[] =
     "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
     "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"}; reused: prompt tokens\n"
     "                         whose K/V came from the cache, in whole blocks of 16)\n";
+
+/* Words after a heading, wrapped at 100 columns with a two-space indent. */
+static void print_wrapped(FILE *f, const char *heading, const char *const *words, size_t n)
+{
+    size_t col = (size_t)fprintf(f, "%s", heading);
+    for (size_t i = 0; i < n; i++) {
+        const size_t w = strlen(words[i]) + 2;
+        if (col + w > 100) {
+            fputs("\n ", f);
+            col = 1;
+        }
+        col += (size_t)fprintf(f, " %s%s", words[i], i + 1 < n ? "," : ".");
+    }
+    fputc('\n', f);
+}
+
+/* The architectures come from the model table (the list `models supported --all` prints). */
+static void run_usage(FILE *f)
+{
+    fputs(k_run_usage, f);
+    size_t n = 0;
+    const cdx_hub_arch *a = cdx_hub_archs(&n);
+    const char *names[64];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 64; i++)
+        names[k++] = a[i].name;
+    print_wrapped(f, "Checkpoint architectures (config.json):", names, k);
+    char gg[512];
+    cdx_model_gguf_archs(gg, sizeof gg);
+    fprintf(f, "GGUF architectures: %s.\n\n", gg);
+    fputs(k_run_options, f);
+}
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
@@ -140,7 +173,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         i++;                                                                           \
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(k_run_usage, stdout);
+            run_usage(stdout);
             cli_print_dtype_help(stdout);
             exit(0);
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
