@@ -135,6 +135,30 @@ static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
     }
 }
 
+/* Words 0..3 (16 bytes at off) of 16 rows into 4 lines of the x16 layout: word k of row i at
+ * out + 64k + 4i, each byte xor'ed with fx. Two 4×4 transposes of 32-bit words per 128-bit lane
+ * (rows 0..3 | 8..11, and 4..7 | 12..15), then the lanes recombined. */
+KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, __m256i fx)
+{
+    __m256i r[2][4];
+    for (int h = 0; h < 2; h++) {
+        __m256i a[4];
+        for (int i = 0; i < 4; i++)
+            a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[4 * h + i] + off))),
+                                           _mm_loadu_si128((const __m128i *)(rows[8 + 4 * h + i] + off)), 1);
+        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        r[h][0] = _mm256_xor_si256(_mm256_unpacklo_epi64(t0, t2), fx);
+        r[h][1] = _mm256_xor_si256(_mm256_unpackhi_epi64(t0, t2), fx);
+        r[h][2] = _mm256_xor_si256(_mm256_unpacklo_epi64(t1, t3), fx);
+        r[h][3] = _mm256_xor_si256(_mm256_unpackhi_epi64(t1, t3), fx);
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_si256((__m256i *)(out + 64 * k), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x20));
+        _mm256_storeu_si256((__m256i *)(out + 64 * k + 32), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x31));
+    }
+}
+
 /* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
 static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
@@ -150,19 +174,20 @@ static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
     const int64_t nb = w->cols / 32;
     const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
     const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
-    const uint8_t flip = kind == W_Q8_0 ? X16_Q8_FLIP : 0;
+    const __m256i fx = _mm256_set1_epi8((char)(kind == W_Q8_0 ? X16_Q8_FLIP : 0));
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes;
         uint16_t *S = (uint16_t *)(Q + (size_t)nb * qb);
-        for (int i = 0; i < 16; i++) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + (size_t)b * bb;
-                memcpy(&S[b * 16 + i], blk, 2);
-                for (size_t k = 0; k < qb / 64; k++)
-                    for (int j = 0; j < 4; j++)
-                        Q[(size_t)b * qb + 64 * k + 4 * (size_t)i + (size_t)j] = blk[2 + 4 * k + (size_t)j] ^ flip;
-            }
+        const uint8_t *rows[16];
+        for (int i = 0; i < 16; i++)
+            rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+        for (int64_t b = 0; b < nb; b++) {
+            const size_t off = (size_t)b * bb;
+            for (int i = 0; i < 16; i++)
+                memcpy(&S[b * 16 + i], rows[i] + off, 2);
+            x16_pack4w(rows, off + 2, Q + (size_t)b * qb, fx);
+            if (kind == W_Q8_0) /* words 4..7 */
+                x16_pack4w(rows, off + 18, Q + (size_t)b * qb + 256, fx);
         }
     }
 }

@@ -143,20 +143,31 @@ typedef struct {
     const cdx_kernels *k;
     const cdx_mat *w;
     void *out;
+    _Atomic int64_t next; /* the first group not yet taken */
 } pack_job;
 
+/* Groups dealt in runs of PACK_RUN from a shared counter: the first touch of the fresh pages
+ * (their zeroing, in the kernel) costs the threads unevenly, so fixed halves left one waiting. */
+#define PACK_RUN 4
 static void pack_groups(void *arg, int ith, int nth)
 {
     pack_job *j = arg;
+    (void)ith;
+    (void)nth;
     const int64_t ng = j->w->rows / 16;
-    j->k->pack(j->w, j->out, ng * ith / nth, ng * (ith + 1) / nth);
+    for (;;) {
+        const int64_t g = atomic_fetch_add_explicit(&j->next, PACK_RUN, memory_order_relaxed);
+        if (g >= ng)
+            return;
+        j->k->pack(j->w, j->out, g, g + PACK_RUN < ng ? g + PACK_RUN : ng);
+    }
 }
 
 void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out)
 {
     if (!cdx_matmul_pack_bytes(k, w))
         return;
-    pack_job j = { k, w, out };
+    pack_job j = { .k = k, .w = w, .out = out };
     cdx_pool_run(pool, pack_groups, &j);
 }
 
