@@ -103,29 +103,41 @@ static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
             for (int64_t b = 0; b < nsb; b++) {
                 const cdx_block_q6_K *blk = &row[b];
                 uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
-                for (int half = 0; half < 2; half++)
-                    for (int l = 0; l < 32; l++) {
-                        const uint8_t lo0 = blk->ql[64 * half + l], lo1 = blk->ql[64 * half + 32 + l];
-                        const uint8_t hi = blk->qh[32 * half + l];
-                        q[128 * half + l] = (uint8_t)((lo0 & 0xF) | ((hi & 3) << 4));
-                        q[128 * half + l + 32] = (uint8_t)((lo1 & 0xF) | (((hi >> 2) & 3) << 4));
-                        q[128 * half + l + 64] = (uint8_t)((lo0 >> 4) | (((hi >> 4) & 3) << 4));
-                        q[128 * half + l + 96] = (uint8_t)((lo1 >> 4) | (((hi >> 6) & 3) << 4));
-                    }
+                const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+                for (int half = 0; half < 2; half++) {
+                    const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
+                    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half + 32));
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
+#define Q6_HI(sh) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sh), m3), 4)
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half), _mm256_or_si256(_mm256_and_si256(l0, m4), Q6_HI(0)));
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), Q6_HI(2)));
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 64),
+                                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), Q6_HI(4)));
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 96),
+                                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), Q6_HI(6)));
+#undef Q6_HI
+                }
                 uint8_t *qb = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+                const __m128i n4 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
                 for (int sb = 0; sb < 8; sb++) {
-                    const uint8_t *v = q + 32 * sb;
+                    const __m128i va = _mm_loadu_si128((const __m128i *)(q + 32 * sb));
+                    const __m128i vc = _mm_loadu_si128((const __m128i *)(q + 32 * sb + 16));
                     uint8_t *lo = qb + 384 * sb, *hi = lo + 256;
+                    /* byte 4k+c: value 4k+c in the low nibble, 16+4k+c in the high one */
+                    const __m128i l16 = _mm_or_si128(_mm_and_si128(va, n4), _mm_slli_epi16(_mm_and_si128(vc, n4), 4));
+                    uint32_t wl[4];
+                    _mm_storeu_si128((__m128i *)wl, l16);
                     for (int k = 0; k < 4; k++)
-                        for (int c = 0; c < 4; c++)
-                            lo[64 * k + 4 * i + c] = (uint8_t)((v[4 * k + c] & 0xF) | ((v[16 + 4 * k + c] & 0xF) << 4));
-                    for (int h = 0; h < 2; h++)
-                        for (int c = 0; c < 4; c++) {
-                            uint8_t byte = 0;
-                            for (int ww = 0; ww < 4; ww++)
-                                byte |= (uint8_t)(((v[4 * (4 * h + ww) + c] >> 4) & 3) << (2 * ww));
-                            hi[64 * h + 4 * i + c] = byte;
-                        }
+                        memcpy(lo + 64 * k + 4 * i, &wl[k], 4);
+                    /* byte c of word h: bits 2w..2w+1 hold the top 2 bits of value 4(4h+w)+c */
+                    for (int h = 0; h < 2; h++) {
+                        const __m128i u = _mm_and_si128(_mm_srli_epi16(h ? vc : va, 4), n3);
+                        const __m128i t = _mm_or_si128(_mm_or_si128(u, _mm_slli_epi32(_mm_srli_si128(u, 4), 2)),
+                                                       _mm_or_si128(_mm_slli_epi32(_mm_srli_si128(u, 8), 4),
+                                                                    _mm_slli_epi32(_mm_srli_si128(u, 12), 6)));
+                        const uint32_t wh = (uint32_t)_mm_cvtsi128_si32(t);
+                        memcpy(hi + 64 * h + 4 * i, &wh, 4);
+                    }
                 }
                 for (int j = 0; j < 16; j++)
                     mb[16 * j + i] = (uint8_t)blk->scales[j];
