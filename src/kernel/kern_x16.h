@@ -56,21 +56,49 @@ static size_t KT(pack_bytes)(const cdx_mat *w)
     return (size_t)(w->rows / 16) * (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
 }
 
+/* Words 0..3 (16 bytes at off) of 16 rows into 4 lines of the x16 layout: word k of row i at
+ * out + 64k + 4i, each byte xor'ed with fx. Two 4×4 transposes of 32-bit words per 128-bit lane
+ * (rows 0..3 | 8..11, and 4..7 | 12..15), then the lanes recombined. */
+KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, __m256i fx)
+{
+    __m256i r[2][4];
+    for (int h = 0; h < 2; h++) {
+        __m256i a[4];
+        for (int i = 0; i < 4; i++)
+            a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[4 * h + i] + off))),
+                                           _mm_loadu_si128((const __m128i *)(rows[8 + 4 * h + i] + off)), 1);
+        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        r[h][0] = _mm256_xor_si256(_mm256_unpacklo_epi64(t0, t2), fx);
+        r[h][1] = _mm256_xor_si256(_mm256_unpackhi_epi64(t0, t2), fx);
+        r[h][2] = _mm256_xor_si256(_mm256_unpacklo_epi64(t1, t3), fx);
+        r[h][3] = _mm256_xor_si256(_mm256_unpackhi_epi64(t1, t3), fx);
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_si256((__m256i *)(out + 64 * k), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x20));
+        _mm256_storeu_si256((__m256i *)(out + 64 * k + 32), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x31));
+    }
+}
+
 static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
     const int64_t nsb = w->cols / 256;
     const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
+    const __m256i zero = _mm256_setzero_si256();
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16K_Q;
-        for (int i = 0; i < 16; i++) {
-            const cdx_block_q4_K *row = (const cdx_block_q4_K *)((const uint8_t *)w->data +
-                                                                 (size_t)(16 * g + i) * w->row_bytes);
-            for (int64_t b = 0; b < nsb; b++) {
-                const cdx_block_q4_K *blk = &row[b];
-                uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
-                for (int j = 0; j < 4; j++)
-                    for (int k = 0; k < 8; k++)
-                        memcpy(q + 512 * j + 64 * k + 4 * i, blk->qs + 32 * j + 4 * k, 4);
+        const uint8_t *rows[16];
+        for (int i = 0; i < 16; i++)
+            rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+            const size_t off = (size_t)b * sizeof(cdx_block_q4_K) + offsetof(cdx_block_q4_K, qs);
+            for (int j = 0; j < 4; j++) { /* word k of chunk j: qs[32j+4k .. +3] */
+                x16_pack4w(rows, off + 32 * (size_t)j, q + 512 * j, zero);
+                x16_pack4w(rows, off + 32 * (size_t)j + 16, q + 512 * j + 256, zero);
+            }
+            for (int i = 0; i < 16; i++) {
+                const cdx_block_q4_K *blk = (const cdx_block_q4_K *)rows[i] + b;
                 uint8_t sc[8], m[8];
                 k4_scales(blk->scales, sc, m);
                 for (int sb = 0; sb < 8; sb++) {
@@ -144,30 +172,6 @@ static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
                 memcpy(mb + 256 + 2 * i, &blk->d, 2);
             }
         }
-    }
-}
-
-/* Words 0..3 (16 bytes at off) of 16 rows into 4 lines of the x16 layout: word k of row i at
- * out + 64k + 4i, each byte xor'ed with fx. Two 4×4 transposes of 32-bit words per 128-bit lane
- * (rows 0..3 | 8..11, and 4..7 | 12..15), then the lanes recombined. */
-KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, __m256i fx)
-{
-    __m256i r[2][4];
-    for (int h = 0; h < 2; h++) {
-        __m256i a[4];
-        for (int i = 0; i < 4; i++)
-            a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[4 * h + i] + off))),
-                                           _mm_loadu_si128((const __m128i *)(rows[8 + 4 * h + i] + off)), 1);
-        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        r[h][0] = _mm256_xor_si256(_mm256_unpacklo_epi64(t0, t2), fx);
-        r[h][1] = _mm256_xor_si256(_mm256_unpackhi_epi64(t0, t2), fx);
-        r[h][2] = _mm256_xor_si256(_mm256_unpacklo_epi64(t1, t3), fx);
-        r[h][3] = _mm256_xor_si256(_mm256_unpackhi_epi64(t1, t3), fx);
-    }
-    for (int k = 0; k < 4; k++) {
-        _mm256_storeu_si256((__m256i *)(out + 64 * k), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x20));
-        _mm256_storeu_si256((__m256i *)(out + 64 * k + 32), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x31));
     }
 }
 
