@@ -56,21 +56,49 @@ static size_t KT(pack_bytes)(const cdx_mat *w)
     return (size_t)(w->rows / 16) * (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
 }
 
+/* Words 0..3 (16 bytes at off) of 16 rows into 4 lines of the x16 layout: word k of row i at
+ * out + 64k + 4i, each byte xor'ed with fx. Two 4×4 transposes of 32-bit words per 128-bit lane
+ * (rows 0..3 | 8..11, and 4..7 | 12..15), then the lanes recombined. */
+KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, __m256i fx)
+{
+    __m256i r[2][4];
+    for (int h = 0; h < 2; h++) {
+        __m256i a[4];
+        for (int i = 0; i < 4; i++)
+            a[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[4 * h + i] + off))),
+                                           _mm_loadu_si128((const __m128i *)(rows[8 + 4 * h + i] + off)), 1);
+        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+        r[h][0] = _mm256_xor_si256(_mm256_unpacklo_epi64(t0, t2), fx);
+        r[h][1] = _mm256_xor_si256(_mm256_unpackhi_epi64(t0, t2), fx);
+        r[h][2] = _mm256_xor_si256(_mm256_unpacklo_epi64(t1, t3), fx);
+        r[h][3] = _mm256_xor_si256(_mm256_unpackhi_epi64(t1, t3), fx);
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_si256((__m256i *)(out + 64 * k), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x20));
+        _mm256_storeu_si256((__m256i *)(out + 64 * k + 32), _mm256_permute2x128_si256(r[0][k], r[1][k], 0x31));
+    }
+}
+
 static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
     const int64_t nsb = w->cols / 256;
     const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
+    const __m256i zero = _mm256_setzero_si256();
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16K_Q;
-        for (int i = 0; i < 16; i++) {
-            const cdx_block_q4_K *row = (const cdx_block_q4_K *)((const uint8_t *)w->data +
-                                                                 (size_t)(16 * g + i) * w->row_bytes);
-            for (int64_t b = 0; b < nsb; b++) {
-                const cdx_block_q4_K *blk = &row[b];
-                uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
-                for (int j = 0; j < 4; j++)
-                    for (int k = 0; k < 8; k++)
-                        memcpy(q + 512 * j + 64 * k + 4 * i, blk->qs + 32 * j + 4 * k, 4);
+        const uint8_t *rows[16];
+        for (int i = 0; i < 16; i++)
+            rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+            const size_t off = (size_t)b * sizeof(cdx_block_q4_K) + offsetof(cdx_block_q4_K, qs);
+            for (int j = 0; j < 4; j++) { /* word k of chunk j: qs[32j+4k .. +3] */
+                x16_pack4w(rows, off + 32 * (size_t)j, q + 512 * j, zero);
+                x16_pack4w(rows, off + 32 * (size_t)j + 16, q + 512 * j + 256, zero);
+            }
+            for (int i = 0; i < 16; i++) {
+                const cdx_block_q4_K *blk = (const cdx_block_q4_K *)rows[i] + b;
                 uint8_t sc[8], m[8];
                 k4_scales(blk->scales, sc, m);
                 for (int sb = 0; sb < 8; sb++) {
@@ -103,29 +131,41 @@ static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
             for (int64_t b = 0; b < nsb; b++) {
                 const cdx_block_q6_K *blk = &row[b];
                 uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
-                for (int half = 0; half < 2; half++)
-                    for (int l = 0; l < 32; l++) {
-                        const uint8_t lo0 = blk->ql[64 * half + l], lo1 = blk->ql[64 * half + 32 + l];
-                        const uint8_t hi = blk->qh[32 * half + l];
-                        q[128 * half + l] = (uint8_t)((lo0 & 0xF) | ((hi & 3) << 4));
-                        q[128 * half + l + 32] = (uint8_t)((lo1 & 0xF) | (((hi >> 2) & 3) << 4));
-                        q[128 * half + l + 64] = (uint8_t)((lo0 >> 4) | (((hi >> 4) & 3) << 4));
-                        q[128 * half + l + 96] = (uint8_t)((lo1 >> 4) | (((hi >> 6) & 3) << 4));
-                    }
+                const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+                for (int half = 0; half < 2; half++) {
+                    const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
+                    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half + 32));
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
+#define Q6_HI(sh) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sh), m3), 4)
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half), _mm256_or_si256(_mm256_and_si256(l0, m4), Q6_HI(0)));
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), Q6_HI(2)));
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 64),
+                                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), Q6_HI(4)));
+                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 96),
+                                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), Q6_HI(6)));
+#undef Q6_HI
+                }
                 uint8_t *qb = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+                const __m128i n4 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
                 for (int sb = 0; sb < 8; sb++) {
-                    const uint8_t *v = q + 32 * sb;
+                    const __m128i va = _mm_loadu_si128((const __m128i *)(q + 32 * sb));
+                    const __m128i vc = _mm_loadu_si128((const __m128i *)(q + 32 * sb + 16));
                     uint8_t *lo = qb + 384 * sb, *hi = lo + 256;
+                    /* byte 4k+c: value 4k+c in the low nibble, 16+4k+c in the high one */
+                    const __m128i l16 = _mm_or_si128(_mm_and_si128(va, n4), _mm_slli_epi16(_mm_and_si128(vc, n4), 4));
+                    uint32_t wl[4];
+                    _mm_storeu_si128((__m128i *)wl, l16);
                     for (int k = 0; k < 4; k++)
-                        for (int c = 0; c < 4; c++)
-                            lo[64 * k + 4 * i + c] = (uint8_t)((v[4 * k + c] & 0xF) | ((v[16 + 4 * k + c] & 0xF) << 4));
-                    for (int h = 0; h < 2; h++)
-                        for (int c = 0; c < 4; c++) {
-                            uint8_t byte = 0;
-                            for (int ww = 0; ww < 4; ww++)
-                                byte |= (uint8_t)(((v[4 * (4 * h + ww) + c] >> 4) & 3) << (2 * ww));
-                            hi[64 * h + 4 * i + c] = byte;
-                        }
+                        memcpy(lo + 64 * k + 4 * i, &wl[k], 4);
+                    /* byte c of word h: bits 2w..2w+1 hold the top 2 bits of value 4(4h+w)+c */
+                    for (int h = 0; h < 2; h++) {
+                        const __m128i u = _mm_and_si128(_mm_srli_epi16(h ? vc : va, 4), n3);
+                        const __m128i t = _mm_or_si128(_mm_or_si128(u, _mm_slli_epi32(_mm_srli_si128(u, 4), 2)),
+                                                       _mm_or_si128(_mm_slli_epi32(_mm_srli_si128(u, 8), 4),
+                                                                    _mm_slli_epi32(_mm_srli_si128(u, 12), 6)));
+                        const uint32_t wh = (uint32_t)_mm_cvtsi128_si32(t);
+                        memcpy(hi + 64 * h + 4 * i, &wh, 4);
+                    }
                 }
                 for (int j = 0; j < 16; j++)
                     mb[16 * j + i] = (uint8_t)blk->scales[j];
@@ -150,19 +190,20 @@ static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
     const int64_t nb = w->cols / 32;
     const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
     const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
-    const uint8_t flip = kind == W_Q8_0 ? X16_Q8_FLIP : 0;
+    const __m256i fx = _mm256_set1_epi8((char)(kind == W_Q8_0 ? X16_Q8_FLIP : 0));
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes;
         uint16_t *S = (uint16_t *)(Q + (size_t)nb * qb);
-        for (int i = 0; i < 16; i++) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + (size_t)b * bb;
-                memcpy(&S[b * 16 + i], blk, 2);
-                for (size_t k = 0; k < qb / 64; k++)
-                    for (int j = 0; j < 4; j++)
-                        Q[(size_t)b * qb + 64 * k + 4 * (size_t)i + (size_t)j] = blk[2 + 4 * k + (size_t)j] ^ flip;
-            }
+        const uint8_t *rows[16];
+        for (int i = 0; i < 16; i++)
+            rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+        for (int64_t b = 0; b < nb; b++) {
+            const size_t off = (size_t)b * bb;
+            for (int i = 0; i < 16; i++)
+                memcpy(&S[b * 16 + i], rows[i] + off, 2);
+            x16_pack4w(rows, off + 2, Q + (size_t)b * qb, fx);
+            if (kind == W_Q8_0) /* words 4..7 */
+                x16_pack4w(rows, off + 18, Q + (size_t)b * qb + 256, fx);
         }
     }
 }

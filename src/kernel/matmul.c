@@ -53,7 +53,9 @@ typedef struct {
     const cdx_mat *w[MATMUL_MAX_MULTI];
     const cdx_type_traits *t[MATMUL_MAX_MULTI];
     float *y[MATMUL_MAX_MULTI];
-    int64_t chunk[MATMUL_MAX_MULTI];              /* rows per chunk of matrix i */
+    int64_t chunk[MATMUL_MAX_MULTI];              /* rows per chunk of matrix i ... */
+    int64_t n_big[MATMUL_MAX_MULTI];              /* ... for its first n_big chunks, then */
+    int64_t small[MATMUL_MAX_MULTI];              /* rows per chunk of its last stretch */
     int64_t first_chunk[MATMUL_MAX_MULTI + 1];    /* chunks of matrices before i */
     const float *x;
     const void *xq;       /* activations in vec_dot_type (or as bf16 for row_bf16dp), or NULL */
@@ -71,8 +73,11 @@ static void matmul_range(const matmul_job *j, int i, int ith, int64_t r0, int64_
  * threads share the memory bus unevenly and thread 0 arrives late from the serial work between
  * matmuls, so fixed halves leave one thread spinning at every barrier. A chunk is a run of whole
  * row tiles (4 rows for matvec, a 16-row panel for prefill and packed layouts), about 8 per
- * thread, so each thread still reads long sequential stretches. Several matrices of one call
- * (cdx_matmul_multi) share the counter: the threads meet once for all of them. */
+ * thread, so each thread still reads long sequential stretches; the last nth chunks' worth of
+ * rows is dealt in quarter chunks, so the thread that takes the last one keeps the other
+ * waiting a quarter as long. Several matrices of one call (cdx_matmul_multi) share the counter:
+ * the threads meet once for all of them. Which thread computes a row, and with which neighbours,
+ * never changes its sums (every row's dot is its own). */
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
@@ -84,8 +89,10 @@ static void matmul_rows(void *arg, int ith, int nth)
             return;
         while (c >= j->first_chunk[i + 1])
             i++;
-        const int64_t r0 = (c - j->first_chunk[i]) * j->chunk[i], rows = j->w[i]->rows;
-        matmul_range(j, i, ith, r0, r0 + j->chunk[i] < rows ? r0 + j->chunk[i] : rows);
+        const int64_t lc = c - j->first_chunk[i], rows = j->w[i]->rows;
+        const int64_t r0 = lc < j->n_big[i] ? lc * j->chunk[i] : j->n_big[i] * j->chunk[i] + (lc - j->n_big[i]) * j->small[i];
+        const int64_t len = lc < j->n_big[i] ? j->chunk[i] : j->small[i];
+        matmul_range(j, i, ith, r0, r0 + len < rows ? r0 + len : rows);
     }
 }
 
@@ -136,20 +143,31 @@ typedef struct {
     const cdx_kernels *k;
     const cdx_mat *w;
     void *out;
+    _Atomic int64_t next; /* the first group not yet taken */
 } pack_job;
 
+/* Groups dealt in runs of PACK_RUN from a shared counter: the first touch of the fresh pages
+ * (their zeroing, in the kernel) costs the threads unevenly, so fixed halves left one waiting. */
+#define PACK_RUN 4
 static void pack_groups(void *arg, int ith, int nth)
 {
     pack_job *j = arg;
+    (void)ith;
+    (void)nth;
     const int64_t ng = j->w->rows / 16;
-    j->k->pack(j->w, j->out, ng * ith / nth, ng * (ith + 1) / nth);
+    for (;;) {
+        const int64_t g = atomic_fetch_add_explicit(&j->next, PACK_RUN, memory_order_relaxed);
+        if (g >= ng)
+            return;
+        j->k->pack(j->w, j->out, g, g + PACK_RUN < ng ? g + PACK_RUN : ng);
+    }
 }
 
 void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out)
 {
     if (!cdx_matmul_pack_bytes(k, w))
         return;
-    pack_job j = { k, w, out };
+    pack_job j = { .k = k, .w = w, .out = out };
     cdx_pool_run(pool, pack_groups, &j);
 }
 
@@ -203,8 +221,14 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
         j.w[i] = wi;
         j.t[i] = cdx_type_get(wi->type);
         j.y[i] = ys[i];
-        j.chunk[i] = (chunk + align - 1) / align * align;
-        j.first_chunk[i + 1] = j.first_chunk[i] + (wi->rows + j.chunk[i] - 1) / j.chunk[i];
+        chunk = (chunk + align - 1) / align * align;
+        const int64_t small = ((chunk + 3) / 4 + align - 1) / align * align;
+        const int64_t tail = (int64_t)nth * chunk; /* rows dealt in small chunks at the end */
+        j.chunk[i] = chunk;
+        j.small[i] = small;
+        j.n_big[i] = wi->rows > tail ? (wi->rows - tail) / chunk : 0;
+        const int64_t rest = wi->rows - j.n_big[i] * chunk;
+        j.first_chunk[i + 1] = j.first_chunk[i] + j.n_big[i] + (rest + small - 1) / small;
     }
     uint8_t *p = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     if (uses_quantized_x(t, w->type)) {

@@ -219,6 +219,30 @@ static void rope(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
+typedef struct {
+    float *g;
+    const float *u;
+    int64_t n;
+} swiglu_job;
+
+static void swiglu_part(void *arg, int ith, int nth)
+{
+    swiglu_job *j = arg;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
+        j->g[i] = silu(j->g[i]) * j->u[i];
+}
+
+/* g = silu(g) ⊙ u, elementwise (each value the same whichever thread computes it): on the pool
+ * when there is enough of it, so the other threads do not wait through it between two matmuls. */
+static void swiglu(cdx_pool *pool, float *g, const float *u, int64_t n)
+{
+    swiglu_job j = { g, u, n };
+    if (n >= 8192)
+        cdx_pool_run(pool, swiglu_part, &j);
+    else
+        swiglu_part(&j, 0, 1);
+}
+
 /* ---- mixture of experts ---- */
 
 /* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
@@ -441,8 +465,7 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
         }
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->xn, n,
                          (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
-        for (int64_t i = 0; i < n * hp->n_ff; i++)
-            fc->ffn_g[i] = silu(fc->ffn_g[i]) * fc->ffn_u[i];
+        swiglu(pool, fc->ffn_g, fc->ffn_u, n * hp->n_ff);
         cdx_matmul(K, pool, &L->down, fc->ffn_g, n, fc->xn, fc->ws);
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];
