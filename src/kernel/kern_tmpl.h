@@ -351,6 +351,177 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
         }
 }
 
+/* ---- the GEMM over F32 / F16 / BF16 rows with f32 activations (n >= CDX_GEMM_MIN_N) ----
+ *
+ * Every output is summed exactly as tile_f sums it, so a row's result has the same bits at n = 1
+ * (tile_f) as inside any GEMM tile: VF_N lane accumulators, lane l taking the columns c ≡ l
+ * (mod VF_N) below cv = cols - cols % VF_N in increasing order by one fused multiply-add each,
+ * then vf_hsum, then the columns from cv on one by one (a product, then a sum). The GEMM only
+ * changes what is reused from where:
+ *   - a panel of rows is converted to f32 once (F16/BF16: exact) and kept in L2 for all n tokens;
+ *   - FG_T tokens × FG_KC columns stay in L1 while FG_R rows at a time stream past them, so each
+ *     column step is FG_R weight loads and FG_T token loads for FG_R × FG_T fused multiply-adds;
+ *   - the columns are walked in blocks of FG_KC (a multiple of VF_N, so lanes stay put), the
+ *     accumulators of a panel × FG_T tokens saved between blocks as vectors (no rounding there).
+ * The includer sets FG_R × FG_T (register tile) and FG_KC (L1 block). */
+#ifndef FG_R
+#define FG_R 2
+#endif
+#ifndef FG_T
+#define FG_T 6
+#endif
+#ifndef FG_KC
+#define FG_KC 512
+#endif
+#if FG_R > CDX_FGEMM_MAX_R || FG_T > CDX_FGEMM_MAX_T || VF_N > 16 || FG_KC % VF_N || CDX_FGEMM_MAX_RP % FG_R
+#error "float GEMM tile outside the scratch bounds of kernel_impl.h"
+#endif
+
+/* R rows (f32, ws floats apart) × T tokens (xs floats apart), columns [k0, k1) of the vector part;
+ * acc_io: this tile's saved accumulators ([R][FG_T]), read unless first, written unless last; on
+ * the last block the sums are finished (hsum, then the tail [cv, cols)) into y[t*ys + r]. */
+KT_INLINE void fg_micro(const float *w, int64_t ws, const int R, const float *x, int64_t xs, const int T, int64_t k0,
+                        int64_t k1, int first, int last, VF *acc_io, int64_t cv, int64_t cols, float *y, int64_t ys)
+{
+    VF acc[FG_R][FG_T];
+    if (first) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++)
+                acc[r][t] = vf_zero();
+    } else {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++)
+                acc[r][t] = acc_io[r * FG_T + t];
+    }
+    for (int64_t c = k0; c < k1; c += VF_N) {
+        VF wv[FG_R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = vf_load_f32(w + r * ws + c);
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) {
+            const VF a = vf_load_f32(x + t * xs + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = vf_fma(wv[r], a, acc[r][t]);
+        }
+    }
+    if (!last) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++)
+                acc_io[r * FG_T + t] = acc[r][t];
+        return;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) {
+            float s = vf_hsum(acc[r][t]);
+            const float *xt = x + t * xs, *wr = w + r * ws;
+            for (int64_t c = cv; c < cols; c++)
+                s += wr[c] * xt[c];
+            y[t * ys + r] = s;
+        }
+}
+
+typedef void (*fg_fn)(const float *w, int64_t ws, const float *x, int64_t xs, int64_t k0, int64_t k1, int first,
+                      int last, VF *acc_io, int64_t cv, int64_t cols, float *y, int64_t ys);
+
+#define FG_MICRO(R, T)                                                                                   \
+    static void KT(fg_micro_##R##_##T)(const float *w, int64_t ws, const float *x, int64_t xs, int64_t k0, \
+                                       int64_t k1, int first, int last, VF *acc_io, int64_t cv, int64_t cols, \
+                                       float *y, int64_t ys)                                             \
+    {                                                                                                    \
+        fg_micro(w, ws, R, x, xs, T, k0, k1, first, last, acc_io, cv, cols, y, ys);                      \
+    }
+#if FG_T == 6
+#define FG_MICRO_T(R) FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)
+#define FG_ROW_T(R)                                                                                      \
+    { KT(fg_micro_##R##_1), KT(fg_micro_##R##_2), KT(fg_micro_##R##_3), KT(fg_micro_##R##_4),            \
+      KT(fg_micro_##R##_5), KT(fg_micro_##R##_6) }
+#elif FG_T == 12
+#define FG_MICRO_T(R)                                                                                    \
+    FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)            \
+    FG_MICRO(R, 7) FG_MICRO(R, 8) FG_MICRO(R, 9) FG_MICRO(R, 10) FG_MICRO(R, 11) FG_MICRO(R, 12)
+#define FG_ROW_T(R)                                                                                      \
+    { KT(fg_micro_##R##_1), KT(fg_micro_##R##_2), KT(fg_micro_##R##_3), KT(fg_micro_##R##_4),            \
+      KT(fg_micro_##R##_5), KT(fg_micro_##R##_6), KT(fg_micro_##R##_7), KT(fg_micro_##R##_8),            \
+      KT(fg_micro_##R##_9), KT(fg_micro_##R##_10), KT(fg_micro_##R##_11), KT(fg_micro_##R##_12) }
+#else
+#error "FG_T: 6 or 12"
+#endif
+FG_MICRO_T(1)
+FG_MICRO_T(2)
+#if FG_R == 4
+FG_MICRO_T(3)
+FG_MICRO_T(4)
+#elif FG_R != 2
+#error "FG_R: 2 or 4"
+#endif
+/* [R-1][T-1] */
+static const fg_fn KT(fg_tab)[FG_R][FG_T] = {
+    FG_ROW_T(1), FG_ROW_T(2),
+#if FG_R == 4
+    FG_ROW_T(3), FG_ROW_T(4),
+#endif
+};
+
+/* Rows [r0, r1) × n tokens (f32, cols apart) into y[t*w->rows + r]. scratch: this thread's
+ * cdx_kernel_scratch_bytes(cols, n), 64-byte aligned. */
+KT_INLINE void fg_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                       void *scratch)
+{
+    const int64_t cols = w->cols, cv = cols - cols % VF_N, ys = w->rows;
+    const int64_t ps = (cols + 15) / 16 * 16; /* converted panel: row stride in floats */
+    int64_t rp = (int64_t)(CDX_FGEMM_PANEL_BYTES / sizeof(float)) / ps;
+    rp -= rp % FG_R;
+    rp = rp < FG_R ? FG_R : rp > CDX_FGEMM_MAX_RP ? CDX_FGEMM_MAX_RP : rp;
+    float *panel = scratch;
+    VF *accs = (VF *)(void *)(((uintptr_t)(panel + (size_t)rp * (size_t)ps) + 63) & ~(uintptr_t)63);
+    for (int64_t p0 = r0; p0 < r1; p0 += rp) {
+        const int64_t p1 = p0 + rp < r1 ? p0 + rp : r1;
+        const float *pw;
+        int64_t pws;
+        if (kind == W_F32) {
+            pw = (const float *)((const uint8_t *)w->data + (size_t)p0 * w->row_bytes);
+            pws = (int64_t)(w->row_bytes / sizeof(float));
+        } else {
+            for (int64_t r = p0; r < p1; r++) {
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+                float *dst = panel + (size_t)(r - p0) * (size_t)ps;
+                int64_t c = 0;
+                for (; c + VF_N <= cols; c += VF_N)
+                    vf_store(dst + c, vf_loadw(kind, row, c));
+                for (; c < cols; c++)
+                    dst[c] = scalar_w(kind, row, c);
+            }
+            pw = panel;
+            pws = ps;
+        }
+        for (int64_t t = 0; t < n; t += FG_T) {
+            const int tt = n - t < FG_T ? (int)(n - t) : FG_T;
+            const float *xt = x + (size_t)t * (size_t)cols;
+            for (int64_t k0 = 0;; k0 += FG_KC) {
+                const int64_t k1 = k0 + FG_KC < cv ? k0 + FG_KC : cv;
+                const int first = k0 == 0, last = k1 == cv;
+                for (int64_t r = p0; r < p1; r += FG_R) {
+                    const int rr = p1 - r < FG_R ? (int)(p1 - r) : FG_R;
+                    KT(fg_tab)[rr - 1][tt - 1](pw + (size_t)(r - p0) * (size_t)pws, pws, xt, cols, k0, k1, first, last,
+                                               accs + (size_t)(r - p0) * FG_T, cv, cols, y + t * ys + r, ys);
+                }
+                if (last)
+                    break;
+            }
+        }
+    }
+}
+
 /* ---- the tile tables and the tiling driver ---- */
 
 #ifdef KT_WIDE_HEADER
@@ -457,7 +628,11 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
                                 size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
-        (void)xq; (void)xrb; (void)scratch;                                                              \
+        (void)xq; (void)xrb;                                                                             \
+        if (n >= CDX_GEMM_MIN_N && scratch) {                                                            \
+            fg_rows(kind, w, r0, r1, x, n, y, scratch);                                                  \
+            return;                                                                                      \
+        }                                                                                                \
         KT(drive)(KT(tiles_##kind), w, r0, r1, (const uint8_t *)x, (size_t)w->cols * sizeof(float), n, y, \
                   w->cols);                                                                              \
     }

@@ -17,6 +17,14 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 #define CDX_GEMM_MIN_N 8
 #define CDX_GEMM_PANEL 16
 #define CDX_GEMM_TOK 8
+/* The float GEMM (F32/F16/BF16 weights, f32 activations, n >= CDX_GEMM_MIN_N) converts a panel of
+ * rows to f32 once, at most CDX_FGEMM_PANEL_BYTES (or CDX_FGEMM_MAX_R rows, when one row is longer)
+ * and at most CDX_FGEMM_MAX_RP rows, and keeps the vector accumulators of that panel × one group of
+ * at most CDX_FGEMM_MAX_T tokens (vectors of up to 16 floats) while it walks the columns in blocks. */
+#define CDX_FGEMM_PANEL_BYTES (160u << 10)
+#define CDX_FGEMM_MAX_R 4
+#define CDX_FGEMM_MAX_T 12
+#define CDX_FGEMM_MAX_RP 64
 static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
 {
     size_t c = (size_t)cols, g = c / 16 + 1; /* groups of at least 16 values */
@@ -25,6 +33,12 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
                 + 2 * (g * CDX_GEMM_PANEL * sizeof(float) + 64)  /* scales and offsets per group */
                 + (size_t)n * 2 * (g * sizeof(float)) + 2 * 64;  /* activation scales and sums */
     size_t b = generic > gemm ? generic : gemm;
+    if (n >= CDX_GEMM_MIN_N) {
+        size_t rowb = (c + 16) * sizeof(float), panel = CDX_FGEMM_MAX_R * rowb;
+        size_t fg = (panel > CDX_FGEMM_PANEL_BYTES ? panel : CDX_FGEMM_PANEL_BYTES) + 64
+                  + (size_t)CDX_FGEMM_MAX_RP * CDX_FGEMM_MAX_T * 16 * sizeof(float) + 64;
+        b = b > fg ? b : fg;
+    }
     return (b + 63) & ~(size_t)63;
 }
 typedef void (*cdx_quantize_fn)(const float *x, void *out, int64_t n);
@@ -60,6 +74,10 @@ void cdx_rows_bf16dp_avx512(const cdx_mat *w, int64_t r0, int64_t r1, const floa
 void cdx_rows_bf16dp_ref(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, size_t xrb,
                          int64_t n, float *y, void *scratch);
 float cdx_dot_bf16dp_ref(const uint16_t *w, const uint16_t *x, int64_t n);
+
+/* The scalar twin of the SIMD float rows (matmul_lanes.c): row w (F32, F16 or BF16 values) · x over
+ * n columns, summed as vectors of `lanes` floats sum it (8: avx2, 16: avx512; a power of two). */
+float cdx_dot_lanes_ref(uint32_t type, const void *w, const float *x, int64_t n, int lanes);
 
 extern const cdx_kernels cdx_kernels_avx2;
 extern const cdx_kernels cdx_kernels_avx512;

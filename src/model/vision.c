@@ -351,10 +351,15 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
     float *vv = malloc((size_t)(N * D) * sizeof(float));
     float *a = malloc((size_t)(N * D) * sizeof(float));
     float *big = malloc((size_t)(N * wide) * sizeof(float));
-    cdx_attn_row *rows = malloc((size_t)N * sizeof *rows);
+    /* attention reads K and V head by head: [tile][head][patch][hd], each head's keys one contiguous
+     * stretch (in the [patch][D] layout one head's keys lie 4·D bytes apart, a TLB miss and a cache
+     * line per key) */
+    float *kh = malloc((size_t)(N * D) * sizeof(float));
+    float *vh = malloc((size_t)(N * D) * sizeof(float));
+    cdx_attn_row *rows = malloc((size_t)(N * v->n_head) * sizeof *rows);
     void *ws = malloc(ws_bytes ? ws_bytes : 1);
     int rc = CDX_OK;
-    if (!x || !h || !q || !k || !vv || !a || !big || !rows || !ws) {
+    if (!x || !h || !q || !k || !vv || !a || !big || !kh || !vh || !rows || !ws) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory for the vision tower over %lld tiles", (long long)n_tiles);
         goto out;
     }
@@ -375,8 +380,10 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
         for (int64_t d = 0; d < D; d++)
             x[i * D + d] = (x[i * D + d] + v->patch_b[d]) + pe[d];
     }
-    const cdx_attn_shape ash = { .n_head = (int)v->n_head, .n_kv_head = (int)v->n_head, .head_dim = (int)hd,
-                                 .kv_stride = D, .block = T, .scale = 1.0f / sqrtf((float)hd), .kv_type = 0 };
+    /* one head per row: row (tile t, head hh, patch i) reads its head's K/V at kh + t·T·D + hh·T·hd */
+    const int64_t H = v->n_head;
+    const cdx_attn_shape ash = { .n_head = 1, .n_kv_head = 1, .head_dim = (int)hd, .kv_stride = hd, .block = T,
+                                 .scale = 1.0f / sqrtf((float)hd), .kv_type = 0 };
     for (int64_t l = 0; l < v->n_layer; l++) {
         const vision_layer *L = &v->layers[l];
         for (int64_t i = 0; i < N; i++)
@@ -385,16 +392,25 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
         add_bias(q, L->bq, N, D);
         add_bias(k, L->bk, N, D);
         add_bias(vv, L->bv, N, D);
-        /* non-causal: every patch of a tile attends to every patch of its tile (one block of T) */
+        /* non-causal: every patch of a tile attends to every patch of its tile (one block of T). The
+         * rows go head by head, so the threads walk one head's keys together. */
         const void *kt[TILE_GROUP], *vt[TILE_GROUP];
         for (int64_t t = 0; t < n_tiles; t++) {
-            kt[t] = k + t * T * D;
-            vt[t] = vv + t * T * D;
+            kt[t] = kh + t * T * D;
+            vt[t] = vh + t * T * D;
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t hh = 0; hh < H; hh++) {
+                    memcpy(kh + t * T * D + (hh * T + i) * hd, k + (t * T + i) * D + hh * hd, (size_t)hd * sizeof(float));
+                    memcpy(vh + t * T * D + (hh * T + i) * hd, vv + (t * T + i) * D + hh * hd, (size_t)hd * sizeof(float));
+                }
+            for (int64_t hh = 0; hh < H; hh++)
+                for (int64_t i = 0; i < T; i++)
+                    rows[(t * H + hh) * T + i] = (cdx_attn_row){ .q = q + (t * T + i) * D + hh * hd, .k = &kt[t],
+                                                                 .v = &vt[t], .lo = 0, .hi = T - 1,
+                                                                 .out = a + (t * T + i) * D + hh * hd,
+                                                                 .off = (size_t)(hh * T * hd) };
         }
-        for (int64_t i = 0; i < N; i++)
-            rows[i] = (cdx_attn_row){ .q = q + i * D, .k = &kt[i / T], .v = &vt[i / T], .lo = 0, .hi = T - 1,
-                                      .out = a + i * D, .off = 0 };
-        if ((rc = cdx_attn(K, pool, &ash, rows, N, err)))
+        if ((rc = cdx_attn(K, pool, &ash, rows, N * H, err)))
             goto out;
         cdx_matmul(K, pool, &L->o, a, N, h, ws);
         for (int64_t i = 0; i < N; i++)
@@ -425,6 +441,6 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
             }
     cdx_matmul(K, pool, &v->proj, big, n_tiles * nt, out, ws);
 out:
-    free(x); free(h); free(q); free(k); free(vv); free(a); free(big); free(rows); free(ws);
+    free(x); free(h); free(q); free(k); free(vv); free(a); free(big); free(kh); free(vh); free(rows); free(ws);
     return rc;
 }
