@@ -285,6 +285,40 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t d)
             y[i * d + j] += b[j];
 }
 
+/* The token-wise steps between the matmuls, dealt over the pool in runs of tokens: every value is
+ * computed by the same operations whichever thread computes it. */
+enum { EW_LN, EW_BIAS3, EW_RESID, EW_GELU };
+typedef struct {
+    int op;
+    int64_t n, d;          /* tokens, values per token */
+    float *y[3];           /* EW_LN: out; EW_BIAS3: q, k, v; EW_RESID: x; EW_GELU: the fc1 output */
+    const float *x;        /* EW_LN: in; EW_RESID: the sublayer's output */
+    const float *w, *b[3]; /* EW_LN: weight, bias; else the biases */
+    float eps;
+} ew_job;
+
+static void ew_work(void *arg, int ith, int nth)
+{
+    const ew_job *j = arg;
+    const int64_t d = j->d;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        if (j->op == EW_LN) {
+            layernorm(j->y[0] + i * d, j->x + i * d, j->w, j->b[0], d, j->eps);
+        } else if (j->op == EW_BIAS3) {
+            for (int m = 0; m < 3; m++)
+                add_bias(j->y[m] + i * d, j->b[m], 1, d);
+        } else if (j->op == EW_RESID) {
+            for (int64_t c = 0; c < d; c++)
+                j->y[0][i * d + c] += j->x[i * d + c] + j->b[0][c];
+        } else {
+            for (int64_t c = 0; c < d; c++)
+                j->y[0][i * d + c] = gelu_tanh(j->y[0][i * d + c] + j->b[0][c]);
+        }
+    }
+}
+
+static void ew_run(cdx_pool *pool, ew_job j) { cdx_pool_run(pool, ew_work, &j); }
+
 bool cdx_model_vision(const cdx_model *m, cdx_vision_info *out)
 {
     const struct vision_model *v = m ? m->vision : NULL;
@@ -386,12 +420,10 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
                                  .scale = 1.0f / sqrtf((float)hd), .kv_type = 0 };
     for (int64_t l = 0; l < v->n_layer; l++) {
         const vision_layer *L = &v->layers[l];
-        for (int64_t i = 0; i < N; i++)
-            layernorm(h + i * D, x + i * D, L->ln1_w, L->ln1_b, D, v->eps);
+        ew_run(pool, (ew_job){ .op = EW_LN, .n = N, .d = D, .y = { h }, .x = x, .w = L->ln1_w, .b = { L->ln1_b },
+                               .eps = v->eps });
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->q, &L->k, &L->v }, 3, h, N, (float *[]){ q, k, vv }, ws);
-        add_bias(q, L->bq, N, D);
-        add_bias(k, L->bk, N, D);
-        add_bias(vv, L->bv, N, D);
+        ew_run(pool, (ew_job){ .op = EW_BIAS3, .n = N, .d = D, .y = { q, k, vv }, .b = { L->bq, L->bk, L->bv } });
         /* non-causal: every patch of a tile attends to every patch of its tile (one block of T). The
          * rows go head by head, so the threads walk one head's keys together. */
         const void *kt[TILE_GROUP], *vt[TILE_GROUP];
@@ -413,22 +445,16 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
         if ((rc = cdx_attn(K, pool, &ash, rows, N * H, err)))
             goto out;
         cdx_matmul(K, pool, &L->o, a, N, h, ws);
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t d = 0; d < D; d++)
-                x[i * D + d] += h[i * D + d] + L->bo[d];
-        for (int64_t i = 0; i < N; i++)
-            layernorm(h + i * D, x + i * D, L->ln2_w, L->ln2_b, D, v->eps);
+        ew_run(pool, (ew_job){ .op = EW_RESID, .n = N, .d = D, .y = { x }, .x = h, .b = { L->bo } });
+        ew_run(pool, (ew_job){ .op = EW_LN, .n = N, .d = D, .y = { h }, .x = x, .w = L->ln2_w, .b = { L->ln2_b },
+                               .eps = v->eps });
         cdx_matmul(K, pool, &L->fc1, h, N, big, ws);
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t j = 0; j < F; j++)
-                big[i * F + j] = gelu_tanh(big[i * F + j] + L->b1[j]);
+        ew_run(pool, (ew_job){ .op = EW_GELU, .n = N, .d = F, .y = { big }, .b = { L->b1 } });
         cdx_matmul(K, pool, &L->fc2, big, N, h, ws);
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t d = 0; d < D; d++)
-                x[i * D + d] += h[i * D + d] + L->b2[d];
+        ew_run(pool, (ew_job){ .op = EW_RESID, .n = N, .d = D, .y = { x }, .x = h, .b = { L->b2 } });
     }
-    for (int64_t i = 0; i < N; i++)
-        layernorm(h + i * D, x + i * D, v->post_w, v->post_b, D, v->eps);
+    ew_run(pool, (ew_job){ .op = EW_LN, .n = N, .d = D, .y = { h }, .x = x, .w = v->post_w, .b = { v->post_b },
+                           .eps = v->eps });
     /* pixel shuffle: token (R, C) of the g × g grid holds patches (sR + b, sC + a), b outermost */
     for (int64_t t = 0; t < n_tiles; t++)
         for (int64_t R = 0; R < g; R++)
