@@ -376,6 +376,9 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
 #define FG_KC 512
 #endif
 #define FG_TP (CDX_FGEMM_MAX_TP / FG_T * FG_T)
+/* Rows of more than one column block reconvert their panel per block and token panel: below this
+ * many tokens tile_f (no conversion) is faster there (bench-kernels: 2048 x 8192 F16 at n = 8) */
+#define FG_MIN_N_BLOCKED 16
 #if FG_R > CDX_FGEMM_MAX_R || FG_T > CDX_FGEMM_MAX_T || VF_N > 16 || FG_KC % VF_N || CDX_FGEMM_MAX_RP % FG_R || \
     FG_KC > CDX_FGEMM_MAX_KC
 #error "float GEMM tile outside the scratch bounds of kernel_impl.h"
@@ -645,7 +648,7 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
                                 size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
         (void)xq; (void)xrb;                                                                             \
-        if (n >= CDX_GEMM_MIN_N && scratch) {                                                            \
+        if (n >= (w->cols - w->cols % VF_N > FG_KC ? FG_MIN_N_BLOCKED : CDX_GEMM_MIN_N) && scratch) {     \
             fg_rows(kind, w, r0, r1, x, n, y, scratch);                                                  \
             return;                                                                                      \
         }                                                                                                \
