@@ -2,7 +2,7 @@
  * measured read bandwidth, and prefill (n = 128) GFLOP/s. Run with bench/run-kernels.sh.
  *
  *   build/bench-kernels [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
- *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time]
+ *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]
  *
  * The weights of each type are copied until the set is larger than any cache (--ws MiB, default
  * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode.
@@ -10,13 +10,15 @@
  * --cpu-time (with -t 1) times each call by the thread's CPU time instead of the wall clock: on a
  * machine other processes share, a preempted call then still counts only its own time (memory
  * stalls included), so kernel variants can be compared there; read the median column, the
- * CPU-time clock of a VM sometimes misses part of a call. */
+ * CPU-time clock of a VM sometimes misses part of a call. --types limits the run to the named
+ * weight types (default: all). */
 #include "caldrix.h"
 
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -105,6 +107,7 @@ int main(int argc, char **argv)
     int64_t rows = 2048, cols = 8192, n_pre = 128;
     double secs = 1.0;
     size_t ws_mib = 1024;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = argv[++i];
@@ -114,9 +117,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ws") && i + 1 < argc) ws_mib = (size_t)atoll(argv[++i]);
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_pre = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cpu-time")) g_clock = CLOCK_THREAD_CPUTIME_ID;
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
         else {
             fprintf(stderr, "usage: %s [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S] "
-                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time]\n", argv[0]);
+                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]\n", argv[0]);
             return 2;
         }
     }
@@ -163,6 +167,16 @@ int main(int argc, char **argv)
         size_t rb;
         if (cdx_type_row_bytes(type, (uint64_t)cols, &rb, &err) < 0 || !t->from_f32)
             continue;
+        if (only) { /* a comma-separated list of type names, case-insensitive */
+            bool want = false;
+            for (const char *p = only; *p && !want;) {
+                size_t l = strcspn(p, ",");
+                want = l == strlen(t->name) && !strncasecmp(p, t->name, l);
+                p += l + (p[l] == ',');
+            }
+            if (!want)
+                continue;
+        }
         size_t mat = rb * (size_t)rows;
         size_t copies = ws_bytes / mat + 1;
         uint8_t *w = aligned_alloc(64, (mat * copies + 63) / 64 * 64);

@@ -72,6 +72,7 @@ void cdx_softmax(const cdx_kernels *k, float *x, int64_t n)
 #define ATTN_MAX_DIM 512
 
 typedef struct {
+    const cdx_kernels *k;
     const cdx_vec_ops *v;
     const cdx_attn_shape *s;
     const cdx_attn_row *rows;
@@ -169,9 +170,18 @@ static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const c
     memcpy(r->out + (size_t)h * hd, acc, (size_t)hd * sizeof(float));
 }
 
-static void attn_one(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g)
+static void attn_one(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r,
+                     int g)
 {
     const int group = s->n_head / s->n_kv_head;
+    /* the set's fused rows (the same bits as attn_heads with its primitives), where it takes the shape */
+    if (s->kv_type == CDX_TYPE_F32 && k && k->attn_f32) {
+        bool done = true;
+        for (int h = 0; h < group && done; h += ATTN_MAX_GROUP)
+            done = k->attn_f32(s, r, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
+        if (done)
+            return;
+    }
     if (s->kv_type == CDX_TYPE_F16) {
         for (int h = 0; h < group; h++)
             attn_head_f16(v, s, r, g, g * group + h);
@@ -188,7 +198,7 @@ static void attn_work(void *arg, int ith, int nth)
     /* dealt round-robin: causal rows grow with their position, so contiguous ranges would give the
      * last thread the longest rows */
     for (int64_t i = ith; i < total; i += nth)
-        attn_one(j->v, j->s, &j->rows[i / nk], (int)(i % nk));
+        attn_one(j->k, j->v, j->s, &j->rows[i / nk], (int)(i % nk));
 }
 
 int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows, int64_t n_rows,
@@ -203,7 +213,7 @@ int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, cons
         if (rows[i].lo < 0 || rows[i].lo > rows[i].hi)
             return cdx_err_set(err, CDX_EINVAL, "attention row %lld: positions %lld..%lld; expected 0 <= lo <= hi",
                                (long long)i, (long long)rows[i].lo, (long long)rows[i].hi);
-    attn_job j = { vec(k), s, rows, n_rows };
+    attn_job j = { k, vec(k), s, rows, n_rows };
     cdx_pool_run(pool, attn_work, &j);
     return CDX_OK;
 }

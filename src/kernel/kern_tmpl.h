@@ -351,6 +351,196 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
         }
 }
 
+/* ---- the GEMM over F32 / F16 / BF16 rows with f32 activations (n >= CDX_GEMM_MIN_N) ----
+ *
+ * Every output is summed exactly as tile_f sums it, so a row's result has the same bits at n = 1
+ * (tile_f) as inside any GEMM tile: VF_N lane accumulators, lane l taking the columns c ≡ l
+ * (mod VF_N) below cv = cols - cols % VF_N in increasing order by one fused multiply-add each,
+ * then vf_hsum, then the columns from cv on one by one (a product, then a sum). The GEMM only
+ * changes what is reused from where:
+ *   - the columns are walked in blocks of FG_KC (a multiple of VF_N, so lanes stay put); the
+ *     accumulators are saved between blocks as vectors (no rounding there);
+ *   - a panel of up to CDX_FGEMM_MAX_RP rows × one column block is converted to f32 once (F16/BF16:
+ *     exact) into L2 and used for a panel of up to FG_TP tokens;
+ *   - FG_T tokens × one column block stay in L1 while FG_R rows at a time stream past them, so each
+ *     column step is FG_R weight loads and FG_T token loads for FG_R × FG_T fused multiply-adds.
+ * Each token is read from memory once per row panel (not once per few rows, whatever the row
+ * length). The includer sets FG_R × FG_T (register tile) and FG_KC (L1 block). */
+#ifndef FG_R
+#define FG_R 2
+#endif
+#ifndef FG_T
+#define FG_T 6
+#endif
+#ifndef FG_KC
+#define FG_KC 512
+#endif
+#define FG_TP (CDX_FGEMM_MAX_TP / FG_T * FG_T)
+/* Rows of more than one column block reconvert their panel per block and token panel: below this
+ * many tokens tile_f (no conversion) is faster there (bench-kernels: 2048 x 8192 F16 at n = 8) */
+#define FG_MIN_N_BLOCKED 16
+#if FG_R > CDX_FGEMM_MAX_R || FG_T > CDX_FGEMM_MAX_T || VF_N > 16 || FG_KC % VF_N || CDX_FGEMM_MAX_RP % FG_R || \
+    FG_KC > CDX_FGEMM_MAX_KC
+#error "float GEMM tile outside the scratch bounds of kernel_impl.h"
+#endif
+
+/* R rows (f32, ws floats apart) × T tokens (xs floats apart), both from one column block's first
+ * column: the block's kn vector columns, then, on the last block, the tail columns [kt0, kt1)
+ * (relative to the same start) after vf_hsum, into y[t*ys + r]. acc_io: this tile's saved
+ * accumulators ([R][FG_T]), read unless first, written unless last. */
+KT_INLINE void fg_micro(const float *w, int64_t ws, const int R, const float *x, int64_t xs, const int T, int64_t kn,
+                        int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, int64_t ys)
+{
+    VF acc[FG_R][FG_T];
+    if (first) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++)
+                acc[r][t] = vf_zero();
+    } else {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++)
+                acc[r][t] = acc_io[r * FG_T + t];
+    }
+    for (int64_t c = 0; c < kn; c += VF_N) {
+        VF wv[FG_R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = vf_load_f32(w + r * ws + c);
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) {
+            VF a = vf_load_f32(x + t * xs + c);
+            /* one load for the R rows: left alone, GCC folds it into each multiply-add (R loads) */
+            __asm__("" : "+v"(a));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = vf_fma(wv[r], a, acc[r][t]);
+        }
+    }
+    if (!last) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+            for (int t = 0; t < T; t++)
+                acc_io[r * FG_T + t] = acc[r][t];
+        return;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) {
+            float s = vf_hsum(acc[r][t]);
+            const float *xt = x + t * xs, *wr = w + r * ws;
+            for (int64_t c = kt0; c < kt1; c++)
+                s += wr[c] * xt[c];
+            y[t * ys + r] = s;
+        }
+}
+
+typedef void (*fg_fn)(const float *w, int64_t ws, const float *x, int64_t xs, int64_t kn, int first, int last,
+                      VF *acc_io, int64_t kt0, int64_t kt1, float *y, int64_t ys);
+
+#define FG_MICRO(R, T)                                                                                   \
+    static void KT(fg_micro_##R##_##T)(const float *w, int64_t ws, const float *x, int64_t xs, int64_t kn,  \
+                                       int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, \
+                                       int64_t ys)                                                       \
+    {                                                                                                    \
+        fg_micro(w, ws, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                          \
+    }
+#if FG_T == 6
+#define FG_MICRO_T(R) FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)
+#define FG_ROW_T(R)                                                                                      \
+    { KT(fg_micro_##R##_1), KT(fg_micro_##R##_2), KT(fg_micro_##R##_3), KT(fg_micro_##R##_4),            \
+      KT(fg_micro_##R##_5), KT(fg_micro_##R##_6) }
+#elif FG_T == 12
+#define FG_MICRO_T(R)                                                                                    \
+    FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)            \
+    FG_MICRO(R, 7) FG_MICRO(R, 8) FG_MICRO(R, 9) FG_MICRO(R, 10) FG_MICRO(R, 11) FG_MICRO(R, 12)
+#define FG_ROW_T(R)                                                                                      \
+    { KT(fg_micro_##R##_1), KT(fg_micro_##R##_2), KT(fg_micro_##R##_3), KT(fg_micro_##R##_4),            \
+      KT(fg_micro_##R##_5), KT(fg_micro_##R##_6), KT(fg_micro_##R##_7), KT(fg_micro_##R##_8),            \
+      KT(fg_micro_##R##_9), KT(fg_micro_##R##_10), KT(fg_micro_##R##_11), KT(fg_micro_##R##_12) }
+#else
+#error "FG_T: 6 or 12"
+#endif
+FG_MICRO_T(1)
+FG_MICRO_T(2)
+#if FG_R == 4
+FG_MICRO_T(3)
+FG_MICRO_T(4)
+#elif FG_R != 2
+#error "FG_R: 2 or 4"
+#endif
+/* [R-1][T-1] */
+static const fg_fn KT(fg_tab)[FG_R][FG_T] = {
+    FG_ROW_T(1), FG_ROW_T(2),
+#if FG_R == 4
+    FG_ROW_T(3), FG_ROW_T(4),
+#endif
+};
+
+/* Rows [r0, r1) × n tokens (f32, cols apart) into y[t*w->rows + r]. scratch: this thread's
+ * cdx_kernel_scratch_bytes(cols, n), 64-byte aligned. */
+KT_INLINE void fg_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const float *x, int64_t n, float *y,
+                       void *scratch)
+{
+    const int64_t cols = w->cols, cv = cols - cols % VF_N, ys = w->rows;
+    /* converted slice: row stride in floats (a block and its tail, whole lines) */
+    const int64_t kc = cv < FG_KC ? cv : FG_KC, ps = (kc + VF_N + 15) / 16 * 16;
+    int64_t rp = (int64_t)(CDX_FGEMM_PANEL_BYTES / sizeof(float)) / ps;
+    rp -= rp % FG_R;
+    rp = rp < FG_R ? FG_R : rp > CDX_FGEMM_MAX_RP ? CDX_FGEMM_MAX_RP : rp;
+    float *panel = scratch;
+    VF *accs = (VF *)(void *)(((uintptr_t)(panel + (size_t)rp * (size_t)ps) + 63) & ~(uintptr_t)63);
+    for (int64_t p0 = r0; p0 < r1; p0 += rp) {
+        const int64_t p1 = p0 + rp < r1 ? p0 + rp : r1;
+        /* one column block: no accumulators to keep, so all n tokens per conversion */
+        const int64_t tp = cv <= FG_KC ? n : FG_TP;
+        for (int64_t t0 = 0; t0 < n; t0 += tp) {
+            const int64_t t1 = t0 + tp < n ? t0 + tp : n;
+            for (int64_t k0 = 0;; k0 += FG_KC) {
+                const int64_t k1 = k0 + FG_KC < cv ? k0 + FG_KC : cv;
+                const int first = k0 == 0, last = k1 == cv;
+                const int64_t ke = last ? cols : k1; /* columns of this block, with the tail on the last */
+                const float *pw;
+                int64_t pws;
+                if (kind == W_F32) {
+                    pw = (const float *)((const uint8_t *)w->data + (size_t)p0 * w->row_bytes) + k0;
+                    pws = (int64_t)(w->row_bytes / sizeof(float));
+                } else {
+                    for (int64_t r = p0; r < p1; r++) {
+                        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+                        float *dst = panel + (size_t)(r - p0) * (size_t)ps - k0;
+                        int64_t c = k0;
+                        for (; c + VF_N <= ke; c += VF_N)
+                            vf_store(dst + c, vf_loadw(kind, row, c));
+                        for (; c < ke; c++)
+                            dst[c] = scalar_w(kind, row, c);
+                    }
+                    pw = panel;
+                    pws = ps;
+                }
+                for (int64_t t = t0; t < t1; t += FG_T) {
+                    const int tt = t1 - t < FG_T ? (int)(t1 - t) : FG_T;
+                    const float *xt = x + (size_t)t * (size_t)cols + k0;
+                    VF *acct = accs + (size_t)((t - t0) / FG_T) * (size_t)rp * FG_T;
+                    for (int64_t r = p0; r < p1; r += FG_R) {
+                        const int rr = p1 - r < FG_R ? (int)(p1 - r) : FG_R;
+                        KT(fg_tab)[rr - 1][tt - 1](pw + (size_t)(r - p0) * (size_t)pws, pws, xt, cols, k1 - k0, first,
+                                                   last, acct + (size_t)(r - p0) * FG_T, cv - k0, cols - k0,
+                                                   y + t * ys + r, ys);
+                    }
+                }
+                if (last)
+                    break;
+            }
+        }
+    }
+}
+
 /* ---- the tile tables and the tiling driver ---- */
 
 #ifdef KT_WIDE_HEADER
@@ -457,7 +647,11 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
                                 size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
-        (void)xq; (void)xrb; (void)scratch;                                                              \
+        (void)xq; (void)xrb;                                                                             \
+        if (n >= (w->cols - w->cols % VF_N > FG_KC ? FG_MIN_N_BLOCKED : CDX_GEMM_MIN_N) && scratch) {     \
+            fg_rows(kind, w, r0, r1, x, n, y, scratch);                                                  \
+            return;                                                                                      \
+        }                                                                                                \
         KT(drive)(KT(tiles_##kind), w, r0, r1, (const uint8_t *)x, (size_t)w->cols * sizeof(float), n, y, \
                   w->cols);                                                                              \
     }
@@ -640,6 +834,153 @@ static float KT(vexp_sum)(float *x, float sub, int64_t n)
     return r;
 }
 
+/* ---- f32 attention rows (attn.c's attn_heads, fused) ----
+ *
+ * One query row × one KV head's `group` query heads over an F32 cache, with exactly the operations
+ * attn.c's attn_heads performs through this set's primitives (vdot, vmax, vexp_sum, vscale, vaxpy),
+ * in the same order: a row's output has the same bits either way, so attn_heads with this set's
+ * cdx_vec_ops is this kernel's oracle (tests/kernel/test_attn.c) and cdx_vec_scalar their twin.
+ * What changes is the overhead: q (and the accumulator) stay in registers over a block of keys,
+ * no call per key, and (AVX2) eight keys' lane sums are reduced together by hsum8's own tree.
+ * Taken when head_dim is a multiple of VF_N and at most 8·VF_N; false otherwise (attn.c then runs
+ * attn_heads). */
+#define KA_BLOCK 64 /* attn.c's ATTN_BLOCK */
+
+#if VF_N == 8
+/* hsum8 of v[0..7] into one vector (lane j: hsum8(v[j])), by hsum8's additions: (lo + hi), then
+ * lanes (0 + 2, 1 + 3), then (0 + 1). */
+KT_INLINE __m256 hsum8x8(const __m256 *v)
+{
+    __m256 s[4], u[2];
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
+    for (int j = 0; j < 2; j++)
+        u[j] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * j], s[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(s[2 * j], s[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
+/* sc[i] = vdot(q, k_i) · scale for the nb keys from position p0, as KT(vdot) sums: even vectors of
+ * the head into s0, odd ones into s1, then vf_hsum(s0 + s1). */
+KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g,
+                         int64_t p0, int nb, float *sc)
+{
+    VF qv[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < nq; c++)
+        qv[c] = vf_load_f32(q + c * VF_N);
+    const int64_t bs = s->block;
+    const int hd = s->head_dim;
+    int i = 0;
+#if VF_N == 8
+    for (; i + 8 <= nb; i += 8) {
+        __m256 d[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int64_t p = p0 + i + j;
+            const float *kp = (const float *)r->k[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
+            VF s0 = vf_zero(), s1 = vf_zero();
+#pragma GCC unroll 8
+            for (int c = 0; c < nq; c++) {
+                if (c % 2 == 0)
+                    s0 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s0);
+                else
+                    s1 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s1);
+            }
+            d[j] = vf_add(s0, s1);
+        }
+        _mm256_storeu_ps(sc + i, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(s->scale)));
+    }
+#endif
+    for (; i < nb; i++) {
+        const int64_t p = p0 + i;
+        const float *kp = (const float *)r->k[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
+        VF s0 = vf_zero(), s1 = vf_zero();
+#pragma GCC unroll 8
+        for (int c = 0; c < nq; c++) {
+            if (c % 2 == 0)
+                s0 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s0);
+            else
+                s1 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s1);
+        }
+        sc[i] = vf_hsum(vf_add(s0, s1)) * s->scale;
+    }
+}
+
+/* acc += Σ_i sc[i] · v_i in key order, as nb calls of KT(vaxpy) would (acc in registers meanwhile). */
+KT_INLINE void ka_values(float *acc, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p0,
+                         int nb, const float *sc)
+{
+    VF a[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < nq; c++)
+        a[c] = vf_load_f32(acc + c * VF_N);
+    const int64_t bs = s->block;
+    const int hd = s->head_dim;
+    for (int i = 0; i < nb; i++) {
+        const int64_t p = p0 + i;
+        const float *vp = (const float *)r->v[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
+        const VF w = vf_set1(sc[i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < nq; c++)
+            a[c] = vf_fma(w, vf_load_f32(vp + c * VF_N), a[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < nq; c++)
+        vf_store(acc + c * VF_N, a[c]);
+}
+
+KT_INLINE void ka_heads(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
+{
+    const int hd = s->head_dim;
+    float acc[32][8 * VF_N] __attribute__((aligned(64)));
+    float sc[32][KA_BLOCK];
+    float mx[32], sum[32];
+    for (int h = 0; h < group; h++) {
+        mx[h] = -INFINITY;
+        sum[h] = 0;
+        for (int d = 0; d < hd; d++)
+            acc[h][d] = 0;
+    }
+    for (int64_t p0 = r->lo; p0 <= r->hi; p0 += KA_BLOCK) {
+        const int nb = r->hi - p0 + 1 < KA_BLOCK ? (int)(r->hi - p0 + 1) : KA_BLOCK;
+        for (int h = 0; h < group; h++) {
+            ka_scores(r->q + (size_t)(h0 + h) * hd, nq, s, r, g, p0, nb, sc[h]);
+            float bm = KT(vmax)(sc[h], nb);
+            if (bm > mx[h]) {
+                float corr = expf(mx[h] - bm);
+                sum[h] *= corr;
+                KT(vscale)(acc[h], corr, hd);
+                mx[h] = bm;
+            }
+            sum[h] += KT(vexp_sum)(sc[h], mx[h], nb);
+        }
+        for (int h = 0; h < group; h++)
+            ka_values(acc[h], nq, s, r, g, p0, nb, sc[h]);
+    }
+    for (int h = 0; h < group; h++) {
+        float *o = r->out + (size_t)(h0 + h) * hd;
+        const float inv = 1.0f / sum[h];
+        for (int d = 0; d < hd; d++)
+            o[d] = acc[h][d] * inv;
+    }
+}
+
+#define KA_CASE(n_) case n_: ka_heads(n_, s, r, g, h0, group); return true;
+static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
+{
+    if (s->kv_type != CDX_TYPE_F32 || s->head_dim % VF_N || group > 32)
+        return false;
+    switch (s->head_dim / VF_N) {
+        KA_CASE(1) KA_CASE(2) KA_CASE(3) KA_CASE(4) KA_CASE(5) KA_CASE(6) KA_CASE(7) KA_CASE(8)
+    }
+    return false;
+}
+
 static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum) };
 
 /* ---- the table ---- */
@@ -654,6 +995,7 @@ const cdx_kernels KT(cdx_kernels) = {
     .row_bf16dp = KT_ROW_BF16DP,
 #endif
     .vec = &KT(vec_ops),
+    .attn_f32 = KT(attn_f32),
     .row = {
         [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),
         [CDX_TYPE_Q8_0] = KT(rows_W_Q8_0), [CDX_TYPE_Q4_0] = KT(rows_W_Q4_0), [CDX_TYPE_IQ4_NL] = KT(rows_W_IQ4_NL),

@@ -17,6 +17,16 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 #define CDX_GEMM_MIN_N 8
 #define CDX_GEMM_PANEL 16
 #define CDX_GEMM_TOK 8
+/* The float GEMM (F32/F16/BF16 weights, f32 activations, n >= CDX_GEMM_MIN_N) converts a panel of
+ * at most CDX_FGEMM_MAX_RP rows × one block of at most CDX_FGEMM_MAX_KC columns to f32 once, at most
+ * CDX_FGEMM_PANEL_BYTES (or CDX_FGEMM_MAX_R rows), and keeps the vector accumulators (up to 16
+ * floats) of that panel × up to CDX_FGEMM_MAX_TP tokens while it walks the column blocks. */
+#define CDX_FGEMM_PANEL_BYTES (160u << 10)
+#define CDX_FGEMM_MAX_R 4
+#define CDX_FGEMM_MAX_T 12
+#define CDX_FGEMM_MAX_RP 64
+#define CDX_FGEMM_MAX_TP 48
+#define CDX_FGEMM_MAX_KC 1024
 static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
 {
     size_t c = (size_t)cols, g = c / 16 + 1; /* groups of at least 16 values */
@@ -25,6 +35,12 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
                 + 2 * (g * CDX_GEMM_PANEL * sizeof(float) + 64)  /* scales and offsets per group */
                 + (size_t)n * 2 * (g * sizeof(float)) + 2 * 64;  /* activation scales and sums */
     size_t b = generic > gemm ? generic : gemm;
+    if (n >= CDX_GEMM_MIN_N) {
+        size_t rowb = (CDX_FGEMM_MAX_KC + 32) * sizeof(float), panel = CDX_FGEMM_MAX_R * rowb;
+        size_t fg = (panel > CDX_FGEMM_PANEL_BYTES ? panel : CDX_FGEMM_PANEL_BYTES) + 64
+                  + (size_t)CDX_FGEMM_MAX_RP * CDX_FGEMM_MAX_TP * 16 * sizeof(float) + 64;
+        b = b > fg ? b : fg;
+    }
     return (b + 63) & ~(size_t)63;
 }
 typedef void (*cdx_quantize_fn)(const float *x, void *out, int64_t n);
@@ -52,6 +68,10 @@ struct cdx_kernels {
     /* BF16 weights × bf16 activations (cdx_mat.act_bf16) with bf16 dot instructions, used only where
      * the CPU has AVX512_BF16: xq holds the activations as bf16 rows of xq_row_bytes. NULL: none. */
     cdx_row_kernel row_bf16dp;
+    /* One query row × KV head g's `group` query heads (h0..) over an F32 cache, with the bits attn.c's
+     * blocked loop gives with this set's vec primitives; false: not for this shape (attn.c runs its
+     * loop). NULL: none. */
+    bool (*attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group);
 };
 
 /* vdpbf16ps (matmul_bf16dp_avx512.c) and its scalar twin (matmul_bf16dp.c), which tests hold it to */
@@ -60,6 +80,10 @@ void cdx_rows_bf16dp_avx512(const cdx_mat *w, int64_t r0, int64_t r1, const floa
 void cdx_rows_bf16dp_ref(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, size_t xrb,
                          int64_t n, float *y, void *scratch);
 float cdx_dot_bf16dp_ref(const uint16_t *w, const uint16_t *x, int64_t n);
+
+/* The scalar twin of the SIMD float rows (matmul_lanes.c): row w (F32, F16 or BF16 values) · x over
+ * n columns, summed as vectors of `lanes` floats sum it (8: avx2, 16: avx512; a power of two). */
+float cdx_dot_lanes_ref(uint32_t type, const void *w, const float *x, int64_t n, int lanes);
 
 extern const cdx_kernels cdx_kernels_avx2;
 extern const cdx_kernels cdx_kernels_avx512;

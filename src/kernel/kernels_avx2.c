@@ -6,6 +6,9 @@
 #define KT(name) name##_avx2
 #define KT_ISA_NAME "avx2"
 #define RMAX 2
+#define FG_R 2    /* float GEMM: 2 rows x 6 tokens = 12 ymm accumulators, 768-column blocks */
+#define FG_T 6
+#define FG_KC 768
 #define TMAX 2
 
 #define DOT_US(acc, u, s) \

@@ -8,6 +8,9 @@
 #define KT_ISA_NAME "avx512"
 #endif
 #define RMAX 4
+#define FG_R 2    /* float GEMM: 2 rows x 12 tokens = 24 zmm accumulators, 512-column blocks */
+#define FG_T 12
+#define FG_KC 512
 #define TMAX 4
 
 #define DOT_US(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))

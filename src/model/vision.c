@@ -288,6 +288,40 @@ static void add_bias(float *y, const float *b, int64_t n, int64_t d)
             y[i * d + j] += b[j];
 }
 
+/* The token-wise steps between the matmuls, dealt over the pool in runs of tokens: every value is
+ * computed by the same operations whichever thread computes it. */
+enum { EW_LN, EW_BIAS3, EW_RESID, EW_GELU };
+typedef struct {
+    int op;
+    int64_t n, d;          /* tokens, values per token */
+    float *y[3];           /* EW_LN: out; EW_BIAS3: q, k, v; EW_RESID: x; EW_GELU: the fc1 output */
+    const float *x;        /* EW_LN: in; EW_RESID: the sublayer's output */
+    const float *w, *b[3]; /* EW_LN: weight, bias; else the biases */
+    float eps;
+} ew_job;
+
+static void ew_work(void *arg, int ith, int nth)
+{
+    const ew_job *j = arg;
+    const int64_t d = j->d;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        if (j->op == EW_LN) {
+            layernorm(j->y[0] + i * d, j->x + i * d, j->w, j->b[0], d, j->eps);
+        } else if (j->op == EW_BIAS3) {
+            for (int m = 0; m < 3; m++)
+                add_bias(j->y[m] + i * d, j->b[m], 1, d);
+        } else if (j->op == EW_RESID) {
+            for (int64_t c = 0; c < d; c++)
+                j->y[0][i * d + c] += j->x[i * d + c] + j->b[0][c];
+        } else {
+            for (int64_t c = 0; c < d; c++)
+                j->y[0][i * d + c] = gelu_tanh(j->y[0][i * d + c] + j->b[0][c]);
+        }
+    }
+}
+
+static void ew_run(cdx_pool *pool, ew_job j) { cdx_pool_run(pool, ew_work, &j); }
+
 bool cdx_model_vision(const cdx_model *m, cdx_vision_info *out)
 {
     const struct vision_model *v = m ? m->vision : NULL;
@@ -354,10 +388,15 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
     float *vv = malloc((size_t)(N * D) * sizeof(float));
     float *a = malloc((size_t)(N * D) * sizeof(float));
     float *big = malloc((size_t)(N * wide) * sizeof(float));
-    cdx_attn_row *rows = malloc((size_t)N * sizeof *rows);
+    /* attention reads K and V head by head: [tile][head][patch][hd], each head's keys one contiguous
+     * stretch (in the [patch][D] layout one head's keys lie 4·D bytes apart, a TLB miss and a cache
+     * line per key) */
+    float *kh = malloc((size_t)(N * D) * sizeof(float));
+    float *vh = malloc((size_t)(N * D) * sizeof(float));
+    cdx_attn_row *rows = malloc((size_t)(N * v->n_head) * sizeof *rows);
     void *ws = malloc(ws_bytes ? ws_bytes : 1);
     int rc = CDX_OK;
-    if (!x || !h || !q || !k || !vv || !a || !big || !rows || !ws) {
+    if (!x || !h || !q || !k || !vv || !a || !big || !kh || !vh || !rows || !ws) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory for the vision tower over %lld tiles", (long long)n_tiles);
         goto out;
     }
@@ -378,44 +417,47 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
         for (int64_t d = 0; d < D; d++)
             x[i * D + d] = (x[i * D + d] + v->patch_b[d]) + pe[d];
     }
-    const cdx_attn_shape ash = { .n_head = (int)v->n_head, .n_kv_head = (int)v->n_head, .head_dim = (int)hd,
-                                 .kv_stride = D, .block = T, .scale = 1.0f / sqrtf((float)hd), .kv_type = 0 };
+    /* one head per row: row (tile t, head hh, patch i) reads its head's K/V at kh + t·T·D + hh·T·hd */
+    const int64_t H = v->n_head;
+    const cdx_attn_shape ash = { .n_head = 1, .n_kv_head = 1, .head_dim = (int)hd, .kv_stride = hd, .block = T,
+                                 .scale = 1.0f / sqrtf((float)hd), .kv_type = 0 };
     for (int64_t l = 0; l < v->n_layer; l++) {
         const vision_layer *L = &v->layers[l];
-        for (int64_t i = 0; i < N; i++)
-            layernorm(h + i * D, x + i * D, L->ln1_w, L->ln1_b, D, v->eps);
+        ew_run(pool, (ew_job){ .op = EW_LN, .n = N, .d = D, .y = { h }, .x = x, .w = L->ln1_w, .b = { L->ln1_b },
+                               .eps = v->eps });
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->q, &L->k, &L->v }, 3, h, N, (float *[]){ q, k, vv }, ws);
-        add_bias(q, L->bq, N, D);
-        add_bias(k, L->bk, N, D);
-        add_bias(vv, L->bv, N, D);
-        /* non-causal: every patch of a tile attends to every patch of its tile (one block of T) */
+        ew_run(pool, (ew_job){ .op = EW_BIAS3, .n = N, .d = D, .y = { q, k, vv }, .b = { L->bq, L->bk, L->bv } });
+        /* non-causal: every patch of a tile attends to every patch of its tile (one block of T). The
+         * rows go head by head, so the threads walk one head's keys together. */
         const void *kt[TILE_GROUP], *vt[TILE_GROUP];
         for (int64_t t = 0; t < n_tiles; t++) {
-            kt[t] = k + t * T * D;
-            vt[t] = vv + t * T * D;
+            kt[t] = kh + t * T * D;
+            vt[t] = vh + t * T * D;
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t hh = 0; hh < H; hh++) {
+                    memcpy(kh + t * T * D + (hh * T + i) * hd, k + (t * T + i) * D + hh * hd, (size_t)hd * sizeof(float));
+                    memcpy(vh + t * T * D + (hh * T + i) * hd, vv + (t * T + i) * D + hh * hd, (size_t)hd * sizeof(float));
+                }
+            for (int64_t hh = 0; hh < H; hh++)
+                for (int64_t i = 0; i < T; i++)
+                    rows[(t * H + hh) * T + i] = (cdx_attn_row){ .q = q + (t * T + i) * D + hh * hd, .k = &kt[t],
+                                                                 .v = &vt[t], .lo = 0, .hi = T - 1,
+                                                                 .out = a + (t * T + i) * D + hh * hd,
+                                                                 .off = (size_t)(hh * T * hd) };
         }
-        for (int64_t i = 0; i < N; i++)
-            rows[i] = (cdx_attn_row){ .q = q + i * D, .k = &kt[i / T], .v = &vt[i / T], .lo = 0, .hi = T - 1,
-                                      .out = a + i * D, .off = 0 };
-        if ((rc = cdx_attn(K, pool, &ash, rows, N, err)))
+        if ((rc = cdx_attn(K, pool, &ash, rows, N * H, err)))
             goto out;
         cdx_matmul(K, pool, &L->o, a, N, h, ws);
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t d = 0; d < D; d++)
-                x[i * D + d] += h[i * D + d] + L->bo[d];
-        for (int64_t i = 0; i < N; i++)
-            layernorm(h + i * D, x + i * D, L->ln2_w, L->ln2_b, D, v->eps);
+        ew_run(pool, (ew_job){ .op = EW_RESID, .n = N, .d = D, .y = { x }, .x = h, .b = { L->bo } });
+        ew_run(pool, (ew_job){ .op = EW_LN, .n = N, .d = D, .y = { h }, .x = x, .w = L->ln2_w, .b = { L->ln2_b },
+                               .eps = v->eps });
         cdx_matmul(K, pool, &L->fc1, h, N, big, ws);
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t j = 0; j < F; j++)
-                big[i * F + j] = gelu_tanh(big[i * F + j] + L->b1[j]);
+        ew_run(pool, (ew_job){ .op = EW_GELU, .n = N, .d = F, .y = { big }, .b = { L->b1 } });
         cdx_matmul(K, pool, &L->fc2, big, N, h, ws);
-        for (int64_t i = 0; i < N; i++)
-            for (int64_t d = 0; d < D; d++)
-                x[i * D + d] += h[i * D + d] + L->b2[d];
+        ew_run(pool, (ew_job){ .op = EW_RESID, .n = N, .d = D, .y = { x }, .x = h, .b = { L->b2 } });
     }
-    for (int64_t i = 0; i < N; i++)
-        layernorm(h + i * D, x + i * D, v->post_w, v->post_b, D, v->eps);
+    ew_run(pool, (ew_job){ .op = EW_LN, .n = N, .d = D, .y = { h }, .x = x, .w = v->post_w, .b = { v->post_b },
+                           .eps = v->eps });
     /* pixel shuffle: token (R, C) of the g × g grid holds patches (sR + b, sC + a), b outermost */
     for (int64_t t = 0; t < n_tiles; t++)
         for (int64_t R = 0; R < g; R++)
@@ -428,6 +470,6 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
             }
     cdx_matmul(K, pool, &v->proj, big, n_tiles * nt, out, ws);
 out:
-    free(x); free(h); free(q); free(k); free(vv); free(a); free(big); free(rows); free(ws);
+    free(x); free(h); free(q); free(k); free(vv); free(a); free(big); free(kh); free(vh); free(rows); free(ws);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* rmsnorm, softmax and blocked attention on every ISA against double-precision loops. */
 #include "caldrix.h"
+#include "kernel/kernel_impl.h"
 #include "test.h"
 
 static const char *const k_isas[] = { "avx512", "avx2", "scalar" };
@@ -175,10 +176,76 @@ static void attention_refuses_bad_shapes_and_rows(void)
     CHECK(strstr(e.msg, "3..2") != NULL);
 }
 
+/* The fused f32 attention rows of a kernel set (cdx_kernels.attn_f32) give the bits attn.c's
+ * attn_heads gives with that set's primitives (the same set with attn_f32 removed): head sizes
+ * the kernel takes (one to eight vectors) and does not, GQA groups, windows, lengths across the
+ * 64-key blocks, and a paged cache of 16-position blocks lying in reverse order. */
+static void fused_attention_rows_match_primitives_bit_for_bit(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const int hds[] = { 8, 16, 24, 48, 64, 128, 40 }, groups[] = { 1, 2, 4 };
+    const int64_t lens[] = { 1, 7, 63, 64, 65, 200 };
+    int checked = 0, fused = 0;
+    for (int ii = 0; ii < 2; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        REQUIRE(k->attn_f32);
+        cdx_kernels plain = *k;
+        plain.attn_f32 = NULL;
+        int bad = 0;
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+            for (size_t gi = 0; gi < 3; gi++)
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                    for (int bsz = 16; bsz <= 256; bsz *= 16) {
+                        const int hd = hds[hi], nkv = 2, nh = nkv * groups[gi];
+                        const int64_t n = lens[li], nblk = (n + bsz - 1) / bsz;
+                        const int64_t stride = (int64_t)nkv * hd + 3; /* positions apart, with a gap */
+                        float *kc = malloc(sizeof(float) * (size_t)(nblk * bsz * stride));
+                        float *vc = malloc(sizeof(float) * (size_t)(nblk * bsz * stride));
+                        float *q = malloc(sizeof(float) * (size_t)(n * nh * hd));
+                        float *o1 = malloc(sizeof(float) * (size_t)(n * nh * hd)), *o2 = malloc(sizeof(float) * (size_t)(n * nh * hd));
+                        for (int64_t i = 0; i < nblk * bsz * stride; i++) {
+                            kc[i] = frand() * 2;
+                            vc[i] = frand();
+                        }
+                        for (int64_t i = 0; i < n * nh * hd; i++)
+                            q[i] = frand();
+                        const void **kt = malloc(sizeof(void *) * (size_t)nblk), **vt = malloc(sizeof(void *) * (size_t)nblk);
+                        for (int64_t b = 0; b < nblk; b++) { /* blocks in reverse order in memory */
+                            kt[b] = kc + (nblk - 1 - b) * bsz * stride;
+                            vt[b] = vc + (nblk - 1 - b) * bsz * stride;
+                        }
+                        cdx_attn_shape s = { .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .kv_stride = stride,
+                                             .block = bsz, .scale = 0.125f, .kv_type = 0 };
+                        cdx_attn_row *rows = malloc(sizeof *rows * (size_t)n);
+                        for (int64_t i = 0; i < n; i++)
+                            rows[i] = (cdx_attn_row){ .q = q + i * nh * hd, .k = kt, .v = vt,
+                                                      .lo = i % 3 == 2 ? i / 2 : 0, .hi = i, .out = o1 + i * nh * hd };
+                        REQUIRE(cdx_attn(k, pool, &s, rows, n, &e) == CDX_OK);
+                        for (int64_t i = 0; i < n; i++)
+                            rows[i].out = o2 + i * nh * hd;
+                        REQUIRE(cdx_attn(&plain, pool, &s, rows, n, &e) == CDX_OK);
+                        bad += memcmp(o1, o2, sizeof(float) * (size_t)(n * nh * hd)) != 0;
+                        checked++;
+                        fused += hd % (ii == 0 ? 16 : 8) == 0 && hd <= (ii == 0 ? 128 : 64);
+                        free(kc); free(vc); free(q); free(o1); free(o2); free(kt); free(vt); free(rows);
+                    }
+        CHECKF(bad == 0, "%s: %d of %d cases differ from the primitives' attention", k_isas[ii], bad, checked);
+    }
+    CHECK(checked == 0 || fused > 0);
+    cdx_pool_destroy(pool);
+}
+
 int main(void)
 {
     RUN("rmsnorm and softmax match double precision on every ISA", rmsnorm_and_softmax_match_double);
     RUN("blocked attention matches a naive softmax (GQA, windows, block edges)", attention_matches_naive_softmax);
     RUN("attention refuses bad shapes and rows", attention_refuses_bad_shapes_and_rows);
+    RUN("fused f32 attention rows give the primitives' bits", fused_attention_rows_match_primitives_bit_for_bit);
     return t_done("attn");
 }
