@@ -85,7 +85,7 @@ static void synth_ids(int32_t *ids, int64_t n, int64_t n_vocab)
     }
 }
 
-#define N_KEEP 16 /* greedy tokens kept from the last run, to compare engines on the same file */
+#define N_KEEP 16 /* greedy tokens kept from the last run (its first prompt unsalted), to compare engines */
 #define MAX_PAR 64
 
 /* One request's timeline, from its events. */
@@ -276,6 +276,8 @@ int cmd_bench(int argc, char **argv)
     double best_p = 0, best_d = 0;
     for (long r = 0; r < runs; r++) {
         FRESH_PROMPTS();
+        if (r == runs - 1) /* greedy_tokens come from this run: its first prompt is exactly the ids */
+            synth_ids(prompts[0], 1, hp->n_vocab); /* llama_bench feeds, so engines compare alike */
         /* n_gen decode steps after the prefill: the first token comes from the prefill's logits */
         if (bench_batch(eng, prompts, (int)parallel, n_prompt, n_gen + 1, rs, &err) < 0) {
             fprintf(stderr, "caldrix bench: %s: %s\n", path, err.msg);

@@ -77,6 +77,20 @@ check "synth is deterministic for a seed whatever the thread count" 'cmp -s "$tm
 check "another seed gives other weights" '! cmp -s "$tmp/b.gguf" "$tmp/a.gguf"'
 
 # the file itself, read by an independent GGUF parser: metadata, vocabulary, tensor types
+# greedy_tokens is what `run --prompt-ids` gives on bench's synthetic ids (the ids llama_bench feeds):
+# the last timed run's first prompt is unsalted, so bench/compare-llamacpp compares like with like
+ids=$(python3 -c "
+s = 0x2545f4914f6cdd1d
+out = []
+for i in range(24):
+    s = (s * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+    out.append(3 + (s >> 33) % (512 - 3))
+print(','.join(map(str, out)))")
+"$CALDRIX" bench "$M" -p 24 -n 12 -r 2 --json >"$tmp/g.json" 2>/dev/null
+"$CALDRIX" run "$M" --prompt-ids "$ids" -n 12 --temp 0 --ignore-eos --json >"$tmp/r.json" 2>/dev/null
+check "bench greedy_tokens equal run --prompt-ids on the same synthetic ids" \
+    'python3 -c "import json,sys; a=json.load(open(sys.argv[1]))[\"greedy_tokens\"]; b=json.load(open(sys.argv[2]))[\"tokens\"]; assert len(a)>=12 and a[:12]==b[:12], (a,b)" "$tmp/g.json" "$tmp/r.json"'
+
 python3 - "$tmp/tiny-Q4_K_M.gguf" "$tmp/tiny-F16.gguf" >"$tmp/py.txt" 2>&1 <<'PY'
 import struct, sys, math
 def read(path):
