@@ -864,6 +864,20 @@ KT_INLINE __m256 hsum8x8(const __m256 *v)
 }
 #endif
 
+/* One key's lane sums of vdot(q, k), as KT(vdot) forms them: even vectors into s0, odd into s1. */
+KT_INLINE VF ka_key_lanes(const VF *qv, const int nq, const float *kp)
+{
+    VF s0 = vf_zero(), s1 = vf_zero();
+#pragma GCC unroll 8
+    for (int c = 0; c < nq; c++) {
+        if (c % 2 == 0)
+            s0 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s0);
+        else
+            s1 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s1);
+    }
+    return vf_add(s0, s1);
+}
+
 /* sc[i] = vdot(q, k_i) · scale for the nb keys from position p0, as KT(vdot) sums: even vectors of
  * the head into s0, odd ones into s1, then vf_hsum(s0 + s1). */
 KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g,
@@ -883,15 +897,7 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
         for (int j = 0; j < 8; j++) {
             const int64_t p = p0 + i + j;
             const float *kp = (const float *)r->k[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
-            VF s0 = vf_zero(), s1 = vf_zero();
-#pragma GCC unroll 8
-            for (int c = 0; c < nq; c++) {
-                if (c % 2 == 0)
-                    s0 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s0);
-                else
-                    s1 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s1);
-            }
-            d[j] = vf_add(s0, s1);
+            d[j] = ka_key_lanes(qv, nq, kp);
         }
         _mm256_storeu_ps(sc + i, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(s->scale)));
     }
@@ -899,15 +905,7 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
     for (; i < nb; i++) {
         const int64_t p = p0 + i;
         const float *kp = (const float *)r->k[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
-        VF s0 = vf_zero(), s1 = vf_zero();
-#pragma GCC unroll 8
-        for (int c = 0; c < nq; c++) {
-            if (c % 2 == 0)
-                s0 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s0);
-            else
-                s1 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s1);
-        }
-        sc[i] = vf_hsum(vf_add(s0, s1)) * s->scale;
+        sc[i] = vf_hsum(ka_key_lanes(qv, nq, kp)) * s->scale;
     }
 }
 
