@@ -864,6 +864,12 @@ KT_INLINE __m256 hsum8x8(const __m256 *v)
 }
 #endif
 
+/* Position p's f32 K (or V) row for KV head g through the block table tab (r->k or r->v). */
+KT_INLINE const float *ka_row(const void *const *tab, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p)
+{
+    return (const float *)tab[p / s->block] + r->off + (size_t)(p % s->block) * s->kv_stride + (size_t)g * s->head_dim;
+}
+
 /* One key's lane sums of vdot(q, k), as KT(vdot) forms them: even vectors into s0, odd into s1. */
 KT_INLINE VF ka_key_lanes(const VF *qv, const int nq, const float *kp)
 {
@@ -887,25 +893,19 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
 #pragma GCC unroll 8
     for (int c = 0; c < nq; c++)
         qv[c] = vf_load_f32(q + c * VF_N);
-    const int64_t bs = s->block;
-    const int hd = s->head_dim;
     int i = 0;
 #if VF_N == 8
     for (; i + 8 <= nb; i += 8) {
         __m256 d[8];
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            const int64_t p = p0 + i + j;
-            const float *kp = (const float *)r->k[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
-            d[j] = ka_key_lanes(qv, nq, kp);
+            d[j] = ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i + j));
         }
         _mm256_storeu_ps(sc + i, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(s->scale)));
     }
 #endif
     for (; i < nb; i++) {
-        const int64_t p = p0 + i;
-        const float *kp = (const float *)r->k[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
-        sc[i] = vf_hsum(ka_key_lanes(qv, nq, kp)) * s->scale;
+        sc[i] = vf_hsum(ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i))) * s->scale;
     }
 }
 
@@ -917,11 +917,8 @@ KT_INLINE void ka_values(float *acc, const int nq, const cdx_attn_shape *s, cons
 #pragma GCC unroll 8
     for (int c = 0; c < nq; c++)
         a[c] = vf_load_f32(acc + c * VF_N);
-    const int64_t bs = s->block;
-    const int hd = s->head_dim;
     for (int i = 0; i < nb; i++) {
-        const int64_t p = p0 + i;
-        const float *vp = (const float *)r->v[p / bs] + r->off + (size_t)(p % bs) * s->kv_stride + (size_t)g * hd;
+        const float *vp = ka_row(r->v, s, r, g, p0 + i);
         const VF w = vf_set1(sc[i]);
 #pragma GCC unroll 8
         for (int c = 0; c < nq; c++)
