@@ -6,14 +6,38 @@
  *
  * The job word packs the job's generation (high 32 bits) and its next unclaimed task (low 32):
  * a claim is a compare-and-swap on it, so a worker that wakes late can only claim a task of the
- * job it saw, never one of the next job with the previous job's function. */
+ * job it saw, never one of the next job with the previous job's function.
+ *
+ * A busy machine. A worker that shares its core with another runnable thread (another process,
+ * or the caller, where the OS put both on one core) is preempted for a time slice at a time: if
+ * it holds a claimed task then, the job waits milliseconds for it, and while it spins between
+ * jobs it takes the time of whoever shares its core. Neither can be undone inside a job (a task
+ * cannot be taken back from a thread that is running it), so the caller watches each worker and
+ * benches the ones that show it: a benched worker claims nothing and sleeps until its bench ends,
+ * and the others (the caller at least) take its tasks. The signs, per worker:
+ *   - over a window of WINDOW_NS, the time it spent runnable but waiting for a CPU (the kernel's
+ *     /proc/self/task/TID/schedstat) is more than WAIT_PERCENT of the window;
+ *   - the caller waited STRAGGLER_NS or more for a task it held, longer than the caller's own
+ *     share of that job took.
+ * A first bench lasts BENCH_MIN_NS; one right after the last (the next window showed it again)
+ * twice as long, up to BENCH_MAX_NS; each clean window halves the next. Which thread runs a task
+ * never changes its result: only the speed depends on this. */
 #include "caldrix/pool.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
@@ -21,11 +45,25 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define SPIN_ITERS 20000 /* ~100 µs of pause before a worker sleeps */
+#define SPIN_ITERS 20000        /* ~100 µs of pause before a worker sleeps */
+#define CALLER_SPIN_ITERS 2000  /* ~10 µs of pause before the caller sleeps on a worker's task */
+#define WINDOW_NS 20000000      /* 20 ms */
+#define WAIT_PERCENT 25
+#define STRAGGLER_NS 500000
+#define BENCH_MIN_NS 20000000
+#define BENCH_MAX_NS 1280000000
 
 typedef struct worker {
     cdx_pool *pool;
     pthread_t tid;
+    _Atomic int os_tid;            /* the kernel's id of the thread, once it has started (0 before) */
+    _Atomic int holding;           /* it is running a task it claimed */
+    _Atomic int64_t benched_until; /* CLOCK_MONOTONIC ns; 0: not benched */
+    /* the caller's own */
+    int stat_fd;      /* its schedstat (-1: not open yet, -2: not available) */
+    int64_t wait0;    /* its runnable-but-waiting ns at the window's start (-1: not measured) */
+    int64_t bench_ns; /* the length of its next bench (0: BENCH_MIN_NS) */
+    bool straggled;   /* the caller waited on it in this window */
 } worker;
 
 struct cdx_pool {
@@ -37,8 +75,11 @@ struct cdx_pool {
     _Atomic int done;         /* tasks of the current job finished */
     _Atomic int quit;
     _Atomic int sleepers;
+    _Atomic int caller_waiting; /* the caller sleeps on `done` (futex) */
+    int64_t window0;          /* the caller's: the current window's start */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;        /* a new job (or quit), for sleeping workers */
+    pthread_cond_t bench_cv;  /* quit, for benched ones */
 };
 
 int cdx_cpu_count(void)
@@ -53,17 +94,107 @@ int cdx_cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* Claims and runs tasks of job generation gen while there are any. */
-static void run_tasks(cdx_pool *p, uint64_t gen, cdx_pool_fn fn, void *ctx)
+#ifdef __linux__
+static void done_wake(cdx_pool *p) { syscall(SYS_futex, (int *)&p->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
+static void done_sleep(cdx_pool *p, int seen) { syscall(SYS_futex, (int *)&p->done, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0); }
+static int os_tid(void) { return (int)syscall(SYS_gettid); }
+#else
+static void done_wake(cdx_pool *p) { (void)p; }
+static void done_sleep(cdx_pool *p, int seen) { (void)p; (void)seen; sched_yield(); }
+static int os_tid(void) { return 0; }
+#endif
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Nanoseconds worker w has spent runnable but waiting for a CPU, or -1 where the kernel does not
+ * say (no /proc, no schedstats, the thread not started yet). */
+static int64_t worker_wait_ns(worker *w)
+{
+    if (w->stat_fd == -2)
+        return -1;
+    if (w->stat_fd < 0) {
+        const int tid = atomic_load(&w->os_tid);
+        if (tid <= 0)
+            return -1;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+        w->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (w->stat_fd < 0) {
+            w->stat_fd = -2;
+            return -1;
+        }
+    }
+    char buf[96];
+    const ssize_t n = pread(w->stat_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    unsigned long long run, wait;
+    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (int64_t)wait : -1;
+}
+
+/* The end of a parallel job at time t, the caller's (now: a straggler was seen in it): at the end
+ * of a window, or now, each worker's signs, and its bench. */
+static void watch(cdx_pool *p, int64_t t, bool now)
+{
+    if (!now && t - p->window0 < WINDOW_NS)
+        return;
+    for (int i = 0; i < p->n - 1; i++) {
+        worker *w = &p->workers[i];
+        if (atomic_load_explicit(&w->benched_until, memory_order_relaxed) > t) {
+            w->wait0 = -1; /* asleep: nothing to measure until it is back */
+            continue;
+        }
+        const int64_t wait = worker_wait_ns(w);
+        const bool measured = wait >= 0 && w->wait0 >= 0; /* a whole window since it came back */
+        const bool contended = w->straggled || (measured && (wait - w->wait0) * 100 > (t - p->window0) * WAIT_PERCENT);
+        w->straggled = false;
+        w->wait0 = wait;
+        if (contended) {
+            w->bench_ns = w->bench_ns ? (w->bench_ns * 2 < BENCH_MAX_NS ? w->bench_ns * 2 : BENCH_MAX_NS) : BENCH_MIN_NS;
+            w->wait0 = -1;
+            atomic_store_explicit(&w->benched_until, t + w->bench_ns, memory_order_relaxed);
+        } else if (measured || w->stat_fd == -2) {
+            w->bench_ns = w->bench_ns / 2 < BENCH_MIN_NS ? 0 : w->bench_ns / 2;
+        }
+    }
+    p->window0 = t;
+}
+
+/* Claims and runs tasks of job generation gen while there are any; w: the worker (NULL: the
+ * caller). */
+static void run_tasks(cdx_pool *p, worker *w, uint64_t gen, cdx_pool_fn fn, void *ctx)
 {
     uint64_t j = atomic_load_explicit(&p->job, memory_order_acquire);
     while ((j >> 32) == gen && (int)(uint32_t)j < p->n) {
         if (!atomic_compare_exchange_weak_explicit(&p->job, &j, j + 1, memory_order_acq_rel, memory_order_acquire))
             continue;
+        if (w)
+            atomic_store_explicit(&w->holding, 1, memory_order_relaxed);
         fn(ctx, (int)(uint32_t)j, p->n);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        if (w)
+            atomic_store_explicit(&w->holding, 0, memory_order_relaxed);
+        atomic_fetch_add(&p->done, 1); /* seq_cst: pairs with the caller's caller_waiting store */
+        if (atomic_load(&p->caller_waiting))
+            done_wake(p);
         j = atomic_load_explicit(&p->job, memory_order_acquire);
     }
+}
+
+/* A benched worker sleeps until the bench ends (or the pool quits). */
+static void sit_out(cdx_pool *p, worker *w, int64_t until)
+{
+    struct timespec ts = { (time_t)(until / 1000000000), (long)(until % 1000000000) };
+    pthread_mutex_lock(&p->mu);
+    while (!atomic_load(&p->quit) && now_ns() < until)
+        pthread_cond_timedwait(&p->bench_cv, &p->mu, &ts);
+    pthread_mutex_unlock(&p->mu);
+    atomic_store_explicit(&w->benched_until, 0, memory_order_relaxed);
 }
 
 static void *worker_main(void *arg)
@@ -71,12 +202,16 @@ static void *worker_main(void *arg)
     worker *w = arg;
     cdx_pool *p = w->pool;
     uint64_t seen = 0;
+    atomic_store(&w->os_tid, os_tid());
     for (;;) {
         uint64_t g;
         int spins = 0;
+        int64_t until = 0;
         while ((g = atomic_load_explicit(&p->job, memory_order_acquire) >> 32) == seen) {
             if (atomic_load_explicit(&p->quit, memory_order_acquire))
                 return NULL;
+            if ((until = atomic_load_explicit(&w->benched_until, memory_order_relaxed)) != 0)
+                break;
             if (++spins < SPIN_ITERS) {
                 cpu_relax();
                 continue;
@@ -89,6 +224,10 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&p->mu);
             spins = 0;
         }
+        if (until || (until = atomic_load_explicit(&w->benched_until, memory_order_relaxed)) != 0) {
+            sit_out(p, w, until); /* the jobs meanwhile: the others claim their tasks */
+            continue;
+        }
         seen = g;
         if (atomic_load_explicit(&p->quit, memory_order_acquire))
             return NULL;
@@ -98,7 +237,7 @@ static void *worker_main(void *arg)
         cdx_pool_fn fn = p->fn;
         void *ctx = p->ctx;
         pthread_mutex_unlock(&p->mu);
-        run_tasks(p, g, fn, ctx);
+        run_tasks(p, w, g, fn, ctx);
     }
 }
 
@@ -115,6 +254,12 @@ int cdx_pool_create(int n_threads, cdx_pool **out, cdx_err *err)
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* benches end at CLOCK_MONOTONIC times */
+    pthread_cond_init(&p->bench_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    p->window0 = now_ns();
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) {
@@ -124,6 +269,8 @@ int cdx_pool_create(int n_threads, cdx_pool **out, cdx_err *err)
         for (int i = 1; i < n_threads; i++) {
             worker *w = &p->workers[i - 1];
             w->pool = p;
+            w->stat_fd = -1;
+            w->wait0 = -1;
             if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
                 p->n = i; /* destroy joins only the started ones */
                 cdx_pool_destroy(p);
@@ -142,12 +289,17 @@ void cdx_pool_destroy(cdx_pool *p)
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->bench_cv);
     pthread_mutex_unlock(&p->mu);
     if (p->workers)
-        for (int i = 1; i < p->n; i++)
+        for (int i = 1; i < p->n; i++) {
             pthread_join(p->workers[i - 1].tid, NULL);
+            if (p->workers[i - 1].stat_fd >= 0)
+                close(p->workers[i - 1].stat_fd);
+        }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->bench_cv);
     free(p->workers);
     free(p);
 }
@@ -170,8 +322,31 @@ void cdx_pool_run(cdx_pool *p, cdx_pool_fn fn, void *ctx)
     if (wake)
         pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    run_tasks(p, gen, fn, ctx);
-    /* every task is claimed: wait for the ones running workers took */
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n)
-        cpu_relax();
+    const int64_t t0 = now_ns();
+    run_tasks(p, NULL, gen, fn, ctx);
+    int64_t t1 = now_ns();
+    /* every task is claimed: wait for the ones running workers took, briefly spinning, then
+     * asleep (so that a worker that shares this core runs) */
+    bool straggler = false;
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < p->n;) {
+        if (++spins < CALLER_SPIN_ITERS) {
+            cpu_relax();
+            continue;
+        }
+        bool held[64]; /* which workers held a task when the caller gave up spinning */
+        const int nh = p->n - 1 < 64 ? p->n - 1 : 64;
+        for (int i = 0; i < nh; i++)
+            held[i] = atomic_load_explicit(&p->workers[i].holding, memory_order_relaxed);
+        atomic_store(&p->caller_waiting, 1);
+        int d;
+        while ((d = atomic_load(&p->done)) < p->n)
+            done_sleep(p, d);
+        atomic_store(&p->caller_waiting, 0);
+        const int64_t t2 = now_ns();
+        straggler = t2 - t1 >= STRAGGLER_NS && t2 - t1 > t1 - t0;
+        for (int i = 0; straggler && i < nh; i++)
+            p->workers[i].straggled |= held[i];
+        t1 = t2;
+    }
+    watch(p, t1, straggler);
 }
