@@ -1,11 +1,14 @@
 /* A persistent thread pool: n threads (the caller is thread 0) run one function together.
  *
  *   cdx_pool *p; cdx_pool_create(4, &p, &err);
- *   cdx_pool_run(p, work, ctx);   // work(ctx, ith, nth) on every thread; returns when all are done
+ *   cdx_pool_run(p, work, ctx);   // work(ctx, ith, nth) once for each ith < nth = 4, each on
+ *                                 // whichever thread claims it; returns when all are done
  *   cdx_pool_destroy(p);
  *
  * Workers spin briefly between jobs (decode issues hundreds of small jobs per token), then sleep.
- * One caller at a time: cdx_pool_run is not reentrant and not thread-safe.
+ * On a busy machine a worker that has to share its core sits jobs out for a while and the others
+ * (the caller at least) take its tasks (pool.c). One caller at a time: cdx_pool_run is not
+ * reentrant and not thread-safe.
  */
 #ifndef CALDRIX_POOL_H
 #define CALDRIX_POOL_H
