@@ -8,7 +8,8 @@
  *   o    = matmul(p, v)                  f32 sum in position order, one rounding
  * Plain C on purpose: the sums run in the reference's own order, so every kernel set gives the same
  * bits, and a row's result never depends on the batch. Per (row, KV head) the scores of a span of
- * up to SPAN_CAP positions are kept on the stack; a longer span recomputes them (same values). */
+ * up to SPAN_CAP positions are kept on the stack; a longer span recomputes them (same values), SB
+ * positions at a time. */
 #include "caldrix/kernel.h"
 
 #include <math.h>
@@ -30,22 +31,37 @@ static inline const void *kv_at(const cdx_attn_shape *s, const void *const *tab,
                                        : (const void *)((const float *)tab[p / s->block] + i);
 }
 
-static inline void load_row(const cdx_attn_shape *s, const void *src, float *dst)
+/* Scores of positions p0 .. p0+np-1 (np <= SB) into out: bf16(bf16(q·k) · scale) each. The np dot
+ * products run side by side (one running sum each, over d in increasing order, as the reference
+ * sums it): each sum is one chain of dependent additions, so only several positions at once keep
+ * the adder busy. bf16 · bf16 is exact in f32, so a product rounds nowhere, fused or not. */
+#define SB 8
+static void scores(const cdx_attn_shape *s, const cdx_attn_row *r, int g, const float *q, int64_t p0, int np,
+                   float *out)
 {
-    if (s->kv_type == CDX_TYPE_BF16)
-        for (int d = 0; d < s->head_dim; d++)
-            dst[d] = cdx_bf16_to_f32(((const uint16_t *)src)[d]);
-    else
-        memcpy(dst, src, (size_t)s->head_dim * sizeof(float));
-}
-
-/* bf16(bf16(q·k) · scale) */
-static inline float score(const cdx_attn_shape *s, const float *q, const float *k)
-{
-    float acc = 0;
-    for (int d = 0; d < s->head_dim; d++)
-        acc += q[d] * k[d]; /* bf16 · bf16 is exact in f32: fused or not, the same sum */
-    return cdx_bf16_round(cdx_bf16_round(acc) * s->scale);
+    const int hd = s->head_dim;
+    float acc[SB] = { 0 };
+    if (s->kv_type == CDX_TYPE_BF16) {
+        const uint16_t *k[SB];
+        for (int j = 0; j < SB; j++) /* a short group repeats its first position (computed, unused) */
+            k[j] = kv_at(s, r->k, r->off, p0 + (j < np ? j : 0), g);
+        for (int d = 0; d < hd; d++) {
+            const float qd = q[d];
+            for (int j = 0; j < SB; j++)
+                acc[j] += qd * cdx_bf16_to_f32(k[j][d]);
+        }
+    } else {
+        const float *k[SB];
+        for (int j = 0; j < SB; j++)
+            k[j] = kv_at(s, r->k, r->off, p0 + (j < np ? j : 0), g);
+        for (int d = 0; d < hd; d++) {
+            const float qd = q[d];
+            for (int j = 0; j < SB; j++)
+                acc[j] += qd * k[j][d];
+        }
+    }
+    for (int j = 0; j < np; j++)
+        out[j] = cdx_bf16_round(cdx_bf16_round(acc[j]) * s->scale);
 }
 
 static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h, float *sc)
@@ -54,43 +70,48 @@ static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int
     const int64_t span = r->hi - r->lo + 1;
     const bool kept = span <= SPAN_CAP;
     const float *q = r->q + (size_t)h * hd;
-    float row[ATTN_MAX_DIM], acc[ATTN_MAX_DIM];
+    float acc[ATTN_MAX_DIM], blk[SB];
     float mx = -INFINITY;
-    for (int64_t p = r->lo; p <= r->hi; p++) {
-        load_row(s, kv_at(s, r->k, r->off, p, g), row);
-        const float x = score(s, q, row);
-        if (kept)
-            sc[p - r->lo] = x;
-        mx = x > mx ? x : mx;
+    for (int64_t p = r->lo; p <= r->hi; p += SB) {
+        const int np = r->hi - p + 1 < SB ? (int)(r->hi - p + 1) : SB;
+        float *x = kept ? sc + (p - r->lo) : blk;
+        scores(s, r, g, q, p, np, x);
+        for (int j = 0; j < np; j++)
+            mx = x[j] > mx ? x[j] : mx;
     }
     float sum = 0;
-    for (int64_t p = r->lo; p <= r->hi; p++) {
-        float x;
-        if (kept)
-            x = sc[p - r->lo];
-        else {
-            load_row(s, kv_at(s, r->k, r->off, p, g), row);
-            x = score(s, q, row);
+    for (int64_t p = r->lo; p <= r->hi; p += SB) {
+        const int np = r->hi - p + 1 < SB ? (int)(r->hi - p + 1) : SB;
+        float *x = kept ? sc + (p - r->lo) : blk;
+        if (!kept)
+            scores(s, r, g, q, p, np, x);
+        for (int j = 0; j < np; j++) {
+            const float e = expf(x[j] - mx);
+            if (kept)
+                x[j] = e;
+            sum += e;
         }
-        const float e = expf(x - mx);
-        if (kept)
-            sc[p - r->lo] = e;
-        sum += e;
     }
     const float inv = 1.0f / sum;
     memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int64_t p = r->lo; p <= r->hi; p++) {
-        float e;
-        if (kept)
-            e = sc[p - r->lo];
-        else {
-            load_row(s, kv_at(s, r->k, r->off, p, g), row);
-            e = expf(score(s, q, row) - mx);
+    for (int64_t p = r->lo; p <= r->hi; p += SB) {
+        const int np = r->hi - p + 1 < SB ? (int)(r->hi - p + 1) : SB;
+        float *x = kept ? sc + (p - r->lo) : blk;
+        if (!kept) {
+            scores(s, r, g, q, p, np, x);
+            for (int j = 0; j < np; j++)
+                x[j] = expf(x[j] - mx);
         }
-        const float w = cdx_bf16_round(e * inv);
-        load_row(s, kv_at(s, r->v, r->off, p, g), row);
-        for (int d = 0; d < hd; d++)
-            acc[d] += w * row[d];
+        for (int j = 0; j < np; j++) {
+            const float w = cdx_bf16_round(x[j] * inv);
+            const void *v = kv_at(s, r->v, r->off, p + j, g);
+            if (s->kv_type == CDX_TYPE_BF16)
+                for (int d = 0; d < hd; d++)
+                    acc[d] += w * cdx_bf16_to_f32(((const uint16_t *)v)[d]);
+            else
+                for (int d = 0; d < hd; d++)
+                    acc[d] += w * ((const float *)v)[d];
+        }
     }
     float *o = r->out + (size_t)h * hd;
     for (int d = 0; d < hd; d++)

@@ -351,6 +351,97 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
         }
 }
 
+/* ---- decode (n = 1) over F32 / F16 / BF16 rows ----
+ *
+ * Each row is summed exactly as tile_f sums it (one VF_N-lane accumulator, one fused multiply-add
+ * per column step in increasing order, vf_hsum, then the tail columns one by one), so its bits are
+ * tile_f's and the GEMM's. A row's sum is one dependency chain, so the only parallelism is across
+ * rows: FV_R rows at a time keep FV_R chains and FV_R memory streams in flight (tile_f's RMAX rows
+ * leave the multiply-adds waiting on their latency). Per 64-byte line of each row the tile asks
+ * for the same line FV_PF rows on (prefetch_next_tile): the rows after this tile, read next. */
+#ifndef FV_R
+#define FV_R 4
+#endif
+#ifndef FV_PF
+#define FV_PF FV_R
+#endif
+KT_INLINE void fv_tile(int kind, const uint8_t *w, size_t wrb, const int R, const float *x, int64_t cols, float *y)
+{
+    VF acc[FV_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        acc[r] = vf_zero();
+    const int64_t cv = cols - cols % VF_N;
+    const int64_t line = kind == W_F32 ? 16 : 32; /* columns per 64-byte line: a multiple of VF_N */
+    const size_t ahead = (size_t)FV_PF * wrb;
+    int64_t c = 0;
+    for (; c + line <= cv; c += line) {
+        const size_t o = (size_t)c * (kind == W_F32 ? 4 : 2);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            if (FV_PF)
+                prefetch_next_tile(w + (size_t)r * wrb + o, ahead);
+#pragma GCC unroll 4
+        for (int64_t u = 0; u < line; u += VF_N) {
+            VF wv[FV_R];
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                wv[r] = vf_loadw(kind, w + (size_t)r * wrb, c + u);
+            VF a = vf_load_f32(x + c + u);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r] = vf_fma(wv[r], a, acc[r]);
+        }
+    }
+    for (; c < cv; c += VF_N) {
+        VF wv[FV_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            wv[r] = vf_loadw(kind, w + (size_t)r * wrb, c);
+        VF a = vf_load_f32(x + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r] = vf_fma(wv[r], a, acc[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float s = vf_hsum(acc[r]);
+        for (int64_t k = cv; k < cols; k++)
+            s += scalar_w(kind, w + (size_t)r * wrb, k) * x[k];
+        y[r] = s;
+    }
+}
+
+#define FV_TILE(kind, R)                                                                                 \
+    static void KT(fv_tile_##kind##_##R)(const uint8_t *w, size_t wrb, const float *x, int64_t cols, float *y) \
+    {                                                                                                    \
+        fv_tile(kind, w, wrb, R, x, cols, y);                                                            \
+    }
+#define FV_TILES(kind) FV_TILE(kind, 1) FV_TILE(kind, 2) FV_TILE(kind, 3) FV_TILE(kind, 4)
+#if FV_R != 4
+#error "FV_R: 4"
+#endif
+typedef void (*fv_fn)(const uint8_t *w, size_t wrb, const float *x, int64_t cols, float *y);
+FV_TILES(W_F32)
+FV_TILES(W_F16)
+FV_TILES(W_BF16)
+static const fv_fn KT(fv_tab)[3][FV_R] = {
+    { KT(fv_tile_W_F32_1), KT(fv_tile_W_F32_2), KT(fv_tile_W_F32_3), KT(fv_tile_W_F32_4) },
+    { KT(fv_tile_W_F16_1), KT(fv_tile_W_F16_2), KT(fv_tile_W_F16_3), KT(fv_tile_W_F16_4) },
+    { KT(fv_tile_W_BF16_1), KT(fv_tile_W_BF16_2), KT(fv_tile_W_BF16_3), KT(fv_tile_W_BF16_4) },
+};
+
+/* Rows [r0, r1) × one activation row into y[r]. */
+KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const float *x, float *y)
+{
+    const fv_fn *tab = KT(fv_tab)[kind == W_F32 ? 0 : kind == W_F16 ? 1 : 2];
+    const uint8_t *wb = w->data;
+    for (int64_t r = r0; r < r1; r += FV_R) {
+        const int rr = r1 - r < FV_R ? (int)(r1 - r) : FV_R;
+        tab[rr - 1](wb + (size_t)r * w->row_bytes, w->row_bytes, x, w->cols, y + r);
+    }
+}
+
 /* ---- the GEMM over F32 / F16 / BF16 rows with f32 activations (n >= CDX_GEMM_MIN_N) ----
  *
  * Every output is summed exactly as tile_f sums it, so a row's result has the same bits at n = 1
@@ -648,6 +739,10 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
                                 size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
         (void)xq; (void)xrb;                                                                             \
+        if (n == 1) {                                                                                    \
+            fv_rows(kind, w, r0, r1, x, y);                                                              \
+            return;                                                                                      \
+        }                                                                                                \
         if (n >= (w->cols - w->cols % VF_N > FG_KC ? FG_MIN_N_BLOCKED : CDX_GEMM_MIN_N) && scratch) {     \
             fg_rows(kind, w, r0, r1, x, n, y, scratch);                                                  \
             return;                                                                                      \
