@@ -13,6 +13,10 @@
 #define X16_Q8_FLIP 0    /* Q8_0 stays signed */
 #include "kernel/kern_x16.h"
 
+/* A value held in a register at this point: keeps GCC's reassociation from turning a running sum
+ * of products into a tree, which needs every product live at once (and spills them all). */
+#define X16_KEEP(v) __asm__("" : "+x"(v))
+
 KT_INLINE __m256i bcast4(const int8_t *p)
 {
     int32_t v;
@@ -367,9 +371,173 @@ KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gst
                 _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
 }
 
-/* One group at a time (prefill) and two (decode: X16SB_DECODE_G in kern_x16_run.h). */
-#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
-#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
+/* Prefill, Q4_K: one 16-row x16k group × TT tokens, one 8-row half h at a time, so that the i16
+ * sums s0/s1[TT] (8 ymm for TT = 4), the weights and a broadcast fit AVX2's 16 registers (both
+ * halves at once, 32 sums, spill). The i32 sums per half and the float accumulators (in y itself)
+ * sit outside the hot loop. Every sum is x16k_micro_g's, exactly, and the float steps are its
+ * steps in its order: the same bits for every token, whatever TT. */
+KT_INLINE void x16k_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                            const int TT, float *y, int64_t ys)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+        const int8_t *a[X16_TOK];
+        float dav[X16_TOK];
+        int32_t bp[X16_TOK][4]; /* per token the (bs[4p] + bs[4p+1], bs[4p+2] + bs[4p+3]) i16 pairs */
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            a[t] = xb->qs;
+            dav[t] = xb->d;
+            _mm_storeu_si128((__m128i *)bp[t], _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                                             _mm_loadu_si128((const __m128i *)(xb->bsums + 8))));
+        }
+        for (size_t o = 0; o < X16K_META; o += 64)
+            _mm_prefetch((const char *)(mb + 8 * X16K_META + o), X16_PF_HINT);
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256i ai[X16_TOK];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                ai[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int j = 0; j < 4; j++) { /* sub-blocks 2j (low nibbles) and 2j+1 (high) */
+                const uint8_t *qj = qp + 512 * j + 32 * h;
+                if (h == 0)
+                    for (size_t o = 0; o < 512; o += 64)
+                        _mm_prefetch((const char *)(qp + 512 * j + X16_PF + o), X16_PF_HINT);
+                __m256i s0[X16_TOK], s1[X16_TOK]; /* i16 */
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m256i v = load32(qj + 64 * k);
+                    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) {
+                        const __m256i p0 = _mm256_maddubs_epi16(lo, bcast4(a[t] + 64 * j + 4 * k));
+                        const __m256i p1 = _mm256_maddubs_epi16(hi, bcast4(a[t] + 64 * j + 32 + 4 * k));
+                        s0[t] = k ? _mm256_add_epi16(s0[t], p0) : p0;
+                        s1[t] = k ? _mm256_add_epi16(s1[t], p1) : p1;
+                        X16_KEEP(s0[t]);
+                        X16_KEEP(s1[t]);
+                    }
+                }
+                const __m256i sc0 = sc_pairs_u8(mb + 16 * (2 * j) + 8 * h), sc1 = sc_pairs_u8(mb + 16 * (2 * j + 1) + 8 * h);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    ai[t] = _mm256_add_epi32(ai[t], _mm256_add_epi32(_mm256_madd_epi16(s0[t], sc0), _mm256_madd_epi16(s1[t], sc1)));
+            }
+            __m256i mp[4]; /* rows' (m[2p], m[2p+1]) as i16 pairs */
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++)
+                mp[p] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(mb + 128 + 16 * (2 * p) + 8 * h)),
+                                                               _mm_loadl_epi64((const __m128i *)(mb + 128 + 16 * (2 * p + 1) + 8 * h))));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 288 + 16 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                __m256i mi = _mm256_madd_epi16(mp[0], _mm256_set1_epi32(bp[t][0]));
+#pragma GCC unroll 3
+                for (int p = 1; p < 4; p++)
+                    mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mp[p], _mm256_set1_epi32(bp[t][p])));
+                const __m256 da = _mm256_set1_ps(dav[t]);
+                float *yt = y + t * ys + 8 * h;
+                __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[t]), _mm256_mul_ps(d, da), _mm256_loadu_ps(yt));
+                acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mi), _mm256_mul_ps(dmin, da), acc);
+                _mm256_storeu_ps(yt, acc);
+            }
+        }
+    }
+}
+
+/* Prefill, Q6_K: one x16q6 group × TT tokens, one 8-row half at a time and, within a sub-block, 16
+ * values (4 weight vectors, one scale) at a time: the i32 sums ai[TT], 4 weight vectors and the
+ * scale stay in registers. The sums and float steps are x16q6_micro_g's. */
+KT_INLINE void x16q6_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                             const int TT, float *y, int64_t ys)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+        const cdx_block_q8_K *xb[X16_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            xb[t] = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+        for (size_t o = 0; o < X16Q6_META; o += 64)
+            _mm_prefetch((const char *)(mb + 8 * X16Q6_META + o), X16_PF_HINT);
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256i ai[X16_TOK];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                ai[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int sb = 0; sb < 8; sb++) {
+                const uint8_t *lo = qp + 384 * sb + 32 * h, *hi = lo + 256;
+                if (h == 0)
+                    for (size_t o = 0; o < 384; o += 64)
+                        _mm_prefetch((const char *)(qp + 384 * sb + X16_PF + o), X16_PF_HINT);
+#pragma GCC unroll 2
+                for (int q = 0; q < 2; q++) { /* values 16q .. 16q+15: scale sc[2sb+q] */
+                    const __m256i hv = load32(hi + 64 * q);
+                    __m256i wv[4];
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        const __m256i v = load32(lo + 64 * k);
+                        wv[k] = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
+                    }
+                    wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+                    wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+                    wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
+                    wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+                    const __m256i sc = sc_pairs_s8(mb + 32 * sb + 16 * q + 8 * h);
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) {
+                        const int8_t *av = xb[t]->qs + 32 * sb + 16 * q;
+                        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], bcast4(av)),
+                                                            _mm256_maddubs_epi16(wv[1], bcast4(av + 4)));
+                        const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], bcast4(av + 8)),
+                                                            _mm256_maddubs_epi16(wv[3], bcast4(av + 12)));
+                        ai[t] = _mm256_add_epi32(ai[t], _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc)));
+                    }
+                }
+            }
+            __m256i sp[8]; /* rows' (sc[2p], sc[2p+1]) as i16 pairs */
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++)
+                sp[p] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(mb + 16 * (2 * p) + 8 * h)),
+                                                               _mm_loadl_epi64((const __m128i *)(mb + 16 * (2 * p + 1) + 8 * h))));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                int32_t bw[8]; /* the activation's (bs[2p], bs[2p+1]) pairs: its bsums as words */
+                memcpy(bw, xb[t]->bsums, sizeof bw);
+                __m256i off = _mm256_madd_epi16(sp[0], _mm256_set1_epi32(bw[0]));
+#pragma GCC unroll 7
+                for (int p = 1; p < 8; p++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[p], _mm256_set1_epi32(bw[p])));
+                const __m256i v = _mm256_sub_epi32(ai[t], _mm256_slli_epi32(off, 5));
+                float *yt = y + t * ys + 8 * h;
+                _mm256_storeu_ps(yt, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)),
+                                                     _mm256_loadu_ps(yt)));
+            }
+        }
+    }
+}
+
+/* Prefill: one group at a time, half by half; decode: two groups (X16SB_DECODE_G in kern_x16_run.h). */
+#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
+#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
 #define X16SB_DECODE_G 2
 
 #include "kernel/kern_x16_run.h"
