@@ -39,16 +39,23 @@ KT_INLINE __m256i dot4_wsigned(__m256i acc, __m256i w_abs, __m256i w, __m256i a)
                                                    _mm256_set1_epi16(1)));
 }
 
-/* 8 u8 scales (one per row) → i16 pairs [s, s] per 32-bit lane, for madd against i16 pair sums. */
-KT_INLINE __m256i sc_pairs_u8(const uint8_t *p)
+/* The u8 (Q4_K) or s8 (Q6_K) scales of rows 8h..8h+7, from the 16 rows' scales at p ([row] bytes, as
+ * the x16k and x16q6 metadata hold them), as i16 pairs [s, s] per 32-bit lane for madd against i16
+ * pair sums: u8 by one 16-byte broadcast and one shuffle, s8 by one sign extension, a lane swap and
+ * one unpack. */
+KT_INLINE __m256i sc16_u8_half(const uint8_t *p, int h)
 {
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+#define SC_B2(r) (r), -128, (r), -128
+    const __m256i c0 = _mm256_setr_epi8(SC_B2(0), SC_B2(1), SC_B2(2), SC_B2(3), SC_B2(4), SC_B2(5), SC_B2(6), SC_B2(7));
+    const __m256i c1 = _mm256_setr_epi8(SC_B2(8), SC_B2(9), SC_B2(10), SC_B2(11), SC_B2(12), SC_B2(13), SC_B2(14), SC_B2(15));
+#undef SC_B2
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), h ? c1 : c0);
 }
-KT_INLINE __m256i sc_pairs_s8(const uint8_t *p)
+KT_INLINE __m256i sc16_s8_half(const uint8_t *p, int h)
 {
-    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+    /* i16 rows 0..3, 8..11 | 4..7, 12..15, then each doubled */
+    const __m256i v = _mm256_permute4x64_epi64(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)), 0xD8);
+    return h ? _mm256_unpackhi_epi16(v, v) : _mm256_unpacklo_epi16(v, v);
 }
 
 /* G consecutive 16-row groups (gstride bytes apart; G = 2 for decode: two streams in flight per
@@ -223,12 +230,14 @@ KT_INLINE void x16k_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstr
                     for (int t = 0; t < TT; t++) {
                         s[0][h][t] = _mm256_add_epi16(s[0][h][t], _mm256_maddubs_epi16(lo, alo[t]));
                         s[1][h][t] = _mm256_add_epi16(s[1][h][t], _mm256_maddubs_epi16(hi, ahi[t]));
+                        X16_KEEP(s[0][h][t]);
+                        X16_KEEP(s[1][h][t]);
                     }
                 }
             }
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i sc0 = sc_pairs_u8(mb + 16 * (2 * j) + 8 * h), sc1 = sc_pairs_u8(mb + 16 * (2 * j + 1) + 8 * h);
+                const __m256i sc0 = sc16_u8_half(mb + 16 * (2 * j), h), sc1 = sc16_u8_half(mb + 16 * (2 * j + 1), h);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
                     ai[h][t] = _mm256_add_epi32(ai[h][t], _mm256_add_epi32(_mm256_madd_epi16(s[0][h][t], sc0),
@@ -324,7 +333,7 @@ KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gst
                     wv[4 * q + 2] = _mm256_or_si256(wv[4 * q + 2], _mm256_and_si256(v, m30));
                     wv[4 * q + 3] = _mm256_or_si256(wv[4 * q + 3], _mm256_and_si256(_mm256_srli_epi16(v, 2), m30));
                 }
-                const __m256i sca = sc_pairs_s8(mb + 32 * sb + 8 * h), scb = sc_pairs_s8(mb + 32 * sb + 16 + 8 * h);
+                const __m256i sca = sc16_s8_half(mb + 32 * sb, h), scb = sc16_s8_half(mb + 32 * sb + 16, h);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {
                     const int8_t *a = xb[t]->qs + 32 * sb;
@@ -336,6 +345,7 @@ KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gst
                     ai[h][t] = _mm256_add_epi32(ai[h][t], _mm256_add_epi32(
                         _mm256_add_epi32(_mm256_madd_epi16(p[0], sca), _mm256_madd_epi16(p[1], sca)),
                         _mm256_add_epi32(_mm256_madd_epi16(p[2], scb), _mm256_madd_epi16(p[3], scb))));
+                    X16_KEEP(ai[h][t]);
                 }
             }
         }
@@ -427,7 +437,7 @@ KT_INLINE void x16k_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, 
                         X16_KEEP(s1[t]);
                     }
                 }
-                const __m256i sc0 = sc_pairs_u8(mb + 16 * (2 * j) + 8 * h), sc1 = sc_pairs_u8(mb + 16 * (2 * j + 1) + 8 * h);
+                const __m256i sc0 = sc16_u8_half(mb + 16 * (2 * j), h), sc1 = sc16_u8_half(mb + 16 * (2 * j + 1), h);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
                     ai[t] = _mm256_add_epi32(ai[t], _mm256_add_epi32(_mm256_madd_epi16(s0[t], sc0), _mm256_madd_epi16(s1[t], sc1)));
@@ -500,7 +510,7 @@ KT_INLINE void x16q6_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb,
                     wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
                     wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
                     wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
-                    const __m256i sc = sc_pairs_s8(mb + 32 * sb + 16 * q + 8 * h);
+                    const __m256i sc = sc16_s8_half(mb + 32 * sb + 16 * q, h);
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) {
                         const int8_t *av = xb[t]->qs + 32 * sb + 16 * q;
@@ -509,6 +519,7 @@ KT_INLINE void x16q6_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb,
                         const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], bcast4(av + 8)),
                                                             _mm256_maddubs_epi16(wv[3], bcast4(av + 12)));
                         ai[t] = _mm256_add_epi32(ai[t], _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc)));
+                        X16_KEEP(ai[t]);
                     }
                 }
             }
