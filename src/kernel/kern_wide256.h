@@ -13,6 +13,10 @@
 #define X16_Q8_FLIP 0    /* Q8_0 stays signed */
 #include "kernel/kern_x16.h"
 
+/* A value held in a register at this point: keeps GCC's reassociation from turning a running sum
+ * of products into a tree, which needs every product live at once (and spills them all). */
+#define X16_KEEP(v) __asm__("" : "+x"(v))
+
 KT_INLINE __m256i bcast4(const int8_t *p)
 {
     int32_t v;
@@ -35,16 +39,23 @@ KT_INLINE __m256i dot4_wsigned(__m256i acc, __m256i w_abs, __m256i w, __m256i a)
                                                    _mm256_set1_epi16(1)));
 }
 
-/* 8 u8 scales (one per row) → i16 pairs [s, s] per 32-bit lane, for madd against i16 pair sums. */
-KT_INLINE __m256i sc_pairs_u8(const uint8_t *p)
+/* The u8 (Q4_K) or s8 (Q6_K) scales of rows 8h..8h+7, from the 16 rows' scales at p ([row] bytes, as
+ * the x16k and x16q6 metadata hold them), as i16 pairs [s, s] per 32-bit lane for madd against i16
+ * pair sums: u8 by one 16-byte broadcast and one shuffle, s8 by one sign extension, a lane swap and
+ * one unpack. */
+KT_INLINE __m256i sc16_u8_half(const uint8_t *p, int h)
 {
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+#define SC_B2(r) (r), -128, (r), -128
+    const __m256i c0 = _mm256_setr_epi8(SC_B2(0), SC_B2(1), SC_B2(2), SC_B2(3), SC_B2(4), SC_B2(5), SC_B2(6), SC_B2(7));
+    const __m256i c1 = _mm256_setr_epi8(SC_B2(8), SC_B2(9), SC_B2(10), SC_B2(11), SC_B2(12), SC_B2(13), SC_B2(14), SC_B2(15));
+#undef SC_B2
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), h ? c1 : c0);
 }
-KT_INLINE __m256i sc_pairs_s8(const uint8_t *p)
+KT_INLINE __m256i sc16_s8_half(const uint8_t *p, int h)
 {
-    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+    /* i16 rows 0..3, 8..11 | 4..7, 12..15, then each doubled */
+    const __m256i v = _mm256_permute4x64_epi64(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)), 0xD8);
+    return h ? _mm256_unpackhi_epi16(v, v) : _mm256_unpacklo_epi16(v, v);
 }
 
 /* G consecutive 16-row groups (gstride bytes apart; G = 2 for decode: two streams in flight per
@@ -159,82 +170,67 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
                 _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, acc[g][h][t]);
 }
 
-/* 16 rows × TT tokens of a Q4_K x16k group: per sub-block 8 maddubs in i16, then madd by the
- * row's scale (exact in i32, as vec_dot's sums); per super-block the mins term by madd of (m, m')
- * pairs against the activation's (bsum, bsum') pairs, then d·da and dmin·da. */
-KT_INLINE void x16k_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
-                            const uint8_t *x, size_t xrb, const int TT, float *y, int64_t ys)
+/* Prefill, Q4_K: one 16-row x16k group × TT tokens, one 8-row half h at a time, so that the i16
+ * sums s0/s1[TT] (8 ymm for TT = 4), the weights and a broadcast fit AVX2's 16 registers (both
+ * halves at once, 32 sums, spill). The i32 sums per half and the float accumulators (in y itself)
+ * sit outside the hot loop. Every sum is the decode kernel's (x16k_micro_d) exactly, and the float
+ * steps are its steps in its order: the same bits for every token, whatever TT. */
+KT_INLINE void x16k_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                            const int TT, float *y, int64_t ys)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 accg[2][2][X16_TOK];
 #pragma GCC unroll 2
-    for (int g = 0; g < G; g++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-            for (int t = 0; t < TT; t++)
-                accg[g][h][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++)
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++) { /* decode: the groups' streams interleaved super-block by super-block */
-        const uint8_t *Q = Q0 + (size_t)g * gstride, *meta = meta0 + (size_t)g * gstride;
-        __m256 (*acc)[X16_TOK] = accg[g];
-        const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
-        const cdx_block_q8_K *xb[X16_TOK];
+    for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
-            xb[t] = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
-        __m256i ai[2][X16_TOK];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+        const int8_t *a[X16_TOK];
+        float dav[X16_TOK];
+        int32_t bp[X16_TOK][4]; /* per token the (bs[4p] + bs[4p+1], bs[4p+2] + bs[4p+3]) i16 pairs */
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            a[t] = xb->qs;
+            dav[t] = xb->d;
+            _mm_storeu_si128((__m128i *)bp[t], _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                                             _mm_loadu_si128((const __m128i *)(xb->bsums + 8))));
+        }
+        for (size_t o = 0; o < X16K_META; o += 64)
+            _mm_prefetch((const char *)(mb + 8 * X16K_META + o), X16_PF_HINT);
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256i ai[X16_TOK];
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++)
-                ai[h][t] = _mm256_setzero_si256();
+                ai[t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-        for (int j = 0; j < 4; j++) { /* sub-blocks 2j (low nibbles) and 2j+1 (high) */
-            const uint8_t *qj = qp + 512 * j;
-            for (size_t o = 0; o < 512; o += 64)
-                _mm_prefetch((const char *)(qj + X16_PF + o), X16_PF_HINT);
-            __m256i s[2][2][X16_TOK]; /* [nibble][half][t], i16 */
-#pragma GCC unroll 2
-            for (int l = 0; l < 2; l++)
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-                    for (int t = 0; t < TT; t++)
-                        s[l][h][t] = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) { /* sub-blocks 2j (low nibbles) and 2j+1 (high) */
+                const uint8_t *qj = qp + 512 * j + 32 * h;
+                if (h == 0)
+                    for (size_t o = 0; o < 512; o += 64)
+                        _mm_prefetch((const char *)(qp + 512 * j + X16_PF + o), X16_PF_HINT);
+                __m256i s0[X16_TOK], s1[X16_TOK]; /* i16 */
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                __m256i alo[X16_TOK], ahi[X16_TOK];
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) {
-                    alo[t] = bcast4(xb[t]->qs + 64 * j + 4 * k);
-                    ahi[t] = bcast4(xb[t]->qs + 64 * j + 32 + 4 * k);
-                }
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    const __m256i v = load32(qj + 64 * k + 32 * h);
+                for (int k = 0; k < 8; k++) {
+                    const __m256i v = load32(qj + 64 * k);
                     const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) {
-                        s[0][h][t] = _mm256_add_epi16(s[0][h][t], _mm256_maddubs_epi16(lo, alo[t]));
-                        s[1][h][t] = _mm256_add_epi16(s[1][h][t], _mm256_maddubs_epi16(hi, ahi[t]));
+                        const __m256i p0 = _mm256_maddubs_epi16(lo, bcast4(a[t] + 64 * j + 4 * k));
+                        const __m256i p1 = _mm256_maddubs_epi16(hi, bcast4(a[t] + 64 * j + 32 + 4 * k));
+                        s0[t] = k ? _mm256_add_epi16(s0[t], p0) : p0;
+                        s1[t] = k ? _mm256_add_epi16(s1[t], p1) : p1;
+                        X16_KEEP(s0[t]);
+                        X16_KEEP(s1[t]);
                     }
                 }
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m256i sc0 = sc_pairs_u8(mb + 16 * (2 * j) + 8 * h), sc1 = sc_pairs_u8(mb + 16 * (2 * j + 1) + 8 * h);
+                const __m256i sc0 = sc16_u8_half(mb + 16 * (2 * j), h), sc1 = sc16_u8_half(mb + 16 * (2 * j + 1), h);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
-                    ai[h][t] = _mm256_add_epi32(ai[h][t], _mm256_add_epi32(_mm256_madd_epi16(s[0][h][t], sc0),
-                                                                           _mm256_madd_epi16(s[1][h][t], sc1)));
+                    ai[t] = _mm256_add_epi32(ai[t], _mm256_add_epi32(_mm256_madd_epi16(s0[t], sc0), _mm256_madd_epi16(s1[t], sc1)));
             }
-        }
-        for (size_t o = 0; o < X16K_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
-            _mm_prefetch((const char *)(mb + 8 * X16K_META + o), X16_PF_HINT);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
             __m256i mp[4]; /* rows' (m[2p], m[2p+1]) as i16 pairs */
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++)
@@ -244,101 +240,78 @@ KT_INLINE void x16k_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstr
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 288 + 16 * h)));
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++) {
-                const int16_t *bs = xb[t]->bsums;
-                __m256i mi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                for (int p = 0; p < 4; p++) {
-                    const int lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
-                    mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mp[p], _mm256_set1_epi32((int)((uint32_t)(uint16_t)lo |
-                                                                                              ((uint32_t)hi << 16)))));
-                }
-                const __m256 dav = _mm256_set1_ps(xb[t]->d);
-                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[h][t]), _mm256_mul_ps(d, dav), acc[h][t]);
-                acc[h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mi), _mm256_mul_ps(dmin, dav), acc[h][t]);
+                __m256i mi = _mm256_madd_epi16(mp[0], _mm256_set1_epi32(bp[t][0]));
+#pragma GCC unroll 3
+                for (int p = 1; p < 4; p++)
+                    mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mp[p], _mm256_set1_epi32(bp[t][p])));
+                const __m256 da = _mm256_set1_ps(dav[t]);
+                float *yt = y + t * ys + 8 * h;
+                __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[t]), _mm256_mul_ps(d, da), _mm256_loadu_ps(yt));
+                acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mi), _mm256_mul_ps(dmin, da), acc);
+                _mm256_storeu_ps(yt, acc);
             }
         }
     }
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-            for (int t = 0; t < TT; t++)
-                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
 }
 
-/* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values two i16 pair sums of 2 maddubs each
- * (2·2·63·128 < 2^15), madd by the int8 scale; the -32 offset once per super-block, as Σ sc·bsum
- * by madd of scale pairs; the same i32 sum as vec_dot, then d·da. */
-KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
-                              const uint8_t *x, size_t xrb, const int TT, float *y, int64_t ys)
+/* Prefill, Q6_K: one x16q6 group × TT tokens, one 8-row half at a time and, within a sub-block, 16
+ * values (4 weight vectors, one scale) at a time: the i32 sums ai[TT], 4 weight vectors and the
+ * scale stay in registers. The sums and float steps are x16q6_micro_d's. */
+KT_INLINE void x16q6_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                             const int TT, float *y, int64_t ys)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 accg[2][2][X16_TOK];
 #pragma GCC unroll 2
-    for (int g = 0; g < G; g++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++)
 #pragma GCC unroll 4
-            for (int t = 0; t < TT; t++)
-                accg[g][h][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++)
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++) { /* decode: the groups' streams interleaved super-block by super-block */
-        const uint8_t *Q = Q0 + (size_t)g * gstride, *meta = meta0 + (size_t)g * gstride;
-        __m256 (*acc)[X16_TOK] = accg[g];
+        for (int t = 0; t < TT; t++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *qp = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
         const cdx_block_q8_K *xb[X16_TOK];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
             xb[t] = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
-        __m256i ai[2][X16_TOK];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
+        for (size_t o = 0; o < X16Q6_META; o += 64)
+            _mm_prefetch((const char *)(mb + 8 * X16Q6_META + o), X16_PF_HINT);
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256i ai[X16_TOK];
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++)
-                ai[h][t] = _mm256_setzero_si256();
+                ai[t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-        for (int sb = 0; sb < 8; sb++) {
-            const uint8_t *lo = qp + 384 * sb, *hi = lo + 256;
-            for (size_t o = 0; o < 384; o += 64)
-                _mm_prefetch((const char *)(lo + X16_PF + o), X16_PF_HINT);
+            for (int sb = 0; sb < 8; sb++) {
+                const uint8_t *lo = qp + 384 * sb + 32 * h, *hi = lo + 256;
+                if (h == 0)
+                    for (size_t o = 0; o < 384; o += 64)
+                        _mm_prefetch((const char *)(qp + 384 * sb + X16_PF + o), X16_PF_HINT);
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i wv[8];
+                for (int q = 0; q < 2; q++) { /* values 16q .. 16q+15: scale sc[2sb+q] */
+                    const __m256i hv = load32(hi + 64 * q);
+                    __m256i wv[4];
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    const __m256i v = load32(lo + 64 * k + 32 * h);
-                    wv[k] = _mm256_and_si256(v, m4);
-                    wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                }
-#pragma GCC unroll 2
-                for (int q = 0; q < 2; q++) {
-                    const __m256i v = load32(hi + 64 * q + 32 * h);
-                    wv[4 * q + 0] = _mm256_or_si256(wv[4 * q + 0], _mm256_and_si256(_mm256_slli_epi16(v, 4), m30));
-                    wv[4 * q + 1] = _mm256_or_si256(wv[4 * q + 1], _mm256_and_si256(_mm256_slli_epi16(v, 2), m30));
-                    wv[4 * q + 2] = _mm256_or_si256(wv[4 * q + 2], _mm256_and_si256(v, m30));
-                    wv[4 * q + 3] = _mm256_or_si256(wv[4 * q + 3], _mm256_and_si256(_mm256_srli_epi16(v, 2), m30));
-                }
-                const __m256i sca = sc_pairs_s8(mb + 32 * sb + 8 * h), scb = sc_pairs_s8(mb + 32 * sb + 16 + 8 * h);
+                    for (int k = 0; k < 4; k++) {
+                        const __m256i v = load32(lo + 64 * k);
+                        wv[k] = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
+                    }
+                    wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+                    wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+                    wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
+                    wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+                    const __m256i sc = sc16_s8_half(mb + 32 * sb + 16 * q, h);
 #pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) {
-                    const int8_t *a = xb[t]->qs + 32 * sb;
-                    __m256i p[4];
-#pragma GCC unroll 4
-                    for (int e = 0; e < 4; e++) /* values 8e .. 8e+7 */
-                        p[e] = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * e], bcast4(a + 8 * e)),
-                                                _mm256_maddubs_epi16(wv[2 * e + 1], bcast4(a + 8 * e + 4)));
-                    ai[h][t] = _mm256_add_epi32(ai[h][t], _mm256_add_epi32(
-                        _mm256_add_epi32(_mm256_madd_epi16(p[0], sca), _mm256_madd_epi16(p[1], sca)),
-                        _mm256_add_epi32(_mm256_madd_epi16(p[2], scb), _mm256_madd_epi16(p[3], scb))));
+                    for (int t = 0; t < TT; t++) {
+                        const int8_t *av = xb[t]->qs + 32 * sb + 16 * q;
+                        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], bcast4(av)),
+                                                            _mm256_maddubs_epi16(wv[1], bcast4(av + 4)));
+                        const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], bcast4(av + 8)),
+                                                            _mm256_maddubs_epi16(wv[3], bcast4(av + 12)));
+                        ai[t] = _mm256_add_epi32(ai[t], _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc)));
+                        X16_KEEP(ai[t]);
+                    }
                 }
             }
-        }
-        for (size_t o = 0; o < X16Q6_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
-            _mm_prefetch((const char *)(mb + 8 * X16Q6_META + o), X16_PF_HINT);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
             __m256i sp[8]; /* rows' (sc[2p], sc[2p+1]) as i16 pairs */
 #pragma GCC unroll 8
             for (int p = 0; p < 8; p++)
@@ -347,29 +320,199 @@ KT_INLINE void x16q6_micro_g(const uint8_t *Q0, const uint8_t *meta0, size_t gst
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++) {
-                const int16_t *bs = xb[t]->bsums;
-                __m256i off = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int p = 0; p < 8; p++)
-                    off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[p], _mm256_set1_epi32((int)((uint32_t)(uint16_t)bs[2 * p] |
-                                                                                               ((uint32_t)(uint16_t)bs[2 * p + 1] << 16)))));
-                const __m256i v = _mm256_sub_epi32(ai[h][t], _mm256_slli_epi32(off, 5));
-                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)), acc[h][t]);
+                int32_t bw[8]; /* the activation's (bs[2p], bs[2p+1]) pairs: its bsums as words */
+                memcpy(bw, xb[t]->bsums, sizeof bw);
+                __m256i off = _mm256_madd_epi16(sp[0], _mm256_set1_epi32(bw[0]));
+#pragma GCC unroll 7
+                for (int p = 1; p < 8; p++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[p], _mm256_set1_epi32(bw[p])));
+                const __m256i v = _mm256_sub_epi32(ai[t], _mm256_slli_epi32(off, 5));
+                float *yt = y + t * ys + 8 * h;
+                _mm256_storeu_ps(yt, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)),
+                                                     _mm256_loadu_ps(yt)));
             }
         }
     }
+}
+
+/* Decode, Q6_K: G x16q6 groups (gstride bytes apart) × one token. Per 16 values two i16 pair sums
+ * of 2 maddubs each (2·2·63·128 < 2^15), madd by the int8 scale; the -32 offset once per super-block,
+ * as Σ sc·bsum by madd of scale pairs: the same i32 sum as vec_dot, then d·da, in y. The 4
+ * activation broadcasts of 16 values serve all G groups' halves (the broadcasts compete with the
+ * shifts for the same ports), and a half's 4 weight vectors are built at a time. */
+KT_INLINE void x16q6_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
+                             const uint8_t *x, float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(y + 16 * g + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const cdx_block_q8_K *xb = (const cdx_block_q8_K *)x + b;
+        __m256i ai[2][2];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                ai[g][h] = _mm256_setzero_si256();
+            const uint8_t *mb = meta0 + (size_t)g * gstride + (size_t)b * X16Q6_META;
+            for (size_t o = 0; o < X16Q6_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+                _mm_prefetch((const char *)(mb + 8 * X16Q6_META + o), X16_PF_HINT);
+        }
+#pragma GCC unroll 1
+        for (int sb = 0; sb < 8; sb++) {
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                for (size_t o = 0; o < 384; o += 64)
+                    _mm_prefetch((const char *)(Q0 + (size_t)g * gstride + (size_t)b * X16Q6_Q + 384 * sb + X16_PF + o),
+                                 X16_PF_HINT);
+#pragma GCC unroll 2
+            for (int q = 0; q < 2; q++) { /* values 16q .. 16q+15: scale sc[2sb+q] */
+                const int8_t *av = xb->qs + 32 * sb + 16 * q;
+                const __m256i a0 = bcast4(av), a1 = bcast4(av + 4), a2 = bcast4(av + 8), a3 = bcast4(av + 12);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *lo = Q0 + (size_t)g * gstride + (size_t)b * X16Q6_Q + 384 * sb + 32 * h, *hi = lo + 256;
+                        const uint8_t *mb = meta0 + (size_t)g * gstride + (size_t)b * X16Q6_META;
+                        const __m256i hv = load32(hi + 64 * q);
+                        __m256i wv[4];
 #pragma GCC unroll 4
-            for (int t = 0; t < TT; t++)
-                _mm256_storeu_ps(y + t * ys + 16 * g + 8 * h, accg[g][h][t]);
+                        for (int k = 0; k < 4; k++) {
+                            const __m256i v = load32(lo + 64 * k);
+                            wv[k] = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
+                        }
+                        wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+                        wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+                        wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
+                        wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+                        const __m256i sc = sc16_s8_half(mb + 32 * sb + 16 * q, h);
+                        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], a0), _mm256_maddubs_epi16(wv[1], a1));
+                        const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], a2), _mm256_maddubs_epi16(wv[3], a3));
+                        ai[g][h] = _mm256_add_epi32(ai[g][h], _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc)));
+                        X16_KEEP(ai[g][h]);
+                    }
+            }
+        }
+        int32_t bw[8]; /* the activation's (bs[2p], bs[2p+1]) pairs: its bsums as words */
+        memcpy(bw, xb->bsums, sizeof bw);
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const uint8_t *mb = meta0 + (size_t)g * gstride + (size_t)b * X16Q6_META;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i off = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) { /* rows' (sc[2p], sc[2p+1]) as i16 pairs */
+                    const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(mb + 16 * (2 * p) + 8 * h)),
+                                                                              _mm_loadl_epi64((const __m128i *)(mb + 16 * (2 * p + 1) + 8 * h))));
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(sp, _mm256_set1_epi32(bw[p])));
+                }
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
+                const __m256i v = _mm256_sub_epi32(ai[g][h], _mm256_slli_epi32(off, 5));
+                float *yt = y + 16 * g + 8 * h;
+                _mm256_storeu_ps(yt, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(d, _mm256_set1_ps(xb->d)),
+                                                     _mm256_loadu_ps(yt)));
+            }
+        }
+    }
 }
 
-/* One group at a time (prefill) and two (decode: X16SB_DECODE_G in kern_x16_run.h). */
-#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
-#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_g(Q, meta, 0, 1, nsb, x, xrb, TT, y, ys)
+/* Decode, Q4_K: G x16k groups (gstride bytes apart) × one token, the groups' streams interleaved
+ * sub-block pair by sub-block pair so that each activation broadcast serves all G groups' halves
+ * (the broadcasts compete with the shifts for the same ports). Per sub-block 8 maddubs in i16, then
+ * madd by the row's scale (exact in i32, as vec_dot's sums); per super-block the mins term by madd
+ * of (m, m') pairs against the activation's (bsum, bsum') pairs, then d·da and dmin·da, in y. */
+KT_INLINE void x16k_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gstride, const int G, int64_t nsb,
+                            const uint8_t *x, float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(y + 16 * g + 8 * h, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const cdx_block_q8_K *xb = (const cdx_block_q8_K *)x + b;
+        __m256i ai[2][2];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                ai[g][h] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int j = 0; j < 4; j++) { /* sub-blocks 2j (low nibbles) and 2j+1 (high) */
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                for (size_t o = 0; o < 512; o += 64)
+                    _mm_prefetch((const char *)(Q0 + (size_t)g * gstride + (size_t)b * X16K_Q + 512 * j + X16_PF + o),
+                                 X16_PF_HINT);
+            __m256i s[2][2][2]; /* [g][h][nibble], i16 */
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i alo = bcast4(xb->qs + 64 * j + 4 * k), ahi = bcast4(xb->qs + 64 * j + 32 + 4 * k);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i v = load32(Q0 + (size_t)g * gstride + (size_t)b * X16K_Q + 512 * j + 64 * k + 32 * h);
+                        const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), alo);
+                        const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi);
+                        s[g][h][0] = k ? _mm256_add_epi16(s[g][h][0], p0) : p0;
+                        s[g][h][1] = k ? _mm256_add_epi16(s[g][h][1], p1) : p1;
+                        X16_KEEP(s[g][h][0]);
+                        X16_KEEP(s[g][h][1]);
+                    }
+            }
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) {
+                const uint8_t *mb = meta0 + (size_t)g * gstride + (size_t)b * X16K_META;
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i sc0 = sc16_u8_half(mb + 16 * (2 * j), h), sc1 = sc16_u8_half(mb + 16 * (2 * j + 1), h);
+                    ai[g][h] = _mm256_add_epi32(ai[g][h], _mm256_add_epi32(_mm256_madd_epi16(s[g][h][0], sc0),
+                                                                           _mm256_madd_epi16(s[g][h][1], sc1)));
+                }
+            }
+        }
+        int32_t bp[4]; /* (bs[4p] + bs[4p+1], bs[4p+2] + bs[4p+3]) i16 pairs */
+        _mm_storeu_si128((__m128i *)bp, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                                      _mm_loadu_si128((const __m128i *)(xb->bsums + 8))));
+        const __m256 dav = _mm256_set1_ps(xb->d);
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const uint8_t *mb = meta0 + (size_t)g * gstride + (size_t)b * X16K_META;
+            for (size_t o = 0; o < X16K_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+                _mm_prefetch((const char *)(mb + 8 * X16K_META + o), X16_PF_HINT);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i mi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) { /* rows' (m[2p], m[2p+1]) as i16 pairs */
+                    const __m256i mp = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(mb + 128 + 16 * (2 * p) + 8 * h)),
+                                                                              _mm_loadl_epi64((const __m128i *)(mb + 128 + 16 * (2 * p + 1) + 8 * h))));
+                    mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mp, _mm256_set1_epi32(bp[p])));
+                }
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 256 + 16 * h)));
+                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mb + 288 + 16 * h)));
+                float *yt = y + 16 * g + 8 * h;
+                __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[g][h]), _mm256_mul_ps(d, dav), _mm256_loadu_ps(yt));
+                acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mi), _mm256_mul_ps(dmin, dav), acc);
+                _mm256_storeu_ps(yt, acc);
+            }
+        }
+    }
+}
+
+/* Prefill: one group at a time, half by half; decode: two groups (X16SB_DECODE_G in kern_x16_run.h
+ * calls x16k_micro_g / x16q6_micro_g with TT = 1). */
+#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
+#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
+#define x16k_micro_g(Q, meta, gstride, G, nsb, x, xrb, TT, y, ys) x16k_micro_d(Q, meta, gstride, G, nsb, x, y)
+#define x16q6_micro_g(Q, meta, gstride, G, nsb, x, xrb, TT, y, ys) x16q6_micro_d(Q, meta, gstride, G, nsb, x, y)
 #define X16SB_DECODE_G 2
 
 #include "kernel/kern_x16_run.h"

@@ -509,7 +509,7 @@ static void matmul_rows_are_batch_invariant(void)
                                CDX_TYPE_Q5_0, CDX_TYPE_Q5_1, CDX_TYPE_IQ4_NL, CDX_TYPE_Q2_K, CDX_TYPE_Q3_K, CDX_TYPE_Q4_K,
                                CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
     const char *sets[] = { "avx512", "avx2", "scalar" };
-    const int64_t rows = 48, cols = 512, n_max = 19;
+    const int64_t rows = 48, cols = 512, n_max = 33;
     int checked = 0, bad = 0;
     for (size_t si = 0; si < 3; si++) {
         const cdx_kernels *k = cdx_kernels_by_isa(sets[si]);
@@ -540,7 +540,8 @@ static void matmul_rows_are_batch_invariant(void)
                     m.packed_for = k;
                 }
                 void *ws = malloc(cdx_matmul_ws_bytes(&m, n_max, cdx_pool_size(pool)));
-                const int64_t ns[] = { 2, 7, 8, 9, 16, 19 };
+                /* n mod 4 = 0..3 (the AVX2 micro kernels take 4 tokens a call) and long batches */
+                const int64_t ns[] = { 2, 3, 4, 5, 7, 8, 9, 16, 19, 33 };
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     cdx_matmul(k, pool, &m, x, ns[ni], yn, ws);
                     for (int64_t i = 0; i < ns[ni]; i++) {
