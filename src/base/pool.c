@@ -8,29 +8,24 @@
  * a claim is a compare-and-swap on it, so a worker that wakes late can only claim a task of the
  * job it saw, never one of the next job with the previous job's function.
  *
- * A busy machine. A worker that shares its core with another runnable thread (another process,
- * or the caller, where the OS put both on one core) is preempted for a time slice at a time: if
- * it holds a claimed task then, the job waits milliseconds for it, and while it spins between
- * jobs it takes the time of whoever shares its core. Neither can be undone inside a job (a task
- * cannot be taken back from a thread that is running it), so the caller watches each worker and
- * benches the ones that show it: a benched worker claims nothing and sleeps until its bench ends,
- * and the others (the caller at least) take its tasks. The signs, per worker:
- *   - over a window of WINDOW_NS, the time it spent runnable but waiting for a CPU (the kernel's
- *     /proc/self/task/TID/schedstat) is more than WAIT_PERCENT of the window;
- *   - the caller waited STRAGGLER_NS or more for a task it held, longer than the caller's own
- *     share of that job took.
- * A first bench lasts BENCH_MIN_NS; one right after the last (the next window showed it again)
- * twice as long, up to BENCH_MAX_NS; each clean window halves the next. Which thread runs a task
- * never changes its result: only the speed depends on this. */
+ * A busy machine. A worker that shares its core with another runnable thread is preempted for a
+ * time slice at a time: if it holds a claimed task then, the job waits milliseconds for it. That
+ * cannot be undone inside a job (a task cannot be taken back from a thread that is running it),
+ * so the caller benches a worker it waited on for STRAGGLER_NS or more, longer than its own share
+ * of that job took: a benched worker claims nothing and sleeps until its bench ends, and the
+ * others (the caller at least) take its tasks. A first bench lasts BENCH_MIN_NS; one after a
+ * window of WINDOW_NS that showed it again twice as long, up to BENCH_MAX_NS; each clean window
+ * halves the next. A worker the OS put on the caller's own core (where a woken thread starts
+ * while the other cores are busy, even with a lower-priority process) would spin there on the
+ * caller's time: it moves itself off that core once, by narrowing its CPU mask for a moment.
+ * Which thread runs a task never changes its result: only the speed depends on this. */
 #include "caldrix/pool.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +43,6 @@
 #define SPIN_ITERS 20000        /* ~100 µs of pause before a worker sleeps */
 #define CALLER_SPIN_ITERS 2000  /* ~10 µs of pause before the caller sleeps on a worker's task */
 #define WINDOW_NS 20000000      /* 20 ms */
-#define WAIT_PERCENT 25
 #define STRAGGLER_NS 500000
 #define BENCH_MIN_NS 20000000
 #define BENCH_MAX_NS 1280000000
@@ -56,12 +50,9 @@
 typedef struct worker {
     cdx_pool *pool;
     pthread_t tid;
-    _Atomic int os_tid;            /* the kernel's id of the thread, once it has started (0 before) */
     _Atomic int holding;           /* it is running a task it claimed */
     _Atomic int64_t benched_until; /* CLOCK_MONOTONIC ns; 0: not benched */
     /* the caller's own */
-    int stat_fd;      /* its schedstat (-1: not open yet, -2: not available) */
-    int64_t wait0;    /* its runnable-but-waiting ns at the window's start (-1: not measured) */
     int64_t bench_ns; /* the length of its next bench (0: BENCH_MIN_NS) */
     bool straggled;   /* the caller waited on it in this window */
 } worker;
@@ -76,6 +67,7 @@ struct cdx_pool {
     _Atomic int quit;
     _Atomic int sleepers;
     _Atomic int caller_waiting; /* the caller sleeps on `done` (futex) */
+    _Atomic int caller_cpu;     /* the CPU the caller published the current job from */
     int64_t window0;          /* the caller's: the current window's start */
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* a new job (or quit), for sleeping workers */
@@ -97,11 +89,9 @@ int cdx_cpu_count(void)
 #ifdef __linux__
 static void done_wake(cdx_pool *p) { syscall(SYS_futex, (int *)&p->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
 static void done_sleep(cdx_pool *p, int seen) { syscall(SYS_futex, (int *)&p->done, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0); }
-static int os_tid(void) { return (int)syscall(SYS_gettid); }
 #else
 static void done_wake(cdx_pool *p) { (void)p; }
 static void done_sleep(cdx_pool *p, int seen) { (void)p; (void)seen; sched_yield(); }
-static int os_tid(void) { return 0; }
 #endif
 
 static int64_t now_ns(void)
@@ -111,57 +101,38 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Nanoseconds worker w has spent runnable but waiting for a CPU, or -1 where the kernel does not
- * say (no /proc, no schedstats, the thread not started yet). */
-static int64_t worker_wait_ns(worker *w)
+/* The worker moves off `cpu` (the caller's) if the process may run elsewhere: its CPU mask
+ * without `cpu` for a moment, then the whole mask again (the kernel moves it at the first). */
+static void move_off(int cpu)
 {
-    if (w->stat_fd == -2)
-        return -1;
-    if (w->stat_fd < 0) {
-        const int tid = atomic_load(&w->os_tid);
-        if (tid <= 0)
-            return -1;
-        char path[64];
-        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
-        w->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (w->stat_fd < 0) {
-            w->stat_fd = -2;
-            return -1;
-        }
-    }
-    char buf[96];
-    const ssize_t n = pread(w->stat_fd, buf, sizeof buf - 1, 0);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    unsigned long long run, wait;
-    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (int64_t)wait : -1;
+    cpu_set_t all, other;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof all, &all) != 0)
+        return;
+    other = all;
+    CPU_CLR(cpu, &other);
+    if (CPU_COUNT(&other) == 0)
+        return;
+    if (sched_setaffinity(0, sizeof other, &other) == 0)
+        sched_setaffinity(0, sizeof all, &all);
 }
 
 /* The end of a parallel job at time t, the caller's (now: a straggler was seen in it): at the end
- * of a window, or now, each worker's signs, and its bench. */
+ * of a window, or now, each worker's bench. */
 static void watch(cdx_pool *p, int64_t t, bool now)
 {
     if (!now && t - p->window0 < WINDOW_NS)
         return;
     for (int i = 0; i < p->n - 1; i++) {
         worker *w = &p->workers[i];
-        if (atomic_load_explicit(&w->benched_until, memory_order_relaxed) > t) {
-            w->wait0 = -1; /* asleep: nothing to measure until it is back */
-            continue;
-        }
-        const int64_t wait = worker_wait_ns(w);
-        const bool measured = wait >= 0 && w->wait0 >= 0; /* a whole window since it came back */
-        const bool contended = w->straggled || (measured && (wait - w->wait0) * 100 > (t - p->window0) * WAIT_PERCENT);
-        w->straggled = false;
-        w->wait0 = wait;
-        if (contended) {
+        if (atomic_load_explicit(&w->benched_until, memory_order_relaxed) > t)
+            continue; /* asleep */
+        if (w->straggled) {
             w->bench_ns = w->bench_ns ? (w->bench_ns * 2 < BENCH_MAX_NS ? w->bench_ns * 2 : BENCH_MAX_NS) : BENCH_MIN_NS;
-            w->wait0 = -1;
             atomic_store_explicit(&w->benched_until, t + w->bench_ns, memory_order_relaxed);
-        } else if (measured || w->stat_fd == -2) {
+        } else {
             w->bench_ns = w->bench_ns / 2 < BENCH_MIN_NS ? 0 : w->bench_ns / 2;
         }
+        w->straggled = false;
     }
     p->window0 = t;
 }
@@ -202,7 +173,6 @@ static void *worker_main(void *arg)
     worker *w = arg;
     cdx_pool *p = w->pool;
     uint64_t seen = 0;
-    atomic_store(&w->os_tid, os_tid());
     for (;;) {
         uint64_t g;
         int spins = 0;
@@ -231,6 +201,9 @@ static void *worker_main(void *arg)
         seen = g;
         if (atomic_load_explicit(&p->quit, memory_order_acquire))
             return NULL;
+        const int here = sched_getcpu();
+        if (here >= 0 && here == atomic_load_explicit(&p->caller_cpu, memory_order_relaxed))
+            move_off(here);
         /* fn and ctx were written before the job word was published (release/acquire); a job
          * that has already moved on fails every claim below */
         pthread_mutex_lock(&p->mu); /* fn/ctx are read under the lock the caller writes them under */
@@ -269,8 +242,6 @@ int cdx_pool_create(int n_threads, cdx_pool **out, cdx_err *err)
         for (int i = 1; i < n_threads; i++) {
             worker *w = &p->workers[i - 1];
             w->pool = p;
-            w->stat_fd = -1;
-            w->wait0 = -1;
             if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
                 p->n = i; /* destroy joins only the started ones */
                 cdx_pool_destroy(p);
@@ -292,11 +263,8 @@ void cdx_pool_destroy(cdx_pool *p)
     pthread_cond_broadcast(&p->bench_cv);
     pthread_mutex_unlock(&p->mu);
     if (p->workers)
-        for (int i = 1; i < p->n; i++) {
+        for (int i = 1; i < p->n; i++)
             pthread_join(p->workers[i - 1].tid, NULL);
-            if (p->workers[i - 1].stat_fd >= 0)
-                close(p->workers[i - 1].stat_fd);
-        }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     pthread_cond_destroy(&p->bench_cv);
@@ -312,6 +280,7 @@ void cdx_pool_run(cdx_pool *p, cdx_pool_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
+    atomic_store_explicit(&p->caller_cpu, sched_getcpu(), memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
