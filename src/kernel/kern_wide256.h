@@ -254,6 +254,23 @@ KT_INLINE void x16k_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, 
     }
 }
 
+/* One 8-row half's 16 Q6_K values per row of an x16q6 sub-block (q = 0: values 0..15, 1: 16..31)
+ * as u8 0..63: the low nibbles' 4 words (lo) or their high nibbles, or'ed with the 2 high bits
+ * from hi. */
+KT_INLINE void q6_values16(const uint8_t *lo, const uint8_t *hi, const int q, __m256i m4, __m256i m30, __m256i wv[4])
+{
+    const __m256i hv = load32(hi + 64 * q);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i v = load32(lo + 64 * k);
+        wv[k] = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
+    }
+    wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+    wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+    wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
+    wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+}
+
 /* Prefill, Q6_K: one x16q6 group × TT tokens, one 8-row half at a time and, within a sub-block, 16
  * values (4 weight vectors, one scale) at a time: the i32 sums ai[TT], 4 weight vectors and the
  * scale stay in registers. The sums and float steps are x16q6_micro_d's. */
@@ -288,17 +305,8 @@ KT_INLINE void x16q6_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb,
                         _mm_prefetch((const char *)(qp + 384 * sb + X16_PF + o), X16_PF_HINT);
 #pragma GCC unroll 2
                 for (int q = 0; q < 2; q++) { /* values 16q .. 16q+15: scale sc[2sb+q] */
-                    const __m256i hv = load32(hi + 64 * q);
                     __m256i wv[4];
-#pragma GCC unroll 4
-                    for (int k = 0; k < 4; k++) {
-                        const __m256i v = load32(lo + 64 * k);
-                        wv[k] = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
-                    }
-                    wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-                    wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-                    wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
-                    wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+                    q6_values16(lo, hi, q, m4, m30, wv);
                     const __m256i sc = sc16_s8_half(mb + 32 * sb + 16 * q, h);
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) {
@@ -378,17 +386,8 @@ KT_INLINE void x16q6_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gst
                     for (int h = 0; h < 2; h++) {
                         const uint8_t *lo = Q0 + (size_t)g * gstride + (size_t)b * X16Q6_Q + 384 * sb + 32 * h, *hi = lo + 256;
                         const uint8_t *mb = meta0 + (size_t)g * gstride + (size_t)b * X16Q6_META;
-                        const __m256i hv = load32(hi + 64 * q);
                         __m256i wv[4];
-#pragma GCC unroll 4
-                        for (int k = 0; k < 4; k++) {
-                            const __m256i v = load32(lo + 64 * k);
-                            wv[k] = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
-                        }
-                        wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-                        wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-                        wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(hv, m30));
-                        wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+                        q6_values16(lo, hi, q, m4, m30, wv);
                         const __m256i sc = sc16_s8_half(mb + 32 * sb + 16 * q, h);
                         const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], a0), _mm256_maddubs_epi16(wv[1], a1));
                         const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], a2), _mm256_maddubs_epi16(wv[3], a3));
