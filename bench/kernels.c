@@ -3,6 +3,7 @@
  *
  *   build/bench-kernels [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
  *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]
+ *                       [--no-pack]
  *
  * The weights of each type are copied until the set is larger than any cache (--ws MiB, default
  * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode.
@@ -11,7 +12,8 @@
  * machine other processes share, a preempted call then still counts only its own time (memory
  * stalls included), so kernel variants can be compared there; read the median column, the
  * CPU-time clock of a VM sometimes misses part of a call. --types limits the run to the named
- * weight types (default: all). */
+ * weight types (default: all). --no-pack runs every type from its file layout (what a model
+ * read in place would run). */
 #include "caldrix.h"
 
 #include <immintrin.h>
@@ -108,6 +110,7 @@ int main(int argc, char **argv)
     double secs = 1.0;
     size_t ws_mib = 1024;
     const char *only = NULL;
+    bool no_pack = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = argv[++i];
@@ -118,9 +121,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_pre = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cpu-time")) g_clock = CLOCK_THREAD_CPUTIME_ID;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--no-pack")) no_pack = true;
         else {
             fprintf(stderr, "usage: %s [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S] "
-                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]\n", argv[0]);
+                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...] [--no-pack]\n", argv[0]);
             return 2;
         }
     }
@@ -187,7 +191,7 @@ int main(int argc, char **argv)
         madvise(w, (mat * copies + 63) / 64 * 64, MADV_HUGEPAGE); /* as the model's weights */
         cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
         /* the kernel set's load-time layout, where it has one, for every copy */
-        const size_t pb = cdx_matmul_pack_bytes(k, &m);
+        const size_t pb = no_pack ? 0 : cdx_matmul_pack_bytes(k, &m);
         uint8_t *pk = pb ? aligned_alloc(64, (pb * copies + 63) / 64 * 64) : NULL;
         if (pk) {
             madvise(pk, (pb * copies + 63) / 64 * 64, MADV_HUGEPAGE);

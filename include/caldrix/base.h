@@ -77,9 +77,17 @@ typedef struct cdx_file {
     char *path;        /* owned copy of the path it was opened with */
 } cdx_file;
 
-/* On success *out owns the mapping; free with cdx_file_unmap. */
+/* On success *out owns the mapping; free with cdx_file_unmap. The mapping asks for 2 MiB pages
+ * (MADV_HUGEPAGE): where the file system keeps large folios, pages read through it arrive as 2 MiB
+ * folios mapped by one entry each, which a streaming reader needs as much as anonymous memory. */
 CDX_API int cdx_file_map(const char *path, cdx_file **out, cdx_err *err);
 CDX_API void cdx_file_unmap(cdx_file *f); /* NULL: no-op */
+
+/* Of the resident pages of the mapping that holds p, the share (0 to 1) the kernel maps with
+ * 2 MiB entries (FilePmdMapped plus AnonHugePages of /proc/self/smaps); -1 when it cannot tell (no
+ * /proc, p not mapped, nothing resident). *lo and *hi (optional) get that mapping's range, so a
+ * caller asking about many addresses reads smaps once per mapping. */
+CDX_API double cdx_mem_huge_share(const void *p, uintptr_t *lo, uintptr_t *hi);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer, refusing files over max_bytes. */
 CDX_API int cdx_file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len, cdx_err *err);

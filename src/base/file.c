@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,11 +45,48 @@ int cdx_file_map(const char *path, cdx_file **out, cdx_err *err)
             return cdx_err_set(err, CDX_EIO, "%s: cannot map %zu bytes: %s", path, (size_t)st.st_size,
                                strerror(e));
         }
+        madvise(p, f->size, MADV_HUGEPAGE); /* advice only: refused without THP, and that is fine */
         f->data = p;
     }
     close(fd); /* the mapping stays valid without the descriptor */
     *out = f;
     return CDX_OK;
+}
+
+double cdx_mem_huge_share(const void *p, uintptr_t *lo, uintptr_t *hi)
+{
+    FILE *fp = fopen("/proc/self/smaps", "re");
+    if (!fp)
+        return -1;
+    const uintptr_t a = (uintptr_t)p;
+    char line[512];
+    bool in = false, found = false;
+    unsigned long long rss = 0, huge = 0;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long long s, e, kb;
+        char c;
+        /* a mapping's header: "start-end perms offset dev inode [path]"; its fields: "Name:  N kB" */
+        if (sscanf(line, "%llx-%llx %c", &s, &e, &c) == 3) { /* no field's name parses as "hex-hex" */
+            if (found)
+                break;
+            in = a >= s && a < e;
+            if (in) {
+                found = true;
+                if (lo)
+                    *lo = (uintptr_t)s;
+                if (hi)
+                    *hi = (uintptr_t)e;
+            }
+        } else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1) {
+            rss = kb;
+        } else if (in && (sscanf(line, "FilePmdMapped: %llu kB", &kb) == 1 || sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)) {
+            huge += kb;
+        }
+    }
+    fclose(fp);
+    if (!found || rss == 0)
+        return -1;
+    return huge >= rss ? 1.0 : (double)huge / (double)rss;
 }
 
 void cdx_file_unmap(cdx_file *f)

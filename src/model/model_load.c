@@ -1143,6 +1143,36 @@ static void copy_part(void *arg, int ith, int nth)
 
 static cdx_mat *model_mat(cdx_model *m, size_t i) { return m->mats[i]; }
 
+/* Matrix i would be copied onto huge pages by model_pack (no layout of k's own, read from the
+ * mapped file, not streamed by the expert cache). */
+static bool copy_candidate(cdx_model *m, const cdx_kernels *k, size_t i)
+{
+    const cdx_mat *w = model_mat(m, i);
+    return !xc_streams_mat(m->xc, i) && cdx_matmul_pack_bytes(k, w) == 0 && !model_owns_data(m, w->data);
+}
+
+/* The mappings model_pack has asked about, with the answer: most of their resident pages on
+ * 2 MiB entries (a file of several shards maps each; more than 8 are asked again). */
+typedef struct {
+    uintptr_t lo, hi;
+    bool huge;
+} huge_map;
+
+#define HUGE_SHARE_MIN 0.5 /* below it, most of the weights sit on 4 KiB entries and the copy pays */
+
+static bool mapped_huge(huge_map *maps, int *n, const void *p)
+{
+    for (int j = 0; j < *n; j++)
+        if ((uintptr_t)p >= maps[j].lo && (uintptr_t)p < maps[j].hi)
+            return maps[j].huge;
+    huge_map h = { 0, 0, false };
+    const double share = cdx_mem_huge_share(p, &h.lo, &h.hi);
+    h.huge = share >= HUGE_SHARE_MIN;
+    if (share >= 0 && *n < 8)
+        maps[(*n)++] = h;
+    return h.huge;
+}
+
 static void model_unpack(cdx_model *m)
 {
     for (size_t i = 0; m->packs && i < m->n_packs; i++) {
@@ -1172,8 +1202,10 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         return CDX_OK;
     }
     const size_t n_mats = m->n_mats;
+    /* CALDRIX_MMAP: 1 reads every such matrix in place, 0 copies every one, unset decides by
+     * the pages the file is mapped with (below) */
     const char *env = getenv("CALDRIX_MMAP");
-    const bool in_place = env && *env && strcmp(env, "0");
+    const bool in_place = env && *env && strcmp(env, "0"), always_copy = env && !strcmp(env, "0");
     m->packs = calloc(n_mats, sizeof *m->packs);
     m->orig_data = calloc(n_mats, sizeof *m->orig_data);
     if (!m->packs || !m->orig_data) {
@@ -1182,6 +1214,17 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
     m->n_packs = n_mats;
+    /* The matrices with no layout of k's own are copied only to sit on 2 MiB pages. Where the
+     * file's pages are already mapped that way (large folios in the page cache, which the mapping
+     * asks for), the copy buys nothing and costs the first touch of as much fresh memory: read
+     * them in place. Mapped first, so the answer covers their pages and they are ready to read. */
+    huge_map maps[8];
+    int n_maps = 0;
+    for (size_t i = 0; m->file_mapped && i < n_mats; i++) {
+        cdx_mat *w = model_mat(m, i);
+        if (copy_candidate(m, k, i))
+            populate(w->data, (size_t)w->rows * w->row_bytes);
+    }
     for (size_t i = 0; i < n_mats; i++) {
         cdx_mat *w = model_mat(m, i);
         if (xc_streams_mat(m->xc, i))
@@ -1190,6 +1233,8 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
         if (copy && (in_place || model_owns_data(m, w->data)))
             continue; /* read in place: the mapped file, or a bf16 copy already on pages of our own */
+        if (copy && m->file_mapped && !always_copy && mapped_huge(maps, &n_maps, w->data))
+            continue;
         if (copy)
             bytes = (size_t)w->rows * w->row_bytes;
         void *buf = huge_alloc(bytes);

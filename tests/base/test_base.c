@@ -39,7 +39,12 @@ static void file_map_reads_bytes_and_names_missing_file(void)
     CHECK(cdx_file_map(path, &f, &e) == CDX_OK);
     REQUIRE(f);
     CHECK(f->size == 5 && memcmp(f->data, "hello", 5) == 0);
+    /* a one-page file: resident (just read), and on a 4 KiB entry however the kernel is set up */
+    uintptr_t lo = 0, hi = 0;
+    CHECK(cdx_mem_huge_share(f->data + 2, &lo, &hi) == 0.0);
+    CHECK(lo == (uintptr_t)f->data && hi - lo == (uintptr_t)sysconf(_SC_PAGESIZE));
     cdx_file_unmap(f);
+    CHECK(cdx_mem_huge_share((const void *)(uintptr_t)4096, NULL, NULL) == -1); /* nothing mapped there */
     char *buf;
     size_t n;
     CHECK(cdx_file_read_all(path, 100, &buf, &n, &e) == CDX_OK && n == 5 && !strcmp(buf, "hello"));
@@ -105,7 +110,7 @@ int main(void)
     RUN("size helpers detect overflow", size_helpers_detect_overflow);
     RUN("array_grow doubles and refuses an overflowing size", array_grow_doubles_and_refuses_overflow);
     RUN("bytes_reserve doubles and keeps the text", bytes_reserve_doubles_and_keeps_the_text);
-    RUN("file_map reads bytes and names a missing file", file_map_reads_bytes_and_names_missing_file);
+    RUN("file_map reads bytes, says how it is mapped and names a missing file", file_map_reads_bytes_and_names_missing_file);
     RUN("utf8_check rejects bad sequences", utf8_check_rejects_bad_sequences);
     return t_done("base");
 }
