@@ -10,6 +10,12 @@
  * the float steps the same ones in the same order, so both sets give a packed row the same bits. */
 
 #define X16_TOK 4        /* 16 rows × 4 tokens: 8 float accumulators of 16 ymm */
+/* Decode's prefetch distance, bytes ahead of each stream: at 4 KiB (prefill's) decode read DRAM
+ * 8-15 % slower (bench/compare-llamacpp, Q4_0 and Q4_K_M, Zen 3); prefill re-reads a group per
+ * token tile and keeps 4 KiB (16 KiB cost Q8_0 prefill ~10 %). */
+#ifndef X16_PF_DEC
+#define X16_PF_DEC 16384
+#endif
 #define X16_Q8_FLIP 0    /* Q8_0 stays signed */
 #include "kernel/kern_x16.h"
 
@@ -83,7 +89,8 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < qb; o += 64)
-                _mm_prefetch((const char *)(Q + (size_t)g * gstride + (size_t)b * qb + X16_PF + o), X16_PF_HINT);
+                _mm_prefetch((const char *)(Q + (size_t)g * gstride + (size_t)b * qb + (TT == 1 ? X16_PF_DEC : X16_PF) + o),
+                             X16_PF_HINT);
         __m256i s[2][2][X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++)
@@ -374,7 +381,7 @@ KT_INLINE void x16q6_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gst
 #pragma GCC unroll 2
             for (int g = 0; g < G; g++)
                 for (size_t o = 0; o < 384; o += 64)
-                    _mm_prefetch((const char *)(Q0 + (size_t)g * gstride + (size_t)b * X16Q6_Q + 384 * sb + X16_PF + o),
+                    _mm_prefetch((const char *)(Q0 + (size_t)g * gstride + (size_t)b * X16Q6_Q + 384 * sb + X16_PF_DEC + o),
                                  X16_PF_HINT);
 #pragma GCC unroll 2
             for (int q = 0; q < 2; q++) { /* values 16q .. 16q+15: scale sc[2sb+q] */
@@ -447,7 +454,7 @@ KT_INLINE void x16k_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gstr
 #pragma GCC unroll 2
             for (int g = 0; g < G; g++)
                 for (size_t o = 0; o < 512; o += 64)
-                    _mm_prefetch((const char *)(Q0 + (size_t)g * gstride + (size_t)b * X16K_Q + 512 * j + X16_PF + o),
+                    _mm_prefetch((const char *)(Q0 + (size_t)g * gstride + (size_t)b * X16K_Q + 512 * j + X16_PF_DEC + o),
                                  X16_PF_HINT);
             __m256i s[2][2][2]; /* [g][h][nibble], i16 */
 #pragma GCC unroll 8

@@ -22,6 +22,9 @@
 #ifndef X16_PF
 #define X16_PF 4096
 #endif
+#ifndef X16_PF_DEC /* decode's distance, where the includer sets one of its own */
+#define X16_PF_DEC X16_PF
+#endif
 #ifndef X16_PF_HINT
 #define X16_PF_HINT _MM_HINT_T0
 #endif

@@ -17,7 +17,7 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     float *dav = scratch;
     int32_t *sav = (int32_t *)(dav + ((size_t)n * (size_t)nb + 15) / 16 * 16);
     /* the stretch before the kernels' own prefetch distance, so a chunk does not start on a stall */
-    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
+    for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
         _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
     x16_act_sums(xq, xrb, n, nb, dav, sav);
     int64_t r = r0;
@@ -60,7 +60,7 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
     const size_t qbytes = kind == W_Q4_K ? X16K_Q : X16Q6_Q, mbytes = kind == W_Q4_K ? X16K_META : X16Q6_META;
     const int64_t nsb = w->cols / 256;
     const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
-    for (size_t o = 0; o < X16_PF && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
+    for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
         _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
     int64_t r = r0;
 #ifdef X16SB_DECODE_G
