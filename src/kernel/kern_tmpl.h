@@ -937,9 +937,11 @@ static float KT(vexp_sum)(float *x, float sub, int64_t n)
  * cdx_vec_ops is this kernel's oracle (tests/kernel/test_attn.c) and cdx_vec_scalar their twin.
  * What changes is the overhead: q (and the accumulator) stay in registers over a block of keys,
  * no call per key, and (AVX2) eight keys' lane sums are reduced together by hsum8's own tree.
- * Taken when head_dim is a multiple of VF_N and at most 8·VF_N; false otherwise (attn.c then runs
- * attn_heads). */
+ * Taken when head_dim is a multiple of VF_N and at most 8·VF_N (AVX2 also 80, 96 and 128); false
+ * otherwise (attn.c then runs attn_heads). */
 #define KA_BLOCK 64 /* attn.c's ATTN_BLOCK */
+/* Vectors per head at most: 128 dimensions (Qwen3's, Llama-3-8B's) on both sets */
+#define KA_MAXV (VF_N == 8 ? 16 : 8)
 
 #if VF_N == 8
 /* hsum8 of v[0..7] into one vector (lane j: hsum8(v[j])), by hsum8's additions: (lo + hi), then
@@ -969,7 +971,7 @@ KT_INLINE const float *ka_row(const void *const *tab, const cdx_attn_shape *s, c
 KT_INLINE VF ka_key_lanes(const VF *qv, const int nq, const float *kp)
 {
     VF s0 = vf_zero(), s1 = vf_zero();
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int c = 0; c < nq; c++) {
         if (c % 2 == 0)
             s0 = vf_fma(qv[c], vf_load_f32(kp + c * VF_N), s0);
@@ -984,8 +986,8 @@ KT_INLINE VF ka_key_lanes(const VF *qv, const int nq, const float *kp)
 KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g,
                          int64_t p0, int nb, float *sc)
 {
-    VF qv[8];
-#pragma GCC unroll 8
+    VF qv[KA_MAXV];
+#pragma GCC unroll 16
     for (int c = 0; c < nq; c++)
         qv[c] = vf_load_f32(q + c * VF_N);
     int i = 0;
@@ -1004,30 +1006,35 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
     }
 }
 
-/* acc += Σ_i sc[i] · v_i in key order, as nb calls of KT(vaxpy) would (acc in registers meanwhile). */
+/* acc += Σ_i sc[i] · v_i in key order, as nb calls of KT(vaxpy) would (acc in registers meanwhile,
+ * at most 8 vectors of it at a time: each lane's chain of multiply-adds is the same either way). */
 KT_INLINE void ka_values(float *acc, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p0,
                          int nb, const float *sc)
 {
-    VF a[8];
+#pragma GCC unroll 2
+    for (int c0 = 0; c0 < nq; c0 += 8) {
+        const int nc = nq - c0 < 8 ? nq - c0 : 8;
+        VF a[8];
 #pragma GCC unroll 8
-    for (int c = 0; c < nq; c++)
-        a[c] = vf_load_f32(acc + c * VF_N);
-    for (int i = 0; i < nb; i++) {
-        const float *vp = ka_row(r->v, s, r, g, p0 + i);
-        const VF w = vf_set1(sc[i]);
+        for (int c = 0; c < nc; c++)
+            a[c] = vf_load_f32(acc + (c0 + c) * VF_N);
+        for (int i = 0; i < nb; i++) {
+            const float *vp = ka_row(r->v, s, r, g, p0 + i) + c0 * VF_N;
+            const VF w = vf_set1(sc[i]);
 #pragma GCC unroll 8
-        for (int c = 0; c < nq; c++)
-            a[c] = vf_fma(w, vf_load_f32(vp + c * VF_N), a[c]);
+            for (int c = 0; c < nc; c++)
+                a[c] = vf_fma(w, vf_load_f32(vp + c * VF_N), a[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nc; c++)
+            vf_store(acc + (c0 + c) * VF_N, a[c]);
     }
-#pragma GCC unroll 8
-    for (int c = 0; c < nq; c++)
-        vf_store(acc + c * VF_N, a[c]);
 }
 
 KT_INLINE void ka_heads(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
 {
     const int hd = s->head_dim;
-    float acc[32][8 * VF_N] __attribute__((aligned(64)));
+    float acc[32][KA_MAXV * VF_N] __attribute__((aligned(64)));
     float sc[32][KA_BLOCK];
     float mx[32], sum[32];
     for (int h = 0; h < group; h++) {
@@ -1067,6 +1074,9 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, 
         return false;
     switch (s->head_dim / VF_N) {
         KA_CASE(1) KA_CASE(2) KA_CASE(3) KA_CASE(4) KA_CASE(5) KA_CASE(6) KA_CASE(7) KA_CASE(8)
+#if VF_N == 8
+        KA_CASE(10) KA_CASE(12) KA_CASE(16)
+#endif
     }
     return false;
 }

@@ -178,14 +178,14 @@ static void attention_refuses_bad_shapes_and_rows(void)
 
 /* The fused f32 attention rows of a kernel set (cdx_kernels.attn_f32) give the bits attn.c's
  * attn_heads gives with that set's primitives (the same set with attn_f32 removed): head sizes
- * the kernel takes (one to eight vectors) and does not, GQA groups, windows, lengths across the
+ * the kernel takes (one to eight vectors; AVX2 also ten, twelve and sixteen) and does not, GQA groups, windows, lengths across the
  * 64-key blocks, and a paged cache of 16-position blocks lying in reverse order. */
 static void fused_attention_rows_match_primitives_bit_for_bit(void)
 {
     cdx_err e = {0};
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
-    const int hds[] = { 8, 16, 24, 48, 64, 128, 40 }, groups[] = { 1, 2, 4 };
+    const int hds[] = { 8, 16, 24, 48, 64, 80, 96, 128, 40, 72 }, groups[] = { 1, 2, 4 };
     const int64_t lens[] = { 1, 7, 63, 64, 65, 200 };
     int checked = 0, fused = 0;
     for (int ii = 0; ii < 2; ii++) {
@@ -232,7 +232,13 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
                         REQUIRE(cdx_attn(&plain, pool, &s, rows, n, &e) == CDX_OK);
                         bad += memcmp(o1, o2, sizeof(float) * (size_t)(n * nh * hd)) != 0;
                         checked++;
-                        fused += hd % (ii == 0 ? 16 : 8) == 0 && hd <= (ii == 0 ? 128 : 64);
+                        /* the shapes the fused rows take: every head size of 1..8 vectors, and on AVX2 the
+                         * 10-, 12- and 16-vector ones (80, 96, 128) as well */
+                        const bool takes = hd % (ii == 0 ? 16 : 8) == 0 &&
+                                           (ii == 0 ? hd <= 128 : hd <= 64 || hd == 80 || hd == 96 || hd == 128);
+                        const bool took = k->attn_f32(&s, &rows[n - 1], 0, 0, groups[gi]);
+                        bad += took != takes;
+                        fused += took;
                         free(kc); free(vc); free(q); free(o1); free(o2); free(kt); free(vt); free(rows);
                     }
         CHECKF(bad == 0, "%s: %d of %d cases differ from the primitives' attention", k_isas[ii], bad, checked);
