@@ -64,12 +64,94 @@ KT_INLINE __m256i sc16_s8_half(const uint8_t *p, int h)
     return h ? _mm256_unpackhi_epi16(v, v) : _mm256_unpacklo_epi16(v, v);
 }
 
+/* Prefill, the 32-value types: one 16-row group × TT tokens, one 8-row half h at a time, so that
+ * the integer sums (TT ymm), the broadcast activations and the weights fit AVX2's 16 registers
+ * (both halves at once spill); the float accumulators live in y itself. The integer sums are
+ * exact and the float steps are x16_micro's in its order: the same bits as decode, whatever TT. */
+KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t *x, size_t xrb, const float *da,
+                           const int32_t *sa, const int TT, float *y, int64_t ys)
+{
+    const size_t qb = x16_qbytes(kind);
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    const uint16_t *S = (const uint16_t *)(Q + (size_t)nb * qb);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *qp = Q + (size_t)b * qb;
+        const int8_t *a[X16_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            a[t] = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
+        for (size_t o = 0; o < qb; o += 64)
+            _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256i si[X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                si[t] = _mm256_setzero_si256();
+            if (kind == W_Q8_0) {
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m256i wv = load32(qp + 64 * k + 32 * h), wa = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) {
+                        si[t] = dot4_wsigned(si[t], wa, wv, bcast4(a[t] + 4 * k));
+                        X16_KEEP(si[t]);
+                    }
+                }
+            } else {
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const __m256i v = load32(qp + 64 * k + 32 * h);
+                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if (kind == W_Q4_0) {
+#pragma GCC unroll 4
+                        for (int t = 0; t < TT; t++) {
+                            si[t] = _mm256_add_epi16(si[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(a[t] + 4 * k)),
+                                                                             _mm256_maddubs_epi16(hi, bcast4(a[t] + 16 + 4 * k))));
+                            X16_KEEP(si[t]);
+                        }
+                    } else {
+                        lo = _mm256_shuffle_epi8(kv, lo);
+                        hi = _mm256_shuffle_epi8(kv, hi);
+#pragma GCC unroll 4
+                        for (int t = 0; t < TT; t++) {
+                            const __m256i av = bcast4(a[t] + 4 * k), ah = bcast4(a[t] + 16 + 4 * k);
+                            si[t] = dot4_signed(dot4_signed(si[t], lo, _mm256_abs_epi8(av), av), hi, _mm256_abs_epi8(ah), ah);
+                            X16_KEEP(si[t]);
+                        }
+                    }
+                }
+            }
+            const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + 16 * b + 8 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                __m256i st = si[t];
+                if (kind == W_Q4_0)
+                    st = _mm256_add_epi32(_mm256_madd_epi16(st, one16), _mm256_set1_epi32(-8 * sa[t * nb + b]));
+                float *yt = y + t * ys + 8 * h;
+                _mm256_storeu_ps(yt, _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(sw, _mm256_set1_ps(da[t * nb + b])),
+                                                     _mm256_loadu_ps(yt)));
+            }
+        }
+    }
+}
+
 /* G consecutive 16-row groups (gstride bytes apart; G = 2 for decode: two streams in flight per
  * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. Rows 0..7 and 8..15 of a group are
  * the two halves of each 64-byte word row. */
 KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
                          size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
 {
+    if (G == 1 && TT > 1) {
+        x16_micro_p(kind, Q, nb, x, xrb, da, sa, TT, y, ys);
+        return;
+    }
     const size_t qb = x16_qbytes(kind);
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
     const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
