@@ -118,7 +118,8 @@ const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc);
 void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap);
 
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and
- * copies the other matrices onto huge pages (unless CALDRIX_MMAP=1: they are read in place). */
+ * copies the other matrices onto huge pages unless the file's pages are already mapped that way
+ * (then they are read in place; CALDRIX_MMAP=1 reads them in place always, =0 copies always). */
 int model_pack(const cdx_model *m, const cdx_kernels *k, cdx_pool *pool, cdx_err *err);
 
 /* ---- bf16 compute (model_dtype.c, forward_bf16.c) ---- */
