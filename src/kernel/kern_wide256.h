@@ -64,6 +64,16 @@ KT_INLINE __m256i sc16_s8_half(const uint8_t *p, int h)
     return h ? _mm256_unpackhi_epi16(v, v) : _mm256_unpacklo_epi16(v, v);
 }
 
+/* The prefill kernels' float sums start at zero in y: 16 rows (two halves) × TT tokens. */
+KT_INLINE void x16_zero_y(float *y, int64_t ys, const int TT)
+{
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+}
+
 /* Prefill, the 32-value types: one 16-row group × TT tokens, one 8-row half h at a time, so that
  * the integer sums (TT ymm), the broadcast activations and the weights fit AVX2's 16 registers
  * (both halves at once spill); the float accumulators live in y itself. The integer sums are
@@ -74,11 +84,7 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
     const size_t qb = x16_qbytes(kind);
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
     const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    x16_zero_y(y, ys, TT);
     const uint16_t *S = (const uint16_t *)(Q + (size_t)nb * qb);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *qp = Q + (size_t)b * qb;
@@ -268,11 +274,7 @@ KT_INLINE void x16k_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb, 
                             const int TT, float *y, int64_t ys)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    x16_zero_y(y, ys, TT);
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *qp = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
         const int8_t *a[X16_TOK];
@@ -367,11 +369,7 @@ KT_INLINE void x16q6_micro_p(const uint8_t *Q, const uint8_t *meta, int64_t nsb,
                              const int TT, float *y, int64_t ys)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++)
-            _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
+    x16_zero_y(y, ys, TT);
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *qp = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
         const cdx_block_q8_K *xb[X16_TOK];
