@@ -85,8 +85,8 @@ CDX_API void cdx_file_unmap(cdx_file *f); /* NULL: no-op */
 
 /* Of the resident pages of the mapping that holds p, the share (0 to 1) the kernel maps with
  * 2 MiB entries (FilePmdMapped plus AnonHugePages of /proc/self/smaps); -1 when it cannot tell (no
- * /proc, p not mapped, nothing resident). *lo and *hi (optional) get that mapping's range, so a
- * caller asking about many addresses reads smaps once per mapping. */
+ * /proc, p not mapped, nothing resident). *lo and *hi (optional) get that mapping's range (both 0
+ * when p is in none), so a caller asking about many addresses reads smaps once per mapping. */
 CDX_API double cdx_mem_huge_share(const void *p, uintptr_t *lo, uintptr_t *hi);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer, refusing files over max_bytes. */

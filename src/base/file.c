@@ -55,6 +55,10 @@ int cdx_file_map(const char *path, cdx_file **out, cdx_err *err)
 
 double cdx_mem_huge_share(const void *p, uintptr_t *lo, uintptr_t *hi)
 {
+    if (lo)
+        *lo = 0;
+    if (hi)
+        *hi = 0;
     FILE *fp = fopen("/proc/self/smaps", "re");
     if (!fp)
         return -1;

@@ -1151,28 +1151,43 @@ static bool copy_candidate(cdx_model *m, const cdx_kernels *k, size_t i)
     return !xc_streams_mat(m->xc, i) && cdx_matmul_pack_bytes(k, w) == 0 && !model_owns_data(m, w->data);
 }
 
-/* The mappings model_pack has asked about, with the answer: most of their resident pages on
- * 2 MiB entries (a file of several shards maps each; more than 8 are asked again). */
+/* The mappings model_pack has asked about (a checkpoint of several shards maps each), with the
+ * answer: enough of their resident pages on 2 MiB entries. smaps walks every mapping's page
+ * tables, so each is asked once; where smaps cannot answer, nothing is asked again. */
 typedef struct {
     uintptr_t lo, hi;
     bool huge;
 } huge_map;
+typedef struct {
+    huge_map *v;
+    size_t n, cap;
+    bool unknown;
+} huge_maps;
 
 /* Below it the copy pays: Llama-1B F16 decode 6.4-7.0 vs 6.1 tok/s in place with none of the file on
  * 2 MiB entries. With 47 % on them the copy bought ~4 % (6.5 vs 6.3) for 3.2 s of load and a
  * private copy of 2.4 GB (bench/README.md). */
 #define HUGE_SHARE_MIN 0.25
 
-static bool mapped_huge(huge_map *maps, int *n, const void *p)
+static bool mapped_huge(huge_maps *hm, const void *p)
 {
-    for (int j = 0; j < *n; j++)
-        if ((uintptr_t)p >= maps[j].lo && (uintptr_t)p < maps[j].hi)
-            return maps[j].huge;
+    for (size_t j = 0; j < hm->n; j++)
+        if ((uintptr_t)p >= hm->v[j].lo && (uintptr_t)p < hm->v[j].hi)
+            return hm->v[j].huge;
+    if (hm->unknown)
+        return false;
     huge_map h = { 0, 0, false };
     const double share = cdx_mem_huge_share(p, &h.lo, &h.hi);
+    if (h.hi <= h.lo) { /* no smaps, or p outside every mapping: copy, as without the rule */
+        hm->unknown = true;
+        return false;
+    }
     h.huge = share >= HUGE_SHARE_MIN;
-    if (share >= 0 && *n < 8)
-        maps[(*n)++] = h;
+    huge_map *v = cdx_array_grow(hm->v, &hm->cap, hm->n, sizeof *v);
+    if (v) {
+        hm->v = v;
+        hm->v[hm->n++] = h;
+    }
     return h.huge;
 }
 
@@ -1221,8 +1236,7 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
      * file's pages are already mapped that way (large folios in the page cache, which the mapping
      * asks for), the copy buys nothing and costs the first touch of as much fresh memory: read
      * them in place. Mapped first, so the answer covers their pages and they are ready to read. */
-    huge_map maps[8];
-    int n_maps = 0;
+    huge_maps maps = { 0 };
     for (size_t i = 0; m->file_mapped && i < n_mats; i++) {
         cdx_mat *w = model_mat(m, i);
         if (copy_candidate(m, k, i))
@@ -1236,7 +1250,7 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
         if (copy && (in_place || model_owns_data(m, w->data)))
             continue; /* read in place: the mapped file, or a bf16 copy already on pages of our own */
-        if (copy && m->file_mapped && !always_copy && mapped_huge(maps, &n_maps, w->data))
+        if (copy && m->file_mapped && !always_copy && mapped_huge(&maps, w->data))
             continue;
         if (copy)
             bytes = (size_t)w->rows * w->row_bytes;
@@ -1260,6 +1274,7 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         w->packed = buf;
         w->packed_for = k;
     }
+    free(maps.v);
     m->packed_k = k;
     pthread_mutex_unlock(&m->pack_mu);
     return CDX_OK;
