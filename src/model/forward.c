@@ -223,20 +223,28 @@ typedef struct {
     float *g;
     const float *u;
     int64_t n;
+    bool bf16;
 } swiglu_job;
 
 static void swiglu_part(void *arg, int ith, int nth)
 {
     swiglu_job *j = arg;
-    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
-        j->g[i] = silu(j->g[i]) * j->u[i];
+    const int64_t a = j->n * ith / nth, e = j->n * (ith + 1) / nth;
+    if (!j->bf16) {
+        for (int64_t i = a; i < e; i++)
+            j->g[i] = silu(j->g[i]) * j->u[i];
+        return;
+    }
+    for (int64_t i = a; i < e; i++) { /* bf16 compute (forward_bf16.c, #13) */
+        const float g = cdx_bf16_round(j->g[i]), u = cdx_bf16_round(j->u[i]);
+        const float act = cdx_bf16_round(silu(g)); /* PyTorch 2.x's CPU SiLU on bf16: f32, one rounding */
+        j->g[i] = cdx_bf16_round(act * u);
+    }
 }
 
-/* g = silu(g) ⊙ u, elementwise (each value the same whichever thread computes it): on the pool
- * when there is enough of it, so the other threads do not wait through it between two matmuls. */
-static void swiglu(cdx_pool *pool, float *g, const float *u, int64_t n)
+void model_swiglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool bf16)
 {
-    swiglu_job j = { g, u, n };
+    swiglu_job j = { g, u, n, bf16 };
     if (n >= 8192)
         cdx_pool_run(pool, swiglu_part, &j);
     else
@@ -465,7 +473,7 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
         }
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->xn, n,
                          (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
-        swiglu(pool, fc->ffn_g, fc->ffn_u, n * hp->n_ff);
+        model_swiglu(pool, fc->ffn_g, fc->ffn_u, n * hp->n_ff, false);
         cdx_matmul(K, pool, &L->down, fc->ffn_g, n, fc->xn, fc->ws);
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];

@@ -79,24 +79,6 @@ static void add_bf16(float *x, const float *d, int64_t n)
         x[i] = bf(x[i] + d[i]);
 }
 
-/* #13: g = bf16(bf16(silu(bf16(g))) · bf16(u)), elementwise; a slice per thread when there is
- * enough of it (each value is the same whichever thread computes it). */
-typedef struct {
-    float *g;
-    const float *u;
-    int64_t n;
-} swiglu_job;
-
-static void swiglu_part(void *arg, int ith, int nth)
-{
-    swiglu_job *j = arg;
-    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
-        const float g = bf(j->g[i]), u = bf(j->u[i]);
-        const float a = bf(g / (1.0f + expf(-g))); /* PyTorch 2.x's CPU SiLU on bf16: f32, one rounding */
-        j->g[i] = bf(a * u);
-    }
-}
-
 int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
                  float *logits, cdx_err *err)
 {
@@ -167,11 +149,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
             rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, s->xn, n,
                          (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
-        swiglu_job sj = { s->ffn_g, s->ffn_u, n * F };
-        if (n * F >= 8192)
-            cdx_pool_run(pool, swiglu_part, &sj);
-        else
-            swiglu_part(&sj, 0, 1);
+        model_swiglu(pool, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
         cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
         round_rows(s->xn, n, E, NULL);
         add_bf16(s->x, s->xn, n * E);
