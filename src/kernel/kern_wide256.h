@@ -64,7 +64,7 @@ KT_INLINE __m256i sc16_s8_half(const uint8_t *p, int h)
     return h ? _mm256_unpackhi_epi16(v, v) : _mm256_unpacklo_epi16(v, v);
 }
 
-/* The prefill kernels' float sums start at zero in y: 16 rows (two halves) × TT tokens. */
+/* The float sums start at zero in y: 16 rows (two halves) × TT tokens, ys floats apart. */
 KT_INLINE void x16_zero_y(float *y, int64_t ys, const int TT)
 {
 #pragma GCC unroll 2
@@ -439,11 +439,7 @@ KT_INLINE void x16q6_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gst
                              const uint8_t *x, float *y)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-            _mm256_storeu_ps(y + 16 * g + 8 * h, _mm256_setzero_ps());
+    x16_zero_y(y, 16, G); /* G groups side by side: a group is one "token" 16 floats on */
     for (int64_t b = 0; b < nsb; b++) {
         const cdx_block_q8_K *xb = (const cdx_block_q8_K *)x + b;
         __m256i ai[2][2];
@@ -516,11 +512,7 @@ KT_INLINE void x16k_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gstr
                             const uint8_t *x, float *y)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 2
-    for (int g = 0; g < G; g++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-            _mm256_storeu_ps(y + 16 * g + 8 * h, _mm256_setzero_ps());
+    x16_zero_y(y, 16, G); /* G groups side by side: a group is one "token" 16 floats on */
     for (int64_t b = 0; b < nsb; b++) {
         const cdx_block_q8_K *xb = (const cdx_block_q8_K *)x + b;
         __m256i ai[2][2];

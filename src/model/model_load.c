@@ -1258,7 +1258,8 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         if (!buf)
             continue; /* both are only faster: without memory for them the weights are read in place */
         m->packs[i] = buf;
-        populate(w->data, (size_t)w->rows * w->row_bytes);
+        if (!copy) /* a copy's pages were mapped in above */
+            populate(w->data, (size_t)w->rows * w->row_bytes);
         if (copy) {
             copy_job cj = { w->data, buf, bytes };
             cdx_pool_run(pool, copy_part, &cj);
