@@ -173,6 +173,11 @@ CDX_API const cdx_hparams *cdx_model_hparams(const cdx_model *m);
 CDX_API const cdx_gguf *cdx_model_gguf(const cdx_model *m);
 /* Bytes of weights read for one decoded token (for bandwidth figures). */
 CDX_API size_t cdx_model_weight_bytes(const cdx_model *m);
+/* Waits until the matrices the first forward context left to be packed in the background are
+ * packed (cdx_forward_ctx_create; until then they are read in place, with the same results) and
+ * returns how long it waited, in ms; 0 at once when there are none. Each forward pass installs
+ * the copies that are ready when it starts. */
+CDX_API double cdx_model_pack_wait(const cdx_model *m);
 /* Under a weight budget: expert slots, and hits and misses (experts read from the file) so far.
  * All 0 when every weight is resident. Thread-safe. */
 CDX_API void cdx_model_expert_stats(const cdx_model *m, uint64_t *hits, uint64_t *misses, size_t *n_slots);

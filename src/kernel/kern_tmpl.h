@@ -1090,6 +1090,7 @@ const cdx_kernels KT(cdx_kernels) = {
 #ifdef KT_HAS_PACK
     .pack_bytes = KT(pack_bytes),
     .pack = KT(pack),
+    .in_place = KT(in_place),
 #endif
 #ifdef KT_ROW_BF16DP
     .row_bf16dp = KT_ROW_BF16DP,

@@ -178,6 +178,33 @@ static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
     }
 }
 
+/* Group g (rows 16g..16g+15) of a 32-value type into Q, gbytes = nb·(QB + 32). pf_next: prefetch
+ * the next group's native bytes as this one is read (they lie right after it, one linear stream)
+ * for a kernel that packs groups on the fly as it goes. */
+KT_INLINE void x16_pack_group(const cdx_mat *w, int kind, int64_t g, uint8_t *Q, bool pf_next)
+{
+    const int64_t nb = w->cols / 32;
+    const size_t qb = x16_qbytes(kind);
+    const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
+    const __m256i fx = _mm256_set1_epi8((char)(kind == W_Q8_0 ? X16_Q8_FLIP : 0));
+    uint16_t *S = (uint16_t *)(Q + (size_t)nb * qb);
+    const uint8_t *rows[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+    const uint8_t *next = rows[0] + 16 * w->row_bytes;
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t off = (size_t)b * bb;
+        if (pf_next)
+            for (size_t o = 0; o < 16 * bb; o += 64)
+                _mm_prefetch((const char *)(next + 16 * off + o), X16_PF_HINT);
+        for (int i = 0; i < 16; i++)
+            memcpy(&S[b * 16 + i], rows[i] + off, 2);
+        x16_pack4w(rows, off + 2, Q + (size_t)b * qb, fx);
+        if (kind == W_Q8_0) /* words 4..7 */
+            x16_pack4w(rows, off + 18, Q + (size_t)b * qb + 256, fx);
+    }
+}
+
 /* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
 static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
@@ -190,25 +217,9 @@ static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
         return;
     }
     const int kind = x16_kind(w->type);
-    const int64_t nb = w->cols / 32;
-    const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
-    const size_t bb = kind == W_Q8_0 ? sizeof(cdx_block_q8_0) : sizeof(cdx_block_q4_0);
-    const __m256i fx = _mm256_set1_epi8((char)(kind == W_Q8_0 ? X16_Q8_FLIP : 0));
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes;
-        uint16_t *S = (uint16_t *)(Q + (size_t)nb * qb);
-        const uint8_t *rows[16];
-        for (int i = 0; i < 16; i++)
-            rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
-        for (int64_t b = 0; b < nb; b++) {
-            const size_t off = (size_t)b * bb;
-            for (int i = 0; i < 16; i++)
-                memcpy(&S[b * 16 + i], rows[i] + off, 2);
-            x16_pack4w(rows, off + 2, Q + (size_t)b * qb, fx);
-            if (kind == W_Q8_0) /* words 4..7 */
-                x16_pack4w(rows, off + 18, Q + (size_t)b * qb + 256, fx);
-        }
-    }
+    const size_t gbytes = (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
+    for (int64_t g = g0; g < g1; g++)
+        x16_pack_group(w, kind, g, (uint8_t *)out + (size_t)g * gbytes, false);
 }
 
 /* da and Σa of every q8_0 block of every token (the Q4_0 offset and the Q8_0/IQ4_NL bias). */

@@ -5,28 +5,61 @@
 #define X16_MICRO_CASE(kind, n_)                                                                        \
     case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
 
-/* Rows [r0, r1) (multiples of 16) × n tokens from the packed layout; false when w has none of
- * this kernel set's. */
+/* Whether this set reads w from its file layout with its packed layout's bits, and about as fast
+ * (cdx_matmul_in_place): where the includer has a decode kernel for it (x16n_q8_decode), and
+ * prefill packs a group at a time into scratch as it goes. */
+static bool KT(in_place)(const cdx_mat *w)
+{
+#ifdef X16N_Q8_DECODE
+    return w->type == CDX_TYPE_Q8_0 && KT(pack_bytes)(w) > 0 && w->row_bytes < (size_t)INT32_MAX / 8; /* gather offsets */
+#else
+    (void)w;
+    return false;
+#endif
+}
+
+/* Rows [r0, r1) (multiples of 16) × n tokens from the packed layout, or, for a matrix read in
+ * place (KT(in_place), no packed copy of this set's): decode by the includer's in-place kernel,
+ * batches from the native rows packed a group at a time into scratch as they are read (the same
+ * micro kernels on the same bytes: the same bits; in L2, a group is re-read per token tile faster
+ * than from the packed copy in DRAM). false when neither applies. */
 KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
                         float *y, void *scratch)
 {
-    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16 || !scratch)
+    if (r0 % 16 || r1 % 16 || !scratch)
+        return false;
+    const bool own = w->packed && w->packed_for == &KT(cdx_kernels);
+    if (!own && !KT(in_place)(w))
         return false;
     const int64_t nb = w->cols / 32;
     const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
     float *dav = scratch;
     int32_t *sav = (int32_t *)(dav + ((size_t)n * (size_t)nb + 15) / 16 * 16);
+    uint8_t *grp = (uint8_t *)(((uintptr_t)(sav + (size_t)n * (size_t)nb) + 63) & ~(uintptr_t)63);
+    const uint8_t *src = own ? (const uint8_t *)w->packed + (size_t)(r0 / 16) * gbytes
+                             : (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    const size_t span = (size_t)(r1 - r0) / 16 * gbytes; /* the same bytes either way */
     /* the stretch before the kernels' own prefetch distance, so a chunk does not start on a stall */
-    for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
-        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
+    for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < span; o += 64)
+        _mm_prefetch((const char *)src + o, _MM_HINT_T0);
     x16_act_sums(xq, xrb, n, nb, dav, sav);
     int64_t r = r0;
-    if (n == 1) /* decode: two groups at a time, two streams in flight */
+#ifdef X16N_Q8_DECODE
+    if (n == 1 && !own) { /* in place: KT(in_place) admits Q8_0 only */
+        x16n_q8_decode(w->data, w->row_bytes, r0, r1, nb, xq, dav, y);
+        return true;
+    }
+#endif
+    if (n == 1 && own) /* decode: two groups at a time, two streams in flight */
         for (; r + 32 <= r1; r += 32)
             x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, 2, nb, xq, xrb, dav, sav,
                       1, y + r, w->rows);
     for (; r < r1; r += 16) {
-        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        const uint8_t *Q = grp; /* in place: this group packed into scratch, prefetching the next */
+        if (own)
+            Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        else
+            x16_pack_group(w, kind, r / 16, grp, true);
         for (int64_t t = 0; t < n; t += X16_TOK) {
             const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;

@@ -35,6 +35,10 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
                 + 2 * (g * CDX_GEMM_PANEL * sizeof(float) + 64)  /* scales and offsets per group */
                 + (size_t)n * 2 * (g * sizeof(float)) + 2 * 64;  /* activation scales and sums */
     size_t b = generic > gemm ? generic : gemm;
+    /* the x16 drivers: activation scales and sums, then a 16-row Q8_0 group packed as it is read
+     * (a matrix read in place, cdx_matmul_in_place) */
+    size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64;
+    b = b > x16 ? b : x16;
     if (n >= CDX_GEMM_MIN_N) {
         size_t rowb = (CDX_FGEMM_MAX_KC + 32) * sizeof(float), panel = CDX_FGEMM_MAX_R * rowb;
         size_t fg = (panel > CDX_FGEMM_PANEL_BYTES ? panel : CDX_FGEMM_PANEL_BYTES) + 64
@@ -65,6 +69,8 @@ struct cdx_kernels {
      * the native layout for w) and the repacking of row groups [g0, g1) of 16 rows. NULL: none. */
     size_t (*pack_bytes)(const cdx_mat *w);
     void (*pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1);
+    /* Whether the set reads w in its native layout with the packed layout's bits (cdx_matmul_in_place). */
+    bool (*in_place)(const cdx_mat *w);
     /* BF16 weights × bf16 activations (cdx_mat.act_bf16) with bf16 dot instructions, used only where
      * the CPU has AVX512_BF16: xq holds the activations as bf16 rows of xq_row_bytes. NULL: none. */
     cdx_row_kernel row_bf16dp;

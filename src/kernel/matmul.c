@@ -163,6 +163,11 @@ static void pack_groups(void *arg, int ith, int nth)
     }
 }
 
+bool cdx_matmul_in_place(const cdx_kernels *k, const cdx_mat *w)
+{
+    return k && k->in_place && k->in_place(w);
+}
+
 void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out)
 {
     if (!cdx_matmul_pack_bytes(k, w))
@@ -238,7 +243,7 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
     const int nth = cdx_pool_size(pool);
     for (int i = 0; i < n_w; i++) {
         const cdx_mat *wi = mats[i];
-        const int64_t align = n >= CDX_GEMM_MIN_N || wi->packed ? CDX_GEMM_PANEL : 4;
+        const int64_t align = n >= CDX_GEMM_MIN_N || wi->packed || cdx_matmul_in_place(k, wi) ? CDX_GEMM_PANEL : 4;
         int64_t chunk = (wi->rows + 8 * nth - 1) / (8 * nth);
         j.w[i] = wi;
         j.t[i] = cdx_type_get(wi->type);

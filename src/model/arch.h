@@ -95,6 +95,8 @@ struct cdx_model {
     void **packs;                       /* [n_packs]: per matrix (mats order) its owned buffer or NULL */
     const void **orig_data;             /* [n_packs]: w->data before a copy replaced it, or NULL */
     size_t n_packs;
+    struct packer *packer;              /* the matrices packed in the background (model_load.c), or NULL */
+    pthread_rwlock_t use_lock;          /* held shared by every forward pass; packs are installed under it exclusively */
     struct expert_cache *xc;            /* experts streamed under a weight budget (expert_cache.h), or NULL */
     /* the compute type (model_dtype.c): CDX_DTYPE_F32 or CDX_DTYPE_BF16, and why it was chosen */
     cdx_dtype dtype;
@@ -119,8 +121,16 @@ void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, ch
 
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and
  * copies the other matrices onto huge pages unless the file's pages are already mapped that way
- * (then they are read in place; CALDRIX_MMAP=1 reads them in place always, =0 copies always). */
+ * (then they are read in place; CALDRIX_MMAP=1 reads them in place always, =0 copies always).
+ * A matrix k also reads in place with the packed bits (cdx_matmul_in_place) is packed by a
+ * background thread instead, so the model is ready at once; CALDRIX_MMAP=1 leaves it in place,
+ * =0 packs it here. */
 int model_pack(const cdx_model *m, const cdx_kernels *k, cdx_pool *pool, cdx_err *err);
+/* A forward pass's hold on the weights (model_pack's background packs are installed between passes):
+ * model_use_begin installs the packs that are ready when no other pass is running, then holds the
+ * weights shared until model_use_end. */
+void model_use_begin(const cdx_model *m);
+void model_use_end(const cdx_model *m);
 
 /* ---- bf16 compute (model_dtype.c, forward_bf16.c) ---- */
 

@@ -367,7 +367,7 @@ static void embed_row(const cdx_mat *e, int32_t tok, float *out)
     t->to_f32(row, out, e->cols);
 }
 
-int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
+static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
                      cdx_err *err)
 {
     const cdx_model *m = fc->m;
@@ -486,6 +486,15 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
     if (n_out)
         cdx_matmul(K, pool, &m->output, fc->xn, n_out, logits, fc->ws);
     return CDX_OK;
+}
+
+int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
+                     cdx_err *err)
+{
+    model_use_begin(fc->m); /* installs background packs between passes (model_load.c) */
+    const int rc = forward_seqs_run(fc, seqs, n_seq, b, logits, err);
+    model_use_end(fc->m);
+    return rc;
 }
 
 int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits, cdx_err *err)

@@ -339,8 +339,7 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
  * group (the kernels are batch invariant), and the scratch stays at a few tiles' worth. */
 #define TILE_GROUP 4
 
-int cdx_vision_encode(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles, float *out, cdx_err *err)
-{
+static int vision_encode_run(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles, float *out, cdx_err *err){
     const cdx_model *m = forward_ctx_model(fc);
     const struct vision_model *v = m->vision;
     if (!v)
@@ -471,5 +470,14 @@ static int encode_tiles(cdx_forward_ctx *fc, const struct vision_model *v, const
     cdx_matmul(K, pool, &v->proj, big, n_tiles * nt, out, ws);
 out:
     free(x); free(h); free(q); free(k); free(vv); free(a); free(big); free(kh); free(vh); free(rows); free(ws);
+    return rc;
+}
+
+int cdx_vision_encode(cdx_forward_ctx *fc, const float *pixels, int64_t n_tiles, float *out, cdx_err *err)
+{
+    const cdx_model *m = forward_ctx_model(fc);
+    model_use_begin(m); /* as a forward pass: no background pack is installed under it */
+    const int rc = vision_encode_run(fc, pixels, n_tiles, out, err);
+    model_use_end(m);
     return rc;
 }
