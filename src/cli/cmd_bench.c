@@ -56,7 +56,8 @@ static void usage(FILE *f)
                "mixture of experts streams its experts; the JSON adds expert_slots, expert_hits, expert_misses).\n"
                "--dtype: the compute type, as caldrix run takes it (the KV cache follows it: bf16 for bf16\n"
                "compute, else f32). The load time is until the model can run; matrices whose packed layout\n"
-               "is made in the background after it (AVX2, Q8_0) are waited for before the runs (pack_ms).\n");
+               "is made in the background after it (AVX2: Q8_0, Q4_0, IQ4_NL) are waited for before the\n"
+               "runs (pack_ms).\n");
 }
 
 /* This process's resident memory now and at its peak (/proc/self/status VmRSS, VmHWM), bytes; 0 when unknown. */

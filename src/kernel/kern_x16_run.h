@@ -6,12 +6,13 @@
     case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
 
 /* Whether this set reads w from its file layout with its packed layout's bits, and about as fast
- * (cdx_matmul_in_place): where the includer has a decode kernel for it (x16n_q8_decode), and
+ * (cdx_matmul_in_place): where the includer has a decode kernel for it (x16n_decode), and
  * prefill packs a group at a time into scratch as it goes. */
 static bool KT(in_place)(const cdx_mat *w)
 {
-#ifdef X16N_Q8_DECODE
-    return w->type == CDX_TYPE_Q8_0 && KT(pack_bytes)(w) > 0 && w->row_bytes < (size_t)INT32_MAX / 8; /* gather offsets */
+#ifdef X16N_DECODE
+    return (w->type == CDX_TYPE_Q8_0 || w->type == CDX_TYPE_Q4_0 || w->type == CDX_TYPE_IQ4_NL) && KT(pack_bytes)(w) > 0 &&
+           w->row_bytes < (size_t)INT32_MAX / 8; /* gather offsets */
 #else
     (void)w;
     return false;
@@ -44,9 +45,9 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
         _mm_prefetch((const char *)src + o, _MM_HINT_T0);
     x16_act_sums(xq, xrb, n, nb, dav, sav);
     int64_t r = r0;
-#ifdef X16N_Q8_DECODE
-    if (n == 1 && !own) { /* in place: KT(in_place) admits Q8_0 only */
-        x16n_q8_decode(w->data, w->row_bytes, r0, r1, nb, xq, dav, y);
+#ifdef X16N_DECODE
+    if (n == 1 && !own) {
+        x16n_decode(kind, w->data, w->row_bytes, r0, r1, nb, xq, dav, sav, y);
         return true;
     }
 #endif

@@ -642,7 +642,7 @@ static void isa_table_picks_what_the_cpu_runs(void)
         CHECK(!strcmp(best, "scalar"));
 }
 
-/* A matrix a set reads in place (cdx_matmul_in_place: AVX2, Q8_0) gives its packed layout's bits,
+/* A matrix a set reads in place (cdx_matmul_in_place: AVX2; Q8_0, Q4_0, IQ4_NL) gives its packed layout's bits,
  * for decode and for every batch size (the model reads it in place until its packed copy is made
  * in the background, and results must not change when that copy arrives); the rest is refused. */
 static void in_place_rows_match_packed_bits(void)
@@ -653,7 +653,7 @@ static void in_place_rows_match_packed_bits(void)
     /* 2064 rows: chunks that are not whole pairs of 16-row groups; 64 blocks: one Llama row */
     const int64_t rows_v[] = { 16, 48, 544, 2064 }, nb_v[] = { 1, 3, 64 };
     const int64_t ns[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 19, 33 };
-    const cdx_type_traits *t = cdx_type_get(CDX_TYPE_Q8_0);
+    const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_IQ4_NL };
     int sets = 0;
     for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
@@ -661,18 +661,18 @@ static void in_place_rows_match_packed_bits(void)
             t_skip_isa(k_isas[ii]);
             continue;
         }
-        cdx_mat probe = { .type = CDX_TYPE_Q8_0, .rows = 48, .cols = 64, .row_bytes = 2 * t->bytes };
+        cdx_mat probe = { .type = CDX_TYPE_Q8_0, .rows = 48, .cols = 64, .row_bytes = 2 * cdx_type_get(CDX_TYPE_Q8_0)->bytes };
         if (!cdx_matmul_in_place(k, &probe)) {
-            printf("    # %s reads no Q8_0 matrix in place: nothing to compare\n", k_isas[ii]);
+            printf("    # %s reads no matrix in place: nothing to compare\n", k_isas[ii]);
             continue;
         }
         sets++;
-        cdx_mat ragged = probe, q4 = probe;
+        cdx_mat ragged = probe, q4k = { .type = CDX_TYPE_Q4_K, .rows = 48, .cols = 256, .row_bytes = cdx_type_get(CDX_TYPE_Q4_K)->bytes };
         ragged.rows = 40;
-        q4.type = CDX_TYPE_Q4_0;
-        q4.row_bytes = 2 * cdx_type_get(CDX_TYPE_Q4_0)->bytes;
         CHECKF(!cdx_matmul_in_place(k, &ragged), "%s: 40 rows (no whole 16-row groups) are not read in place", k_isas[ii]);
-        CHECKF(!cdx_matmul_in_place(k, &q4), "%s: Q4_0 is not read in place", k_isas[ii]);
+        CHECKF(!cdx_matmul_in_place(k, &q4k), "%s: Q4_K (no in-place kernel) is not read in place", k_isas[ii]);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const cdx_type_traits *t = cdx_type_get(types[ti]);
         int bad = 0, cases = 0;
         for (size_t a = 0; a < sizeof rows_v / sizeof rows_v[0]; a++)
             for (size_t b = 0; b < sizeof nb_v / sizeof nb_v[0]; b++) {
@@ -681,10 +681,10 @@ static void in_place_rows_match_packed_bits(void)
                 uint8_t *w = malloc(rb * (size_t)rows);
                 float *x = malloc(sizeof(float) * (size_t)(cols * n_max));
                 float *yp = malloc(sizeof(float) * (size_t)(rows * n_max)), *yi = malloc(sizeof(float) * (size_t)(rows * n_max));
-                make_weights(CDX_TYPE_Q8_0, t, w, rb, rows, cols);
+                make_weights(types[ti], t, w, rb, rows, cols);
                 for (int64_t i = 0; i < cols * n_max; i++)
                     x[i] = gauss() * (i % 37 == 5 ? 6 : 1);
-                cdx_mat in = { .type = CDX_TYPE_Q8_0, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
+                cdx_mat in = { .type = types[ti], .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
                 cdx_mat pk = in;
                 const size_t pb = cdx_matmul_pack_bytes(k, &pk);
                 void *packed = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
@@ -701,14 +701,15 @@ static void in_place_rows_match_packed_bits(void)
                     cdx_matmul(k, pool, &in, x, ns[ni], yi, ws);
                     cases++;
                     if (memcmp(yp, yi, sizeof(float) * (size_t)(rows * ns[ni])) && bad++ < 3)
-                        fprintf(stderr, "    %s Q8_0 %lld x %lld, n %lld: in place differs from packed\n", k_isas[ii],
+                        fprintf(stderr, "    %s %s %lld x %lld, n %lld: in place differs from packed\n", k_isas[ii], t->name,
                                 (long long)rows, (long long)cols, (long long)ns[ni]);
                 }
                 free(ws); free(packed); free(w); free(x); free(yp); free(yi);
             }
-        CHECKF(bad == 0, "%s: %d of %d in-place cases differ from the packed bits", k_isas[ii], bad, cases);
+        CHECKF(bad == 0, "%s %s: %d of %d in-place cases differ from the packed bits", k_isas[ii], t->name, bad, cases);
+        }
     }
-    CHECKF(sets > 0 || !cdx_kernels_by_isa("avx2"), "the avx2 set reads Q8_0 in place (%d sets checked)", sets);
+    CHECKF(sets > 0 || !cdx_kernels_by_isa("avx2"), "the avx2 set reads in place (%d sets checked)", sets);
     cdx_pool_destroy(pool);
 }
 
