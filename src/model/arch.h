@@ -122,9 +122,9 @@ void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, ch
 /* Packs every matrix k has a layout for (once per model; other sets keep reading w->data) and
  * copies the other matrices onto huge pages unless the file's pages are already mapped that way
  * (then they are read in place; CALDRIX_MMAP=1 reads them in place always, =0 copies always).
- * A matrix k also reads in place with the packed bits (cdx_matmul_in_place) is packed by a
- * background thread instead, so the model is ready at once; CALDRIX_MMAP=1 leaves it in place,
- * =0 packs it here. */
+ * A matrix k also reads in place with the packed bits (cdx_matmul_in_place), and one that would
+ * be copied, is packed or copied by a background thread instead, so the model is ready at once;
+ * CALDRIX_MMAP=1 leaves it in place, =0 packs or copies it here. */
 int model_pack(const cdx_model *m, const cdx_kernels *k, cdx_pool *pool, cdx_err *err);
 /* A forward pass's hold on the weights (model_pack's background packs are installed between passes):
  * model_use_begin installs the packs that are ready when no other pass is running, then holds the

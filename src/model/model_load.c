@@ -1218,9 +1218,10 @@ static void model_unpack(cdx_model *m)
  * A matrix the kernel set reads in place with its packed layout's bits (cdx_matmul_in_place) need
  * not wait for its packed copy: the packed layout only reads DRAM a little faster, and making it
  * costs the first touch of as much fresh memory (Llama-1B Q8_0: 1.3 GB, 0.4-2.3 s, most of the
- * load). One thread packs such matrices after load, one at a time; each forward pass, on entry,
- * installs the copies that are ready (model_use_begin), so no pass sees a matrix change under it
- * and no token's result depends on when that happened. */
+ * load). Nor need a matrix model_pack would copy onto 2 MiB pages (the same bytes). One thread
+ * packs or copies such matrices after load, one at a time; each forward pass, on entry, installs
+ * the copies that are ready (model_use_begin), so no pass sees a matrix change under it and no
+ * token's result depends on when that happened. */
 typedef struct packer {
     pthread_t thread;
     cdx_model *m;
@@ -1243,10 +1244,14 @@ static void *packer_main(void *arg)
     if (cdx_pool_create(1, &pool, &e) == CDX_OK)
         for (size_t j = 0; j < p->n_todo && !atomic_load(&p->stop); j++) {
             const cdx_mat *w = model_mat(p->m, p->todo[j]);
-            void *buf = huge_alloc(cdx_matmul_pack_bytes(p->k, w));
+            const size_t pb = cdx_matmul_pack_bytes(p->k, w), bytes = pb ? pb : (size_t)w->rows * w->row_bytes;
+            void *buf = huge_alloc(bytes);
             if (!buf)
                 break; /* the rest stay in place */
-            cdx_matmul_pack(p->k, pool, w, buf);
+            if (pb)
+                cdx_matmul_pack(p->k, pool, w, buf);
+            else
+                memcpy(buf, w->data, bytes); /* onto 2 MiB pages (model_pack) */
             p->bufs[j] = buf;
             atomic_store_explicit(&p->done, j + 1, memory_order_release);
         }
@@ -1311,11 +1316,18 @@ void model_use_begin(const cdx_model *cm)
         pthread_rwlock_trywrlock(&m->use_lock) == 0) {
         const size_t done = atomic_load_explicit(&p->done, memory_order_acquire);
         for (size_t j = p->installed; j < done; j++) {
-            cdx_mat *w = model_mat(m, p->todo[j]);
-            m->packs[p->todo[j]] = p->bufs[j];
-            w->packed = p->bufs[j];
-            w->packed_for = p->k;
-            release(w->data, (size_t)w->rows * w->row_bytes); /* the file's pages: no longer read */
+            const size_t i = p->todo[j];
+            cdx_mat *w = model_mat(m, i);
+            const void *file = w->data;
+            m->packs[i] = p->bufs[j];
+            if (cdx_matmul_pack_bytes(p->k, w)) {
+                w->packed = p->bufs[j];
+                w->packed_for = p->k;
+            } else { /* a copy: the same bytes on huge pages */
+                m->orig_data[i] = file;
+                w->data = p->bufs[j];
+            }
+            release(file, (size_t)w->rows * w->row_bytes); /* the file's pages: no longer read */
         }
         p->installed = done;
         pthread_rwlock_unlock(&m->use_lock);
@@ -1396,6 +1408,10 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
             continue; /* read in place: the mapped file, or a bf16 copy already on pages of our own */
         if (copy && m->file_mapped && !always_copy && mapped_huge(&maps, w->data))
             continue;
+        if (copy && m->file_mapped && !always_copy) {
+            bg[n_bg++] = i; /* read in place until the packer's copy is installed: the same bytes */
+            continue;
+        }
         if (copy)
             bytes = (size_t)w->rows * w->row_bytes;
         void *buf = huge_alloc(bytes);

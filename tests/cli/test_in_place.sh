@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Q8_0, Q4_0 and IQ4_NL read in place (AVX2): the model is ready before its packed layout is made, a background
-# thread packs it, and each forward pass installs what is ready. The output must not depend on
+# Matrices read in place at first: Q8_0, Q4_0 and IQ4_NL (AVX2) before their packed layout is
+# made, F16 (and BF16, F32) before their copy onto 2 MiB pages is (when the file's pages are not
+# mapped that way; this small file's are not). A background thread packs or copies them, and each
+# forward pass installs what is ready. The output must not depend on
 # any of it: packed at load (CALDRIX_MMAP=0), in place for good (CALDRIX_MMAP=1) and the default
 # (in place, then packed whenever the packer gets there) give the same tokens and the same top
 # logits, compared as the 17-digit numbers run --json prints (the float bits). The expected
@@ -40,7 +42,7 @@ assert a["tokens"] and a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
 assert a["steps"] == b["steps"], "top logits differ"
 PY
 }
-for type in Q8_0 Q4_0 IQ4_NL; do
+for type in Q8_0 Q4_0 IQ4_NL F16; do
     rm -f "$tmp/m.gguf"
     "$CALDRIX" synth "$tmp/m.gguf" --shape tiny --type $type --seed 11 -t 2 2>/dev/null
     check "synth writes a tiny $type model" '[ -s "$tmp/m.gguf" ]'
