@@ -25,14 +25,16 @@ if ! grep -qw avx2 /proc/cpuinfo; then
 fi
 
 long=$(python3 -c 'print(",".join(str(1 + (i * 37) % 500) for i in range(40)))')
-# run MODE NAME ARGS...: MODE 0, 1 or "" (unset), on $tmp/m.gguf
+# with_mode MODE CMD...: CMD with CALDRIX_MMAP=MODE, or without it when MODE is ""
+with_mode() {
+    local mode=$1; shift
+    if [ -n "$mode" ]; then CALDRIX_MMAP=$mode "$@"; else env -u CALDRIX_MMAP "$@"; fi
+}
+# run MODE NAME ARGS...: caldrix run on $tmp/m.gguf, its JSON in $tmp/NAME.json
 run() {
     local mode=$1 name=$2; shift 2
-    if [ -n "$mode" ]; then
-        CALDRIX_MMAP=$mode "$CALDRIX" run "$tmp/m.gguf" --isa avx2 -t 2 --json --top-logits 5 --ignore-eos "$@" >"$tmp/$name.json" 2>"$tmp/$name.err"
-    else
-        env -u CALDRIX_MMAP "$CALDRIX" run "$tmp/m.gguf" --isa avx2 -t 2 --json --top-logits 5 --ignore-eos "$@" >"$tmp/$name.json" 2>"$tmp/$name.err"
-    fi
+    with_mode "$mode" "$CALDRIX" run "$tmp/m.gguf" --isa avx2 -t 2 --json --top-logits 5 --ignore-eos "$@" \
+        >"$tmp/$name.json" 2>"$tmp/$name.err"
 }
 same() { # A B: the same tokens and the same top logits, number for number
     python3 - "$tmp/$1.json" "$tmp/$2.json" <<'PY'
@@ -61,12 +63,7 @@ done
 # bench: ready at load_ms; pack_ms is the wait for the background layouts (none when told to
 # read in place, or to pack at load)
 for mode in 0 1 ""; do
-    tag=${mode:-bg}
-    if [ -n "$mode" ]; then
-        CALDRIX_MMAP=$mode "$CALDRIX" bench "$tmp/m.gguf" --isa avx2 -t 2 -p 8 -n 4 -r 1 --json >"$tmp/b-$tag.json" 2>/dev/null
-    else
-        env -u CALDRIX_MMAP "$CALDRIX" bench "$tmp/m.gguf" --isa avx2 -t 2 -p 8 -n 4 -r 1 --json >"$tmp/b-$tag.json" 2>/dev/null
-    fi
+    with_mode "$mode" "$CALDRIX" bench "$tmp/m.gguf" --isa avx2 -t 2 -p 8 -n 4 -r 1 --json >"$tmp/b-${mode:-bg}.json" 2>/dev/null
 done
 check "bench --json: pack_ms is a number >= 0 by default" \
     'python3 -c "import json,sys; o=json.load(open(sys.argv[1])); v=o[\"pack_ms\"]; assert isinstance(v,(int,float)) and v>=0, o" "$tmp/b-bg.json"'
