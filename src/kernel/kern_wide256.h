@@ -196,6 +196,12 @@ KT_INLINE __m256 x16n_scales(const uint8_t *blk, __m256i vidx)
     const __m256i sc = _mm256_and_si256(_mm256_i32gather_epi32((const int *)blk, vidx, 1), _mm256_set1_epi32(0xFFFF));
     return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(sc, sc), 0x08)));
 }
+/* Where offset o of row 0 of the 8 rows at g lies: past a row's end, the same place in the next 8
+ * rows (an address to prefetch only). */
+KT_INLINE uintptr_t x16n_ahead(const uint8_t *g, size_t wrb, size_t o)
+{
+    return (uintptr_t)g + (o < wrb ? o : 8 * wrb + (o - wrb));
+}
 /* Rows [r0, r1) (multiples of 8) of w (wrb bytes a row) against one token's q8_0 activations xq
  * (da: their scales as floats, sa: their block sums, x16_act_sums'): y[r]. */
 KT_INLINE void x16n_decode(int kind, const uint8_t *w, size_t wrb, int64_t r0, int64_t r1, int64_t nb,
@@ -209,11 +215,9 @@ KT_INLINE void x16n_decode(int kind, const uint8_t *w, size_t wrb, int64_t r0, i
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = g + (size_t)b * bb;
-            /* X16N_PF bytes on in each row into L1, X16N_PF2 into L2; past a row's end, the same
-             * place in the next 8 rows */
-            const size_t o = (size_t)b * bb + X16N_PF, o2 = o - X16N_PF + X16N_PF2;
-            const uintptr_t pf = (uintptr_t)g + (o < wrb ? o : 8 * wrb + (o - wrb));
-            const uintptr_t pf2 = (uintptr_t)g + (o2 < wrb ? o2 : 8 * wrb + (o2 - wrb));
+            /* X16N_PF bytes on in each row into L1, X16N_PF2 into L2 */
+            const uintptr_t pf = x16n_ahead(g, wrb, (size_t)b * bb + X16N_PF);
+            const uintptr_t pf2 = x16n_ahead(g, wrb, (size_t)b * bb + X16N_PF2);
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) { /* addresses only: a prefetch past the matrix is harmless */
                 _mm_prefetch((const char *)(pf + (size_t)i * wrb), _MM_HINT_T0);

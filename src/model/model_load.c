@@ -1398,18 +1398,14 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
             continue; /* under a weight budget: packed when a token first needs it (expert_cache.c) */
         size_t bytes = cdx_matmul_pack_bytes(k, w);
         const bool copy = bytes == 0; /* no layout of k's own: the same bytes, on huge pages */
-        if (!copy && m->file_mapped && !always_copy && !model_owns_data(m, w->data) && cdx_matmul_in_place(k, w)) {
-            /* read in place until the packer's copy is installed: the same bits either way */
-            if (!in_place)
-                bg[n_bg++] = i;
-            continue;
-        }
-        if (copy && (in_place || model_owns_data(m, w->data)))
+        const bool owned = model_owns_data(m, w->data);
+        if (copy && (in_place || owned))
             continue; /* read in place: the mapped file, or a bf16 copy already on pages of our own */
-        if (copy && m->file_mapped && !always_copy && mapped_huge(&maps, w->data))
-            continue;
-        if (copy && m->file_mapped && !always_copy) {
-            bg[n_bg++] = i; /* read in place until the packer's copy is installed: the same bytes */
+        if (m->file_mapped && !always_copy && (copy || (!owned && cdx_matmul_in_place(k, w)))) {
+            /* read in place until the packer's copy is installed (the same bytes, or the packed
+             * layout's bits); a copy not even then where the file is on 2 MiB pages already */
+            if (!in_place && !(copy && mapped_huge(&maps, w->data)))
+                bg[n_bg++] = i;
             continue;
         }
         if (copy)
