@@ -3,7 +3,7 @@
  *
  *   build/bench-kernels [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
  *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]
- *                       [--no-pack]
+ *                       [--no-pack] [--act-bf16]
  *
  * The weights of each type are copied until the set is larger than any cache (--ws MiB, default
  * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode.
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     double secs = 1.0;
     size_t ws_mib = 1024;
     const char *only = NULL;
-    bool no_pack = false;
+    bool no_pack = false, act_bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = argv[++i];
@@ -122,9 +122,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cpu-time")) g_clock = CLOCK_THREAD_CPUTIME_ID;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--no-pack")) no_pack = true;
+        else if (!strcmp(argv[i], "--act-bf16")) act_bf16 = true;
         else {
             fprintf(stderr, "usage: %s [-t THREADS] [--isa avx512|avx2|scalar] [--rows R] [--cols C] [--secs S] "
-                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...] [--no-pack]\n", argv[0]);
+                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...] [--no-pack] [--act-bf16]\n", argv[0]);
             return 2;
         }
     }
@@ -189,7 +190,9 @@ int main(int argc, char **argv)
         for (size_t c = 1; c < copies; c++)
             memcpy(w + c * mat, w, mat);
         madvise(w, (mat * copies + 63) / 64 * 64, MADV_HUGEPAGE); /* as the model's weights */
-        cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb };
+        /* --act-bf16: bf16 activations, as --dtype bf16 models have them (vdpbf16ps where the CPU has it) */
+        cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb,
+                      .act_bf16 = act_bf16 && type == CDX_TYPE_BF16 };
         /* the kernel set's load-time layout, where it has one, for every copy */
         const size_t pb = no_pack ? 0 : cdx_matmul_pack_bytes(k, &m);
         uint8_t *pk = pb ? aligned_alloc(64, (pb * copies + 63) / 64 * 64) : NULL;

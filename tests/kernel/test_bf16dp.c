@@ -58,8 +58,9 @@ static float rnd(void)
 static void kernel_gives_the_twins_bits(void)
 {
     const int64_t lens[] = { 1, 2, 31, 32, 33, 63, 64, 65, 64 * 32 + 1, 2048 };
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-        const int64_t cols = lens[li], rows = 5, n = 4, rb = (cols + 1) & ~1;
+    /* 21 rows: the kernel's 4-row tiles and single rows; 11 activation rows: 4, 2 and 1 at a time */
+    for (size_t li = 0; li < 2 * sizeof lens / sizeof lens[0]; li++) {
+        const int64_t cols = lens[li / 2], rows = li % 2 ? 21 : 5, n = li % 2 ? 11 : 4, rb = (cols + 1) & ~1;
         uint16_t *wd = malloc((size_t)(rows * cols) * 2), *xb = calloc((size_t)(n * rb), 2);
         float *x = malloc((size_t)(n * cols) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
         float *ref = malloc((size_t)(n * rows) * sizeof(float));
@@ -77,6 +78,15 @@ static void kernel_gives_the_twins_bits(void)
         cdx_rows_bf16dp_avx512(&w, 0, rows, x, xb, (size_t)rb * 2, n, y, NULL);
         CHECKF(!memcmp(y, ref, (size_t)(n * rows) * sizeof(float)), "cols %lld: the kernel differs from its twin",
                (long long)cols);
+        /* a range that starts past row 0, every batch size: the same bits */
+        for (int64_t nn = 1; nn <= n; nn++) {
+            memset(y, 0xff, (size_t)(n * rows) * sizeof(float));
+            cdx_rows_bf16dp_avx512(&w, 3, rows, x, xb, (size_t)rb * 2, nn, y, NULL);
+            for (int64_t t = 0; t < nn; t++)
+                CHECKF(!memcmp(y + t * rows + 3, ref + t * rows + 3, (size_t)(rows - 3) * sizeof(float)),
+                       "cols %lld, rows 3..%lld, batch %lld, activation row %lld: the kernel differs from its twin",
+                       (long long)cols, (long long)rows, (long long)nn, (long long)t);
+        }
         /* through cdx_matmul, one batch size at a time: the same bits for every row */
         const cdx_kernels *k = cdx_kernels_by_isa("avx512");
         cdx_pool *pool = NULL;
@@ -102,7 +112,7 @@ int main(void)
     RUN("the vdpbf16ps twin adds its 16 lanes as a tree", twin_adds_the_lanes_as_a_tree);
     RUN("the vdpbf16ps twin reads denormal inputs as zero", twin_reads_denormals_as_zero);
     if (cdx_kernels_by_isa("avx512") && cdx_cpu_features_get()->avx512bf16)
-        RUN("the AVX512_BF16 kernel gives its twin's bits (lengths 1..2049, batches 1..4)", kernel_gives_the_twins_bits);
+        RUN("the AVX512_BF16 kernel gives its twin's bits (lengths 1..2049, rows 5 and 21, batches 1..11)", kernel_gives_the_twins_bits);
     else
         t_skip_isa("avx512-bf16"); /* AVX-512 with AVX512_BF16: vdpbf16ps */
     return t_done("bf16dp");
