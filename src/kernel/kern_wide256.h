@@ -236,8 +236,10 @@ KT_INLINE void x16n_decode(int kind, const uint8_t *w, size_t wrb, int64_t r0, i
  * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. Rows 0..7 and 8..15 of a group are
  * the two halves of each 64-byte word row. */
 KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
-                         size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
+                         size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys,
+                         const bool far)
 {
+    (void)far; /* the AVX-512 set's L2 prefetch; not measured here on AVX2 */
     if (G == 1 && TT > 1) {
         x16_micro_p(kind, Q, nb, x, xrb, da, sa, TT, y, ys);
         return;
@@ -671,8 +673,8 @@ KT_INLINE void x16k_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gstr
 
 /* Prefill: one group at a time, half by half; decode: two groups (X16SB_DECODE_G in kern_x16_run.h
  * calls x16k_micro_g / x16q6_micro_g with TT = 1). */
-#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16k_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
-#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys) x16q6_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
+#define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys, far) x16k_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
+#define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys, far) x16q6_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
 #define x16k_micro_g(Q, meta, gstride, G, nsb, x, xrb, TT, y, ys) x16k_micro_d(Q, meta, gstride, G, nsb, x, y)
 #define x16q6_micro_g(Q, meta, gstride, G, nsb, x, xrb, TT, y, ys) x16q6_micro_d(Q, meta, gstride, G, nsb, x, y)
 #define X16SB_DECODE_G 2

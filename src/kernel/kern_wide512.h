@@ -475,11 +475,19 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
 #define X16_Q8_FLIP 0x80 /* Q8_0 biased to u8 for vpdpbusd */
 #include "kernel/kern_x16.h"
 
-/* 16 rows × TT tokens over all nb blocks: y[t*ys + i] for i < 16. */
+/* Second software prefetch, into L2, this far ahead (bytes), issued by a group's first token tile
+ * only (`far`; later tiles find the group in cache). Measured with bench/run-kernels.sh on Zen 5,
+ * Q8_0 2048 x 2048 from DRAM, one thread: n = 8 173 -> 286 GFLOP/s, decode 20 -> 21-23 GB/s;
+ * 16-64 KiB all alike, none 173. */
+#ifndef X16_PF2
+#define X16_PF2 32768
+#endif
+
 /* G consecutive 16-row groups (gstride bytes apart; G > 1 for decode: several streams in flight per
  * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. */
 KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
-                         size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys)
+                         size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys,
+                         const bool far)
 {
     const int bias = kind == W_Q4_0 ? 8 : 128;
     const size_t qb = x16_qbytes(kind);
@@ -497,8 +505,11 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
         for (int g = 0; g < G; g++) {
             const uint8_t *qp = Q + (size_t)g * gstride + (size_t)b * qb;
             const uint16_t *S = (const uint16_t *)(Q + (size_t)g * gstride + (size_t)nb * qb);
-            for (size_t o = 0; o < qb; o += 64)
+            for (size_t o = 0; o < qb; o += 64) {
                 _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
+                if (far)
+                    _mm_prefetch((const char *)(qp + X16_PF2 + o), _MM_HINT_T1);
+            }
             __m512i wv[8];
             if (kind == W_Q8_0) {
 #pragma GCC unroll 8
@@ -545,7 +556,7 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
 /* 16 rows × TT tokens of a Q4_K x16k group: per sub-block an integer dot for all 16 rows, times
  * its scale (exact in i32, as vec_dot's sums); per super-block d·da and the mins term. */
 KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
-                          const int TT, float *y, int64_t ys)
+                          const int TT, float *y, int64_t ys, const bool far)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[CDX_GEMM_TOK];
@@ -562,8 +573,11 @@ KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, co
         for (int sb = 0; sb < 8; sb++) {
             const uint8_t *qj = qp + 512 * (sb / 2);
             if (sb % 2 == 0)
-                for (size_t o = 0; o < 512; o += 64)
+                for (size_t o = 0; o < 512; o += 64) {
                     _mm_prefetch((const char *)(qj + X16_PF + o), X16_PF_HINT);
+                    if (far)
+                        _mm_prefetch((const char *)(qj + X16_PF2 + o), _MM_HINT_T1);
+                }
             __m512i wv[8];
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
@@ -611,7 +625,7 @@ KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, co
 /* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values an integer dot less 32·Σa, times its
  * int8 scale, summed in i32 over the super-block as vec_dot does; then d·da. */
 KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
-                           const int TT, float *y, int64_t ys)
+                           const int TT, float *y, int64_t ys, const bool far)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[CDX_GEMM_TOK];
@@ -627,8 +641,11 @@ KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
 #pragma GCC unroll 8
         for (int sb = 0; sb < 8; sb++) {
             const uint8_t *lo = qp + 384 * sb, *hi = lo + 256;
-            for (size_t o = 0; o < 384; o += 64)
+            for (size_t o = 0; o < 384; o += 64) {
                 _mm_prefetch((const char *)(lo + X16_PF + o), X16_PF_HINT);
+                if (far)
+                    _mm_prefetch((const char *)(lo + X16_PF2 + o), _MM_HINT_T1);
+            }
             __m512i wv[8];
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {

@@ -3,7 +3,7 @@
  * call. Every token's sums are the same whatever its neighbours in the call (the micro kernels
  * treat tokens independently), so decode and prefill agree bit for bit. */
 #define X16_MICRO_CASE(kind, n_)                                                                        \
-    case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows); break;
+    case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows, t == 0); break;
 
 /* Whether this set reads w from its file layout with its packed layout's bits, and about as fast
  * (cdx_matmul_in_place): where the includer has a decode kernel for it (x16n_decode), and
@@ -54,7 +54,7 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     if (n == 1 && own) /* decode: two groups at a time, two streams in flight */
         for (; r + 32 <= r1; r += 32)
             x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, 2, nb, xq, xrb, dav, sav,
-                      1, y + r, w->rows);
+                      1, y + r, w->rows, true);
     for (; r < r1; r += 16) {
         const uint8_t *Q = grp; /* in place: this group packed into scratch, prefetching the next */
         if (own)
@@ -79,9 +79,9 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
 #define X16SB_MICRO_CASE(n_)                                                                          \
     case n_:                                                                                          \
         if (kind == W_Q4_K)                                                                           \
-            x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows);                       \
+            x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);               \
         else                                                                                          \
-            x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows);                      \
+            x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);              \
         break;
 
 /* Rows [r0, r1) (multiples of 16) × n tokens of a Q4_K or Q6_K matrix from its packed layout;
