@@ -120,6 +120,7 @@ struct cdx_engine {
     seq **b_seqs;              /* [max_batch] the sequences in this round, in cdx_kv_seq order */
     cdx_kv_seq *b_kv;
     seq **b_logit_seq;         /* [max_batch] whose logits row i is */
+    double *b_lse;             /* [max_batch] log-sum-exp of logits row i */
     float *logits;             /* [max_batch][n_vocab] */
     /* shared with other threads (mu) */
     pthread_mutex_t mu;
@@ -583,7 +584,36 @@ static bool is_eog(const cdx_engine *e, int32_t t)
 
 /* s's last token was computed and `logits` follow it: choose and tell. Returns why s must end
  * now (CDX_FINISH_NONE: it goes on); *msg gets an error's text. */
-static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, const char **msg)
+/* log(sum(exp(logits))), in double from the max, for the log softmax of the raw logits */
+static double logits_lse(const float *logits, int64_t nv)
+{
+    float mx = logits[0];
+    for (int64_t i = 1; i < nv; i++)
+        mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < nv; i++)
+        sum += exp((double)(logits[i] - mx));
+    return (double)mx + log(sum);
+}
+
+/* Every logits row of a round on the forward pass's threads (a whole-vocabulary pass of exp per
+ * row: 8 streams spent ~10 % of a decode round on it on one thread). Each row is one call of
+ * logits_lse, whichever thread runs it: the same bits. */
+typedef struct {
+    const float *logits;
+    int64_t nv;
+    int n;
+    double *lse;
+} lse_job;
+
+static void lse_part(void *arg, int ith, int nth)
+{
+    const lse_job *j = arg;
+    for (int i = ith; i < j->n; i += nth)
+        j->lse[i] = logits_lse(j->logits + (size_t)i * (size_t)j->nv, j->nv);
+}
+
+static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, double lse, const char **msg)
 {
     const int64_t nv = e->hp->n_vocab;
     const int32_t t = cdx_sampler_sample(s->smp, logits, s->toks, s->n_toks);
@@ -597,14 +627,6 @@ static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, cons
     e->t_generated++;
     if (s->n_gen == 1)
         s->t_first = cdx_time_ms();
-    /* log softmax of the raw logits */
-    float mx = logits[0];
-    for (int64_t i = 1; i < nv; i++)
-        mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int64_t i = 0; i < nv; i++)
-        sum += exp((double)(logits[i] - mx));
-    const double lse = (double)mx + log(sum);
     if (s->n_top) {
         cdx_top_logits(logits, nv, s->n_top, s->top_ids, s->top_logits);
         for (int i = 0; i < s->n_top; i++)
@@ -737,9 +759,10 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->b_seqs = malloc(S * sizeof *e->b_seqs);
     e->b_kv = malloc(S * sizeof *e->b_kv);
     e->b_logit_seq = malloc(S * sizeof *e->b_logit_seq);
+    e->b_lse = malloc(S * sizeof *e->b_lse);
     e->logits = malloc(S * (size_t)hp->n_vocab * sizeof(float));
     if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want || !e->b_embd ||
-        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->logits) {
+        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->b_lse || !e->logits) {
         cdx_engine_free(e);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
     }
@@ -789,6 +812,7 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_seqs);
     free(e->b_kv);
     free(e->b_logit_seq);
+    free(e->b_lse);
     free(e->logits);
     free(e->cancels);
     cdx_forward_ctx_free(e->fc);
@@ -1331,10 +1355,16 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 seq_register_blocks(e, e->b_seqs[i]);
                 seq_snapshot(e, e->b_seqs[i]);
             }
+            lse_job lj = { e->logits, e->hp->n_vocab, n_logits, e->b_lse };
+            if (n_logits > 1)
+                cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
+            else
+                lse_part(&lj, 0, 1);
             for (int i = 0; i < n_logits; i++) {
                 seq *s = e->b_logit_seq[i];
                 const char *msg = NULL;
-                const cdx_finish f = seq_on_logits(e, s, e->logits + (size_t)i * (size_t)e->hp->n_vocab, &msg);
+                const cdx_finish f =
+                    seq_on_logits(e, s, e->logits + (size_t)i * (size_t)e->hp->n_vocab, e->b_lse[i], &msg);
                 if (f != CDX_FINISH_NONE) {
                     list_remove(&e->running, s);
                     e->n_running--;
