@@ -474,6 +474,7 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
 #define X16_TOK CDX_GEMM_TOK
 #define X16_Q8_FLIP 0x80 /* Q8_0 biased to u8 for vpdpbusd */
 #include "kernel/kern_x16.h"
+#include "kernel/kern_x16n.h"
 
 /* Second software prefetch, into L2, this far ahead (bytes), issued by a group's first token tile
  * only (`far`; later tiles find the group in cache). Measured with bench/run-kernels.sh on Zen 5,
