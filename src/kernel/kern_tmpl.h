@@ -436,8 +436,11 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
 {
     const fv_fn *tab = KT(fv_tab)[kind == W_F32 ? 0 : kind == W_F16 ? 1 : 2];
     const uint8_t *wb = w->data;
-    for (int64_t r = r0; r < r1; r += FV_R) {
-        const int rr = r1 - r < FV_R ? (int)(r1 - r) : FV_R;
+#ifndef FV_DEC_R
+#define FV_DEC_R FV_R
+#endif
+    for (int64_t r = r0; r < r1; r += FV_DEC_R) {
+        const int rr = r1 - r < FV_DEC_R ? (int)(r1 - r) : FV_DEC_R;
         tab[rr - 1](wb + (size_t)r * w->row_bytes, w->row_bytes, x, w->cols, y + r);
     }
 }

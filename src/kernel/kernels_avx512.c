@@ -12,6 +12,12 @@
 #define FG_T 12
 #define FG_KC 512
 #define TMAX 4
+/* float decode (F16/BF16/F32 rows, n = 1): one row at a time and no next-tile prefetch. Zen 5,
+ * Llama-3.2-1B F16, 2 threads, alternating `caldrix bench -p 1 -n 24` runs: 4 rows with the
+ * prefetch (the template's default) 9.65 tok/s, without it 10.7-11.0, one row without it
+ * 11.2-13.4 (medians of 3 and 4; llama.cpp 11.6-13.0 in the same runs). */
+#define FV_DEC_R 1
+#define FV_PF 0
 
 #define DOT_US(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 #define DOT_SC(acc, u, s, sc) _mm256_dpwssd_epi32((acc), _mm256_maddubs_epi16((u), (s)), (sc))
