@@ -365,6 +365,9 @@ KT_INLINE void tile_f(int kind, const uint8_t *w, size_t wrb, const int R, const
 #ifndef FV_PF
 #define FV_PF FV_R
 #endif
+#ifndef FV_DEC_R /* rows per fv_rows step (<= FV_R); the includer may read fewer streams at once */
+#define FV_DEC_R FV_R
+#endif
 KT_INLINE void fv_tile(int kind, const uint8_t *w, size_t wrb, const int R, const float *x, int64_t cols, float *y)
 {
     VF acc[FV_R];
@@ -436,9 +439,6 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
 {
     const fv_fn *tab = KT(fv_tab)[kind == W_F32 ? 0 : kind == W_F16 ? 1 : 2];
     const uint8_t *wb = w->data;
-#ifndef FV_DEC_R
-#define FV_DEC_R FV_R
-#endif
     for (int64_t r = r0; r < r1; r += FV_DEC_R) {
         const int rr = r1 - r < FV_DEC_R ? (int)(r1 - r) : FV_DEC_R;
         tab[rr - 1](wb + (size_t)r * w->row_bytes, w->row_bytes, x, w->cols, y + r);

@@ -1,15 +1,13 @@
-/* x16n, included by kern_wide256.h and kern_wide512.h after kern_x16.h. Its integer block sums are exact (no
- * saturation: |w| <= 128 and |a| <= 127 per maddubs pair), so any order gives the x16 micro
- * kernel's integers, biased (AVX-512's vpdpbusd on u8) or not (AVX2); the float step per row and
- * block, fma(float(sum), scale·da, acc), is both micro kernels'. 256-bit code: the AVX-512 set
- * runs it as is. */
-/* Decode of a Q8_0, Q4_0 or IQ4_NL matrix read in place (its file layout, no packed copy): 8 rows at a time, each
- * row's block sums gathered into one lane, then x16_micro's float step for that row in its order,
- * so every row gets the packed layout's bits (and prefill, which packs such a matrix a group at a
- * time as it goes, agrees). Eight short row streams need their own prefetch, into L1 and, farther
- * ahead, into L2 (the L1 alone holds too few misses in flight): on Zen 3, 2 threads, Llama-1B
- * Q8_0 decode, the 2048-column matrices read 9 GB/s with L1 prefetch only, 12-14 GB/s with both,
- * the packed layout 13-15. */
+/* Decode of a Q8_0, Q4_0 or IQ4_NL matrix read in place (its file layout, no packed copy), for both
+ * x16 sets (included by kern_wide256.h and kern_wide512.h after kern_x16.h; 256-bit code, which the
+ * AVX-512 set runs as is): 8 rows at a time, each row's block sums gathered into one lane, then the
+ * x16 micro kernel's float step for that row in its order, fma(float(sum), scale·da, acc). The
+ * integer sums are exact (no saturation: |w| <= 128 and |a| <= 127 per maddubs pair), so they are
+ * the micro kernel's, biased (AVX-512's vpdpbusd on u8) or not (AVX2), and every row gets the packed
+ * layout's bits (prefill, which packs such a matrix a group at a time as it goes, agrees). Eight
+ * short row streams need their own prefetch, into L1 and, farther ahead, into L2 (the L1 alone
+ * holds too few misses in flight): on Zen 3, 2 threads, Llama-1B Q8_0 decode, the 2048-column
+ * matrices read 9 GB/s with L1 prefetch only, 12-14 GB/s with both, the packed layout 13-15. */
 #define X16N_DECODE 1
 #ifndef X16N_PF
 #define X16N_PF 256
