@@ -83,36 +83,53 @@ KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, 
     }
 }
 
-static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+/* The next group's native bytes (rows 16g+16.., right after this group's: one linear stream), the
+ * stretch of them that matches super-block b of nsb, for a kernel that packs groups on the fly as
+ * it reads them (kern_x16_run.h's in-place path). */
+KT_INLINE void x16sb_prefetch_next(const cdx_mat *w, int64_t g, int64_t b, int64_t nsb)
+{
+    const size_t span = 16 * w->row_bytes, lo = span * (size_t)b / (size_t)nsb, hi = span * (size_t)(b + 1) / (size_t)nsb;
+    const uint8_t *next = (const uint8_t *)w->data + (size_t)(16 * g + 16) * w->row_bytes;
+    for (size_t o = lo & ~(size_t)63; o < hi; o += 64)
+        _mm_prefetch((const char *)(next + o), X16_PF_HINT);
+}
+
+/* Group g (rows 16g..16g+15) of a Q4_K matrix into Q (its x16k bytes); pf_next: x16sb_prefetch_next. */
+KT_INLINE void pack_q4k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_next)
 {
     const int64_t nsb = w->cols / 256;
-    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META);
     const __m256i zero = _mm256_setzero_si256();
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16K_Q;
-        const uint8_t *rows[16];
-        for (int i = 0; i < 16; i++)
-            rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
-        for (int64_t b = 0; b < nsb; b++) {
-            uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
-            const size_t off = (size_t)b * sizeof(cdx_block_q4_K) + offsetof(cdx_block_q4_K, qs);
-            for (int j = 0; j < 4; j++) { /* word k of chunk j: qs[32j+4k .. +3] */
-                x16_pack4w(rows, off + 32 * (size_t)j, q + 512 * j, zero);
-                x16_pack4w(rows, off + 32 * (size_t)j + 16, q + 512 * j + 256, zero);
+    uint8_t *meta = Q + (size_t)nsb * X16K_Q;
+    const uint8_t *rows[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+    for (int64_t b = 0; b < nsb; b++) {
+        uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
+        const size_t off = (size_t)b * sizeof(cdx_block_q4_K) + offsetof(cdx_block_q4_K, qs);
+        if (pf_next)
+            x16sb_prefetch_next(w, g, b, nsb);
+        for (int j = 0; j < 4; j++) { /* word k of chunk j: qs[32j+4k .. +3] */
+            x16_pack4w(rows, off + 32 * (size_t)j, q + 512 * j, zero);
+            x16_pack4w(rows, off + 32 * (size_t)j + 16, q + 512 * j + 256, zero);
+        }
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_q4_K *blk = (const cdx_block_q4_K *)rows[i] + b;
+            uint8_t sc[8], m[8];
+            k4_scales(blk->scales, sc, m);
+            for (int sb = 0; sb < 8; sb++) {
+                mb[16 * sb + i] = sc[sb];
+                mb[128 + 16 * sb + i] = m[sb];
             }
-            for (int i = 0; i < 16; i++) {
-                const cdx_block_q4_K *blk = (const cdx_block_q4_K *)rows[i] + b;
-                uint8_t sc[8], m[8];
-                k4_scales(blk->scales, sc, m);
-                for (int sb = 0; sb < 8; sb++) {
-                    mb[16 * sb + i] = sc[sb];
-                    mb[128 + 16 * sb + i] = m[sb];
-                }
-                memcpy(mb + 256 + 2 * i, &blk->d, 2);
-                memcpy(mb + 288 + 2 * i, &blk->dmin, 2);
-            }
+            memcpy(mb + 256 + 2 * i, &blk->d, 2);
+            memcpy(mb + 288 + 2 * i, &blk->dmin, 2);
         }
     }
+}
+static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const size_t gbytes = (size_t)(w->cols / 256) * (X16K_Q + X16K_META);
+    for (int64_t g = g0; g < g1; g++)
+        pack_q4k_group(w, g, (uint8_t *)out + (size_t)g * gbytes, false);
 }
 
 /* Q6_K (x16q6): one group of 16 rows, nsb super-blocks:
@@ -121,61 +138,67 @@ static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
  *                       one), then 128 bytes of high 2 bits (word h of row i at 256 + 64h + 4i, byte
  *                       c: bits 2w..2w+1 hold value 4(4h+w)+c)
  *   [nsb × 288 bytes]   the 16 int8 scales ([j][row]), then d (f16 × 16)
- * Exactly the native size; the 6-bit values, scales and integer sums are unchanged. */
-static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+ * Exactly the native size; the 6-bit values, scales and integer sums are unchanged.
+ * pack_q6k_group: group g of a Q6_K matrix into Q; pf_next: x16sb_prefetch_next. */
+KT_INLINE void pack_q6k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_next)
 {
     const int64_t nsb = w->cols / 256;
-    const size_t gbytes = (size_t)nsb * (X16Q6_Q + X16Q6_META);
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes, *meta = Q + (size_t)nsb * X16Q6_Q;
-        for (int i = 0; i < 16; i++) {
-            const cdx_block_q6_K *row = (const cdx_block_q6_K *)((const uint8_t *)w->data +
-                                                                 (size_t)(16 * g + i) * w->row_bytes);
-            for (int64_t b = 0; b < nsb; b++) {
-                const cdx_block_q6_K *blk = &row[b];
-                uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
-                const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-                for (int half = 0; half < 2; half++) {
-                    const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
-                    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half + 32));
-                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
+    uint8_t *meta = Q + (size_t)nsb * X16Q6_Q;
+    for (int i = 0; i < 16; i++) {
+        const cdx_block_q6_K *row = (const cdx_block_q6_K *)((const uint8_t *)w->data +
+                                                             (size_t)(16 * g + i) * w->row_bytes);
+        for (int64_t b = 0; b < nsb; b++) {
+            if (pf_next) /* the rows go one by one here: spread it over all of them */
+                x16sb_prefetch_next(w, g, (int64_t)i * nsb + b, 16 * nsb);
+            const cdx_block_q6_K *blk = &row[b];
+            uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
+            const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+            for (int half = 0; half < 2; half++) {
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half + 32));
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
 #define Q6_HI(sh) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sh), m3), 4)
-                    _mm256_storeu_si256((__m256i *)(q + 128 * half), _mm256_or_si256(_mm256_and_si256(l0, m4), Q6_HI(0)));
-                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), Q6_HI(2)));
-                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 64),
-                                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), Q6_HI(4)));
-                    _mm256_storeu_si256((__m256i *)(q + 128 * half + 96),
-                                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), Q6_HI(6)));
+                _mm256_storeu_si256((__m256i *)(q + 128 * half), _mm256_or_si256(_mm256_and_si256(l0, m4), Q6_HI(0)));
+                _mm256_storeu_si256((__m256i *)(q + 128 * half + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), Q6_HI(2)));
+                _mm256_storeu_si256((__m256i *)(q + 128 * half + 64),
+                                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), Q6_HI(4)));
+                _mm256_storeu_si256((__m256i *)(q + 128 * half + 96),
+                                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), Q6_HI(6)));
 #undef Q6_HI
-                }
-                uint8_t *qb = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
-                const __m128i n4 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
-                for (int sb = 0; sb < 8; sb++) {
-                    const __m128i va = _mm_loadu_si128((const __m128i *)(q + 32 * sb));
-                    const __m128i vc = _mm_loadu_si128((const __m128i *)(q + 32 * sb + 16));
-                    uint8_t *lo = qb + 384 * sb, *hi = lo + 256;
-                    /* byte 4k+c: value 4k+c in the low nibble, 16+4k+c in the high one */
-                    const __m128i l16 = _mm_or_si128(_mm_and_si128(va, n4), _mm_slli_epi16(_mm_and_si128(vc, n4), 4));
-                    uint32_t wl[4];
-                    _mm_storeu_si128((__m128i *)wl, l16);
-                    for (int k = 0; k < 4; k++)
-                        memcpy(lo + 64 * k + 4 * i, &wl[k], 4);
-                    /* byte c of word h: bits 2w..2w+1 hold the top 2 bits of value 4(4h+w)+c */
-                    for (int h = 0; h < 2; h++) {
-                        const __m128i u = _mm_and_si128(_mm_srli_epi16(h ? vc : va, 4), n3);
-                        const __m128i t = _mm_or_si128(_mm_or_si128(u, _mm_slli_epi32(_mm_srli_si128(u, 4), 2)),
-                                                       _mm_or_si128(_mm_slli_epi32(_mm_srli_si128(u, 8), 4),
-                                                                    _mm_slli_epi32(_mm_srli_si128(u, 12), 6)));
-                        const uint32_t wh = (uint32_t)_mm_cvtsi128_si32(t);
-                        memcpy(hi + 64 * h + 4 * i, &wh, 4);
-                    }
-                }
-                for (int j = 0; j < 16; j++)
-                    mb[16 * j + i] = (uint8_t)blk->scales[j];
-                memcpy(mb + 256 + 2 * i, &blk->d, 2);
             }
+            uint8_t *qb = Q + (size_t)b * X16Q6_Q, *mb = meta + (size_t)b * X16Q6_META;
+            const __m128i n4 = _mm_set1_epi8(0x0F), n3 = _mm_set1_epi8(3);
+            for (int sb = 0; sb < 8; sb++) {
+                const __m128i va = _mm_loadu_si128((const __m128i *)(q + 32 * sb));
+                const __m128i vc = _mm_loadu_si128((const __m128i *)(q + 32 * sb + 16));
+                uint8_t *lo = qb + 384 * sb, *hi = lo + 256;
+                /* byte 4k+c: value 4k+c in the low nibble, 16+4k+c in the high one */
+                const __m128i l16 = _mm_or_si128(_mm_and_si128(va, n4), _mm_slli_epi16(_mm_and_si128(vc, n4), 4));
+                uint32_t wl[4];
+                _mm_storeu_si128((__m128i *)wl, l16);
+                for (int k = 0; k < 4; k++)
+                    memcpy(lo + 64 * k + 4 * i, &wl[k], 4);
+                /* byte c of word h: bits 2w..2w+1 hold the top 2 bits of value 4(4h+w)+c */
+                for (int h = 0; h < 2; h++) {
+                    const __m128i u = _mm_and_si128(_mm_srli_epi16(h ? vc : va, 4), n3);
+                    const __m128i t = _mm_or_si128(_mm_or_si128(u, _mm_slli_epi32(_mm_srli_si128(u, 4), 2)),
+                                                   _mm_or_si128(_mm_slli_epi32(_mm_srli_si128(u, 8), 4),
+                                                                _mm_slli_epi32(_mm_srli_si128(u, 12), 6)));
+                    const uint32_t wh = (uint32_t)_mm_cvtsi128_si32(t);
+                    memcpy(hi + 64 * h + 4 * i, &wh, 4);
+                }
+            }
+            for (int j = 0; j < 16; j++)
+                mb[16 * j + i] = (uint8_t)blk->scales[j];
+            memcpy(mb + 256 + 2 * i, &blk->d, 2);
         }
     }
+}
+static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
+{
+    const size_t gbytes = (size_t)(w->cols / 256) * (X16Q6_Q + X16Q6_META);
+    for (int64_t g = g0; g < g1; g++)
+        pack_q6k_group(w, g, (uint8_t *)out + (size_t)g * gbytes, false);
 }
 
 /* Group g (rows 16g..16g+15) of a 32-value type into Q, gbytes = nb·(QB + 32). pf_next: prefetch

@@ -11,6 +11,8 @@
 static bool KT(in_place)(const cdx_mat *w)
 {
 #ifdef X16N_DECODE
+    if (w->type == CDX_TYPE_Q4_K || w->type == CDX_TYPE_Q6_K)
+        return KT(pack_bytes)(w) > 0; /* packed a group at a time into scratch, decode too (x16sb_rows) */
     return (w->type == CDX_TYPE_Q8_0 || w->type == CDX_TYPE_Q4_0 || w->type == CDX_TYPE_IQ4_NL) && KT(pack_bytes)(w) > 0 &&
            w->row_bytes < (size_t)INT32_MAX / 8; /* gather offsets */
 #else
@@ -84,19 +86,49 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
             x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);              \
         break;
 
-/* Rows [r0, r1) (multiples of 16) × n tokens of a Q4_K or Q6_K matrix from its packed layout;
- * false when w has none of this kernel set's. */
+/* Rows [r0, r1) (multiples of 16) × n tokens of a Q4_K or Q6_K matrix from its packed layout or,
+ * read in place (KT(in_place)), from its native rows packed a group at a time into scratch as they
+ * are read, decode included (the same micro kernels on the same bytes: the same bits; slower than
+ * the packed copy, which the background packer makes after load); false when neither applies. */
 KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xq, size_t xrb, int64_t n,
-                          float *y)
+                          float *y, void *scratch)
 {
-    if (!w->packed || w->packed_for != &KT(cdx_kernels) || r0 % 16 || r1 % 16)
+    if (r0 % 16 || r1 % 16)
+        return false;
+    const bool own = w->packed && w->packed_for == &KT(cdx_kernels);
+    if (!own && !(scratch && KT(in_place)(w)))
         return false;
     const size_t qbytes = kind == W_Q4_K ? X16K_Q : X16Q6_Q, mbytes = kind == W_Q4_K ? X16K_META : X16Q6_META;
     const int64_t nsb = w->cols / 256;
     const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
+    const uint8_t *src = own ? (const uint8_t *)w->packed + (size_t)(r0 / 16) * gbytes
+                             : (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
     for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
-        _mm_prefetch((const char *)w->packed + (size_t)(r0 / 16) * gbytes + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)src + o, _MM_HINT_T0);
     int64_t r = r0;
+    if (!own) {
+        /* cdx_kernel_scratch_bytes' 17·cols bytes hold a group: x16k 9.25, x16q6 13.125 bytes a column */
+        uint8_t *grp = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+        for (; r < r1; r += 16) {
+            if (kind == W_Q4_K)
+                pack_q4k_group(w, r / 16, grp, r + 16 < r1);
+            else
+                pack_q6k_group(w, r / 16, grp, r + 16 < r1);
+            const uint8_t *meta = grp + (size_t)nsb * qbytes;
+            for (int64_t t = 0; t < n; t += X16_TOK) {
+                const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
+                const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
+                const uint8_t *Q = grp;
+                switch (tt) {
+                    X16SB_MICRO_CASE(1) X16SB_MICRO_CASE(2) X16SB_MICRO_CASE(3) X16SB_MICRO_CASE(4)
+#if X16_TOK > 4
+                    X16SB_MICRO_CASE(5) X16SB_MICRO_CASE(6) X16SB_MICRO_CASE(7) X16SB_MICRO_CASE(8)
+#endif
+                }
+            }
+        }
+        return true;
+    }
 #ifdef X16SB_DECODE_G
     /* decode: X16SB_DECODE_G groups at a time (the includer's x16k_micro_g / x16q6_micro_g), as many
      * streams in flight */
@@ -129,4 +161,4 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
 #define KT_HAS_PACK 1
 #define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch)                         \
     ((kind) <= W_IQ4_NL ? x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch)         \
-     : (kind) == W_Q4_K || (kind) == W_Q6_K ? x16sb_rows(kind, w, r0, r1, xq, xrb, n, y) : false)
+     : (kind) == W_Q4_K || (kind) == W_Q6_K ? x16sb_rows(kind, w, r0, r1, xq, xrb, n, y, scratch) : false)

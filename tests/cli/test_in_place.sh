@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Matrices read in place at first: Q8_0, Q4_0 and IQ4_NL (AVX2) before their packed layout is
-# made, F16 (and BF16, F32) before their copy onto 2 MiB pages is (when the file's pages are not
+# Matrices read in place at first: Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (the AVX2 and AVX-512 sets)
+# before their packed layout is made, F16 (and BF16, F32) before their copy onto 2 MiB pages is (when the file's pages are not
 # mapped that way; this small file's are not). A background thread packs or copies them, and each
 # forward pass installs what is ready. The output must not depend on
 # any of it: packed at load (CALDRIX_MMAP=0), in place for good (CALDRIX_MMAP=1) and the default
@@ -33,7 +33,7 @@ with_mode() {
 # run MODE NAME ARGS...: caldrix run on $tmp/m.gguf, its JSON in $tmp/NAME.json
 run() {
     local mode=$1 name=$2; shift 2
-    with_mode "$mode" "$CALDRIX" run "$tmp/m.gguf" --isa avx2 -t 2 --json --top-logits 5 --ignore-eos "$@" \
+    with_mode "$mode" "$CALDRIX" run "$tmp/m.gguf" --isa "$isa" -t 2 --json --top-logits 5 --ignore-eos "$@" \
         >"$tmp/$name.json" 2>"$tmp/$name.err"
 }
 same() { # A B: the same tokens and the same top logits, number for number
@@ -44,19 +44,28 @@ assert a["tokens"] and a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
 assert a["steps"] == b["steps"], "top logits differ"
 PY
 }
-for type in Q8_0 Q4_0 IQ4_NL F16; do
+isas=avx2
+if CALDRIX_ISA=avx512 "$CALDRIX" version >/dev/null 2>&1; then
+    isas="avx2 avx512"
+else
+    echo "  skip: the avx512 set (this CPU lacks AVX-512); the avx2 set only"
+fi
+# Q4_K_M: Q4_K matrices and Q6_K ones (attn_v, ffn_down, the head)
+for type in Q8_0 Q4_0 IQ4_NL Q4_K_M Q6_K F16; do
     rm -f "$tmp/m.gguf"
     "$CALDRIX" synth "$tmp/m.gguf" --shape tiny --type $type --seed 11 -t 2 2>/dev/null
     check "synth writes a tiny $type model" '[ -s "$tmp/m.gguf" ]'
-    for mode in 0 1 ""; do
-        tag=${mode:-bg}
-        run "$mode" "greedy-$tag" --prompt-ids 1,5,9,200,31 -n 24 --temp 0
-        run "$mode" "long-$tag" --prompt-ids "$long" -n 16 --temp 0
-        run "$mode" "sampled-$tag" --prompt-ids "$long" -n 16 --temp 0.9 --seed 3
-    done
-    for case in greedy long sampled; do
-        check "$type $case: read in place for good = packed at load (tokens and top-5 logits)" "same $case-0 $case-1"
-        check "$type $case: in place, then packed in the background = packed at load" "same $case-0 $case-bg"
+    for isa in $isas; do
+        for mode in 0 1 ""; do
+            tag=${mode:-bg}
+            run "$mode" "greedy-$tag" --prompt-ids 1,5,9,200,31 -n 24 --temp 0
+            run "$mode" "long-$tag" --prompt-ids "$long" -n 16 --temp 0
+            run "$mode" "sampled-$tag" --prompt-ids "$long" -n 16 --temp 0.9 --seed 3
+        done
+        for case in greedy long sampled; do
+            check "$isa $type $case: read in place for good = packed at load (tokens and top-5 logits)" "same $case-0 $case-1"
+            check "$isa $type $case: in place, then packed in the background = packed at load" "same $case-0 $case-bg"
+        done
     done
 done
 

@@ -642,7 +642,7 @@ static void isa_table_picks_what_the_cpu_runs(void)
         CHECK(!strcmp(best, "scalar"));
 }
 
-/* A matrix a set reads in place (cdx_matmul_in_place: AVX2; Q8_0, Q4_0, IQ4_NL) gives its packed layout's bits,
+/* A matrix a set reads in place (cdx_matmul_in_place: AVX2 and AVX-512; Q8_0, Q4_0, IQ4_NL, Q4_K, Q6_K) gives its packed layout's bits,
  * for decode and for every batch size (the model reads it in place until its packed copy is made
  * in the background, and results must not change when that copy arrives); the rest is refused. */
 static void in_place_rows_match_packed_bits(void)
@@ -653,7 +653,7 @@ static void in_place_rows_match_packed_bits(void)
     /* 2064 rows: chunks that are not whole pairs of 16-row groups; 64 blocks: one Llama row */
     const int64_t rows_v[] = { 16, 48, 544, 2064 }, nb_v[] = { 1, 3, 64 };
     const int64_t ns[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 19, 33 };
-    const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_IQ4_NL };
+    const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_IQ4_NL, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K };
     int sets = 0;
     for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
@@ -667,17 +667,21 @@ static void in_place_rows_match_packed_bits(void)
             continue;
         }
         sets++;
-        cdx_mat ragged = probe, q4k = { .type = CDX_TYPE_Q4_K, .rows = 48, .cols = 256, .row_bytes = cdx_type_get(CDX_TYPE_Q4_K)->bytes };
+        cdx_mat ragged = probe, q5k = { .type = CDX_TYPE_Q5_K, .rows = 48, .cols = 256, .row_bytes = cdx_type_get(CDX_TYPE_Q5_K)->bytes };
+        cdx_mat q4k_ragged = { .type = CDX_TYPE_Q4_K, .rows = 40, .cols = 256, .row_bytes = cdx_type_get(CDX_TYPE_Q4_K)->bytes };
         ragged.rows = 40;
         CHECKF(!cdx_matmul_in_place(k, &ragged), "%s: 40 rows (no whole 16-row groups) are not read in place", k_isas[ii]);
-        CHECKF(!cdx_matmul_in_place(k, &q4k), "%s: Q4_K (no in-place kernel) is not read in place", k_isas[ii]);
+        CHECKF(!cdx_matmul_in_place(k, &q4k_ragged), "%s: Q4_K, 40 rows, is not read in place", k_isas[ii]);
+        CHECKF(!cdx_matmul_in_place(k, &q5k), "%s: Q5_K (no packed layout) is not read in place", k_isas[ii]);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const cdx_type_traits *t = cdx_type_get(types[ti]);
         int bad = 0, cases = 0;
         for (size_t a = 0; a < sizeof rows_v / sizeof rows_v[0]; a++)
             for (size_t b = 0; b < sizeof nb_v / sizeof nb_v[0]; b++) {
-                const int64_t rows = rows_v[a], cols = nb_v[b] * 32, n_max = 33;
-                const size_t rb = (size_t)nb_v[b] * t->bytes;
+                /* the K types' 256-value blocks: 1, 3 and 8 of them (8: one Llama row, as 64 of 32) */
+                const int64_t nblk = t->block == 256 && nb_v[b] > 8 ? 8 : nb_v[b];
+                const int64_t rows = rows_v[a], cols = nblk * t->block, n_max = 33;
+                const size_t rb = (size_t)nblk * t->bytes;
                 uint8_t *w = malloc(rb * (size_t)rows);
                 float *x = malloc(sizeof(float) * (size_t)(cols * n_max));
                 float *yp = malloc(sizeof(float) * (size_t)(rows * n_max)), *yi = malloc(sizeof(float) * (size_t)(rows * n_max));
