@@ -84,14 +84,15 @@ KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, 
 }
 
 /* The next group's native bytes (rows 16g+16.., right after this group's: one linear stream), the
- * stretch of them that matches super-block b of nsb, for a kernel that packs groups on the fly as
- * it reads them (kern_x16_run.h's in-place path). */
+ * stretch of them that matches super-block b of nsb, into L2, for a kernel that packs groups on the
+ * fly as it reads them (kern_x16_run.h's in-place path). Llama-1B Q4_K_M decode in place, Intel
+ * Xeon, 2 threads: none 11.5 tok/s, into L1 11.8, into L2 12.6. */
 KT_INLINE void x16sb_prefetch_next(const cdx_mat *w, int64_t g, int64_t b, int64_t nsb)
 {
     const size_t span = 16 * w->row_bytes, lo = span * (size_t)b / (size_t)nsb, hi = span * (size_t)(b + 1) / (size_t)nsb;
     const uint8_t *next = (const uint8_t *)w->data + (size_t)(16 * g + 16) * w->row_bytes;
     for (size_t o = lo & ~(size_t)63; o < hi; o += 64)
-        _mm_prefetch((const char *)(next + o), X16_PF_HINT);
+        _mm_prefetch((const char *)(next + o), _MM_HINT_T1);
 }
 
 /* Group g (rows 16g..16g+15) of a Q4_K matrix into Q (its x16k bytes); pf_next: x16sb_prefetch_next. */

@@ -5,9 +5,11 @@
 #define X16_MICRO_CASE(kind, n_)                                                                        \
     case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows, t == 0); break;
 
-/* Whether this set reads w from its file layout with its packed layout's bits, and about as fast
- * (cdx_matmul_in_place): where the includer has a decode kernel for it (x16n_decode), and
- * prefill packs a group at a time into scratch as it goes. */
+/* Whether this set reads w from its file layout with its packed layout's bits (cdx_matmul_in_place):
+ * the 32-value types where the includer has a decode kernel for them (x16n_decode, about as fast as
+ * the packed copy), Q4_K and Q6_K packed a group at a time into scratch, decode too (~2.3x slower
+ * than the packed copy: a stopgap until the packer's copy is installed); prefill packs a group at a
+ * time into scratch as it goes for all of them. */
 static bool KT(in_place)(const cdx_mat *w)
 {
 #ifdef X16N_DECODE
