@@ -17,6 +17,9 @@
 #define X16_PF_DEC 16384
 #endif
 #define X16_Q8_FLIP 0    /* Q8_0 stays signed */
+#ifndef X16_DEC_G
+#define X16_DEC_G 2      /* decode: 16-row groups a step, as many streams in flight per thread */
+#endif
 #include "kernel/kern_x16.h"
 
 /* A value held in a register at this point: keeps GCC's reassociation from turning a running sum
@@ -165,8 +168,8 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
     const size_t qb = x16_qbytes(kind);
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
     const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
-    __m256 acc[2][2][X16_TOK];
-#pragma GCC unroll 2
+    __m256 acc[X16_DEC_G][2][X16_TOK];
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
@@ -178,13 +181,13 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
             a[t] = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++)
             for (size_t o = 0; o < qb; o += 64)
                 _mm_prefetch((const char *)(Q + (size_t)g * gstride + (size_t)b * qb + (TT == 1 ? X16_PF_DEC : X16_PF) + o),
                              X16_PF_HINT);
-        __m256i s[2][2][X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
-#pragma GCC unroll 2
+        __m256i s[X16_DEC_G][2][X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
@@ -198,7 +201,7 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
                     av[t] = bcast4(a[t] + 4 * k);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
                     for (int h = 0; h < 2; h++) {
@@ -222,7 +225,7 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
                         aha[t] = _mm256_abs_epi8(ah[t]);
                     }
                 }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
                     for (int h = 0; h < 2; h++) {
@@ -243,7 +246,7 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
                     }
             }
         }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             const uint16_t *S = (const uint16_t *)(Q + (size_t)g * gstride + (size_t)nb * qb) + 16 * b;
 #pragma GCC unroll 2

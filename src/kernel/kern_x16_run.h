@@ -55,10 +55,10 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
         return true;
     }
 #endif
-    if (n == 1 && own) /* decode: two groups at a time, two streams in flight */
-        for (; r + 32 <= r1; r += 32)
-            x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, 2, nb, xq, xrb, dav, sav,
-                      1, y + r, w->rows, true);
+    if (n == 1 && own) /* decode: X16_DEC_G groups at a time, as many streams in flight */
+        for (; r + 16 * X16_DEC_G <= r1; r += 16 * X16_DEC_G)
+            x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, X16_DEC_G, nb, xq, xrb, dav,
+                      sav, 1, y + r, w->rows, true);
     for (; r < r1; r += 16) {
         const uint8_t *Q = grp; /* in place: this group packed into scratch, prefetching the next */
         if (own)
