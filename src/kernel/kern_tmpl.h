@@ -1009,28 +1009,44 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
     }
 }
 
-/* acc += Σ_i sc[i] · v_i in key order, as nb calls of KT(vaxpy) would (acc in registers meanwhile,
- * at most 8 vectors of it at a time: each lane's chain of multiply-adds is the same either way). */
-KT_INLINE void ka_values(float *acc, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p0,
-                         int nb, const float *sc)
+/* acc[h] += Σ_i sc[h][i] · v_i in key order for nh heads of the group at once, as nb calls of
+ * KT(vaxpy) per head would (acc in registers meanwhile, at most 8 vectors of a head at a time:
+ * each lane's chain of multiply-adds is the same either way, so are its bits). Each V row is
+ * loaded once for all nh heads, and their nh x nc chains run side by side: one head's nc chains
+ * alone wait on the multiply-add's latency (AVX-512 at head_dim 64 has 4). */
+#define KA_CHAINS (VF_N == 16 ? 16 : 8)
+#define KA_HP(nq) ((nq) >= 8 ? (KA_CHAINS / 8 > 1 ? KA_CHAINS / 8 : 1) : KA_CHAINS / (nq) < 4 ? KA_CHAINS / (nq) : 4)
+KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const int nh, const cdx_attn_shape *s,
+                               const cdx_attn_row *r, int g, int64_t p0, int nb, float (*sc)[KA_BLOCK])
 {
 #pragma GCC unroll 2
     for (int c0 = 0; c0 < nq; c0 += 8) {
         const int nc = nq - c0 < 8 ? nq - c0 : 8;
-        VF a[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < nc; c++)
-            a[c] = vf_load_f32(acc + (c0 + c) * VF_N);
-        for (int i = 0; i < nb; i++) {
-            const float *vp = ka_row(r->v, s, r, g, p0 + i) + c0 * VF_N;
-            const VF w = vf_set1(sc[i]);
+        VF a[4][8];
+#pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++)
-                a[c] = vf_fma(w, vf_load_f32(vp + c * VF_N), a[c]);
-        }
+                a[h][c] = vf_load_f32(acc[h] + (c0 + c) * VF_N);
+        for (int i = 0; i < nb; i++) {
+            const float *vp = ka_row(r->v, s, r, g, p0 + i) + c0 * VF_N;
+            VF v[8];
 #pragma GCC unroll 8
-        for (int c = 0; c < nc; c++)
-            vf_store(acc + (c0 + c) * VF_N, a[c]);
+            for (int c = 0; c < nc; c++)
+                v[c] = vf_load_f32(vp + c * VF_N);
+#pragma GCC unroll 4
+            for (int h = 0; h < nh; h++) {
+                const VF w = vf_set1(sc[h][i]);
+#pragma GCC unroll 8
+                for (int c = 0; c < nc; c++)
+                    a[h][c] = vf_fma(w, v[c], a[h][c]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
+#pragma GCC unroll 8
+            for (int c = 0; c < nc; c++)
+                vf_store(acc[h] + (c0 + c) * VF_N, a[h][c]);
     }
 }
 
@@ -1059,8 +1075,12 @@ KT_INLINE void ka_heads(const int nq, const cdx_attn_shape *s, const cdx_attn_ro
             }
             sum[h] += KT(vexp_sum)(sc[h], mx[h], nb);
         }
-        for (int h = 0; h < group; h++)
-            ka_values(acc[h], nq, s, r, g, p0, nb, sc[h]);
+        const int hp = KA_HP(nq);
+        int h = 0;
+        for (; h + hp <= group; h += hp)
+            ka_values_heads(acc + h, nq, hp, s, r, g, p0, nb, sc + h);
+        for (; h < group; h++)
+            ka_values_heads(acc + h, nq, 1, s, r, g, p0, nb, sc + h);
     }
     for (int h = 0; h < group; h++) {
         float *o = r->out + (size_t)(h0 + h) * hd;

@@ -185,7 +185,7 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
     cdx_err e = {0};
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
-    const int hds[] = { 8, 16, 24, 48, 64, 80, 96, 128, 40, 72 }, groups[] = { 1, 2, 4 };
+    const int hds[] = { 8, 16, 24, 48, 64, 80, 96, 128, 40, 72 }, groups[] = { 1, 2, 3, 4, 5 }; /* 3, 5: whole and partial head chunks */
     const int64_t lens[] = { 1, 7, 63, 64, 65, 200 };
     int checked = 0, fused = 0;
     for (int ii = 0; ii < 2; ii++) {
