@@ -939,7 +939,8 @@ static float KT(vexp_sum)(float *x, float sub, int64_t n)
  * in the same order: a row's output has the same bits either way, so attn_heads with this set's
  * cdx_vec_ops is this kernel's oracle (tests/kernel/test_attn.c) and cdx_vec_scalar their twin.
  * What changes is the overhead: q (and the accumulator) stay in registers over a block of keys,
- * no call per key, and (AVX2) eight keys' lane sums are reduced together by hsum8's own tree.
+ * no call per key, eight (AVX2) or sixteen (AVX-512) keys' lane sums are reduced together by the
+ * set's own vf_hsum tree (hsum8x8, hsum16x16), and V is accumulated for several heads at once.
  * Taken when head_dim is a multiple of VF_N and at most 8·VF_N (AVX2 also 80, 96 and 128); false
  * otherwise (attn.c then runs attn_heads). */
 #define KA_BLOCK 64 /* attn.c's ATTN_BLOCK */
@@ -961,6 +962,28 @@ KT_INLINE __m256 hsum8x8(const __m256 *v)
     __m256 r = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
     return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
+#if VF_N == 16
+/* _mm512_reduce_add_ps of v[0..15] into one vector (lane j: that of v[j]), by its additions: lanes
+ * (l + l+8), then (l + l+4), then (0 + 2, 1 + 3), then (0 + 1) (GCC's __MM512_REDUCE_OP). */
+KT_INLINE __m512 hsum16x16(const __m512 *v)
+{
+    __m512 x[8], y[4], z[2];
+    for (int m = 0; m < 8; m++) /* keys 2m, 2m+1: 8 lanes each */
+        x[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int n = 0; n < 4; n++) /* keys 4n..4n+3: 4 lanes each, key 4n+k in 128-bit lane k */
+        y[n] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * n], x[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(x[2 * n], x[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int p = 0; p < 2; p++) /* 2 lanes each: in 128-bit lane k, keys 8p+k and 8p+4+k */
+        z[p] = _mm512_add_ps(_mm512_shuffle_ps(y[2 * p], y[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(y[2 * p], y[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* element e of 128-bit lane k: key 4e + k */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 #endif
 
@@ -1002,6 +1025,14 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
             d[j] = ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i + j));
         }
         _mm256_storeu_ps(sc + i, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(s->scale)));
+    }
+#elif VF_N == 16
+    for (; i + 16 <= nb; i += 16) {
+        __m512 d[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            d[j] = ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i + j));
+        _mm512_storeu_ps(sc + i, _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(s->scale)));
     }
 #endif
     for (; i < nb; i++) {
