@@ -1041,19 +1041,21 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
 }
 
 /* acc[h] += Σ_i sc[h][i] · v_i in key order for nh heads of the group at once, as nb calls of
- * KT(vaxpy) per head would (acc in registers meanwhile, at most 8 vectors of a head at a time:
+ * KT(vaxpy) per head would (acc in registers meanwhile, KA_CV vectors of a head at a time:
  * each lane's chain of multiply-adds is the same either way, so are its bits). Each V row is
  * loaded once for all nh heads, and their nh x nc chains run side by side: one head's nc chains
  * alone wait on the multiply-add's latency (AVX-512 at head_dim 64 has 4). */
-#define KA_CHAINS (VF_N == 16 ? 16 : 8)
-#define KA_HP(nq) ((nq) >= 8 ? (KA_CHAINS / 8 > 1 ? KA_CHAINS / 8 : 1) : KA_CHAINS / (nq) < 4 ? KA_CHAINS / (nq) : 4)
+#define KA_CHAINS (VF_N == 16 ? 16 : 8) /* accumulators in flight: half the vector registers */
+#define KA_VMAX (VF_N == 16 ? 8 : 4)     /* vectors of a head per pass */
+#define KA_CV(nq) ((nq) < KA_VMAX ? (nq) : KA_VMAX)
+#define KA_HP(nq) (KA_CHAINS / KA_CV(nq) < 4 ? KA_CHAINS / KA_CV(nq) : 4) /* heads per pass */
 KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const int nh, const cdx_attn_shape *s,
                                const cdx_attn_row *r, int g, int64_t p0, int nb, float (*sc)[KA_BLOCK])
 {
-#pragma GCC unroll 2
-    for (int c0 = 0; c0 < nq; c0 += 8) {
-        const int nc = nq - c0 < 8 ? nq - c0 : 8;
-        VF a[4][8];
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < nq; c0 += KA_CV(nq)) {
+        const int nc = nq - c0 < KA_CV(nq) ? nq - c0 : KA_CV(nq);
+        VF a[4][KA_VMAX];
 #pragma GCC unroll 4
         for (int h = 0; h < nh; h++)
 #pragma GCC unroll 8
@@ -1061,7 +1063,7 @@ KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const
                 a[h][c] = vf_load_f32(acc[h] + (c0 + c) * VF_N);
         for (int i = 0; i < nb; i++) {
             const float *vp = ka_row(r->v, s, r, g, p0 + i) + c0 * VF_N;
-            VF v[8];
+            VF v[KA_VMAX];
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++)
                 v[c] = vf_load_f32(vp + c * VF_N);
