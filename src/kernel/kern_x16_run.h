@@ -108,33 +108,13 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
     for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < (size_t)(r1 - r0) / 16 * gbytes; o += 64)
         _mm_prefetch((const char *)src + o, _MM_HINT_T0);
     int64_t r = r0;
-    if (!own) {
-        /* cdx_kernel_scratch_bytes' 17·cols bytes hold a group: x16k 9.25, x16q6 13.125 bytes a column */
-        uint8_t *grp = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-        for (; r < r1; r += 16) {
-            if (kind == W_Q4_K)
-                pack_q4k_group(w, r / 16, grp, r + 16 < r1);
-            else
-                pack_q6k_group(w, r / 16, grp, r + 16 < r1);
-            const uint8_t *meta = grp + (size_t)nsb * qbytes;
-            for (int64_t t = 0; t < n; t += X16_TOK) {
-                const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
-                const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
-                const uint8_t *Q = grp;
-                switch (tt) {
-                    X16SB_MICRO_CASE(1) X16SB_MICRO_CASE(2) X16SB_MICRO_CASE(3) X16SB_MICRO_CASE(4)
-#if X16_TOK > 4
-                    X16SB_MICRO_CASE(5) X16SB_MICRO_CASE(6) X16SB_MICRO_CASE(7) X16SB_MICRO_CASE(8)
-#endif
-                }
-            }
-        }
-        return true;
-    }
+    /* a group read in place: cdx_kernel_scratch_bytes' 17·cols bytes hold it (x16k 9.25, x16q6
+     * 13.125 bytes a column) */
+    uint8_t *grp = own ? NULL : (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 #ifdef X16SB_DECODE_G
     /* decode: X16SB_DECODE_G groups at a time (the includer's x16k_micro_g / x16q6_micro_g), as many
      * streams in flight */
-    if (n == 1)
+    if (n == 1 && own)
         for (; r + 16 * X16SB_DECODE_G <= r1; r += 16 * X16SB_DECODE_G) {
             const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
             if (kind == W_Q4_K)
@@ -144,7 +124,13 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
         }
 #endif
     for (; r < r1; r += 16) {
-        const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        const uint8_t *Q = grp;
+        if (own)
+            Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
+        else if (kind == W_Q4_K)
+            pack_q4k_group(w, r / 16, grp, r + 16 < r1);
+        else
+            pack_q6k_group(w, r / 16, grp, r + 16 < r1);
         const uint8_t *meta = Q + (size_t)nsb * qbytes;
         for (int64_t t = 0; t < n; t += X16_TOK) {
             const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
