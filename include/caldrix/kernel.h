@@ -67,7 +67,9 @@ CDX_API void cdx_matmul(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, 
 CDX_API size_t cdx_matmul_pack_bytes(const cdx_kernels *k, const cdx_mat *w);
 CDX_API void cdx_matmul_pack(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *w, void *out);
 /* Whether k also reads w from its native layout (w->packed NULL) with the bits of its packed
- * layout and about its speed (the AVX2 and AVX-512 sets: Q8_0, Q4_0, IQ4_NL): packing w is then optional, and can wait. */
+ * layout (the AVX2 and AVX-512 sets: Q8_0, Q4_0 and IQ4_NL at about the packed speed; Q4_K and
+ * Q6_K, packed a group at a time as they are read, at ~40 % of it in decode): packing w is then
+ * optional, and can wait. */
 CDX_API bool cdx_matmul_in_place(const cdx_kernels *k, const cdx_mat *w);
 /* cdx_matmul for up to 4 matrices of the same activations (q, k and v; gate and up) in one
  * dispatch: ys[i] = x · w[i]ᵀ. The activations are prepared once and the threads meet once; matrices
