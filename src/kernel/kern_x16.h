@@ -83,15 +83,14 @@ KT_INLINE void x16_pack4w(const uint8_t *const *rows, size_t off, uint8_t *out, 
     }
 }
 
-/* The next group's native bytes (rows 16g+16.., right after this group's: one linear stream), the
- * stretch of them that matches super-block b of nsb, into L2, for a kernel that packs groups on the
- * fly as it reads them (kern_x16_run.h's in-place path). Llama-1B Q4_K_M decode in place, Intel
- * Xeon, 2 threads: none 11.5 tok/s, into L1 11.8, into L2 12.6. */
-KT_INLINE void x16sb_prefetch_next(const cdx_mat *w, int64_t g, int64_t b, int64_t nsb)
+/* Bytes [lo, lo + len) of the next group's native bytes (rows 16g+16.., right after this group's:
+ * one linear stream), into L2, for a kernel that packs groups on the fly as it reads them
+ * (kern_x16_run.h's in-place path); each packing step asks for its share of the stream. Llama-1B
+ * Q4_K_M decode in place, Intel Xeon, 2 threads: none 11.5 tok/s, into L1 11.8, into L2 12.6. */
+KT_INLINE void x16sb_prefetch_next(const cdx_mat *w, int64_t g, size_t lo, size_t len)
 {
-    const size_t span = 16 * w->row_bytes, lo = span * (size_t)b / (size_t)nsb, hi = span * (size_t)(b + 1) / (size_t)nsb;
     const uint8_t *next = (const uint8_t *)w->data + (size_t)(16 * g + 16) * w->row_bytes;
-    for (size_t o = lo & ~(size_t)63; o < hi; o += 64)
+    for (size_t o = lo & ~(size_t)63; o < lo + len; o += 64)
         _mm_prefetch((const char *)(next + o), _MM_HINT_T1);
 }
 
@@ -107,8 +106,8 @@ KT_INLINE void pack_q4k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_n
     for (int64_t b = 0; b < nsb; b++) {
         uint8_t *q = Q + (size_t)b * X16K_Q, *mb = meta + (size_t)b * X16K_META;
         const size_t off = (size_t)b * sizeof(cdx_block_q4_K) + offsetof(cdx_block_q4_K, qs);
-        if (pf_next)
-            x16sb_prefetch_next(w, g, b, nsb);
+        if (pf_next) /* super-block b's 16 blocks' worth */
+            x16sb_prefetch_next(w, g, (size_t)b * 16 * sizeof(cdx_block_q4_K), 16 * sizeof(cdx_block_q4_K));
         for (int j = 0; j < 4; j++) { /* word k of chunk j: qs[32j+4k .. +3] */
             x16_pack4w(rows, off + 32 * (size_t)j, q + 512 * j, zero);
             x16_pack4w(rows, off + 32 * (size_t)j + 16, q + 512 * j + 256, zero);
@@ -125,12 +124,6 @@ KT_INLINE void pack_q4k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_n
             memcpy(mb + 288 + 2 * i, &blk->dmin, 2);
         }
     }
-}
-static void pack_q4k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
-{
-    const size_t gbytes = (size_t)(w->cols / 256) * (X16K_Q + X16K_META);
-    for (int64_t g = g0; g < g1; g++)
-        pack_q4k_group(w, g, (uint8_t *)out + (size_t)g * gbytes, false);
 }
 
 /* Q6_K (x16q6): one group of 16 rows, nsb super-blocks:
@@ -149,8 +142,9 @@ KT_INLINE void pack_q6k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_n
         const cdx_block_q6_K *row = (const cdx_block_q6_K *)((const uint8_t *)w->data +
                                                              (size_t)(16 * g + i) * w->row_bytes);
         for (int64_t b = 0; b < nsb; b++) {
-            if (pf_next) /* the rows go one by one here: spread it over all of them */
-                x16sb_prefetch_next(w, g, (int64_t)i * nsb + b, 16 * nsb);
+            if (pf_next) /* the rows go one by one here: one block's worth a block */
+                x16sb_prefetch_next(w, g, ((size_t)i * (size_t)nsb + (size_t)b) * sizeof(cdx_block_q6_K),
+                                    sizeof(cdx_block_q6_K));
             const cdx_block_q6_K *blk = &row[b];
             uint8_t q[256]; /* the 6-bit values in order, as dequantize_row_q6_K reads them */
             const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
@@ -195,12 +189,6 @@ KT_INLINE void pack_q6k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_n
         }
     }
 }
-static void pack_q6k(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
-{
-    const size_t gbytes = (size_t)(w->cols / 256) * (X16Q6_Q + X16Q6_META);
-    for (int64_t g = g0; g < g1; g++)
-        pack_q6k_group(w, g, (uint8_t *)out + (size_t)g * gbytes, false);
-}
 
 /* Group g (rows 16g..16g+15) of a 32-value type into Q, gbytes = nb·(QB + 32). pf_next: prefetch
  * the next group's native bytes as this one is read (they lie right after it, one linear stream)
@@ -232,18 +220,16 @@ KT_INLINE void x16_pack_group(const cdx_mat *w, int kind, int64_t g, uint8_t *Q,
 /* Groups [g0, g1) of 16 rows into out (the whole packed matrix). */
 static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
 {
-    if (w->type == CDX_TYPE_Q4_K) {
-        pack_q4k(w, out, g0, g1);
-        return;
+    const size_t gbytes = KT(pack_bytes)(w) / (size_t)(w->rows / 16); /* every layout: whole groups */
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *Q = (uint8_t *)out + (size_t)g * gbytes;
+        if (w->type == CDX_TYPE_Q4_K)
+            pack_q4k_group(w, g, Q, false);
+        else if (w->type == CDX_TYPE_Q6_K)
+            pack_q6k_group(w, g, Q, false);
+        else
+            x16_pack_group(w, x16_kind(w->type), g, Q, false);
     }
-    if (w->type == CDX_TYPE_Q6_K) {
-        pack_q6k(w, out, g0, g1);
-        return;
-    }
-    const int kind = x16_kind(w->type);
-    const size_t gbytes = (size_t)(w->cols / 32) * (x16_qbytes(kind) + 32);
-    for (int64_t g = g0; g < g1; g++)
-        x16_pack_group(w, kind, g, (uint8_t *)out + (size_t)g * gbytes, false);
 }
 
 /* da and Σa of every q8_0 block of every token (the Q4_0 offset and the Q8_0/IQ4_NL bias). */
