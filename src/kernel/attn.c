@@ -42,7 +42,13 @@ static float exp_sum_ref(float *x, float sub, int64_t n)
     return s;
 }
 
-const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref };
+static void round_half_ref(const float *x, float *y, int64_t n, int f16)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = f16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_round(x[i]);
+}
+
+const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref };
 
 static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
 

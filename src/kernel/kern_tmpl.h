@@ -473,6 +473,11 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
 /* Rows of more than one column block reconvert their panel per block and token panel: below this
  * many tokens tile_f (no conversion) is faster there (bench-kernels: 2048 x 8192 F16 at n = 8) */
 #define FG_MIN_N_BLOCKED 16
+#ifdef FG_F16_DIRECT
+#define FG_DIRECT_F16 1
+#else
+#define FG_DIRECT_F16 0
+#endif
 #if FG_R > CDX_FGEMM_MAX_R || FG_T > CDX_FGEMM_MAX_T || VF_N > 16 || FG_KC % VF_N || CDX_FGEMM_MAX_RP % FG_R || \
     FG_KC > CDX_FGEMM_MAX_KC
 #error "float GEMM tile outside the scratch bounds of kernel_impl.h"
@@ -482,8 +487,9 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
  * column: the block's kn vector columns, then, on the last block, the tail columns [kt0, kt1)
  * (relative to the same start) after vf_hsum, into y[t*ys + r]. acc_io: this tile's saved
  * accumulators ([R][FG_T]), read unless first, written unless last. */
-KT_INLINE void fg_micro(const float *w, int64_t ws, const int R, const float *x, int64_t xs, const int T, int64_t kn,
-                        int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, int64_t ys)
+KT_INLINE void fg_micro(const int kind, const uint8_t *w, size_t wrb, const int R, const float *x, int64_t xs,
+                        const int T, int64_t kn, int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y,
+                        int64_t ys)
 {
     VF acc[FG_R][FG_T];
     if (first) {
@@ -503,7 +509,7 @@ KT_INLINE void fg_micro(const float *w, int64_t ws, const int R, const float *x,
         VF wv[FG_R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            wv[r] = vf_load_f32(w + r * ws + c);
+            wv[r] = vf_loadw(kind, w + (size_t)r * wrb, c);
 #pragma GCC unroll 12
         for (int t = 0; t < T; t++) {
             VF a = vf_load_f32(x + t * xs + c);
@@ -527,36 +533,50 @@ KT_INLINE void fg_micro(const float *w, int64_t ws, const int R, const float *x,
 #pragma GCC unroll 12
         for (int t = 0; t < T; t++) {
             float s = vf_hsum(acc[r][t]);
-            const float *xt = x + t * xs, *wr = w + r * ws;
+            const float *xt = x + t * xs;
             for (int64_t c = kt0; c < kt1; c++)
-                s += wr[c] * xt[c];
+                s += scalar_w(kind, w + (size_t)r * wrb, c) * xt[c];
             y[t * ys + r] = s;
         }
 }
 
-typedef void (*fg_fn)(const float *w, int64_t ws, const float *x, int64_t xs, int64_t kn, int first, int last,
+typedef void (*fg_fn)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, int64_t kn, int first, int last,
                       VF *acc_io, int64_t kt0, int64_t kt1, float *y, int64_t ys);
 
+/* fg_micro_R_T reads f32 rows (the converted panel, or F32 weights); fg_micro_h_R_T, where the
+ * includer sets FG_F16_DIRECT, reads F16 rows as they are, converting each vector as it is loaded */
+#ifdef FG_F16_DIRECT
+#define FG_MICRO_H(R, T)                                                                                 \
+    static void KT(fg_micro_h_##R##_##T)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, int64_t kn, \
+                                         int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, \
+                                         int64_t ys)                                                     \
+    {                                                                                                    \
+        fg_micro(W_F16, w, wrb, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                  \
+    }
+#else
+#define FG_MICRO_H(R, T)
+#endif
 #define FG_MICRO(R, T)                                                                                   \
-    static void KT(fg_micro_##R##_##T)(const float *w, int64_t ws, const float *x, int64_t xs, int64_t kn,  \
+    static void KT(fg_micro_##R##_##T)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, int64_t kn, \
                                        int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, \
                                        int64_t ys)                                                       \
     {                                                                                                    \
-        fg_micro(w, ws, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                          \
-    }
+        fg_micro(W_F32, w, wrb, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                  \
+    }                                                                                                    \
+    FG_MICRO_H(R, T)
 #if FG_T == 6
 #define FG_MICRO_T(R) FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)
-#define FG_ROW_T(R)                                                                                      \
-    { KT(fg_micro_##R##_1), KT(fg_micro_##R##_2), KT(fg_micro_##R##_3), KT(fg_micro_##R##_4),            \
-      KT(fg_micro_##R##_5), KT(fg_micro_##R##_6) }
+#define FG_ROW_T(P, R)                                                                                   \
+    { KT(fg_micro_##P##R##_1), KT(fg_micro_##P##R##_2), KT(fg_micro_##P##R##_3), KT(fg_micro_##P##R##_4),    \
+      KT(fg_micro_##P##R##_5), KT(fg_micro_##P##R##_6) }
 #elif FG_T == 12
 #define FG_MICRO_T(R)                                                                                    \
     FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)            \
     FG_MICRO(R, 7) FG_MICRO(R, 8) FG_MICRO(R, 9) FG_MICRO(R, 10) FG_MICRO(R, 11) FG_MICRO(R, 12)
-#define FG_ROW_T(R)                                                                                      \
-    { KT(fg_micro_##R##_1), KT(fg_micro_##R##_2), KT(fg_micro_##R##_3), KT(fg_micro_##R##_4),            \
-      KT(fg_micro_##R##_5), KT(fg_micro_##R##_6), KT(fg_micro_##R##_7), KT(fg_micro_##R##_8),            \
-      KT(fg_micro_##R##_9), KT(fg_micro_##R##_10), KT(fg_micro_##R##_11), KT(fg_micro_##R##_12) }
+#define FG_ROW_T(P, R)                                                                                   \
+    { KT(fg_micro_##P##R##_1), KT(fg_micro_##P##R##_2), KT(fg_micro_##P##R##_3), KT(fg_micro_##P##R##_4),    \
+      KT(fg_micro_##P##R##_5), KT(fg_micro_##P##R##_6), KT(fg_micro_##P##R##_7), KT(fg_micro_##P##R##_8),    \
+      KT(fg_micro_##P##R##_9), KT(fg_micro_##P##R##_10), KT(fg_micro_##P##R##_11), KT(fg_micro_##P##R##_12) }
 #else
 #error "FG_T: 6 or 12"
 #endif
@@ -570,11 +590,19 @@ FG_MICRO_T(4)
 #endif
 /* [R-1][T-1] */
 static const fg_fn KT(fg_tab)[FG_R][FG_T] = {
-    FG_ROW_T(1), FG_ROW_T(2),
+    FG_ROW_T(, 1), FG_ROW_T(, 2),
 #if FG_R == 4
-    FG_ROW_T(3), FG_ROW_T(4),
+    FG_ROW_T(, 3), FG_ROW_T(, 4),
 #endif
 };
+#ifdef FG_F16_DIRECT
+static const fg_fn KT(fg_tab_h)[FG_R][FG_T] = {
+    FG_ROW_T(h_, 1), FG_ROW_T(h_, 2),
+#if FG_R == 4
+    FG_ROW_T(h_, 3), FG_ROW_T(h_, 4),
+#endif
+};
+#endif
 
 /* Rows [r0, r1) × n tokens (f32, cols apart) into y[t*w->rows + r]. scratch: this thread's
  * cdx_kernel_scratch_bytes(cols, n), 64-byte aligned. */
@@ -599,11 +627,16 @@ KT_INLINE void fg_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
                 const int64_t k1 = k0 + FG_KC < cv ? k0 + FG_KC : cv;
                 const int first = k0 == 0, last = k1 == cv;
                 const int64_t ke = last ? cols : k1; /* columns of this block, with the tail on the last */
-                const float *pw;
-                int64_t pws;
-                if (kind == W_F32) {
-                    pw = (const float *)((const uint8_t *)w->data + (size_t)p0 * w->row_bytes) + k0;
-                    pws = (int64_t)(w->row_bytes / sizeof(float));
+                const uint8_t *pw;
+                size_t pws;
+                const fg_fn(*tab)[FG_T] = KT(fg_tab);
+                if (kind == W_F32 || (FG_DIRECT_F16 && kind == W_F16)) {
+                    pw = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes + (size_t)k0 * (kind == W_F32 ? 4 : 2);
+                    pws = w->row_bytes;
+#ifdef FG_F16_DIRECT
+                    if (kind == W_F16)
+                        tab = KT(fg_tab_h);
+#endif
                 } else {
                     for (int64_t r = p0; r < p1; r++) {
                         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
@@ -614,8 +647,8 @@ KT_INLINE void fg_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
                         for (; c < ke; c++)
                             dst[c] = scalar_w(kind, row, c);
                     }
-                    pw = panel;
-                    pws = ps;
+                    pw = (const uint8_t *)panel;
+                    pws = (size_t)ps * sizeof(float);
                 }
                 for (int64_t t = t0; t < t1; t += FG_T) {
                     const int tt = t1 - t < FG_T ? (int)(t1 - t) : FG_T;
@@ -623,7 +656,7 @@ KT_INLINE void fg_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
                     VF *acct = accs + (size_t)((t - t0) / FG_T) * (size_t)rp * FG_T;
                     for (int64_t r = p0; r < p1; r += FG_R) {
                         const int rr = p1 - r < FG_R ? (int)(p1 - r) : FG_R;
-                        KT(fg_tab)[rr - 1][tt - 1](pw + (size_t)(r - p0) * (size_t)pws, pws, xt, cols, k1 - k0, first,
+                        tab[rr - 1][tt - 1](pw + (size_t)(r - p0) * pws, pws, xt, cols, k1 - k0, first,
                                                    last, acct + (size_t)(r - p0) * FG_T, cv - k0, cols - k0,
                                                    y + t * ys + r, ys);
                     }
@@ -932,6 +965,21 @@ static float KT(vexp_sum)(float *x, float sub, int64_t n)
     return r;
 }
 
+/* y = x rounded to f16 (f16 != 0) or bf16 and back, each value on its own: the activations of an
+ * F16 / BF16 matrix as ggml converts them (cdx_mat.act_half); the scalar twin is round_half_ref. */
+static void KT(vround_half)(const float *x, float *y, int64_t n, int f16)
+{
+    int64_t i = 0;
+    if (f16)
+        for (; i + VF_N <= n; i += VF_N)
+            vf_store(y + i, vf_round_f16(vf_load_f32(x + i)));
+    else
+        for (; i + VF_N <= n; i += VF_N)
+            vf_store(y + i, vf_round_bf16(vf_load_f32(x + i)));
+    for (; i < n; i++)
+        y[i] = f16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_round(x[i]);
+}
+
 /* ---- f32 attention rows (attn.c's attn_heads, fused) ----
  *
  * One query row × one KV head's `group` query heads over an F32 cache, with exactly the operations
@@ -1137,7 +1185,7 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, 
     return false;
 }
 
-static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum) };
+static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half) };
 
 /* ---- the table ---- */
 

@@ -56,6 +56,7 @@ typedef struct cdx_vec_ops {
     void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
     float (*max)(const float *x, int64_t n);
     float (*exp_sum)(float *x, float sub, int64_t n);            /* x = exp(x - sub); returns Σ */
+    void (*round_half)(const float *x, float *y, int64_t n, int f16); /* y = x through f16 (or bf16) */
 } cdx_vec_ops;
 
 extern const cdx_vec_ops cdx_vec_scalar;

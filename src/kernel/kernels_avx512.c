@@ -37,6 +37,17 @@ typedef __m512 VF;
 #define vf_hmax(v) _mm512_reduce_max_ps(v)
 #define vf_set1(a) _mm512_set1_ps(a)
 #define vf_store(p, v) _mm512_storeu_ps((p), (v))
+/* v rounded to the nearest f16 / bf16 (ties to even) and back; bf16 keeps a nan a quiet nan */
+#define vf_round_f16(v) _mm512_cvtph_ps(_mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+static inline __m512 vf_round_bf16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), hi);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    const __m512i q = _mm512_or_si512(_mm512_and_si512(u, hi), _mm512_set1_epi32(0x400000));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, q));
+}
 
 #define KT_WIDE_HEADER "kernel/kern_wide512.h"
 #define KT_ROW_BF16DP cdx_rows_bf16dp_avx512 /* --dtype bf16 on an AVX512_BF16 CPU (matmul.c checks) */

@@ -195,6 +195,7 @@ static void quantize_rows(void *arg, int ith, int nth)
  * thread: a prompt's activations are n rows, and one thread rounding them all kept the other
  * waiting (about 5 % of an F16 model's prefill). Each value is rounded on its own. */
 typedef struct {
+    const cdx_vec_ops *v;
     const float *x;
     float *xr;
     size_t nx;
@@ -205,12 +206,7 @@ static void round_part(void *arg, int ith, int nth)
 {
     const round_job *j = arg;
     const size_t a = j->nx / (size_t)nth * (size_t)ith, e = ith + 1 == nth ? j->nx : j->nx / (size_t)nth * (size_t)(ith + 1);
-    if (j->f16)
-        for (size_t i = a; i < e; i++)
-            j->xr[i] = cdx_f16_to_f32(cdx_f32_to_f16(j->x[i]));
-    else
-        for (size_t i = a; i < e; i++)
-            j->xr[i] = cdx_bf16_round(j->x[i]);
+    j->v->round_half(j->x + a, j->xr + a, (int64_t)(e - a), j->f16);
 }
 
 /* Whether b can share a's prepared activations (one quantization, or one f16/bf16 rounding). */
@@ -276,7 +272,8 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
     if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16)) {
         float *xr = (float *)p;
         size_t nx = (size_t)n * (size_t)w->cols;
-        round_job rj = { .x = x, .xr = xr, .nx = nx, .f16 = w->type == CDX_TYPE_F16 };
+        round_job rj = { .v = k && k->vec ? k->vec : &cdx_vec_scalar, .x = x, .xr = xr, .nx = nx,
+                         .f16 = w->type == CDX_TYPE_F16 };
         if (n >= 4)
             cdx_pool_run(pool, round_part, &rj);
         else

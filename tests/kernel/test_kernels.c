@@ -6,6 +6,8 @@
 #include "test.h"
 
 #include <jansson.h>
+#include <math.h>
+#include <string.h>
 
 static const uint32_t k_types_fast[] = {
     CDX_TYPE_F32, CDX_TYPE_F16, CDX_TYPE_BF16, CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_IQ4_NL,
@@ -588,6 +590,77 @@ static void isa_env_names_a_set_or_is_refused(void)
 
 /* The detector against the Linux kernel's own reading of cpuid (/proc/cpuinfo's flags, which it
  * also clears for state the OS does not save): every feature must agree. */
+static float f_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t u_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* The activations' rounding to f16 / bf16 (ggml converts an F16 / BF16 matrix's activations to its
+ * type): every set's round_half gives the scalar twin's bits on random bit patterns (every exponent,
+ * nan, inf, subnormals) and on the cases a rounding gets wrong first; a few values by hand. */
+static void half_rounding_matches_scalar(void)
+{
+    enum { N = 4099 }; /* a tail after the vectors */
+    float *x = malloc(sizeof(float) * N), *want = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    REQUIRE(x && want && got);
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < N; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        uint32_t u = (uint32_t)(r >> 16);
+        switch (i % 8) {
+        case 0: u &= 0xFFFFE000u, u |= 0x1000u; break;            /* an f16 tie */
+        case 1: u &= 0xFFFF0000u, u |= 0x8000u; break;            /* a bf16 tie */
+        case 2: u = (u & 0x807FFFFFu) | ((uint32_t)(103 + i % 12) << 23); break; /* f16 subnormals */
+        case 3: u = (u & 0x807FFFFFu) | (142u << 23); break;      /* near f16's largest */
+        default: break;
+        }
+        x[i] = f_of(u);
+    }
+    const uint32_t special[] = { 0x7F800000u, 0xFF800000u, 0x7FC00001u, 0xFFBFFFFFu, 0x80000000u, 0, 0x477FF000u,
+                                 0x477FEFFFu, 0x00000001u, 0x33000000u, 0x33000001u, 0x7F7FFFFFu };
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        x[i * 8 + 5] = f_of(special[i]);
+    for (int f16 = 0; f16 < 2; f16++) {
+        cdx_vec_scalar.round_half(x, want, N, f16);
+        for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+            const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+            if (!k) {
+                t_skip_isa(k_isas[ii]);
+                continue;
+            }
+            if (!k->vec)
+                continue; /* the scalar set uses the twin itself */
+            for (int n = 0; n < 20; n++) { /* every tail length, then the whole */
+                memset(got, 0x55, sizeof(float) * N);
+                k->vec->round_half(x, got, n, f16);
+                CHECKF(!memcmp(got, want, sizeof(float) * (size_t)n), "%s f16=%d n=%d", k_isas[ii], f16, n);
+            }
+            k->vec->round_half(x, got, N, f16);
+            int bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += u_of(got[i]) != u_of(want[i]);
+            CHECKF(bad == 0, "%s f16=%d: %d of %d values differ from the scalar twin", k_isas[ii], f16, bad, N);
+        }
+    }
+    /* by hand: ties go to even, f16 overflows to inf from 65520, nan stays nan */
+    float in[6] = { 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65520.0f, 65519.0f, f_of(0x7FC00000u), 0x1p-25f }, out[6];
+    cdx_vec_scalar.round_half(in, out, 6, 1);
+    CHECK(out[0] == 1.0f && out[1] == 1.0f + 0x1p-9f && isinf(out[2]) && out[3] == 65504.0f && isnan(out[4]) &&
+          out[5] == 0.0f);
+    float bin[3] = { 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, f_of(0x7F800001u) }, bout[3];
+    cdx_vec_scalar.round_half(bin, bout, 3, 0);
+    CHECK(bout[0] == 1.0f && bout[1] == 1.0f + 0x1p-6f && isnan(bout[2]));
+    free(x), free(want), free(got);
+}
+
 static void cpu_features_match_proc_cpuinfo(void)
 {
     FILE *fp = fopen("/proc/cpuinfo", "r");
@@ -732,5 +805,6 @@ int main(void)
     RUN("in-place rows match the packed bits", in_place_rows_match_packed_bits);
     RUN("matmul_multi equals separate calls", matmul_multi_equals_separate_calls);
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
+    RUN("f16/bf16 activation rounding matches the scalar twin", half_rounding_matches_scalar);
     return t_done("kernels");
 }
