@@ -367,6 +367,68 @@ static void embed_row(const cdx_mat *e, int32_t tok, float *out)
     t->to_f32(row, out, e->cols);
 }
 
+/* The per-token steps between the matrices, a slice of the batch's tokens per thread: each token's
+ * values are computed by the same code whichever thread takes it, so the bits do not depend on the
+ * split. One thread doing them kept the other waiting (~3 % of a Qwen3 prefill). */
+typedef struct {
+    float *out;
+    const float *x, *w;
+    int64_t n, E;
+    float eps;
+} norm_job;
+
+static void norm_part(void *arg, int ith, int nth)
+{
+    const norm_job *j = arg;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
+        model_rmsnorm(j->out + i * j->E, j->x + i * j->E, j->w, j->E, j->eps);
+}
+
+static void norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps)
+{
+    norm_job j = { out, x, w, n, E, eps };
+    if (n >= 4)
+        cdx_pool_run(pool, norm_part, &j);
+    else
+        norm_part(&j, 0, 1);
+}
+
+/* q, k, v of each token after the projections: biases, the per-head q/k norms, rope, and the store
+ * into the token's own KV slot (distinct positions: no two tokens write the same bytes). */
+typedef struct {
+    const cdx_forward_ctx *fc;
+    const layer_weights *L;
+    const cdx_kv_seq *seqs;
+    int64_t l, n;
+} qkv_job;
+
+static void qkv_part(void *arg, int ith, int nth)
+{
+    const qkv_job *j = arg;
+    const cdx_forward_ctx *fc = j->fc;
+    const layer_weights *L = j->L;
+    const cdx_model *m = fc->m;
+    const cdx_hparams *hp = &m->hp;
+    const int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        float *q = fc->q + i * qd, *k = fc->kk + i * kvd, *v = fc->vv + i * kvd;
+        if (L->bq) {
+            for (int64_t d = 0; d < qd; d++) q[d] += L->bq[d];
+            for (int64_t d = 0; d < kvd; d++) k[d] += L->bk[d];
+            for (int64_t d = 0; d < kvd; d++) v[d] += L->bv[d];
+        }
+        if (L->q_norm) {
+            for (int64_t h = 0; h < hp->n_head; h++)
+                model_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+            for (int64_t h = 0; h < hp->n_head_kv; h++)
+                model_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+        }
+        rope(q, hp->n_head, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
+        rope(k, hp->n_head_kv, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
+        model_kv_store(&j->seqs[fc->seq[i]], j->l, fc->pos[i], kvd, k, v);
+    }
+}
+
 static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
                      cdx_err *err)
 {
@@ -427,27 +489,14 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        for (int64_t i = 0; i < n; i++)
-            model_rmsnorm(fc->xn + i * E, fc->x + i * E, L->attn_norm, E, hp->rms_eps);
+        norm_rows(pool, fc->xn, fc->x, L->attn_norm, n, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, fc->xn, n,
                          (float *[]){ fc->q, fc->kk, fc->vv }, fc->ws);
-        for (int64_t i = 0; i < n; i++) {
-            float *q = fc->q + i * qd, *k = fc->kk + i * kvd, *v = fc->vv + i * kvd;
-            if (L->bq) {
-                for (int64_t d = 0; d < qd; d++) q[d] += L->bq[d];
-                for (int64_t d = 0; d < kvd; d++) k[d] += L->bk[d];
-                for (int64_t d = 0; d < kvd; d++) v[d] += L->bv[d];
-            }
-            if (L->q_norm) {
-                for (int64_t h = 0; h < hp->n_head; h++)
-                    model_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
-                for (int64_t h = 0; h < hp->n_head_kv; h++)
-                    model_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
-            }
-            rope(q, hp->n_head, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
-            rope(k, hp->n_head_kv, hd, fc->pos[i], m->inv_freq, hp->rope_mode);
-            model_kv_store(&seqs[fc->seq[i]], l, fc->pos[i], kvd, k, v);
-        }
+        qkv_job qj = { fc, L, seqs, l, n };
+        if (n >= 4)
+            cdx_pool_run(pool, qkv_part, &qj);
+        else
+            qkv_part(&qj, 0, 1);
         for (int64_t i = 0; i < n; i++) {
             const cdx_kv_seq *c = &seqs[fc->seq[i]];
             const int64_t pos = fc->pos[i], w = hp->sliding_window;
@@ -462,8 +511,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         cdx_matmul(K, pool, &L->wo, fc->attn, n, fc->xn, fc->ws);
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];
-        for (int64_t i = 0; i < n; i++)
-            model_rmsnorm(fc->xn + i * E, fc->x + i * E, L->ffn_norm, E, hp->rms_eps);
+        norm_rows(pool, fc->xn, fc->x, L->ffn_norm, n, E, hp->rms_eps);
         if (L->moe) {
             if ((rc = moe_block(fc, l, L, fc->xn, n, fc->moe, err)))
                 return rc;
