@@ -455,7 +455,9 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
  *   - the columns are walked in blocks of FG_KC (a multiple of VF_N, so lanes stay put); the
  *     accumulators are saved between blocks as vectors (no rounding there);
  *   - a panel of up to CDX_FGEMM_MAX_RP rows × one column block is converted to f32 once (F16/BF16:
- *     exact) into L2 and used for a panel of up to FG_TP tokens;
+ *     exact) into L2 and used for a panel of up to FG_TP tokens; where the includer sets
+ *     FG_F16_DIRECT, F16 rows are read as they are instead, each vector converted as it is loaded
+ *     (AVX2 on Zen 3: the conversion pass and its cold reads cost more than the conversions);
  *   - FG_T tokens × one column block stay in L1 while FG_R rows at a time stream past them, so each
  *     column step is FG_R weight loads and FG_T token loads for FG_R × FG_T fused multiply-adds.
  * Each token is read from memory once per row panel (not once per few rows, whatever the row
