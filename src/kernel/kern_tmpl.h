@@ -547,25 +547,18 @@ typedef void (*fg_fn)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, 
 
 /* fg_micro_R_T reads f32 rows (the converted panel, or F32 weights); fg_micro_h_R_T, where the
  * includer sets FG_F16_DIRECT, reads F16 rows as they are, converting each vector as it is loaded */
-#ifdef FG_F16_DIRECT
-#define FG_MICRO_H(R, T)                                                                                 \
-    static void KT(fg_micro_h_##R##_##T)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, int64_t kn, \
-                                         int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, \
-                                         int64_t ys)                                                     \
+#define FG_MICRO_FN(P, kind, R, T)                                                                       \
+    static void KT(fg_micro_##P##R##_##T)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, int64_t kn, \
+                                          int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, \
+                                          int64_t ys)                                                    \
     {                                                                                                    \
-        fg_micro(W_F16, w, wrb, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                  \
+        fg_micro(kind, w, wrb, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                   \
     }
+#ifdef FG_F16_DIRECT
+#define FG_MICRO(R, T) FG_MICRO_FN(, W_F32, R, T) FG_MICRO_FN(h_, W_F16, R, T)
 #else
-#define FG_MICRO_H(R, T)
+#define FG_MICRO(R, T) FG_MICRO_FN(, W_F32, R, T)
 #endif
-#define FG_MICRO(R, T)                                                                                   \
-    static void KT(fg_micro_##R##_##T)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, int64_t kn, \
-                                       int first, int last, VF *acc_io, int64_t kt0, int64_t kt1, float *y, \
-                                       int64_t ys)                                                       \
-    {                                                                                                    \
-        fg_micro(W_F32, w, wrb, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                  \
-    }                                                                                                    \
-    FG_MICRO_H(R, T)
 #if FG_T == 6
 #define FG_MICRO_T(R) FG_MICRO(R, 1) FG_MICRO(R, 2) FG_MICRO(R, 3) FG_MICRO(R, 4) FG_MICRO(R, 5) FG_MICRO(R, 6)
 #define FG_ROW_T(P, R)                                                                                   \
