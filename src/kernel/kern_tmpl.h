@@ -475,10 +475,8 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
 /* Rows of more than one column block reconvert their panel per block and token panel: below this
  * many tokens tile_f (no conversion) is faster there (bench-kernels: 2048 x 8192 F16 at n = 8) */
 #define FG_MIN_N_BLOCKED 16
-#ifdef FG_F16_DIRECT
-#define FG_DIRECT_F16 1
-#else
-#define FG_DIRECT_F16 0
+#ifndef FG_F16_DIRECT /* 1: F16 rows read as they are (see above) */
+#define FG_F16_DIRECT 0
 #endif
 #if FG_R > CDX_FGEMM_MAX_R || FG_T > CDX_FGEMM_MAX_T || VF_N > 16 || FG_KC % VF_N || CDX_FGEMM_MAX_RP % FG_R || \
     FG_KC > CDX_FGEMM_MAX_KC
@@ -554,7 +552,7 @@ typedef void (*fg_fn)(const uint8_t *w, size_t wrb, const float *x, int64_t xs, 
     {                                                                                                    \
         fg_micro(kind, w, wrb, R, x, xs, T, kn, first, last, acc_io, kt0, kt1, y, ys);                   \
     }
-#ifdef FG_F16_DIRECT
+#if FG_F16_DIRECT
 #define FG_MICRO(R, T) FG_MICRO_FN(, W_F32, R, T) FG_MICRO_FN(h_, W_F16, R, T)
 #else
 #define FG_MICRO(R, T) FG_MICRO_FN(, W_F32, R, T)
@@ -590,7 +588,7 @@ static const fg_fn KT(fg_tab)[FG_R][FG_T] = {
     FG_ROW_T(, 3), FG_ROW_T(, 4),
 #endif
 };
-#ifdef FG_F16_DIRECT
+#if FG_F16_DIRECT
 static const fg_fn KT(fg_tab_h)[FG_R][FG_T] = {
     FG_ROW_T(h_, 1), FG_ROW_T(h_, 2),
 #if FG_R == 4
@@ -625,10 +623,10 @@ KT_INLINE void fg_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
                 const uint8_t *pw;
                 size_t pws;
                 const fg_fn(*tab)[FG_T] = KT(fg_tab);
-                if (kind == W_F32 || (FG_DIRECT_F16 && kind == W_F16)) {
+                if (kind == W_F32 || (FG_F16_DIRECT && kind == W_F16)) {
                     pw = (const uint8_t *)w->data + (size_t)p0 * w->row_bytes + (size_t)k0 * (kind == W_F32 ? 4 : 2);
                     pws = w->row_bytes;
-#ifdef FG_F16_DIRECT
+#if FG_F16_DIRECT
                     if (kind == W_F16)
                         tab = KT(fg_tab_h);
 #endif

@@ -9,7 +9,7 @@
 #define FG_R 2    /* float GEMM: 2 rows x 6 tokens = 12 ymm accumulators, 768-column blocks */
 #define FG_T 6
 #define FG_KC 768
-#define FG_F16_DIRECT /* F16 rows read as they are, converted as loaded: no f32 panel (Zen 3: F16 prefill +18-28 %) */
+#define FG_F16_DIRECT 1 /* F16 rows read as they are, converted as loaded: no f32 panel (Zen 3: F16 prefill +18-28 %) */
 #define TMAX 2
 
 #define DOT_US(acc, u, s) \
