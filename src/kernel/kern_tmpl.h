@@ -473,7 +473,9 @@ KT_INLINE void fv_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const
 #endif
 #define FG_TP (CDX_FGEMM_MAX_TP / FG_T * FG_T)
 /* Rows of more than one column block reconvert their panel per block and token panel: below this
- * many tokens tile_f (no conversion) is faster there (bench-kernels: 2048 x 8192 F16 at n = 8) */
+ * many tokens tile_f (no conversion) is faster there (bench-kernels: 2048 x 8192 F16 at n = 8).
+ * F16 read directly converts nothing, so it takes the GEMM from CDX_GEMM_MIN_N (Zen 3, one
+ * thread: 2048 x 8192 at n = 12 34-36 -> 48-51 GFLOP/s, 2048 x 2048 at n = 8 32-33 -> 37). */
 #define FG_MIN_N_BLOCKED 16
 #ifndef FG_F16_DIRECT /* 1: F16 rows read as they are (see above) */
 #define FG_F16_DIRECT 0
@@ -772,7 +774,7 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
             fv_rows(kind, w, r0, r1, x, y);                                                              \
             return;                                                                                      \
         }                                                                                                \
-        if (n >= (w->cols - w->cols % VF_N > FG_KC ? FG_MIN_N_BLOCKED : CDX_GEMM_MIN_N) && scratch) {     \
+        if (n >= (w->cols - w->cols % VF_N > FG_KC && !(FG_F16_DIRECT && kind == W_F16) ? FG_MIN_N_BLOCKED : CDX_GEMM_MIN_N) && scratch) {     \
             fg_rows(kind, w, r0, r1, x, n, y, scratch);                                                  \
             return;                                                                                      \
         }                                                                                                \
