@@ -77,28 +77,37 @@ KT_INLINE void x16_zero_y(float *y, int64_t ys, const int TT)
             _mm256_storeu_ps(y + t * ys + 8 * h, _mm256_setzero_ps());
 }
 
-/* Prefill, the 32-value types: one 16-row group × TT tokens, one 8-row half h at a time, so that
- * the integer sums (TT ymm), the broadcast activations and the weights fit AVX2's 16 registers
- * (both halves at once spill); the float accumulators live in y itself. The integer sums are
- * exact and the float steps are x16_micro's in its order: the same bits as decode, whatever TT. */
+/* Prefill, the 32-value types: one 16-row group × TT tokens, one 8-row half h at a time over all
+ * the blocks, so that the float sums (TT ymm), the integer sums (TT ymm), the broadcast activations
+ * and the weights fit AVX2's 16 registers (both halves at once spill) and no float sum goes through
+ * memory between blocks; the second half re-reads the group's other 32 bytes of each line from L1/L2.
+ * The integer sums are exact and the float steps are x16_micro's in its order (over b, from zero):
+ * the same bits as decode, whatever TT. */
 KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t *x, size_t xrb, const float *da,
                            const int32_t *sa, const int TT, float *y, int64_t ys)
 {
     const size_t qb = x16_qbytes(kind);
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
     const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
-    x16_zero_y(y, ys, TT);
     const uint16_t *S = (const uint16_t *)(Q + (size_t)nb * qb);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *qp = Q + (size_t)b * qb;
-        const int8_t *a[X16_TOK];
+    const int8_t *a0[X16_TOK];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        a0[t] = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))->qs;
+#pragma GCC unroll 1
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[X16_TOK];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
-            a[t] = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))[b].qs;
-        for (size_t o = 0; o < qb; o += 64)
-            _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
-#pragma GCC unroll 1
-        for (int h = 0; h < 2; h++) {
+            acc[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *qp = Q + (size_t)b * qb;
+            const int8_t *a[X16_TOK];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                a[t] = a0[t] + (size_t)b * sizeof(cdx_block_q8_0);
+            for (size_t o = 0; o < qb; o += 64)
+                _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
             __m256i si[X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++)
@@ -143,11 +152,12 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
                 __m256i st = si[t];
                 if (kind == W_Q4_0)
                     st = _mm256_add_epi32(_mm256_madd_epi16(st, one16), _mm256_set1_epi32(-8 * sa[t * nb + b]));
-                float *yt = y + t * ys + 8 * h;
-                _mm256_storeu_ps(yt, _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(sw, _mm256_set1_ps(da[t * nb + b])),
-                                                     _mm256_loadu_ps(yt)));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(sw, _mm256_set1_ps(da[t * nb + b])), acc[t]);
             }
         }
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm256_storeu_ps(y + t * ys + 8 * h, acc[t]);
     }
 }
 
