@@ -9,7 +9,14 @@
  * tile_b32 does. The integer sums are the AVX-512 set's exactly and
  * the float steps the same ones in the same order, so both sets give a packed row the same bits. */
 
-#define X16_TOK 4        /* 16 rows × 4 tokens: 8 float accumulators of 16 ymm */
+#define X16_TOK 4        /* tokens a call of the decode and super-block micro kernels */
+#define X16_TOK_P 8      /* the most tokens an x16_micro_p call takes (its Q8_0 tile) */
+/* Tokens a call, by layout: Q8_0's prefill re-reads each weight vector (and its |w|) once per
+ * tile, and 8 tokens spread that over twice as many sums (bench-kernels -t 1 3072 x 1024 at
+ * n = 128: 115-117 -> 121-123 GFLOP/s); the 4-bit types and the super-block layouts were slower at
+ * 8 (Q4_0 170 -> 163, Q4_K 165 -> 110): their sums spill there. */
+#define X16_TILE(kind) ((kind) == W_Q8_0 ? X16_TOK_P : X16_TOK)
+#define X16_TILE_MAX X16_TOK_P
 /* Decode's prefetch distance, bytes ahead of each stream: at 4 KiB (prefill's) decode read DRAM
  * 8-15 % slower (bench/compare-llamacpp, Q4_0 and Q4_K_M, Zen 3); prefill re-reads a group per
  * token tile and keeps 4 KiB (16 KiB cost Q8_0 prefill ~10 %). */
@@ -90,45 +97,45 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
     const __m256i m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
     const uint16_t *S = (const uint16_t *)(Q + (size_t)nb * qb);
-    const int8_t *a0[X16_TOK];
-#pragma GCC unroll 4
+    const int8_t *a0[X16_TOK_P];
+#pragma GCC unroll 8
     for (int t = 0; t < TT; t++)
         a0[t] = ((const cdx_block_q8_0 *)(x + (size_t)t * xrb))->qs;
 #pragma GCC unroll 1
     for (int h = 0; h < 2; h++) {
-        __m256 acc[X16_TOK];
-#pragma GCC unroll 4
+        __m256 acc[X16_TOK_P];
+#pragma GCC unroll 8
         for (int t = 0; t < TT; t++)
             acc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *qp = Q + (size_t)b * qb;
-            const int8_t *a[X16_TOK];
-#pragma GCC unroll 4
+            const int8_t *a[X16_TOK_P];
+#pragma GCC unroll 8
             for (int t = 0; t < TT; t++)
                 a[t] = a0[t] + (size_t)b * sizeof(cdx_block_q8_0);
             for (size_t o = 0; o < qb; o += 64)
                 _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
-            __m256i si[X16_TOK]; /* Q4_0: i16 pair sums; the signed types: i32 */
-#pragma GCC unroll 4
+            __m256i si[X16_TOK_P]; /* Q4_0: i16 pair sums; the signed types: i32 */
+#pragma GCC unroll 8
             for (int t = 0; t < TT; t++)
                 si[t] = _mm256_setzero_si256();
             if (kind == W_Q8_0) {
 #pragma GCC unroll 8
                 for (int k = 0; k < 8; k++) {
                     const __m256i wv = load32(qp + 64 * k + 32 * h), wa = _mm256_abs_epi8(wv);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                     for (int t = 0; t < TT; t++) {
                         si[t] = dot4_wsigned(si[t], wa, wv, bcast4(a[t] + 4 * k));
                         X16_KEEP(si[t]);
                     }
                 }
             } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int k = 0; k < 4; k++) {
                     const __m256i v = load32(qp + 64 * k + 32 * h);
                     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                     if (kind == W_Q4_0) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                         for (int t = 0; t < TT; t++) {
                             si[t] = _mm256_add_epi16(si[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(a[t] + 4 * k)),
                                                                              _mm256_maddubs_epi16(hi, bcast4(a[t] + 16 + 4 * k))));
@@ -137,7 +144,7 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
                     } else {
                         lo = _mm256_shuffle_epi8(kv, lo);
                         hi = _mm256_shuffle_epi8(kv, hi);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                         for (int t = 0; t < TT; t++) {
                             const __m256i av = bcast4(a[t] + 4 * k), ah = bcast4(a[t] + 16 + 4 * k);
                             si[t] = dot4_signed(dot4_signed(si[t], lo, _mm256_abs_epi8(av), av), hi, _mm256_abs_epi8(ah), ah);
@@ -147,7 +154,7 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
                 }
             }
             const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + 16 * b + 8 * h)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int t = 0; t < TT; t++) {
                 __m256i st = si[t];
                 if (kind == W_Q4_0)
@@ -155,7 +162,7 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), _mm256_mul_ps(sw, _mm256_set1_ps(da[t * nb + b])), acc[t]);
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < TT; t++)
             _mm256_storeu_ps(y + t * ys + 8 * h, acc[t]);
     }

@@ -1,7 +1,12 @@
 /* The drivers of the load-time layouts (kern_x16.h): rows [r0, r1) × n tokens through the
- * includer's micro kernels x16_micro, x16k_micro and x16q6_micro, at most X16_TOK tokens per
- * call. Every token's sums are the same whatever its neighbours in the call (the micro kernels
- * treat tokens independently), so decode and prefill agree bit for bit. */
+ * includer's micro kernels x16_micro, x16k_micro and x16q6_micro, X16_TILE(kind) (x16) or X16_TOK
+ * (x16k, x16q6) tokens per call. Every token's sums are the same whatever its
+ * neighbours in the call (the micro kernels treat tokens independently), so decode and prefill
+ * agree bit for bit. */
+#ifndef X16_TILE /* tokens an x16 micro kernel call, by layout kind (at most X16_TILE_MAX) */
+#define X16_TILE(kind) X16_TOK
+#define X16_TILE_MAX X16_TOK
+#endif
 #define X16_MICRO_CASE(kind, n_)                                                                        \
     case n_: x16_micro(kind, Q, gbytes, 1, nb, x, xrb, dav + t * nb, sav + t * nb, n_, y + t * w->rows + r, w->rows, t == 0); break;
 
@@ -65,12 +70,13 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
             Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
         else
             x16_pack_group(w, kind, r / 16, grp, true);
-        for (int64_t t = 0; t < n; t += X16_TOK) {
-            const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
+        const int tile = X16_TILE(kind);
+        for (int64_t t = 0; t < n; t += tile) {
+            const int tt = n - t < tile ? (int)(n - t) : tile;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
             switch (tt) {
                 X16_MICRO_CASE(kind, 1) X16_MICRO_CASE(kind, 2) X16_MICRO_CASE(kind, 3) X16_MICRO_CASE(kind, 4)
-#if X16_TOK > 4
+#if X16_TILE_MAX > 4
                 X16_MICRO_CASE(kind, 5) X16_MICRO_CASE(kind, 6) X16_MICRO_CASE(kind, 7) X16_MICRO_CASE(kind, 8)
 #endif
             }

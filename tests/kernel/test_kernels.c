@@ -542,8 +542,9 @@ static void matmul_rows_are_batch_invariant(void)
                     m.packed_for = k;
                 }
                 void *ws = malloc(cdx_matmul_ws_bytes(&m, n_max, cdx_pool_size(pool)));
-                /* n mod 4 = 0..3 (the AVX2 micro kernels take 4 tokens a call) and long batches */
-                const int64_t ns[] = { 2, 3, 4, 5, 7, 8, 9, 16, 19, 33 };
+                /* n mod 4 = 0..3 and mod 8 = 0..7 (the AVX2 micro kernels take 4 or 8 tokens a call)
+                 * and long batches */
+                const int64_t ns[] = { 2, 3, 4, 5, 6, 7, 8, 9, 14, 16, 19, 33 };
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     cdx_matmul(k, pool, &m, x, ns[ni], yn, ws);
                     for (int64_t i = 0; i < ns[ni]; i++) {
