@@ -130,7 +130,8 @@ typedef struct cdx_event {
     /* token events (finish == CDX_FINISH_NONE); on the final event token is -1 */
     int32_t token;
     int64_t index;              /* 0-based among this request's generated tokens */
-    float logprob;              /* log softmax of the raw logits at the token */
+    float logprob;              /* log softmax of the raw logits at the token; NaN unless the
+                                 * request asked for logprobs (or top_logprobs) */
     int n_top;                  /* the request's top_logprobs (0 when not asked) */
     const int32_t *top_ids;     /* [n_top], highest first (lowest id first on a tie) */
     const float *top_logits;    /* raw logits of top_ids */
@@ -154,6 +155,8 @@ typedef struct cdx_request {
     bool ignore_eos;
     const char *const *stop;     /* stop strings (copied); never emitted */
     int n_stop;
+    bool logprobs;               /* each token event's logprob (a whole-vocabulary log-sum-exp a
+                                  * token; top_logprobs > 0 implies it); else it is NaN */
     int top_logprobs;            /* 0..n_vocab */
     bool skip_special;           /* leave special tokens' text out of the text */
     cdx_event_fn on_event;       /* called on the engine thread, inside cdx_engine_step */

@@ -49,6 +49,7 @@ typedef struct seq {
     int64_t n_registered;      /* blocks offered to the prefix table so far */
     int64_t max_tokens, n_gen, n_cached;
     bool ignore_eos, skip_special, cancelled, admitted_once;
+    bool logprobs;             /* the request wants logprobs (asked, or top_logprobs > 0) */
     int n_top;
     int32_t *top_ids;
     float *top_logits, *top_lp;
@@ -120,7 +121,8 @@ struct cdx_engine {
     seq **b_seqs;              /* [max_batch] the sequences in this round, in cdx_kv_seq order */
     cdx_kv_seq *b_kv;
     seq **b_logit_seq;         /* [max_batch] whose logits row i is */
-    double *b_lse;             /* [max_batch] log-sum-exp of logits row i */
+    double *b_lse;             /* [max_batch] log-sum-exp of logits row i (NaN: not wanted) */
+    int *b_lse_rows;           /* [max_batch] the rows whose request wants logprobs */
     float *logits;             /* [max_batch][n_vocab] */
     /* shared with other threads (mu) */
     pthread_mutex_t mu;
@@ -596,12 +598,14 @@ static double logits_lse(const float *logits, int64_t nv)
     return (double)mx + log(sum);
 }
 
-/* Every logits row of a round on the forward pass's threads (a whole-vocabulary pass of exp per
- * row: 8 streams spent ~10 % of a decode round on it on one thread). Each row is one call of
- * logits_lse, whichever thread runs it: the same bits. */
+/* The logits rows of a round whose requests want logprobs, on the forward pass's threads (a
+ * whole-vocabulary pass of exp per row: 8 streams spent ~10 % of a decode round on it on one
+ * thread, so rows nobody asked for are skipped). Each row is one call of logits_lse, whichever
+ * thread runs it: the same bits. */
 typedef struct {
     const float *logits;
     int64_t nv;
+    const int *rows;
     int n;
     double *lse;
 } lse_job;
@@ -609,8 +613,8 @@ typedef struct {
 static void lse_part(void *arg, int ith, int nth)
 {
     const lse_job *j = arg;
-    for (int i = ith; i < j->n; i += nth)
-        j->lse[i] = logits_lse(j->logits + (size_t)i * (size_t)j->nv, j->nv);
+    for (int k = ith; k < j->n; k += nth)
+        j->lse[j->rows[k]] = logits_lse(j->logits + (size_t)j->rows[k] * (size_t)j->nv, j->nv);
 }
 
 static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, double lse, const char **msg)
@@ -632,7 +636,7 @@ static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, doub
         for (int i = 0; i < s->n_top; i++)
             s->top_lp[i] = (float)((double)s->top_logits[i] - lse);
     }
-    const float lp = (float)((double)logits[t] - lse);
+    const float lp = s->logprobs ? (float)((double)logits[t] - lse) : NAN;
     bool stopped = false;
     size_t from = s->n_emitted, len = 0;
     if (e->tok) {
@@ -760,9 +764,10 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->b_kv = malloc(S * sizeof *e->b_kv);
     e->b_logit_seq = malloc(S * sizeof *e->b_logit_seq);
     e->b_lse = malloc(S * sizeof *e->b_lse);
+    e->b_lse_rows = malloc(S * sizeof *e->b_lse_rows);
     e->logits = malloc(S * (size_t)hp->n_vocab * sizeof(float));
     if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want || !e->b_embd ||
-        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->b_lse || !e->logits) {
+        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->b_lse || !e->b_lse_rows || !e->logits) {
         cdx_engine_free(e);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
     }
@@ -813,6 +818,7 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_kv);
     free(e->b_logit_seq);
     free(e->b_lse);
+    free(e->b_lse_rows);
     free(e->logits);
     free(e->cancels);
     cdx_forward_ctx_free(e->fc);
@@ -963,6 +969,7 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     s->cap_toks = (size_t)r->n_prompt + 16;
     s->toks = malloc(s->cap_toks * sizeof *s->toks);
     s->n_top = r->top_logprobs;
+    s->logprobs = r->logprobs || r->top_logprobs > 0;
     if (s->n_top) {
         s->top_ids = malloc((size_t)s->n_top * sizeof *s->top_ids);
         s->top_logits = malloc((size_t)s->n_top * sizeof *s->top_logits);
@@ -1355,8 +1362,14 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 seq_register_blocks(e, e->b_seqs[i]);
                 seq_snapshot(e, e->b_seqs[i]);
             }
-            lse_job lj = { e->logits, e->hp->n_vocab, n_logits, e->b_lse };
-            if (n_logits > 1)
+            int n_lse = 0;
+            for (int i = 0; i < n_logits; i++) {
+                e->b_lse[i] = NAN;
+                if (e->b_logit_seq[i]->logprobs)
+                    e->b_lse_rows[n_lse++] = i;
+            }
+            lse_job lj = { e->logits, e->hp->n_vocab, e->b_lse_rows, n_lse, e->b_lse };
+            if (n_lse > 1)
                 cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
             else
                 lse_part(&lj, 0, 1);

@@ -783,6 +783,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.stop = j->p.stop;
     rq.n_stop = j->p.n_stop;
     rq.top_logprobs = j->p.logprobs ? j->p.top_logprobs : 0;
+    rq.logprobs = j->p.logprobs;
     rq.skip_special = true;
     rq.on_event = on_event;
     rq.user = j;

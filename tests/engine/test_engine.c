@@ -473,6 +473,44 @@ static void cancel_ends_a_request_and_frees_its_blocks(void)
     cdx_model_close(m);
 }
 
+/* The log-sum-exp over the vocabulary runs only for requests that want logprobs: the others get
+ * NaN and the same tokens; asking with or without top_logprobs gives the same bits. */
+static void logprobs_only_when_asked(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    cdx_engine *e = engine(m, NULL, NULL, 8, 512, 0, 256);
+    REQUIRE(e);
+    req_spec q = { .n = 3, .ids = { 1, 400, 300 }, .max_tokens = 12 };
+    static result r[3];
+    for (int i = 0; i < 3; i++) { /* together, so the round computes some rows' lse and not others' */
+        cdx_request rq = make_req(&q, &r[i]);
+        rq.top_logprobs = i == 0 ? TOPK : 0;
+        rq.logprobs = i == 1;
+        REQUIRE(cdx_engine_submit(e, &rq, NULL, &err) == 0);
+    }
+    while (cdx_engine_busy(e))
+        REQUIRE(cdx_engine_step(e, &err) == 0);
+    REQUIRE(r[0].n == 12 && r[1].n == 12 && r[2].n == 12);
+    int nan_lp = 0, same_lp = 0, same_tok = 0, greedy_top = 0;
+    for (int t = 0; t < 12; t++) {
+        float lp2;
+        memcpy(&lp2, &r[2].lp[t], 4);
+        nan_lp += isnan(lp2);
+        same_lp += r[0].lp[t] == r[1].lp[t];
+        same_tok += r[0].tok[t] == r[1].tok[t] && r[1].tok[t] == r[2].tok[t];
+        greedy_top += r[0].top_id[t][0] == r[0].tok[t] && r[0].lp[t] == fbits(r[0].top_lp[t][0]) && r[0].top_lp[t][0] <= 0;
+    }
+    CHECKF(nan_lp == 12, "%d of 12 logprobs of the request that did not ask are NaN", nan_lp);
+    CHECKF(same_lp == 12, "%d of 12 logprobs the same with and without top_logprobs", same_lp);
+    CHECKF(same_tok == 12, "%d of 12 tokens the same", same_tok);
+    CHECKF(greedy_top == 12, "%d of 12 greedy tokens are their top_logprobs' first, with its logprob", greedy_top);
+    CHECK(blocks_held(e) == 0);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
 static void stop_strings_are_never_emitted(void)
 {
     cdx_err err = { 0 };
@@ -753,6 +791,7 @@ int main(void)
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
+    RUN("logprobs are computed for the requests that ask, NaN for the others", logprobs_only_when_asked);
     RUN("the sampler adds the logit bias first, then penalises, then cuts", sampler_applies_bias_then_penalties);
     RUN("evicted blocks reach the store and a new engine reads them", evicted_blocks_reach_the_store);
     RUN("Qwen3.5: a longer prompt and a continued conversation resume from state snapshots, same bits",
