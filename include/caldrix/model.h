@@ -173,6 +173,10 @@ CDX_API const cdx_hparams *cdx_model_hparams(const cdx_model *m);
 CDX_API const cdx_gguf *cdx_model_gguf(const cdx_model *m);
 /* Bytes of weights read for one decoded token (for bandwidth figures). */
 CDX_API size_t cdx_model_weight_bytes(const cdx_model *m);
+/* Multiply-adds of the weight matrices for one token (as cdx_model_weight_bytes counts them: a
+ * mixture of experts' n_expert_used of n_expert); *head (may be NULL) gets the output head's share,
+ * which a prompt computes for its last token only and a decoded token always. */
+CDX_API double cdx_model_matmul_macs(const cdx_model *m, double *head);
 /* Waits until the matrices the first forward context left to be packed in the background are
  * packed (cdx_forward_ctx_create; until then they are read in place, with the same results) and
  * returns how long it waited, in ms; 0 at once when there are none. Each forward pass installs

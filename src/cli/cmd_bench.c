@@ -364,6 +364,10 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "expert_hits", json_integer((json_int_t)x_hits));
         json_object_set_new(o, "expert_misses", json_integer((json_int_t)x_misses));
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)wbytes));
+        double head_macs = 0;
+        const double macs = cdx_model_matmul_macs(m, &head_macs);
+        json_object_set_new(o, "matmul_macs_per_token", json_real(macs));
+        json_object_set_new(o, "head_macs_per_token", json_real(head_macs));
         uint64_t rss, rss_peak;
         rss_bytes(&rss, &rss_peak);
         json_object_set_new(o, "rss_bytes", json_integer((json_int_t)rss));

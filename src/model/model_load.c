@@ -1569,6 +1569,24 @@ size_t cdx_model_weight_bytes(const cdx_model *m)
     return total;
 }
 
+double cdx_model_matmul_macs(const cdx_model *m, double *head)
+{
+    double total = 0, experts = 0;
+    for (size_t i = 0; i < m->n_mats; i++)
+        total += (double)m->mats[i]->rows * (double)m->mats[i]->cols;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        for (int64_t e = 0; m->layers[l].moe && e < m->hp.n_expert; e++) {
+            const cdx_mat *x[] = { &m->layers[l].exp_gate[e], &m->layers[l].exp_up[e], &m->layers[l].exp_down[e] };
+            for (int i = 0; i < 3; i++)
+                experts += (double)x[i]->rows * (double)x[i]->cols;
+        }
+    if (experts > 0)
+        total -= experts - experts * (double)m->hp.n_expert_used / (double)m->hp.n_expert;
+    if (head)
+        *head = (double)m->output.rows * (double)m->output.cols;
+    return total;
+}
+
 /* ---- identity ---- */
 
 static void fp_mat(EVP_MD_CTX *c, const cdx_mat *w)

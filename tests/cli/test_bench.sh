@@ -30,6 +30,10 @@ PY
 "$CALDRIX" bench "$M" -t 2 -p 12 -n 5 -r 2 --json >"$tmp/b.json" 2>"$tmp/err"; rc=$?
 check "bench --json on stories260K exits 0" '[ $rc -eq 0 ]'
 check "bench --json prints load_ms, prefill_tok_s, decode_tok_s (and bandwidth) as positive numbers" 'positive_json "$tmp/b.json"'
+# stories260K's matrices (its README, from the file): 5 layers of q 64x64, k and v 64x32, o 64x64,
+# gate, up and down 64x172 = 45,312 multiply-adds a token each, and the output head 512x64 = 32,768
+check "bench --json counts a token's matrix multiply-adds and the output head's (259,328 and 32,768)" \
+    'python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert o[\"matmul_macs_per_token\"]==259328 and o[\"head_macs_per_token\"]==32768, o" "$tmp/b.json"'
 "$CALDRIX" bench "$M" -t 2 -p 12 -n 5 -r 2 --json --mem-bw 10 >"$tmp/c.json" 2>/dev/null
 check "bench --mem-bw adds the decode ceiling" \
     'python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert o[\"decode_ceiling_tok_s\"]>0 and 0<o[\"decode_ceiling_frac\"]" "$tmp/c.json"'
