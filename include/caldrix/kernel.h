@@ -86,6 +86,9 @@ CDX_API bool cdx_matmul_supports(uint32_t type);
 CDX_API void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n, float eps, float *y);
 /* x[i] = exp(x[i] - max) / Σ exp(x[j] - max), in place. n >= 1. */
 CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
+/* g[i] = silu(g[i]) · u[i] = g[i] / (1 + expf(-g[i])) · u[i], in place: the C library's expf bits on
+ * every kernel set (the SIMD sets repeat its steps lane by lane, kern_expf.h). */
+CDX_API void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n);
 
 /* ---- attention: blocked, online softmax, f32 ---- */
 

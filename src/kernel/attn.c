@@ -48,7 +48,13 @@ static void round_half_ref(const float *x, float *y, int64_t n, int f16)
         y[i] = f16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_round(x[i]);
 }
 
-const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref };
+static void silu_mul_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref };
 
 static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
 
@@ -61,6 +67,11 @@ void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n
     float sc = 1.0f / sqrtf(ss / (float)n + eps);
     for (int64_t i = 0; i < n; i++)
         y[i] = (w ? w[i] : 1.0f) * (x[i] * sc);
+}
+
+void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)
+{
+    vec(k)->silu_mul(g, u, n);
 }
 
 void cdx_softmax(const cdx_kernels *k, float *x, int64_t n)

@@ -945,11 +945,21 @@ static float KT(vmax)(const float *x, int64_t n)
     return r;
 }
 
-/* expf stays the C library's (the same values as the scalar twin); only the sum is vectorised. */
+/* x = expf(x - sub) with the C library's bits (vf_expf, or expf itself for a vector with a lane of
+ * its slow path), then the sum in this set's lane order. */
 static float KT(vexp_sum)(float *x, float sub, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        x[i] = expf(x[i] - sub);
+    int64_t k = 0;
+    for (; k + VF_N <= n; k += VF_N) {
+        VF e;
+        if (vf_expf(vf_add(vf_load_f32(x + k), vf_set1(-sub)), &e))
+            vf_store(x + k, e);
+        else
+            for (int64_t j = k; j < k + VF_N; j++)
+                x[j] = expf(x[j] - sub);
+    }
+    for (; k < n; k++)
+        x[k] = expf(x[k] - sub);
     VF s = vf_zero();
     int64_t i = 0;
     for (; i + VF_N <= n; i += VF_N)
@@ -958,6 +968,25 @@ static float KT(vexp_sum)(float *x, float sub, int64_t n)
     for (; i < n; i++)
         r += x[i];
     return r;
+}
+
+/* g = g / (1 + expf(-g)) · u (SiLU(g)·u) with expf's bits: vf_expf repeats the C library's steps
+ * lane by lane (kern_expf.h); a vector with a lane that expf takes its slow path for (|g| >= 88,
+ * nan) goes through expf itself, as the scalar twin silu_mul_ref does. */
+static void KT(vsilu_mul)(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        const VF x = vf_load_f32(g + i);
+        VF e;
+        if (vf_expf(vf_neg(x), &e))
+            vf_store(g + i, vf_mul(vf_div(x, vf_add(vf_set1(1.0f), e)), vf_load_f32(u + i)));
+        else
+            for (int64_t j = i; j < i + VF_N; j++)
+                g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    for (; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 /* y = x rounded to f16 (f16 != 0) or bf16 and back, each value on its own: the activations of an
@@ -1180,7 +1209,8 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, 
     return false;
 }
 
-static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half) };
+static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half),
+                                         KT(vsilu_mul) };
 
 /* ---- the table ---- */
 

@@ -2,6 +2,7 @@
  * load-time layouts). Integer dots use maddubs: u8·s8 pair sums in i16 (callers keep them below
  * 2^15), then madd to i32. */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #define KT(name) name##_avx2
 #define KT_ISA_NAME "avx2"
@@ -41,6 +42,37 @@ static inline __m256 vf_round_bf16(__m256 v)
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
     const __m256i q = _mm256_or_si256(_mm256_and_si256(u, hi), _mm256_set1_epi32(0x400000));
     return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
+}
+
+#define vf_div(a, b) _mm256_div_ps((a), (b))
+#define vf_neg(a) _mm256_xor_ps((a), _mm256_set1_ps(-0.0f))
+
+#include "kernel/kern_expf.h"
+/* expf of every lane with the C library's bits (kern_expf.h): false, *y unset, when a lane needs
+ * expf's slow path (top 12 bits from 0x42b: |x| >= 88, inf, nan) */
+static inline bool vf_expf(__m256 x, __m256 *y)
+{
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+    if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(CDX_EXPF_SPECIAL_TOP - 1))))
+        return false;
+    const __m256d inv = _mm256_set1_pd(CDX_EXPF_INVLN2N), shift = _mm256_set1_pd(CDX_EXPF_SHIFT);
+    __m128 half[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256d xd = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(x, 1) : _mm256_castps256_ps128(x));
+        __m256d kd = _mm256_fmadd_pd(inv, xd, shift);
+        const __m256i ki = _mm256_castpd_si256(kd);
+        kd = _mm256_sub_pd(kd, shift);
+        const __m256d r = _mm256_fmsub_pd(inv, xd, kd);
+        const __m256i p = _mm256_i64gather_epi64((const long long *)cdx_expf_pow2, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+        const __m256i s = _mm256_add_epi64(p, _mm256_slli_epi64(_mm256_srli_epi64(ki, 5), 52));
+        const __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(CDX_EXPF_C0), r, _mm256_set1_pd(CDX_EXPF_C1));
+        const __m256d r2 = _mm256_mul_pd(r, r);
+        __m256d yd = _mm256_fmadd_pd(_mm256_set1_pd(CDX_EXPF_C2), r, _mm256_set1_pd(1.0));
+        yd = _mm256_fmadd_pd(z, r2, yd);
+        half[h] = _mm256_cvtpd_ps(_mm256_mul_pd(yd, _mm256_castsi256_pd(s)));
+    }
+    *y = _mm256_set_m128(half[1], half[0]);
+    return true;
 }
 
 #define KT_WIDE_HEADER "kernel/kern_wide256.h"

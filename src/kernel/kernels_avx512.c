@@ -2,6 +2,7 @@
  * VNNI: vpdpbusd (u8·s8, 4 at a time, no saturation) and vpdpwssd (i16 pairs · i16 scales) on
  * 256-bit registers, one 32-value sub-block each; float rows use 512-bit registers. */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #ifndef KT
 #define KT(name) name##_avx512
@@ -47,6 +48,41 @@ static inline __m512 vf_round_bf16(__m512 v)
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
     const __m512i q = _mm512_or_si512(_mm512_and_si512(u, hi), _mm512_set1_epi32(0x400000));
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, q));
+}
+
+#define vf_div(a, b) _mm512_div_ps((a), (b))
+#define vf_neg(a) _mm512_xor_ps((a), _mm512_set1_ps(-0.0f))
+
+#include "kernel/kern_expf.h"
+/* expf of every lane with the C library's bits (kern_expf.h): false, *y unset, when a lane needs
+ * expf's slow path (top 12 bits from 0x42b: |x| >= 88, inf, nan) */
+static inline bool vf_expf(__m512 x, __m512 *y)
+{
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+    if (_mm512_cmpge_epi32_mask(top, _mm512_set1_epi32(CDX_EXPF_SPECIAL_TOP)))
+        return false;
+    const __m512d inv = _mm512_set1_pd(CDX_EXPF_INVLN2N), shift = _mm512_set1_pd(CDX_EXPF_SHIFT);
+    const __m512d t0 = _mm512_loadu_pd(cdx_expf_pow2), t1 = _mm512_loadu_pd(cdx_expf_pow2 + 8);
+    const __m512d t2 = _mm512_loadu_pd(cdx_expf_pow2 + 16), t3 = _mm512_loadu_pd(cdx_expf_pow2 + 24);
+    __m256 half[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512d xd = _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(x, 1) : _mm512_castps512_ps256(x));
+        __m512d kd = _mm512_fmadd_pd(inv, xd, shift);
+        const __m512i ki = _mm512_castpd_si512(kd);
+        kd = _mm512_sub_pd(kd, shift);
+        const __m512d r = _mm512_fmsub_pd(inv, xd, kd);
+        /* 2^(j/32), j = ki mod 32: two 16-entry permutes (index bits 0-3), bit 4 picks one */
+        const __m512d p = _mm512_mask_blend_pd(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)),
+                                               _mm512_permutex2var_pd(t0, ki, t1), _mm512_permutex2var_pd(t2, ki, t3));
+        const __m512i s = _mm512_add_epi64(_mm512_castpd_si512(p), _mm512_slli_epi64(_mm512_srli_epi64(ki, 5), 52));
+        const __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(CDX_EXPF_C0), r, _mm512_set1_pd(CDX_EXPF_C1));
+        const __m512d r2 = _mm512_mul_pd(r, r);
+        __m512d yd = _mm512_fmadd_pd(_mm512_set1_pd(CDX_EXPF_C2), r, _mm512_set1_pd(1.0));
+        yd = _mm512_fmadd_pd(z, r2, yd);
+        half[h] = _mm512_cvtpd_ps(_mm512_mul_pd(yd, _mm512_castsi512_pd(s)));
+    }
+    *y = _mm512_insertf32x8(_mm512_castps256_ps512(half[0]), half[1], 1);
+    return true;
 }
 
 #define KT_WIDE_HEADER "kernel/kern_wide512.h"

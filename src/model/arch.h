@@ -158,7 +158,7 @@ typedef struct fwd_scratch {
 
 /* g = silu(g) ⊙ u elementwise, on the pool when there is enough of it (each value the same whichever
  * thread computes it); bf16: as bf16 compute rounds it, g = bf16(bf16(silu(bf16(g))) · bf16(u)). */
-void model_swiglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool bf16);
+void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16);
 /* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
 int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
                  float *logits, cdx_err *err);

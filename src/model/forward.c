@@ -220,6 +220,7 @@ static void rope(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 typedef struct {
+    const cdx_kernels *k;
     float *g;
     const float *u;
     int64_t n;
@@ -230,9 +231,8 @@ static void swiglu_part(void *arg, int ith, int nth)
 {
     swiglu_job *j = arg;
     const int64_t a = j->n * ith / nth, e = j->n * (ith + 1) / nth;
-    if (!j->bf16) {
-        for (int64_t i = a; i < e; i++)
-            j->g[i] = silu(j->g[i]) * j->u[i];
+    if (!j->bf16) { /* silu(g)·u with expf's bits on every kernel set: the same values wherever the slices fall */
+        cdx_swiglu(j->k, j->g + a, j->u + a, e - a);
         return;
     }
     for (int64_t i = a; i < e; i++) { /* bf16 compute (forward_bf16.c, #13) */
@@ -242,9 +242,9 @@ static void swiglu_part(void *arg, int ith, int nth)
     }
 }
 
-void model_swiglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool bf16)
+void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16)
 {
-    swiglu_job j = { g, u, n, bf16 };
+    swiglu_job j = { k, g, u, n, bf16 };
     if (n >= 8192)
         cdx_pool_run(pool, swiglu_part, &j);
     else
@@ -326,8 +326,7 @@ static int moe_block(cdx_forward_ctx *fc, int64_t l, const layer_weights *L, con
         const int64_t F = xw[0].rows;
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &xw[0], &xw[1] }, 2, fc->xg, c,
                          (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
-        for (int64_t j = 0; j < c * F; j++)
-            fc->ffn_g[j] = silu(fc->ffn_g[j]) * fc->ffn_u[j];
+        cdx_swiglu(K, fc->ffn_g, fc->ffn_u, c * F);
         cdx_matmul(K, pool, &xw[2], fc->ffn_g, c, fc->yg, fc->ws);
         if (slot >= 0)
             xc_release(fc->m, slot);
@@ -345,8 +344,7 @@ static int moe_block(cdx_forward_ctx *fc, int64_t l, const layer_weights *L, con
     cdx_matmul(K, pool, &L->sh_router, xn, n, fc->router, fc->ws);
     cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->sh_gate, &L->sh_up }, 2, xn, n,
                      (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
-    for (int64_t j = 0; j < n * F; j++)
-        fc->ffn_g[j] = silu(fc->ffn_g[j]) * fc->ffn_u[j];
+    cdx_swiglu(K, fc->ffn_g, fc->ffn_u, n * F);
     cdx_matmul(K, pool, &L->sh_down, fc->ffn_g, n, fc->yg, fc->ws);
     for (int64_t i = 0; i < n; i++) {
         const float g = 1.0f / (1.0f + expf(-fc->router[i])); /* router reused: [n][1] */
@@ -521,7 +519,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         }
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->xn, n,
                          (float *[]){ fc->ffn_g, fc->ffn_u }, fc->ws);
-        model_swiglu(pool, fc->ffn_g, fc->ffn_u, n * hp->n_ff, false);
+        model_swiglu(pool, K, fc->ffn_g, fc->ffn_u, n * hp->n_ff, false);
         cdx_matmul(K, pool, &L->down, fc->ffn_g, n, fc->xn, fc->ws);
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];

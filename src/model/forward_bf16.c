@@ -149,7 +149,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
             rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, s->xn, n,
                          (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
-        model_swiglu(pool, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
+        model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
         cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
         round_rows(s->xn, n, E, NULL);
         add_bf16(s->x, s->xn, n * E);

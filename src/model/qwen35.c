@@ -364,8 +364,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
             model_rmsnorm(xn + i * E, x + i * E, L->ffn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, xn, n,
                          (float *[]){ h->ffn_g, h->ffn_u }, ws);
-        for (int64_t i = 0; i < n * hp->n_ff; i++)
-            h->ffn_g[i] = silu(h->ffn_g[i]) * h->ffn_u[i];
+        cdx_swiglu(K, h->ffn_g, h->ffn_u, n * hp->n_ff);
         cdx_matmul(K, pool, &L->down, h->ffn_g, n, xn, ws);
         for (int64_t i = 0; i < n * E; i++)
             x[i] += xn[i];

@@ -662,6 +662,64 @@ static void half_rounding_matches_scalar(void)
     free(x), free(want), free(got);
 }
 
+/* The SIMD sets' exp (softmax, attention) and SiLU repeat the C library's expf lane by lane
+ * (kern_expf.h): their bits must be expf's (the oracle here is expf itself) on a sweep of every
+ * 4099th float bit pattern, on the edges of expf's slow path (|x| >= 88, overflow, underflow, inf,
+ * nan) set among ordinary lanes, and on every tail length. (All 2^32 floats were checked once, on
+ * Zen 5, both sets: none differed.) */
+static void exp_and_silu_have_expf_bits(void)
+{
+    enum { N = (int)((1ull << 32) / 4099) + 1 };
+    float *x = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    REQUIRE(x && got && u);
+    for (int i = 0; i < N; i++) {
+        x[i] = f_of((uint32_t)((uint64_t)i * 4099u));
+        u[i] = 0.5f + (float)(i % 7) * 0.25f;
+    }
+    const uint32_t special[] = { 0x42AFFFFFu, 0x42B00000u, 0xC2AFFFFFu, 0xC2B00000u, 0x42B17217u, 0x42B17218u,
+                                 0xC2CFF1B4u, 0xC2CFF1B5u, 0xC2CE8ED0u, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                                 0xFFC00001u, 0x80000000u, 0, 0x00000001u, 0x3F800000u, 0xBF800000u };
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        x[1000 + i * 37] = f_of(special[i]);
+    for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        if (!k->vec)
+            continue; /* the scalar set uses the twins, which call expf */
+        memcpy(got, x, sizeof(float) * N);
+        k->vec->exp_sum(got, 0.0f, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += u_of(got[i]) != u_of(expf(x[i]));
+        CHECKF(bad == 0, "%s exp: %d of %d values differ from expf", k_isas[ii], bad, N);
+        /* the subtraction is the float one: exp(x - 1.5) */
+        memcpy(got, x, sizeof(float) * 4096);
+        k->vec->exp_sum(got, 1.5f, 4096);
+        bad = 0;
+        for (int i = 0; i < 4096; i++)
+            bad += u_of(got[i]) != u_of(expf(x[i] - 1.5f));
+        CHECKF(bad == 0, "%s exp(x - 1.5): %d of 4096 values differ from expf", k_isas[ii], bad);
+        memcpy(got, x, sizeof(float) * N);
+        k->vec->silu_mul(got, u, N);
+        bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += u_of(got[i]) != u_of(x[i] / (1.0f + expf(-x[i])) * u[i]);
+        CHECKF(bad == 0, "%s silu: %d of %d values differ from x / (1 + expf(-x)) * u", k_isas[ii], bad, N);
+        for (int n = 0; n < 40; n++) { /* every tail length, a slow-path lane inside (x[1000..]) */
+            memcpy(got, x + 990, sizeof(float) * (size_t)n);
+            k->vec->silu_mul(got, u + 990, n);
+            bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += u_of(got[i]) != u_of(x[990 + i] / (1.0f + expf(-x[990 + i])) * u[990 + i]);
+            CHECKF(bad == 0, "%s silu n=%d: %d differ", k_isas[ii], n, bad);
+        }
+    }
+    free(x), free(got), free(u);
+}
+
 static void cpu_features_match_proc_cpuinfo(void)
 {
     FILE *fp = fopen("/proc/cpuinfo", "r");
@@ -807,5 +865,6 @@ int main(void)
     RUN("matmul_multi equals separate calls", matmul_multi_equals_separate_calls);
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     RUN("f16/bf16 activation rounding matches the scalar twin", half_rounding_matches_scalar);
+    RUN("exp and SiLU have expf's bits on every set", exp_and_silu_have_expf_bits);
     return t_done("kernels");
 }
