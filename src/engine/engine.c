@@ -584,25 +584,12 @@ static bool is_eog(const cdx_engine *e, int32_t t)
     return false;
 }
 
-/* s's last token was computed and `logits` follow it: choose and tell. Returns why s must end
- * now (CDX_FINISH_NONE: it goes on); *msg gets an error's text. */
-/* log(sum(exp(logits))), in double from the max, for the log softmax of the raw logits */
-static double logits_lse(const float *logits, int64_t nv)
-{
-    float mx = logits[0];
-    for (int64_t i = 1; i < nv; i++)
-        mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int64_t i = 0; i < nv; i++)
-        sum += exp((double)(logits[i] - mx));
-    return (double)mx + log(sum);
-}
-
 /* The logits rows of a round whose requests want logprobs, on the forward pass's threads (a
  * whole-vocabulary pass of exp per row: 8 streams spent ~10 % of a decode round on it on one
- * thread, so rows nobody asked for are skipped). Each row is one call of logits_lse, whichever
- * thread runs it: the same bits. */
+ * thread, so rows nobody asked for are skipped). Each row is one call of cdx_logsumexp (max + log
+ * of the sum of expf(x - max) in double), whichever thread runs it: the same bits. */
 typedef struct {
+    const cdx_kernels *k;
     const float *logits;
     int64_t nv;
     const int *rows;
@@ -614,9 +601,11 @@ static void lse_part(void *arg, int ith, int nth)
 {
     const lse_job *j = arg;
     for (int k = ith; k < j->n; k += nth)
-        j->lse[j->rows[k]] = logits_lse(j->logits + (size_t)j->rows[k] * (size_t)j->nv, j->nv);
+        j->lse[j->rows[k]] = cdx_logsumexp(j->k, j->logits + (size_t)j->rows[k] * (size_t)j->nv, j->nv);
 }
 
+/* s's last token was computed and `logits` follow it: choose and tell. Returns why s must end
+ * now (CDX_FINISH_NONE: it goes on); *msg gets an error's text. */
 static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, double lse, const char **msg)
 {
     const int64_t nv = e->hp->n_vocab;
@@ -1368,7 +1357,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 if (e->b_logit_seq[i]->logprobs)
                     e->b_lse_rows[n_lse++] = i;
             }
-            lse_job lj = { e->logits, e->hp->n_vocab, e->b_lse_rows, n_lse, e->b_lse };
+            lse_job lj = { cdx_forward_ctx_kernels(e->fc), e->logits, e->hp->n_vocab, e->b_lse_rows, n_lse, e->b_lse };
             if (n_lse > 1)
                 cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
             else

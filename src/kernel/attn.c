@@ -54,7 +54,17 @@ static void silu_mul_ref(float *g, const float *u, int64_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref };
+static double lse_ref(const float *x, int64_t n)
+{
+    const float mx = max_ref(x, n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)expf(x[i] - mx);
+    return (double)mx + log(s);
+}
+
+const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref,
+                                     lse_ref };
 
 static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
 
@@ -72,6 +82,11 @@ void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n
 void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)
 {
     vec(k)->silu_mul(g, u, n);
+}
+
+double cdx_logsumexp(const cdx_kernels *k, const float *x, int64_t n)
+{
+    return vec(k)->lse(x, n);
 }
 
 void cdx_softmax(const cdx_kernels *k, float *x, int64_t n)

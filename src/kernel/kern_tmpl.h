@@ -989,6 +989,29 @@ static void KT(vsilu_mul)(float *g, const float *u, int64_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* max + log Σ expf(x - max): the terms with expf's bits (vf_expf, or expf itself for a vector with
+ * a lane of its slow path: far below the max, nan), summed in double in two vector accumulators and
+ * one scalar one for those vectors and the tail, then in a fixed order: the same value for the same
+ * row whatever thread or batch computes it. The scalar twin sums in index order. */
+static double KT(vlse)(const float *x, int64_t n)
+{
+    const float mx = KT(vmax)(x, n);
+    VD acc[2] = { vd_zero(), vd_zero() };
+    double rest = 0;
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        VF e;
+        if (vf_expf(vf_add(vf_load_f32(x + i), vf_set1(-mx)), &e))
+            vd_acc2(acc, e);
+        else
+            for (int64_t j = i; j < i + VF_N; j++)
+                rest += (double)expf(x[j] - mx);
+    }
+    for (; i < n; i++)
+        rest += (double)expf(x[i] - mx);
+    return (double)mx + log(vd_hsum2(acc) + rest);
+}
+
 /* y = x rounded to f16 (f16 != 0) or bf16 and back, each value on its own: the activations of an
  * F16 / BF16 matrix as ggml converts them (cdx_mat.act_half); the scalar twin is round_half_ref. */
 static void KT(vround_half)(const float *x, float *y, int64_t n, int f16)
@@ -1210,7 +1233,7 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, 
 }
 
 static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half),
-                                         KT(vsilu_mul) };
+                                         KT(vsilu_mul), KT(vlse) };
 
 /* ---- the table ---- */
 

@@ -47,6 +47,21 @@ static inline __m256 vf_round_bf16(__m256 v)
 #define vf_div(a, b) _mm256_div_ps((a), (b))
 #define vf_neg(a) _mm256_xor_ps((a), _mm256_set1_ps(-0.0f))
 
+typedef __m256d VD;
+#define vd_zero() _mm256_setzero_pd()
+/* acc[0] += e's lanes 0-3, acc[1] += lanes 4-7, in double */
+static inline void vd_acc2(VD *acc, __m256 e)
+{
+    acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+}
+static inline double vd_hsum2(const VD *acc)
+{
+    const __m256d s = _mm256_add_pd(acc[0], acc[1]);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
 #include "kernel/kern_expf.h"
 /* expf of every lane with the C library's bits (kern_expf.h): false, *y unset, when a lane needs
  * expf's slow path (top 12 bits from 0x42b: |x| >= 88, inf, nan) */

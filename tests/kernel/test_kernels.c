@@ -720,6 +720,48 @@ static void exp_and_silu_have_expf_bits(void)
     free(x), free(got), free(u);
 }
 
+/* cdx_logsumexp (logprobs' denominator) on every set against log Σ e^(x - max) + max in long double
+ * with expl, not caldrix's: rows of vocabulary length with logits spread over ±15, rows with terms
+ * on expf's slow path (far below the max, -inf), and short rows (every tail). */
+static void logsumexp_matches_long_double(void)
+{
+    enum { N = 151936 + 5 };
+    float *x = malloc(sizeof(float) * N);
+    REQUIRE(x);
+    uint64_t r = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < N; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 30.0 - 15.0);
+    }
+    const int64_t lens[] = { 1, 2, 7, 15, 16, 17, 33, 1000, 128256, N };
+    for (int variant = 0; variant < 2; variant++) {
+        if (variant == 1) /* slow-path lanes: far below the max, -inf, one huge logit */
+            for (int i = 0; i < N; i += 97)
+                x[i] = i % 3 == 0 ? -1000.0f : i % 3 == 1 ? -INFINITY : -150.0f;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li];
+            long double mx = -INFINITY, sum = 0;
+            for (int64_t i = 0; i < n; i++)
+                mx = x[i] > mx ? x[i] : mx;
+            for (int64_t i = 0; i < n; i++)
+                sum += expl((long double)x[i] - mx);
+            const double want = (double)(mx + logl(sum));
+            for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+                const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+                if (!k) {
+                    t_skip_isa(k_isas[ii]);
+                    continue;
+                }
+                const double got = cdx_logsumexp(k, x, n), again = cdx_logsumexp(k, x, n);
+                /* expf's terms are within 0.5 ulp of float: a relative 6e-8 on the sum */
+                CHECKF(fabs(got - want) <= 2e-7 * (fabs(want) + 1) && got == again, "%s n=%lld variant %d: %.9g vs %.9g",
+                       k_isas[ii], (long long)n, variant, got, want);
+            }
+        }
+    }
+    free(x);
+}
+
 static void cpu_features_match_proc_cpuinfo(void)
 {
     FILE *fp = fopen("/proc/cpuinfo", "r");
@@ -866,5 +908,6 @@ int main(void)
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     RUN("f16/bf16 activation rounding matches the scalar twin", half_rounding_matches_scalar);
     RUN("exp and SiLU have expf's bits on every set", exp_and_silu_have_expf_bits);
+    RUN("log-sum-exp matches long double on every set", logsumexp_matches_long_double);
     return t_done("kernels");
 }
