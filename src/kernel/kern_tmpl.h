@@ -972,7 +972,7 @@ static float KT(vexp_sum)(float *x, float sub, int64_t n)
 
 /* g = g / (1 + expf(-g)) · u (SiLU(g)·u) with expf's bits: vf_expf repeats the C library's steps
  * lane by lane (kern_expf.h); a vector with a lane that expf takes its slow path for (|g| >= 88,
- * nan) goes through expf itself, as the scalar twin silu_mul_ref does. */
+ * nan), and the tail, go through the scalar twin itself. */
 static void KT(vsilu_mul)(float *g, const float *u, int64_t n)
 {
     int64_t i = 0;
@@ -982,11 +982,9 @@ static void KT(vsilu_mul)(float *g, const float *u, int64_t n)
         if (vf_expf(vf_neg(x), &e))
             vf_store(g + i, vf_mul(vf_div(x, vf_add(vf_set1(1.0f), e)), vf_load_f32(u + i)));
         else
-            for (int64_t j = i; j < i + VF_N; j++)
-                g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+            cdx_vec_scalar.silu_mul(g + i, u + i, VF_N);
     }
-    for (; i < n; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    cdx_vec_scalar.silu_mul(g + i, u + i, n - i);
 }
 
 /* max + log Σ expf(x - max): the terms with expf's bits (vf_expf, or expf itself for a vector with

@@ -12,9 +12,9 @@
 #define X16_TOK 4        /* tokens a call of the decode and super-block micro kernels */
 #define X16_TOK_P 8      /* the most tokens an x16_micro_p call takes (its Q8_0 tile) */
 /* Tokens a call, by layout: Q8_0's prefill re-reads each weight vector (and its |w|) once per
- * tile, and 8 tokens spread that over twice as many sums (bench-kernels -t 1 3072 x 1024 at
- * n = 128: 115-117 -> 121-123 GFLOP/s); the 4-bit types and the super-block layouts were slower at
- * 8 (Q4_0 170 -> 163, Q4_K 165 -> 110): their sums spill there. */
+ * tile, and 8 tokens spread that over twice as many sums (Zen 3, bench-kernels -t 1 3072 x 1024 at
+ * n = 128: 115-117 -> 121-123 GFLOP/s; level on Zen 5); the 4-bit types and the super-block layouts
+ * were slower at 8 on Zen 3 (Q4_0 170 -> 163, Q4_K 165 -> 110): their sums spill there. */
 #define X16_TILE(kind) ((kind) == W_Q8_0 ? X16_TOK_P : X16_TOK)
 #define X16_TILE_MAX X16_TOK_P
 /* Decode's prefetch distance, bytes ahead of each stream: at 4 KiB (prefill's) decode read DRAM

@@ -1552,34 +1552,38 @@ const cdx_hparams *cdx_model_hparams(const cdx_model *m) { return &m->hp; }
 const cdx_gguf *cdx_model_gguf(const cdx_model *m) { return m->gguf; }
 const char *cdx_model_notes(const cdx_model *m) { return m->notes; }
 
-size_t cdx_model_weight_bytes(const cdx_model *m)
+/* Σ over every weight matrix of rows × (macs ? cols : row_bytes); *experts gets the part of it in
+ * the sparse layers' experts, of which a token uses n_expert_used of n_expert */
+static double mats_sum(const cdx_model *m, bool macs, double *experts)
 {
-    /* every matrix, except that a sparse layer reads n_expert_used of its n_expert experts */
-    size_t total = 0, experts = 0;
+    double total = 0;
+    *experts = 0;
     for (size_t i = 0; i < m->n_mats; i++)
-        total += (size_t)m->mats[i]->rows * m->mats[i]->row_bytes;
+        total += (double)m->mats[i]->rows * (double)(macs ? (size_t)m->mats[i]->cols : m->mats[i]->row_bytes);
     for (int64_t l = 0; l < m->hp.n_layer; l++)
         for (int64_t e = 0; m->layers[l].moe && e < m->hp.n_expert; e++) {
             const cdx_mat *x[] = { &m->layers[l].exp_gate[e], &m->layers[l].exp_up[e], &m->layers[l].exp_down[e] };
             for (int i = 0; i < 3; i++)
-                experts += (size_t)x[i]->rows * x[i]->row_bytes;
+                *experts += (double)x[i]->rows * (double)(macs ? (size_t)x[i]->cols : x[i]->row_bytes);
         }
-    if (experts)
-        total -= experts - (size_t)((double)experts * (double)m->hp.n_expert_used / (double)m->hp.n_expert);
     return total;
+}
+
+size_t cdx_model_weight_bytes(const cdx_model *m)
+{
+    /* every matrix, except that a sparse layer reads n_expert_used of its n_expert experts (byte
+     * counts are exact in a double) */
+    double experts;
+    const size_t total = (size_t)mats_sum(m, false, &experts), ex = (size_t)experts;
+    if (!ex)
+        return total;
+    return total - (ex - (size_t)((double)ex * (double)m->hp.n_expert_used / (double)m->hp.n_expert));
 }
 
 double cdx_model_matmul_macs(const cdx_model *m, double *head)
 {
-    double total = 0, experts = 0;
-    for (size_t i = 0; i < m->n_mats; i++)
-        total += (double)m->mats[i]->rows * (double)m->mats[i]->cols;
-    for (int64_t l = 0; l < m->hp.n_layer; l++)
-        for (int64_t e = 0; m->layers[l].moe && e < m->hp.n_expert; e++) {
-            const cdx_mat *x[] = { &m->layers[l].exp_gate[e], &m->layers[l].exp_up[e], &m->layers[l].exp_down[e] };
-            for (int i = 0; i < 3; i++)
-                experts += (double)x[i]->rows * (double)x[i]->cols;
-        }
+    double experts;
+    double total = mats_sum(m, true, &experts);
     if (experts > 0)
         total -= experts - experts * (double)m->hp.n_expert_used / (double)m->hp.n_expert;
     if (head)
