@@ -24,8 +24,16 @@
 #define X16_PF_DEC 16384
 #endif
 #define X16_Q8_FLIP 0    /* Q8_0 stays signed */
+/* Decode: 16-row groups a step. One: a thread then reads one sequential stream, and a prefetch
+ * X16_PF_DEC ahead lands in the group the next step reads. With two adjacent groups a step (tuned
+ * on Zen 3) the first stream's prefetch lands in the second group, which is being read already, so
+ * most of it was wasted: on Zen 5 one group a step decodes Llama-3.2-1B 8-40 % faster (Q4_0, Q8_0,
+ * Q4_K_M; bench/README.md, 2026-12-03 afternoon). */
 #ifndef X16_DEC_G
-#define X16_DEC_G 2      /* decode: 16-row groups a step, as many streams in flight per thread */
+#define X16_DEC_G 1
+#endif
+#ifndef X16SB_DECODE_G
+#define X16SB_DECODE_G 1 /* the same for Q4_K and Q6_K (x16k_micro_d, x16q6_micro_d) */
 #endif
 #include "kernel/kern_x16.h"
 
@@ -170,9 +178,9 @@ KT_INLINE void x16_micro_p(int kind, const uint8_t *Q, int64_t nb, const uint8_t
 
 #include "kernel/kern_x16n.h"
 
-/* G consecutive 16-row groups (gstride bytes apart; G = 2 for decode: two streams in flight per
- * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. Rows 0..7 and 8..15 of a group are
- * the two halves of each 64-byte word row. */
+/* G consecutive 16-row groups (gstride bytes apart; G = X16_DEC_G for decode) × TT tokens over
+ * all nb blocks: y[t*ys + 16g + i]. Rows 0..7 and 8..15 of a group are the two halves of each
+ * 64-byte word row. */
 KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
                          size_t xrb, const float *da, const int32_t *sa, const int TT, float *y, int64_t ys,
                          const bool far)
@@ -609,12 +617,11 @@ KT_INLINE void x16k_micro_d(const uint8_t *Q0, const uint8_t *meta0, size_t gstr
     }
 }
 
-/* Prefill: one group at a time, half by half; decode: two groups (X16SB_DECODE_G in kern_x16_run.h
- * calls x16k_micro_g / x16q6_micro_g with TT = 1). */
+/* Prefill: one group at a time, half by half; decode: X16SB_DECODE_G groups (kern_x16_run.h calls
+ * x16k_micro_g / x16q6_micro_g with TT = 1). */
 #define x16k_micro(Q, meta, nsb, x, xrb, TT, y, ys, far) x16k_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
 #define x16q6_micro(Q, meta, nsb, x, xrb, TT, y, ys, far) x16q6_micro_p(Q, meta, nsb, x, xrb, TT, y, ys)
 #define x16k_micro_g(Q, meta, gstride, G, nsb, x, xrb, TT, y, ys) x16k_micro_d(Q, meta, gstride, G, nsb, x, y)
 #define x16q6_micro_g(Q, meta, gstride, G, nsb, x, xrb, TT, y, ys) x16q6_micro_d(Q, meta, gstride, G, nsb, x, y)
-#define X16SB_DECODE_G 2
 
 #include "kernel/kern_x16_run.h"
