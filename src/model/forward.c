@@ -192,12 +192,19 @@ void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, c
 
 void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)(x[i] * x[i]);
+    /* four running sums (i mod 4) so the double adds do not wait on each other's latency; a
+     * fixed order, so the same bits on every machine and kernel set */
+    double s4[4] = { 0, 0, 0, 0 };
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++)
+            s4[l] += (double)(x[i + l] * x[i + l]);
+    for (; i < n; i++)
+        s4[0] += (double)(x[i] * x[i]);
+    const double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
     const float mean = (float)(ss / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < n; i++)
+    for (i = 0; i < n; i++)
         out[i] = w[i] * (x[i] * scale);
 }
 
