@@ -19,10 +19,13 @@
 #include <unistd.h>
 
 #define STORE_MAGIC "CDXKVB02"
+/* 3: a hybrid model's state holds its chunk's k rows by columns (deltanet.h); files of version 2
+ * are deleted and recomputed like any other mismatch */
+#define STORE_VERSION 3
 
 typedef struct {
     char magic[8];
-    uint32_t version, positions;   /* 2, CDX_KV_BLOCK */
+    uint32_t version, positions;   /* STORE_VERSION, CDX_KV_BLOCK */
     uint32_t elem_bytes, has_state; /* 4 (f32) or 2 (f16); 1: a state snapshot of shape.state_bytes follows V */
     uint64_t n_layer, kv_dim, n_elems; /* n_elems: of K (and of V) */
     uint8_t key[32];               /* this block's prefix key (the file's name) */
@@ -83,7 +86,7 @@ int kv_store_write(const char *dir, const kv_store_shape *s, const uint8_t key[3
      * did not read back may be one that would fail the checks */
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     const size_t nb = s->n_elems * s->elem_bytes;
-    store_header h = { .version = 2, .positions = s->positions, .elem_bytes = s->elem_bytes, .n_layer = s->n_layer,
+    store_header h = { .version = STORE_VERSION, .positions = s->positions, .elem_bytes = s->elem_bytes, .n_layer = s->n_layer,
                        .kv_dim = s->kv_dim, .n_elems = s->n_elems, .has_state = snap && s->state_bytes };
     if (!h.has_state)
         snap = NULL;
@@ -118,7 +121,7 @@ int kv_store_read(const char *dir, const kv_store_shape *s, const uint8_t key[32
     struct stat st;
     const size_t nb = s->n_elems * s->elem_bytes, want = sizeof h + 2 * nb;
     bool ok = fstat(fd, &st) == 0 && read(fd, &h, sizeof h) == (ssize_t)sizeof h &&
-              !memcmp(h.magic, STORE_MAGIC, 8) && h.version == 2 && h.positions == s->positions &&
+              !memcmp(h.magic, STORE_MAGIC, 8) && h.version == STORE_VERSION && h.positions == s->positions &&
               h.elem_bytes == s->elem_bytes && h.n_layer == s->n_layer && h.kv_dim == s->kv_dim &&
               h.n_elems == s->n_elems && !memcmp(h.key, key, 32) && !memcmp(h.root, s->root, 32) &&
               (h.has_state == 0 || (h.has_state == 1 && s->state_bytes > 0)) &&

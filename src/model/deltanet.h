@@ -22,10 +22,12 @@
 #include <stdint.h>
 
 #define DN_CHUNK 64
+#define DN_TMP_FLOATS(dv) ((dv) + 3 * DN_CHUNK) /* a step's scratch: u, and k·k_j, q·k_j, e^{G_i−G_j} */
 
 /* Where things are in one sequence's state blob: a header, then per DeltaNet layer the conv
  * window ((conv_k − 1) × channels floats, oldest first) and per value head S0 [dk][dv], the
- * chunk's rows K [DN_CHUNK][dk], U [DN_CHUNK][dv] and G [DN_CHUNK]. */
+ * chunk's rows K [dk][DN_CHUNK] (k_j in column j, so that the dot products with every k_j run side
+ * by side), U [DN_CHUNK][dv] and G [DN_CHUNK]. */
 typedef struct dn_shape {
     int64_t n_linear;          /* DeltaNet layers */
     int64_t nk, nv, dk, dv;    /* key heads, value heads, their dims */
@@ -40,7 +42,7 @@ typedef struct dn_state_hdr {
     int64_t n_linear, magic;   /* checked before use */
 } dn_state_hdr;
 
-#define DN_STATE_MAGIC 0x3574656e61746c64LL /* "dlatenet5" */
+#define DN_STATE_MAGIC 0x3674656e61746c64LL /* "dltanet6" (6: K by columns) */
 
 void dn_shape_init(dn_shape *s, int64_t n_linear, int64_t nk, int64_t nv, int64_t dk, int64_t dv, int64_t conv_k);
 size_t dn_state_bytes(const dn_shape *s);
@@ -49,7 +51,7 @@ float *dn_head_state(const dn_shape *s, void *state, int64_t li, int64_t h);
 
 /* One position of one value head in the chunked form. q, k: [dk] (l2-normed, q scaled); v: [dv];
  * g: the log-decay; beta; head: the head's state (S0, rows); row = pos mod DN_CHUNK; out: [dv];
- * tmp: [dv + DN_CHUNK] scratch. Folds the chunk into S0 after its last row. */
+ * tmp: [DN_TMP_FLOATS(dv)] scratch. Folds the chunk into S0 after its last row. */
 void dn_chunk_step(float *head, int64_t dk, int64_t dv, int64_t row, const float *q, const float *k,
                    const float *v, float g, float beta, float *out, float *tmp);
 

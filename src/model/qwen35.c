@@ -30,7 +30,7 @@ struct hybrid_ctx {
     float *qg, *q, *gate, *kk, *vv, *attn;  /* [n][2·qd], [n][qd] ×2, [n][kvd] ×2, [n][qd] */
     float *mix, *cv, *z, *beta, *g, *core;  /* [n][channels] ×2, [n][vd], [n][nv] ×2, [n][vd] */
     float *ffn_g, *ffn_u;                   /* [n][n_ff] */
-    float *tmp;                             /* [n_threads][dv + DN_CHUNK] */
+    float *tmp;                             /* [n_threads][DN_TMP_FLOATS(dv)] */
     int64_t *order, *first, *count;         /* [n]: token indices by sequence; per sequence */
 };
 
@@ -128,7 +128,7 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, con
     h->core = malloc(n * vd * sizeof(float));
     h->ffn_g = malloc(n * (size_t)hp->n_ff * sizeof(float));
     h->ffn_u = malloc(n * (size_t)hp->n_ff * sizeof(float));
-    h->tmp = malloc((size_t)h->n_threads * (size_t)(hp->ssm_d_v + DN_CHUNK) * sizeof(float));
+    h->tmp = malloc((size_t)h->n_threads * (size_t)DN_TMP_FLOATS(hp->ssm_d_v) * sizeof(float));
     h->order = malloc(n * sizeof(int64_t));
     h->first = malloc(n * sizeof(int64_t));
     h->count = malloc(n * sizeof(int64_t));
@@ -189,7 +189,7 @@ static void dn_work(void *arg, int ith, int nth)
     const dn_shape *sh = &h->sh;
     const int64_t nv = sh->nv, nk = sh->nk, dk = sh->dk, dv = sh->dv, ch = sh->channels, vd = nv * dv;
     const int64_t items = (int64_t)j->n_seq * nv, rep = nv / nk;
-    float *tmp = h->tmp + (size_t)ith * (size_t)(dv + DN_CHUNK);
+    float *tmp = h->tmp + (size_t)ith * (size_t)DN_TMP_FLOATS(dv);
     for (int64_t it = ith; it < items; it += nth) {
         const int64_t s = it / nv, hh = it % nv, kh = h->tiled ? hh % nk : hh / rep;
         if (!h->count[s])

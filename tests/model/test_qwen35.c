@@ -172,6 +172,47 @@ static float frand(void)
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
+/* The AVX2 chunk step against the scalar one on a dk x dv head for 150 positions (two folds):
+ * outputs and states bit for bit. */
+static void diff_avx2_scalar(int dk, int dv)
+{
+    const size_t hf = (size_t)(dk * dv + DN_CHUNK * dk + DN_CHUNK * dv + DN_CHUNK);
+    float *h1 = calloc(hf, sizeof(float)), *h2 = calloc(hf, sizeof(float));
+    float *q = malloc(sizeof(float) * (size_t)dk), *k = malloc(sizeof(float) * (size_t)dk);
+    float *v = malloc(sizeof(float) * (size_t)dv), *o1 = malloc(sizeof(float) * (size_t)dv);
+    float *o2 = malloc(sizeof(float) * (size_t)dv), *tmp = malloc(sizeof(float) * DN_TMP_FLOATS((size_t)dv));
+    int diff = 0;
+    for (int t = 0; t < 150; t++) {
+        double sq = 0, sk = 0;
+        for (int a = 0; a < dk; a++) {
+            q[a] = frand();
+            k[a] = frand();
+            sq += q[a] * q[a];
+            sk += k[a] * k[a];
+        }
+        for (int a = 0; a < dk; a++) {
+            q[a] = (float)(q[a] / sqrt(sq) / sqrt(dk));
+            k[a] = (float)(k[a] / sqrt(sk));
+        }
+        for (int b = 0; b < dv; b++)
+            v[b] = frand();
+        const float g = -0.3f * (frand() + 1.0f), beta = 0.5f * (frand() + 1.0f);
+        dn_chunk_step(h1, dk, dv, t % DN_CHUNK, q, k, v, g, beta, o1, tmp);
+        dn_kernels_avx2.chunk(h2, dk, dv, t % DN_CHUNK, q, k, v, g, beta, o2, tmp);
+        diff += memcmp(o1, o2, sizeof(float) * (size_t)dv) != 0;
+    }
+    diff += memcmp(h1, h2, hf * sizeof(float)) != 0;
+    CHECKF(diff == 0, "dk %d, dv %d: the AVX2 chunk step differs from the scalar one at %d places", dk, dv, diff);
+    free(h1);
+    free(h2);
+    free(q);
+    free(k);
+    free(v);
+    free(o1);
+    free(o2);
+    free(tmp);
+}
+
 static void delta_rule_kernel(void)
 {
     enum { T = 200, DK = 16, DV = 24 };
@@ -194,7 +235,7 @@ static void delta_rule_kernel(void)
         beta[t] = 0.5f * (frand() + 1.0f);
     }
     const size_t hf = (size_t)(DK * DV + DN_CHUNK * DK + DN_CHUNK * DV + DN_CHUNK);
-    float *hc = calloc(hf, sizeof(float)), *hr = calloc(hf, sizeof(float)), tmp[DV + DN_CHUNK];
+    float *hc = calloc(hf, sizeof(float)), *hr = calloc(hf, sizeof(float)), tmp[DN_TMP_FLOATS(DV)];
     static float oc[T][DV], orr[T][DV];
     static double S[DK][DV];
     memset(S, 0, sizeof S);
@@ -225,7 +266,8 @@ static void delta_rule_kernel(void)
     CHECKF(worst_c < 2e-5 && worst_r < 2e-5, "chunked %.3g, per-token %.3g from the float64 recurrence", worst_c,
            worst_r);
     printf("  200 positions (3 chunk folds): chunked %.2e, per-token %.2e from float64\n", worst_c, worst_r);
-    /* the AVX2 copy: the same bits as the scalar oracle, outputs and states */
+    /* the AVX2 copy: the same bits as the scalar oracle, outputs and states, here and on shapes
+     * with and without its 32- and 8-wide blocks (Qwen3.5's 128 x 128 among them) */
     if (__builtin_cpu_supports("avx2")) {
         float *hc2 = calloc(hf, sizeof(float)), *hr2 = calloc(hf, sizeof(float)), o2[DV], o3[DV];
         int diff = 0;
@@ -238,6 +280,9 @@ static void delta_rule_kernel(void)
         CHECKF(diff == 0, "the AVX2 delta rule differs from the scalar one at %d places", diff);
         free(hc2);
         free(hr2);
+        static const int shapes[][2] = { { 128, 128 }, { 40, 72 }, { 13, 37 }, { 8, 8 } };
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            diff_avx2_scalar(shapes[si][0], shapes[si][1]);
     } else
         t_skip_isa("avx2");
     free(hc);
