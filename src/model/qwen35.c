@@ -212,14 +212,14 @@ static void dn_work(void *arg, int ith, int nth)
 }
 
 /* The causal depthwise conv of one sequence's tokens (pre-conv inputs in mix), then silu, into
- * cv; the window keeps the last conv_k - 1 inputs. */
-static void conv_seq(hybrid_ctx *h, const layer_weights *L, float *win, int64_t s)
+ * cv, for channels [c0, c1); the window keeps the last conv_k - 1 inputs. */
+static void conv_seq(hybrid_ctx *h, const layer_weights *L, float *win, int64_t s, int64_t c0, int64_t c1)
 {
     const int64_t ch = h->sh.channels, K = h->sh.conv_k, m = h->count[s];
     const int64_t *idx = h->order + h->first[s];
     for (int64_t r = 0; r < m; r++) {
         float *out = h->cv + idx[r] * ch;
-        for (int64_t c = 0; c < ch; c++) {
+        for (int64_t c = c0; c < c1; c++) {
             float acc = 0;
             for (int64_t j = 0; j < K; j++) {
                 const int64_t d = r - (K - 1) + j;
@@ -234,8 +234,137 @@ static void conv_seq(hybrid_ctx *h, const layer_weights *L, float *win, int64_t 
     for (int64_t t = 0; t < K - 1; t++) {
         const int64_t d = m - (K - 1) + t;
         const float *src = d >= 0 ? h->mix + idx[d] * ch : win + (K - 1 + d) * ch;
-        memmove(win + t * ch, src, (size_t)ch * sizeof(float));
+        memmove(win + t * ch + c0, src + c0, (size_t)(c1 - c0) * sizeof(float));
     }
+}
+
+/* ---- the steps between the matmuls, over the threads ----
+ * Each is a loop over independent items (tokens, or channels for the conv) whose range is split
+ * among the threads; an item's arithmetic is the same on any thread, so are its bits. */
+
+typedef struct hy_step hy_step;
+struct hy_step {
+    hybrid_ctx *h;
+    const cdx_model *m;
+    const layer_weights *L;
+    const cdx_kv_seq *seqs;
+    const int64_t *pos;
+    const int32_t *seq;
+    float *x, *xn;
+    int64_t li, slot;
+    int ns;
+    void (*fn)(const hy_step *st, int64_t i0, int64_t i1);
+    int64_t n;
+};
+
+static void hy_part(void *arg, int ith, int nth)
+{
+    const hy_step *st = arg;
+    st->fn(st, st->n * ith / nth, st->n * (ith + 1) / nth);
+}
+
+/* fn over [0, n): on the threads when there are at least `min` items, else here */
+static void hy_run(cdx_pool *pool, hy_step *st, void (*fn)(const hy_step *, int64_t, int64_t), int64_t n, int64_t min)
+{
+    st->fn = fn;
+    st->n = n;
+    if (n >= min)
+        cdx_pool_run(pool, hy_part, st);
+    else
+        fn(st, 0, n);
+}
+
+static void step_norm_attn(const hy_step *st, int64_t i0, int64_t i1)
+{
+    const int64_t E = st->m->hp.n_embd;
+    for (int64_t i = i0; i < i1; i++)
+        model_rmsnorm(st->xn + i * E, st->x + i * E, st->L->attn_norm, E, st->m->hp.rms_eps);
+}
+
+static void step_norm_ffn(const hy_step *st, int64_t i0, int64_t i1)
+{
+    const int64_t E = st->m->hp.n_embd;
+    for (int64_t i = i0; i < i1; i++)
+        model_rmsnorm(st->xn + i * E, st->x + i * E, st->L->ffn_norm, E, st->m->hp.rms_eps);
+}
+
+static void step_conv(const hy_step *st, int64_t c0, int64_t c1)
+{
+    for (int s = 0; s < st->ns; s++)
+        if (st->h->count[s])
+            conv_seq(st->h, st->L, dn_layer_state(&st->h->sh, st->seqs[s].state, st->li), s, c0, c1);
+}
+
+/* q, k l2-normed per key head (q scaled by dk^-½); β = sigmoid(b); g = -exp(A_log)·softplus(a + dt) */
+static void step_qk_gates(const hy_step *st, int64_t i0, int64_t i1)
+{
+    const hybrid_ctx *h = st->h;
+    const int64_t ch = h->sh.channels, nk = h->sh.nk, dk = h->sh.dk, nv = h->sh.nv;
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int64_t i = i0; i < i1; i++) {
+        float *c = h->cv + i * ch;
+        for (int64_t kh = 0; kh < nk; kh++) {
+            l2norm(c + kh * dk, dk, qscale);
+            l2norm(c + nk * dk + kh * dk, dk, 1.0f);
+        }
+        for (int64_t j = 0; j < nv; j++) {
+            float *bb = h->beta + i * nv + j, *gg = h->g + i * nv + j;
+            *bb = sigmoid(*bb);
+            *gg = st->L->ssm_a_neg[j] * softplus(*gg + st->L->ssm_dt[j]);
+        }
+    }
+}
+
+/* the gated norm per value head: w · rms(o) · silu(z) */
+static void step_gated_norm(const hy_step *st, int64_t i0, int64_t i1)
+{
+    const hybrid_ctx *h = st->h;
+    const int64_t nv = h->sh.nv, dv = h->sh.dv, vd = nv * dv;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < nv; j++) {
+            float *o = h->core + i * vd + j * dv;
+            const float *z = h->z + i * vd + j * dv;
+            float ss = 0;
+            for (int64_t d = 0; d < dv; d++)
+                ss += o[d] * o[d];
+            const float r = 1.0f / sqrtf(ss / (float)dv + st->m->hp.rms_eps);
+            for (int64_t d = 0; d < dv; d++)
+                o[d] = st->L->ssm_norm[d] * (o[d] * r) * silu(z[d]);
+        }
+}
+
+/* the gated attention layer's q | gate split, q and k norms, RoPE and the store into each token's
+ * own KV slot (distinct positions: no two tokens write the same bytes) */
+static void step_attn_qk(const hy_step *st, int64_t i0, int64_t i1)
+{
+    const hybrid_ctx *h = st->h;
+    const cdx_model *m = st->m;
+    const cdx_hparams *hp = &m->hp;
+    const layer_weights *L = st->L;
+    const int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    for (int64_t i = i0; i < i1; i++) {
+        float *q = h->q + i * qd, *gt = h->gate + i * qd, *k = h->kk + i * kvd, *v = h->vv + i * kvd;
+        const float *qg = h->qg + i * 2 * qd;
+        for (int64_t hh = 0; hh < hp->n_head; hh++) {
+            memcpy(q + hh * hd, qg + hh * 2 * hd, (size_t)hd * sizeof(float));
+            memcpy(gt + hh * hd, qg + hh * 2 * hd + hd, (size_t)hd * sizeof(float));
+            model_rmsnorm(q + hh * hd, q + hh * hd, L->q_norm, hd, hp->rms_eps);
+        }
+        for (int64_t hh = 0; hh < hp->n_head_kv; hh++)
+            model_rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
+        rope_partial(q, hp->n_head, hd, hp->n_rot, st->pos[i], m->inv_freq);
+        rope_partial(k, hp->n_head_kv, hd, hp->n_rot, st->pos[i], m->inv_freq);
+        model_kv_store(&st->seqs[st->seq[i]], st->slot, st->pos[i], kvd, k, v);
+    }
+}
+
+/* attn ⊙ sigmoid(gate), over tokens */
+static void step_attn_gate(const hy_step *st, int64_t i0, int64_t i1)
+{
+    const int64_t qd = st->m->hp.n_head * st->m->hp.head_dim;
+    float *a = st->h->attn, *g = st->h->gate;
+    for (int64_t i = i0 * qd; i < i1 * qd; i++)
+        a[i] *= sigmoid(g[i]);
 }
 
 /* ---- the pass ---- */
@@ -247,7 +376,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
     const cdx_hparams *hp = &m->hp;
     const dn_shape *sh = &h->sh;
     const int64_t n = b->n, E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-    const int64_t ch = sh->channels, nv = sh->nv, nk = sh->nk, dk = sh->dk, dv = sh->dv, vd = nv * dv;
+    const int64_t ch = sh->channels;
     if (n_seq > h->max_tokens)
         return cdx_err_set(err, CDX_EINVAL, "%d sequences for a context of %lld tokens", n_seq,
                            (long long)h->max_tokens);
@@ -287,63 +416,30 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd),
                               .kv_type = seqs[0].type };
-    const float qscale = 1.0f / sqrtf((float)dk);
     int64_t li = 0, slot = 0;
+    /* per-token steps go to the threads from 4 tokens up; the conv's channels always */
+    enum { MIN_TOKENS = 4, MIN_CHANNELS = 256 };
+    hy_step st = { .h = h, .m = m, .seqs = seqs, .pos = pos, .seq = seq, .x = x, .xn = xn, .ns = ns };
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        for (int64_t i = 0; i < n; i++)
-            model_rmsnorm(xn + i * E, x + i * E, L->attn_norm, E, hp->rms_eps);
+        st.L = L;
+        st.li = li;
+        st.slot = slot;
+        hy_run(pool, &st, step_norm_attn, n, MIN_TOKENS);
         if (L->linear) {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->ssm_qkv, &L->ssm_z, &L->ssm_b, &L->ssm_a }, 4, xn, n,
                              (float *[]){ h->mix, h->z, h->beta, h->g }, ws);
-            for (int s = 0; s < ns; s++)
-                if (cnt[s])
-                    conv_seq(h, L, dn_layer_state(sh, seqs[s].state, li), s);
-            for (int64_t i = 0; i < n; i++) {
-                float *c = h->cv + i * ch;
-                for (int64_t kh = 0; kh < nk; kh++) {
-                    l2norm(c + kh * dk, dk, qscale);
-                    l2norm(c + nk * dk + kh * dk, dk, 1.0f);
-                }
-                for (int64_t j = 0; j < nv; j++) {
-                    float *bb = h->beta + i * nv + j, *gg = h->g + i * nv + j;
-                    *bb = sigmoid(*bb);
-                    *gg = L->ssm_a_neg[j] * softplus(*gg + L->ssm_dt[j]);
-                }
-            }
+            hy_run(pool, &st, step_conv, ch, MIN_CHANNELS);
+            hy_run(pool, &st, step_qk_gates, n, MIN_TOKENS);
             dn_job job = { h, seqs, ns, li };
             cdx_pool_run(pool, dn_work, &job);
-            /* the gated norm per value head: w · rms(o) · silu(z) */
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t j = 0; j < nv; j++) {
-                    float *o = h->core + i * vd + j * dv;
-                    const float *z = h->z + i * vd + j * dv;
-                    float ss = 0;
-                    for (int64_t d = 0; d < dv; d++)
-                        ss += o[d] * o[d];
-                    const float r = 1.0f / sqrtf(ss / (float)dv + hp->rms_eps);
-                    for (int64_t d = 0; d < dv; d++)
-                        o[d] = L->ssm_norm[d] * (o[d] * r) * silu(z[d]);
-                }
+            hy_run(pool, &st, step_gated_norm, n, MIN_TOKENS);
             cdx_matmul(K, pool, &L->ssm_out, h->core, n, xn, ws);
             li++;
         } else {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, xn, n,
                              (float *[]){ h->qg, h->kk, h->vv }, ws);
-            for (int64_t i = 0; i < n; i++) {
-                float *q = h->q + i * qd, *gt = h->gate + i * qd, *k = h->kk + i * kvd, *v = h->vv + i * kvd;
-                const float *qg = h->qg + i * 2 * qd;
-                for (int64_t hh = 0; hh < hp->n_head; hh++) {
-                    memcpy(q + hh * hd, qg + hh * 2 * hd, (size_t)hd * sizeof(float));
-                    memcpy(gt + hh * hd, qg + hh * 2 * hd + hd, (size_t)hd * sizeof(float));
-                    model_rmsnorm(q + hh * hd, q + hh * hd, L->q_norm, hd, hp->rms_eps);
-                }
-                for (int64_t hh = 0; hh < hp->n_head_kv; hh++)
-                    model_rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
-                rope_partial(q, hp->n_head, hd, hp->n_rot, pos[i], m->inv_freq);
-                rope_partial(k, hp->n_head_kv, hd, hp->n_rot, pos[i], m->inv_freq);
-                model_kv_store(&seqs[seq[i]], slot, pos[i], kvd, k, v);
-            }
+            hy_run(pool, &st, step_attn_qk, n, MIN_TOKENS);
             for (int64_t i = 0; i < n; i++) {
                 const cdx_kv_seq *c = &seqs[seq[i]];
                 arows[i] = (cdx_attn_row){ .q = h->q + i * qd, .k = (const void *const *)c->k,
@@ -353,18 +449,16 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
             int rc = cdx_attn(K, pool, &ashape, arows, n, err);
             if (rc)
                 return rc;
-            for (int64_t i = 0; i < n * qd; i++)
-                h->attn[i] *= sigmoid(h->gate[i]);
+            hy_run(pool, &st, step_attn_gate, n, MIN_TOKENS);
             cdx_matmul(K, pool, &L->wo, h->attn, n, xn, ws);
             slot++;
         }
         for (int64_t i = 0; i < n * E; i++)
             x[i] += xn[i];
-        for (int64_t i = 0; i < n; i++)
-            model_rmsnorm(xn + i * E, x + i * E, L->ffn_norm, E, hp->rms_eps);
+        hy_run(pool, &st, step_norm_ffn, n, MIN_TOKENS);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, xn, n,
                          (float *[]){ h->ffn_g, h->ffn_u }, ws);
-        cdx_swiglu(K, h->ffn_g, h->ffn_u, n * hp->n_ff);
+        model_swiglu(pool, K, h->ffn_g, h->ffn_u, n * hp->n_ff, false);
         cdx_matmul(K, pool, &L->down, h->ffn_g, n, xn, ws);
         for (int64_t i = 0; i < n * E; i++)
             x[i] += xn[i];
