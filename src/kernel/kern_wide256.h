@@ -24,6 +24,7 @@
 #define X16_PF_DEC 16384
 #endif
 #define X16_Q8_FLIP 0    /* Q8_0 stays signed */
+#define X16_ACT_SUMS(kind) ((kind) == W_Q4_0) /* Q8_0 and IQ4_NL stay signed: no bias to take off */
 /* Decode: 16-row groups a step. One: a thread then reads one sequential stream, and a prefetch
  * X16_PF_DEC ahead lands in the group the next step reads. With two adjacent groups a step (tuned
  * on Zen 3) the first stream's prefetch lands in the second group, which is being read already, so

@@ -232,14 +232,20 @@ static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
     }
 }
 
-/* da and Σa of every q8_0 block of every token (the Q4_0 offset and the Q8_0/IQ4_NL bias). */
-static void x16_act_sums(const uint8_t *x, size_t xrb, int64_t n, int64_t nb, float *da, int32_t *sa)
+/* da and Σa of every q8_0 block of every token: Σa only where the includer's micro kernels read it
+ * (X16_ACT_SUMS(kind): the Q4_0 offset; on AVX-512 also the Q8_0/IQ4_NL bias). */
+#ifndef X16_ACT_SUMS
+#define X16_ACT_SUMS(kind) true
+#endif
+static void x16_act_sums(int kind, const uint8_t *x, size_t xrb, int64_t n, int64_t nb, float *da, int32_t *sa)
 {
     const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    const bool sums = X16_ACT_SUMS(kind);
     for (int64_t t = 0; t < n; t++)
         for (int64_t b = 0; b < nb; b++) {
             const cdx_block_q8_0 *xb = (const cdx_block_q8_0 *)(x + (size_t)t * xrb) + b;
             da[t * nb + b] = h2f(xb->d);
-            sa[t * nb + b] = hsum8i(_mm256_madd_epi16(_mm256_maddubs_epi16(one8, load32(xb->qs)), one16));
+            if (sums)
+                sa[t * nb + b] = hsum8i(_mm256_madd_epi16(_mm256_maddubs_epi16(one8, load32(xb->qs)), one16));
         }
 }

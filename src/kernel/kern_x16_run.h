@@ -52,7 +52,7 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     /* the stretch before the kernels' own prefetch distance, so a chunk does not start on a stall */
     for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < span; o += 64)
         _mm_prefetch((const char *)src + o, _MM_HINT_T0);
-    x16_act_sums(xq, xrb, n, nb, dav, sav);
+    x16_act_sums(kind, xq, xrb, n, nb, dav, sav);
     int64_t r = r0;
 #ifdef X16N_DECODE
     if (n == 1 && !own) {
