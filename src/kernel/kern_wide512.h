@@ -472,7 +472,9 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
 #endif
 
 #define X16_TOK CDX_GEMM_TOK
+#ifndef X16_DEC_G
 #define X16_DEC_G 2 /* decode: two 16-row groups a step (acc[2] below) */
+#endif
 #define X16_Q8_FLIP 0x80 /* Q8_0 biased to u8 for vpdpbusd */
 #include "kernel/kern_x16.h"
 #include "kernel/kern_x16n.h"
