@@ -89,6 +89,8 @@ CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
 /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + expf(-g[i])) · u[i], in place: the C library's expf bits on
  * every kernel set (the SIMD sets repeat its steps lane by lane, kern_expf.h). */
 CDX_API void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n);
+/* x[i] = silu(x[i]) = x[i] / (1 + expf(-x[i])), in place, with the same expf bits. */
+CDX_API void cdx_silu(const cdx_kernels *k, float *x, int64_t n);
 /* max + log Σ expf(x[i] - max) (expf's bits per term, the sum in double, in an order fixed per
  * kernel set: the same value for the same x on a set, whatever else runs). n >= 1. For logprobs. */
 CDX_API double cdx_logsumexp(const cdx_kernels *k, const float *x, int64_t n);

@@ -54,6 +54,12 @@ static void silu_mul_ref(float *g, const float *u, int64_t n)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void silu_ref(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
 static double lse_ref(const float *x, int64_t n)
 {
     const float mx = max_ref(x, n);
@@ -64,7 +70,7 @@ static double lse_ref(const float *x, int64_t n)
 }
 
 const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref,
-                                     lse_ref };
+                                     lse_ref, silu_ref };
 
 static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
 
@@ -82,6 +88,11 @@ void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n
 void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)
 {
     vec(k)->silu_mul(g, u, n);
+}
+
+void cdx_silu(const cdx_kernels *k, float *x, int64_t n)
+{
+    vec(k)->silu(x, n);
 }
 
 double cdx_logsumexp(const cdx_kernels *k, const float *x, int64_t n)

@@ -987,6 +987,21 @@ static void KT(vsilu_mul)(float *g, const float *u, int64_t n)
     cdx_vec_scalar.silu_mul(g + i, u + i, n - i);
 }
 
+/* x = x / (1 + expf(-x)) (SiLU alone), as KT(vsilu_mul) computes it without the factor. */
+static void KT(vsilu)(float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        const VF v = vf_load_f32(x + i);
+        VF e;
+        if (vf_expf(vf_neg(v), &e))
+            vf_store(x + i, vf_div(v, vf_add(vf_set1(1.0f), e)));
+        else
+            cdx_vec_scalar.silu(x + i, VF_N);
+    }
+    cdx_vec_scalar.silu(x + i, n - i);
+}
+
 /* max + log Σ expf(x - max): the terms with expf's bits (vf_expf, or expf itself for a vector with
  * a lane of its slow path: far below the max, nan), summed in double in two vector accumulators and
  * one scalar one for those vectors and the tail, then in a fixed order: the same value for the same
@@ -1231,7 +1246,7 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, 
 }
 
 static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half),
-                                         KT(vsilu_mul), KT(vlse) };
+                                         KT(vsilu_mul), KT(vlse), KT(vsilu) };
 
 /* ---- the table ---- */
 

@@ -59,6 +59,7 @@ typedef struct cdx_vec_ops {
     void (*round_half)(const float *x, float *y, int64_t n, int f16); /* y = x through f16 (or bf16) */
     void (*silu_mul)(float *g, const float *u, int64_t n);        /* g = g / (1 + expf(-g)) · u */
     double (*lse)(const float *x, int64_t n); /* max + log Σ expf(x - max), the sum in double; n >= 1 */
+    void (*silu)(float *x, int64_t n);                           /* x = x / (1 + expf(-x)) */
 } cdx_vec_ops;
 
 extern const cdx_vec_ops cdx_vec_scalar;

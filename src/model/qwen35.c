@@ -143,7 +143,6 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, con
 
 /* ---- small ops ---- */
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch's threshold 20 */
 
@@ -211,9 +210,11 @@ static void dn_work(void *arg, int ith, int nth)
     }
 }
 
-/* The causal depthwise conv of one sequence's tokens (pre-conv inputs in mix), then silu, into
- * cv, for channels [c0, c1); the window keeps the last conv_k - 1 inputs. */
-static void conv_seq(hybrid_ctx *h, const layer_weights *L, float *win, int64_t s, int64_t c0, int64_t c1)
+/* The causal depthwise conv of one sequence's tokens (pre-conv inputs in mix), then silu (the
+ * kernel set's, expf's bits), into cv, for channels [c0, c1); the window keeps the last conv_k - 1
+ * inputs. */
+static void conv_seq(hybrid_ctx *h, const cdx_kernels *ks, const layer_weights *L, float *win, int64_t s, int64_t c0,
+                     int64_t c1)
 {
     const int64_t ch = h->sh.channels, K = h->sh.conv_k, m = h->count[s];
     const int64_t *idx = h->order + h->first[s];
@@ -226,8 +227,9 @@ static void conv_seq(hybrid_ctx *h, const layer_weights *L, float *win, int64_t 
                 const float x = d >= 0 ? h->mix[idx[d] * ch + c] : win[(K - 1 + d) * ch + c];
                 acc += L->ssm_conv[c * K + j] * x;
             }
-            out[c] = silu(acc);
+            out[c] = acc;
         }
+        cdx_silu(ks, out + c0, c1 - c0);
     }
     /* the new window: inputs at offsets m-(K-1) .. m-1; a source in the old window lies after its
      * destination, so ascending t reads it before it is overwritten */
@@ -246,6 +248,7 @@ typedef struct hy_step hy_step;
 struct hy_step {
     hybrid_ctx *h;
     const cdx_model *m;
+    const cdx_kernels *K;
     const layer_weights *L;
     const cdx_kv_seq *seqs;
     const int64_t *pos;
@@ -292,7 +295,7 @@ static void step_conv(const hy_step *st, int64_t c0, int64_t c1)
 {
     for (int s = 0; s < st->ns; s++)
         if (st->h->count[s])
-            conv_seq(st->h, st->L, dn_layer_state(&st->h->sh, st->seqs[s].state, st->li), s, c0, c1);
+            conv_seq(st->h, st->K, st->L, dn_layer_state(&st->h->sh, st->seqs[s].state, st->li), s, c0, c1);
 }
 
 /* q, k l2-normed per key head (q scaled by dk^-½); β = sigmoid(b); g = -exp(A_log)·softplus(a + dt) */
@@ -322,14 +325,14 @@ static void step_gated_norm(const hy_step *st, int64_t i0, int64_t i1)
     const int64_t nv = h->sh.nv, dv = h->sh.dv, vd = nv * dv;
     for (int64_t i = i0; i < i1; i++)
         for (int64_t j = 0; j < nv; j++) {
-            float *o = h->core + i * vd + j * dv;
-            const float *z = h->z + i * vd + j * dv;
+            float *o = h->core + i * vd + j * dv, *z = h->z + i * vd + j * dv;
             float ss = 0;
             for (int64_t d = 0; d < dv; d++)
                 ss += o[d] * o[d];
             const float r = 1.0f / sqrtf(ss / (float)dv + st->m->hp.rms_eps);
+            cdx_silu(st->K, z, dv); /* z is read only here */
             for (int64_t d = 0; d < dv; d++)
-                o[d] = st->L->ssm_norm[d] * (o[d] * r) * silu(z[d]);
+                o[d] = st->L->ssm_norm[d] * (o[d] * r) * z[d];
         }
 }
 
@@ -419,7 +422,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
     int64_t li = 0, slot = 0;
     /* per-token steps go to the threads from 4 tokens up; the conv's channels always */
     enum { MIN_TOKENS = 4, MIN_CHANNELS = 256 };
-    hy_step st = { .h = h, .m = m, .seqs = seqs, .pos = pos, .seq = seq, .x = x, .xn = xn, .ns = ns };
+    hy_step st = { .h = h, .m = m, .K = K, .seqs = seqs, .pos = pos, .seq = seq, .x = x, .xn = xn, .ns = ns };
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         st.L = L;

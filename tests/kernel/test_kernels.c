@@ -716,6 +716,21 @@ static void exp_and_silu_have_expf_bits(void)
                 bad += u_of(got[i]) != u_of(x[990 + i] / (1.0f + expf(-x[990 + i])) * u[990 + i]);
             CHECKF(bad == 0, "%s silu n=%d: %d differ", k_isas[ii], n, bad);
         }
+        /* SiLU alone */
+        memcpy(got, x, sizeof(float) * N);
+        k->vec->silu(got, N);
+        bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += u_of(got[i]) != u_of(x[i] / (1.0f + expf(-x[i])));
+        CHECKF(bad == 0, "%s silu alone: %d of %d values differ from x / (1 + expf(-x))", k_isas[ii], bad, N);
+        for (int n = 0; n < 40; n++) {
+            memcpy(got, x + 990, sizeof(float) * (size_t)n);
+            k->vec->silu(got, n);
+            bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += u_of(got[i]) != u_of(x[990 + i] / (1.0f + expf(-x[990 + i])));
+            CHECKF(bad == 0, "%s silu alone n=%d: %d differ", k_isas[ii], n, bad);
+        }
     }
     free(x), free(got), free(u);
 }
