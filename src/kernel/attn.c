@@ -213,35 +213,56 @@ static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const c
     memcpy(r->out + (size_t)h * hd, acc, (size_t)hd * sizeof(float));
 }
 
-static void attn_one(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r,
-                     int g)
+/* Rows r[0..nr-1] × KV head g. */
+static void attn_rows(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r,
+                      int nr, int g)
 {
     const int group = s->n_head / s->n_kv_head;
     /* the set's fused rows (the same bits as attn_heads with its primitives), where it takes the shape */
     if (s->kv_type == CDX_TYPE_F32 && k && k->attn_f32) {
         bool done = true;
         for (int h = 0; h < group && done; h += ATTN_MAX_GROUP)
-            done = k->attn_f32(s, r, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
+            done = k->attn_f32(s, r, nr, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
         if (done)
             return;
     }
-    if (s->kv_type == CDX_TYPE_F16) {
-        for (int h = 0; h < group; h++)
-            attn_head_f16(v, s, r, g, g * group + h);
-        return;
+    for (int i = 0; i < nr; i++) {
+        if (s->kv_type == CDX_TYPE_F16) {
+            for (int h = 0; h < group; h++)
+                attn_head_f16(v, s, &r[i], g, g * group + h);
+            continue;
+        }
+        for (int h = 0; h < group; h += ATTN_MAX_GROUP)
+            attn_heads(v, s, &r[i], g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
     }
-    for (int h = 0; h < group; h += ATTN_MAX_GROUP)
-        attn_heads(v, s, r, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);
+}
+
+/* Rows a work item holds: consecutive rows of one sequence's prompt walk the key blocks together
+ * (kernels' attn_f32), so a block of K and V comes from memory once for the tile */
+#define ATTN_TILE 8
+
+static bool same_keys(const cdx_attn_row *a, const cdx_attn_row *b)
+{
+    return a->k == b->k && a->v == b->v && a->off == b->off && a->lo == b->lo;
 }
 
 static void attn_work(void *arg, int ith, int nth)
 {
     attn_job *j = arg;
-    const int64_t nk = j->s->n_kv_head, total = j->n_rows * nk;
-    /* dealt round-robin: causal rows grow with their position, so contiguous ranges would give the
-     * last thread the longest rows */
-    for (int64_t i = ith; i < total; i += nth)
-        attn_one(j->k, j->v, j->s, &j->rows[i / nk], (int)(i % nk));
+    const int64_t nk = j->s->n_kv_head, tiles = (j->n_rows + ATTN_TILE - 1) / ATTN_TILE, total = tiles * nk;
+    /* (tile, KV head) items dealt round-robin: causal rows grow with their position, so contiguous
+     * ranges would give the last thread the longest rows. A tile is cut where the rows stop sharing
+     * their keys (another sequence, a window). */
+    for (int64_t it = ith; it < total; it += nth) {
+        const int64_t t0 = it / nk * ATTN_TILE, t1 = t0 + ATTN_TILE < j->n_rows ? t0 + ATTN_TILE : j->n_rows;
+        for (int64_t i = t0; i < t1;) {
+            int64_t e = i + 1;
+            while (e < t1 && same_keys(&j->rows[i], &j->rows[e]))
+                e++;
+            attn_rows(j->k, j->v, j->s, &j->rows[i], (int)(e - i), (int)(it % nk));
+            i = e;
+        }
+    }
 }
 
 int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows, int64_t n_rows,

@@ -1095,10 +1095,22 @@ KT_INLINE __m512 hsum16x16(const __m512 *v)
 }
 #endif
 
-/* Position p's f32 K (or V) row for KV head g through the block table tab (r->k or r->v). */
-KT_INLINE const float *ka_row(const void *const *tab, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p)
+/* The f32 K and V rows of KV head g at positions p0..p0+n-1 through the block tables r->k, r->v:
+ * one division for the block, then a step at a time (a division per key cost more than its
+ * multiply-adds). */
+KT_INLINE void ka_rows_of(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p0, int n, const float **kr,
+                          const float **vr)
 {
-    return (const float *)tab[p / s->block] + r->off + (size_t)(p % s->block) * s->kv_stride + (size_t)g * s->head_dim;
+    int64_t b = p0 / s->block, o = p0 % s->block;
+    const size_t base = r->off + (size_t)g * s->head_dim;
+    for (int i = 0; i < n; i++) {
+        kr[i] = (const float *)r->k[b] + base + (size_t)o * s->kv_stride;
+        vr[i] = (const float *)r->v[b] + base + (size_t)o * s->kv_stride;
+        if (++o == s->block) {
+            o = 0;
+            b++;
+        }
+    }
 }
 
 /* One key's lane sums of vdot(q, k), as KT(vdot) forms them: even vectors into s0, odd into s1. */
@@ -1115,10 +1127,36 @@ KT_INLINE VF ka_key_lanes(const VF *qv, const int nq, const float *kp)
     return vf_add(s0, s1);
 }
 
+/* The same for NK keys at once (kp[0..NK-1]): each key's two chains are formed as above, but the
+ * 2·NK chains run side by side, so the multiply-adds do not wait on one key's latency (one key
+ * at a time kept about two in flight). */
+#define KA_KEYS (VF_N == 8 ? 4 : 8) /* keys a pass: 2·KA_KEYS sums and q's vector fit the registers */
+KT_INLINE void ka_keys_lanes(const VF *qv, const int nq, const float *const *kp, VF *d)
+{
+    VF s0[KA_KEYS], s1[KA_KEYS];
+#pragma GCC unroll 8
+    for (int j = 0; j < KA_KEYS; j++)
+        s0[j] = s1[j] = vf_zero();
+#pragma GCC unroll 16
+    for (int c = 0; c < nq; c++) {
+        const VF qc = qv[c];
+#pragma GCC unroll 8
+        for (int j = 0; j < KA_KEYS; j++) {
+            if (c % 2 == 0)
+                s0[j] = vf_fma(qc, vf_load_f32(kp[j] + c * VF_N), s0[j]);
+            else
+                s1[j] = vf_fma(qc, vf_load_f32(kp[j] + c * VF_N), s1[j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < KA_KEYS; j++)
+        d[j] = vf_add(s0[j], s1[j]);
+}
+
 /* sc[i] = vdot(q, k_i) · scale for the nb keys from position p0, as KT(vdot) sums: even vectors of
  * the head into s0, odd ones into s1, then vf_hsum(s0 + s1). */
-KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g,
-                         int64_t p0, int nb, float *sc)
+KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, const float *const *kr, int nb,
+                         float *sc)
 {
     VF qv[KA_MAXV];
 #pragma GCC unroll 16
@@ -1128,23 +1166,22 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
 #if VF_N == 8
     for (; i + 8 <= nb; i += 8) {
         __m256 d[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            d[j] = ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i + j));
-        }
+        const float *const *kp = kr + i;
+        ka_keys_lanes(qv, nq, kp, d);
+        ka_keys_lanes(qv, nq, kp + KA_KEYS, d + KA_KEYS);
         _mm256_storeu_ps(sc + i, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(s->scale)));
     }
 #elif VF_N == 16
     for (; i + 16 <= nb; i += 16) {
         __m512 d[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++)
-            d[j] = ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i + j));
+        const float *const *kp = kr + i;
+        ka_keys_lanes(qv, nq, kp, d);
+        ka_keys_lanes(qv, nq, kp + KA_KEYS, d + KA_KEYS);
         _mm512_storeu_ps(sc + i, _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(s->scale)));
     }
 #endif
     for (; i < nb; i++) {
-        sc[i] = vf_hsum(ka_key_lanes(qv, nq, ka_row(r->k, s, r, g, p0 + i))) * s->scale;
+        sc[i] = vf_hsum(ka_key_lanes(qv, nq, kr[i])) * s->scale;
     }
 }
 
@@ -1157,8 +1194,8 @@ KT_INLINE void ka_scores(const float *q, const int nq, const cdx_attn_shape *s, 
 #define KA_VMAX (VF_N == 16 ? 8 : 4)     /* vectors of a head per pass */
 #define KA_CV(nq) ((nq) < KA_VMAX ? (nq) : KA_VMAX)
 #define KA_HP(nq) (KA_CHAINS / KA_CV(nq) < 4 ? KA_CHAINS / KA_CV(nq) : 4) /* heads per pass */
-KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const int nh, const cdx_attn_shape *s,
-                               const cdx_attn_row *r, int g, int64_t p0, int nb, float (*sc)[KA_BLOCK])
+KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const int nh, const float *const *vr,
+                               int nb, float (*sc)[KA_BLOCK])
 {
 #pragma GCC unroll 4
     for (int c0 = 0; c0 < nq; c0 += KA_CV(nq)) {
@@ -1170,7 +1207,7 @@ KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const
             for (int c = 0; c < nc; c++)
                 a[h][c] = vf_load_f32(acc[h] + (c0 + c) * VF_N);
         for (int i = 0; i < nb; i++) {
-            const float *vp = ka_row(r->v, s, r, g, p0 + i) + c0 * VF_N;
+            const float *vp = vr[i] + c0 * VF_N;
             VF v[KA_VMAX];
 #pragma GCC unroll 8
             for (int c = 0; c < nc; c++)
@@ -1191,48 +1228,80 @@ KT_INLINE void ka_values_heads(float (*acc)[KA_MAXV * VF_N], const int nq, const
     }
 }
 
-KT_INLINE void ka_heads(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
+/* One block of keys from p0 for one row's `group` heads: scores, the running max (rescaling what was
+ * accumulated), the exp sum, then V. The row's state between blocks: acc, mx, sum per head. */
+KT_INLINE void ka_block(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int h0, int group, int64_t p0,
+                        const float *const *kr, const float *const *vr, float (*acc)[KA_MAXV * VF_N], float *mx,
+                        float *sum, float (*sc)[KA_BLOCK])
 {
     const int hd = s->head_dim;
-    float acc[32][KA_MAXV * VF_N] __attribute__((aligned(64)));
-    float sc[32][KA_BLOCK];
-    float mx[32], sum[32];
+    const int nb = r->hi - p0 + 1 < KA_BLOCK ? (int)(r->hi - p0 + 1) : KA_BLOCK;
     for (int h = 0; h < group; h++) {
-        mx[h] = -INFINITY;
-        sum[h] = 0;
-        for (int d = 0; d < hd; d++)
-            acc[h][d] = 0;
-    }
-    for (int64_t p0 = r->lo; p0 <= r->hi; p0 += KA_BLOCK) {
-        const int nb = r->hi - p0 + 1 < KA_BLOCK ? (int)(r->hi - p0 + 1) : KA_BLOCK;
-        for (int h = 0; h < group; h++) {
-            ka_scores(r->q + (size_t)(h0 + h) * hd, nq, s, r, g, p0, nb, sc[h]);
-            float bm = KT(vmax)(sc[h], nb);
-            if (bm > mx[h]) {
-                float corr = expf(mx[h] - bm);
-                sum[h] *= corr;
-                KT(vscale)(acc[h], corr, hd);
-                mx[h] = bm;
-            }
-            sum[h] += KT(vexp_sum)(sc[h], mx[h], nb);
+        ka_scores(r->q + (size_t)(h0 + h) * hd, nq, s, kr, nb, sc[h]);
+        float bm = KT(vmax)(sc[h], nb);
+        if (bm > mx[h]) {
+            float corr = expf(mx[h] - bm);
+            sum[h] *= corr;
+            KT(vscale)(acc[h], corr, hd);
+            mx[h] = bm;
         }
-        const int hp = KA_HP(nq);
-        int h = 0;
-        for (; h + hp <= group; h += hp)
-            ka_values_heads(acc + h, nq, hp, s, r, g, p0, nb, sc + h);
-        for (; h < group; h++)
-            ka_values_heads(acc + h, nq, 1, s, r, g, p0, nb, sc + h);
+        sum[h] += KT(vexp_sum)(sc[h], mx[h], nb);
     }
-    for (int h = 0; h < group; h++) {
-        float *o = r->out + (size_t)(h0 + h) * hd;
-        const float inv = 1.0f / sum[h];
-        for (int d = 0; d < hd; d++)
-            o[d] = acc[h][d] * inv;
+    const int hp = KA_HP(nq);
+    int h = 0;
+    for (; h + hp <= group; h += hp)
+        ka_values_heads(acc + h, nq, hp, vr, nb, sc + h);
+    for (; h < group; h++)
+        ka_values_heads(acc + h, nq, 1, vr, nb, sc + h);
+}
+
+/* nr rows sharing their cache and first position (lo) walk the key blocks together, up to KA_TILE
+ * rows (fewer for groups above 8 heads: KA_STATES states at most) at a time: a block of K and V
+ * is read from memory once for all of them and from cache for the rest, where one row at a time
+ * streamed the whole history again for every row. Each row still takes its blocks in order
+ * through ka_block, its state its own: its bits are those of the row alone. */
+#define KA_TILE 8    /* rows a pass at most (cdx_attn deals tiles of ATTN_TILE = 8 rows) */
+#define KA_STATES 64 /* (row, head) states a pass holds: 8 rows of up to 8 heads, 2 rows of 32 */
+KT_INLINE void ka_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group)
+{
+    const int hd = s->head_dim;
+    float acc[KA_STATES][KA_MAXV * VF_N] __attribute__((aligned(64)));
+    float sc[32][KA_BLOCK];
+    float mx[KA_STATES], sum[KA_STATES];
+    const int per = KA_STATES / group < KA_TILE ? KA_STATES / group : KA_TILE;
+    for (int i0 = 0; i0 < nr; i0 += per) {
+        const int m = nr - i0 < per ? nr - i0 : per;
+        int64_t hi = r[i0].hi;
+        for (int i = 0; i < m; i++) {
+            hi = r[i0 + i].hi > hi ? r[i0 + i].hi : hi;
+            for (int h = i * group; h < (i + 1) * group; h++) {
+                mx[h] = -INFINITY;
+                sum[h] = 0;
+                for (int d = 0; d < hd; d++)
+                    acc[h][d] = 0;
+            }
+        }
+        for (int64_t p0 = r[i0].lo; p0 <= hi; p0 += KA_BLOCK) {
+            const float *kr[KA_BLOCK], *vr[KA_BLOCK];
+            ka_rows_of(s, &r[i0], g, p0, hi - p0 + 1 < KA_BLOCK ? (int)(hi - p0 + 1) : KA_BLOCK, kr, vr);
+            for (int i = 0; i < m; i++)
+                if (p0 <= r[i0 + i].hi)
+                    ka_block(nq, s, &r[i0 + i], h0, group, p0, kr, vr, acc + i * group, mx + i * group,
+                             sum + i * group, sc);
+        }
+        for (int i = 0; i < m; i++)
+            for (int h = 0; h < group; h++) {
+                float *o = r[i0 + i].out + (size_t)(h0 + h) * hd;
+                const float *a = acc[i * group + h];
+                const float inv = 1.0f / sum[i * group + h];
+                for (int d = 0; d < hd; d++)
+                    o[d] = a[d] * inv;
+            }
     }
 }
 
-#define KA_CASE(n_) case n_: ka_heads(n_, s, r, g, h0, group); return true;
-static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
+#define KA_CASE(n_) case n_: ka_rows(n_, s, r, nr, g, h0, group); return true;
+static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group)
 {
     if (s->kv_type != CDX_TYPE_F32 || s->head_dim % VF_N || group > 32)
         return false;

@@ -78,10 +78,11 @@ struct cdx_kernels {
     /* BF16 weights × bf16 activations (cdx_mat.act_bf16) with bf16 dot instructions, used only where
      * the CPU has AVX512_BF16: xq holds the activations as bf16 rows of xq_row_bytes. NULL: none. */
     cdx_row_kernel row_bf16dp;
-    /* One query row × KV head g's `group` query heads (h0..) over an F32 cache, with the bits attn.c's
-     * blocked loop gives with this set's vec primitives; false: not for this shape (attn.c runs its
+    /* Query rows r[0..nr-1] (sharing their cache tables, offset and lo) × KV head g's `group` query
+     * heads (h0..) over an F32 cache, each row with the bits attn.c's blocked loop gives it alone
+     * with this set's vec primitives; false, before any work: not for this shape (attn.c runs its
      * loop). NULL: none. */
-    bool (*attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group);
+    bool (*attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group);
 };
 
 /* vdpbf16ps (matmul_bf16dp_avx512.c) and its scalar twin (matmul_bf16dp.c), which tests hold it to */
