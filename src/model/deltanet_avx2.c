@@ -10,31 +10,6 @@
 
 #define DN_OWN_LOOPS 1
 
-/* kk[j], qk[j] for j < n in passes of 32 rows (4 + 4 accumulators): a pass computes all 32 of its
- * columns (K holds DN_CHUNK, a multiple of 32; the ones past n are discarded). */
-static void dn_dots_avx2(const float *K, int64_t n, int64_t dk, const float *k, const float *q, float *kk, float *qk)
-{
-    for (int64_t j0 = 0; j0 < n; j0 += 32) {
-        __m256 sk[4], sq[4];
-        for (int i = 0; i < 4; i++)
-            sk[i] = sq[i] = _mm256_setzero_ps();
-        for (int64_t a = 0; a < dk; a++) {
-            const float *Ka = K + a * DN_CHUNK + j0;
-            const __m256 ka = _mm256_set1_ps(k[a]), qa = _mm256_set1_ps(q[a]);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                const __m256 x = _mm256_loadu_ps(Ka + 8 * i);
-                sk[i] = _mm256_add_ps(sk[i], _mm256_mul_ps(ka, x));
-                sq[i] = _mm256_add_ps(sq[i], _mm256_mul_ps(qa, x));
-            }
-        }
-        for (int i = 0; i < 4; i++) {
-            _mm256_storeu_ps(kk + j0 + 8 * i, sk[i]);
-            _mm256_storeu_ps(qk + j0 + 8 * i, sq[i]);
-        }
-    }
-}
-
 /* y[b] ± c[j]·X[j][b] over j in order: blocks of 32 values of b (4 accumulators), then of 8, then
  * one at a time. SUB is a constant at each call (inlined). */
 static inline __attribute__((always_inline)) void rows_acc_avx2(float *y, const float *c, const float *X, int64_t ldx,

@@ -6,24 +6,9 @@
  * token. DN_NAME(x) names this copy's x.
  *
  * The inner loops, here as plain loops (the oracle); a copy that defines DN_OWN_LOOPS brings its own:
- *   dots:     kk[j] = Σ_a k[a]·K[a][j], qk[j] = Σ_a q[a]·K[a][j] for j < n (K's rows DN_CHUNK apart);
- *             entries n..up to the next multiple of 32 may be written too (kk, qk hold DN_CHUNK)
  *   rows_acc: y[b] ← y[b] + c[j]·X[j][b] (− with sub), j = 0..nj−1 in order, for b < nb
  *   rows_acc2: the same into y and y2 with c and c2 over the same rows X, adding */
 #ifndef DN_OWN_LOOPS
-static void DN_NAME(dots)(const float *K, int64_t n, int64_t dk, const float *k, const float *q, float *kk, float *qk)
-{
-    for (int64_t j = 0; j < n; j++) {
-        float sk = 0, sq = 0;
-        for (int64_t a = 0; a < dk; a++) {
-            sk += k[a] * K[a * DN_CHUNK + j];
-            sq += q[a] * K[a * DN_CHUNK + j];
-        }
-        kk[j] = sk;
-        qk[j] = sq;
-    }
-}
-
 static void DN_NAME(rows_acc)(float *y, const float *c, const float *X, int64_t ldx, int64_t nj, int64_t nb, int sub)
 {
     for (int64_t b = 0; b < nb; b++) {
@@ -56,7 +41,10 @@ static void DN_NAME(chunk_step)(float *head, int64_t dk, int64_t dv, int64_t row
     for (int64_t a = 0; a < dk; a++)
         K[a * DN_CHUNK + row] = k[a];
     G[row] = Gi;
-    DN_NAME(dots)(K, n, dk, k, q, kk, qk);         /* k·k_j, q·k_j */
+    /* kk_j = k·k_j, qk_j = q·k_j: K's rows a hold every k_j's a-th value, so these are y ← y + c_a·K_a */
+    memset(kk, 0, (size_t)n * sizeof(float));
+    memset(qk, 0, (size_t)n * sizeof(float));
+    DN_NAME(rows_acc2)(kk, qk, k, q, K, DN_CHUNK, dk, n);
     for (int64_t j = 0; j < n; j++)
         ex[j] = expf(Gi - G[j]);
     /* u = β (v − e^{G_i} S0ᵀk) − Σ_{j<i} β (k·k_j) e^{G_i−G_j} u_j, and S0ᵀq in the same pass over S0 */
