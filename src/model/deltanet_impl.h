@@ -41,10 +41,12 @@ static void DN_NAME(chunk_step)(float *head, int64_t dk, int64_t dv, int64_t row
     for (int64_t a = 0; a < dk; a++)
         K[a * DN_CHUNK + row] = k[a];
     G[row] = Gi;
-    /* kk_j = k·k_j, qk_j = q·k_j: K's rows a hold every k_j's a-th value, so these are y ← y + c_a·K_a */
-    memset(kk, 0, (size_t)n * sizeof(float));
-    memset(qk, 0, (size_t)n * sizeof(float));
-    DN_NAME(rows_acc2)(kk, qk, k, q, K, DN_CHUNK, dk, n);
+    /* kk_j = k·k_j, qk_j = q·k_j: K's rows a hold every k_j's a-th value, so these are y ← y + c_a·K_a,
+     * over whole 8-column blocks (K and kk, qk hold DN_CHUNK; the columns past n are not read after) */
+    const int64_t n8 = (n + 7) / 8 * 8;
+    memset(kk, 0, (size_t)n8 * sizeof(float));
+    memset(qk, 0, (size_t)n8 * sizeof(float));
+    DN_NAME(rows_acc2)(kk, qk, k, q, K, DN_CHUNK, dk, n8);
     for (int64_t j = 0; j < n; j++)
         ex[j] = expf(Gi - G[j]);
     /* u = β (v − e^{G_i} S0ᵀk) − Σ_{j<i} β (k·k_j) e^{G_i−G_j} u_j, and S0ᵀq in the same pass over S0 */
