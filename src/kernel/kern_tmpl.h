@@ -1042,9 +1042,10 @@ static void KT(vround_half)(const float *x, float *y, int64_t n, int f16)
 
 /* ---- f32 attention rows (attn.c's attn_heads, fused) ----
  *
- * One query row × one KV head's `group` query heads over an F32 cache, with exactly the operations
- * attn.c's attn_heads performs through this set's primitives (vdot, vmax, vexp_sum, vscale, vaxpy),
- * in the same order: a row's output has the same bits either way, so attn_heads with this set's
+ * Query rows × one KV head's `group` query heads over an F32 cache, each row with exactly the
+ * operations attn.c's attn_heads performs for it through this set's primitives (vdot, vmax,
+ * vexp_sum, vscale, vaxpy), in the same order (rows that share their keys walk the key blocks
+ * together, ka_rows): a row's output has the same bits either way, so attn_heads with this set's
  * cdx_vec_ops is this kernel's oracle (tests/kernel/test_attn.c) and cdx_vec_scalar their twin.
  * What changes is the overhead: q (and the accumulator) stay in registers over a block of keys,
  * no call per key, eight (AVX2) or sixteen (AVX-512) keys' lane sums are reduced together by the
