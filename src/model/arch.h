@@ -165,6 +165,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
 /* ggml's rms_norm to the bit (forward.c): out = w · x / sqrt(mean(x²) + eps), squares summed in
  * double, the mean rounded to float. The dense and the hybrid passes share it. */
 void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+/* model_rmsnorm of n rows of E values (x to out, E apart), on the pool from 4 rows up. */
+void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps);
 /* Writes one position's K and V (kvd values each) into layer slot `slot` of c's block table, in its
  * storage type: f32 as is, f16 and bf16 rounded to nearest even (ggml's copy into an F16 cache). */
 void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v);

@@ -389,7 +389,7 @@ static void norm_part(void *arg, int ith, int nth)
         model_rmsnorm(j->out + i * j->E, j->x + i * j->E, j->w, j->E, j->eps);
 }
 
-static void norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps)
+void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps)
 {
     norm_job j = { out, x, w, n, E, eps };
     if (n >= 4)
@@ -494,7 +494,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        norm_rows(pool, fc->xn, fc->x, L->attn_norm, n, E, hp->rms_eps);
+        model_norm_rows(pool, fc->xn, fc->x, L->attn_norm, n, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, fc->xn, n,
                          (float *[]){ fc->q, fc->kk, fc->vv }, fc->ws);
         qkv_job qj = { fc, L, seqs, l, n };
@@ -516,7 +516,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         cdx_matmul(K, pool, &L->wo, fc->attn, n, fc->xn, fc->ws);
         for (int64_t i = 0; i < n * E; i++)
             fc->x[i] += fc->xn[i];
-        norm_rows(pool, fc->xn, fc->x, L->ffn_norm, n, E, hp->rms_eps);
+        model_norm_rows(pool, fc->xn, fc->x, L->ffn_norm, n, E, hp->rms_eps);
         if (L->moe) {
             if ((rc = moe_block(fc, l, L, fc->xn, n, fc->moe, err)))
                 return rc;

@@ -253,7 +253,6 @@ struct hy_step {
     const cdx_kv_seq *seqs;
     const int64_t *pos;
     const int32_t *seq;
-    float *x, *xn;
     int64_t li, slot;
     int ns;
     void (*fn)(const hy_step *st, int64_t i0, int64_t i1);
@@ -275,20 +274,6 @@ static void hy_run(cdx_pool *pool, hy_step *st, void (*fn)(const hy_step *, int6
         cdx_pool_run(pool, hy_part, st);
     else
         fn(st, 0, n);
-}
-
-static void step_norm_attn(const hy_step *st, int64_t i0, int64_t i1)
-{
-    const int64_t E = st->m->hp.n_embd;
-    for (int64_t i = i0; i < i1; i++)
-        model_rmsnorm(st->xn + i * E, st->x + i * E, st->L->attn_norm, E, st->m->hp.rms_eps);
-}
-
-static void step_norm_ffn(const hy_step *st, int64_t i0, int64_t i1)
-{
-    const int64_t E = st->m->hp.n_embd;
-    for (int64_t i = i0; i < i1; i++)
-        model_rmsnorm(st->xn + i * E, st->x + i * E, st->L->ffn_norm, E, st->m->hp.rms_eps);
 }
 
 static void step_conv(const hy_step *st, int64_t c0, int64_t c1)
@@ -422,13 +407,13 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
     int64_t li = 0, slot = 0;
     /* per-token steps go to the threads from 4 tokens up; the conv's channels always */
     enum { MIN_TOKENS = 4, MIN_CHANNELS = 256 };
-    hy_step st = { .h = h, .m = m, .K = K, .seqs = seqs, .pos = pos, .seq = seq, .x = x, .xn = xn, .ns = ns };
+    hy_step st = { .h = h, .m = m, .K = K, .seqs = seqs, .pos = pos, .seq = seq, .ns = ns };
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         st.L = L;
         st.li = li;
         st.slot = slot;
-        hy_run(pool, &st, step_norm_attn, n, MIN_TOKENS);
+        model_norm_rows(pool, xn, x, L->attn_norm, n, E, hp->rms_eps);
         if (L->linear) {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->ssm_qkv, &L->ssm_z, &L->ssm_b, &L->ssm_a }, 4, xn, n,
                              (float *[]){ h->mix, h->z, h->beta, h->g }, ws);
@@ -458,7 +443,7 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
         }
         for (int64_t i = 0; i < n * E; i++)
             x[i] += xn[i];
-        hy_run(pool, &st, step_norm_ffn, n, MIN_TOKENS);
+        model_norm_rows(pool, xn, x, L->ffn_norm, n, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, xn, n,
                          (float *[]){ h->ffn_g, h->ffn_u }, ws);
         model_swiglu(pool, K, h->ffn_g, h->ffn_u, n * hp->n_ff, false);
