@@ -281,6 +281,19 @@ static int parse_images_field(json_t *root, const sv_limits *lim, sv_params *p, 
     return 0;
 }
 
+/* The roles a message may have: OpenAI's (developer is its newer name for system; function is
+ * the legacy form of tool). A template sees the role as sent. */
+static const char *const k_roles[] = { "system", "developer", "user", "assistant", "tool", "function" };
+static const char k_roles_text[] = "system, developer, user, assistant, tool, function";
+
+static bool known_role(const char *r)
+{
+    for (size_t i = 0; i < sizeof k_roles / sizeof k_roles[0]; i++)
+        if (!strcmp(r, k_roles[i]))
+            return true;
+    return false;
+}
+
 /* messages: a non-empty array of {role, content}; content as a string or parts (text joined,
  * images for a vision model), or, in an assistant turn, null or absent. The template gets a copy
  * with the parts joined and everything else as sent. */
@@ -307,6 +320,11 @@ static int parse_messages(json_t *root, const sv_limits *lim, sv_params *p, sv_e
             snprintf(param, sizeof param, "messages[%zu].role", i);
             return BAD(role ? "invalid_type" : "missing_required_parameter", param, "%s must be a string%s", param,
                        role ? "" : " (it is missing)");
+        }
+        if (!known_role(json_string_value(role))) {
+            snprintf(param, sizeof param, "messages[%zu].role", i);
+            return BAD("invalid_value", param, "%s is \"%.40s\"; it must be one of %s", param,
+                       json_string_value(role), k_roles_text);
         }
         json_t *c = json_object_get(m, "content");
         /* only an assistant turn may leave content out (OpenAI: one that carries tool_calls) */
@@ -464,6 +482,30 @@ static int parse_stop(json_t *root, sv_params *p, sv_error *e)
     return 0;
 }
 
+/* response_format: {"type":"text"} is what the server does anyway; json_object and json_schema
+ * need constrained decoding, which it does not do yet, so they are refused rather than ignored. */
+static int parse_response_format(json_t *root, sv_error *e)
+{
+    json_t *rf = field(root, "response_format");
+    if (!rf)
+        return 0;
+    if (!json_is_object(rf))
+        return BAD("invalid_type", "response_format", "response_format must be an object {\"type\":...}, not %s",
+                   type_name(rf));
+    json_t *t = json_object_get(rf, "type");
+    if (!json_is_string(t))
+        return BAD(t ? "invalid_type" : "missing_required_parameter", "response_format",
+                   "response_format.type must be a string (\"text\", \"json_object\" or \"json_schema\")");
+    const char *type = json_string_value(t);
+    if (!strcmp(type, "text"))
+        return 0;
+    if (!strcmp(type, "json_object") || !strcmp(type, "json_schema"))
+        return BAD("invalid_value", "response_format", "response_format type \"%s\" is not supported: it needs "
+                   "constrained decoding, which this server does not do yet (only \"text\")", type);
+    return BAD("invalid_value", "response_format", "response_format type \"%.40s\" is unknown; it must be \"text\", "
+               "\"json_object\" or \"json_schema\"", type);
+}
+
 /* The generation fields shared by chat and completions. Defaults are OpenAI's: temperature 1,
  * top_p 1, no top-k, no min-p, no penalties; a random seed unless one is given. */
 static int parse_generation(json_t *root, sv_params *p, sv_error *e)
@@ -536,6 +578,8 @@ static int parse_generation(json_t *root, sv_params *p, sv_error *e)
                        "stream_options.include_usage must be a boolean, not %s", type_name(iu));
         p->include_usage = iu && json_is_true(iu);
     }
+    if (parse_response_format(root, e))
+        return -1;
     json_t *echo = field(root, "echo");
     if (echo && !json_is_boolean(echo))
         return BAD("invalid_type", "echo", "echo must be a boolean, not %s", type_name(echo));
@@ -653,9 +697,12 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
     }
     json_error_t je;
     p->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!p->root)
-        return BAD("invalid_json", NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                   je.column);
+    if (!p->root) /* jansson's texts name its own flags for some errors: those get ours */
+        return BAD("invalid_json", NULL, "the body is not valid JSON: %s (line %d, column %d)",
+                   json_error_code(&je) == json_error_null_character ? "a string holds \\u0000 (NUL), which is not allowed"
+                   : json_error_code(&je) == json_error_duplicate_key ? "an object has a duplicate key"
+                                                                       : je.text,
+                   je.line, je.column);
     if (!json_is_object(p->root))
         return BAD("invalid_json", NULL, "the body must be a JSON object, not %s", type_name(p->root));
     json_t *root = p->root;

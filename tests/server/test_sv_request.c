@@ -337,6 +337,64 @@ static void tool_fields_are_checked(void)
     sv_params_free(&p);
 }
 
+/* Issue 35 item 3: refused, not ignored, until structured output exists; "text" is what we do anyway. */
+static void response_format_is_refused_not_ignored(void)
+{
+    static const char *const cases[][2] = {
+        { "\"response_format\":{\"type\":\"json_object\"}", "json_object" },
+        { "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}", "json_schema" },
+        { "\"response_format\":{\"type\":\"bogus\"}", "bogus" },
+        { "\"response_format\":{}", "type" },
+        { "\"response_format\":\"json\"", "object" },
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", cases[i][0]);
+        refused(body, SV_CHAT, 400, "response_format");
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",%s}", cases[i][0]);
+        refused(body, SV_COMPLETION, 400, "response_format");
+        sv_params p;
+        sv_error e;
+        if (parse(body, SV_COMPLETION, &p, &e))
+            CHECKF(strstr(e.message, cases[i][1]) != NULL, "message names %s: %s", cases[i][1], e.message);
+        sv_params_free(&p);
+    }
+    sv_params p;
+    sv_error e;
+    CHECK(parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}", SV_COMPLETION, &p, &e) == 0);
+    sv_params_free(&p);
+    CHECK(parse("{\"prompt\":\"x\",\"response_format\":null}", SV_COMPLETION, &p, &e) == 0);
+    sv_params_free(&p);
+}
+
+/* Issue 35 item 8: a role outside OpenAI's list is a 400 naming it; jansson's flag names stay inside. */
+static void roles_and_json_messages(void)
+{
+    refused("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", SV_CHAT, 400, "messages[0].role");
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"\",\"content\":\"y\"}]}", SV_CHAT, 400,
+            "messages[1].role");
+    static const char *const roles[] = { "system", "developer", "user", "assistant", "tool", "function" };
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"%s\",\"content\":\"x\"}]}", roles[i]);
+        sv_params p;
+        sv_error e;
+        CHECKF(parse(body, SV_CHAT, &p, &e) == 0, "role %s refused: %s", roles[i], e.message);
+        sv_params_free(&p);
+    }
+    static const char *const bodies[] = { "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}",
+                                          "{\"prompt\":\"x\",\"prompt\":\"y\"}" };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        refused(bodies[i], SV_CHAT, 400, NULL);
+        sv_params p;
+        sv_error e;
+        if (parse(bodies[i], SV_CHAT, &p, &e))
+            CHECKF(!strstr(e.message, "JSON_") && !strstr(e.message, "jansson") && strstr(e.message, "line 1"),
+                   "message without library internals: %s", e.message);
+        sv_params_free(&p);
+    }
+}
+
 int main(void)
 {
     RUN("chat defaults are OpenAI's (temperature 1, top_p 1, no top-k/min-p, random seed)", chat_defaults_are_openais);
@@ -348,5 +406,8 @@ int main(void)
     RUN("UTF-8 sanitizing and the metrics text", sanitize_and_metrics);
     RUN("tool calls are found in every form, streamed or whole", tool_calls_are_found_in_every_form);
     RUN("tools and tool_choice are checked", tool_fields_are_checked);
+    RUN("response_format json_object/json_schema/unknown is a 400 naming it; text is accepted",
+        response_format_is_refused_not_ignored);
+    RUN("unknown message roles are 400s; JSON errors name no library flag", roles_and_json_messages);
     return t_done("server_request");
 }
