@@ -14,9 +14,9 @@ trap 'rm -rf "$T"' EXIT
 unset HF_HUB_CACHE HF_TOKEN HF_ENDPOINT CALDRIX_OLLAMA_REGISTRY
 export HF_HOME="$T/hf" CALDRIX_CACHE="$T/cx" HF_HUB_OFFLINE=1 CALDRIX_OFFLINE=1
 
-# Every fixture is of an architecture caldrix runs (Qwen3.5 and SmolVLM/Idefics3 included): none is
-# expected to be refused.
-not_yet=" "
+# A fixture of a family caldrix does not run yet (tests/hub/families_not_yet.txt) is refused with
+# the report; every other one must be accepted.
+not_yet=" $(grep -v '^#' tests/hub/families_not_yet.txt | tr '\n' ' ')"
 for d in $SH/fixtures/hf/*/; do
     n=$(basename $d)
     "$CALDRIX" inspect "$d" --json > "$T/$n.json" 2> "$T/$n.err"; rc=$?
