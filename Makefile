@@ -2,9 +2,13 @@
 # `make test` runs every test; `make SAN=1 test` the same under ASan+UBSan (in build-san/).
 CC      ?= cc
 PKGS    := libcurl libcrypto libmicrohttpd libpcre2-8 libutf8proc jansson libpng libjpeg
+# The sanitizers of every sanitizer build (SAN=1 and the fuzz targets): undefined behaviour stops
+# the program as a memory error does (UBSan otherwise prints and goes on, and a run passes), and
+# float-cast-overflow is named because GCC's "undefined" leaves it out (clang's includes it).
+SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
 ifeq ($(SAN),1)
 BUILD   ?= build-san
-OPT     ?= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     ?= -O1 -g $(SAN_FLAGS)
 else
 BUILD   ?= build
 OPT     ?= -O2 -g
@@ -65,6 +69,9 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libcaldrix.a tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libcaldrix.a $(LDFLAGS) $(LDLIBS)
 
+# The corpus replay compiles the fuzz targets in.
+$(BUILD)/tests/fuzz/test_corpus_replay: $(FUZZ_SRC)
+
 tests: $(TEST_BIN)
 
 deps:
@@ -89,15 +96,29 @@ test-isas: deps
 	  BUILD=$(BUILD) tests/run --isa $$isa || exit 1; \
 	done
 
-# Fuzz targets (clang + libFuzzer): make fuzz, then build-fuzz/fuzz_gguf corpus/
+# Fuzz targets (clang + libFuzzer, ASan+UBSan): `make fuzz` builds build-fuzz/fuzz_NAME for each
+# fuzz/fuzz_NAME.c; fuzz with build-fuzz/fuzz_NAME -max_total_time=60 fuzz/corpus/NAME (fuzz/README.md).
+# `make fuzz-replay` runs every file of fuzz/corpus/NAME once through build-fuzz/fuzz_NAME.
+# The targets link only the layers they reach (the kernels under ASan take minutes a file).
+FUZZ_LAYERS := base format image quant text
+FUZZ_OPT := -O1 -g $(SAN_FLAGS)
 fuzz:
-	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" build-fuzz/libcaldrix.a
+	$(MAKE) BUILD=build-fuzz CC=clang OPT="$(FUZZ_OPT) -fsanitize=fuzzer-no-link" build-fuzz/libcaldrix-fuzz.a
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  echo clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $$f -o build-fuzz/$$n; \
-	  clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(PKG_CFLAGS) $$f build-fuzz/libcaldrix.a $(PKG_LIBS) -lm -pthread -o build-fuzz/$$n || exit 1; done
+	  echo clang $(FUZZ_OPT) -fsanitize=fuzzer $$f -o build-fuzz/$$n; \
+	  clang $(FUZZ_OPT) -fsanitize=fuzzer -Iinclude -Isrc $(PKG_CFLAGS) $$f build-fuzz/libcaldrix-fuzz.a $(PKG_LIBS) -lm -pthread -o build-fuzz/$$n || exit 1; done
+
+$(BUILD)/libcaldrix-fuzz.a: $(patsubst %.c,$(BUILD)/%.o,$(foreach l,$(FUZZ_LAYERS),$(wildcard src/$(l)/*.c)))
+	@rm -f $@
+	ar rcs $@ $^
+
+fuzz-replay: fuzz
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); t=$${n#fuzz_}; \
+	  echo "fuzz-replay: $$n on fuzz/corpus/$$t ($$(ls fuzz/corpus/$$t | wc -l) files)"; \
+	  build-fuzz/$$n fuzz/corpus/$$t/* >build-fuzz/$$n.replay.log 2>&1 || { tail -40 build-fuzz/$$n.replay.log; exit 1; }; done
 
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all tests test test-isas run deps fuzz clean
+.PHONY: all tests test test-isas run deps fuzz fuzz-replay clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

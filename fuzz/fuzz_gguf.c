@@ -1,5 +1,5 @@
 /* libFuzzer target: the GGUF reader on arbitrary bytes. Must not crash, leak or print.
- * Build: make fuzz; run: build-fuzz/fuzz_gguf -max_total_time=60 fuzz/corpus_gguf */
+ * Build: make fuzz; run: build-fuzz/fuzz_gguf -max_total_time=60 fuzz/corpus/gguf (fuzz/README.md) */
 #include "caldrix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -14,7 +14,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (uint64_t i = 0; i < g->n_kv; i++) {
             const cdx_gguf_value *v = &g->kv[i].val;
             if (v->type == CDX_GGUF_ARRAY && v->arr_type != CDX_GGUF_STRING && v->arr_type != CDX_GGUF_ARRAY && v->n)
-                sink += cdx_gguf_arr_f64(v, v->n - 1) + (double)cdx_gguf_arr_i64(v, 0);
+                for (uint64_t k = 0; k < 2; k++) { /* the first and the last element */
+                    uint64_t at = k ? v->n - 1 : 0;
+                    int64_t x;
+                    sink += cdx_gguf_arr_f64(v, at) + (cdx_gguf_arr_i64(v, at, &x) ? (double)x : 0);
+                }
             uint64_t u;
             double f;
             (void)cdx_gguf_get_u64(g, g->kv[i].key, &u);

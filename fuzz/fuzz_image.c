@@ -1,5 +1,5 @@
 /* libFuzzer target: PNG / JPEG decoding and the Idefics3 processor on arbitrary bytes.
- * Build: make fuzz; run: build-fuzz/fuzz_image -max_total_time=60 -max_len=65536 ../shared/fixtures/hf/idefics3 */
+ * Build: make fuzz; run: build-fuzz/fuzz_image -max_total_time=60 -max_len=65536 fuzz/corpus/image (fuzz/README.md) */
 #include "caldrix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

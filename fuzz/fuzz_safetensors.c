@@ -1,5 +1,5 @@
 /* libFuzzer target: the safetensors reader (one file, from memory) on arbitrary bytes.
- * Build: make fuzz; run: build-fuzz/fuzz_safetensors -max_total_time=60 fuzz/corpus_safetensors */
+ * Build: make fuzz; run: build-fuzz/fuzz_safetensors -max_total_time=60 fuzz/corpus/safetensors (fuzz/README.md) */
 #include "caldrix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -95,7 +95,10 @@ CDX_API bool cdx_gguf_get_bool(const cdx_gguf *g, const char *key, bool *out);
 CDX_API bool cdx_gguf_get_str(const cdx_gguf *g, const char *key, cdx_gguf_str *out);
 /* Array element accessors (i < v->n, v->type == ARRAY, element type numeric). */
 CDX_API double cdx_gguf_arr_f64(const cdx_gguf_value *v, uint64_t i);
-CDX_API int64_t cdx_gguf_arr_i64(const cdx_gguf_value *v, uint64_t i);
+/* Element i as an integer: false (and *out untouched) unless it exists and is an integer that fits
+ * int64, or a float holding such an integer exactly (NaN, 2.5, 1e30 and a u64 above INT64_MAX are
+ * refused); the caller names the key in its refusal. */
+CDX_API bool cdx_gguf_arr_i64(const cdx_gguf_value *v, uint64_t i, int64_t *out);
 CDX_API const char *cdx_gguf_vtype_name(uint32_t t);
 
 CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const char *name);

@@ -493,12 +493,22 @@ double cdx_gguf_arr_f64(const cdx_gguf_value *v, uint64_t i)
     return is_signed(e.type) ? (double)e.num.i : (double)e.num.u;
 }
 
-int64_t cdx_gguf_arr_i64(const cdx_gguf_value *v, uint64_t i)
+bool cdx_gguf_arr_i64(const cdx_gguf_value *v, uint64_t i, int64_t *out)
 {
+    if (v->type != CDX_GGUF_ARRAY || i >= v->n)
+        return false;
     cdx_gguf_value e = arr_elem(v, i);
-    if (e.type == CDX_GGUF_F32 || e.type == CDX_GGUF_F64)
-        return (int64_t)e.num.f;
-    return is_signed(e.type) ? e.num.i : (int64_t)e.num.u;
+    if (is_signed(e.type)) { *out = e.num.i; return true; }
+    if (is_unsigned(e.type) && e.num.u <= INT64_MAX) { *out = (int64_t)e.num.u; return true; }
+    if (e.type != CDX_GGUF_F32 && e.type != CDX_GGUF_F64)
+        return false;
+    /* converting a float int64 cannot hold (NaN, +-inf, |x| >= 2^63) is undefined behaviour in C;
+     * the range test is false for NaN, and a fraction is refused rather than truncated */
+    double f = e.num.f;
+    if (!(f >= -0x1p63 && f < 0x1p63) || (double)(int64_t)f != f)
+        return false;
+    *out = (int64_t)f;
+    return true;
 }
 
 const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const char *name)

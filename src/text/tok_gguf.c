@@ -122,7 +122,9 @@ static int gguf_load(cdx_tok *t, const cdx_gguf *g, cdx_err *err)
         if (types) {
             static const uint8_t k_type[] = { 0, CDX_TOK_NORMAL, CDX_TOK_UNKNOWN, CDX_TOK_CONTROL, CDX_TOK_USER_DEFINED,
                                               CDX_TOK_UNUSED, CDX_TOK_BYTE };
-            int64_t ty = cdx_gguf_arr_i64(types, i);
+            int64_t ty;
+            if (!cdx_gguf_arr_i64(types, i, &ty)) /* i32 elements always convert */
+                return cdx_err_set(err, CDX_EFORMAT, "%s: tokenizer.ggml.token_type[%u] is not an integer", t->name, i);
             attr = ty >= 1 && ty <= 6 ? k_type[ty] : CDX_TOK_UNUSED;
         }
         const cdx_gguf_str *s = &toks->str_items[i];

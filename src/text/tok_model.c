@@ -358,7 +358,8 @@ static bool cache_get(tk_cache *c, uint64_t h, const char *w, size_t n, tk_ids *
         for (uint32_t j = (uint32_t)h & c->mask; c->slot[j]; j = (j + 1) & c->mask) {
             struct tk_cent *e = &c->ent[c->slot[j] - 1];
             if (e->h == h && e->key_len == n && !memcmp(c->keys.s + e->key_off, w, n)) {
-                hit = tk_ids_append(out, c->ids.v + e->ids_off, e->n_ids) == 0;
+                /* a word without ids (no unk token) leaves ids.v NULL: no offset applied to it */
+                hit = !e->n_ids || tk_ids_append(out, c->ids.v + e->ids_off, e->n_ids) == 0;
                 break;
             }
         }
@@ -416,6 +417,6 @@ int tk_model_word(const cdx_tok *t, tk_scratch *sc, const char *w, size_t n, tk_
     size_t before = out->n;
     int rc = t->model == MODEL_SPM ? spm_word(t, sc, w, n, out) : bpe_word(t, sc, w, n, out);
     if (!rc && use_cache)
-        cache_put(c, h, w, n, out->v + before, out->n - before);
+        cache_put(c, h, w, n, out->n > before ? out->v + before : NULL, out->n - before);
     return rc;
 }

@@ -191,7 +191,8 @@ static void gguf_metadata_of_every_type_round_trips(void)
                    (!arrs[k].bytes || !memcmp(kv->val.raw, arrs[k].d, arrs[k].bytes)),
                "%s", arrs[k].key);
     }
-    CHECK(cdx_gguf_arr_i64(&cdx_gguf_find(g, "a.i16")->val, 0) == -1);
+    int64_t x;
+    CHECK(cdx_gguf_arr_i64(&cdx_gguf_find(g, "a.i16")->val, 0, &x) && x == -1);
     CHECK(cdx_gguf_arr_f64(&cdx_gguf_find(g, "a.f64")->val, 0) == 1.0 / 3);
     cdx_gguf_close(g);
 }
