@@ -143,6 +143,19 @@ typedef struct cdx_event {
     int64_t n_prompt, n_cached, n_generated;
     double ms_first;            /* submit to first token, ms (0 before it) */
     const char *message;        /* CDX_FINISH_ERROR: what went wrong; else NULL */
+    /* Token events: the bytes this token adds to the text, as the detokenizer makes them in
+     * context (cdx_tok_piece: a leading space the decoder drops only at the start of the text,
+     * a special token's text unless skip_special, a byte token's one raw byte, so a piece may
+     * split a UTF-8 sequence); piece_first: it was made as the text's start. Every token event's
+     * piece, concatenated, is the text's raw bytes (before U+FFFD replaces invalid UTF-8). */
+    const char *piece;
+    size_t piece_len;
+    bool piece_first;
+    /* Every event: how many bytes of those concatenated pieces the text given so far (this
+     * event's included) stands for; a token is wholly in the given text once its piece ends at or
+     * before this. It stops short of pieces whose text is held back; on the final event after a
+     * stop string it is where the returned text ends (the stop string's pieces lie beyond). */
+    int64_t n_covered;
 } cdx_event;
 
 typedef void (*cdx_event_fn)(const cdx_event *ev);

@@ -60,6 +60,11 @@ typedef struct seq {
     cdx_tok_stream ts;
     char *text;                /* all generated text (stop strings are matched on it) */
     size_t n_text, cap_text, n_emitted;
+    char *piece;               /* the last token's piece (cdx_event.piece) */
+    size_t n_piece, cap_piece;
+    bool piece_first;
+    int64_t n_raw;             /* bytes of all pieces so far */
+    int64_t n_covered;         /* how many of them the text given so far stands for */
     double t_submit, t_first;
     uint64_t order;            /* admission order: the newest is preempted first */
     void *state;               /* a hybrid model's recurrent state at n_done (NULL for other models) */
@@ -392,6 +397,7 @@ static void seq_free(seq *s)
         free(s->stop[i]);
     free(s->stop);
     free(s->text);
+    free(s->piece);
     for (int i = 0; i < s->n_img; i++) {
         free(s->img[i].pixels);
         free(s->img[i].feat);
@@ -508,10 +514,14 @@ static void emit(cdx_engine *e, seq *s, cdx_finish f, int32_t token, float lp, c
                      .top_logits = s->top_logits, .top_logprobs = s->top_lp, .text = text ? text : "",
                      .text_len = text_len, .n_prompt = s->n_prompt, .n_cached = s->n_cached,
                      .n_generated = s->n_gen, .ms_first = s->t_first > 0 ? s->t_first - s->t_submit : 0,
-                     .message = message };
+                     .message = message, .n_covered = s->n_covered };
     if (f != CDX_FINISH_NONE) {
         ev.token = -1;
         ev.index = s->n_gen;
+    } else {
+        ev.piece = s->piece ? s->piece : "";
+        ev.piece_len = s->n_piece;
+        ev.piece_first = s->piece_first;
     }
     if (s->on_event)
         s->on_event(&ev);
@@ -531,10 +541,33 @@ static void seq_finish(cdx_engine *e, seq *s, cdx_finish f, const char *message)
         }
         len = s->n_text - from;
         s->n_emitted = s->n_text;
+        s->n_covered = s->n_raw; /* a dangling partial sequence went out as U+FFFD */
     }
     emit(e, s, f, -1, 0, s->text ? s->text + from : "", len, message);
     seq_release_blocks(e, s);
     seq_free(s);
+}
+
+/* The bytes token t adds to the text (cdx_event.piece), as the detokenizer is about to make them. */
+static void seq_piece(const cdx_engine *e, seq *s, int32_t t)
+{
+    s->piece_first = s->ts.first;
+    s->n_piece = 0;
+    for (;;) {
+        int n = cdx_tok_piece(e->tok, t, s->ts.first, s->ts.skip_special, s->piece, s->cap_piece);
+        if (n <= 0)
+            return;
+        if ((size_t)n <= s->cap_piece) {
+            s->n_piece = (size_t)n;
+            s->n_raw += n;
+            return;
+        }
+        char *g = realloc(s->piece, (size_t)n);
+        if (!g)
+            return; /* the piece is lost, the text is not */
+        s->piece = g;
+        s->cap_piece = (size_t)n;
+    }
 }
 
 /* After a new piece of text: what can be given now. Returns true when a stop string was found
@@ -629,11 +662,17 @@ static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, doub
     bool stopped = false;
     size_t from = s->n_emitted, len = 0;
     if (e->tok) {
+        seq_piece(e, s, t);
         char piece[512];
         int n = cdx_tok_stream_put(&s->ts, t, piece, sizeof piece);
         if (n > 0)
             text_push(s, piece, (size_t)n);
         stopped = text_ready(s, &from, &len);
+        /* the pieces' bytes the given text stands for: all that the decoder let out, less the
+         * text still held (or, after a stop string, the text from the stop string on). Text
+         * bytes and piece bytes match one for one except where invalid UTF-8 became U+FFFD. */
+        const int64_t out = s->n_raw - (int64_t)s->ts.n_pend - (int64_t)(s->n_text - (from + len));
+        s->n_covered = out < s->n_covered ? s->n_covered : out > s->n_raw ? s->n_raw : out;
     }
     emit(e, s, CDX_FINISH_NONE, t, lp, s->text ? s->text + from : "", len, NULL);
     if (stopped)

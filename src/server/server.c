@@ -55,6 +55,11 @@ typedef struct sv_piece {
     float top_lp[CDX_MAX_TOP];
     char *text;
     size_t text_len;
+    char *raw;                      /* the token's piece (cdx_event.piece) */
+    size_t raw_len;
+    bool raw_first;
+    int64_t pos;                    /* where raw starts in all pieces, concatenated */
+    int64_t covered;                /* cdx_event.n_covered at this event */
 } sv_piece;
 
 typedef struct sv_job {
@@ -70,6 +75,7 @@ typedef struct sv_job {
     cdx_finish finish;
     char *message;
     int64_t n_prompt, n_cached, n_generated;
+    int64_t n_raw, covered;         /* the pieces' bytes so far, and cdx_event.n_covered */
     double t_last_ms;               /* engine thread only */
     /* the connection's side */
     sv_params p;
@@ -80,7 +86,8 @@ typedef struct sv_job {
     int phase;                      /* streaming: 0 head, 1 body, 2 tail written, 3 ended */
     char *out;
     size_t out_n, out_off, out_cap;
-    size_t text_offset;             /* completions' logprobs text_offset */
+    size_t lp_done;                 /* pieces whose logprobs went out (or were passed over) */
+    size_t text_offset;             /* completions' logprobs text_offset, in code points */
     char *acc;                      /* streaming with tools: the reply so far; acc[0..released) is sent */
     size_t acc_n, acc_cap, released;
     bool gone;                      /* the client hung up or the server stops */
@@ -90,8 +97,10 @@ static void job_unref(sv_job *j)
 {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
         return;
-    for (size_t i = 0; i < j->n; i++)
+    for (size_t i = 0; i < j->n; i++) {
         free(j->pieces[i].text);
+        free(j->pieces[i].raw);
+    }
     free(j->pieces);
     free(j->message);
     free(j->out);
@@ -112,9 +121,10 @@ static void on_event(const cdx_event *ev)
     bool piece = ev->finish == CDX_FINISH_NONE || ev->text_len > 0;
     if (piece) {
         sv_piece *g = cdx_array_grow(j->pieces, &j->cap, j->n, sizeof *j->pieces);
-        char *t = malloc(ev->text_len + 1);
-        if (!g || !t) {
+        char *t = malloc(ev->text_len + 1), *r = malloc(ev->piece_len + 1);
+        if (!g || !t || !r) {
             free(t);
+            free(r);
             j->oom = true;
         } else {
             j->pieces = g;
@@ -124,6 +134,14 @@ static void on_event(const cdx_event *ev)
             t[ev->text_len] = 0;
             pc->text = t;
             pc->text_len = ev->text_len;
+            if (ev->piece_len)
+                memcpy(r, ev->piece, ev->piece_len);
+            pc->raw = r;
+            pc->raw_len = ev->piece_len;
+            pc->raw_first = ev->piece_first;
+            pc->pos = j->n_raw;
+            pc->covered = ev->n_covered;
+            j->n_raw += (int64_t)ev->piece_len;
             pc->token = ev->finish == CDX_FINISH_NONE ? ev->token : -1;
             pc->logprob = ev->logprob;
             pc->n_top = ev->finish == CDX_FINISH_NONE ? (ev->n_top < CDX_MAX_TOP ? ev->n_top : CDX_MAX_TOP) : 0;
@@ -136,6 +154,7 @@ static void on_event(const cdx_event *ev)
     j->n_prompt = ev->n_prompt;
     j->n_cached = ev->n_cached;
     j->n_generated = ev->n_generated;
+    j->covered = ev->n_covered;
     if (ev->finish != CDX_FINISH_NONE) {
         j->done = true;
         j->finish = ev->finish;
@@ -202,58 +221,110 @@ static json_t *jstr(const char *s, size_t n)
     return v;
 }
 
-/* The text of one token as the logprobs fields show it (special tokens included). */
-static json_t *token_json(const cdx_server *s, int32_t id, bool first, json_t **bytes)
+/* ---- logprobs: they spell the returned text ----
+ * Each token is shown as the bytes it added to the text (cdx_event.piece: a SentencePiece token's
+ * leading space included after the prompt, a skipped special token empty), so the `bytes` of the
+ * entries concatenate to the text's UTF-8 and, where every token holds whole characters, the
+ * `token` strings concatenate to the text. A token that splits a character shows its valid
+ * characters and writes each byte of the split one as \xNN (as OpenAI does); its `bytes` are the
+ * raw bytes. Alternatives are shown as they would have entered the text at that point, except
+ * that a special token shows its text (it is not in the text, but "" would hide which it is). */
+
+/* The piece as the `token` string: valid UTF-8 as it is, any other byte as the 4 characters \xNN. */
+static json_t *piece_json(const char *p, size_t n, json_t **bytes)
+{
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+    }
+    char *o = malloc(n * 4 + 1);
+    if (!o)
+        return json_string("");
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        size_t ok = cdx_utf8_check(p + i, n - i);
+        memcpy(o + w, p + i, ok);
+        w += ok;
+        i += ok;
+        if (i < n)
+            w += (size_t)snprintf(o + w, 5, "\\x%02x", (unsigned char)p[i++]);
+    }
+    json_t *v = json_stringn(o, w);
+    free(o);
+    return v ? v : json_string("");
+}
+
+/* An alternative token, as it would have entered the text where pc's token did (specials shown). */
+static json_t *alt_json(const cdx_server *s, int32_t id, bool first, json_t **bytes)
 {
     char buf[1024];
     int n = s->m.tok ? cdx_tok_piece(s->m.tok, id, first, false, buf, sizeof buf) : 0;
-    if (n < 0)
-        n = 0;
-    if (n > (int)sizeof buf)
-        n = sizeof buf;
-    if (bytes) {
-        *bytes = json_array();
-        for (int i = 0; i < n; i++)
-            json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
-    }
-    return jstr(buf, (size_t)n);
+    n = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
+    return piece_json(buf, (size_t)n, bytes);
 }
 
-/* Chat's logprobs entry for one piece: {token, logprob, bytes, top_logprobs:[...]} */
-static json_t *chat_lp_entry(const cdx_server *s, const sv_piece *pc, bool first)
+/* Chat's logprobs entry for a token shown as its first len bytes: {token, logprob, bytes, top_logprobs} */
+static json_t *chat_lp_entry(const cdx_server *s, const sv_piece *pc, size_t len)
 {
-    json_t *bytes, *tok = token_json(s, pc->token, first, &bytes);
+    json_t *bytes, *tok = piece_json(pc->raw, len, &bytes);
     json_t *tops = json_array();
     for (int i = 0; i < pc->n_top; i++) {
-        json_t *b, *t = token_json(s, pc->top_ids[i], first, &b);
+        json_t *b, *t = alt_json(s, pc->top_ids[i], pc->raw_first, &b);
         json_array_append_new(tops, json_pack("{s:o,s:f,s:o}", "token", t, "logprob", (double)pc->top_lp[i], "bytes", b));
     }
     return json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)pc->logprob, "bytes", bytes, "top_logprobs",
                      tops);
 }
 
-/* Completions' logprobs over pieces [a, b): {tokens, token_logprobs, top_logprobs, text_offset} */
-static json_t *cmpl_logprobs(sv_job *j, size_t a, size_t b)
+/* The logprobs of the tokens among pieces [j->lp_done, upto) that the text given so far covers:
+ * a token whose whole piece lies within `covered`, and at the end (final) also one that the
+ * returned text ends inside, cut to it. Tokens past the returned text (a stop string's) never
+ * show. Advances j->lp_done. Chat: {content:[...]}; completions: {tokens, token_logprobs,
+ * top_logprobs, text_offset} with text_offset in code points of the text. *n_out: tokens shown. */
+static json_t *lp_json(sv_job *j, size_t upto, int64_t covered, bool final, size_t *n_out)
 {
-    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    for (size_t i = a; i < b; i++) {
-        const sv_piece *pc = &j->pieces[i];
+    bool chat = j->p.kind == SV_CHAT;
+    json_t *content = json_array(), *toks = json_array(), *lps = json_array(), *tops = json_array(),
+           *offs = json_array();
+    size_t n = 0;
+    for (; j->lp_done < upto; j->lp_done++) {
+        const sv_piece *pc = &j->pieces[j->lp_done];
         if (pc->token < 0)
             continue;
-        json_t *t = token_json(j->s, pc->token, i == 0, NULL);
-        size_t tl = json_string_length(t);
-        json_array_append_new(toks, t);
+        size_t len = pc->raw_len;
+        if (pc->pos + (int64_t)len > covered) {
+            if (!final || pc->pos >= covered)
+                break;
+            len = (size_t)(covered - pc->pos);
+        }
+        n++;
+        if (chat) {
+            json_array_append_new(content, chat_lp_entry(j->s, pc, len));
+            continue;
+        }
+        json_array_append_new(toks, piece_json(pc->raw, len, NULL));
         json_array_append_new(lps, json_real(pc->logprob));
         json_t *top = json_object();
         for (int k = 0; k < pc->n_top; k++) {
-            json_t *tk = token_json(j->s, pc->top_ids[k], i == 0, NULL);
+            json_t *tk = alt_json(j->s, pc->top_ids[k], pc->raw_first, NULL);
             json_object_set_new(top, json_string_value(tk), json_real(pc->top_lp[k]));
             json_decref(tk);
         }
         json_array_append_new(tops, top);
         json_array_append_new(offs, json_integer((json_int_t)j->text_offset));
-        j->text_offset += tl;
+        for (size_t b = 0; b < len; b++)
+            j->text_offset += ((unsigned char)pc->raw[b] & 0xC0) != 0x80;
     }
+    if (final) /* what the returned text does not reach is never shown */
+        j->lp_done = upto;
+    if (n_out)
+        *n_out = n;
+    if (chat) {
+        json_decref(toks), json_decref(lps), json_decref(tops), json_decref(offs);
+        return json_pack("{s:o}", "content", content);
+    }
+    json_decref(content);
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
                      offs);
 }
@@ -294,17 +365,7 @@ static char *result_body(sv_job *j)
     *w = 0;
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *lp = json_null();
-    if (j->p.logprobs) {
-        if (chat) {
-            json_t *content = json_array();
-            for (size_t i = 0; i < j->n; i++)
-                if (j->pieces[i].token >= 0)
-                    json_array_append_new(content, chat_lp_entry(j->s, &j->pieces[i], i == 0));
-            lp = json_pack("{s:o}", "content", content);
-        } else
-            lp = cmpl_logprobs(j, 0, j->n);
-    }
+    json_t *lp = j->p.logprobs ? lp_json(j, j->n, j->covered, true, NULL) : json_null();
     json_t *calls = NULL;
     if (chat && j->p.tools) {
         char *rest = NULL;
@@ -401,12 +462,12 @@ static void out_piece(sv_job *j, size_t i)
         j->oom = true;
         return;
     }
-    if (text_len == 0 && !(j->p.logprobs && pc->token >= 0))
+    size_t n_lp = 0;
+    json_t *lp = j->p.logprobs ? lp_json(j, i + 1, pc->covered, pc->token < 0, &n_lp) : json_null();
+    if (text_len == 0 && !n_lp) {
+        json_decref(lp);
         return;
-    json_t *lp = json_null();
-    if (j->p.logprobs && pc->token >= 0)
-        lp = j->p.kind == SV_CHAT ? json_pack("{s:[o]}", "content", chat_lp_entry(j->s, pc, i == 0))
-                                  : cmpl_logprobs(j, i, i + 1);
+    }
     json_t *choice;
     if (j->p.kind == SV_CHAT)
         choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", jstr(text, text_len),
@@ -432,6 +493,15 @@ static void out_tail(sv_job *j)
         }
     } else {
         const char *reason = finish_reason(j->finish);
+        size_t n_lp = 0; /* a token the returned text ends inside is shown at the end, cut */
+        json_t *lp = j->p.logprobs ? lp_json(j, j->n, j->covered, true, &n_lp) : NULL;
+        if (n_lp)
+            out_event(j, chunk(j, j->p.kind == SV_CHAT ? json_pack("{s:i,s:{s:s},s:o,s:n}", "index", 0, "delta",
+                                                                   "content", "", "logprobs", lp, "finish_reason")
+                                                       : json_pack("{s:i,s:s,s:o,s:n}", "index", 0, "text", "",
+                                                                   "logprobs", lp, "finish_reason")));
+        else
+            json_decref(lp);
         if (j->p.tools) { /* the held tail: calls, or text after all */
             json_t *calls = NULL;
             char *rest = NULL;

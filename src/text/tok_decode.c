@@ -401,12 +401,21 @@ int cdx_tok_piece(const cdx_tok *t, int32_t id, bool first, bool skip_special, c
             rc |= tk_str_putc(&o, (char)c);
         }
     } else if (t->model == MODEL_WORDPIECE) {
-        if (t->cont_prefix_len && n >= t->cont_prefix_len && !memcmp(s, t->cont_prefix, t->cont_prefix_len))
-            rc |= tk_str_put(&o, s + t->cont_prefix_len, n - t->cont_prefix_len);
+        /* tokenizers' WordPiece decoder, which works token by token: after the first token, "##"
+         * is dropped or a space put before; then the token's own clean-up (" ." -> "." ...) */
+        tk_str w = {0};
+        rc |= tk_str_put(&w, "", 0);
+        if (!first && t->cont_prefix_len && n >= t->cont_prefix_len && !memcmp(s, t->cont_prefix, t->cont_prefix_len))
+            rc |= tk_str_put(&w, s + t->cont_prefix_len, n - t->cont_prefix_len);
         else {
-            if (!first) rc |= tk_str_putc(&o, ' ');
-            rc |= tk_str_put(&o, s, n);
+            if (!first) rc |= tk_str_putc(&w, ' ');
+            rc |= tk_str_put(&w, s, n);
         }
+        bool clean = false;
+        for (size_t i = 0; i < t->n_dec; i++)
+            clean |= t->dec[i].type == DEC_WORDPIECE && t->dec[i].cleanup;
+        rc |= clean ? hf_cleanup(w.s ? w.s : "", w.len, &o) : tk_str_put(&o, w.s ? w.s : "", w.len);
+        free(w.s);
     } else {
         /* SentencePiece-style: ▁ is a space; the decoder drops the text's first one (tokenizers'
          * Metaspace decoder: every ▁ of the first token) */
