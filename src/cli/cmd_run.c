@@ -32,7 +32,7 @@ static const char k_run_options[] =
     "  --top-p P              nucleus sampling (default 0.95; 1 = off)\n"
     "  --min-p P              drop tokens below P x the top probability (default 0.05; 0 = off)\n"
     "  --repeat-penalty R     penalise recent tokens (default 1 = off)\n"
-    "  -f, --file FILE        read the prompt from FILE (- : standard input); without -p, -f or\n"
+    "  -f, --file FILE        read the prompt from FILE, a regular file (- : standard input); without -p, -f or\n"
     "                         --prompt-ids, text piped to standard input is the prompt\n"
     "  --seed S               sampling seed (default: drawn at random, and reported)\n"
     "  --ctx N                context length (default min(4096, the model's trained context); a prompt\n"
@@ -66,9 +66,11 @@ static const char k_run_options[] =
     "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
     "                         given (already expanded) and the images fill the image-token positions\n"
     "  --image-opt KEY=JSON   override a preprocessor setting (e.g. do_image_splitting=false)\n"
-    "  --json                 print one JSON object instead of streaming text (with -i: one line per turn,\n"
-    "                         {\"turn\",\"prompt\",\"reused\",\"tokens\",\"text\"}; reused: prompt tokens\n"
-    "                         whose K/V came from the cache, in whole blocks of 16)\n";
+    "  --json                 print one JSON object instead of streaming text, with finish_reason: stop (an\n"
+    "                         end-of-generation token), length (-n reached) or context (the context filled\n"
+    "                         first); with -i one line per turn, {\"turn\",\"prompt\",\"reused\",\"tokens\",\n"
+    "                         \"text\",\"finish_reason\"}; reused: prompt tokens whose K/V came from the\n"
+    "                         cache, in whole blocks of 16)\n";
 
 /* Words after a heading, wrapped at 100 columns with a two-space indent. */
 static void print_wrapped(FILE *f, const char *heading, const char *const *words, size_t n)
@@ -357,6 +359,13 @@ static int chat_render(const chat_tmpl *c, const json_t *msgs, char **out, cdx_e
 {
     size_t len = 0;
     return cdx_chat_render(c->t, msgs, true, c->tokens, NULL, out, &len, err);
+}
+
+/* run --json's finish_reason: "stop" (an end-of-generation token), "length" (-n reached) or
+ * "context" (the context filled before -n); "cancelled" or "error" otherwise. */
+static const char *run_finish_reason(cdx_finish f, bool context_first)
+{
+    return f == CDX_FINISH_LENGTH && context_first ? "context" : cdx_finish_name(f);
 }
 
 /* The whole of a stream, at most 64 MiB, without its trailing newlines; NULL on failure. */
@@ -665,15 +674,17 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
             goto done;
         }
         text_append(&st.text, "", 0);
+        const bool context_first = max == room && !(o->n_gen_set && o->n_gen <= room);
         if (st.finish == CDX_FINISH_CANCELLED && tty)
             fprintf(stderr, "\ncaldrix: reply stopped");
-        else if (st.finish == CDX_FINISH_LENGTH && max == room && !(o->n_gen_set && o->n_gen <= room))
+        else if (st.finish == CDX_FINISH_LENGTH && context_first)
             fprintf(stderr, "\ncaldrix: the context (%lld tokens) is full; the reply stops here (/clear, or raise --ctx)\n",
                     (long long)n_ctx);
         if (o->json) {
-            json_t *j = json_pack("{s:i,s:o,s:I,s:o,s:s%}", "turn", turn, "prompt", ids_json(ids.tokens, ids.n), "reused",
-                                  (json_int_t)st.n_cached, "tokens", ids_json(st.out.tokens, st.out.n), "text",
-                                  st.text.s, st.text.n);
+            json_t *j = json_pack("{s:i,s:o,s:I,s:o,s:s%,s:s}", "turn", turn, "prompt", ids_json(ids.tokens, ids.n),
+                                  "reused", (json_int_t)st.n_cached, "tokens", ids_json(st.out.tokens, st.out.n),
+                                  "text", st.text.s, st.text.n, "finish_reason",
+                                  run_finish_reason(st.finish, context_first));
             if (j)
                 json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
             json_decref(j);
@@ -697,18 +708,25 @@ done:
     return rc ? rc : answered;
 }
 
-/* The whole of a file ("-": standard input), at most 64 MiB; NULL with errno set on failure. */
-static char *read_text_file(const char *path)
+/* The whole of a regular file ("-": standard input), at most 64 MiB, without its trailing
+ * newlines; NULL with err set on failure (a folder or a device is refused, as tokenize --file does). */
+static char *read_text_file(const char *path, cdx_err *err)
 {
-    if (!strcmp(path, "-"))
-        return read_text(stdin);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!strcmp(path, "-")) {
+        char *t = read_text(stdin);
+        if (!t)
+            cdx_err_set(err, CDX_EIO, "cannot read the prompt from standard input");
+        return t;
+    }
+    char *buf = NULL;
+    size_t n = 0;
+    if (cdx_file_read_all(path, (size_t)64 << 20, &buf, &n, err) < 0)
         return NULL;
-    char *buf = read_text(f);
-    fclose(f);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = 0;
     return buf;
 }
+
 
 /* A seed nobody chose: from the kernel's random source, else the clock. */
 static uint64_t random_seed(void)
@@ -800,8 +818,8 @@ int cmd_run(int argc, char **argv)
 
     /* the prompt: -p, -f, --prompt-ids, or text piped to standard input */
     if (o.prompt_file) {
-        if (!(input_text = read_text_file(o.prompt_file))) {
-            fprintf(stderr, "caldrix: -f %s: cannot read it\n", o.prompt_file);
+        if (!(input_text = read_text_file(o.prompt_file, &err))) {
+            fprintf(stderr, "caldrix: -f: %s\n", err.msg);
             goto done;
         }
         o.prompt = input_text;
@@ -955,6 +973,7 @@ int cmd_run(int argc, char **argv)
     const int64_t max = o.n_gen < room ? o.n_gen : room;
     if (o.n_gen == 0) {
         st.t_first = st.t_end = t_loaded;
+        st.finish = CDX_FINISH_LENGTH;
     } else if ((rc = run_request(eng, &prompt, max, &o, &st, &err))) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
@@ -965,9 +984,10 @@ int cmd_run(int argc, char **argv)
     double prefill_s = (t_first - t_loaded) / 1e3, decode_s = (st.t_end - t_first) / 1e3;
     size_t n_decoded = st.out.n > 0 ? st.out.n - 1 : 0; /* the first token comes from the prefill's logits */
     if (o.json) {
-        json_t *root = json_pack("{s:o,s:o,s:s%,s:o,s:{s:f,s:f,s:f,s:I,s:I},s:s,s:s}", "prompt",
+        json_t *root = json_pack("{s:o,s:o,s:s%,s:s,s:o,s:{s:f,s:f,s:f,s:I,s:I},s:s,s:s}", "prompt",
                                  ids_json(prompt.tokens, prompt.n), "tokens", ids_json(st.out.tokens, st.out.n), "text",
-                                 st.text.s ? st.text.s : "", st.text.n, "steps", st.steps, "timings", "load_ms",
+                                 st.text.s ? st.text.s : "", st.text.n, "finish_reason",
+                                 run_finish_reason(st.finish, max < o.n_gen), "steps", st.steps, "timings", "load_ms",
                                  t_loaded - t0, "prefill_tok_s", prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0,
                                  "decode_tok_s", decode_s > 0 ? (double)n_decoded / decode_s : 0.0, "cached_tokens",
                                  (json_int_t)st.n_cached, "seed", (json_int_t)o.sp.seed, "dtype",

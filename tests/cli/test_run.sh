@@ -160,5 +160,36 @@ ids=$(python3 -c "print(','.join(['1'] * $trained))")
 python3 -c "import json,sys; o=json.load(open('$tmp/c.json')); sys.exit(0 if len(o['tokens'])==17 and o['timings']['cached_tokens']==0 else 1)" &&
     ok "generation stops at a full context (3 + 17 = --ctx 20); cached_tokens 0 on a fresh run" || bad "generation stops at a full context"
 
+# -f takes a regular file only (issue 35 item 5: a folder ran an empty prompt and exited 0)
+for f in "$tmp" /dev/null; do
+    "$CALDRIX" run "$MODEL" -f "$f" -n 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+    [ $rc -eq 1 ] && [ ! -s "$tmp/o" ] && grep -q -- "-f: $f: not a readable regular file" "$tmp/e" &&
+        ok "run -f $f is refused, naming it (exit 1)" || bad "run -f $f: rc $rc, $(cat "$tmp/e")"
+done
+
+# run --json's finish_reason (issue 35 item 5): length at -n, context when the context fills first,
+# stop at an end-of-generation token. For stop: the hf llama fixture with eos_token_id set to the
+# 4th token of its PyTorch greedy golden (68), so generation ends after the 3 before it.
+"$CALDRIX" run "$MODEL" --prompt-ids 1,2,3 -n 5 --temp 0 --ignore-eos --json >"$tmp/f1.json" 2>/dev/null
+"$CALDRIX" run "$MODEL" --prompt-ids 1,2,3 -n 100 --ctx 20 --temp 0 --ignore-eos --json >"$tmp/f2.json" 2>/dev/null
+"$CALDRIX" run "$MODEL" --prompt-ids 1,2,3 -n 17 --ctx 20 --temp 0 --ignore-eos --json >"$tmp/f3.json" 2>/dev/null
+mkdir -p "$tmp/eos"; cp ../shared/fixtures/hf/llama/config.json ../shared/fixtures/hf/llama/model.safetensors "$tmp/eos/"
+python3 - "$tmp/eos" ../shared/fixtures/hf/llama/golden.json <<'PY'
+import json, sys
+d, g = sys.argv[1], json.load(open(sys.argv[2]))['cases'][0]
+assert g['tokens'][3] == 68 and 68 not in g['tokens'][:3]
+c = json.load(open(d + '/config.json')); c['eos_token_id'] = 68; json.dump(c, open(d + '/config.json', 'w'))
+json.dump({'bos_token_id': 1, 'eos_token_id': 68}, open(d + '/generation_config.json', 'w'))
+PY
+"$CALDRIX" run "$tmp/eos" --prompt-ids 139,44,172,242,19 -n 10 --temp 0 --json >"$tmp/f4.json" 2>/dev/null
+python3 - "$tmp" <<'PY' && ok "run --json finish_reason: length at -n, context when it fills first, stop at EOS" || bad "run --json finish_reason"
+import json, sys
+t = sys.argv[1]
+r = [json.load(open(f'{t}/f{i}.json')) for i in (1, 2, 3, 4)]
+got = [(x.get('finish_reason'), len(x['tokens'])) for x in r]
+print(got)
+sys.exit(0 if got == [('length', 5), ('context', 17), ('length', 17), ('stop', 3)] and r[3]['tokens'] == [51, 269, 311] else 1)
+PY
+
 echo "run: $pass passed, $fail failed"
 [ $fail -eq 0 ]
