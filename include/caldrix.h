@@ -25,5 +25,6 @@
 #include "caldrix/hub.h"
 #include "caldrix/server.h"
 #include "caldrix/image.h"
+#include "caldrix/grammar.h"
 
 #endif

@@ -1,0 +1,54 @@
+/* The grammar engine's model, shared by its three files (text layer, internal):
+ *   grammar_gbnf.c    GBNF text -> rules -> a byte-level pushdown automaton (this model)
+ *   grammar_schema.c  JSON Schema -> GBNF text
+ *   grammar_match.c   the token trie of a vocabulary and the incremental matcher over the model
+ *
+ * The automaton. Every rule of the grammar is a small automaton over BYTES (character classes are
+ * expanded into their UTF-8 byte sequences at compile time, so a token that ends in the middle of
+ * a code point simply leaves the matcher in the middle of a rule). A state has byte-range edges,
+ * call edges (enter rule `rule`, and when it ends continue at state `ret`) and a final flag (the
+ * rule may end here). Epsilon moves were removed at compile time: a state's edges are those of its
+ * whole epsilon closure inside the rule. A parse position is a stack of states: the top is where
+ * the innermost rule is, the rest are return states (see grammar_match.c). */
+#ifndef CDX_GRAMMAR_INT_H
+#define CDX_GRAMMAR_INT_H
+
+#include "caldrix/grammar.h"
+
+typedef struct gr_edge {
+    uint8_t lo, hi;    /* byte range, inclusive */
+    int32_t to;
+} gr_edge;
+
+typedef struct gr_call {
+    int32_t rule;
+    int32_t ret;       /* state where the caller goes on once the rule ended */
+} gr_call;
+
+typedef struct gr_state {
+    int32_t e0, ne;    /* edges[e0 .. e0+ne) */
+    int32_t c0, nc;    /* calls[c0 .. c0+nc) */
+    int32_t rule;      /* the rule it belongs to (messages) */
+    bool final;        /* the rule may end here */
+} gr_state;
+
+struct cdx_grammar {
+    gr_state *st;
+    int32_t n_st;
+    gr_edge *edges;
+    int32_t n_edges;
+    gr_call *calls;
+    int32_t n_calls;
+    int32_t *rule_start;   /* [n_rules] */
+    char **rule_name;      /* [n_rules] */
+    int32_t n_rules;
+    int32_t root;          /* rule index of `root` */
+};
+
+/* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
+#define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */
+#define GR_MAX_RULES    (1 << 16)
+#define GR_MAX_TEXT     (16u << 20) /* bytes of GBNF text (also what a JSON schema may expand to) */
+#define GR_MAX_REPEAT   100000     /* m and n of x{m,n} */
+
+#endif

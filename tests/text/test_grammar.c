@@ -1,0 +1,296 @@
+/* The grammar engine: GBNF compilation and its errors, and the matcher's masks on byte-level edge
+ * cases (tokens spanning several literals, tokens ending mid-UTF-8, whitespace rules). Expected
+ * sets are written by hand from the grammar's meaning; a second oracle checks every mask against
+ * stepping each token's bytes one by one from the same state (the mask comes from the per-state
+ * caches and the trie walk, the oracle from neither). */
+#include "caldrix.h"
+#include "test.h"
+
+/* ---- a tiny vocabulary ---- */
+
+static const char *k_pieces[] = {
+    "{", "}", "\"", "\":", "\",", "\"}", " ", "\n", "a", "ab", "abc", "true", "tr", "ue", "false",
+    ",", ", \"", "1", "12", "0", "-", "x\"", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC", "\xE2\x82\xAC",
+    "é\"", "[", "]", "null", "  ", "\t", "e", "\"a", "b", "c", "=", "aaa", "<eos>",
+};
+#define NV ((int)(sizeof k_pieces / sizeof *k_pieces))
+#define EOS (NV - 1)
+
+static cdx_grammar_vocab *small_vocab(void)
+{
+    size_t lens[NV];
+    const char *p[NV];
+    for (int i = 0; i < NV; i++) {
+        p[i] = i == EOS ? NULL : k_pieces[i];
+        lens[i] = strlen(k_pieces[i]);
+    }
+    int32_t eos = EOS;
+    cdx_grammar_vocab *v = NULL;
+    cdx_err err = { 0 };
+    if (cdx_grammar_vocab_from_pieces(p, lens, NV, &eos, 1, &v, &err))
+        fprintf(stderr, "vocab: %s\n", err.msg);
+    return v;
+}
+
+static int tok_id(const char *s)
+{
+    for (int i = 0; i < NV; i++)
+        if (!strcmp(k_pieces[i], s))
+            return i;
+    fprintf(stderr, "no token %s\n", s);
+    abort();
+}
+
+static cdx_grammar *gbnf(const char *text)
+{
+    cdx_grammar *g = NULL;
+    cdx_err err = { 0 };
+    if (cdx_grammar_from_gbnf(text, strlen(text), "t.gbnf", &g, &err))
+        fprintf(stderr, "grammar: %s\n", err.msg);
+    return g;
+}
+
+static bool has(const uint32_t *bits, int id) { return bits[id / 32] >> (id % 32) & 1; }
+
+/* Every mask bit agrees with stepping the token's bytes on a fresh matcher that replays `prefix`. */
+static bool mask_matches_oracle(const cdx_grammar *g, const cdx_grammar_vocab *v, const char *prefix,
+                                const uint32_t *bits)
+{
+    bool ok = true;
+    cdx_err err = { 0 };
+    for (int id = 0; id < NV; id++) {
+        cdx_matcher *m = NULL;
+        if (cdx_matcher_create(g, v, &m, &err))
+            return false;
+        bool allowed;
+        cdx_matcher_accept_bytes(m, prefix, strlen(prefix), &err);
+        if (id == EOS)
+            allowed = cdx_matcher_done(m);
+        else
+            allowed = cdx_matcher_accept_bytes(m, k_pieces[id], strlen(k_pieces[id]), &err) == 0;
+        if (allowed != has(bits, id)) {
+            fprintf(stderr, "  after \"%s\": token \"%s\": mask %d, stepping %d\n", prefix, k_pieces[id],
+                    has(bits, id), allowed);
+            ok = false;
+        }
+        cdx_matcher_free(m);
+    }
+    return ok;
+}
+
+/* Mask after `prefix` (fed as raw bytes) */
+static void mask_after(const cdx_grammar *g, const cdx_grammar_vocab *v, const char *prefix, uint32_t *bits)
+{
+    cdx_matcher *m = NULL;
+    cdx_err err = { 0 };
+    cdx_matcher_create(g, v, &m, &err);
+    if (cdx_matcher_accept_bytes(m, prefix, strlen(prefix), &err))
+        fprintf(stderr, "  prefix \"%s\" refused: %s\n", prefix, err.msg);
+    cdx_matcher_mask(m, bits, &err);
+    cdx_matcher_free(m);
+}
+
+static void test_literal_spanning_tokens(void)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    cdx_grammar *g = gbnf("root ::= \"{\" ws \"\\\"a\\\"\" \":\" ws val \"}\"\nws ::= [ ]?\nval ::= \"true\" | \"12\"\n");
+    REQUIRE(v && g);
+    uint32_t bits[2];
+    mask_after(g, v, "", bits);
+    CHECK(has(bits, tok_id("{")));
+    CHECK(!has(bits, tok_id("}")) && !has(bits, EOS));
+    mask_after(g, v, "{", bits);
+    /* after "{": " " (ws), "\"" and "\"a" (the literal's first bytes) */
+    CHECK(has(bits, tok_id(" ")) && has(bits, tok_id("\"")) && has(bits, tok_id("\"a")));
+    CHECK(!has(bits, tok_id("  ")) && !has(bits, tok_id("a")));
+    CHECK(mask_matches_oracle(g, v, "{", bits));
+    mask_after(g, v, "{\"a", bits);
+    /* "\": spans the end of one literal and the next literal */
+    CHECK(has(bits, tok_id("\"")) && has(bits, tok_id("\":")));
+    CHECK(!has(bits, tok_id("\",")));
+    CHECK(mask_matches_oracle(g, v, "{\"a", bits));
+    mask_after(g, v, "{\"a\":", bits);
+    CHECK(has(bits, tok_id("true")) && has(bits, tok_id("tr")) && has(bits, tok_id("12")) && has(bits, tok_id("1")));
+    CHECK(has(bits, tok_id(" ")) && !has(bits, tok_id("ue")));
+    CHECK(mask_matches_oracle(g, v, "{\"a\":", bits));
+    mask_after(g, v, "{\"a\": tr", bits);
+    CHECK(has(bits, tok_id("ue")) && !has(bits, tok_id("true")) && !has(bits, tok_id("e")));
+    mask_after(g, v, "{\"a\": true}", bits);
+    CHECK(has(bits, EOS));
+    CHECK(mask_matches_oracle(g, v, "{\"a\": true}", bits));
+    int n = 0;
+    for (int i = 0; i < NV; i++)
+        n += has(bits, i);
+    CHECKF(n == 1, "only the end is allowed once the grammar is complete, got %d", n);
+    cdx_grammar_free(g);
+    cdx_grammar_vocab_free(v);
+}
+
+static void test_partial_utf8(void)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    /* é is C3 A9, € is E2 82 AC: tokens that cut them in the middle must be allowed, and only
+     * with a continuation that completes the same code point */
+    cdx_grammar *g = gbnf("root ::= [é€]+ \"\\\"\"\n");
+    REQUIRE(v && g);
+    uint32_t bits[2];
+    mask_after(g, v, "", bits);
+    CHECK(has(bits, tok_id("\xC3")) && has(bits, tok_id("\xC3\xA9")) && has(bits, tok_id("\xE2\x82")));
+    CHECK(has(bits, tok_id("\xE2\x82\xAC")) && !has(bits, tok_id("\xA9")) && !has(bits, tok_id("\xAC")));
+    CHECK(has(bits, tok_id("é\""))); /* é then the closing quote: one token, two symbols */
+    CHECK(mask_matches_oracle(g, v, "", bits));
+    mask_after(g, v, "\xC3", bits);
+    CHECK(has(bits, tok_id("\xA9")) && !has(bits, tok_id("\xAC")) && !has(bits, tok_id("\xC3")));
+    CHECK(mask_matches_oracle(g, v, "\xC3", bits));
+    mask_after(g, v, "\xE2\x82", bits);
+    CHECK(has(bits, tok_id("\xAC")) && !has(bits, tok_id("\xA9")));
+    /* negated class: any code point but a, as whole UTF-8 */
+    cdx_grammar *g2 = gbnf("root ::= [^a]\n");
+    REQUIRE(g2);
+    mask_after(g2, v, "", bits);
+    CHECK(has(bits, tok_id("\xC3")) && has(bits, tok_id("\xC3\xA9")) && has(bits, tok_id("b")));
+    CHECK(!has(bits, tok_id("a")) && !has(bits, tok_id("\xA9")) && !has(bits, tok_id("é\"")));
+    CHECK(mask_matches_oracle(g2, v, "", bits));
+    cdx_grammar_free(g2);
+    cdx_grammar_free(g);
+    cdx_grammar_vocab_free(v);
+}
+
+static void test_whitespace_rules(void)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    /* at most two blanks between items, bounded with {0,2} */
+    cdx_grammar *g = gbnf("root ::= \"[\" ws item (\",\" ws item)* ws \"]\"\nws ::= [ \\t\\n]{0,2}\nitem ::= \"1\" | \"null\"\n");
+    REQUIRE(v && g);
+    uint32_t bits[2];
+    mask_after(g, v, "[", bits);
+    CHECK(has(bits, tok_id(" ")) && has(bits, tok_id("  ")) && has(bits, tok_id("\t")) && has(bits, tok_id("\n")));
+    CHECK(has(bits, tok_id("1")) && has(bits, tok_id("null")) && !has(bits, tok_id("]")));
+    CHECK(mask_matches_oracle(g, v, "[", bits));
+    mask_after(g, v, "[  ", bits);
+    CHECK(!has(bits, tok_id(" ")) && !has(bits, tok_id("\t")) && has(bits, tok_id("1")));
+    mask_after(g, v, "[ 1", bits);
+    /* ", \"" is a comma and a blank then a quote: the quote cannot start an item */
+    CHECK(has(bits, tok_id(",")) && !has(bits, tok_id(", \"")) && has(bits, tok_id("]")) && has(bits, tok_id("  ")));
+    CHECK(!has(bits, tok_id("12")));
+    CHECK(mask_matches_oracle(g, v, "[ 1", bits));
+    mask_after(g, v, "[ 1 ", bits);
+    CHECK(has(bits, tok_id(" ")) && !has(bits, tok_id("  ")));
+    CHECK(mask_matches_oracle(g, v, "[ 1 ", bits));
+    cdx_grammar_free(g);
+    cdx_grammar_vocab_free(v);
+}
+
+static void test_nested_rules_and_recursion(void)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    /* tokens that end one rule and go on in the caller ("\"}" closes a string and the object) */
+    cdx_grammar *g = gbnf("root ::= obj\nobj ::= \"{\" (str \":\" val)? \"}\"\nval ::= obj | str | \"1\"\n"
+                          "str ::= \"\\\"\" [abcx]* \"\\\"\"\n");
+    REQUIRE(v && g);
+    const char *prefixes[] = { "", "{", "{\"", "{\"a", "{\"ab\":", "{\"ab\":{\"x", "{\"ab\":\"a", "{\"a\":{}" };
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        uint32_t bits[2];
+        mask_after(g, v, prefixes[i], bits);
+        CHECKF(mask_matches_oracle(g, v, prefixes[i], bits), "prefix %s", prefixes[i]);
+    }
+    uint32_t bits[2];
+    mask_after(g, v, "{\"ab\":\"a", bits);
+    CHECK(has(bits, tok_id("\"}")) && has(bits, tok_id("x\"")) && !has(bits, tok_id("\",")));
+    mask_after(g, v, "{\"ab\":{\"x", bits);
+    CHECK(has(bits, tok_id("\":")) && !has(bits, tok_id("\"}")));
+    cdx_grammar_free(g);
+    cdx_grammar_vocab_free(v);
+}
+
+static void test_matcher_follows_tokens(void)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    cdx_grammar *g = gbnf("root ::= \"a\"+ \"b\"?\n");
+    REQUIRE(v && g);
+    cdx_matcher *m = NULL;
+    cdx_err err = { 0 };
+    REQUIRE(cdx_matcher_create(g, v, &m, &err) == 0);
+    CHECK(!cdx_matcher_done(m));
+    CHECK(cdx_matcher_accept(m, tok_id("aaa"), &err) == 0 && cdx_matcher_done(m));
+    CHECK(cdx_matcher_accept(m, tok_id("c"), &err) == CDX_EINVAL);
+    CHECK(cdx_matcher_n_bytes(m) == 3); /* a refused token leaves the matcher as it was */
+    CHECK(cdx_matcher_accept(m, tok_id("ab"), &err) == 0 && cdx_matcher_done(m) && cdx_matcher_closed(m));
+    uint32_t bits[2];
+    CHECK(cdx_matcher_mask(m, bits, &err) == 1 && has(bits, EOS));
+    cdx_matcher_reset(m);
+    CHECK(!cdx_matcher_done(m) && cdx_matcher_n_bytes(m) == 0);
+    CHECK(cdx_matcher_mask(m, bits, &err) > 0 && has(bits, tok_id("abc")) == false && has(bits, tok_id("ab")));
+    cdx_matcher_free(m);
+    cdx_grammar_free(g);
+    cdx_grammar_vocab_free(v);
+}
+
+/* ---- GBNF syntax and its errors ---- */
+
+static void test_gbnf_syntax(void)
+{
+    static const char *ok[] = {
+        "root ::= \"a\" # comment\n",
+        "root ::= (\"a\" |\n  \"b\")\n",
+        "root ::= x\n  | y\nx ::= \"x\"\ny ::= \"y\"\n",
+        "root ::= [a-z0-9_]{2,5} \"\\x41\\u00e9\\U0001F600\" .\n",
+        "root ::= \"a\"{3} \"b\"{2,} \"c\"? [^\\n\\]\\\\]*\n",
+        "root ::= item*\nitem ::= \"x\" item | \"y\"\n", /* right recursion is fine */
+        "root ::= \"\"\n",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        cdx_grammar *g = NULL;
+        cdx_err err = { 0 };
+        int rc = cdx_grammar_from_gbnf(ok[i], strlen(ok[i]), "t", &g, &err);
+        CHECKF(rc == 0, "%s: %s", ok[i], err.msg);
+        cdx_grammar_free(g);
+    }
+}
+
+static void test_gbnf_errors(void)
+{
+    static const struct { const char *text, *msg; } bad[] = {
+        { "root ::= (\"a\"\n", "t:1:10: unbalanced '('" },
+        { "root ::= \"a\")\n", "unbalanced ')'" },
+        { "root ::= foo\n", "t:1:10: undefined rule 'foo'" },
+        { "foo ::= \"a\"\n", "no rule named 'root'" },
+        { "root ::= \"abc\n", "unclosed string literal" },
+        { "root ::= [a-\n", "unclosed character class" },
+        { "root ::= [z-a]\n", "reversed" },
+        { "root ::= \"a\"{3,2}\n", "maximum is below the minimum" },
+        { "root ::= root \"a\" | \"b\"\n", "left recursion (root -> root)" },
+        { "root ::= a\na ::= b? a \"x\"\nb ::= \"\"\n", "left recursion (a -> a)" },
+        { "root ::= a\na ::= b \"x\"\nb ::= a | \"y\"\n", "left recursion (a -> b -> a)" },
+        { "root ::= \"a\"\nroot ::= \"b\"\n", "defined twice" },
+        { "root ::= \"\\q\"\n", "unknown escape \\q" },
+        { "root ::= \"a\"{999999999}\n", "repetition count over" },
+        { "root ::= ( ( \"a\"{1000} ){1000} ){1000}\n", "more than" },
+        { "root = \"a\"\n", "expected '::='" },
+        { "", "empty" },
+        { "root ::= <think>\n", "token references" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cdx_grammar *g = NULL;
+        cdx_err err = { 0 };
+        int rc = cdx_grammar_from_gbnf(bad[i].text, strlen(bad[i].text), "t", &g, &err);
+        CHECKF(rc == CDX_EINVAL && g == NULL && strstr(err.msg, bad[i].msg), "%s: rc %d, message \"%s\", wanted \"%s\"",
+               bad[i].text, rc, err.msg, bad[i].msg);
+        cdx_grammar_free(g);
+    }
+}
+
+int main(void)
+{
+    RUN("a token may span the end of one literal and the next", test_literal_spanning_tokens);
+    RUN("tokens ending in the middle of a UTF-8 code point are allowed only toward whole code points",
+        test_partial_utf8);
+    RUN("whitespace rules bound the blanks a token may add", test_whitespace_rules);
+    RUN("masks across rule calls and recursion agree with stepping each token", test_nested_rules_and_recursion);
+    RUN("the matcher follows tokens, refuses others unchanged, and ends when the grammar closes",
+        test_matcher_follows_tokens);
+    RUN("GBNF syntax: comments, multi-line groups, classes, escapes, repetitions", test_gbnf_syntax);
+    RUN("malformed GBNF is refused with the place and the reason", test_gbnf_errors);
+    printf("grammar: %d passed, %d failed\n", t_passed, t_failed);
+    return t_failed != 0;
+}
