@@ -182,6 +182,13 @@ typedef struct cdx_request {
      * SHA-256 (of its pixel floats) enters the keys of the blocks that hold its tokens. */
     const struct cdx_request_image *images;
     int n_images;
+    /* Constrained decoding (docs/grammar.md): only tokens the grammar allows are sampled (their
+     * logits are masked after the forward pass; greedy takes the best allowed), the end of
+     * generation only where the grammar is complete, and the request stops when nothing but the
+     * end may follow. A dead end of an incomplete grammar ends it with CDX_FINISH_ERROR. logprobs
+     * are those of the masked distribution. Borrowed: must outlive the request (its final event).
+     * Needs the engine's tokenizer. NULL: unconstrained. */
+    const struct cdx_grammar *grammar;
 } cdx_request;
 
 typedef struct cdx_request_image {

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "cli_hub.h"
 #include "caldrix/engine.h"
+#include "caldrix/grammar.h"
 #include "caldrix/model.h"
 #include "caldrix/template.h"
 #include "caldrix/tokenizer.h"
@@ -61,6 +62,11 @@ static const char k_run_options[] =
     "                         a later run with the same prefix reads them instead of computing them\n"
     "                         (--json timings: cached_tokens); bad or foreign files are deleted\n"
     "  --ignore-eos           do not stop at end-of-generation tokens\n"
+    "  --grammar FILE         constrain the output to a GBNF grammar (llama.cpp's format; rule root)\n"
+    "  --json-schema FILE     constrain the output to JSON valid under a JSON Schema (the subset in\n"
+    "                         docs/grammar.md; a keyword it cannot enforce is refused by name). With\n"
+    "                         either, generation stops where the grammar is complete and nothing else\n"
+    "                         may follow, and only there may an end-of-generation token come\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
     "  --image FILE           a PNG or JPEG for a vision model (repeat for more): each <image> in -p marks\n"
     "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
@@ -106,6 +112,8 @@ static void run_usage(FILE *f)
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
+    const char *grammar_file, *schema_file;   /* --grammar, --json-schema */
+    cdx_grammar *grammar;                     /* compiled from one of them */
     uint32_t kv_type;
     uint64_t weight_budget;
     bool kv_type_set;
@@ -268,6 +276,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             o->ignore_eos = true;
+        } else if (!strcmp(a, "--grammar") || !strcmp(a, "--json-schema")) {
+            NEED_VALUE();
+            *(a[2] == 'g' ? &o->grammar_file : &o->schema_file) = v;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "caldrix run: unknown option \"%s\" (caldrix run --help)\n", a);
             return 2;
@@ -285,6 +296,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
     }
     if (!!o->prompt + !!o->prompt_ids + !!o->prompt_file > 1) {
         fprintf(stderr, "caldrix run: give one of -p, -f and --prompt-ids\n");
+        return 2;
+    }
+    if (o->grammar_file && o->schema_file) {
+        fprintf(stderr, "caldrix run: give one of --grammar and --json-schema\n");
         return 2;
     }
     if (o->system && !o->chat) {
@@ -511,6 +526,7 @@ static int run_request(cdx_engine *e, const id_list *prompt, int64_t max_tokens,
     r.user = st;
     r.images = o->req_images;
     r.n_images = o->n_req_images;
+    r.grammar = o->grammar;
     st->finish = CDX_FINISH_NONE;
     uint64_t id;
     int rc = cdx_engine_submit(e, &r, &id, err);
@@ -772,6 +788,22 @@ int cmd_run(int argc, char **argv)
         json_decref(st.steps);
         return 2;
     }
+    if (o.grammar_file || o.schema_file) {
+        /* compiled before the model loads: a bad grammar costs nothing */
+        const char *path = o.grammar_file ? o.grammar_file : o.schema_file;
+        cdx_file *f = NULL;
+        rc = cdx_file_map(path, &f, &err);
+        if (!rc)
+            rc = o.grammar_file ? cdx_grammar_from_gbnf((const char *)f->data, f->size, path, &o.grammar, &err)
+                                : cdx_grammar_from_json_schema((const char *)f->data, f->size, path, &o.grammar, &err);
+        cdx_file_unmap(f);
+        if (rc) {
+            fprintf(stderr, "caldrix run: %s: %s\n", o.grammar_file ? "--grammar" : "--json-schema", err.msg);
+            free(o.ids);
+            json_decref(st.steps);
+            return 2;
+        }
+    }
     char *resolved = NULL;
     if (o.model) {
         /* a path opens as it is; anything else is a reference the hub resolves (and downloads) */
@@ -1025,6 +1057,7 @@ done:
     free(st.text.s);
     free(o.ids);
     cdx_engine_free(eng);
+    cdx_grammar_free(o.grammar);
     cdx_tok_close(tok);
     cdx_model_close(m);
     chat_tmpl_close(&ct);

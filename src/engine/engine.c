@@ -6,6 +6,7 @@
  * compute (decoding) adds it, then sequences with more (prompts, or a preempted sequence coming
  * back) add chunks up to the token budget, all in one cdx_forward_seqs. A sequence whose last
  * token was computed samples the next one. The vLLM scheduling rules, in a CPU engine's sizes. */
+#include "engine/engine_grammar.h"
 #include "caldrix/engine.h"
 #include "caldrix/model.h"
 #include "caldrix/tokenizer.h"
@@ -54,6 +55,8 @@ typedef struct seq {
     int32_t *top_ids;
     float *top_logits, *top_lp;
     cdx_sampler *smp;
+    const cdx_grammar *grammar; /* borrowed from the request, or NULL */
+    cdx_matcher *matcher;      /* its state, made on the first logits */
     char **stop;
     int n_stop;
     size_t max_stop;
@@ -85,6 +88,7 @@ typedef struct seq_image {
 } seq_image;
 
 struct cdx_engine {
+    eng_grammar eg;            /* the vocabulary trie for grammars (engine thread) */
     const cdx_model *m;
     const cdx_tok *tok;
     const cdx_hparams *hp;
@@ -393,6 +397,7 @@ static void seq_free(seq *s)
     free(s->top_logits);
     free(s->top_lp);
     cdx_sampler_free(s->smp);
+    cdx_matcher_free(s->matcher);
     for (int i = 0; i < s->n_stop; i++)
         free(s->stop[i]);
     free(s->stop);
@@ -639,12 +644,23 @@ static void lse_part(void *arg, int ith, int nth)
 
 /* s's last token was computed and `logits` follow it: choose and tell. Returns why s must end
  * now (CDX_FINISH_NONE: it goes on); *msg gets an error's text. */
-static cdx_finish seq_on_logits(cdx_engine *e, seq *s, const float *logits, double lse, const char **msg)
+static cdx_finish seq_on_logits(cdx_engine *e, seq *s, float *logits, double lse, const char **msg)
 {
     const int64_t nv = e->hp->n_vocab;
+    if (s->grammar) {
+        /* the row is masked in place (it is this request's own); logprobs are then those of the
+         * masked distribution */
+        const cdx_finish f = eng_grammar_mask(&e->eg, e->tok, nv, s->grammar, &s->matcher, logits, msg);
+        if (f != CDX_FINISH_NONE)
+            return f;
+        if (s->logprobs)
+            lse = cdx_logsumexp(cdx_forward_ctx_kernels(e->fc), logits, nv);
+    }
     const int32_t t = cdx_sampler_sample(s->smp, logits, s->toks, s->n_toks);
-    if (!s->ignore_eos && is_eog(e, t))
+    if ((!s->ignore_eos || s->grammar) && is_eog(e, t))
         return CDX_FINISH_STOP;
+    if (s->grammar && eng_grammar_accept(&e->eg, s->matcher, t, msg))
+        return CDX_FINISH_ERROR;
     if (seq_push_token(s, t)) {
         *msg = "out of memory for the generated tokens";
         return CDX_FINISH_ERROR;
@@ -849,6 +865,7 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_lse_rows);
     free(e->logits);
     free(e->cancels);
+    eng_grammar_free(&e->eg);
     cdx_forward_ctx_free(e->fc);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -948,6 +965,8 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
         *id = 0;
     if (!r->prompt || r->n_prompt <= 0)
         return cdx_err_set(err, CDX_EINVAL, "the request has no prompt tokens");
+    if (r->grammar && !e->tok)
+        return cdx_err_set(err, CDX_EINVAL, "a grammar needs the model's tokenizer (the engine has none)");
     for (int64_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= hp->n_vocab)
             return cdx_err_set(err, CDX_EINVAL, "prompt token %lld is %d, outside the vocabulary (0..%lld)",
@@ -1028,6 +1047,7 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     }
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
+    s->grammar = r->grammar;
     s->skip_special = r->skip_special;
     s->on_event = r->on_event;
     s->user = r->user;
