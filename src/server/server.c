@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -31,6 +32,7 @@ struct cdx_server {
     time_t created;
     atomic_bool ready, stopping, engine_stop;
     cdx_server_model m;
+    int64_t n_room;           /* positions one sequence can have: the context, or the KV pool if smaller */
     char *name;
     cdx_tmpl *chatml;         /* parsed sv_chatml_template when the model has none */
     pthread_t engine_thread;
@@ -665,17 +667,28 @@ static const route_def *find_route(const char *url)
     return NULL;
 }
 
-/* Constant time in the length of what was sent. */
-static bool key_ok(const cdx_server *s, const char *auth)
+/* Checks the Authorization header against --api-key. The scheme is case-insensitive (RFC 7235
+ * 2.1: "bearer" is "Bearer"); the key is compared in constant time in the length of what was sent.
+ * Fills e (401) and returns -1 unless the key is right; the message tells a missing key from a
+ * wrong one. */
+static int check_key(const cdx_server *s, const char *auth, sv_error *e)
 {
-    if (!auth || strncmp(auth, "Bearer ", 7))
-        return false;
+    if (!auth || !*auth)
+        return sv_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                       "this server needs an API key: Authorization: Bearer KEY");
+    if (strncasecmp(auth, "Bearer", 6) || (auth[6] != ' ' && auth[6] != '\t'))
+        return sv_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                       "the Authorization header must be \"Bearer KEY\" (another scheme was sent)");
     const char *got = auth + 7;
+    while (*got == ' ' || *got == '\t')
+        got++;
     size_t n = strlen(got);
     unsigned diff = (unsigned)(n != s->api_key_len);
     for (size_t i = 0; i < n; i++)
         diff |= (unsigned char)got[i] ^ (unsigned char)s->api_key[i % (s->api_key_len ? s->api_key_len : 1)];
-    return diff == 0;
+    if (diff)
+        return sv_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL, "wrong API key");
+    return 0;
 }
 
 static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const char *url)
@@ -820,11 +833,26 @@ static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
     return 0;
 }
 
+/* max_tokens past what the context leaves is cut to it (finish_reason "length" when the context
+ * fills), as llama-server and vLLM do: OpenAI clients send large values routinely. Only a prompt
+ * that leaves no position to generate is refused, naming the prompt. */
+static int fit_context(const cdx_server *s, sv_params *p, sv_error *e)
+{
+    if (p->n_ids >= s->n_room)
+        return sv_fail(e, 400, "invalid_request_error", "MODEL_RESOURCE_LIMIT", p->kind == SV_CHAT ? "messages" : "prompt",
+                       "%lld prompt tokens leave no room to generate: the context holds %lld", (long long)p->n_ids,
+                       (long long)s->n_room);
+    const int64_t left = s->n_room - p->n_ids;
+    if (p->max_tokens > left || (p->max_tokens <= 0 && s->n_room < s->m.n_ctx))
+        p->max_tokens = left;
+    return 0;
+}
+
 static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_params *p)
 {
     cdx_server *s = k->s;
     sv_error e;
-    if (build_prompt(s, p, &e))
+    if (build_prompt(s, p, &e) || fit_context(s, p, &e))
         return reply_error(k, c, &e);
     sv_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -866,7 +894,8 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
         atomic_fetch_sub(&j->refs, 1); /* the engine never took it */
         j->done = true;
         if (rc == CDX_ERESOURCE_LIMIT)
-            sv_fail(&e, 400, "invalid_request_error", "MODEL_RESOURCE_LIMIT", "max_tokens", "%s", err.msg);
+            sv_fail(&e, 400, "invalid_request_error", "MODEL_RESOURCE_LIMIT", j->p.kind == SV_CHAT ? "messages" : "prompt",
+                    "%s", err.msg);
         else if (rc == CDX_ERESOURCE_BUSY)
             sv_fail(&e, 429, "rate_limit_error", "MODEL_RESOURCE_BUSY", NULL, "%s", err.msg);
         else if (rc == CDX_EINVAL)
@@ -967,17 +996,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         k->route = rd ? rd->route : SV_R_OTHER;
         k->post = rd && rd->post;
         bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        /* the key first: without it, a client learns nothing about which routes exist */
+        if (k->route != SV_R_HEALTH && s->api_key &&
+            check_key(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &e))
+            return reply_error(k, c, &e);
         if (!rd)
             return sv_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route %s %.200s", method, url),
                    reply_error(k, c, &e);
         if (rd->post ? strcmp(method, "POST") : !get)
             return sv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %.20s",
                            rd->path, rd->post ? "POST" : "GET", method),
-                   reply_error(k, c, &e);
-        if (k->route != SV_R_HEALTH && s->api_key &&
-            !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)))
-            return sv_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                           "this server needs an API key: Authorization: Bearer KEY"),
                    reply_error(k, c, &e);
         if (!atomic_load(&s->ready) && k->route != SV_R_METRICS)
             return sv_fail(&e, 503, "server_error", "model_loading", NULL, "the model is loading"),
@@ -1127,6 +1155,9 @@ int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err)
     if (!s->name)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     s->m.name = s->name;
+    cdx_engine_stats st;
+    cdx_engine_get_stats(m->engine, &st);
+    s->n_room = st.n_blocks * CDX_KV_BLOCK < st.n_ctx ? st.n_blocks * CDX_KV_BLOCK : st.n_ctx;
     if (!m->tmpl) {
         int rc = cdx_tmpl_parse(sv_chatml_template, strlen(sv_chatml_template), &s->chatml, err);
         if (rc)

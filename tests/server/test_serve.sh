@@ -144,7 +144,18 @@ e "bad JSON" 400 invalid_json /v1/chat/completions '{"messages":'
 e "n=2 refused by name" 400 n /v1/chat/completions "{$CB,\"n\":2}"
 e "temperature as a string" 400 temperature /v1/completions '{"prompt":"x","temperature":"hot"}'
 e "a token id outside the vocabulary" 400 'prompt[1]' /v1/completions '{"prompt":[1,999999]}'
-e "max_tokens past the context" 400 MODEL_RESOURCE_LIMIT /v1/completions '{"prompt":"x","max_tokens":100000000}'
+# max_tokens past the context is cut to it (as llama-server and vLLM do); only a prompt that does not fit is refused
+CTX=$(curl -s -m 5 "$URL/v1/models" | python3 -c "import json,sys; print(json.load(sys.stdin)['data'][0]['context_length'])")
+code=$(post /v1/completions '{"prompt":"Once","max_tokens":100000000,"ignore_eos":true,"temperature":0}' "$tmp/mt.json")
+check "max_tokens 1e8 on a $CTX context: 200, generated to the full context, finish_reason length" \
+    [ "$code" = 200 -a "$(jv "$tmp/mt.json" "[d['usage']['prompt_tokens'] + d['usage']['completion_tokens'], d['choices'][0]['finish_reason']]")" = "[$CTX, \"length\"]" ]
+code=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":100000000,"max_tokens":null,"ignore_eos":true,"temperature":0,"stream":true}' "$tmp/mt.sse")
+check "... chat, streamed: the same clamp, finish_reason length, [DONE]" \
+    [ "$code" = 200 -a "$(sse "$tmp/mt.sse" | python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps([d[-2]['choices'][0]['finish_reason'], d[-1]]))")" = '["length", "[DONE]"]' ]
+LONGIDS=$(python3 -c "print(','.join(['300']*$CTX))")
+e "a prompt of the whole context (ids)" 400 prompt /v1/completions "{\"prompt\":[$LONGIDS],\"max_tokens\":1}"
+LONGCHAT=$(python3 -c "print('Once upon a time ' * $CTX)")
+e "a chat prompt past the context" 400 messages /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$LONGCHAT\"}]}"
 e "invalid UTF-8" 400 content /v1/chat/completions "$(printf '{"messages":[{"role":"user","content":"\xff\xfe"}]}')"
 e "unknown route" 404 not_found /v1/nothing '{}'
 code=$(curl -s -m 5 -o "$tmp/e.json" -w '%{http_code}' "$URL/v1/chat/completions")
@@ -172,8 +183,13 @@ stop_servers
 start_server keyed --threads 1 --api-key s3cret --max-batch 1 --max-queue 1 || bad "the keyed server starts"
 check "with --api-key, /health needs no key" [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$URL/health")" = 200 ]
 e "no key" 401 invalid_api_key /v1/completions '{"prompt":"x"}'
+check "... and says it needs a key" grep -q 'needs an API key' "$tmp/e.json"
 e "a wrong key" 401 invalid_api_key /v1/completions '{"prompt":"x"}' -H 'Authorization: Bearer s3cre'
+check "... and says the key is wrong" grep -q '"wrong API key"' "$tmp/e.json"
 check "the right key works" [ "$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: Bearer s3cret')" = 200 ]
+check "the scheme is case-insensitive (bearer, BEARER)" [ "$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: bearer s3cret')$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: BEARER s3cret')" = 200200 ]
+e "an unknown route without the key: 401, not 404" 401 invalid_api_key /v1/nothing '{}'
+e "an unknown route with the key: 404" 404 not_found /v1/nothing '{}' -H 'Authorization: Bearer s3cret'
 check "/metrics needs the key too" [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$URL/metrics")" = 401 ]
 # six at once on one slot and a queue of one: two run, the others are refused
 BUSY=()
