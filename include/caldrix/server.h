@@ -29,6 +29,23 @@ typedef struct cdx_server cdx_server;
 typedef struct cdx_tmpl cdx_tmpl;
 struct json_t;
 
+/* One answered request, for a request log (cdx_server_opts.on_request). Strings are borrowed for
+ * the call only. */
+typedef struct cdx_server_request_log {
+    int64_t t_unix_ms;          /* when the request arrived (wall clock, ms since the Unix epoch) */
+    const char *method;         /* "POST", ... */
+    const char *route;          /* the route's path, or the path asked for when none matched (control
+                                 * and non-ASCII bytes as '?', at most 120 bytes) */
+    const char *model;          /* the model's name when the request ran it, else NULL */
+    int status;                 /* HTTP status; 499: the client left before an answer */
+    int64_t prompt_tokens;      /* -1: no generation ran */
+    int64_t completion_tokens;  /* -1: no generation ran */
+    double ms;                  /* from arrival to the end of the answer (the stream's last byte) */
+} cdx_server_request_log;
+/* Called once per request on the connection's thread, so from several threads at once: it must be
+ * thread-safe and quick (the connection waits for it). */
+typedef void (*cdx_server_log_fn)(void *user, const cdx_server_request_log *r);
+
 typedef struct cdx_server_opts {
     const char *host;         /* numeric address or name to bind (default "127.0.0.1") */
     int port;                 /* 0: any free port (cdx_server_port tells which) */
@@ -36,6 +53,10 @@ typedef struct cdx_server_opts {
     int max_connections;      /* default 256 */
     int timeout_s;            /* idle connection timeout (default 60) */
     size_t max_body_bytes;    /* default 8 MiB; larger bodies get 413 */
+    const char *cors_origin;  /* NULL/"": no CORS headers; else Access-Control-Allow-Origin (an origin
+                               * or "*") on every answer, and OPTIONS answers preflights (204) */
+    cdx_server_log_fn on_request; /* NULL: no request log */
+    void *log_user;           /* passed to on_request */
 } cdx_server_opts;
 
 CDX_API cdx_server_opts cdx_server_defaults(void);

@@ -40,7 +40,30 @@ static const char k_serve_usage[] =
     "  --api-key KEY        every route but /health and /v1/health needs \"Authorization: Bearer KEY\"\n"
     "                       (default: the CALDRIX_API_KEY environment variable, else no key)\n"
     "  --max-connections N  open connections at once (default 256)\n"
-    "  --timeout S          idle connection timeout in seconds (default 60)\n";
+    "  --timeout S          idle connection timeout in seconds (default 60)\n"
+    "  --cors ORIGIN        let a browser page from ORIGIN (e.g. http://localhost:3000, or *) call the API:\n"
+    "                       Access-Control-Allow-Origin on every answer, OPTIONS answers preflights\n"
+    "                       (default: off, no CORS headers)\n"
+    "  --log-requests       one line per request on stderr: time, method, route, model, status,\n"
+    "                       prompt and completion tokens, milliseconds\n";
+
+/* --log-requests: one line per request, written with one call so lines from several connections
+ * never interleave. "-" where a request ran no model. */
+static void log_request(void *user, const cdx_server_request_log *r)
+{
+    (void)user;
+    time_t t = (time_t)(r->t_unix_ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char when[32], tok[64] = "-", line[512];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (r->prompt_tokens >= 0)
+        snprintf(tok, sizeof tok, "prompt=%lld completion=%lld", (long long)r->prompt_tokens,
+                 (long long)r->completion_tokens);
+    snprintf(line, sizeof line, "%s.%03dZ %s %s %s %d %s %.1fms\n", when, (int)(r->t_unix_ms % 1000), r->method,
+             r->route, r->model ? r->model : "-", r->status, tok, r->ms);
+    fputs(line, stderr);
+}
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig)
@@ -89,7 +112,7 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "-t") || !strcmp(a, "--kv-store") || !strcmp(a, "--api-key") ||
                      !strcmp(a, "--kv-type") || !strcmp(a, "--dtype") || !strcmp(a, "--isa") ||
                      !strcmp(a, "--max-connections") || !strcmp(a, "--timeout") || !strcmp(a, "--kv-blocks") ||
-                     !strcmp(a, "--weight-budget");
+                     !strcmp(a, "--weight-budget") || !strcmp(a, "--cors");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             return 0;
@@ -128,6 +151,10 @@ int cmd_serve(int argc, char **argv)
             so.timeout_s = (int)l;
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = v;
+        } else if (!strcmp(a, "--cors")) {
+            so.cors_origin = v;
+        } else if (!strcmp(a, "--log-requests")) {
+            so.on_request = log_request;
         } else if (!strcmp(a, "--isa")) {
             isa = v;
         } else if (!strcmp(a, "--weight-budget")) {

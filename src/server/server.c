@@ -27,6 +27,9 @@ struct cdx_server {
     struct MHD_Daemon *d;
     char *api_key;
     size_t api_key_len;
+    char *cors_origin;        /* NULL: no CORS */
+    cdx_server_log_fn on_log;
+    void *log_user;
     size_t max_body;
     int port;
     time_t created;
@@ -588,12 +591,27 @@ typedef struct sv_conn {
     cdx_server *s;
     int route;
     bool post;
+    double t0_ms;                   /* arrival (cdx_time_ms) */
+    int64_t t_unix_ms;              /* arrival, wall clock */
+    char method[16];
+    char path[121];                 /* the URL asked for, for the request log (sanitized) */
     char *body;
     size_t n, cap;
     bool too_big;
     int status;
     sv_job *job;
 } sv_conn;
+
+/* The headers every answer carries: CORS's when --cors is set. */
+static void common_headers(const cdx_server *s, struct MHD_Response *r)
+{
+    if (!s->cors_origin)
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cors_origin);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After");
+    if (strcmp(s->cors_origin, "*"))
+        MHD_add_response_header(r, "Vary", "Origin");
+}
 
 static enum MHD_Result reply(sv_conn *k, struct MHD_Connection *c, int status, char *body, const char *type,
                              const char *retry_after)
@@ -606,6 +624,7 @@ static enum MHD_Result reply(sv_conn *k, struct MHD_Connection *c, int status, c
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    common_headers(k->s, r);
     if (retry_after)
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
     if (status == 401)
@@ -689,6 +708,29 @@ static int check_key(const cdx_server *s, const char *auth, sv_error *e)
     if (diff)
         return sv_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL, "wrong API key");
     return 0;
+}
+
+/* A CORS preflight (OPTIONS with --cors): 204 with what the route allows. It carries no
+ * Authorization header (browsers never send one on a preflight), so it needs no key. The headers
+ * a browser asks to send are allowed as asked when they are plain header names. */
+static enum MHD_Result reply_preflight(sv_conn *k, struct MHD_Connection *c, const route_def *rd)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    bool plain = want && *want && strlen(want) < 1024;
+    for (const char *p = want; plain && *p; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+                *p == '_' || *p == ',' || *p == ' ';
+    common_headers(k->s, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", rd->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", plain ? want : "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    k->status = 204;
+    return ret;
 }
 
 static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const char *url)
@@ -918,6 +960,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
         pthread_mutex_unlock(&s->met.mu);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        common_headers(s, resp);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         k->status = 200;
@@ -995,7 +1038,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const route_def *rd = find_route(url);
         k->route = rd ? rd->route : SV_R_OTHER;
         k->post = rd && rd->post;
+        k->t0_ms = cdx_time_ms();
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        k->t_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        snprintf(k->method, sizeof k->method, "%s", method);
+        snprintf(k->path, sizeof k->path, "%s", rd ? rd->path : url);
+        for (char *p = k->path; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                *p = '?';
+        for (char *p = k->method; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                *p = '?';
         bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (rd && s->cors_origin && !strcmp(method, "OPTIONS"))
+            return reply_preflight(k, c, rd);
         /* the key first: without it, a client learns nothing about which routes exist */
         if (k->route != SV_R_HEALTH && s->api_key &&
             check_key(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &e))
@@ -1056,14 +1113,22 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!k)
         return;
     sv_metrics_request(&s->met, k->route, k->status ? k->status : 499);
+    cdx_server_request_log rl = { .t_unix_ms = k->t_unix_ms, .method = k->method, .route = k->path,
+                                  .status = k->status ? k->status : 499, .prompt_tokens = -1,
+                                  .completion_tokens = -1, .ms = cdx_time_ms() - k->t0_ms };
     if (k->job) {
         pthread_mutex_lock(&k->job->mu);
         bool done = k->job->done;
+        rl.model = s->name;
+        rl.prompt_tokens = k->job->n_prompt ? k->job->n_prompt : k->job->p.n_ids;
+        rl.completion_tokens = k->job->n_generated;
         pthread_mutex_unlock(&k->job->mu);
         if (!done)
             cdx_engine_cancel(s->m.engine, k->job->id);
         job_unref(k->job);
     }
+    if (s->on_log)
+        s->on_log(s->log_user, &rl);
     free(k->body);
     free(k);
     *con_cls = NULL;
@@ -1098,6 +1163,10 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         o = &d;
     if (o->port < 0 || o->port > 65535)
         return cdx_err_set(err, CDX_EINVAL, "port %d is outside 0..65535", o->port);
+    for (const char *p = o->cors_origin; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return cdx_err_set(err, CDX_EINVAL, "CORS origin \"%.80s\": a control character cannot go in a header",
+                               o->cors_origin);
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
     char port[16];
@@ -1117,6 +1186,10 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         s->api_key = strdup(o->api_key);
         s->api_key_len = strlen(o->api_key);
     }
+    if (o->cors_origin && *o->cors_origin)
+        s->cors_origin = strdup(o->cors_origin);
+    s->on_log = o->on_request;
+    s->log_user = o->log_user;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -1129,6 +1202,7 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         int e = errno;
         sv_metrics_destroy(&s->met);
         free(s->api_key);
+        free(s->cors_origin);
         free(s);
         return cdx_err_set(err, CDX_EIO, "cannot listen on %s port %d: %s", host, o->port,
                            e ? strerror(e) : "libmicrohttpd refused");
@@ -1183,6 +1257,7 @@ void cdx_server_stop(cdx_server *s)
     cdx_tmpl_free(s->chatml);
     sv_metrics_destroy(&s->met);
     free(s->api_key);
+    free(s->cors_origin);
     free(s->name);
     free(s);
 }
