@@ -25,6 +25,7 @@
 
 struct cdx_server {
     struct MHD_Daemon *d;
+    sv_gate *gate;            /* accepts, checks each request's framing, hands the socket to d */
     char *api_key;
     size_t api_key_len;
     char *cors_origin;        /* NULL: no CORS */
@@ -605,6 +606,8 @@ typedef struct sv_conn {
 /* The headers every answer carries: CORS's when --cors is set. */
 static void common_headers(const cdx_server *s, struct MHD_Response *r)
 {
+    /* one request per connection: every request's head then passes the gate (sv_gate.c) */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (!s->cors_origin)
         return;
     MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cors_origin);
@@ -1134,6 +1137,21 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* The gate hands a connection over. */
+static int gate_pass(void *user, int fd, const struct sockaddr *addr, unsigned addrlen)
+{
+    cdx_server *s = user;
+    return MHD_add_connection(s->d, fd, addr, (socklen_t)addrlen) == MHD_YES ? 0 : -1;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    cdx_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        sv_gate_closed(s->gate);
+}
+
 /* ---- the engine thread ---- */
 
 static void *engine_main(void *arg)
@@ -1190,25 +1208,33 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         s->cors_origin = strdup(o->cors_origin);
     s->on_log = o->on_request;
     s->log_user = o->log_user;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
+    /* libmicrohttpd listens on nothing: the gate accepts and hands it each checked connection.
+     * The gate holds the connection limit; libmicrohttpd's is looser, so that a connection it has
+     * closed but not yet counted out never makes it refuse one the gate let in. */
+    const int max_conn = o->max_connections > 0 ? o->max_connections : 256;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn + 64,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout_s > 0 ? o->timeout_s : 60),
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+                            s, MHD_OPTION_END);
+    cdx_err gerr = {0};
+    const sv_gate_cfg gc = { .max_body = s->max_body, .timeout_s = o->timeout_s > 0 ? o->timeout_s : 60,
+                             .max_conn = max_conn, .pass = gate_pass, .user = s, .cors_origin = s->cors_origin,
+                             .metrics = &s->met, .on_log = s->on_log, .log_user = s->log_user };
+    if (s->d && sv_gate_start(ai, &gc, &s->gate, &s->port, &gerr)) {
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+    } else if (!s->d)
+        snprintf(gerr.msg, sizeof gerr.msg, "%s", errno ? strerror(errno) : "libmicrohttpd refused");
     freeaddrinfo(ai);
     if (!s->d) {
-        int e = errno;
         sv_metrics_destroy(&s->met);
         free(s->api_key);
         free(s->cors_origin);
         free(s);
-        return cdx_err_set(err, CDX_EIO, "cannot listen on %s port %d: %s", host, o->port,
-                           e ? strerror(e) : "libmicrohttpd refused");
+        return cdx_err_set(err, CDX_EIO, "cannot listen on %s port %d: %s", host, o->port, gerr.msg);
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
     *out = s;
     return CDX_OK;
 }
@@ -1249,7 +1275,9 @@ void cdx_server_stop(cdx_server *s)
     if (!s)
         return;
     atomic_store(&s->stopping, true); /* waiting connections cancel their jobs and end */
+    sv_gate_stop(s->gate);
     MHD_stop_daemon(s->d);
+    sv_gate_free(s->gate);
     if (s->thread_started) {
         atomic_store(&s->engine_stop, true);
         pthread_join(s->engine_thread, NULL);

@@ -133,4 +133,47 @@ void sv_metrics_finish(sv_metrics *m, int finish);
 /* Prometheus text (heap). st may be NULL (still loading). */
 char *sv_metrics_text(sv_metrics *m, const cdx_engine_stats *st, bool ready, size_t *len);
 
+/* ---- the gate in front of libmicrohttpd (sv_gate.c) ---- */
+
+#define SV_MAX_HEAD (16 * 1024) /* request line and headers, bytes (libmicrohttpd's pool is 32 KiB) */
+
+/* What the gate read from a request's head. */
+typedef struct sv_head {
+    char method[16];
+    char target[121];           /* truncated */
+    size_t head_bytes;
+    bool has_length, chunked;
+    uint64_t content_length;
+} sv_head;
+
+/* Checks the framing of buf[0..n), the start of a request: the request line (METHOD TARGET
+ * HTTP/1.0|1.1), "Name: value" header lines, one numeric Content-Length (at most max_body) or
+ * Transfer-Encoding: chunked (not both), a head of at most SV_MAX_HEAD bytes. Returns 0 (h filled),
+ * 1: the head is not complete yet, -1: e says why (400, 413, 431, 501 or 505). */
+int sv_http_head_check(const char *buf, size_t n, size_t max_body, sv_head *h, sv_error *e);
+
+struct addrinfo;
+struct sockaddr;
+typedef struct sv_gate sv_gate;
+typedef struct sv_gate_cfg {
+    size_t max_body;
+    int timeout_s;              /* a head not complete by then: the connection is closed */
+    int max_conn;               /* connections open at once, in the gate and handed over */
+    /* hands a checked connection over; returns 0, or -1 when it was refused (and the socket closed) */
+    int (*pass)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen);
+    void *user;
+    const char *cors_origin;    /* borrowed; NULL: none */
+    sv_metrics *metrics;        /* refusals are counted under route "other"; may be NULL */
+    cdx_server_log_fn on_log;
+    void *log_user;
+} sv_gate_cfg;
+
+/* Binds ai, starts accepting; *port: the port bound. */
+int sv_gate_start(const struct addrinfo *ai, const sv_gate_cfg *cfg, sv_gate **out, int *port, cdx_err *err);
+/* A connection handed over has closed. */
+void sv_gate_closed(sv_gate *g);
+/* Stops accepting and ends the connections still in the gate (waits for them). */
+void sv_gate_stop(sv_gate *g);
+void sv_gate_free(sv_gate *g); /* stops first; NULL: no-op */
+
 #endif

@@ -24,6 +24,80 @@ code=$(hdrs OPTIONS /v1/completions "$tmp/o" -H 'Origin: http://a.example' -H 'A
 check "without --cors: OPTIONS is a 405" [ $y = 1 ]
 stop_servers
 
+# ---- malformed HTTP over raw sockets: one answer each, the JSON error shape, the right status ----
+start_server raw --threads 1 || bad "the server starts for raw requests"
+python3 - "$URL" >"$tmp/raw.txt" <<'PY'
+import json, re, socket, sys, time, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+def ask(parts, pause=0.0):
+    s = socket.create_connection((u.hostname, u.port), timeout=10)
+    for i, p in enumerate(parts):
+        if i:
+            time.sleep(pause)
+        s.sendall(p)
+    out = b''
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except (socket.timeout, ConnectionResetError) as e:
+        out += b'<<' + type(e).__name__.encode() + b'>>'
+    s.close()
+    return out
+def one_json_answer(raw, status):
+    """exactly one response: a status line, headers, a body of Content-Length bytes that is the error JSON, nothing after"""
+    if b'<html' in raw.lower():
+        return 'html: %r' % raw[:300]
+    head, _, rest = raw.partition(b'\r\n\r\n')
+    lines = head.decode('latin1').split('\r\n')
+    if not lines[0].startswith('HTTP/1.1 %d ' % status):
+        return 'status line %r, want %d' % (lines[0], status)
+    h = {l.split(':', 1)[0].lower(): l.split(':', 1)[1].strip() for l in lines[1:]}
+    n = int(h.get('content-length', -1))
+    body, after = rest[:n], rest[n:]
+    if not h.get('content-type', '').startswith('application/json') or n < 0 or len(body) != n:
+        return 'headers %r body %d bytes' % (h, len(rest))
+    if after:
+        return 'more after the answer: %r' % after[:300]
+    e = json.loads(body).get('error', {})
+    if sorted(e) != ['code', 'message', 'param', 'type'] or 'JSON_' in e['message'] or '<' in e['message']:
+        return 'body %r' % body
+    return 'ok'
+cases = [
+    ('Content-Length: -5', [b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}'], 400),
+    ('a 20-digit Content-Length', [b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n{}'], 413),
+    ('Content-Length: abc', [b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}'], 400),
+    ('two different Content-Lengths', [b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}'], 400),
+    ('Content-Length and chunked', [b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}'], 400),
+    ('Transfer-Encoding: gzip', [b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n{}'], 501),
+    ('a request line that is not one', [b'GARBAGE\r\n\r\n'], 400),
+    ('HTTP/2.0 in the request line', [b'GET /health HTTP/2.0\r\nHost: x\r\n\r\n'], 505),
+    ('a header line without a colon', [b'GET /health HTTP/1.1\r\nHost x\r\n\r\n'], 400),
+    ('a 20 KiB header', [b'GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ' + b'a' * 20000 + b'\r\n\r\n'], 431),
+]
+def post(body):
+    return [b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n' % len(body) + body]
+cases += [('a NUL in a JSON string', post(b'{"messages":[{"role":"user","content":"a\\u0000"}]}'), 400),
+          ('an unknown role', post(b'{"messages":[{"role":"wizard","content":"a"}]}'), 400)]
+for name, parts, status in cases:
+    print('%s|%s' % (name, one_json_answer(ask(parts), status)))
+# a head that arrives in pieces still passes; a second request behind the first gets no second answer
+r = ask([b'GET /hea', b'lth HTTP/1.1\r\nHo', b'st: x\r\n\r\n'], 0.2)
+print('a head in three pieces|%s' % ('ok' if r.startswith(b'HTTP/1.1 200 ') and r.count(b'HTTP/1.') == 1 else repr(r[:200])))
+r = ask([b'GET /health HTTP/1.1\r\nHost: x\r\n\r\nPOST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n'])
+print('a request behind another on the connection|%s' % ('ok' if r.startswith(b'HTTP/1.1 200 ') and r.count(b'HTTP/1.') == 1 and b'connection: close' in r.lower() and r.count(b'HTTP/1.1 ') == 1 else repr(r[:400])))
+PY
+while IFS= read -r line; do
+    check "raw HTTP, ${line%%|*}: one JSON answer" [ "${line#*|}" = ok ]; [ "${line#*|}" = ok ] || echo "   $line"
+done <"$tmp/raw.txt"
+check "raw HTTP: every case ran (14)" [ "$(wc -l <"$tmp/raw.txt")" = 14 ]
+check "raw HTTP: the server is still alive and answers" [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$URL/health")" = 200 ]
+curl -s -m 5 "$URL/metrics" >"$tmp/raw_metrics.txt"
+check "raw HTTP: the refusals are counted in /metrics (route other, 400)" grep -q '^caldrix_requests_total{route="other",status="400"} [1-9]' "$tmp/raw_metrics.txt"
+stop_servers
+
 # ---- --cors ORIGIN with an API key ----
 start_server cors --threads 1 --cors http://a.example --api-key k3y --log-requests || { bad "serve --cors starts"; echo "$pass passed, $fail failed"; exit 1; }
 code=$(hdrs OPTIONS /v1/chat/completions "$tmp/pf" -H 'Origin: http://a.example' -H 'Access-Control-Request-Method: POST' \

@@ -395,6 +395,60 @@ static void roles_and_json_messages(void)
     }
 }
 
+/* Issue 35 item 8: the framing libmicrohttpd 0.9.75 answers in HTML (twice, for a bad
+ * Content-Length) is refused by the gate first, with the status it deserves. */
+static void request_heads_are_checked(void)
+{
+    static const struct { const char *head; int rc, status; const char *code; } cases[] = {
+        { "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 0, 0, NULL },
+        { "GET /health HTTP/1.0\n\n", 0, 0, NULL },
+        { "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n", 0, 0, NULL },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n", 0, 0, NULL },
+        { "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 1, 0, NULL },
+        { "POST /v1/comp", 1, 0, NULL },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n", -1, 400, "bad_content_length" },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", -1, 413, "request_too_large" },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: 9000000\r\n\r\n", -1, 413, "request_too_large" },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: 12abc\r\n\r\n", -1, 400, "bad_content_length" },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length:\r\n\r\n", -1, 400, "bad_content_length" },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", -1, 400, "bad_content_length" },
+        { "POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", -1, 400, "bad_content_length" },
+        { "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", -1, 501, "unsupported_transfer_encoding" },
+        { "GARBAGE\r\n\r\n", -1, 400, "bad_request_line" },
+        { "GET  /health HTTP/1.1\r\n\r\n", -1, 400, "bad_request_line" },
+        { "GET /health HTTP/2.0\r\n\r\n", -1, 505, "http_version_not_supported" },
+        { "GET /health FTP/1.1\r\n\r\n", -1, 400, "http_version_not_supported" },
+        { "GET /health HTTP/1.1\r\nNo colon here\r\n\r\n", -1, 400, "bad_header" },
+        { "GET /health HTTP/1.1\r\nHost : x\r\n\r\n", -1, 400, "bad_header" },
+        { "GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", -1, 400, "bad_header" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sv_head h;
+        sv_error e = {0};
+        int rc = sv_http_head_check(cases[i].head, strlen(cases[i].head), (size_t)8 << 20, &h, &e);
+        CHECKF(rc == cases[i].rc, "case %zu: rc %d, want %d (%s)", i, rc, cases[i].rc, e.message);
+        if (rc == -1 && cases[i].rc == -1)
+            CHECKF(e.status == cases[i].status && !strcmp(e.code, cases[i].code), "case %zu: %d %s, want %d %s (%s)", i,
+                   e.status, e.code, cases[i].status, cases[i].code, e.message);
+    }
+    sv_head h;
+    sv_error e;
+    const char *ok = "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 1234\r\n\r\nbody";
+    REQUIRE(sv_http_head_check(ok, strlen(ok), 1 << 20, &h, &e) == 0);
+    CHECK(!strcmp(h.method, "POST") && !strcmp(h.target, "/v1/chat/completions") && h.has_length &&
+          h.content_length == 1234 && !h.chunked && h.head_bytes == strlen(ok) - 4);
+    /* a head that never ends is refused once it passes SV_MAX_HEAD, not waited on */
+    char *big = malloc(SV_MAX_HEAD + 64);
+    REQUIRE(big);
+    int n = snprintf(big, SV_MAX_HEAD + 64, "GET /health HTTP/1.1\r\nX: ");
+    memset(big + n, 'a', SV_MAX_HEAD + 64 - (size_t)n);
+    CHECK(sv_http_head_check(big, SV_MAX_HEAD, 1 << 20, &h, &e) == -1 && e.status == 431);
+    memcpy(big, "GET /", 5);
+    memset(big + 5, 'a', SV_MAX_HEAD + 59);
+    CHECK(sv_http_head_check(big, SV_MAX_HEAD, 1 << 20, &h, &e) == -1 && e.status == 431);
+    free(big);
+}
+
 int main(void)
 {
     RUN("chat defaults are OpenAI's (temperature 1, top_p 1, no top-k/min-p, random seed)", chat_defaults_are_openais);
@@ -409,5 +463,7 @@ int main(void)
     RUN("response_format json_object/json_schema/unknown is a 400 naming it; text is accepted",
         response_format_is_refused_not_ignored);
     RUN("unknown message roles are 400s; JSON errors name no library flag", roles_and_json_messages);
+    RUN("request heads: bad Content-Length, request line, headers, encodings are refused with their status",
+        request_heads_are_checked);
     return t_done("server_request");
 }
