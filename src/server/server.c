@@ -1047,12 +1047,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         k->t_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         snprintf(k->method, sizeof k->method, "%s", method);
         snprintf(k->path, sizeof k->path, "%s", rd ? rd->path : url);
-        for (char *p = k->path; *p; p++)
-            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
-                *p = '?';
-        for (char *p = k->method; *p; p++)
-            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
-                *p = '?';
+        sv_printable(k->path);
+        sv_printable(k->method);
         bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         if (rd && s->cors_origin && !strcmp(method, "OPTIONS"))
             return reply_preflight(k, c, rd);

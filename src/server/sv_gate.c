@@ -217,14 +217,27 @@ static void refuse(gate_conn *k, const sv_head *h, const sv_error *e, double t0_
     if (g->cfg.on_log) {
         char target[121];
         snprintf(target, sizeof target, "%s", h->target[0] ? h->target : "-");
-        for (char *p = target; *p; p++)
-            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
-                *p = '?';
+        sv_printable(target);
         const cdx_server_request_log rl = { .t_unix_ms = t_unix_ms, .method = h->method[0] ? h->method : "-",
                                             .route = target, .status = e->status, .prompt_tokens = -1,
                                             .completion_tokens = -1, .ms = cdx_time_ms() - t0_ms };
         g->cfg.on_log(g->cfg.log_user, &rl);
     }
+}
+
+/* A connection leaves the gate: closed unless it was handed over (fd -1). */
+static void conn_end(gate_conn *k)
+{
+    sv_gate *g = k->g;
+    if (k->fd >= 0) {
+        close(k->fd);
+        atomic_fetch_sub(&g->n_open, 1);
+    }
+    free(k);
+    pthread_mutex_lock(&g->mu);
+    if (--g->n_pending == 0)
+        pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
 }
 
 static void *gate_main(void *arg)
@@ -273,15 +286,7 @@ static void *gate_main(void *arg)
         break;
     }
     free(buf);
-    if (k->fd >= 0) {
-        close(k->fd);
-        atomic_fetch_sub(&g->n_open, 1);
-    }
-    free(k);
-    pthread_mutex_lock(&g->mu);
-    if (--g->n_pending == 0)
-        pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    conn_end(k);
     return NULL;
 }
 
@@ -323,15 +328,8 @@ static void *accept_main(void *arg)
         pthread_attr_setstacksize(&at, 256 * 1024);
         int rc = pthread_create(&t, &at, gate_main, k);
         pthread_attr_destroy(&at);
-        if (rc) {
-            close(k->fd);
-            atomic_fetch_sub(&g->n_open, 1);
-            free(k);
-            pthread_mutex_lock(&g->mu);
-            if (--g->n_pending == 0)
-                pthread_cond_broadcast(&g->cv);
-            pthread_mutex_unlock(&g->mu);
-        }
+        if (rc)
+            conn_end(k);
     }
     return NULL;
 }

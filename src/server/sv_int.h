@@ -98,6 +98,9 @@ void sv_params_free(sv_params *p);
 /* A copy of s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (heap, NUL-terminated). */
 char *sv_utf8_sanitize(const char *s, size_t n, size_t *out_len);
 
+/* Replaces control and non-ASCII bytes of s with '?' in place (for text a client sent that goes to a log). */
+void sv_printable(char *s);
+
 /* The text the built-in ChatML template renders (a model without a chat template). */
 extern const char sv_chatml_template[];
 

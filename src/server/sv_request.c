@@ -47,6 +47,13 @@ char *sv_utf8_sanitize(const char *s, size_t n, size_t *out_len)
     return out;
 }
 
+void sv_printable(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+            *s = '?';
+}
+
 char *sv_error_body(const sv_error *e)
 {
     size_t n;
