@@ -141,35 +141,23 @@ void model_use_end(const cdx_model *m);
 int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, cdx_err *err);
 void model_free_dtype(cdx_model *m);
 /* Whether p is one of those bf16 copies (already on pages of the model's own: model_pack leaves it). */
-bool model_owns_data(const cdx_model *m, const void *p);
-/* 64-byte aligned memory, on 2 MiB pages where the kernel offers them (model_load.c); free() frees it. */
+static inline bool model_owns_data(const cdx_model *m, const void *p)
+{
+    for (size_t i = 0; i < m->n_bf16_bufs; i++)
+        if (m->bf16_bufs[i] == p)
+            return true;
+    return false;
+}
+/* 64-byte aligned memory, on 2 MiB pages where the kernel offers them (model_pack.c); free() frees it. */
 void *huge_alloc(size_t bytes);
+/* Stops the background packer and frees every pack and copy model_pack made (cdx_model_close). */
+void model_pack_free(cdx_model *m);
 
-/* What the forward pass lends the bf16 layers: its kernels, threads and scratch (forward.c owns them). */
-typedef struct fwd_scratch {
-    const cdx_kernels *k;
-    cdx_pool *pool;
-    float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;   /* [max_tokens][...] */
-    const int64_t *pos;
-    const int32_t *seq;
-    cdx_attn_row *arows;
-    void *ws;
-} fwd_scratch;
+struct fwd_scratch; /* ops.h */
 
-/* g = silu(g) ⊙ u elementwise, on the pool when there is enough of it (each value the same whichever
- * thread computes it); bf16: as bf16 compute rounds it, g = bf16(bf16(silu(bf16(g))) · bf16(u)). */
-void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16);
 /* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
-int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
+int forward_bf16(const cdx_model *m, const struct fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
                  float *logits, cdx_err *err);
-/* ggml's rms_norm to the bit (forward.c): out = w · x / sqrt(mean(x²) + eps), squares summed in
- * double, the mean rounded to float. The dense and the hybrid passes share it. */
-void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
-/* model_rmsnorm of n rows of E values (x to out, E apart), on the pool from 4 rows up. */
-void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps);
-/* Writes one position's K and V (kvd values each) into layer slot `slot` of c's block table, in its
- * storage type: f32 as is, f16 and bf16 rounded to nearest even (ggml's copy into an F16 cache). */
-void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v);
 
 /* ---- the hybrid forward pass (qwen35.c) ---- */
 typedef struct hybrid_ctx hybrid_ctx;
@@ -178,9 +166,8 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, con
 void hybrid_ctx_free(hybrid_ctx *h);
 void hybrid_set_per_token(hybrid_ctx *h, bool per_token);
 /* The pass for a hybrid model once cdx_forward_seqs has checked the batch, placed positions and
- * sequences in pos/seq and the embeddings in x ([n][n_embd]); xn is [n][n_embd] scratch. */
-int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_pool *pool, void *ws, float *x,
-                   float *xn, const int64_t *pos, const int32_t *seq, cdx_attn_row *arows, const cdx_kv_seq *seqs,
-                   int n_seq, const cdx_batch *b, float *logits, cdx_err *err);
+ * sequences in s->pos / s->seq and the embeddings in s->x ([n][n_embd]). */
+int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const struct fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq,
+                   const cdx_batch *b, float *logits, cdx_err *err);
 
 #endif

@@ -15,48 +15,12 @@
  *              x = bf16(x + bf16(bf16(g·u)·Wdᵀ))          #12, #13
  *   logits = bf16(rmsnorm(x)·w · Woutᵀ)                   #14  bf16 logits, read as f32
  * The K/V cache holds post-RoPE K and V (#15): bf16 values, exact in a bf16 or an f32 cache. */
-#include "arch.h"
+#include "ops.h"
 
 #include <math.h>
 #include <string.h>
 
 #define bf cdx_bf16_round
-
-/* LlamaRMSNorm.forward with a bf16 input: h = x.float(); var = mean(h²); h·rsqrt(var + eps) in
- * f32, rounded to bf16; then weight · h, a bf16 product (rounded again). The squares are summed in
- * f32 in order, then divided by n: on the fixtures this reproduces torch's f32 reduction bit for
- * bit (a sum in double does not, for qwen3's 32-wide q/k norms: 45 of its 48 steps instead of 48). */
-static void rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps)
-{
-    float ss = 0;
-    for (int64_t i = 0; i < n; i++)
-        ss += x[i] * x[i];
-    const float var = ss / (float)n;
-    const float r = 1.0f / sqrtf(var + eps);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = bf(w[i] * bf(x[i] * r));
-}
-
-/* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
- * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
-static void rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq)
-{
-    const int64_t half = hd / 2;
-    float c[256], s[256]; /* head_dim <= 512 (check_hparams bounds it by 1024; the attention by 512) */
-    for (int64_t i = 0; i < half; i++) {
-        const float ang = inv_freq[i] * (float)pos;
-        c[i] = bf(cosf(ang));
-        s[i] = bf(sinf(ang));
-    }
-    for (int64_t h = 0; h < n_heads; h++) {
-        float *p = v + h * hd;
-        for (int64_t i = 0; i < half; i++) {
-            const float x0 = p[i], x1 = p[i + half];
-            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
-            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
-        }
-    }
-}
 
 /* y[t][r] = bf16(y[t][r] + bias[r]) over n rows of `rows` values (bias NULL: none) */
 static void round_rows(float *y, int64_t n, int64_t rows, const float *bias)
@@ -106,14 +70,12 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
         if (m->layers[l].moe)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: layer %lld is a mixture of experts", (long long)l);
 
-    const cdx_type_traits *et = cdx_type_get(m->tok_embd.type);
-    for (int64_t i = 0; i < n; i++)
-        et->to_f32((const uint8_t *)m->tok_embd.data + (size_t)b->tokens[i] * m->tok_embd.row_bytes, s->x + i * E, E);
+    model_embed(&m->tok_embd, b->tokens, NULL, n, E, s->x);
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++)
-            rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
+            model_rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, s->xn, n,
                          (float *[]){ s->q, s->kk, s->vv }, s->ws);
         round_rows(s->q, n, qd, L->bq);
@@ -123,22 +85,15 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
             float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
             if (L->q_norm) {
                 for (int64_t h = 0; h < hp->n_head; h++)
-                    rmsnorm_bf16(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+                    model_rmsnorm_bf16(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
                 for (int64_t h = 0; h < hp->n_head_kv; h++)
-                    rmsnorm_bf16(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+                    model_rmsnorm_bf16(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
             }
-            rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
-            rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
+            model_rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
+            model_rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
             model_kv_store(&seqs[s->seq[i]], l, s->pos[i], kvd, k, v);
         }
-        for (int64_t i = 0; i < n; i++) {
-            const cdx_kv_seq *c = &seqs[s->seq[i]];
-            const int64_t pos = s->pos[i], w = hp->sliding_window;
-            s->arows[i] = (cdx_attn_row){ .q = s->q + i * qd, .k = (const void *const *)c->k,
-                                          .v = (const void *const *)c->v,
-                                          .lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, .hi = pos,
-                                          .out = s->attn + i * qd, .off = (size_t)l * c->layer_stride };
-        }
+        model_attn_rows(s, seqs, n, s->q, s->attn, qd, l, hp->sliding_window);
         int rc = cdx_attn_bf16(pool, &ashape, s->arows, n, err);
         if (rc)
             return rc;
@@ -146,7 +101,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
         round_rows(s->xn, n, E, NULL);
         add_bf16(s->x, s->xn, n * E);
         for (int64_t i = 0; i < n; i++)
-            rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
+            model_rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->ffn_norm, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, s->xn, n,
                          (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
         model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
@@ -158,7 +113,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)
-            rmsnorm_bf16(s->xn + (n_out++) * E, s->x + i * E, m->out_norm, E, hp->rms_eps);
+            model_rmsnorm_bf16(s->xn + (n_out++) * E, s->x + i * E, m->out_norm, E, hp->rms_eps);
     if (n_out) {
         cdx_matmul(K, pool, &m->output, s->xn, n_out, logits, s->ws);
         round_rows(logits, n_out, hp->n_vocab, NULL);

@@ -164,14 +164,6 @@ static int cast_mat(cdx_model *m, cdx_mat *w, const char *path, cdx_err *err)
     return CDX_OK;
 }
 
-bool model_owns_data(const cdx_model *m, const void *p)
-{
-    for (size_t i = 0; i < m->n_bf16_bufs; i++)
-        if (m->bf16_bufs[i] == p)
-            return true;
-    return false;
-}
-
 int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;

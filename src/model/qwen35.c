@@ -13,7 +13,7 @@
  *   logits = rmsnorm(x)·(1 + w) · Wembᵀ (tied)
  * A row's arithmetic does not depend on the other rows of the batch, nor on how a sequence's
  * positions were split into batches (the delta rule's chunks sit at fixed positions). */
-#include "arch.h"
+#include "ops.h"
 #include "deltanet.h"
 
 #include <math.h>
@@ -68,21 +68,6 @@ void cdx_model_state_reset(const cdx_model *m, void *state)
 }
 
 int64_t cdx_model_state_pos(const void *state) { return state ? ((const dn_state_hdr *)state)->pos : 0; }
-
-int cdx_kv_init_model(cdx_kv *kv, const cdx_model *m, int64_t n_ctx, cdx_err *err)
-{
-    int rc = cdx_kv_init(kv, &m->hp, n_ctx, err);
-    const size_t n = cdx_model_state_bytes(m);
-    if (rc || !n)
-        return rc;
-    if (!(kv->state = malloc(n))) {
-        cdx_kv_free(kv);
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a recurrent state of %zu MiB", n >> 20);
-    }
-    cdx_model_state_reset(m, kv->state);
-    kv->seq.state = kv->state;
-    return CDX_OK;
-}
 
 /* ---- context ---- */
 
@@ -143,23 +128,7 @@ int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, con
 
 /* ---- small ops ---- */
 
-static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); } /* torch's threshold 20 */
-
-/* rotate_half RoPE on the first n_rot dims of each head: pairs (i, i + n_rot/2) */
-static void rope_partial(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq)
-{
-    const int64_t half = n_rot / 2;
-    for (int64_t i = 0; i < half; i++) {
-        const float ang = (float)pos * inv_freq[i], c = cosf(ang), s = sinf(ang);
-        for (int64_t h = 0; h < n_heads; h++) {
-            float *p = v + h * hd;
-            const float x0 = p[i], x1 = p[i + half];
-            p[i] = x0 * c - x1 * s;
-            p[i + half] = x1 * c + x0 * s;
-        }
-    }
-}
 
 /* x · rsqrt(Σx² + 1e-6) (transformers' l2norm), in place */
 static void l2norm(float *x, int64_t n, float scale)
@@ -297,7 +266,7 @@ static void step_qk_gates(const hy_step *st, int64_t i0, int64_t i1)
         }
         for (int64_t j = 0; j < nv; j++) {
             float *bb = h->beta + i * nv + j, *gg = h->g + i * nv + j;
-            *bb = sigmoid(*bb);
+            *bb = model_sigmoid(*bb);
             *gg = st->L->ssm_a_neg[j] * softplus(*gg + st->L->ssm_dt[j]);
         }
     }
@@ -340,8 +309,8 @@ static void step_attn_qk(const hy_step *st, int64_t i0, int64_t i1)
         }
         for (int64_t hh = 0; hh < hp->n_head_kv; hh++)
             model_rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
-        rope_partial(q, hp->n_head, hd, hp->n_rot, st->pos[i], m->inv_freq);
-        rope_partial(k, hp->n_head_kv, hd, hp->n_rot, st->pos[i], m->inv_freq);
+        model_rope(q, hp->n_head, hd, hp->n_rot, st->pos[i], m->inv_freq, CDX_ROPE_HALVES);
+        model_rope(k, hp->n_head_kv, hd, hp->n_rot, st->pos[i], m->inv_freq, CDX_ROPE_HALVES);
         model_kv_store(&st->seqs[st->seq[i]], st->slot, st->pos[i], kvd, k, v);
     }
 }
@@ -352,16 +321,21 @@ static void step_attn_gate(const hy_step *st, int64_t i0, int64_t i1)
     const int64_t qd = st->m->hp.n_head * st->m->hp.head_dim;
     float *a = st->h->attn, *g = st->h->gate;
     for (int64_t i = i0 * qd; i < i1 * qd; i++)
-        a[i] *= sigmoid(g[i]);
+        a[i] *= model_sigmoid(g[i]);
 }
 
 /* ---- the pass ---- */
 
-int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_pool *pool, void *ws, float *x,
-                   float *xn, const int64_t *pos, const int32_t *seq, cdx_attn_row *arows, const cdx_kv_seq *seqs,
-                   int n_seq, const cdx_batch *b, float *logits, cdx_err *err)
+int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const fwd_scratch *fs, const cdx_kv_seq *seqs, int n_seq,
+                   const cdx_batch *b, float *logits, cdx_err *err)
 {
     const cdx_hparams *hp = &m->hp;
+    const cdx_kernels *K = fs->k;
+    cdx_pool *pool = fs->pool;
+    void *ws = fs->ws;
+    float *x = fs->x, *xn = fs->xn;
+    const int64_t *pos = fs->pos;
+    const int32_t *seq = fs->seq;
     const dn_shape *sh = &h->sh;
     const int64_t n = b->n, E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     const int64_t ch = sh->channels;
@@ -428,13 +402,8 @@ int hybrid_forward(hybrid_ctx *h, const cdx_model *m, const cdx_kernels *K, cdx_
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, xn, n,
                              (float *[]){ h->qg, h->kk, h->vv }, ws);
             hy_run(pool, &st, step_attn_qk, n, MIN_TOKENS);
-            for (int64_t i = 0; i < n; i++) {
-                const cdx_kv_seq *c = &seqs[seq[i]];
-                arows[i] = (cdx_attn_row){ .q = h->q + i * qd, .k = (const void *const *)c->k,
-                                           .v = (const void *const *)c->v, .lo = 0, .hi = pos[i],
-                                           .out = h->attn + i * qd, .off = (size_t)slot * c->layer_stride };
-            }
-            int rc = cdx_attn(K, pool, &ashape, arows, n, err);
+            model_attn_rows(fs, seqs, n, h->q, h->attn, qd, slot, 0); /* global attention */
+            int rc = cdx_attn(K, pool, &ashape, fs->arows, n, err);
             if (rc)
                 return rc;
             hy_run(pool, &st, step_attn_gate, n, MIN_TOKENS);

@@ -1,0 +1,290 @@
+/* The shared steps of the forward passes (ops.h): each family's pass calls these. */
+#include "ops.h"
+#include "expert_cache.h"
+
+#include <math.h>
+#include <string.h>
+
+#define bf cdx_bf16_round
+
+/* ---- norms ---- */
+
+void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    /* four running sums (i mod 4) so the double adds do not wait on each other's latency; a
+     * fixed order, so the same bits on every machine and kernel set. A last-bit difference here
+     * moves a q8 activation a step (see quant_legacy.c). */
+    double s4[4] = { 0, 0, 0, 0 };
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++)
+            s4[l] += (double)(x[i + l] * x[i + l]);
+    for (; i < n; i++)
+        s4[0] += (double)(x[i] * x[i]);
+    const double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (i = 0; i < n; i++)
+        out[i] = w[i] * (x[i] * scale);
+}
+
+/* The per-token steps between the matrices, a slice of the batch's tokens per thread: each token's
+ * values are computed by the same code whichever thread takes it, so the bits do not depend on the
+ * split. One thread doing them kept the other waiting (~3 % of a Qwen3 prefill). */
+typedef struct {
+    float *out;
+    const float *x, *w;
+    int64_t n, E;
+    float eps;
+} norm_job;
+
+static void norm_part(void *arg, int ith, int nth)
+{
+    const norm_job *j = arg;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
+        model_rmsnorm(j->out + i * j->E, j->x + i * j->E, j->w, j->E, j->eps);
+}
+
+void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps)
+{
+    norm_job j = { out, x, w, n, E, eps };
+    if (n >= 4)
+        cdx_pool_run(pool, norm_part, &j);
+    else
+        norm_part(&j, 0, 1);
+}
+
+/* LlamaRMSNorm.forward with a bf16 input: h = x.float(); var = mean(h²); h·rsqrt(var + eps) in
+ * f32, rounded to bf16; then weight · h, a bf16 product (rounded again). The squares are summed in
+ * f32 in order, then divided by n: on the fixtures this reproduces torch's f32 reduction bit for
+ * bit (a sum in double does not, for qwen3's 32-wide q/k norms: 45 of its 48 steps instead of 48). */
+void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    float ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const float var = ss / (float)n;
+    const float r = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf(w[i] * bf(x[i] * r));
+}
+
+/* ---- RoPE ---- */
+
+void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                cdx_rope_mode mode)
+{
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = (float)pos * inv_freq[i];
+        const float c = cosf(ang), s = sinf(ang);
+        const int64_t a = mode == CDX_ROPE_ADJACENT ? 2 * i : i, b = mode == CDX_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *p = v + h * hd;
+            const float x0 = p[a], x1 = p[b];
+            p[a] = x0 * c - x1 * s;
+            p[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
+ * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq)
+{
+    const int64_t half = hd / 2;
+    float c[256], s[256]; /* head_dim <= 512 (check_hparams bounds it by 1024; the attention by 512) */
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = inv_freq[i] * (float)pos;
+        c[i] = bf(cosf(ang));
+        s[i] = bf(sinf(ang));
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const float x0 = p[i], x1 = p[i + half];
+            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
+            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
+        }
+    }
+}
+
+/* ---- the embedding ---- */
+
+void model_embed(const cdx_mat *e, const int32_t *tokens, const float *const *embd, int64_t n, int64_t E, float *x)
+{
+    const cdx_type_traits *t = cdx_type_get(e->type);
+    for (int64_t i = 0; i < n; i++) {
+        if (embd && embd[i]) /* image features at an image token (Idefics3's inputs_merger) */
+            memcpy(x + i * E, embd[i], (size_t)E * sizeof(float));
+        else
+            t->to_f32((const uint8_t *)e->data + (size_t)tokens[i] * e->row_bytes, x + i * E, E);
+    }
+}
+
+/* ---- attention over the paged KV cache ---- */
+
+void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v)
+{
+    const size_t off = (size_t)slot * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
+    if (c->type == CDX_TYPE_F16 || c->type == CDX_TYPE_BF16) {
+        uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
+        const bool f16 = c->type == CDX_TYPE_F16;
+        for (int64_t d = 0; d < kvd; d++) {
+            kh[d] = f16 ? cdx_f32_to_f16(k[d]) : cdx_f32_to_bf16(k[d]);
+            vh[d] = f16 ? cdx_f32_to_f16(v[d]) : cdx_f32_to_bf16(v[d]);
+        }
+    } else {
+        memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
+        memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));
+    }
+}
+
+void model_attn_rows(const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n, const float *q, float *out, int64_t qd,
+                     int64_t slot, int64_t window)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const cdx_kv_seq *c = &seqs[s->seq[i]];
+        const int64_t pos = s->pos[i], w = window;
+        s->arows[i] = (cdx_attn_row){ .q = q + i * qd, .k = (const void *const *)c->k, .v = (const void *const *)c->v,
+                                      .lo = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0, .hi = pos,
+                                      .out = out + i * qd, .off = (size_t)slot * c->layer_stride };
+    }
+}
+
+/* ---- MLPs ---- */
+
+typedef struct {
+    const cdx_kernels *k;
+    float *g;
+    const float *u;
+    int64_t n;
+    bool bf16;
+} swiglu_job;
+
+static void swiglu_part(void *arg, int ith, int nth)
+{
+    swiglu_job *j = arg;
+    const int64_t a = j->n * ith / nth, e = j->n * (ith + 1) / nth;
+    if (!j->bf16) { /* silu(g)·u with expf's bits on every kernel set: the same values wherever the slices fall */
+        cdx_swiglu(j->k, j->g + a, j->u + a, e - a);
+        return;
+    }
+    for (int64_t i = a; i < e; i++) { /* bf16 compute (forward_bf16.c, #13) */
+        const float g = bf(j->g[i]), u = bf(j->u[i]);
+        const float act = bf(model_silu(g)); /* PyTorch 2.x's CPU SiLU on bf16: f32, one rounding */
+        j->g[i] = bf(act * u);
+    }
+}
+
+void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16)
+{
+    swiglu_job j = { k, g, u, n, bf16 };
+    if (n >= 8192)
+        cdx_pool_run(pool, swiglu_part, &j);
+    else
+        swiglu_part(&j, 0, 1);
+}
+
+/* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
+ * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked. */
+static void route(float *p, int64_t ne, int64_t k, bool renorm, int32_t *sel, float *w)
+{
+    float mx = p[0];
+    for (int64_t e = 1; e < ne; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    float sum = 0;
+    for (int64_t e = 0; e < ne; e++) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    for (int64_t e = 0; e < ne; e++)
+        p[e] /= sum;
+    for (int64_t r = 0; r < k; r++) {
+        int32_t best = -1;
+        for (int64_t e = 0; e < ne; e++) {
+            bool taken = false;
+            for (int64_t j = 0; j < r; j++)
+                taken |= sel[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = (int32_t)e;
+        }
+        sel[r] = best;
+        w[r] = p[best];
+    }
+    if (renorm) {
+        float s = 0;
+        for (int64_t r = 0; r < k; r++)
+            s += w[r];
+        for (int64_t r = 0; r < k; r++)
+            w[r] /= s;
+    }
+}
+
+/* Tokens are grouped by expert (ascending within a group); each expert runs once over its gathered
+ * rows and adds weight·output to its tokens' sums. Expert ids ascend in the outer loop, so every
+ * token's sum runs in the same order — its experts' ids, ascending — whatever the batch. */
+int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_weights *L, const float *xn, int64_t n,
+              float *out, cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    const cdx_kernels *K = s->k;
+    cdx_pool *pool = s->pool;
+    const int64_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
+    cdx_matmul(K, pool, &L->router, xn, n, s->router, s->ws);
+    for (int64_t i = 0; i < n; i++)
+        route(s->router + i * ne, ne, k, hp->norm_topk_prob, s->sel_e + i * k, s->sel_w + i * k);
+    memset(out, 0, (size_t)(n * E) * sizeof(float));
+    for (int64_t e = 0; e < ne; e++) {
+        /* gather the tokens that chose e, ascending */
+        int64_t c = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t r = 0; r < k; r++)
+                if (s->sel_e[i * k + r] == e) {
+                    s->grp_tok[c] = i;
+                    s->grp_w[c] = s->sel_w[i * k + r];
+                    memcpy(s->xg + c * E, xn + i * E, (size_t)E * sizeof(float));
+                    c++;
+                }
+        if (!c)
+            continue;
+        /* under a weight budget the expert comes from the cache, in the layout model_pack would give it */
+        cdx_mat xw[3] = { L->exp_gate[e], L->exp_up[e], L->exp_down[e] };
+        int slot = -1;
+        if (m->xc) {
+            int rc = xc_acquire(m, K, pool, l, e, xw, &slot, err);
+            if (rc)
+                return rc;
+        }
+        const int64_t F = xw[0].rows;
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &xw[0], &xw[1] }, 2, s->xg, c,
+                         (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
+        cdx_swiglu(K, s->ffn_g, s->ffn_u, c * F);
+        cdx_matmul(K, pool, &xw[2], s->ffn_g, c, s->yg, s->ws);
+        if (slot >= 0)
+            xc_release(m, slot);
+        for (int64_t j = 0; j < c; j++) {
+            float *o = out + s->grp_tok[j] * E;
+            const float *y = s->yg + j * E, w = s->grp_w[j];
+            for (int64_t d = 0; d < E; d++)
+                o[d] += y[d] * w;
+        }
+    }
+    if (!L->sh_gate.data)
+        return CDX_OK;
+    /* Qwen2-MoE: out += sigmoid(xn·w_sg) · shared(xn) */
+    const int64_t F = L->sh_gate.rows;
+    cdx_matmul(K, pool, &L->sh_router, xn, n, s->router, s->ws);
+    cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->sh_gate, &L->sh_up }, 2, xn, n,
+                     (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
+    cdx_swiglu(K, s->ffn_g, s->ffn_u, n * F);
+    cdx_matmul(K, pool, &L->sh_down, s->ffn_g, n, s->yg, s->ws);
+    for (int64_t i = 0; i < n; i++) {
+        const float g = 1.0f / (1.0f + expf(-s->router[i])); /* router reused: [n][1] */
+        float *o = out + i * E;
+        const float *y = s->yg + i * E;
+        for (int64_t d = 0; d < E; d++)
+            o[d] += g * y[d];
+    }
+    return CDX_OK;
+}

@@ -1,0 +1,85 @@
+/* The shared steps of the forward passes (ops.c): norms, RoPE, the embedding, the attention rows over
+ * the paged KV cache, the K/V write, SwiGLU and the mixture-of-experts block. The dense, bf16 and
+ * hybrid passes (forward.c, forward_bf16.c, qwen35.c) call these and nothing of each other's.
+ *
+ *   model_norm_rows(pool, xn, x, L->attn_norm, n, E, eps);     // x → xn, row by row
+ *   model_rope(q, n_head, hd, n_rot, pos, m->inv_freq, mode);   // in place, one token
+ *   model_kv_store(&seqs[s], slot, pos, kvd, k, v);             // into the token's own KV slot
+ *
+ * Every op computes a row's values by the same code whatever thread or batch it falls in (batch
+ * invariance), and none allocates. */
+#ifndef CDX_MODEL_OPS_H
+#define CDX_MODEL_OPS_H
+
+#include "arch.h"
+
+#include <math.h>
+
+/* What a forward context lends a pass: its kernels, threads and scratch ([max_tokens][...] each). */
+typedef struct fwd_scratch {
+    const cdx_kernels *k;
+    cdx_pool *pool;
+    float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;
+    /* sparse layers (NULL for dense models) */
+    float *router;             /* [n][n_expert] */
+    float *xg, *yg, *moe;      /* [n][n_embd]: gathered rows, an expert's outputs, the layer's sum */
+    float *sel_w, *grp_w;      /* [n][n_expert_used]: chosen weights by token, by expert group */
+    int32_t *sel_e;            /* [n][n_expert_used]: chosen experts */
+    int64_t *grp_tok;          /* [n]: the tokens of one expert's group, ascending */
+    int64_t *pos;              /* [n] */
+    int32_t *seq;              /* [n] */
+    cdx_attn_row *arows;       /* [n] */
+    void *ws;                  /* matmul workspace */
+} fwd_scratch;
+
+static inline float model_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float model_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ---- norms ---- */
+
+/* ggml's rms_norm to the bit: out = w · x / sqrt(mean(x²) + eps), squares summed in double, the
+ * mean rounded to float. */
+void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+/* model_rmsnorm of n rows of E values (x to out, E apart), on the pool from 4 rows up. */
+void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps);
+/* LlamaRMSNorm.forward on a bf16 input (bf16 compute, forward_bf16.c's #3, #5). */
+void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps);
+
+/* ---- RoPE ---- */
+
+/* Rotates the first n_rot dims of each of n_heads heads (hd apart) of one token at position pos:
+ * pairs (2i, 2i+1) for CDX_ROPE_ADJACENT, (i, i + n_rot/2) for CDX_ROPE_HALVES (rotate_half). */
+void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                cdx_rope_mode mode);
+/* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7);
+ * hd <= 512. */
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);
+
+/* ---- the embedding ---- */
+
+/* x[i] = row tokens[i] of e as floats, or embd[i] where embd and embd[i] are given (image features). */
+void model_embed(const cdx_mat *e, const int32_t *tokens, const float *const *embd, int64_t n, int64_t E, float *x);
+
+/* ---- attention over the paged KV cache ---- */
+
+/* Writes one position's K and V (kvd values each) into layer slot `slot` of c's block table, in its
+ * storage type: f32 as is, f16 and bf16 rounded to nearest even (ggml's copy into an F16 cache). */
+void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v);
+/* The attention rows of n tokens: token i's query at q + i·qd, its output at out + i·qd, its keys
+ * the positions of its sequence up to its own in KV slot `slot` (window > 0: the last window). */
+void model_attn_rows(const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n, const float *q, float *out, int64_t qd,
+                     int64_t slot, int64_t window);
+
+/* ---- MLPs ---- */
+
+/* g = silu(g) ⊙ u elementwise, on the pool when there is enough of it (each value the same whichever
+ * thread computes it); bf16: as bf16 compute rounds it, g = bf16(bf16(silu(bf16(g))) · bf16(u)). */
+void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16);
+/* out[n][n_embd] = the sparse block of layer l over the normalised rows xn (s's MoE scratch):
+ * softmax routing in f32, the top n_expert_used (renormalised when hp->norm_topk_prob), each expert
+ * run once over the rows that chose it, summed per token in ascending expert order; plus the shared
+ * expert scaled by sigmoid(its gate) where L has one (Qwen2-MoE). */
+int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_weights *L, const float *xn, int64_t n,
+              float *out, cdx_err *err);
+
+#endif
