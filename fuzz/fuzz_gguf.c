@@ -1,4 +1,5 @@
-/* libFuzzer target: the GGUF reader on arbitrary bytes. Must not crash, leak or print.
+/* libFuzzer target: the GGUF reader on arbitrary bytes, then the tokenizer from its tokenizer.* keys
+ * (as a model load does) on a short text. Must not crash, leak or print.
  * Build: make fuzz; run: build-fuzz/fuzz_gguf -max_total_time=60 fuzz/corpus/gguf (fuzz/README.md) */
 #include "caldrix.h"
 
@@ -32,6 +33,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
         }
         (void)sink;
+        cdx_tok *t = NULL;
+        if (cdx_tok_open_gguf(g, &t, &err) == 0) {
+            static const char text[] = "Hello world\n\n  <s>\xc3\xa9 12345";
+            int32_t ids[64];
+            size_t need = 0, len = 0;
+            char out[512];
+            if (cdx_tok_encode(t, text, sizeof text - 1, true, true, ids, 64, &need, &err) == 0)
+                cdx_tok_decode(t, ids, need < 64 ? need : 64, false, out, sizeof out, &len, &err);
+            cdx_tok_close(t);
+        } else if (t != NULL || err.msg[0] == 0) {
+            __builtin_trap();
+        }
         cdx_gguf_close(g);
     } else if (g != NULL || err.msg[0] == 0) {
         __builtin_trap(); /* a failure must leave *out NULL and say why */
