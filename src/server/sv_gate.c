@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,6 +133,72 @@ int sv_http_head_check(const char *buf, size_t n, size_t max_body, sv_head *h, s
     h->has_length = have_cl;
     h->chunked = have_te;
     return 0;
+}
+
+static int hex_value(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* One line of p[at..n): returns its length without the line end and sets *next past it, or -1
+ * when no line end has come yet. */
+static long next_line(const char *p, size_t n, size_t at, size_t *next)
+{
+    const char *nl = memchr(p + at, '\n', n - at);
+    if (!nl)
+        return -1;
+    size_t len = (size_t)(nl - (p + at));
+    *next = at + len + 1;
+    return (long)(len && p[at + len - 1] == '\r' ? len - 1 : len);
+}
+
+int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e)
+{
+    size_t at = 0, total = 0, next;
+    for (;;) {
+        long len = next_line(p, n, at, &next);
+        if (len < 0)
+            return n - at > 64 ? BAD_HEAD(400, "bad_chunk", "a chunk size line is over 64 bytes") : 1;
+        const char *l = p + at;
+        size_t d = 0;
+        uint64_t size = 0;
+        for (; d < (size_t)len && hex_value(l[d]) >= 0; d++) {
+            if (d == 16)
+                return BAD_HEAD(400, "bad_chunk", "a chunk size has more than 16 hex digits");
+            size = size << 4 | (uint64_t)hex_value(l[d]);
+        }
+        size_t x = d;
+        while (x < (size_t)len && (l[x] == ' ' || l[x] == '\t'))
+            x++;
+        if (d == 0 || (x < (size_t)len && l[x] != ';'))
+            return BAD_HEAD(400, "bad_chunk", "the chunk size line \"%.*s\" is not hex digits", (int)(len < 24 ? len : 24), l);
+        at = next;
+        if (size == 0)
+            break;
+        if (size > max_body - total)
+            return BAD_HEAD(413, "request_too_large", "the chunked body is over %zu bytes", max_body);
+        total += (size_t)size;
+        if (n - at < size + 1)
+            return 1;
+        at += (size_t)size;
+        const size_t crlf = p[at] == '\r' ? 2 : 1;
+        if (n - at < crlf)
+            return 1;
+        if (p[at + crlf - 1] != '\n')
+            return BAD_HEAD(400, "bad_chunk", "a chunk's data is not followed by CRLF (its size says %llu bytes)",
+                            (unsigned long long)size);
+        at += crlf;
+    }
+    for (;;) { /* trailer fields, then the empty line */
+        long len = next_line(p, n, at, &next);
+        if (len < 0)
+            return 1;
+        if (len == 0)
+            return 0;
+        if (!memchr(p + at, ':', (size_t)len))
+            return BAD_HEAD(400, "bad_chunk", "a trailer line after the last chunk is not \"Name: value\"");
+        at = next;
+    }
 }
 
 /* ---- the gate's threads ---- */
@@ -244,38 +311,58 @@ static void *gate_main(void *arg)
 {
     gate_conn *k = arg;
     sv_gate *g = k->g;
-    const double t0 = cdx_time_ms(), deadline = t0 + 1000.0 * g->cfg.timeout_s;
+    const double t0 = cdx_time_ms();
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     const int64_t t_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-    char *buf = malloc(SV_MAX_HEAD);
-    size_t have = 0;
-    bool passed = false;
+    double deadline = t0 + 1000.0 * g->cfg.timeout_s, t_grew = t0;
+    size_t cap = SV_MAX_HEAD, have = 0;
+    char *buf = malloc(cap);
+    bool passed = false, head_ok = false;
     sv_head h;
     sv_error e;
     while (buf && !atomic_load(&g->stop)) {
         const double left = deadline - cdx_time_ms();
         if (left <= 0)
-            break; /* idle in its head past --timeout: dropped, as libmicrohttpd drops an idle one */
+            break; /* idle past --timeout: dropped, as libmicrohttpd drops an idle one */
         struct pollfd pf[2] = { { .fd = k->fd, .events = POLLIN }, { .fd = g->wake[0], .events = POLLIN } };
         int r = poll(pf, 2, (int)(left + 1));
         if (r < 0 && errno != EINTR)
             break;
         if (r <= 0 || pf[1].revents)
             continue;
-        ssize_t n = recv(k->fd, buf, SV_MAX_HEAD, MSG_PEEK | MSG_DONTWAIT);
+        int queued = 0; /* a chunked body is read whole, up to SV_MAX_PEEK: the buffer grows to what waits */
+        if (head_ok && ioctl(k->fd, FIONREAD, &queued) == 0 && (size_t)queued > cap && cap < SV_MAX_PEEK) {
+            size_t want = (size_t)queued < SV_MAX_PEEK ? (size_t)queued : SV_MAX_PEEK;
+            char *grown = realloc(buf, want);
+            if (grown)
+                buf = grown, cap = want;
+        }
+        ssize_t n = recv(k->fd, buf, cap, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             break; /* the client left */
         if (n < 0)
             continue;
+        int rc = 0;
         if ((size_t)n == have) { /* nothing new: the bytes stay queued (a peek), so poll would not wait */
-            nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
-            continue;
+            /* a chunked body that stops coming for 100 ms goes on to libmicrohttpd unchecked: the
+             * client may be slow, or waiting for the window that a peek never opens */
+            if (!head_ok || cdx_time_ms() - t_grew < 100) {
+                nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
+                continue;
+            }
+        } else {
+            have = (size_t)n;
+            t_grew = cdx_time_ms();
+            deadline = t_grew + 1000.0 * g->cfg.timeout_s;
+            rc = sv_http_head_check(buf, have < SV_MAX_HEAD ? have : SV_MAX_HEAD, g->cfg.max_body, &h, &e);
+            /* a chunked body's framing too, while it fits the peek; past SV_MAX_PEEK, libmicrohttpd's */
+            head_ok = rc == 0;
+            if (rc == 0 && h.chunked && have < SV_MAX_PEEK)
+                rc = sv_http_chunks_check(buf + h.head_bytes, have - h.head_bytes, g->cfg.max_body, &e);
+            if (rc == 1)
+                continue;
         }
-        have = (size_t)n;
-        int rc = sv_http_head_check(buf, have, g->cfg.max_body, &h, &e);
-        if (rc == 1)
-            continue;
         if (rc == 0) {
             passed = g->cfg.pass(g->cfg.user, k->fd, (struct sockaddr *)&k->addr, k->addrlen) == 0;
             if (!passed) /* libmicrohttpd closed the socket (its connection limit, or no memory) */

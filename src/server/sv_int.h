@@ -155,6 +155,13 @@ typedef struct sv_head {
  * 1: the head is not complete yet, -1: e says why (400, 413, 431, 501 or 505). */
 int sv_http_head_check(const char *buf, size_t n, size_t max_body, sv_head *h, sv_error *e);
 
+/* A chunked body's framing in p[0..n) (what follows the head): hex sizes (with extensions), data
+ * followed by CRLF, the last chunk, trailers, the empty line; the decoded size at most max_body.
+ * Returns 0: complete and well formed, 1: not complete yet, -1: e says why (400 or 413). */
+int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e);
+
+#define SV_MAX_PEEK ((size_t)1 << 20) /* a chunked body longer than this passes unchecked */
+
 struct addrinfo;
 struct sockaddr;
 typedef struct sv_gate sv_gate;

@@ -77,6 +77,9 @@ cases = [
     ('a header line without a colon', [b'GET /health HTTP/1.1\r\nHost x\r\n\r\n'], 400),
     ('a 20 KiB header', [b'GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ' + b'a' * 20000 + b'\r\n\r\n'], 431),
 ]
+CH = b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n'
+cases += [('a chunk size that is not hex', [CH + b'zz\r\n{}\r\n0\r\n\r\n'], 400),
+          ('chunk data longer than its size', [CH + b'2\r\n{}}\r\n0\r\n\r\n'], 400)]
 def post(body):
     return [b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n' % len(body) + body]
 cases += [('a NUL in a JSON string', post(b'{"messages":[{"role":"user","content":"a\\u0000"}]}'), 400),
@@ -84,6 +87,9 @@ cases += [('a NUL in a JSON string', post(b'{"messages":[{"role":"user","content
 for name, parts, status in cases:
     print('%s|%s' % (name, one_json_answer(ask(parts), status)))
 # a head that arrives in pieces still passes; a second request behind the first gets no second answer
+body = b'{"prompt":"Once","max_tokens":2}'
+r = ask([CH + b'%x\r\n' % 10 + body[:10] + b'\r\n', b'%x\r\n' % (len(body) - 10) + body[10:] + b'\r\n', b'0\r\n\r\n'], 0.05)
+print('a good chunked body in three pieces|%s' % ('ok' if r.startswith(b'HTTP/1.1 200 ') and b'"choices"' in r else repr(r[:300])))
 r = ask([b'GET /hea', b'lth HTTP/1.1\r\nHo', b'st: x\r\n\r\n'], 0.2)
 print('a head in three pieces|%s' % ('ok' if r.startswith(b'HTTP/1.1 200 ') and r.count(b'HTTP/1.') == 1 else repr(r[:200])))
 r = ask([b'GET /health HTTP/1.1\r\nHost: x\r\n\r\nPOST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n'])
@@ -92,7 +98,7 @@ PY
 while IFS= read -r line; do
     check "raw HTTP, ${line%%|*}: one JSON answer" [ "${line#*|}" = ok ]; [ "${line#*|}" = ok ] || echo "   $line"
 done <"$tmp/raw.txt"
-check "raw HTTP: every case ran (14)" [ "$(wc -l <"$tmp/raw.txt")" = 14 ]
+check "raw HTTP: every case ran (17)" [ "$(wc -l <"$tmp/raw.txt")" = 17 ]
 check "raw HTTP: the server is still alive and answers" [ "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$URL/health")" = 200 ]
 curl -s -m 5 "$URL/metrics" >"$tmp/raw_metrics.txt"
 check "raw HTTP: the refusals are counted in /metrics (route other, 400)" grep -q '^caldrix_requests_total{route="other",status="400"} [1-9]' "$tmp/raw_metrics.txt"

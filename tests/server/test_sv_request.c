@@ -449,6 +449,33 @@ static void request_heads_are_checked(void)
     free(big);
 }
 
+/* Chunked bodies: libmicrohttpd answers a bad chunk in HTML; the gate checks the framing first. */
+static void chunked_bodies_are_checked(void)
+{
+    static const struct { const char *body; int rc, status; } cases[] = {
+        { "2\r\n{}\r\n0\r\n\r\n", 0, 0 },
+        { "1;ext=1\r\n{\r\n1\r\n}\r\n0\r\nX-Trailer: y\r\n\r\n", 0, 0 },
+        { "A\n0123456789\n0\n\n", 0, 0 },
+        { "2\r\n{}\r\n0\r\n", 1, 0 },
+        { "2\r\n{", 1, 0 },
+        { "2", 1, 0 },
+        { "", 1, 0 },
+        { "zz\r\n", -1, 400 },
+        { "\r\n", -1, 400 },
+        { "2 x\r\n{}\r\n0\r\n\r\n", -1, 400 },
+        { "2\r\n{}}\r\n0\r\n\r\n", -1, 400 },
+        { "11111111111111111\r\n", -1, 400 },
+        { "FFFFFFFF\r\n", -1, 413 },
+        { "2\r\n{}\r\n0\r\nnot a trailer\r\n\r\n", -1, 400 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sv_error e = {0};
+        int rc = sv_http_chunks_check(cases[i].body, strlen(cases[i].body), 1 << 20, &e);
+        CHECKF(rc == cases[i].rc && (rc != -1 || e.status == cases[i].status), "case %zu: rc %d status %d, want %d %d (%s)",
+               i, rc, e.status, cases[i].rc, cases[i].status, e.message);
+    }
+}
+
 int main(void)
 {
     RUN("chat defaults are OpenAI's (temperature 1, top_p 1, no top-k/min-p, random seed)", chat_defaults_are_openais);
@@ -465,5 +492,6 @@ int main(void)
     RUN("unknown message roles are 400s; JSON errors name no library flag", roles_and_json_messages);
     RUN("request heads: bad Content-Length, request line, headers, encodings are refused with their status",
         request_heads_are_checked);
+    RUN("chunked bodies: bad sizes, data without CRLF, bad trailers are refused; partial ones wait", chunked_bodies_are_checked);
     return t_done("server_request");
 }
