@@ -698,10 +698,10 @@ static int check_key(const cdx_server *s, const char *auth, sv_error *e)
     if (!auth || !*auth)
         return sv_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                        "this server needs an API key: Authorization: Bearer KEY");
-    if (strncasecmp(auth, "Bearer", 6) || (auth[6] != ' ' && auth[6] != '\t'))
+    if (strncasecmp(auth, "Bearer", 6) || (auth[6] && auth[6] != ' ' && auth[6] != '\t'))
         return sv_fail(e, 401, "invalid_request_error", "invalid_api_key", NULL,
                        "the Authorization header must be \"Bearer KEY\" (another scheme was sent)");
-    const char *got = auth + 7;
+    const char *got = auth + 6;
     while (*got == ' ' || *got == '\t')
         got++;
     size_t n = strlen(got);

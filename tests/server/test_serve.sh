@@ -186,6 +186,10 @@ e "no key" 401 invalid_api_key /v1/completions '{"prompt":"x"}'
 check "... and says it needs a key" grep -q 'needs an API key' "$tmp/e.json"
 e "a wrong key" 401 invalid_api_key /v1/completions '{"prompt":"x"}' -H 'Authorization: Bearer s3cre'
 check "... and says the key is wrong" grep -q '"wrong API key"' "$tmp/e.json"
+e "Bearer with no key" 401 invalid_api_key /v1/completions '{"prompt":"x"}' -H 'Authorization: Bearer'
+check "... is a wrong key too" grep -q '"wrong API key"' "$tmp/e.json"
+e "another scheme" 401 invalid_api_key /v1/completions '{"prompt":"x"}' -H 'Authorization: Basic czNjcmV0'
+check "... says Bearer is expected" grep -q 'must be \\"Bearer KEY\\"' "$tmp/e.json"
 check "the right key works" [ "$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: Bearer s3cret')" = 200 ]
 check "the scheme is case-insensitive (bearer, BEARER)" [ "$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: bearer s3cret')$(post /v1/completions '{"prompt":"x","max_tokens":2}' "$tmp/k.json" -H 'Authorization: BEARER s3cret')" = 200200 ]
 e "an unknown route without the key: 401, not 404" 401 invalid_api_key /v1/nothing '{}'
