@@ -291,7 +291,6 @@ static int parse_images_field(json_t *root, const sv_limits *lim, sv_params *p, 
 /* The roles a message may have: OpenAI's (developer is its newer name for system; function is
  * the legacy form of tool). A template sees the role as sent. */
 static const char *const k_roles[] = { "system", "developer", "user", "assistant", "tool", "function" };
-static const char k_roles_text[] = "system, developer, user, assistant, tool, function";
 
 static bool known_role(const char *r)
 {
@@ -329,9 +328,12 @@ static int parse_messages(json_t *root, const sv_limits *lim, sv_params *p, sv_e
                        role ? "" : " (it is missing)");
         }
         if (!known_role(json_string_value(role))) {
+            char list[128] = "";
+            for (size_t r = 0; r < sizeof k_roles / sizeof k_roles[0]; r++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", r ? ", " : "", k_roles[r]);
             snprintf(param, sizeof param, "messages[%zu].role", i);
             return BAD("invalid_value", param, "%s is \"%.40s\"; it must be one of %s", param,
-                       json_string_value(role), k_roles_text);
+                       json_string_value(role), list);
         }
         json_t *c = json_object_get(m, "content");
         /* only an assistant turn may leave content out (OpenAI: one that carries tool_calls) */

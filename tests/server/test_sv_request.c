@@ -371,6 +371,14 @@ static void response_format_is_refused_not_ignored(void)
 static void roles_and_json_messages(void)
 {
     refused("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", SV_CHAT, 400, "messages[0].role");
+    {
+        sv_params p;
+        sv_error e;
+        if (parse("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", SV_CHAT, &p, &e))
+            CHECKF(strstr(e.message, "\"wizard\"") && strstr(e.message, "system, developer, user, assistant, tool, function"),
+                   "the message names the role and the allowed ones: %s", e.message);
+        sv_params_free(&p);
+    }
     refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"\",\"content\":\"y\"}]}", SV_CHAT, 400,
             "messages[1].role");
     static const char *const roles[] = { "system", "developer", "user", "assistant", "tool", "function" };
