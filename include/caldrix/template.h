@@ -54,6 +54,27 @@ CDX_API int cdx_tmpl_render(const cdx_tmpl *t, const struct json_t *vars, const 
 CDX_API int cdx_chat_template_load(const char *model, const char *name, char **source,
                                    struct json_t **tokens, cdx_err *err);
 
+/* The chat template a model is run with: one rule for `run --chat` and `serve`.
+ * file (--chat-template FILE) when given: it must read and parse, else an error naming it;
+ * else the model's own template (model: a folder or .gguf; NULL: a model without files, such as
+ * the bundled one); else ChatML (<|im_start|>role\ncontent<|im_end|>\n ..., then
+ * <|im_start|>assistant\n), with note saying why (no template, or the model's does not parse or
+ * cannot be read) for the caller to show. tokens: the special tokens the model's files name
+ * (tokenizer_config.json / special_tokens_map.json, or the GGUF's); with ChatML, tok's BOS/EOS
+ * where the files name none (tok may be NULL). A rendered ChatML prompt gets the tokenizer's own
+ * BOS when tokenized (chatml true); any other template carries its own special tokens.
+ * Free with cdx_chat_setup_close (also after a failure; a zeroed struct is fine). */
+typedef struct cdx_tok cdx_tok;
+typedef struct cdx_chat_setup {
+    cdx_tmpl *tmpl;             /* what chat renders with; owned */
+    struct json_t *tokens;      /* the special tokens it sees; owned */
+    bool chatml;                /* ChatML stands in for the model's template */
+    char note[1536];            /* why ChatML stands in ("" when it does not) */
+} cdx_chat_setup;
+CDX_API int cdx_chat_setup_open(const char *model, const char *file, const cdx_tok *tok, cdx_chat_setup *out,
+                                cdx_err *err);
+CDX_API void cdx_chat_setup_close(cdx_chat_setup *c); /* NULL: no-op */
+
 /* Convenience for chat: vars gets messages, add_generation_prompt, tools/documents (null unless
  * given in extra), the special tokens, then every key of extra (borrowed; may be NULL). */
 CDX_API int cdx_chat_render(const cdx_tmpl *t, const struct json_t *messages, bool add_generation_prompt,

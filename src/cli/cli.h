@@ -4,6 +4,7 @@
 
 #include "caldrix.h"
 
+#include <jansson.h>
 #include <stdio.h>
 
 #define CDX_VERSION_STRING "0.1.0"
@@ -34,6 +35,18 @@ int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
 /* A byte count > 0 (cdx_parse_bytes: 8G, 512M); on failure says so and returns -1. */
 int cli_parse_bytes(const char *opt, const char *s, uint64_t *out);
+/* --chat-template-kwargs JSON (run and serve): a JSON object of extra template variables; on
+ * failure prints why (cmd: "caldrix run") and returns -1. *out: a new reference. */
+int cli_parse_json_object(const char *cmd, const char *opt, const char *s, json_t **out);
+/* The --help lines of --chat-template and --chat-template-kwargs (run and serve). */
+#define CLI_CHAT_TEMPLATE_HELP \
+    "  --chat-template FILE   render chat with the Jinja template in FILE instead of the model's (for a\n" \
+    "                         model whose template is missing or wrong); a model without one gets\n" \
+    "                         ChatML, and says so on stderr\n" \
+    "  --chat-template-kwargs JSON\n" \
+    "                         extra template variables, as transformers' apply_chat_template(**kwargs):\n" \
+    "                         e.g. '{\"enable_thinking\": false}'\n"
+
 /* The --weight-budget line of run, bench and serve's usage. */
 #define CLI_WEIGHT_BUDGET_HELP \
     "  --weight-budget BYTES  memory the weights may hold (8G, 512M): a mixture of experts larger than\n" \

@@ -46,6 +46,19 @@ int cli_parse_bytes(const char *opt, const char *s, uint64_t *out)
     return 0;
 }
 
+int cli_parse_json_object(const char *cmd, const char *opt, const char *s, json_t **out)
+{
+    json_error_t je;
+    json_t *v = json_loads(s ? s : "", JSON_DECODE_ANY, &je);
+    if (!v || !json_is_object(v)) {
+        fprintf(stderr, "%s: %s: %s: %s\n", cmd, opt, v ? "expected a JSON object" : je.text, s ? s : "");
+        json_decref(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 /* ---- output paths ---- */
 
 static int same_file(const struct stat *a, const char *path)

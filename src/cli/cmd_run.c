@@ -46,15 +46,17 @@ static const char k_run_options[] =
     CLI_WEIGHT_BUDGET_HELP
     "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has;\n"
     "                         avx512-gemm: faster AVX-512 prefill that is not batch invariant)\n"
-    "  --chat                 wrap the prompt (-p, or stdin when it is not a terminal) in the model's chat\n"
-    "                         template as one user message, with the generation prompt; with neither\n"
-    "                         -p nor piped input, an interactive chat (see -i)\n"
+    "  --chat                 wrap the prompt (-p, -f, or stdin when it is not a terminal) in the model's\n"
+    "                         chat template as one user message, with the generation prompt (a model\n"
+    "                         without a template gets ChatML, as serve gives it, and stderr says so);\n"
+    "                         with neither -p, -f nor piped input, an interactive chat (see -i)\n"
     "  -i, --interactive      chat turn by turn: every line read from standard input is the next user\n"
     "                         message (end a line with \\ to continue it); the KV cache is kept across\n"
     "                         turns and only the new part of the conversation is computed. /clear starts\n"
     "                         over, /exit or end of input quits, Ctrl-C stops a reply. Implies --chat;\n"
     "                         -n then limits each reply (default: until the end-of-turn token)\n"
     "  --system TEXT          with --chat, a system message before the user's\n"
+    CLI_CHAT_TEMPLATE_HELP
     "  --kv-type f32|f16|bf16 K/V cache storage (default: bf16 for bf16 compute, else f32). f16 (f32\n"
     "                         compute): half the memory, with the rounding llama.cpp applies to its\n"
     "                         default F16 cache; bf16 (bf16 compute): half the memory, exact\n"
@@ -111,7 +113,8 @@ static void run_usage(FILE *f)
 }
 
 typedef struct {
-    const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store;
+    const char *model, *prompt, *prompt_ids, *prompt_file, *isa, *system, *kv_store, *chat_template;
+    json_t *chat_kwargs;                      /* --chat-template-kwargs */
     const char *grammar_file, *schema_file;   /* --grammar, --json-schema */
     cdx_grammar *grammar;                     /* compiled from one of them */
     uint32_t kv_type;
@@ -261,6 +264,15 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->system = v;
         } else if (!strcmp(a, "--chat")) {
             o->chat = true;
+        } else if (!strcmp(a, "--chat-template")) {
+            NEED_VALUE();
+            o->chat_template = v;
+        } else if (!strcmp(a, "--chat-template-kwargs")) {
+            NEED_VALUE();
+            json_decref(o->chat_kwargs);
+            o->chat_kwargs = NULL;
+            if (cli_parse_json_object("caldrix run", a, v, &o->chat_kwargs))
+                return 2;
         } else if (!strcmp(a, "-i") || !strcmp(a, "--interactive")) {
             o->chat = o->interactive = true;
         } else if (!strcmp(a, "--image") || !strcmp(a, "--image-opt")) {
@@ -306,6 +318,11 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         fprintf(stderr, "caldrix run: --system is a chat message; it needs --chat (or -i)\n");
         return 2;
     }
+    if ((o->chat_template || o->chat_kwargs) && !o->chat) {
+        fprintf(stderr, "caldrix run: %s shapes the chat prompt; it needs --chat (or -i)\n",
+                o->chat_template ? "--chat-template" : "--chat-template-kwargs");
+        return 2;
+    }
     if (o->top_logits_set && !o->json) {
         fprintf(stderr, "caldrix run: --top-logits is printed with --json; add --json\n");
         return 2;
@@ -319,32 +336,6 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         return 2;
     }
     return 0;
-}
-
-/* The model's chat template, parsed once, with its special tokens (bos_token, eos_token, ...). */
-typedef struct {
-    char *src;
-    cdx_tmpl *t;
-    json_t *tokens;
-} chat_tmpl;
-
-static void chat_tmpl_close(chat_tmpl *c)
-{
-    cdx_tmpl_free(c->t);
-    json_decref(c->tokens);
-    free(c->src);
-    *c = (chat_tmpl){0};
-}
-
-static int chat_tmpl_open(chat_tmpl *c, const char *model, cdx_err *err)
-{
-    *c = (chat_tmpl){0};
-    int rc = cdx_chat_template_load(model, NULL, &c->src, &c->tokens, err);
-    if (!rc)
-        rc = cdx_tmpl_parse(c->src, strlen(c->src), &c->t, err);
-    if (rc)
-        chat_tmpl_close(c);
-    return rc;
 }
 
 /* NULL when content is not valid UTF-8 (jansson refuses it). */
@@ -370,10 +361,10 @@ static json_t *chat_message_parts(const char *role, const char *text, int n_imag
 }
 
 /* The conversation as transformers' apply_chat_template(add_generation_prompt=True) renders it. */
-static int chat_render(const chat_tmpl *c, const json_t *msgs, char **out, cdx_err *err)
+static int chat_render(const cdx_chat_setup *c, const json_t *kwargs, const json_t *msgs, char **out, cdx_err *err)
 {
     size_t len = 0;
-    return cdx_chat_render(c->t, msgs, true, c->tokens, NULL, out, &len, err);
+    return cdx_chat_render(c->tmpl, msgs, true, c->tokens, kwargs, out, &len, err);
 }
 
 /* run --json's finish_reason: "stop" (an end-of-generation token), "length" (-n reached) or
@@ -579,7 +570,7 @@ static bool read_message(text_buf *msg, char **line, size_t *cap)
  * blocks the earlier turns left, so a turn computes little more than its new tokens (templates
  * that rewrite earlier turns, such as Qwen3 dropping old <think> blocks, recompute from the first
  * changed block). Returns the number of turns answered, or < 0 on an error. */
-static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, const cdx_tok *tok, int64_t n_ctx,
+static int chat_loop(const run_opts *o, const cdx_chat_setup *ct, cdx_engine *e, const cdx_tok *tok, int64_t n_ctx,
                      const char *model, cdx_err *err)
 {
     bool tty = isatty(0) && isatty(1) && !o->json;
@@ -656,7 +647,7 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
         json_array_append_new(msgs, um);
         free(rendered);
         rendered = NULL;
-        if ((rc = chat_render(ct, msgs, &rendered, err)))
+        if ((rc = chat_render(ct, o->chat_kwargs, msgs, &rendered, err)))
             goto done;
         if (conv.n) { /* every image of the conversation, expanded where the template put it */
             char *ex = NULL;
@@ -666,7 +657,7 @@ static int chat_loop(const run_opts *o, const chat_tmpl *ct, cdx_engine *e, cons
             rendered = ex;
         }
         pending = 0;
-        if ((rc = encode_text(tok, rendered, false, &ids, err)))
+        if ((rc = encode_text(tok, rendered, ct->chatml, &ids, err))) /* ChatML: the tokenizer's BOS */
             goto done;
         if ((int64_t)ids.n >= n_ctx) {
             fprintf(stderr, "caldrix: the conversation is now %zu tokens, more than the context holds (%lld): /clear "
@@ -762,6 +753,7 @@ int cmd_run(int argc, char **argv)
     int rc = parse_run_args(argc, argv, &o);
     if (rc) {
         free(o.ids);
+        json_decref(o.chat_kwargs);
         return rc;
     }
     cdx_err err = {0};
@@ -771,7 +763,7 @@ int cmd_run(int argc, char **argv)
     id_list prompt = {0};
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
-    chat_tmpl ct = {0};
+    cdx_chat_setup ct = {0};
     cdx_image_proc pp;
     cli_images images = {0};
     char *expanded = NULL;
@@ -876,14 +868,13 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
     if (o.chat) {
-        if (!o.model) {
-            fprintf(stderr, "caldrix: the bundled model has no chat template; --chat needs a chat model\n");
+        /* the rule serve follows too: --chat-template, else the model's, else ChatML (said here) */
+        if ((rc = cdx_chat_setup_open(o.model, o.chat_template, tok, &ct, &err))) {
+            fprintf(stderr, "caldrix: --chat-template: %s\n", err.msg);
             goto done;
         }
-        if ((rc = chat_tmpl_open(&ct, o.model, &err))) {
-            fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
-            goto done;
-        }
+        if (ct.note[0])
+            fprintf(stderr, "caldrix: %s\n", ct.note);
         if (!o.prompt && isatty(0))
             o.interactive = true;
         if (!o.interactive) {
@@ -903,10 +894,11 @@ int cmd_run(int argc, char **argv)
                 goto done;
             }
             json_array_append_new(msgs, um);
-            rc = chat_render(&ct, msgs, &chat_text, &err);
+            rc = chat_render(&ct, o.chat_kwargs, msgs, &chat_text, &err);
             json_decref(msgs);
             if (rc) {
-                fprintf(stderr, "caldrix: %s: chat template: %s\n", o.model, err.msg);
+                fprintf(stderr, "caldrix: %s: chat template: %s\n",
+                        o.chat_template ? o.chat_template : ct.chatml ? "ChatML" : o.model, err.msg);
                 goto done;
             }
         }
@@ -947,9 +939,10 @@ int cmd_run(int argc, char **argv)
         }
     }
     if (!prompt.n && !o.interactive) {
-        /* a rendered chat template carries its own special tokens: nothing is added to it */
+        /* a rendered chat template carries its own special tokens: nothing is added to it (ChatML
+         * standing in gets the tokenizer's own BOS, as serve gives it) */
         const char *ptext = chat_text ? chat_text : o.prompt ? o.prompt : "";
-        if ((rc = encode_text(tok, ptext, chat_text == NULL, &prompt, &err))) {
+        if ((rc = encode_text(tok, ptext, chat_text == NULL || ct.chatml, &prompt, &err))) {
             fprintf(stderr, "caldrix: prompt: %s\n", err.msg);
             goto done;
         }
@@ -1060,7 +1053,8 @@ done:
     cdx_grammar_free(o.grammar);
     cdx_tok_close(tok);
     cdx_model_close(m);
-    chat_tmpl_close(&ct);
+    cdx_chat_setup_close(&ct);
+    json_decref(o.chat_kwargs);
     free(resolved);
     free(chat_text);
     free(input_text);

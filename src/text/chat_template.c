@@ -3,6 +3,7 @@
  * tokenizer_config.json's chat_template; special tokens as its special_tokens_map). */
 #include "caldrix/format.h"
 #include "caldrix/template.h"
+#include "caldrix/tokenizer.h"
 #include "text/jinja.h"
 
 #include <jansson.h>
@@ -161,7 +162,8 @@ static int pick_template(json_t *ct, const char *name, const char *path, char **
                        path, ct ? "non-string value" : "missing value");
 }
 
-static int load_dir(const char *dir_in, const char *name, char **source, json_t **tokens, cdx_err *err)
+/* need: a missing template is an error; else *source stays NULL and the tokens still come. */
+static int load_dir(const char *dir_in, const char *name, bool need, char **source, json_t **tokens, cdx_err *err)
 {
     char path[4096], dir[3072];
     if (strlen(dir_in) >= sizeof dir)
@@ -198,7 +200,7 @@ static int load_dir(const char *dir_in, const char *name, char **source, json_t 
         } else if (cfg && json_object_get(cfg, "chat_template")) {
             snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
             rc = pick_template(json_object_get(cfg, "chat_template"), name, path, source, err);
-        } else {
+        } else if (need) {
             rc = cdx_err_set(err, CDX_ENOTFOUND,
                              "%s: no chat template (looked for chat_template.jinja, chat_template.json and "
                              "tokenizer_config.json's chat_template)", dir);
@@ -221,7 +223,7 @@ static int load_dir(const char *dir_in, const char *name, char **source, json_t 
     return 0;
 }
 
-static int load_gguf(const char *path, const char *name, char **source, json_t **tokens, cdx_err *err)
+static int load_gguf(const char *path, const char *name, bool need, char **source, json_t **tokens, cdx_err *err)
 {
     cdx_gguf *g = NULL;
     int rc = cdx_gguf_open(path, &g, err);
@@ -233,7 +235,8 @@ static int load_gguf(const char *path, const char *name, char **source, json_t *
     else
         snprintf(key, sizeof key, "tokenizer.chat_template");
     cdx_gguf_str s;
-    if (!cdx_gguf_get_str(g, key, &s)) {
+    const bool found = cdx_gguf_get_str(g, key, &s);
+    if (!found && (need || (name && strcmp(name, "default")))) {
         if (name && strcmp(name, "default"))
             rc = cdx_err_set(err, CDX_ENOTFOUND, "%s: has no template named \"%s\" (key %s is absent)", path, name,
                              key);
@@ -241,8 +244,7 @@ static int load_gguf(const char *path, const char *name, char **source, json_t *
             rc = cdx_err_set(err, CDX_ENOTFOUND, "%s: no chat template (key %s is absent)", path, key);
         goto done;
     }
-    *source = strndup(s.ptr, (size_t)s.len);
-    if (!*source) {
+    if (found && !(*source = strndup(s.ptr, (size_t)s.len))) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
         goto done;
     }
@@ -269,7 +271,7 @@ done:
     return rc;
 }
 
-int cdx_chat_template_load(const char *model, const char *name, char **source, json_t **tokens, cdx_err *err)
+static int load_model(const char *model, const char *name, bool need, char **source, json_t **tokens, cdx_err *err)
 {
     *source = NULL;
     *tokens = NULL;
@@ -277,6 +279,89 @@ int cdx_chat_template_load(const char *model, const char *name, char **source, j
     if (stat(model, &st) != 0)
         return cdx_err_set(err, CDX_ENOTFOUND, "%s: no such file or folder", model);
     if (S_ISDIR(st.st_mode))
-        return load_dir(model, name, source, tokens, err);
-    return load_gguf(model, name, source, tokens, err);
+        return load_dir(model, name, need, source, tokens, err);
+    return load_gguf(model, name, need, source, tokens, err);
+}
+
+int cdx_chat_template_load(const char *model, const char *name, char **source, json_t **tokens, cdx_err *err)
+{
+    return load_model(model, name, true, source, tokens, err);
+}
+
+/* ---- the template a model is run with ---- */
+
+/* ChatML: the stand-in for a model without a chat template (as llama.cpp's server and Ollama use). */
+static const char k_chatml[] =
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] if message['content'] is string else '') "
+    "+ '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+int cdx_chat_setup_open(const char *model, const char *file, const cdx_tok *tok, cdx_chat_setup *c, cdx_err *err)
+{
+    *c = (cdx_chat_setup){0};
+    char *src = NULL;
+    size_t len = 0;
+    int rc = 0;
+    cdx_err merr = {0};
+    if (model && (rc = load_model(model, NULL, false, &src, &c->tokens, &merr)) < 0) {
+        if (file || rc == CDX_ENOMEM) { /* the template comes from FILE; the model's files must still read */
+            *err = merr;
+            return rc;
+        }
+        snprintf(c->note, sizeof c->note, "%.400s: the chat template cannot be read (%s); chat uses ChatML", model,
+                 merr.msg);
+        src = NULL;
+    }
+    if (file) {
+        free(src);
+        src = NULL;
+        if ((rc = cdx_file_read_all(file, (size_t)16 << 20, &src, &len, err)) < 0)
+            goto fail;
+        if ((rc = cdx_tmpl_parse(src, len, &c->tmpl, err)) < 0) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%s", err->msg);
+            rc = cdx_err_set(err, rc, "%s: %s", file, m);
+            goto fail;
+        }
+    } else if (src && cdx_tmpl_parse(src, strlen(src), &c->tmpl, &merr) < 0) {
+        snprintf(c->note, sizeof c->note, "%.400s: the chat template does not parse (%s); chat uses ChatML", model,
+                 merr.msg);
+    } else if (!src && !c->note[0]) {
+        snprintf(c->note, sizeof c->note, "%s has no chat template; chat uses ChatML (--chat-template FILE gives one)",
+                 model ? model : "the model");
+    }
+    free(src);
+    src = NULL;
+    if (!c->tmpl) {
+        c->chatml = true;
+        if ((rc = cdx_tmpl_parse(k_chatml, strlen(k_chatml), &c->tmpl, err)) < 0)
+            goto fail;
+    }
+    if (!c->tokens && !(c->tokens = json_object())) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* ChatML on a model whose files name no special tokens: the tokenizer's (as transformers would
+     * have them); a real template sees exactly what the model's files say, as in transformers */
+    const char *bos = tok && c->chatml ? cdx_tok_bos_text(tok) : NULL, *eos = tok && c->chatml ? cdx_tok_eos_text(tok) : NULL;
+    if (bos && !json_object_get(c->tokens, "bos_token"))
+        json_object_set_new(c->tokens, "bos_token", json_string(bos));
+    if (eos && !json_object_get(c->tokens, "eos_token"))
+        json_object_set_new(c->tokens, "eos_token", json_string(eos));
+    return 0;
+fail:
+    free(src);
+    cdx_chat_setup_close(c);
+    return rc;
+}
+
+void cdx_chat_setup_close(cdx_chat_setup *c)
+{
+    if (!c)
+        return;
+    cdx_tmpl_free(c->tmpl);
+    json_decref(c->tokens);
+    *c = (cdx_chat_setup){0};
 }
