@@ -65,8 +65,12 @@ CDX_API cdx_server_opts cdx_server_defaults(void);
 typedef struct cdx_server_model {
     cdx_engine *engine;            /* owned by the caller; the server's thread is its only stepper */
     const cdx_tok *tok;            /* NULL: no text routes (ids only) */
-    const cdx_tmpl *tmpl;          /* the model's chat template; NULL: ChatML (chat_template false) */
+    const cdx_tmpl *tmpl;          /* the chat template (cdx_chat_setup_open); NULL: ChatML, as that rule gives */
     const struct json_t *tmpl_tokens; /* special tokens for the template (bos_token, ...); may be NULL */
+    bool tmpl_chatml;              /* tmpl is ChatML standing in: /v1/models says chat_template false, and
+                                    * the rendered prompt gets the tokenizer's own BOS */
+    const struct json_t *tmpl_kwargs; /* template variables every chat gets (--chat-template-kwargs), under
+                                       * the request's chat_template_kwargs; may be NULL */
     const char *name;              /* the model's id in /v1/models and responses */
     int64_t n_vocab;
     int64_t n_ctx;                 /* context per sequence */

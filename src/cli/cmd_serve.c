@@ -45,7 +45,14 @@ static const char k_serve_usage[] =
     "                       Access-Control-Allow-Origin on every answer, OPTIONS answers preflights\n"
     "                       (default: off, no CORS headers)\n"
     "  --log-requests       one line per request on stderr: time, method, route, model, status,\n"
-    "                       prompt and completion tokens, milliseconds\n";
+    "                       prompt and completion tokens, milliseconds\n"
+    "  --chat-template FILE chat renders with the Jinja template in FILE instead of the model's (for a\n"
+    "                       model whose template is missing or wrong); a model without one gets\n"
+    "                       ChatML, and says so on stderr (as caldrix run --chat)\n"
+    "  --chat-template-kwargs JSON\n"
+    "                       template variables every chat gets, as transformers' apply_chat_template\n"
+    "                       (**kwargs), e.g. '{\"enable_thinking\": false}'; a request's\n"
+    "                       chat_template_kwargs override them key by key\n";
 
 /* --log-requests: one line per request, written with one call so lines from several connections
  * never interleave. "-" where a request ran no model. */
@@ -99,7 +106,8 @@ int cmd_serve(int argc, char **argv)
 {
     cdx_server_opts so = cdx_server_defaults();
     cdx_engine_opts eo = cdx_engine_defaults();
-    const char *model = NULL, *isa = NULL, *kv_store = NULL;
+    const char *model = NULL, *isa = NULL, *kv_store = NULL, *chat_template = NULL;
+    json_t *chat_kwargs = NULL; /* --chat-template-kwargs */
     uint64_t budget = 0;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
     bool kv_type_set = false;
@@ -112,7 +120,8 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "-t") || !strcmp(a, "--kv-store") || !strcmp(a, "--api-key") ||
                      !strcmp(a, "--kv-type") || !strcmp(a, "--dtype") || !strcmp(a, "--isa") ||
                      !strcmp(a, "--max-connections") || !strcmp(a, "--timeout") || !strcmp(a, "--kv-blocks") ||
-                     !strcmp(a, "--weight-budget") || !strcmp(a, "--cors");
+                     !strcmp(a, "--weight-budget") || !strcmp(a, "--cors") || !strcmp(a, "--chat-template") ||
+                     !strcmp(a, "--chat-template-kwargs");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             return 0;
@@ -157,6 +166,13 @@ int cmd_serve(int argc, char **argv)
             so.on_request = log_request;
         } else if (!strcmp(a, "--isa")) {
             isa = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            chat_template = v;
+        } else if (!strcmp(a, "--chat-template-kwargs")) {
+            json_decref(chat_kwargs);
+            chat_kwargs = NULL;
+            if (cli_parse_json_object("caldrix serve", a, v, &chat_kwargs))
+                return 2;
         } else if (!strcmp(a, "--weight-budget")) {
             if (cli_parse_bytes(a, v, &budget)) return 2;
         } else if (!strcmp(a, "--kv-store")) {
@@ -192,9 +208,8 @@ int cmd_serve(int argc, char **argv)
     cdx_model *m = NULL;
     cdx_tok *tok = NULL;
     cdx_engine *e = NULL;
-    cdx_tmpl *tmpl = NULL;
-    json_t *tmpl_tokens = NULL;
-    char *resolved = NULL, *tmpl_src = NULL, *name = model_name(model);
+    cdx_chat_setup cs = {0};
+    char *resolved = NULL, *name = model_name(model);
     int status = 1;
     struct sigaction sa = { .sa_handler = on_signal };
     sigemptyset(&sa.sa_mask);
@@ -250,25 +265,18 @@ int cmd_serve(int argc, char **argv)
     }
     if (!tok)
         fprintf(stderr, "caldrix serve: %s has no tokenizer: only token-id prompts on /v1/completions\n", name);
-    /* the chat template: the model's, else ChatML (and /v1/models says chat_template false) */
-    if (path && tok) {
-        cdx_err terr = {0};
-        if (cdx_chat_template_load(path, NULL, &tmpl_src, &tmpl_tokens, &terr) == 0 &&
-            cdx_tmpl_parse(tmpl_src, strlen(tmpl_src), &tmpl, &terr) != 0) {
-            fprintf(stderr, "caldrix serve: %s: the chat template does not parse (%s); chat uses ChatML\n", name,
-                    terr.msg);
-        } else if (!tmpl_src)
-            fprintf(stderr, "caldrix serve: %s has no chat template; chat uses ChatML\n", name);
+    /* the chat template, by run --chat's rule: --chat-template, else the model's, else ChatML
+     * (said here; /v1/models then says chat_template false) */
+    if (!tok && chat_template) {
+        fprintf(stderr, "caldrix serve: --chat-template: %s has no tokenizer, so no chat\n", name);
+        goto done;
     }
-    if (!tmpl && tok) {
-        json_decref(tmpl_tokens);
-        tmpl_tokens = json_object();
-        const char *b = cdx_tok_bos_text(tok), *eos = cdx_tok_eos_text(tok);
-        if (b)
-            json_object_set_new(tmpl_tokens, "bos_token", json_string(b));
-        if (eos)
-            json_object_set_new(tmpl_tokens, "eos_token", json_string(eos));
+    if (tok && cdx_chat_setup_open(path, chat_template, tok, &cs, &err)) {
+        fprintf(stderr, "caldrix serve: --chat-template: %s\n", err.msg);
+        goto done;
     }
+    if (cs.note[0])
+        fprintf(stderr, "caldrix serve: %s\n", cs.note);
     if (!kv_type_set)
         eo.kv_type = cdx_model_kv_type_default(m);
     fprintf(stderr, "caldrix serve: %s compute (%s), %s KV cache\n", cdx_dtype_name(cdx_model_dtype(m)),
@@ -280,7 +288,8 @@ int cmd_serve(int argc, char **argv)
     cdx_engine_stats st;
     cdx_engine_get_stats(e, &st);
     const cdx_hparams *hp = cdx_model_hparams(m);
-    cdx_server_model sm = { .engine = e, .tok = tok, .tmpl = tmpl, .tmpl_tokens = tmpl_tokens, .name = name,
+    cdx_server_model sm = { .engine = e, .tok = tok, .tmpl = cs.tmpl, .tmpl_tokens = cs.tokens,
+                            .tmpl_chatml = cs.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
                             .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id };
     cdx_image_proc pp;
     if (cdx_model_vision(m, NULL)) { /* image_url parts, with the checkpoint's processor settings */
@@ -306,9 +315,8 @@ int cmd_serve(int argc, char **argv)
 done:
     cdx_server_stop(srv);
     cdx_engine_free(e);
-    cdx_tmpl_free(tmpl);
-    json_decref(tmpl_tokens);
-    free(tmpl_src);
+    cdx_chat_setup_close(&cs);
+    json_decref(chat_kwargs);
     cdx_tok_close(tok);
     cdx_model_close(m);
     free(resolved);

@@ -38,7 +38,7 @@ struct cdx_server {
     cdx_server_model m;
     int64_t n_room;           /* positions one sequence can have: the context, or the KV pool if smaller */
     char *name;
-    cdx_tmpl *chatml;         /* parsed sv_chatml_template when the model has none */
+    cdx_chat_setup chatml;    /* ChatML, when the caller gave no template */
     pthread_t engine_thread;
     bool thread_started;
     sv_metrics met;
@@ -741,7 +741,7 @@ static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const 
     cdx_server *s = k->s;
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:b,s:I,s:I}", "id", s->name, "object", "model", "created",
                           (json_int_t)s->created, "owned_by", "caldrix", "compatibility", "compatible", "chat_template",
-                          s->m.tmpl != NULL, "context_length", (json_int_t)s->m.n_ctx, "n_vocab",
+                          !s->m.tmpl_chatml, "context_length", (json_int_t)s->m.n_ctx, "n_vocab",
                           (json_int_t)s->m.n_vocab);
     if (!strncmp(url, "/v1/models/", 11))
         return reply_json(k, c, 200, m); /* any name selects the one model */
@@ -847,8 +847,14 @@ static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
         cdx_err err = {0};
         char *text = NULL;
         size_t len = 0;
-        const cdx_tmpl *t = s->m.tmpl ? s->m.tmpl : s->chatml;
-        if (cdx_chat_render(t, p->messages, p->add_generation_prompt, s->m.tmpl_tokens, p->extra, &text, &len, &err))
+        json_t *kw = p->extra; /* the server's kwargs, then the request's over them */
+        if (s->m.tmpl_kwargs && (kw = json_deep_copy(s->m.tmpl_kwargs)) && p->extra)
+            json_object_update(kw, p->extra);
+        int rr = cdx_chat_render(s->m.tmpl, p->messages, p->add_generation_prompt, s->m.tmpl_tokens, kw, &text, &len,
+                                 &err);
+        if (kw != p->extra)
+            json_decref(kw);
+        if (rr)
             return sv_fail(e, 400, "invalid_request_error", "template_error", "messages",
                            "the chat template refused the messages: %s", err.msg);
         if (p->n_img) { /* the processor's expansion of each <image> the parts left in the text */
@@ -862,7 +868,7 @@ static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
         }
         /* a rendered template carries its own special tokens; ChatML on a model without a template
          * gets what the tokenizer adds by itself (BOS) */
-        int rc = encode(s, text, len, s->m.tmpl == NULL, &p->ids, &p->n_ids, e, "messages");
+        int rc = encode(s, text, len, s->m.tmpl_chatml, &p->ids, &p->n_ids, e, "messages");
         free(text);
         if (rc)
             return rc;
@@ -1254,10 +1260,14 @@ int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err)
     cdx_engine_stats st;
     cdx_engine_get_stats(m->engine, &st);
     s->n_room = st.n_blocks * CDX_KV_BLOCK < st.n_ctx ? st.n_blocks * CDX_KV_BLOCK : st.n_ctx;
-    if (!m->tmpl) {
-        int rc = cdx_tmpl_parse(sv_chatml_template, strlen(sv_chatml_template), &s->chatml, err);
+    if (!m->tmpl) { /* the same rule as cdx_chat_setup_open with neither a model nor a file: ChatML */
+        int rc = cdx_chat_setup_open(NULL, NULL, m->tok, &s->chatml, err);
         if (rc)
             return rc;
+        s->m.tmpl = s->chatml.tmpl;
+        s->m.tmpl_chatml = true;
+        if (!s->m.tmpl_tokens)
+            s->m.tmpl_tokens = s->chatml.tokens;
     }
     if (pthread_create(&s->engine_thread, NULL, engine_main, s))
         return cdx_err_set(err, CDX_ENOMEM, "cannot start the engine thread");
@@ -1278,7 +1288,7 @@ void cdx_server_stop(cdx_server *s)
         atomic_store(&s->engine_stop, true);
         pthread_join(s->engine_thread, NULL);
     }
-    cdx_tmpl_free(s->chatml);
+    cdx_chat_setup_close(&s->chatml);
     sv_metrics_destroy(&s->met);
     free(s->api_key);
     free(s->cors_origin);

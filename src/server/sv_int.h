@@ -102,7 +102,6 @@ char *sv_utf8_sanitize(const char *s, size_t n, size_t *out_len);
 void sv_printable(char *s);
 
 /* The text the built-in ChatML template renders (a model without a chat template). */
-extern const char sv_chatml_template[];
 
 /* ---- metrics ---- */
 

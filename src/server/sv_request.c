@@ -778,10 +778,3 @@ void sv_params_free(sv_params *p)
     *p = (sv_params){0};
 }
 
-/* ChatML, for a model that ships no chat template. */
-const char sv_chatml_template[] =
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] if message['content'] is string else '') "
-    "+ '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";

@@ -39,8 +39,9 @@ python3 -c "
 import json,sys
 sys.exit(0 if json.load(open('$tmp/o2.json'))['prompt']==json.load(open('$tmp/o3.json'))['prompt'] else 1)" &&
     ok "--chat reads the message from standard input" || bad "--chat reads the message from standard input"
-"$CALDRIX" run --chat -p hi >/dev/null 2>"$tmp/e"; rc=$?
-[ $rc = 1 ] && grep -q "chat template" "$tmp/e" && ok "--chat on a model without a template is refused" || bad "--chat on a model without a template is refused"
+"$CALDRIX" run --chat -p hi -n 2 >/dev/null 2>"$tmp/e"; rc=$?
+[ $rc = 0 ] && grep -q "no chat template; chat uses ChatML" "$tmp/e" && ok "--chat on a model without a template uses ChatML and says so (as serve)" ||
+    bad "--chat on a model without a template uses ChatML and says so (rc $rc: $(cat "$tmp/e"))"
 "$CALDRIX" run "$D" --chat --prompt-ids 1,2 >/dev/null 2>"$tmp/e"; rc=$?
 [ $rc = 2 ] && ok "--chat with --prompt-ids is a usage error" || bad "--chat with --prompt-ids is a usage error"
 # interactive chat (-i: every stdin line is a turn). Turn 2 renders the whole conversation through the
