@@ -593,6 +593,7 @@ typedef struct {
     nedge *e;
     size_t n_e, cap_e;
     int32_t n_st;
+    gx **inline_body;      /* [n_rules] a leaf rule's body, built in place of a call to it; else NULL */
     cdx_err *err;
     const char *name;
     int rc;
@@ -689,7 +690,10 @@ static void build(nfa *a, const gx *x, int32_t s, int32_t t)
         class_edges(a, s, t, x->ranges, x->n);
         break;
     case X_REF:
-        nedge_add(a, s, t, E_CALL, 0, 0, x->rule);
+        if (a->inline_body && a->inline_body[x->rule])
+            build(a, a->inline_body[x->rule], s, t);
+        else
+            nedge_add(a, s, t, E_CALL, 0, 0, x->rule);
         break;
     case X_ALT:
         for (int i = 0; i < x->n; i++)
@@ -739,6 +743,25 @@ static void build(nfa *a, const gx *x, int32_t s, int32_t t)
 
 /* ---- epsilon removal, dead states, left recursion ---- */
 
+/* Leaf rules (no references) of a small body are built inline where they are used: the matcher's
+ * hot states then only read bytes (no push and pop per character of a `json-char*`), which makes
+ * the trie walks several times faster. The language is the same. */
+static int leaf_size(const gx *x)
+{
+    if (x->kind == X_REF)
+        return 1 << 20;
+    int n = 1;
+    for (int i = 0; i < x->n && (x->kind == X_SEQ || x->kind == X_ALT); i++)
+        n += leaf_size(x->kids[i]);
+    if (x->kind == X_REP) {
+        int k = leaf_size(x->kids[0]);
+        n += k * (x->max > 0 ? x->max : x->min + 1);
+    }
+    if (x->kind == X_LIT || x->kind == X_CLASS)
+        n += x->n;
+    return n > (1 << 20) ? 1 << 20 : n;
+}
+
 static int cmp_nedge_from(const void *a, const void *b)
 {
     const nedge *x = a, *y = b;
@@ -756,6 +779,15 @@ static int build_grammar(parser *p, nfa *a, cdx_grammar **out)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
     int32_t *st_rule = NULL;
+    a->inline_body = calloc((size_t)nr, sizeof *a->inline_body);
+    if (!a->inline_body) {
+        free(r_start);
+        free(r_end);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    for (int r = 0; r < nr; r++)
+        if (leaf_size(p->rules[r].body) <= 256 && strcmp(p->rules[r].name, "root"))
+            a->inline_body[r] = p->rules[r].body;
     for (int r = 0; r < nr && !a->rc; r++) {
         r_start[r] = nstate(a);
         r_end[r] = nstate(a);
@@ -1001,6 +1033,7 @@ static int build_grammar(parser *p, nfa *a, cdx_grammar **out)
     g->n_calls = (int32_t)nc;
     g->n_rules = nr;
     g->root = root;
+    pthread_mutex_init(&g->mu, NULL);
     g->rule_start = malloc((size_t)nr * sizeof *g->rule_start);
     g->rule_name = calloc((size_t)nr, sizeof *g->rule_name);
     st = NULL;
@@ -1047,6 +1080,7 @@ int cdx_grammar_from_gbnf(const char *text, size_t len, const char *name, cdx_gr
     if (!rc)
         rc = build_grammar(&p, &a, out);
     free(a.e);
+    free(a.inline_body);
     free_nodes(&p);
     return rc;
 }
@@ -1055,6 +1089,11 @@ void cdx_grammar_free(cdx_grammar *g)
 {
     if (!g)
         return;
+    if (g->rule_name) {
+        /* fully built (the mutex exists) */
+        gr_cache_free(g);
+        pthread_mutex_destroy(&g->mu);
+    }
     free(g->st);
     free(g->edges);
     free(g->calls);

@@ -15,6 +15,8 @@
 
 #include "caldrix/grammar.h"
 
+#include <pthread.h>
+
 typedef struct gr_edge {
     uint8_t lo, hi;    /* byte range, inclusive */
     int32_t to;
@@ -43,7 +45,14 @@ struct cdx_grammar {
     char **rule_name;      /* [n_rules] */
     int32_t n_rules;
     int32_t root;          /* rule index of `root` */
+    /* Token sets per state, per vocabulary (grammar_match.c), shared by every matcher of the
+     * grammar: made on first use under mu; the grammar is otherwise immutable. */
+    pthread_mutex_t mu;
+    struct gr_cache *caches;
 };
+
+/* Frees the caches of g (grammar_match.c). */
+void gr_cache_free(cdx_grammar *g);
 
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
 #define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */

@@ -42,6 +42,7 @@ struct cdx_grammar_vocab {
     uint32_t *usable;    /* [n_words] in the trie */
     uint32_t *eog;       /* [n_words] end of generation */
     int64_t n_usable;
+    uint64_t fingerprint; /* of the trie: grammars key their caches by it */
     int32_t *node_of;    /* [n_vocab] the node where the token ends, or -1 */
     int32_t *parent;     /* [n_nodes] */
 };
@@ -142,6 +143,13 @@ static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *e
     v->n_nodes = nn;
     for (int32_t k = 0; k < nn; k++)
         v->tok0[k + 1] += v->tok0[k];
+    /* FNV-1a over the trie and its ids */
+    uint64_t h = 0xCBF29CE484222325ull ^ (uint64_t)n_vocab;
+    for (int32_t k = 0; k < nn; k++)
+        h = (h ^ (uint64_t)(v->byte[k] | (uint32_t)v->depth[k] << 8)) * 0x100000001B3ull;
+    for (size_t k = 0; k < n; k++)
+        h = (h ^ (uint64_t)(uint32_t)v->ids[k]) * 0x100000001B3ull;
+    v->fingerprint = h;
     for (int i = 0; i < n_eog; i++)
         if (eog[i] >= 0 && eog[i] < n_vocab)
             v->eog[eog[i] / 32] |= 1u << (eog[i] % 32);
@@ -246,11 +254,57 @@ typedef struct {
 } gnode;
 
 typedef struct {
-    bool ready, compl;   /* compl: ids are the rejected ones (of the usable tokens) */
+    bool ready;          /* read and written atomically (matchers of several threads share it) */
+    bool compl;          /* compl: ids are the rejected ones (of the usable tokens) */
     int32_t n_ids, n_chk;
     int32_t *ids;
     int32_t *chk;        /* trie nodes where the rule may end: their subtrees are checked at the caller */
 } pstate;
+
+struct gr_cache {
+    uint64_t fingerprint;
+    int64_t n_vocab;
+    pstate *pc;          /* [n_st] */
+    struct gr_cache *next;
+};
+
+void gr_cache_free(cdx_grammar *g)
+{
+    for (struct gr_cache *c = g->caches, *nx; c; c = nx) {
+        nx = c->next;
+        for (int32_t i = 0; i < g->n_st; i++) {
+            free(c->pc[i].ids);
+            free(c->pc[i].chk);
+        }
+        free(c->pc);
+        free(c);
+    }
+    g->caches = NULL;
+}
+
+/* The cache of g for v, made on first use; NULL out of memory. */
+static pstate *cache_for(const cdx_grammar *cg, const cdx_grammar_vocab *v)
+{
+    cdx_grammar *g = (cdx_grammar *)cg; /* the cache is the one mutable part, under g->mu */
+    pthread_mutex_lock(&g->mu);
+    struct gr_cache *c = g->caches;
+    while (c && (c->fingerprint != v->fingerprint || c->n_vocab != v->n_vocab))
+        c = c->next;
+    if (!c && (c = calloc(1, sizeof *c))) {
+        c->pc = calloc((size_t)g->n_st, sizeof *c->pc);
+        if (!c->pc) {
+            free(c);
+            c = NULL;
+        } else {
+            c->fingerprint = v->fingerprint;
+            c->n_vocab = v->n_vocab;
+            c->next = g->caches;
+            g->caches = c;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return c ? c->pc : NULL;
+}
 
 typedef struct {
     int32_t st, par;     /* key; st < 0: empty slot */
@@ -269,7 +323,7 @@ struct cdx_matcher {
     size_t n_cur, cap_cur;
     bool done;
     int64_t n_bytes;
-    pstate *pc;          /* [n_st] */
+    pstate *pc;          /* [n_st] the grammar's cache for this vocabulary (shared) */
     centry *cc;          /* checked tokens per (state, parent), open addressing */
     size_t n_cc, cap_cc;
     /* scratch */
@@ -500,7 +554,21 @@ static void walk(cdx_matcher *m, int32_t lo, int32_t hi, int32_t **chk, size_t *
 
 static bool bit(const uint32_t *b, int32_t i) { return b[i / 32] >> (i % 32) & 1; }
 
+static pstate *precompute_locked(cdx_matcher *m, int32_t q);
+
 static pstate *precompute(cdx_matcher *m, int32_t q)
+{
+    pstate *ps = &m->pc[q];
+    if (__atomic_load_n(&ps->ready, __ATOMIC_ACQUIRE))
+        return ps;
+    cdx_grammar *g = (cdx_grammar *)m->g;
+    pthread_mutex_lock(&g->mu);
+    ps = precompute_locked(m, q);
+    pthread_mutex_unlock(&g->mu);
+    return ps;
+}
+
+static pstate *precompute_locked(cdx_matcher *m, int32_t q)
 {
     pstate *ps = &m->pc[q];
     if (ps->ready)
@@ -562,7 +630,7 @@ static pstate *precompute(cdx_matcher *m, int32_t q)
     }
     ps->chk = chk;
     ps->n_chk = (int32_t)n_chk;
-    ps->ready = true;
+    __atomic_store_n(&ps->ready, true, __ATOMIC_RELEASE);
     return ps;
 }
 
@@ -654,7 +722,7 @@ int cdx_matcher_create(const cdx_grammar *g, const cdx_grammar_vocab *v, cdx_mat
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     m->g = g;
     m->v = v;
-    m->pc = calloc((size_t)g->n_st, sizeof *m->pc);
+    m->pc = cache_for(g, v);
     m->stamp = calloc((size_t)g->n_st, sizeof *m->stamp);
     m->woff = calloc((size_t)v->max_depth + 3, sizeof *m->woff);
     if (!m->pc || !m->stamp || !m->woff || !rehash(m, 1024) || start(m)) {
@@ -669,16 +737,10 @@ void cdx_matcher_free(cdx_matcher *m)
 {
     if (!m)
         return;
-    if (m->pc)
-        for (int32_t i = 0; i < m->g->n_st; i++) {
-            free(m->pc[i].ids);
-            free(m->pc[i].chk);
-        }
     for (size_t i = 0; i < m->cap_cc; i++)
         if (m->cc[i].st >= 0)
             free(m->cc[i].ids);
     free(m->cc);
-    free(m->pc);
     free(m->stamp);
     free(m->nodes);
     free(m->heads);

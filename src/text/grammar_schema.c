@@ -723,10 +723,12 @@ static int rx_alts(rx *x, sbuf *b, bool top)
         sb_add(c, b, ")", 1);
         if (top) {
             bool end = x->pos < x->len && x->re[x->pos] == '$';
-            if (end)
+            if (end) {
                 x->pos++;
-            else
+            } else {
+                prim(c, P_CHAR);
                 sb_add(c, b, " json-char*", 11);
+            }
         }
         if (x->pos >= x->len || x->re[x->pos] != '|')
             break;
@@ -1186,6 +1188,9 @@ static int visit_object(sc *c, json_t *s, const char *path, sbuf *b, json_t *all
     json_decref(req_all);
     if (c->rc)
         return c->rc;
+    if (all_of && addl && !json_is_true(addl))
+        return fail(c, CDX_EUNSUPPORTED, path, "additionalProperties beside allOf is not supported (it does not see "
+                    "the properties of allOf's members)");
     /* additional properties: absent or true: any value; false: none; a schema: its rule */
     int addl_rule = -2; /* -2: none allowed */
     if (!addl || json_is_true(addl)) {

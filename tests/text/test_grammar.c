@@ -280,6 +280,175 @@ static void test_gbnf_errors(void)
     }
 }
 
+/* ---- llama.cpp's grammars (tests/text/data/llamacpp-grammars, copied with attribution) ---- */
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(1 << 20);
+    *n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (buf)
+        buf[*n] = 0;
+    return buf;
+}
+
+/* Whether the whole text is a sentence of g. */
+static bool accepts(const cdx_grammar *g, const char *text)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    cdx_matcher *m = NULL;
+    cdx_err err = { 0 };
+    bool ok = v && cdx_matcher_create(g, v, &m, &err) == 0 && cdx_matcher_accept_bytes(m, text, strlen(text), &err) == 0 &&
+              cdx_matcher_done(m);
+    cdx_matcher_free(m);
+    cdx_grammar_vocab_free(v);
+    return ok;
+}
+
+static void test_llamacpp_grammars(void)
+{
+    static const struct { const char *file, *yes, *no; } k[] = {
+        { "arithmetic", "1+2=3\nx*(y-2)= 4\n", "1+=3\n" },
+        { "c", "int main(){return 0;}float f(int x){x = x*2;}", "int main({}" },
+        { "chess", "1. e4 e5\n2. Nf3 Nc6\n3. O-O Qxd8+\n", "1. e9 e5\n2. a1 a2\n" },
+        { "english", "Hello, world!\nIt's 9 o'clock.", "H\xC3\xA9llo" },
+        { "japanese", "\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF \xE4\xB8\x96\xE7\x95\x8C", "abc" },
+        { "json", "{\"a\": [1, 2.5e3, \"x\\n\\u00e9\", true, null], \"b\": {}}", "{\"a\": }" },
+        { "json_arr", "[\n1,\n{\"b\": false}]", "{\"a\":1}" },
+        { "list", "- one\n- two \xE2\x82\xAC\n", "* one\n" },
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/text/data/llamacpp-grammars/%s.gbnf", k[i].file);
+        size_t n = 0;
+        char *text = slurp(path, &n);
+        CHECKF(text != NULL, "%s missing", path);
+        if (!text)
+            continue;
+        cdx_grammar *g = NULL;
+        cdx_err err = { 0 };
+        int rc = cdx_grammar_from_gbnf(text, n, path, &g, &err);
+        CHECKF(rc == 0, "%s: %s", path, err.msg);
+        if (!rc) {
+            CHECKF(accepts(g, k[i].yes), "%s refuses \"%s\"", path, k[i].yes);
+            CHECKF(!accepts(g, k[i].no), "%s accepts \"%s\"", path, k[i].no);
+        }
+        cdx_grammar_free(g);
+        free(text);
+    }
+}
+
+/* ---- JSON Schema: what is refused, and how ---- */
+
+static void test_schema_errors(void)
+{
+    static const struct { const char *schema, *msg; int code; } bad[] = {
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":3}}}",
+          "#/properties/a: keyword \"multipleOf\" is not supported", CDX_EUNSUPPORTED },
+        { "{\"type\":\"object\",\"patternProperties\":{\"^x\":{}}}", "#: keyword \"patternProperties\" is not supported",
+          CDX_EUNSUPPORTED },
+        { "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"uniqueItems\":true}}",
+          "#/items: keyword \"uniqueItems\" is not supported", CDX_EUNSUPPORTED },
+        { "{\"$ref\":\"#/$defs/missing\"}", "#/$ref: $ref \"#/$defs/missing\" points to nothing", CDX_EINVAL },
+        { "{\"$ref\":\"http://example.com/s.json\"}", "only references inside the schema", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"pattern\":\"^(?=a)b$\"}", "#/pattern: pattern \"^(?=a)b$\": lookaround", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences are not supported", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchors (^ $) are supported only at the start and the end",
+          CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"pattern\":\"(ab\"}", "an unbalanced '('", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"maxLength\":5000,\"pattern\":\"^([a-z]+(-[a-z]+)*)$\"}",
+          "#: maxLength beside pattern is not supported", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"minLength\":2,\"format\":\"date\"}", "minLength beside format", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"maxLength\":100000}", "maxLength 100000 is over the limit of 10000", CDX_EUNSUPPORTED },
+        { "{\"type\":\"array\",\"maxItems\":1000000}", "maxItems 1000000 is over the limit", CDX_EUNSUPPORTED },
+        { "{\"type\":\"string\",\"format\":\"ipv4\"}", "format \"ipv4\" is not supported", CDX_EUNSUPPORTED },
+        { "{\"type\":\"number\",\"minimum\":0.5}", "minimum on a number is not supported", CDX_EUNSUPPORTED },
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer lies between", CDX_EINVAL },
+        { "{\"type\":\"strin\"}", "type \"strin\" is not a JSON Schema type", CDX_EINVAL },
+        { "{\"type\":\"object\",\"required\":[\"x\"]}", "required property \"x\" has no schema", CDX_EUNSUPPORTED },
+        { "{\"allOf\":[{\"type\":\"string\"}]}", "#/allOf/0: allOf: only object schemas are merged", CDX_EUNSUPPORTED },
+        { "{\"type\":\"object\",\"allOf\":[{\"properties\":{\"a\":{}}}],\"additionalProperties\":false}",
+          "additionalProperties beside allOf", CDX_EUNSUPPORTED },
+        { "{\"minLength\":1,\"minItems\":1}", "keywords of several types", CDX_EUNSUPPORTED },
+        { "{\"enum\":[1],\"minimum\":0}", "enum beside other constraints", CDX_EUNSUPPORTED },
+        { "false", "the schema false matches nothing", CDX_EUNSUPPORTED },
+        { "{\"type\":", "not JSON", CDX_EINVAL },
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[]}}}", "#/properties/a: anyOf must be a non-empty array",
+          CDX_EINVAL },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cdx_grammar *g = NULL;
+        cdx_err err = { 0 };
+        int rc = cdx_grammar_from_json_schema(bad[i].schema, strlen(bad[i].schema), "s.json", &g, &err);
+        CHECKF(rc == bad[i].code && !g && strstr(err.msg, bad[i].msg) && !strncmp(err.msg, "s.json", 6),
+               "%s: rc %d, \"%s\", wanted %d \"%s\"", bad[i].schema, rc, err.msg, bad[i].code, bad[i].msg);
+        cdx_grammar_free(g);
+    }
+}
+
+/* llama.cpp #25746 / #16790: big length bounds compile quickly (linear, no blow-up) */
+static void test_schema_big_bounds_compile_fast(void)
+{
+    static const char *const ok[] = {
+        "{\"type\":\"string\",\"maxLength\":5000}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":1000,\"maxLength\":5000},"
+        "\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":500},\"maxItems\":100}}}",
+        "{\"type\":\"string\",\"pattern\":\"^([a-z]{1,50}-){1,20}[0-9]{1,100}$\"}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        cdx_grammar *g = NULL;
+        cdx_err err = { 0 };
+        double t0 = cdx_time_ms();
+        int rc = cdx_grammar_from_json_schema(ok[i], strlen(ok[i]), "s.json", &g, &err);
+        double ms = cdx_time_ms() - t0;
+        CHECKF(rc == 0, "%s: %s", ok[i], err.msg);
+        CHECKF(ms < 2000, "%s: %.0f ms to compile", ok[i], ms);
+        cdx_grammar_free(g);
+    }
+}
+
+/* A schema's grammar accepts what the schema allows and refuses what it does not (texts judged by
+ * hand from the schema). */
+static void test_schema_languages(void)
+{
+    static const struct { const char *schema, *yes, *no; } k[] = {
+        { "{\"type\":\"integer\",\"minimum\":-20,\"maximum\":150}", "-20", "151" },
+        { "{\"type\":\"integer\",\"minimum\":-20,\"maximum\":150}", "150", "-21" },
+        { "{\"type\":\"integer\",\"minimum\":-20,\"maximum\":150}", "0", "007" },
+        { "{\"type\":\"integer\",\"exclusiveMinimum\":9,\"exclusiveMaximum\":100}", "99", "9" },
+        { "{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\\u00e9\\n\"", "\"abcd\"" },
+        { "{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\xE2\x82\xAC\xE2\x82\xAC\xE2\x82\xAC\"", "\"a\"" },
+        { "{\"type\":\"string\",\"pattern\":\"^a[0-9]?$\"}", "\"a7\"", "\"a77\"" },
+        { "{\"type\":\"string\",\"pattern\":\"[0-9]\"}", "\"xx5yy\"", "\"xyz\"" },
+        { "{\"type\":\"string\",\"pattern\":\"^[\\\"\\\\\\\\]+$\"}", "\"\\\"\\\\\"", "\"a\"" },
+        { "{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-28\"", "\"2024-02-30\"" },
+        { "{\"type\":\"string\",\"format\":\"date-time\"}", "\"2024-12-04T15:45:13.5Z\"", "\"2024-12-04 15:45:13Z\"" },
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
+          "{\"a\": 1, \"b\": true}", "{\"a\": 1, \"a\": true}" },
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"null\"}},\"additionalProperties\":false}",
+          "{\"b\":null}", "{,\"b\":null}" },
+        { "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false}", "[1]", "[1,2]" },
+        { "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":2,\"maxItems\":3}", "[true,false]", "[true]" },
+        { "{\"$defs\":{\"n\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},\"$ref\":\"#/$defs/n\"}", "[[],[[]]]", "[[]" },
+        { "{\"enum\":[\"a\",{\"k\":[1]},null]}", "{\"k\":[1]}", "{\"k\":[2]}" },
+        { "{\"type\":\"object\"}", "{\"x\": [1, {\"y\": \"z\"}]}", "[1]" },
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        cdx_grammar *g = NULL;
+        cdx_err err = { 0 };
+        int rc = cdx_grammar_from_json_schema(k[i].schema, strlen(k[i].schema), "s.json", &g, &err);
+        CHECKF(rc == 0, "%s: %s", k[i].schema, err.msg);
+        if (!rc) {
+            CHECKF(accepts(g, k[i].yes), "%s refuses %s", k[i].schema, k[i].yes);
+            CHECKF(!accepts(g, k[i].no), "%s accepts %s", k[i].schema, k[i].no);
+        }
+        cdx_grammar_free(g);
+    }
+}
+
 int main(void)
 {
     RUN("a token may span the end of one literal and the next", test_literal_spanning_tokens);
@@ -291,6 +460,10 @@ int main(void)
         test_matcher_follows_tokens);
     RUN("GBNF syntax: comments, multi-line groups, classes, escapes, repetitions", test_gbnf_syntax);
     RUN("malformed GBNF is refused with the place and the reason", test_gbnf_errors);
+    RUN("llama.cpp's example grammars compile and accept their language", test_llamacpp_grammars);
+    RUN("JSON Schema keywords that cannot be enforced are refused by name and path", test_schema_errors);
+    RUN("big length bounds compile in linear time", test_schema_big_bounds_compile_fast);
+    RUN("schema grammars accept what the schema allows, refuse the rest", test_schema_languages);
     printf("grammar: %d passed, %d failed\n", t_passed, t_failed);
     return t_failed != 0;
 }
