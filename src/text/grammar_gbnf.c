@@ -750,16 +750,14 @@ static int leaf_size(const gx *x)
 {
     if (x->kind == X_REF)
         return 1 << 20;
-    int n = 1;
+    int64_t n = 1;
     for (int i = 0; i < x->n && (x->kind == X_SEQ || x->kind == X_ALT); i++)
         n += leaf_size(x->kids[i]);
-    if (x->kind == X_REP) {
-        int k = leaf_size(x->kids[0]);
-        n += k * (x->max > 0 ? x->max : x->min + 1);
-    }
+    if (x->kind == X_REP)
+        n += (int64_t)leaf_size(x->kids[0]) * (x->max > 0 ? x->max : x->min + 1);
     if (x->kind == X_LIT || x->kind == X_CLASS)
         n += x->n;
-    return n > (1 << 20) ? 1 << 20 : n;
+    return n > (1 << 20) ? 1 << 20 : (int)n;
 }
 
 static int cmp_nedge_from(const void *a, const void *b)

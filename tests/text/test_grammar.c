@@ -405,7 +405,7 @@ static void test_schema_big_bounds_compile_fast(void)
         int rc = cdx_grammar_from_json_schema(ok[i], strlen(ok[i]), "s.json", &g, &err);
         double ms = cdx_time_ms() - t0;
         CHECKF(rc == 0, "%s: %s", ok[i], err.msg);
-        CHECKF(ms < 2000, "%s: %.0f ms to compile", ok[i], ms);
+        CHECKF(ms < 10000, "%s: %.0f ms to compile", ok[i], ms); /* exponential blow-up would take hours */
         cdx_grammar_free(g);
     }
 }
