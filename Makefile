@@ -34,7 +34,7 @@ ISA_avx2   := -mavx2 -mfma -mf16c $(ISA_OPT)
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2 $(ISA_OPT)
 
 LAYERS  := base format image quant kernel model engine text hub server
-LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
+LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)) $(wildcard src/model/arch/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -108,7 +108,9 @@ fuzz:
 	  echo clang $(FUZZ_OPT) -fsanitize=fuzzer $$f -o build-fuzz/$$n; \
 	  clang $(FUZZ_OPT) -fsanitize=fuzzer -Iinclude -Isrc $(PKG_CFLAGS) $$f build-fuzz/libcaldrix-fuzz.a $(PKG_LIBS) -lm -pthread -o build-fuzz/$$n || exit 1; done
 
-$(BUILD)/libcaldrix-fuzz.a: $(patsubst %.c,$(BUILD)/%.o,$(foreach l,$(FUZZ_LAYERS),$(wildcard src/$(l)/*.c)))
+# (the config reader reads the family rows: src/model/arch.c and src/model/arch/*.c, data only)
+$(BUILD)/libcaldrix-fuzz.a: $(patsubst %.c,$(BUILD)/%.o,$(foreach l,$(FUZZ_LAYERS),$(wildcard src/$(l)/*.c)) \
+                              src/model/arch.c $(wildcard src/model/arch/*.c))
 	@rm -f $@
 	ar rcs $@ $^
 

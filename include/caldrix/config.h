@@ -18,19 +18,73 @@
 extern "C" {
 #endif
 
+/* The config.json architectures caldrix reads, one line each (public: new ones go at the end). Each
+ * is read by one family of the model layer, whose row (src/model/arch/<family>.c) holds its
+ * defaults: cdx_hf_arch_row below. */
+#define CDX_HF_ARCHS(X)                                                                                  \
+    X(LLAMA)       /* LlamaForCausalLM */                                                                \
+    X(MISTRAL)     /* MistralForCausalLM */                                                              \
+    X(QWEN2)       /* Qwen2ForCausalLM */                                                                \
+    X(QWEN3)       /* Qwen3ForCausalLM */                                                                \
+    X(QWEN3_MOE)   /* Qwen3MoeForCausalLM */                                                             \
+    X(MIXTRAL)     /* MixtralForCausalLM */                                                              \
+    X(QWEN2_MOE)   /* Qwen2MoeForCausalLM */                                                             \
+    X(IDEFICS3)    /* Idefics3ForConditionalGeneration (SmolVLM): text_config is Llama, plus vision_config */ \
+    X(QWEN3_5)     /* Qwen3_5ForCausalLM (hybrid: Gated DeltaNet + gated attention) */                   \
+    X(QWEN3_5_VL)  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */
+
 typedef enum cdx_hf_arch {
-    CDX_HF_LLAMA,       /* LlamaForCausalLM */
-    CDX_HF_MISTRAL,     /* MistralForCausalLM */
-    CDX_HF_QWEN2,       /* Qwen2ForCausalLM */
-    CDX_HF_QWEN3,       /* Qwen3ForCausalLM */
-    CDX_HF_QWEN3_MOE,   /* Qwen3MoeForCausalLM */
-    CDX_HF_MIXTRAL,     /* MixtralForCausalLM */
-    CDX_HF_QWEN2_MOE,   /* Qwen2MoeForCausalLM */
-    CDX_HF_IDEFICS3,    /* Idefics3ForConditionalGeneration (SmolVLM): text_config is Llama, plus vision_config */
-    CDX_HF_QWEN3_5,     /* Qwen3_5ForCausalLM (hybrid: Gated DeltaNet + gated attention) */
-    CDX_HF_QWEN3_5_VL,  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */
+#define CDX_X_(name) CDX_HF_##name,
+    CDX_HF_ARCHS(CDX_X_)
+#undef CDX_X_
     CDX_HF_ARCH_COUNT
 } cdx_hf_arch;
+
+/* How config.json's sliding window applies to the layers (transformers' config classes). */
+typedef enum cdx_hf_sliding {
+    CDX_HF_SW_NONE,      /* Llama: no sliding window */
+    CDX_HF_SW_ALL,       /* Mistral, Mixtral: every layer when sliding_window is non-null */
+    CDX_HF_SW_QWEN,      /* Qwen2, Qwen3: only with use_sliding_window; layers >= max_window_layers or layer_types */
+    CDX_HF_SW_QWEN2_MOE, /* Qwen2-MoE: with use_sliding_window; even layers i < max_window_layers, or layer_types */
+    CDX_HF_SW_QWEN_ALL,  /* Qwen3-MoE: every layer, only with use_sliding_window */
+} cdx_hf_sliding;
+
+/* Which projections attention_bias (or the class itself) biases. */
+typedef enum cdx_hf_bias {
+    CDX_HF_B_ATTN,    /* attention_bias on q, k, v and o (Llama, Qwen3, Qwen3-MoE) */
+    CDX_HF_B_NONE,    /* no attention bias (Mistral, Mixtral) */
+    CDX_HF_B_QKV,     /* q, k, v always biased, o never (Qwen2) */
+    CDX_HF_B_QKV_KEY  /* q, k, v biased when qkv_bias (default true), o never (Qwen2-MoE) */
+} cdx_hf_bias;
+
+/* Where the text model's keys are and what else the reader reads. */
+typedef enum cdx_hf_layout {
+    CDX_HF_TEXT_TOP = 0,     /* at the top level */
+    CDX_HF_TEXT_VISION,      /* text_config, plus vision_config and the connector keys (Idefics3) */
+    CDX_HF_TEXT_QWEN35,      /* Qwen3.5's keys at the top level (read_qwen35: the layer pattern, linear_*) */
+    CDX_HF_TEXT_QWEN35_VL,   /* the same under text_config (Qwen3_5Config) */
+} cdx_hf_layout;
+
+/* A config.json architecture's row: its names and its config class's defaults for absent keys. */
+typedef struct cdx_hf_arch_row {
+    const char *arch, *model_type;   /* architectures[0]; model_type */
+    int64_t kv_heads;    /* default when absent; 0: = num_attention_heads */
+    int64_t head_dim;    /* default when absent; 0: hidden_size / num_attention_heads */
+    double rms_eps, rope_theta;
+    int64_t max_pos;
+    int64_t sliding;     /* sliding_window when the key is absent; 0: null */
+    cdx_hf_sliding sw;
+    int64_t bos, eos;    /* defaults; -1: none */
+    int moe;             /* 0 dense, 1 Qwen-style (num_experts), 2 Mixtral (num_local_experts) */
+    cdx_hf_bias bias;
+    bool mlp_bias_key;   /* reads mlp_bias (Llama only) */
+    int64_t experts, per_tok, moe_ff, shared_ff;
+    bool norm_topk;      /* default norm_topk_prob */
+    cdx_hf_layout layout;
+} cdx_hf_arch_row;
+
+/* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
+CDX_API const cdx_hf_arch_row *cdx_hf_arch_row_get(cdx_hf_arch a);
 
 #define CDX_HF_MAX_LAYERS 1024
 /* The sizes caldrix runs within: the config reader's bounds, which the loader applies to a GGUF

@@ -34,7 +34,7 @@ typedef struct cdx_convert cdx_convert;
  * every tensor (rope_freqs first, then the checkpoint's, shard by shard, by name). The tokenizer.*
  * keys are left to the caller (cdx_tok_export_gguf / cdx_tok_export_gguf_dummy), to be added next.
  * *out owns the converted tensor data, which w borrows: free it after cdx_gguf_writer_write.
- * Dense Llama, Mistral, Qwen2 and Qwen3 only; anything else is refused by name. */
+ * The architectures cdx_convert_archs lists; anything else is refused by name. */
 CDX_API int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_writer *w, cdx_convert **out,
                            cdx_err *err);
 CDX_API void cdx_convert_free(cdx_convert *c); /* NULL: no-op */
@@ -43,6 +43,9 @@ CDX_API const cdx_hf_config *cdx_convert_config(const cdx_convert *c);
 /* Things the conversion could not carry over (e.g. a sliding window GGUF "llama" has no key for),
  * newline-separated; "" when none. */
 CDX_API const char *cdx_convert_notes(const cdx_convert *c);
+/* "Llama, Mistral, ... and Qwen3.5": the config.json architectures cdx_convert_hf converts, from the
+ * model layer's family rows (for --help and messages). */
+CDX_API void cdx_convert_archs(char *out, size_t cap);
 /* Totals: tensors written and their bytes in the output. */
 CDX_API void cdx_convert_totals(const cdx_convert *c, size_t *n_tensors, size_t *n_bytes);
 

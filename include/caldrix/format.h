@@ -103,6 +103,55 @@ CDX_API const char *cdx_gguf_vtype_name(uint32_t t);
 
 CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const char *name);
 
+/* The per-architecture hyperparameter keys, "<general.architecture>.<suffix>" (llama.cpp's
+ * llama-arch.cpp LLM_KV_NAMES): the one table the loader, convert, synth, inspect, quantize and the
+ * Ollama probe read and write them by. */
+#define CDX_GGUF_ARCH_KEYS(X)                                                   \
+    X(CONTEXT_LENGTH, "context_length")                                         \
+    X(EMBEDDING_LENGTH, "embedding_length")                                     \
+    X(BLOCK_COUNT, "block_count")                                               \
+    X(FEED_FORWARD_LENGTH, "feed_forward_length")                               \
+    X(VOCAB_SIZE, "vocab_size")                                                 \
+    X(HEAD_COUNT, "attention.head_count")                                       \
+    X(HEAD_COUNT_KV, "attention.head_count_kv")                                 \
+    X(KEY_LENGTH, "attention.key_length")                                       \
+    X(VALUE_LENGTH, "attention.value_length")                                   \
+    X(RMS_EPS, "attention.layer_norm_rms_epsilon")                              \
+    X(RECURRENT_LAYERS, "attention.recurrent_layers")                           \
+    X(ROPE_FREQ_BASE, "rope.freq_base")                                         \
+    X(ROPE_DIM_COUNT, "rope.dimension_count")                                   \
+    X(ROPE_DIM_SECTIONS, "rope.dimension_sections")                             \
+    X(EXPERT_COUNT, "expert_count")                                             \
+    X(EXPERT_USED_COUNT, "expert_used_count")                                   \
+    X(EXPERT_FF_LENGTH, "expert_feed_forward_length")                           \
+    X(EXPERT_SHARED_FF_LENGTH, "expert_shared_feed_forward_length")             \
+    X(EXPERT_GATING_FUNC, "expert_gating_func")                                 \
+    X(EXPERT_WEIGHTS_SCALE, "expert_weights_scale")                             \
+    X(EXPERT_WEIGHTS_NORM, "expert_weights_norm")                               \
+    X(SSM_CONV_KERNEL, "ssm.conv_kernel")                                       \
+    X(SSM_STATE_SIZE, "ssm.state_size")                                         \
+    X(SSM_GROUP_COUNT, "ssm.group_count")                                       \
+    X(SSM_TIME_STEP_RANK, "ssm.time_step_rank")                                 \
+    X(SSM_INNER_SIZE, "ssm.inner_size")                                         \
+    X(FULL_ATTENTION_INTERVAL, "full_attention_interval")
+
+typedef enum cdx_gguf_key {
+#define CDX_X_(name, suffix) CDX_GK_##name,
+    CDX_GGUF_ARCH_KEYS(CDX_X_)
+#undef CDX_X_
+    CDX_GK_COUNT
+} cdx_gguf_key;
+
+/* "block_count" for CDX_GK_BLOCK_COUNT; NULL out of range. */
+CDX_API const char *cdx_gguf_key_suffix(cdx_gguf_key k);
+/* Writes "<arch>.<suffix>" into out (cap bytes) and returns out ("" for k out of range). */
+CDX_API const char *cdx_gguf_key_name(cdx_gguf_key k, const char *arch, char *out, size_t cap);
+/* The typed getters and setters on arch's key k (as cdx_gguf_get_* / cdx_gguf_writer_set_*). */
+CDX_API const cdx_gguf_kv *cdx_gguf_find_arch(const cdx_gguf *g, const char *arch, cdx_gguf_key k);
+CDX_API bool cdx_gguf_get_arch_u64(const cdx_gguf *g, const char *arch, cdx_gguf_key k, uint64_t *out);
+CDX_API bool cdx_gguf_get_arch_f64(const cdx_gguf *g, const char *arch, cdx_gguf_key k, double *out);
+CDX_API bool cdx_gguf_get_arch_bool(const cdx_gguf *g, const char *arch, cdx_gguf_key k, bool *out);
+
 /* GGUF writer: collects metadata and tensors, then writes a v3 file in one go.
  * Setting a key twice keeps the last value (in the first position). A setter that fails (bad key,
  * out of memory) returns CDX_E* and leaves the writer failed: cdx_gguf_writer_write then returns
@@ -121,6 +170,12 @@ CDX_API int cdx_gguf_writer_set_str(cdx_gguf_writer *w, const char *key, const c
 /* Arrays of fixed-size elements (elem_type not STRING/ARRAY) and of strings. Data are copied. */
 CDX_API int cdx_gguf_writer_set_arr(cdx_gguf_writer *w, const char *key, uint32_t elem_type, const void *data, uint64_t n);
 CDX_API int cdx_gguf_writer_set_arr_str(cdx_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* The same on arch's key k (cdx_gguf_key above). */
+CDX_API int cdx_gguf_writer_set_arch_u32(cdx_gguf_writer *w, const char *arch, cdx_gguf_key k, uint32_t v);
+CDX_API int cdx_gguf_writer_set_arch_f32(cdx_gguf_writer *w, const char *arch, cdx_gguf_key k, float v);
+CDX_API int cdx_gguf_writer_set_arch_bool(cdx_gguf_writer *w, const char *arch, cdx_gguf_key k, bool v);
+CDX_API int cdx_gguf_writer_set_arch_arr(cdx_gguf_writer *w, const char *arch, cdx_gguf_key k, uint32_t elem_type,
+                                         const void *data, uint64_t n);
 /* Copies an existing key/value (any type, nested arrays included) from a reader. */
 CDX_API int cdx_gguf_writer_copy_kv(cdx_gguf_writer *w, const cdx_gguf_kv *kv);
 /* Adds a tensor; data (n_bytes for type/ne) is borrowed until cdx_gguf_writer_write returns. */

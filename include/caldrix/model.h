@@ -17,15 +17,23 @@
 extern "C" {
 #endif
 
+/* The families caldrix runs, one line each: the enum below and the model layer's table of family
+ * rows (src/model/arch.c, one file src/model/arch/<file>.c per family) both come from this list.
+ * Public: a new family goes at the end. */
+#define CDX_FAMILIES(X)                                                                                  \
+    X(LLAMA, llama)         /* Llama, Mistral (GGUF "llama") */                                          \
+    X(QWEN2, qwen2)                                                                                      \
+    X(QWEN3, qwen3)                                                                                      \
+    X(QWEN3_MOE, qwen3_moe)                                                                              \
+    X(QWEN2_MOE, qwen2_moe)                                                                              \
+    X(MIXTRAL, mixtral)     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */       \
+    X(IDEFICS3, idefics3)   /* HF Idefics3ForConditionalGeneration (SmolVLM): Llama text + a vision tower */ \
+    X(QWEN3_5, qwen3_5)     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */
+
 typedef enum cdx_arch {
-    CDX_ARCH_LLAMA = 0,   /* Llama, Mistral (GGUF "llama") */
-    CDX_ARCH_QWEN2,
-    CDX_ARCH_QWEN3,
-    CDX_ARCH_QWEN3_MOE,
-    CDX_ARCH_QWEN2_MOE,
-    CDX_ARCH_MIXTRAL,     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */
-    CDX_ARCH_IDEFICS3,    /* HF Idefics3ForConditionalGeneration (SmolVLM): a Llama text model + a vision tower */
-    CDX_ARCH_QWEN3_5,     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */
+#define CDX_X_(name, file) CDX_ARCH_##name,
+    CDX_FAMILIES(CDX_X_)
+#undef CDX_X_
     CDX_ARCH_COUNT
 } cdx_arch;
 

@@ -8,10 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* %s: the architectures it converts (cdx_convert_archs, from the family rows) */
 static const char k_convert_usage[] =
     "usage: caldrix convert HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0] [--name NAME] [--vocab-only]\n"
     "\n"
-    "Converts a Hugging Face checkpoint (config.json + safetensors; Llama, Mistral, Qwen2, Qwen3, and the mixtures of experts Qwen3-MoE, Qwen2-MoE and Mixtral) to\n"
+    "Converts a Hugging Face checkpoint (config.json + safetensors; %s) to\n"
     "GGUF as llama.cpp's convert_hf_to_gguf.py does: its tensor names, the Llama q/k permutation,\n"
     "rope_freqs for Llama-3 scaling, its metadata keys and tokenizer keys.\n"
     "  --type T   type of the weight matrices (norms and vectors stay F32). Default: F16 when the\n"
@@ -22,6 +23,13 @@ static const char k_convert_usage[] =
     "Without tokenizer files a placeholder vocabulary sized to the model is written.\n"
     "OUT must not be a file of HFDIR (nor a hard link to one), and OUT's folder must exist and be\n"
     "writable: otherwise caldrix convert refuses before any work (exit 2).\n";
+
+static void usage(FILE *f)
+{
+    char archs[256];
+    cdx_convert_archs(archs, sizeof archs);
+    fprintf(f, k_convert_usage, archs);
+}
 
 /* llama.cpp's fingerprint of a BPE tokenizer: sha256 of Python's str() of encode(chktxt) with
  * add_special_tokens. The BOS/EOS the tokenizer adds are placed around an add_special=false
@@ -86,7 +94,7 @@ int cmd_convert(int argc, char **argv)
     bool vocab_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(k_convert_usage, stdout);
+            usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--type") || !strcmp(argv[i], "--outtype") || !strcmp(argv[i], "--name")) {
             if (i + 1 >= argc) {
@@ -108,7 +116,7 @@ int cmd_convert(int argc, char **argv)
         }
     }
     if (n_pos != 2) {
-        fputs(k_convert_usage, stderr);
+        usage(stderr);
         return 2;
     }
     const char *dir = pos[0], *out = pos[1];

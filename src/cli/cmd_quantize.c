@@ -138,17 +138,14 @@ static int quantize_gguf(const char *in, const char *out_path, const cdx_ftype_i
         fprintf(stderr, "caldrix: %s: general.architecture is missing\n", pos[0]);
         goto done;
     }
-    char key[128];
+    char an[65];
+    snprintf(an, sizeof an, "%.*s", (int)arch.len, arch.ptr);
     uint64_t n_layer = 0, n_head = 1, n_head_kv = 1, n_expert = 0;
-    snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
-    cdx_gguf_get_u64(g, key, &n_layer);
-    snprintf(key, sizeof key, "%.*s.attention.head_count", (int)arch.len, arch.ptr);
-    cdx_gguf_get_u64(g, key, &n_head);
-    snprintf(key, sizeof key, "%.*s.attention.head_count_kv", (int)arch.len, arch.ptr);
-    if (!cdx_gguf_get_u64(g, key, &n_head_kv))
+    cdx_gguf_get_arch_u64(g, an, CDX_GK_BLOCK_COUNT, &n_layer);
+    cdx_gguf_get_arch_u64(g, an, CDX_GK_HEAD_COUNT, &n_head);
+    if (!cdx_gguf_get_arch_u64(g, an, CDX_GK_HEAD_COUNT_KV, &n_head_kv))
         n_head_kv = n_head;
-    snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
-    cdx_gguf_get_u64(g, key, &n_expert);
+    cdx_gguf_get_arch_u64(g, an, CDX_GK_EXPERT_COUNT, &n_expert);
     if (n_layer == 0 || n_layer > 4096 || n_head_kv == 0 || n_head % n_head_kv) {
         fprintf(stderr, "caldrix: %s: block_count / head counts are missing or inconsistent\n", pos[0]);
         goto done;

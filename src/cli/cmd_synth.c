@@ -588,63 +588,58 @@ int cmd_synth(int argc, char **argv)
         fprintf(stderr, "caldrix synth: %s\n", err.msg);
         goto done;
     }
-    char key[128], gname[160];
+    char gname[160];
     const char *a = sh->arch;
     snprintf(gname, sizeof gname, "caldrix synth %s %s (random weights)", sh->name, type_name);
     int wrc = cdx_gguf_writer_set_str(w, "general.architecture", a);
     wrc = wrc ? wrc : cdx_gguf_writer_set_str(w, "general.name", gname);
     wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)fi->llama_ftype);
     wrc = wrc ? wrc : cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    static const struct { const char *key; size_t off; } u32keys[] = {
-        { "context_length", offsetof(synth_shape, n_ctx) },
-        { "embedding_length", offsetof(synth_shape, n_embd) },
-        { "block_count", offsetof(synth_shape, n_layer) },
-        { "feed_forward_length", offsetof(synth_shape, n_ff) },
-        { "attention.head_count", offsetof(synth_shape, n_head) },
-        { "attention.head_count_kv", offsetof(synth_shape, n_head_kv) },
-        { "attention.key_length", offsetof(synth_shape, head_dim) },
-        { "attention.value_length", offsetof(synth_shape, head_dim) },
-        { "rope.dimension_count", offsetof(synth_shape, head_dim) },
-        { "vocab_size", offsetof(synth_shape, n_vocab) },
+    /* the GGUF keys by the one key table (caldrix/format.h) */
+    static const struct { cdx_gguf_key key; size_t off; } u32keys[] = {
+        { CDX_GK_CONTEXT_LENGTH, offsetof(synth_shape, n_ctx) },
+        { CDX_GK_EMBEDDING_LENGTH, offsetof(synth_shape, n_embd) },
+        { CDX_GK_BLOCK_COUNT, offsetof(synth_shape, n_layer) },
+        { CDX_GK_FEED_FORWARD_LENGTH, offsetof(synth_shape, n_ff) },
+        { CDX_GK_HEAD_COUNT, offsetof(synth_shape, n_head) },
+        { CDX_GK_HEAD_COUNT_KV, offsetof(synth_shape, n_head_kv) },
+        { CDX_GK_KEY_LENGTH, offsetof(synth_shape, head_dim) },
+        { CDX_GK_VALUE_LENGTH, offsetof(synth_shape, head_dim) },
+        { CDX_GK_ROPE_DIM_COUNT, offsetof(synth_shape, head_dim) },
+        { CDX_GK_VOCAB_SIZE, offsetof(synth_shape, n_vocab) },
     };
-    static const struct { const char *key; size_t off; } hykeys[] = {
-        { "ssm.conv_kernel", offsetof(synth_shape, ssm_conv) }, { "ssm.state_size", offsetof(synth_shape, ssm_dk) },
-        { "ssm.group_count", offsetof(synth_shape, ssm_nk) }, { "ssm.time_step_rank", offsetof(synth_shape, ssm_nv) },
-        { "full_attention_interval", offsetof(synth_shape, full_every) },
-        { "rope.dimension_count", offsetof(synth_shape, n_rot) },
+    static const struct { cdx_gguf_key key; size_t off; } hykeys[] = {
+        { CDX_GK_SSM_CONV_KERNEL, offsetof(synth_shape, ssm_conv) }, { CDX_GK_SSM_STATE_SIZE, offsetof(synth_shape, ssm_dk) },
+        { CDX_GK_SSM_GROUP_COUNT, offsetof(synth_shape, ssm_nk) }, { CDX_GK_SSM_TIME_STEP_RANK, offsetof(synth_shape, ssm_nv) },
+        { CDX_GK_FULL_ATTENTION_INTERVAL, offsetof(synth_shape, full_every) },
+        { CDX_GK_ROPE_DIM_COUNT, offsetof(synth_shape, n_rot) },
     };
     for (size_t i = 0; i < sizeof u32keys / sizeof u32keys[0] && !wrc; i++) {
-        if (sh->full_every && !strcmp(u32keys[i].key, "rope.dimension_count"))
+        if (sh->full_every && u32keys[i].key == CDX_GK_ROPE_DIM_COUNT)
             continue;
-        snprintf(key, sizeof key, "%s.%s", a, u32keys[i].key);
-        wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)*(const int64_t *)((const char *)sh + u32keys[i].off));
+        wrc = cdx_gguf_writer_set_arch_u32(w, a, u32keys[i].key,
+                                           (uint32_t)*(const int64_t *)((const char *)sh + u32keys[i].off));
     }
     for (size_t i = 0; sh->full_every && i < sizeof hykeys / sizeof hykeys[0] && !wrc; i++) {
-        snprintf(key, sizeof key, "%s.%s", a, hykeys[i].key);
-        wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)*(const int64_t *)((const char *)sh + hykeys[i].off));
+        wrc = cdx_gguf_writer_set_arch_u32(w, a, hykeys[i].key,
+                                           (uint32_t)*(const int64_t *)((const char *)sh + hykeys[i].off));
     }
     if (sh->full_every && !wrc) {
         const int32_t sec[4] = { (int32_t)(sh->n_rot / 2 - 2 * (sh->n_rot / 6)), (int32_t)(sh->n_rot / 6),
                                  (int32_t)(sh->n_rot / 6), 0 };
-        snprintf(key, sizeof key, "%s.ssm.inner_size", a);
-        wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)(sh->ssm_nv * sh->ssm_dv));
-        snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
-        wrc = wrc ? wrc : cdx_gguf_writer_set_arr(w, key, CDX_GGUF_I32, sec, 4);
+        wrc = cdx_gguf_writer_set_arch_u32(w, a, CDX_GK_SSM_INNER_SIZE, (uint32_t)(sh->ssm_nv * sh->ssm_dv));
+        wrc = wrc ? wrc : cdx_gguf_writer_set_arch_arr(w, a, CDX_GK_ROPE_DIM_SECTIONS, CDX_GGUF_I32, sec, 4);
     }
-    snprintf(key, sizeof key, "%s.rope.freq_base", a);
-    wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, (float)sh->rope_theta);
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
-    wrc = wrc ? wrc : cdx_gguf_writer_set_f32(w, key, sh->rms_eps);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_arch_f32(w, a, CDX_GK_ROPE_FREQ_BASE, (float)sh->rope_theta);
+    wrc = wrc ? wrc : cdx_gguf_writer_set_arch_f32(w, a, CDX_GK_RMS_EPS, sh->rms_eps);
     if (sh->n_expert) {
-        const struct { const char *key; int64_t v; } mk[] = {
-            { "expert_count", sh->n_expert }, { "expert_used_count", sh->n_expert_used },
-            { "expert_feed_forward_length", sh->n_ff_exp }, { "expert_shared_feed_forward_length", sh->n_ff_shexp },
+        const struct { cdx_gguf_key key; int64_t v; } mk[] = {
+            { CDX_GK_EXPERT_COUNT, sh->n_expert }, { CDX_GK_EXPERT_USED_COUNT, sh->n_expert_used },
+            { CDX_GK_EXPERT_FF_LENGTH, sh->n_ff_exp }, { CDX_GK_EXPERT_SHARED_FF_LENGTH, sh->n_ff_shexp },
         };
         for (size_t i = 0; i < 4 && !wrc; i++)
-            if (mk[i].v) {
-                snprintf(key, sizeof key, "%s.%s", a, mk[i].key);
-                wrc = cdx_gguf_writer_set_u32(w, key, (uint32_t)mk[i].v);
-            }
+            if (mk[i].v)
+                wrc = cdx_gguf_writer_set_arch_u32(w, a, mk[i].key, (uint32_t)mk[i].v);
     }
     wrc = wrc ? wrc : set_vocab(w, sh->n_vocab, &vocab_text);
     if (wrc) {

@@ -12,57 +12,9 @@
 
 #define CONFIG_MAX_BYTES ((size_t)16 << 20)
 
-typedef enum {
-    SW_NONE,      /* Llama: no sliding window */
-    SW_ALL,       /* Mistral, Mixtral: every layer when sliding_window is non-null */
-    SW_QWEN,      /* Qwen2, Qwen3: only with use_sliding_window; layers >= max_window_layers or layer_types */
-    SW_QWEN2_MOE, /* Qwen2-MoE: with use_sliding_window; even layers i < max_window_layers, or layer_types */
-    SW_QWEN_ALL,  /* Qwen3-MoE: every layer, only with use_sliding_window */
-} sw_rule;
-
-typedef enum {
-    B_ATTN,   /* attention_bias on q, k, v and o (Llama, Qwen3, Qwen3-MoE) */
-    B_NONE,   /* no attention bias (Mistral, Mixtral) */
-    B_QKV,    /* q, k, v always biased, o never (Qwen2) */
-    B_QKV_KEY /* q, k, v biased when qkv_bias (default true), o never (Qwen2-MoE) */
-} bias_rule;
-
-typedef struct {
-    const char *arch, *model_type;
-    int64_t kv_heads;    /* default when absent; 0: = num_attention_heads */
-    int64_t head_dim;    /* default when absent; 0: hidden_size / num_attention_heads */
-    double rms_eps, rope_theta;
-    int64_t max_pos;
-    int64_t sliding;     /* sliding_window when the key is absent; 0: null */
-    sw_rule sw;
-    int64_t bos, eos;    /* defaults; -1: none */
-    int moe;             /* 0 dense, 1 Qwen-style (num_experts), 2 Mixtral (num_local_experts) */
-    bias_rule bias;
-    bool mlp_bias_key;   /* reads mlp_bias (Llama only) */
-    int64_t experts, per_tok, moe_ff, shared_ff;
-    bool norm_topk;      /* default norm_topk_prob */
-} arch_row;
-
-static const arch_row k_arch[CDX_HF_ARCH_COUNT] = {
-    [CDX_HF_LLAMA] = { "LlamaForCausalLM", "llama", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, 1, 2, 0, B_ATTN, true },
-    [CDX_HF_MISTRAL] = { "MistralForCausalLM", "mistral", 8, 0, 1e-6, 10000.0, 4096 * 32, 4096, SW_ALL, 1, 2, 0, B_NONE },
-    [CDX_HF_QWEN2] = { "Qwen2ForCausalLM", "qwen2", 32, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN, -1, -1, 0, B_QKV },
-    [CDX_HF_QWEN3] = { "Qwen3ForCausalLM", "qwen3", 32, 128, 1e-6, 10000.0, 32768, 4096, SW_QWEN, -1, -1, 0, B_ATTN },
-    [CDX_HF_QWEN3_MOE] = { "Qwen3MoeForCausalLM", "qwen3_moe", 4, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN_ALL, -1, -1, 1,
-                           B_ATTN, false, 128, 8, 768, 0, false },
-    [CDX_HF_MIXTRAL] = { "MixtralForCausalLM", "mixtral", 8, 0, 1e-5, 1e6, 4096 * 32, 0, SW_ALL, 1, 2, 2, B_NONE, false,
-                         8, 2, 0, 0, true },
-    [CDX_HF_QWEN2_MOE] = { "Qwen2MoeForCausalLM", "qwen2_moe", 16, 0, 1e-6, 10000.0, 32768, 4096, SW_QWEN2_MOE, -1, -1, 1,
-                           B_QKV_KEY, false, 60, 4, 1408, 5632, false },
-    /* the text model is a LlamaConfig (text_config); read_vision reads the rest */
-    [CDX_HF_IDEFICS3] = { "Idefics3ForConditionalGeneration", "idefics3", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, 1, 2, 0,
-                          B_ATTN, true },
-    /* Qwen3_5TextConfig's defaults; its sliding window and layer pattern are read by read_qwen35 */
-    [CDX_HF_QWEN3_5] = { "Qwen3_5ForCausalLM", "qwen3_5_text", 4, 256, 1e-6, 10000.0, 32768, 0, SW_NONE, -1, -1, 0,
-                         B_ATTN },
-    [CDX_HF_QWEN3_5_VL] = { "Qwen3_5ForConditionalGeneration", "qwen3_5", 4, 256, 1e-6, 10000.0, 32768, 0, SW_NONE,
-                            -1, -1, 0, B_ATTN },
-};
+/* The rows of the architectures (cdx_hf_arch_row, caldrix/config.h) are the model layer's family
+ * rows' (src/model/arch/<family>.c): cdx_hf_arch_row_get. */
+typedef cdx_hf_arch_row arch_row;
 
 /* ---- what config.json refuses: one row per rule (the checks below make each refusal) ---- */
 
@@ -91,7 +43,7 @@ const cdx_hf_rule *cdx_hf_config_rules(size_t *n)
     return k_rules;
 }
 
-const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_arch[a].arch : NULL; }
+const char *cdx_hf_arch_name(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? cdx_hf_arch_row_get((cdx_hf_arch)a)->arch : NULL; }
 
 bool cdx_hf_dtype_accepted(const char *s)
 {
@@ -442,12 +394,12 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
 
 /* What an architecture caldrix does not run is read with: transformers' PretrainedConfig habits (no
  * sliding window, kv heads = heads, head_dim = hidden / heads), so inspect can still report it. */
-static const arch_row k_generic = { "", "", 0, 0, 1e-6, 10000.0, 2048, 0, SW_NONE, -1, -1, 0, B_ATTN, false, 0, 0, 0, 0,
-                                    false };
+static const arch_row k_generic = { .arch = "", .model_type = "", .rms_eps = 1e-6, .rope_theta = 10000.0,
+                                    .max_pos = 2048, .sw = CDX_HF_SW_NONE, .bos = -1, .eos = -1, .bias = CDX_HF_B_ATTN };
 
 /* The row config.json names (architectures[0], else its model_type's causal-LM class, as
  * AutoModelForCausalLM picks). Seed 000: config.json declares exactly one architecture, one of
- * k_arch; anything else is a refusal, and the model is read on with the named row or k_generic. */
+ * cdx_hf_arch; anything else is a refusal, and the model is read on with the named row or k_generic. */
 static int find_arch(ctx *c, cdx_hf_config *cfg, const arch_row **row)
 {
     const char *mt;
@@ -461,18 +413,18 @@ static int find_arch(ctx *c, cdx_hf_config *cfg, const arch_row **row)
     json_t *archs = field(c->root, "architectures");
     const char *name = archs && json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
     for (int a = 0; a < CDX_HF_ARCH_COUNT && cfg->arch == CDX_HF_ARCH_COUNT; a++)
-        if (name ? !strcmp(name, k_arch[a].arch) : !archs && mt && !strcmp(mt, k_arch[a].model_type))
+        if (name ? !strcmp(name, cdx_hf_arch_row_get((cdx_hf_arch)a)->arch) : !archs && mt && !strcmp(mt, cdx_hf_arch_row_get((cdx_hf_arch)a)->model_type))
             cfg->arch = (cdx_hf_arch)a;
     if (cfg->arch != CDX_HF_ARCH_COUNT) {
-        *row = &k_arch[cfg->arch];
-        snprintf(cfg->architecture, sizeof cfg->architecture, "%s", k_arch[cfg->arch].arch);
+        *row = cdx_hf_arch_row_get(cfg->arch);
+        snprintf(cfg->architecture, sizeof cfg->architecture, "%s", cdx_hf_arch_row_get(cfg->arch)->arch);
     } else if (name)
         snprintf(cfg->architecture, sizeof cfg->architecture, "%.60s", name);
     if (name && json_array_size(archs) == 1 && cfg->arch != CDX_HF_ARCH_COUNT)
         return CDX_OK;
     char list[512] = "", b[96];
     for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a ? ", " : "", k_arch[a].arch);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a ? ", " : "", cdx_hf_arch_row_get((cdx_hf_arch)a)->arch);
     if (archs)
         show(archs, b, sizeof b);
     const char *what = !archs ? "" : !name || json_array_size(archs) != 1 ? ", not exactly one name" : "";
@@ -563,16 +515,16 @@ static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
     cfg->max_window_layers = 28;
     if ((rc = get_int(c, "max_window_layers", 0, (int64_t)1 << 30, &cfg->max_window_layers, NULL)))
         return rc;
-    if (row->sw == SW_NONE)
+    if (row->sw == CDX_HF_SW_NONE)
         window = 0;
-    if (row->sw == SW_QWEN || row->sw == SW_QWEN2_MOE || row->sw == SW_QWEN_ALL) {
+    if (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE || row->sw == CDX_HF_SW_QWEN_ALL) {
         cfg->use_sliding_window = use;
         if (!use)
             window = 0;
     }
     /* layer_types, when given, decides per layer (Qwen2/3 families); Mistral ignores it. */
     json_t *lt = field(c->root, "layer_types");
-    bool use_lt = lt && (row->sw == SW_QWEN || row->sw == SW_QWEN2_MOE);
+    bool use_lt = lt && (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE);
     if (use_lt) {
         if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layers) {
             char b[96];
@@ -593,11 +545,11 @@ static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
                 return type_err(c, shown, e, "\"full_attention\" or \"sliding_attention\"");
             }
             s = !strcmp(t, "sliding_attention");
-        } else if (row->sw == SW_ALL || row->sw == SW_QWEN_ALL)
+        } else if (row->sw == CDX_HF_SW_ALL || row->sw == CDX_HF_SW_QWEN_ALL)
             s = true;
-        else if (row->sw == SW_QWEN)
+        else if (row->sw == CDX_HF_SW_QWEN)
             s = l >= cfg->max_window_layers;
-        else if (row->sw == SW_QWEN2_MOE)
+        else if (row->sw == CDX_HF_SW_QWEN2_MOE)
             s = (l + 1) % 2 != 0 && l < cfg->max_window_layers;
         if (s && window > 0) {
             cfg->layer_flags[l] |= CDX_HF_LAYER_SLIDING;
@@ -743,10 +695,10 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     char text_name[300];
     char tc_name[600];
-    const bool qwen35 = cfg->arch == CDX_HF_QWEN3_5 || cfg->arch == CDX_HF_QWEN3_5_VL;
+    const bool qwen35 = row->layout == CDX_HF_TEXT_QWEN35 || row->layout == CDX_HF_TEXT_QWEN35_VL;
     if (qwen35 && (rc = qwen35_keys(&c, root, "")))
         goto out;
-    if (cfg->arch == CDX_HF_IDEFICS3) {
+    if (row->layout == CDX_HF_TEXT_VISION) {
         /* the text model's fields come from text_config; the tie of the head is the top level's */
         json_t *tc = field(root, "text_config");
         if (!tc || !json_is_object(tc)) {
@@ -764,7 +716,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         json_t *tt = field(tc, "tie_word_embeddings");
         if (!tt)
             json_object_set_new(tc, "tie_word_embeddings", json_boolean(tied));
-    } else if (cfg->arch == CDX_HF_QWEN3_5_VL) {
+    } else if (row->layout == CDX_HF_TEXT_QWEN35_VL) {
         /* Qwen3_5Config: the text model's fields are in text_config; the vision tower is not run */
         json_t *tc = field(root, "text_config");
         if (!tc || !json_is_object(tc)) {
@@ -855,10 +807,10 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if (row->mlp_bias_key && (rc = get_bool(&c, "mlp_bias", &cfg->mlp_bias, NULL)))
         goto out;
     switch (row->bias) {
-    case B_ATTN: cfg->attn_qkv_bias = cfg->attn_o_bias = cfg->attention_bias; break;
-    case B_NONE: break;
-    case B_QKV: cfg->attn_qkv_bias = true; break;
-    case B_QKV_KEY:
+    case CDX_HF_B_ATTN: cfg->attn_qkv_bias = cfg->attn_o_bias = cfg->attention_bias; break;
+    case CDX_HF_B_NONE: break;
+    case CDX_HF_B_QKV: cfg->attn_qkv_bias = true; break;
+    case CDX_HF_B_QKV_KEY:
         cfg->attn_qkv_bias = true;
         if ((rc = get_bool(&c, "qkv_bias", &cfg->attn_qkv_bias, NULL)))
             goto out;

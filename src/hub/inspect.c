@@ -100,12 +100,10 @@ static void loader_verdict(cdx_hub_report *out, const char *path);
 
 static bool gguf_has(const void *ctx, const char *name) { return cdx_gguf_tensor_find(ctx, name) != NULL; }
 
-static int64_t gguf_int(const cdx_gguf *g, const char *arch, const char *suffix)
+static int64_t gguf_int(const cdx_gguf *g, const char *arch, cdx_gguf_key k)
 {
-    char key[192];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
     uint64_t v = 0;
-    return cdx_gguf_get_u64(g, key, &v) && v < (1ull << 40) ? (int64_t)v : 0;
+    return cdx_gguf_get_arch_u64(g, arch, k, &v) && v < (1ull << 40) ? (int64_t)v : 0;
 }
 
 typedef struct tcount { uint32_t type; uint64_t n; } tcount;
@@ -185,18 +183,18 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     const char *a = out->architecture;
     out->n_tensors = g->n_tensors;
     out->n_metadata = g->n_kv;
-    out->n_layer = gguf_int(g, a, "block_count");
-    out->n_head = gguf_int(g, a, "attention.head_count");
-    out->n_kv_head = gguf_int(g, a, "attention.head_count_kv");
+    out->n_layer = gguf_int(g, a, CDX_GK_BLOCK_COUNT);
+    out->n_head = gguf_int(g, a, CDX_GK_HEAD_COUNT);
+    out->n_kv_head = gguf_int(g, a, CDX_GK_HEAD_COUNT_KV);
     if (!out->n_kv_head)
         out->n_kv_head = out->n_head;
-    out->hidden = gguf_int(g, a, "embedding_length");
-    out->head_dim = gguf_int(g, a, "attention.key_length");
+    out->hidden = gguf_int(g, a, CDX_GK_EMBEDDING_LENGTH);
+    out->head_dim = gguf_int(g, a, CDX_GK_KEY_LENGTH);
     if (!out->head_dim && out->n_head)
         out->head_dim = out->hidden / out->n_head;
-    out->ctx = gguf_int(g, a, "context_length");
-    out->n_expert = gguf_int(g, a, "expert_count");
-    out->n_expert_used = gguf_int(g, a, "expert_used_count");
+    out->ctx = gguf_int(g, a, CDX_GK_CONTEXT_LENGTH);
+    out->n_expert = gguf_int(g, a, CDX_GK_EXPERT_COUNT);
+    out->n_expert_used = gguf_int(g, a, CDX_GK_EXPERT_USED_COUNT);
     tcount tc[CDX_TYPE_COUNT + 1];
     int n_tc = 0;
     expert_acc ea = { .n = out->n_layer > 0 && out->n_layer <= 4096 ? (long)out->n_layer : 0 };
@@ -229,9 +227,7 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
         /* Qwen3.5: every full_attention_interval-th layer is full attention, as the loader reads it */
         uint8_t *linear = arch == CDX_ARCH_QWEN3_5 ? calloc((size_t)out->n_layer, 1) : NULL;
         uint64_t every = 4;
-        char fk[96];
-        snprintf(fk, sizeof fk, "%s.full_attention_interval", a);
-        if (linear && (!cdx_gguf_get_u64(g, fk, &every) || every < 1))
+        if (linear && (!cdx_gguf_get_arch_u64(g, a, CDX_GK_FULL_ATTENTION_INTERVAL, &every) || every < 1))
             every = every < 1 ? 1 : 4;
         for (int64_t l = 0; linear && l < out->n_layer; l++)
             linear[l] = (uint64_t)(l + 1) % every != 0;

@@ -10,6 +10,7 @@
  * The registry speaks the Docker distribution API: GET /v2/<ns>/<name>/manifests/<tag> and
  * GET /v2/<ns>/<name>/blobs/sha256:<hex> (usually a redirect to a CDN).
  */
+#include "caldrix/format.h"
 #include "caldrix/hub.h"
 #include "hub/hub_int.h"
 
@@ -390,12 +391,13 @@ bool hub_gguf_peek(const uint8_t *p, size_t n, cdx_hub_config *c)
             (t == 4 || t == 5 || t == 10 || t == 11)) {
             int64_t v = (int64_t)rd_u(&r, k_vsize[t]);
             const char *s = key + strlen(c->arch) + 1;
-            if (!strcmp(s, "block_count")) c->n_layer = v;
-            else if (!strcmp(s, "attention.head_count")) c->n_head = v;
-            else if (!strcmp(s, "attention.head_count_kv")) c->n_kv_head = v;
-            else if (!strcmp(s, "embedding_length")) c->hidden = v;
-            else if (!strcmp(s, "attention.key_length")) c->head_dim = v;
-            else if (!strcmp(s, "context_length")) c->ctx_max = v;
+            /* the key table (caldrix/format.h) */
+            if (!strcmp(s, cdx_gguf_key_suffix(CDX_GK_BLOCK_COUNT))) c->n_layer = v;
+            else if (!strcmp(s, cdx_gguf_key_suffix(CDX_GK_HEAD_COUNT))) c->n_head = v;
+            else if (!strcmp(s, cdx_gguf_key_suffix(CDX_GK_HEAD_COUNT_KV))) c->n_kv_head = v;
+            else if (!strcmp(s, cdx_gguf_key_suffix(CDX_GK_EMBEDDING_LENGTH))) c->hidden = v;
+            else if (!strcmp(s, cdx_gguf_key_suffix(CDX_GK_KEY_LENGTH))) c->head_dim = v;
+            else if (!strcmp(s, cdx_gguf_key_suffix(CDX_GK_CONTEXT_LENGTH))) c->ctx_max = v;
             continue;
         }
         if (!skip_value(&r, t, 0))

@@ -1,42 +1,48 @@
-/* The architecture table: one row per family. Loading, --help and docs read it. */
+/* The table of families: one row per family, each in its own file (src/model/arch/<family>.c), listed
+ * once by CDX_FAMILIES (caldrix/model.h). Loading, convert, inspect, synth, --help and docs read it. */
 #include "arch.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const arch_desc k_archs[CDX_ARCH_COUNT] = {
-    /*                                  GGUF name   GGUF RoPE          qkv_b  qk_n   moe    shared topk_norm family */
-    [CDX_ARCH_LLAMA]     = { CDX_ARCH_LLAMA,     "llama",    CDX_ROPE_ADJACENT, false, false, false, false, false, "llama" },
-    [CDX_ARCH_QWEN2]     = { CDX_ARCH_QWEN2,     "qwen2",    CDX_ROPE_HALVES,   true,  false, false, false, false, "qwen2" },
-    [CDX_ARCH_QWEN3]     = { CDX_ARCH_QWEN3,     "qwen3",    CDX_ROPE_HALVES,   false, true,  false, false, false, "qwen3" },
-    [CDX_ARCH_QWEN3_MOE] = { CDX_ARCH_QWEN3_MOE, "qwen3moe", CDX_ROPE_HALVES,   false, true,  true,  false, true , "qwen3_moe" },
-    [CDX_ARCH_QWEN2_MOE] = { CDX_ARCH_QWEN2_MOE, "qwen2moe", CDX_ROPE_HALVES,   true,  false, true,  true,  false, "qwen2_moe" },
-    /* GGUF files of Mixtral say "llama" and carry llama.expert_count (load_gguf switches to this row) */
-    [CDX_ARCH_MIXTRAL]   = { CDX_ARCH_MIXTRAL,   NULL,       CDX_ROPE_ADJACENT, false, false, true,  false, true , "mixtral" },
-    /* a Llama text model under model.text_model.*, plus the vision tower and connector (vision.c) */
-    [CDX_ARCH_IDEFICS3]  = { CDX_ARCH_IDEFICS3,  NULL,       CDX_ROPE_HALVES,   false, false, false, false, false, "idefics3",
-                             .hf_text_prefix = "model.text_model.", .vision = true },
-    /* Gated DeltaNet layers beside gated attention (qwen35.c) */
-    [CDX_ARCH_QWEN3_5]   = { CDX_ARCH_QWEN3_5,   "qwen35",   CDX_ROPE_HALVES,   false, true,  false, false, false, "qwen3_5",
-                             .hybrid = true },
+#define X(name, file) extern const arch_desc family_##file;
+CDX_FAMILIES(X)
+#undef X
+
+static const arch_desc *const k_archs[CDX_ARCH_COUNT] = {
+#define X(name, file) [CDX_ARCH_##name] = &family_##file,
+    CDX_FAMILIES(X)
+#undef X
 };
 
-/* config.json architectures (the config reader's cdx_hf_arch) → families, and what the import says of
- * each beyond its family (Mistral checkpoints are Llama-shaped; GGUF files of them say "llama"). */
-static const struct { cdx_arch arch; const char *note; } k_from_hf[CDX_HF_ARCH_COUNT] = {
-    [CDX_HF_LLAMA]      = { CDX_ARCH_LLAMA,     "" },
-    [CDX_HF_MISTRAL]    = { CDX_ARCH_LLAMA,     "accepted, not verified on hardware" },
-    [CDX_HF_QWEN2]      = { CDX_ARCH_QWEN2,     "" },
-    [CDX_HF_QWEN3]      = { CDX_ARCH_QWEN3,     "" },
-    [CDX_HF_QWEN3_MOE]  = { CDX_ARCH_QWEN3_MOE, "mixture of experts" },
-    [CDX_HF_MIXTRAL]    = { CDX_ARCH_MIXTRAL,   "mixture of experts" },
-    [CDX_HF_QWEN2_MOE]  = { CDX_ARCH_QWEN2_MOE, "mixture of experts with a shared expert" },
-    [CDX_HF_IDEFICS3]   = { CDX_ARCH_IDEFICS3,  "vision-language; CPU lane only" },
-    [CDX_HF_QWEN3_5]    = { CDX_ARCH_QWEN3_5,   "CPU lane only" },
-    [CDX_HF_QWEN3_5_VL] = { CDX_ARCH_QWEN3_5,   "text only (the vision tower is skipped); CPU lane only" },
-};
+const arch_desc *arch_get(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a] : NULL; }
 
-const char *cdx_model_hf_arch_note(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? k_from_hf[a].note : NULL; }
+/* The family and its entry that read config.json architecture a. */
+static const arch_desc *hf_row(cdx_hf_arch a, const arch_hf **entry)
+{
+    for (int i = 0; i < CDX_ARCH_COUNT; i++)
+        for (const arch_hf *h = k_archs[i]->hf; h < k_archs[i]->hf + 4 && h->note; h++)
+            if (h->hf == a) {
+                if (entry)
+                    *entry = h;
+                return k_archs[i];
+            }
+    return NULL;
+}
+
+const cdx_hf_arch_row *cdx_hf_arch_row_get(cdx_hf_arch a)
+{
+    const arch_hf *h = NULL;
+    return (unsigned)a < CDX_HF_ARCH_COUNT && hf_row(a, &h) ? &h->cfg : NULL;
+}
+
+const arch_desc *arch_by_hf(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? hf_row(a, NULL) : NULL; }
+
+const char *cdx_model_hf_arch_note(cdx_hf_arch a)
+{
+    const arch_hf *h = NULL;
+    return (unsigned)a < CDX_HF_ARCH_COUNT && hf_row(a, &h) ? h->note : NULL;
+}
 
 void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap)
 {
@@ -48,14 +54,21 @@ void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, ch
     snprintf(out, cap, tmp, layer, expert);
 }
 
-const arch_desc *arch_get(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? &k_archs[a] : NULL; }
-
-const arch_desc *arch_by_gguf(const char *name, size_t len)
+static bool name_is(const char *a, const char *name, size_t len)
 {
-    for (int i = 0; i < CDX_ARCH_COUNT; i++)
-        if (k_archs[i].gguf_name && strlen(k_archs[i].gguf_name) == len && !memcmp(k_archs[i].gguf_name, name, len))
-            return &k_archs[i];
-    return NULL;
+    return a && strlen(a) == len && !memcmp(a, name, len);
+}
+
+const arch_desc *arch_by_gguf(const char *name, size_t len, bool experts)
+{
+    const arch_desc *d = NULL;
+    for (int i = 0; i < CDX_ARCH_COUNT && !d; i++)
+        if (name_is(k_archs[i]->gguf_name, name, len))
+            d = k_archs[i];
+    for (int i = 0; i < CDX_ARCH_COUNT && experts && d && !d->moe; i++)
+        if (name_is(k_archs[i]->gguf_experts_of, name, len))
+            return k_archs[i];
+    return d;
 }
 
 void cdx_model_gguf_archs(char *out, size_t cap)
@@ -63,17 +76,33 @@ void cdx_model_gguf_archs(char *out, size_t cap)
     size_t n = 0;
     out[0] = 0;
     for (int i = 0; i < CDX_ARCH_COUNT; i++) {
-        const char *g = k_archs[i].gguf_name;
-        if (g && n < cap)
-            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", g);
-        if (k_archs[i].arch == CDX_ARCH_MIXTRAL && n < cap) /* no name of its own */
-            n += (size_t)snprintf(out + n, cap - n, "%sllama with experts (Mixtral)", n ? ", " : "");
+        const arch_desc *d = k_archs[i];
+        if (d->gguf_name && n < cap)
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", d->gguf_name);
+        if (d->gguf_experts_of && n < cap) /* no name of its own */
+            n += (size_t)snprintf(out + n, cap - n, "%s%s with experts (%s)", n ? ", " : "", d->gguf_experts_of,
+                                  d->hf[0].title);
     }
 }
 
-const arch_desc *arch_by_hf(cdx_hf_arch a)
+/* "A, B and C": the titles of the config.json architectures of the families `pick` accepts. */
+void arch_titles(bool (*pick)(const arch_desc *d), char *out, size_t cap)
 {
-    return (unsigned)a < CDX_HF_ARCH_COUNT ? &k_archs[k_from_hf[a].arch] : NULL;
+    const char *t[64];
+    int n = 0;
+    for (int a = 0; a < CDX_HF_ARCH_COUNT && n < 64; a++) {
+        const arch_hf *h = NULL;
+        const arch_desc *d = hf_row((cdx_hf_arch)a, &h);
+        bool dup = false;
+        for (int j = 0; d && j < n; j++)
+            dup |= !strcmp(t[j], h->title);
+        if (d && pick(d) && !dup)
+            t[n++] = h->title;
+    }
+    size_t k = 0;
+    out[0] = 0;
+    for (int j = 0; j < n && k < cap; j++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%s", j == 0 ? "" : j + 1 == n ? " and " : ", ", t[j]);
 }
 
 bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)
@@ -81,18 +110,15 @@ bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)
     const arch_desc *d = NULL;
     if (!name)
         return false;
-    if (gguf) {
-        d = arch_by_gguf(name, strlen(name));
-        if (d && d->arch == CDX_ARCH_LLAMA && experts)
-            d = arch_get(CDX_ARCH_MIXTRAL);
-    } else {
+    if (gguf)
+        d = arch_by_gguf(name, strlen(name), experts);
+    else
         for (int a = 0; a < CDX_HF_ARCH_COUNT && !d; a++)
             if (!strcmp(cdx_hf_arch_name((cdx_hf_arch)a), name))
                 d = arch_by_hf((cdx_hf_arch)a);
-    }
     if (d && out)
         *out = d->arch;
     return d != NULL;
 }
 
-const char *cdx_model_arch_family(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a].family : NULL; }
+const char *cdx_model_arch_family(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a]->family : NULL; }

@@ -7,25 +7,65 @@
 
 #include <pthread.h>
 
-/* What a family needs, in one row per architecture. */
+/* A mixture-of-experts layer's tensor roles (the GGUF names stack each expert role in one tensor). */
+typedef enum {
+    MOE_ROUTER, MOE_GATE, MOE_UP, MOE_DOWN, MOE_SH_ROUTER, MOE_SH_GATE, MOE_SH_UP, MOE_SH_DOWN, MOE_ROLE_COUNT
+} moe_role;
+
+/* A family's own name for a tensor role, where it differs from the common decoder's (model_load.c's
+ * role tables, which hold llama.cpp's and transformers' Llama/Qwen names). */
+typedef struct role_name {
+    int role;                   /* a tensor_role, or a moe_role when moe */
+    bool moe, gguf;             /* which table; the GGUF or the HF name */
+    const char *name;           /* "%d" the layer (then the expert); NULL ends a list */
+} role_name;
+
+/* A config.json architecture a family reads (config.h's cdx_hf_arch), with what the import says of
+ * it beyond its family ("" or e.g. "mixture of experts"). */
+typedef struct arch_hf {
+    cdx_hf_arch hf;
+    const char *title;          /* how messages name it: "Mistral", "Qwen3-MoE" */
+    const char *note;           /* NULL ends the list */
+    cdx_hf_arch_row cfg;        /* its names and config class defaults (the config reader reads them) */
+} arch_hf;
+
+/* What a family is, in one row (src/model/arch/<family>.c): where it differs from the common decoder
+ * (embed; per layer RMSNorm, attention with RoPE over the KV cache, RMSNorm, SwiGLU MLP; RMSNorm, the
+ * head), as data; the loader, convert, inspect, synth, --help and the docs read it. */
 typedef struct arch_desc {
     cdx_arch arch;
-    const char *gguf_name;      /* general.architecture */
-    cdx_rope_mode gguf_rope;    /* RoPE pairing of the GGUF layout */
+    const char *family;         /* transformers' model_type of the family ("qwen3_moe"): what inspect reports */
+    const arch_hf hf[4];        /* the config.json architectures it reads */
+    const char *gguf_name;      /* general.architecture; NULL: the family has no GGUF name of its own */
+    const char *gguf_experts_of;/* GGUF files of it say this general.architecture with <arch>.expert_count
+                                   (Mixtral: "llama"); the loader takes such a file as this family */
+    cdx_rope_mode gguf_rope;    /* RoPE pairing of the GGUF layout (ADJACENT: the converter permutes q/k) */
     bool qkv_bias, qk_norm;
     bool moe;                   /* a mixture of experts (its sparse layers: a router over n_expert MLPs) */
     bool shared_expert;         /* Qwen2-MoE: plus one always-on expert scaled by sigmoid(its gate) */
     bool norm_topk;             /* GGUF default for renormalising the top-k weights (HF: config.json) */
-    const char *family;         /* transformers' model_type of the family ("qwen3_moe"): what inspect reports */
+    bool experts_ff_wide;       /* experts are feed_forward_length wide and always renormalise: GGUF has no
+                                   expert_feed_forward_length or expert_weights_norm (Mixtral) */
     const char *hf_text_prefix; /* HF tensor names of the text model start with this in place of "model."
                                    (Idefics3: "model.text_model."); NULL: "model." */
     bool vision;                /* a vision tower + connector beside the text model (vision.c) */
-    bool hybrid;                /* Qwen3.5: Gated DeltaNet layers, gated attention, partial rotary, norms x·(1 + w) */
+    bool hybrid;                /* Qwen3.5: Gated DeltaNet layers, gated attention, partial rotary (qwen35.c) */
+    float hf_norm_offset;       /* the checkpoint's RMSNorm weights w scale by (offset + w) (Qwen3.5: 1);
+                                   the loader and the converter add it */
+    bool bf16;                  /* has a bf16 forward pass (forward_bf16.c), checked against golden_bf16.json */
+    /* convert (llama.cpp's convert_hf_to_gguf.py) */
+    bool gguf_vocab_rope_keys;  /* LlamaModel.set_gguf_parameters: <arch>.vocab_size, rope.dimension_count */
+    bool gguf_rope_freqs;       /* LlamaModel: rope_freqs.weight for rope_scaling llama3 */
+    const role_name *names;     /* its own tensor names, or NULL */
 } arch_desc;
 
-const arch_desc *arch_by_gguf(const char *name, size_t len);
+/* The row of a GGUF general.architecture; experts: the file has <arch>.expert_count > 0 (a "llama"
+ * file with experts is Mixtral). NULL: none. */
+const arch_desc *arch_by_gguf(const char *name, size_t len, bool experts);
 const arch_desc *arch_by_hf(cdx_hf_arch a); /* config.h names the architectures */
 const arch_desc *arch_get(cdx_arch a);
+/* "Llama, Mistral and Qwen2": the titles of the config.json architectures of the families pick takes. */
+void arch_titles(bool (*pick)(const arch_desc *d), char *out, size_t cap);
 
 /* Tensor roles: one row each, with the GGUF and HF names ("%d" = layer). */
 /* In the order a layer's tensors are written (llama.cpp's converter order, which synth and
@@ -41,10 +81,11 @@ typedef enum {
 } tensor_role;
 
 /* The GGUF ("blk.%d.attn_q.weight") or HF ("model.layers.%d.self_attn.q_proj.weight") name pattern of
- * a role; NULL where the format has no such tensor (HF has no rope_freqs). *per_layer: "%d" is the layer. */
-const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer);
-/* The same for one architecture (Qwen3.5's GGUF FFN norm is blk.%d.post_attention_norm). */
+ * a role in family d (its own names first: Qwen3.5's GGUF FFN norm is blk.%d.post_attention_norm);
+ * NULL where the format has no such tensor (HF has no rope_freqs). *per_layer: "%d" is the layer. */
 const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer);
+/* The same for a mixture-of-experts role ("%d" the layer, then for HF's per-expert names the expert). */
+const char *arch_moe_name_of(const arch_desc *d, moe_role r, bool gguf);
 
 /* A transformers mixture-of-experts tensor name (router, an expert's gate/up/down, the shared
  * expert) → its llama.cpp GGUF name ("blk.L.ffn_gate_exps.weight": experts stacked, so *expert says

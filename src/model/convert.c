@@ -449,9 +449,9 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
                           const cdx_convert_opts *o, int ftype, uint64_t n_params)
 {
     const cdx_hf_config *cfg = &c->cfg;
-    const char *a = d->gguf_name ? d->gguf_name : "llama"; /* Mixtral: "llama" with experts */
+    const char *a = d->gguf_name ? d->gguf_name : d->gguf_experts_of; /* Mixtral: "llama" with experts */
     char key[128], nbuf[256], label[32];
-#define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
+#define K(id) cdx_gguf_key_name(CDX_GK_##id, a, key, sizeof key) /* the key table (caldrix/format.h) */
     cdx_gguf_writer_set_str(w, "general.architecture", a);
     cdx_gguf_writer_set_str(w, "general.type", "model");
     /* gguf-py Metadata: sampling defaults from generation_config.json, then the name */
@@ -466,55 +466,60 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         cdx_gguf_writer_set_str(w, "general.size_label", label);
     }
     /* TextModel.set_gguf_parameters */
-    cdx_gguf_writer_set_u32(w, K("block_count"), (uint32_t)cfg->n_layers);
-    cdx_gguf_writer_set_u32(w, K("context_length"), (uint32_t)cfg->max_position_embeddings);
-    cdx_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)cfg->hidden_size);
-    cdx_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)cfg->intermediate_size);
-    cdx_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)cfg->n_heads);
-    cdx_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)cfg->n_kv_heads);
-    cdx_gguf_writer_set_f32(w, K("rope.freq_base"), (float)cfg->rope_theta);
-    cdx_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)cfg->rms_norm_eps);
+    cdx_gguf_writer_set_u32(w, K(BLOCK_COUNT), (uint32_t)cfg->n_layers);
+    cdx_gguf_writer_set_u32(w, K(CONTEXT_LENGTH), (uint32_t)cfg->max_position_embeddings);
+    cdx_gguf_writer_set_u32(w, K(EMBEDDING_LENGTH), (uint32_t)cfg->hidden_size);
+    cdx_gguf_writer_set_u32(w, K(FEED_FORWARD_LENGTH), (uint32_t)cfg->intermediate_size);
+    cdx_gguf_writer_set_u32(w, K(HEAD_COUNT), (uint32_t)cfg->n_heads);
+    cdx_gguf_writer_set_u32(w, K(HEAD_COUNT_KV), (uint32_t)cfg->n_kv_heads);
+    cdx_gguf_writer_set_f32(w, K(ROPE_FREQ_BASE), (float)cfg->rope_theta);
+    cdx_gguf_writer_set_f32(w, K(RMS_EPS), (float)cfg->rms_norm_eps);
     if (config_has(dir, "head_dim") || d->hybrid) {
-        cdx_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)cfg->head_dim);
-        cdx_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)cfg->head_dim);
+        cdx_gguf_writer_set_u32(w, K(KEY_LENGTH), (uint32_t)cfg->head_dim);
+        cdx_gguf_writer_set_u32(w, K(VALUE_LENGTH), (uint32_t)cfg->head_dim);
     }
     cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
     if (d->moe) { /* Qwen2MoeModel / MixtralModel set_gguf_parameters */
-        cdx_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)cfg->n_experts);
-        cdx_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)cfg->n_experts_per_tok);
-        if (d->arch != CDX_ARCH_MIXTRAL)
-            cdx_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)cfg->moe_intermediate_size);
+        cdx_gguf_writer_set_u32(w, K(EXPERT_COUNT), (uint32_t)cfg->n_experts);
+        cdx_gguf_writer_set_u32(w, K(EXPERT_USED_COUNT), (uint32_t)cfg->n_experts_per_tok);
+        if (!d->experts_ff_wide)
+            cdx_gguf_writer_set_u32(w, K(EXPERT_FF_LENGTH), (uint32_t)cfg->moe_intermediate_size);
         if (d->shared_expert)
-            cdx_gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"),
+            cdx_gguf_writer_set_u32(w, K(EXPERT_SHARED_FF_LENGTH),
                                     (uint32_t)cfg->shared_expert_intermediate_size);
         /* llama.cpp fixes the renormalisation per architecture; the key says what config.json says */
-        if (d->arch != CDX_ARCH_MIXTRAL)
-            cdx_gguf_writer_set_bool(w, K("expert_weights_norm"), cfg->norm_topk_prob);
+        if (!d->experts_ff_wide)
+            cdx_gguf_writer_set_bool(w, K(EXPERT_WEIGHTS_NORM), cfg->norm_topk_prob);
     }
     /* LlamaModel.set_gguf_parameters adds these two; Qwen2/Qwen3 do not */
-    if (d->arch == CDX_ARCH_LLAMA || d->arch == CDX_ARCH_MIXTRAL) {
-        cdx_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)cfg->vocab_size);
-        cdx_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)cfg->head_dim);
+    if (d->gguf_vocab_rope_keys) {
+        cdx_gguf_writer_set_u32(w, K(VOCAB_SIZE), (uint32_t)cfg->vocab_size);
+        cdx_gguf_writer_set_u32(w, K(ROPE_DIM_COUNT), (uint32_t)cfg->head_dim);
     }
     if (d->hybrid) { /* Qwen3NextModel / _Qwen35MRopeMixin.set_gguf_parameters */
-        cdx_gguf_writer_set_u32(w, K("ssm.conv_kernel"), (uint32_t)cfg->linear_conv_kernel);
-        cdx_gguf_writer_set_u32(w, K("ssm.state_size"), (uint32_t)cfg->linear_k_dim);
-        cdx_gguf_writer_set_u32(w, K("ssm.group_count"), (uint32_t)cfg->linear_n_k_heads);
-        cdx_gguf_writer_set_u32(w, K("ssm.time_step_rank"), (uint32_t)cfg->linear_n_v_heads);
-        cdx_gguf_writer_set_u32(w, K("ssm.inner_size"), (uint32_t)(cfg->linear_v_dim * cfg->linear_n_v_heads));
+        cdx_gguf_writer_set_u32(w, K(SSM_CONV_KERNEL), (uint32_t)cfg->linear_conv_kernel);
+        cdx_gguf_writer_set_u32(w, K(SSM_STATE_SIZE), (uint32_t)cfg->linear_k_dim);
+        cdx_gguf_writer_set_u32(w, K(SSM_GROUP_COUNT), (uint32_t)cfg->linear_n_k_heads);
+        cdx_gguf_writer_set_u32(w, K(SSM_TIME_STEP_RANK), (uint32_t)cfg->linear_n_v_heads);
+        cdx_gguf_writer_set_u32(w, K(SSM_INNER_SIZE), (uint32_t)(cfg->linear_v_dim * cfg->linear_n_v_heads));
         int64_t every = 0;
         for (int64_t l = 0; l < cfg->n_layers && !every; l++)
             every = cfg->layer_flags[l] & CDX_HF_LAYER_LINEAR ? 0 : l + 1;
-        cdx_gguf_writer_set_u32(w, K("full_attention_interval"), (uint32_t)(every ? every : cfg->n_layers + 1));
-        cdx_gguf_writer_set_u32(w, K("rope.dimension_count"),
+        cdx_gguf_writer_set_u32(w, K(FULL_ATTENTION_INTERVAL), (uint32_t)(every ? every : cfg->n_layers + 1));
+        cdx_gguf_writer_set_u32(w, K(ROPE_DIM_COUNT),
                                 (uint32_t)((double)cfg->head_dim * cfg->partial_rotary_factor));
         const int32_t sec[4] = { (int32_t)cfg->mrope_section[0], (int32_t)cfg->mrope_section[1],
                                  (int32_t)cfg->mrope_section[2], 0 };
-        cdx_gguf_writer_set_arr(w, K("rope.dimension_sections"), CDX_GGUF_I32, sec, 4);
+        cdx_gguf_writer_set_arr(w, K(ROPE_DIM_SECTIONS), CDX_GGUF_I32, sec, 4);
     }
     return cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
 #undef K
 }
+
+/* The families llama.cpp has a GGUF form of (a vision-language model has none here). */
+static bool convertible(const arch_desc *d) { return !d->vision && (d->gguf_name || d->gguf_experts_of); }
+
+void cdx_convert_archs(char *out, size_t cap) { arch_titles(convertible, out, cap); }
 
 int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_writer *w, cdx_convert **out, cdx_err *err)
 {
@@ -535,10 +540,11 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     const cdx_hf_config *cfg = &c->cfg;
     const arch_desc *d = arch_by_hf(cfg->arch);
-    if (!d || d->vision) {
+    if (!d || !convertible(d)) {
+        char list[256];
+        cdx_convert_archs(list, sizeof list);
         rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: architectures is \"%s\"; caldrix convert handles "
-                         "Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral and Qwen3.5 checkpoints (not "
-                         "vision-language models)", dir, cfg->architecture);
+                         "%s checkpoints (not vision-language models)", dir, cfg->architecture, list);
         goto fail;
     }
     if (d->hybrid) { /* GGUF keeps one interval for the layer pattern: it must say it all */
@@ -596,7 +602,7 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
     qsort(refs, n_src, sizeof *refs, src_cmp);
 
     float freqs[512];
-    bool has_freqs = (d->arch == CDX_ARCH_LLAMA || d->arch == CDX_ARCH_MIXTRAL) && cfg->rope_type == CDX_HF_ROPE_LLAMA3;
+    bool has_freqs = d->gguf_rope_freqs && cfg->rope_type == CDX_HF_ROPE_LLAMA3;
     if (has_freqs) {
         if (cfg->head_dim < 2 || cfg->head_dim > 1024) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: head_dim %lld is out of range for rope_freqs", dir,

@@ -2,6 +2,7 @@
  * and the load-time cast of a checkpoint's weights to bf16 (from_pretrained(torch_dtype=bfloat16)). */
 #include "arch.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,9 +24,10 @@ int cdx_dtype_from_name(const char *s, cdx_dtype *out)
     return CDX_EINVAL;
 }
 
-/* The architectures with a bf16 forward pass (forward_bf16.c), checked against
- * ../shared/fixtures/hf's golden_bf16.json: the dense Llama family. */
-static bool arch_has_bf16(cdx_arch a) { return a == CDX_ARCH_LLAMA || a == CDX_ARCH_QWEN2 || a == CDX_ARCH_QWEN3; }
+/* The families with a bf16 forward pass (forward_bf16.c; their rows say so), checked against
+ * ../shared/fixtures/hf's golden_bf16.json. */
+static bool has_bf16(const arch_desc *d) { return d->bf16; }
+static bool arch_has_bf16(cdx_arch a) { return arch_get(a) && arch_get(a)->bf16; }
 
 /* What a model computes in by default. Rows are tried in order; the first that matches decides. */
 typedef enum { ST_ANY, ST_HALF, ST_F32 } stored_kind; /* HALF: F16 or BF16 */
@@ -59,9 +61,14 @@ int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype w
             return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16 applies to safetensors checkpoints; a GGUF file "
                                "computes as llama.cpp does (f32 activations, rounded to F16/BF16 where a tensor is "
                                "stored so): use --dtype f32 (the default) for it");
-        if (!has)
+        if (!has) {
+            char list[256];
+            arch_titles(has_bf16, list, sizeof list);
+            for (char *c = list; *c; c++)
+                *c = (char)tolower((unsigned char)*c);
             return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: the %s architecture has no bf16 forward pass yet "
-                               "(llama, mistral, qwen2 and qwen3 do); use --dtype f32", cdx_model_arch_family(arch));
+                               "(%s do); use --dtype f32", cdx_model_arch_family(arch), list);
+        }
         *out = CDX_DTYPE_BF16;
         *why = k_why_bf16;
         return CDX_OK;

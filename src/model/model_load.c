@@ -56,12 +56,25 @@ static const struct role_desc {
     [ROLE_SSM_OUT]    = { "blk.%d.ssm_out.weight",      "model.layers.%d.linear_attn.out_proj.weight", true,  true,  D_EMBD,  D_SSM_VD, NEED_LINEAR },
 };
 
-/* llama.cpp names Qwen3.5's post_attention_layernorm blk.%d.post_attention_norm (qwen35.cpp) */
+/* A family's own name for a role, if it has one (its row's names list). */
+static const char *own_name(const arch_desc *d, int role, bool moe, bool gguf)
+{
+    for (const role_name *n = d ? d->names : NULL; n && n->name; n++)
+        if (n->role == role && n->moe == moe && n->gguf == gguf)
+            return n->name;
+    return NULL;
+}
+
 static const char *role_gguf_name(const arch_desc *d, tensor_role r)
 {
-    if (d && d->hybrid && r == ROLE_FFN_NORM)
-        return "blk.%d.post_attention_norm.weight";
-    return k_roles[r].gguf;
+    const char *own = own_name(d, r, false, true);
+    return own ? own : k_roles[r].gguf;
+}
+
+static const char *role_hf_name(const arch_desc *d, tensor_role r)
+{
+    const char *own = own_name(d, r, false, false);
+    return own ? own : k_roles[r].hf;
 }
 
 const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
@@ -70,16 +83,7 @@ const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool
         return NULL;
     if (per_layer)
         *per_layer = k_roles[r].per_layer;
-    return gguf ? role_gguf_name(d, r) : k_roles[r].hf;
-}
-
-const char *arch_role_name(tensor_role r, bool gguf, bool *per_layer)
-{
-    if ((unsigned)r >= ROLE_COUNT)
-        return NULL;
-    if (per_layer)
-        *per_layer = k_roles[r].per_layer;
-    return gguf ? k_roles[r].gguf : k_roles[r].hf;
+    return gguf ? role_gguf_name(d, r) : role_hf_name(d, r);
 }
 
 static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
@@ -183,7 +187,7 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
 {
     const struct role_desc *rd = &k_roles[role];
     const cdx_hparams *hp = &b->m->hp;
-    const char *fmt = b->gguf ? role_gguf_name(b->m->desc, role) : rd->hf;
+    const char *fmt = b->gguf ? role_gguf_name(b->m->desc, role) : role_hf_name(b->m->desc, role);
     bool needed = rd->need == NEED_ALWAYS || (rd->need == NEED_QKV_BIAS && hp->qkv_bias) ||
                   (rd->need == NEED_QK_NORM && hp->qk_norm) || rd->need == NEED_LINEAR;
     if (present)
@@ -232,33 +236,25 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
 
 /* ---- mixture-of-experts tensors ---- */
 
-typedef enum {
-    MOE_ROUTER, MOE_GATE, MOE_UP, MOE_DOWN, MOE_SH_ROUTER, MOE_SH_GATE, MOE_SH_UP, MOE_SH_DOWN, MOE_ROLE_COUNT
-} moe_role;
-
 /* A sparse layer's tensors. GGUF (llama.cpp's names): each expert role is one stacked tensor
  * [n_expert][rows][cols]. HF (transformers' names): one tensor per expert, "%d" the layer, then
- * the expert; Mixtral names its experts w1 (gate), w3 (up), w2 (down). */
+ * the expert (a family may name them otherwise: Mixtral's w1, w3, w2). */
 static const struct moe_role_desc {
-    const char *gguf, *hf, *hf_mixtral;
+    const char *gguf, *hf;
     dim_kind rows, cols;
     bool per_expert, shared;
 } k_moe_roles[MOE_ROLE_COUNT] = {
-    [MOE_ROUTER]    = { "blk.%d.ffn_gate_inp.weight", "model.layers.%d.mlp.gate.weight",
-                        "model.layers.%d.block_sparse_moe.gate.weight", D_NEXP, D_EMBD, false, false },
-    [MOE_GATE]      = { "blk.%d.ffn_gate_exps.weight", "model.layers.%d.mlp.experts.%d.gate_proj.weight",
-                        "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", D_FFE, D_EMBD, true, false },
-    [MOE_UP]        = { "blk.%d.ffn_up_exps.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
-                        "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", D_FFE, D_EMBD, true, false },
-    [MOE_DOWN]      = { "blk.%d.ffn_down_exps.weight", "model.layers.%d.mlp.experts.%d.down_proj.weight",
-                        "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", D_EMBD, D_FFE, true, false },
-    [MOE_SH_ROUTER] = { "blk.%d.ffn_gate_inp_shexp.weight", "model.layers.%d.mlp.shared_expert_gate.weight", NULL,
+    [MOE_ROUTER]    = { "blk.%d.ffn_gate_inp.weight", "model.layers.%d.mlp.gate.weight", D_NEXP, D_EMBD, false, false },
+    [MOE_GATE]      = { "blk.%d.ffn_gate_exps.weight", "model.layers.%d.mlp.experts.%d.gate_proj.weight", D_FFE, D_EMBD, true, false },
+    [MOE_UP]        = { "blk.%d.ffn_up_exps.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight", D_FFE, D_EMBD, true, false },
+    [MOE_DOWN]      = { "blk.%d.ffn_down_exps.weight", "model.layers.%d.mlp.experts.%d.down_proj.weight", D_EMBD, D_FFE, true, false },
+    [MOE_SH_ROUTER] = { "blk.%d.ffn_gate_inp_shexp.weight", "model.layers.%d.mlp.shared_expert_gate.weight",
                         D_ONE, D_EMBD, false, true },
-    [MOE_SH_GATE]   = { "blk.%d.ffn_gate_shexp.weight", "model.layers.%d.mlp.shared_expert.gate_proj.weight", NULL,
+    [MOE_SH_GATE]   = { "blk.%d.ffn_gate_shexp.weight", "model.layers.%d.mlp.shared_expert.gate_proj.weight",
                         D_FFS, D_EMBD, false, true },
-    [MOE_SH_UP]     = { "blk.%d.ffn_up_shexp.weight", "model.layers.%d.mlp.shared_expert.up_proj.weight", NULL,
+    [MOE_SH_UP]     = { "blk.%d.ffn_up_shexp.weight", "model.layers.%d.mlp.shared_expert.up_proj.weight",
                         D_FFS, D_EMBD, false, true },
-    [MOE_SH_DOWN]   = { "blk.%d.ffn_down_shexp.weight", "model.layers.%d.mlp.shared_expert.down_proj.weight", NULL,
+    [MOE_SH_DOWN]   = { "blk.%d.ffn_down_shexp.weight", "model.layers.%d.mlp.shared_expert.down_proj.weight",
                         D_EMBD, D_FFS, false, true },
 };
 
@@ -282,16 +278,24 @@ static bool match_pattern(const char *fmt, const char *name, int v[2])
     return !*name;
 }
 
+const char *arch_moe_name_of(const arch_desc *d, moe_role r, bool gguf)
+{
+    if ((unsigned)r >= MOE_ROLE_COUNT)
+        return NULL;
+    const char *own = own_name(d, r, true, gguf);
+    return own ? own : gguf ? k_moe_roles[r].gguf : k_moe_roles[r].hf;
+}
+
 bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int *layer, int *expert, int *rows_kind)
 {
     const arch_desc *d = arch_get(arch);
     for (int r = 0; d && d->moe && r < MOE_ROLE_COUNT; r++) {
         const struct moe_role_desc *rd = &k_moe_roles[r];
-        const char *fmt = arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+        const char *fmt = arch_moe_name_of(d, (moe_role)r, false);
         int v[2] = { -1, -1 };
         if (!fmt || (rd->shared && !d->shared_expert) || !match_pattern(fmt, hf, v))
             continue;
-        snprintf(gguf, cap, rd->gguf, v[0]);
+        snprintf(gguf, cap, arch_moe_name_of(d, (moe_role)r, true), v[0]);
         *layer = v[0];
         *expert = rd->per_expert ? v[1] : -1;
         *rows_kind = r; /* the caller only tells the router (MOE_ROUTER = 0) from the rest */
@@ -356,7 +360,7 @@ static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
         const struct moe_role_desc *rd = &k_moe_roles[r];
         if (rd->shared && !m->desc->shared_expert)
             continue;
-        const char *fmt = b->gguf ? rd->gguf : hp->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+        const char *fmt = arch_moe_name_of(m->desc, (moe_role)r, b->gguf);
         if (!fmt)
             continue;
         const int64_t rows = dim_value(hp, rd->rows), cols = dim_value(hp, rd->cols);
@@ -408,7 +412,7 @@ static void emit(const walker *w, const char *name, const char *hf, dim_kind row
 static void emit_role(const walker *w, const arch_desc *d, tensor_role r, int l, bool required)
 {
     const struct role_desc *rd = &k_roles[r];
-    const char *fmt = w->p->gguf ? role_gguf_name(d, r) : rd->hf;
+    const char *fmt = w->p->gguf ? role_gguf_name(d, r) : role_hf_name(d, r);
     if (!fmt)
         return;
     char name[192], hf[192];
@@ -416,9 +420,10 @@ static void emit_role(const walker *w, const arch_desc *d, tensor_role r, int l,
         snprintf(name, sizeof name, fmt, l);
     else
         arch_hf_name(d, fmt, l, 0, name, sizeof name);
-    if (w->p->gguf && rd->hf)
-        arch_hf_name(d, rd->hf, l, 0, hf, sizeof hf);
-    emit(w, name, w->p->gguf && rd->hf ? hf : NULL, rd->rows, rd->cols, 1, rd->is_mat, required, rd->kind);
+    const char *hfmt = role_hf_name(d, r);
+    if (w->p->gguf && hfmt)
+        arch_hf_name(d, hfmt, l, 0, hf, sizeof hf);
+    emit(w, name, w->p->gguf && hfmt ? hf : NULL, rd->rows, rd->cols, 1, rd->is_mat, required, rd->kind);
 }
 
 static void walk(const walker *w)
@@ -447,14 +452,14 @@ static void walk(const walker *w)
         }
         for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
             const struct moe_role_desc *rd = &k_moe_roles[r];
-            const char *fmt = p->gguf ? rd->gguf : p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+            const char *fmt = arch_moe_name_of(d, (moe_role)r, p->gguf);
             if (!fmt || (rd->shared && !d->shared_expert))
                 continue;
             const bool stack = rd->per_expert && p->gguf;
             for (int64_t e = 0; e < (rd->per_expert && !p->gguf ? p->n_expert : 1); e++) {
                 char name[192], hf[192];
                 snprintf(name, sizeof name, fmt, (int)l, (int)e);
-                const char *hfmt = p->arch == CDX_ARCH_MIXTRAL ? rd->hf_mixtral : rd->hf;
+                const char *hfmt = arch_moe_name_of(d, (moe_role)r, false);
                 if (p->gguf && !stack && hfmt)
                     snprintf(hf, sizeof hf, hfmt, (int)l);
                 emit(w, name, p->gguf && !stack && hfmt ? hf : NULL, rd->rows, rd->cols, stack ? p->n_expert : 1,
@@ -571,7 +576,7 @@ static int rope_init(cdx_model *m, const float *freq_factors, const cdx_hf_confi
 
 /* ---- common binding ---- */
 
-static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
+static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *path, cdx_err *err)
 {
     const struct { const char *name; int64_t v, lo, hi; } dims[] = {
         /* the config reader's limits (caldrix/config.h): a GGUF file's metadata meets them here */
@@ -608,7 +613,7 @@ static int check_hparams(const cdx_hparams *hp, const char *path, cdx_err *err)
     if (hp->n_ff_expert < 1 || hp->n_ff_expert > CDX_MAX_FF)
         return cdx_err_set(err, CDX_EFORMAT, "%s: expert feed-forward size is %lld; expected 1..%lld", path,
                            (long long)hp->n_ff_expert, (long long)CDX_MAX_FF);
-    if (hp->n_ff_shared < 0 || hp->n_ff_shared > CDX_MAX_FF || (hp->n_ff_shared == 0 && hp->arch == CDX_ARCH_QWEN2_MOE))
+    if (hp->n_ff_shared < 0 || hp->n_ff_shared > CDX_MAX_FF || (hp->n_ff_shared == 0 && d->shared_expert))
         return cdx_err_set(err, CDX_EFORMAT, "%s: shared expert feed-forward size is %lld; expected 1..%lld", path,
                            (long long)hp->n_ff_shared, (long long)CDX_MAX_FF);
     return CDX_OK;
@@ -650,7 +655,7 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     cdx_model *m = b->m;
     cdx_hparams *hp = &m->hp;
     int rc;
-    if ((rc = check_hparams(hp, b->path, err)) || (rc = index_names(b, err)))
+    if ((rc = check_hparams(m->desc, hp, b->path, err)) || (rc = index_names(b, err)))
         return rc;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers)
@@ -716,19 +721,21 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     }
     if ((rc = collect_mats(m, err)))
         goto out;
-    if (m->desc->hybrid && !b->gguf) {
-        /* Qwen3_5RMSNorm scales by (1 + w): the checkpoint stores offsets (llama.cpp's converter adds the 1) */
+    const float off = m->desc->hf_norm_offset;
+    if (off != 0 && !b->gguf) {
+        /* the norms scale by (off + w) (Qwen3_5RMSNorm: 1 + w): the checkpoint stores w (llama.cpp's
+         * converter adds the offset) */
         for (int64_t i = 0; i < hp->n_embd; i++)
-            m->out_norm[i] += 1.0f;
+            m->out_norm[i] += off;
         for (int64_t l = 0; l < hp->n_layer; l++) {
             layer_weights *L = &m->layers[l];
             for (int64_t i = 0; i < hp->n_embd; i++) {
-                L->attn_norm[i] += 1.0f;
-                L->ffn_norm[i] += 1.0f;
+                L->attn_norm[i] += off;
+                L->ffn_norm[i] += off;
             }
             for (int64_t i = 0; L->q_norm && i < hp->head_dim; i++) {
-                L->q_norm[i] += 1.0f;
-                L->k_norm[i] += 1.0f;
+                L->q_norm[i] += off;
+                L->k_norm[i] += off;
             }
         }
     }
@@ -755,13 +762,6 @@ out:
 
 /* ---- from GGUF ---- */
 
-static bool gguf_arch_u64(const cdx_gguf *g, const char *arch, const char *key, uint64_t *out)
-{
-    char full[160];
-    snprintf(full, sizeof full, "%s.%s", arch, key);
-    return cdx_gguf_get_u64(g, full, out);
-}
-
 /* llama.cpp's qwen35 (src/models/qwen35.cpp load_arch_hparams): the Gated DeltaNet sizes as
  * ssm.* keys (group_count: key heads, time_step_rank: value heads, state_size: the key head dim,
  * inner_size: value heads x value dim), every full_attention_interval-th layer full attention. Its
@@ -771,16 +771,16 @@ static int hybrid_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
     const char *a = m->desc->gguf_name, *path = g->path;
-    static const struct { const char *key; int64_t lo, hi; } keys[] = {
-        { "ssm.conv_kernel", 1, 64 }, { "ssm.group_count", 1, 1024 }, { "ssm.time_step_rank", 1, 1024 },
-        { "ssm.state_size", 1, 1024 }, { "ssm.inner_size", 1, 1 << 20 },
+    static const struct { cdx_gguf_key key; int64_t lo, hi; } keys[] = {
+        { CDX_GK_SSM_CONV_KERNEL, 1, 64 }, { CDX_GK_SSM_GROUP_COUNT, 1, 1024 }, { CDX_GK_SSM_TIME_STEP_RANK, 1, 1024 },
+        { CDX_GK_SSM_STATE_SIZE, 1, 1024 }, { CDX_GK_SSM_INNER_SIZE, 1, 1 << 20 },
     };
     int64_t v[5];
     for (int i = 0; i < 5; i++) {
         uint64_t x;
-        if (!gguf_arch_u64(g, a, keys[i].key, &x) || x < (uint64_t)keys[i].lo || x > (uint64_t)keys[i].hi)
+        if (!cdx_gguf_get_arch_u64(g, a, keys[i].key, &x) || x < (uint64_t)keys[i].lo || x > (uint64_t)keys[i].hi)
             return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is missing or out of range; expected %lld..%lld", path, a,
-                               keys[i].key, (long long)keys[i].lo, (long long)keys[i].hi);
+                               cdx_gguf_key_suffix(keys[i].key), (long long)keys[i].lo, (long long)keys[i].hi);
         v[i] = (int64_t)x;
     }
     hp->ssm_conv_k = v[0];
@@ -793,14 +793,14 @@ static int hybrid_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
                            a, (long long)v[4], (long long)v[2], (long long)v[1]);
     hp->ssm_d_v = v[4] / v[2];
     uint64_t every = 4;
-    if (gguf_arch_u64(g, a, "full_attention_interval", &every) && (every < 1 || every > 1024))
+    if (cdx_gguf_get_arch_u64(g, a, CDX_GK_FULL_ATTENTION_INTERVAL, &every) && (every < 1 || every > 1024))
         return cdx_err_set(err, CDX_EFORMAT, "%s: %s.full_attention_interval is %llu; expected 1..1024", path, a,
                            (unsigned long long)every);
     char key[160];
-    snprintf(key, sizeof key, "%s.attention.recurrent_layers", a);
-    if (cdx_gguf_find(g, key))
+    if (cdx_gguf_find_arch(g, a, CDX_GK_RECURRENT_LAYERS))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is given; caldrix reads the layer pattern from "
-                           "full_attention_interval only", path, key);
+                           "full_attention_interval only", path,
+                           cdx_gguf_key_name(CDX_GK_RECURRENT_LAYERS, a, key, sizeof key));
     if (hp->n_layer < 1 || hp->n_layer > 1024 || !(m->linear_layer = calloc((size_t)hp->n_layer, 1)))
         return cdx_err_set(err, CDX_EFORMAT, "%s: %s.block_count is %lld; expected 1..1024", path, a,
                            (long long)hp->n_layer);
@@ -821,7 +821,7 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     cdx_gguf_str an;
     if (!cdx_gguf_get_str(g, "general.architecture", &an))
         return cdx_err_set(err, CDX_EFORMAT, "%s: general.architecture is missing or not a string", path);
-    const arch_desc *d = arch_by_gguf(an.ptr, an.len);
+    const arch_desc *d = arch_by_gguf(an.ptr, an.len, false);
     if (!d) {
         char list[256];
         cdx_model_gguf_archs(list, sizeof list);
@@ -834,34 +834,32 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->arch_name = d->gguf_name;
     const char *a = d->gguf_name;
     uint64_t v;
-    static const struct { const char *key; size_t off; } req[] = {
-        { "embedding_length", offsetof(cdx_hparams, n_embd) },
-        { "block_count", offsetof(cdx_hparams, n_layer) },
-        { "feed_forward_length", offsetof(cdx_hparams, n_ff) },
-        { "attention.head_count", offsetof(cdx_hparams, n_head) },
+    static const struct { cdx_gguf_key key; size_t off; } req[] = {
+        { CDX_GK_EMBEDDING_LENGTH, offsetof(cdx_hparams, n_embd) },
+        { CDX_GK_BLOCK_COUNT, offsetof(cdx_hparams, n_layer) },
+        { CDX_GK_FEED_FORWARD_LENGTH, offsetof(cdx_hparams, n_ff) },
+        { CDX_GK_HEAD_COUNT, offsetof(cdx_hparams, n_head) },
     };
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
-        if (!gguf_arch_u64(g, a, req[i].key, &v) || v > ((uint64_t)1 << 32))
+        if (!cdx_gguf_get_arch_u64(g, a, req[i].key, &v) || v > ((uint64_t)1 << 32))
             return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is missing or not a valid unsigned integer", path, a,
-                               req[i].key);
+                               cdx_gguf_key_suffix(req[i].key));
         *(int64_t *)((char *)hp + req[i].off) = (int64_t)v;
     }
-    hp->n_head_kv = gguf_arch_u64(g, a, "attention.head_count_kv", &v) && v <= 4096 ? (int64_t)v : hp->n_head;
-    hp->head_dim = gguf_arch_u64(g, a, "attention.key_length", &v) && v <= 4096 ? (int64_t)v
+    hp->n_head_kv = cdx_gguf_get_arch_u64(g, a, CDX_GK_HEAD_COUNT_KV, &v) && v <= 4096 ? (int64_t)v : hp->n_head;
+    hp->head_dim = cdx_gguf_get_arch_u64(g, a, CDX_GK_KEY_LENGTH, &v) && v <= 4096 ? (int64_t)v
                    : hp->n_head ? hp->n_embd / hp->n_head : 0;
-    hp->n_rot = gguf_arch_u64(g, a, "rope.dimension_count", &v) && v <= 4096 ? (int64_t)v : hp->head_dim;
-    hp->n_ctx_train = gguf_arch_u64(g, a, "context_length", &v) && v <= ((uint64_t)1 << 31) ? (int64_t)v : 4096;
+    hp->n_rot = cdx_gguf_get_arch_u64(g, a, CDX_GK_ROPE_DIM_COUNT, &v) && v <= 4096 ? (int64_t)v : hp->head_dim;
+    hp->n_ctx_train = cdx_gguf_get_arch_u64(g, a, CDX_GK_CONTEXT_LENGTH, &v) && v <= ((uint64_t)1 << 31) ? (int64_t)v : 4096;
     char key[160];
     double f;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
-    hp->rms_eps = cdx_gguf_get_f64(g, key, &f) ? (float)f : 1e-5f;
-    snprintf(key, sizeof key, "%s.rope.freq_base", a);
-    hp->rope_theta = cdx_gguf_get_f64(g, key, &f) ? f : 10000.0;
+    hp->rms_eps = cdx_gguf_get_arch_f64(g, a, CDX_GK_RMS_EPS, &f) ? (float)f : 1e-5f;
+    hp->rope_theta = cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_FREQ_BASE, &f) ? f : 10000.0;
     /* mixtures of experts: qwen2moe / qwen3moe, and "llama" with an expert_count (Mixtral) */
     uint64_t n_exp = 0;
-    const bool has_exp = gguf_arch_u64(g, a, "expert_count", &n_exp);
-    if (has_exp && n_exp > 0 && d->arch == CDX_ARCH_LLAMA) {
-        d = m->desc = arch_get(CDX_ARCH_MIXTRAL);
+    const bool has_exp = cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_COUNT, &n_exp);
+    if (has_exp && n_exp > 0) { /* a family whose files say another's name, with experts (Mixtral: "llama") */
+        d = m->desc = arch_by_gguf(an.ptr, an.len, true);
         hp->arch = d->arch;
     }
     if (d->moe) {
@@ -871,22 +869,22 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
                            : cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_count is missing; the %s architecture is a "
                                          "mixture of experts", path, a, a);
         hp->n_expert = (int64_t)n_exp;
-        if (!gguf_arch_u64(g, a, "expert_used_count", &v))
+        if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_USED_COUNT, &v))
             return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_used_count is missing or not an unsigned integer", path, a);
         if (v == 0 || v > n_exp)
             return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_used_count is %llu; expected 1..%llu (%s.expert_count)",
                                path, a, (unsigned long long)v, (unsigned long long)n_exp, a);
         hp->n_expert_used = (int64_t)v;
         /* llama.cpp's defaults when the widths are not written (llama-model.cpp) */
-        if (gguf_arch_u64(g, a, "expert_feed_forward_length", &v)) {
+        if (cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_FF_LENGTH, &v)) {
             if (v == 0 || v > (1 << 20))
                 return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_feed_forward_length is %llu; expected 1..%d", path, a,
                                    (unsigned long long)v, 1 << 20);
             hp->n_ff_expert = (int64_t)v;
         } else
-            hp->n_ff_expert = d->arch == CDX_ARCH_MIXTRAL ? hp->n_ff : hp->n_ff / hp->n_expert_used;
+            hp->n_ff_expert = d->experts_ff_wide ? hp->n_ff : hp->n_ff / hp->n_expert_used;
         if (d->shared_expert) {
-            if (gguf_arch_u64(g, a, "expert_shared_feed_forward_length", &v)) {
+            if (cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_SHARED_FF_LENGTH, &v)) {
                 if (v == 0 || v > (1 << 20))
                     return cdx_err_set(err, CDX_EFORMAT, "%s: %s.expert_shared_feed_forward_length is %llu; expected 1..%d",
                                        path, a, (unsigned long long)v, 1 << 20);
@@ -895,15 +893,14 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
                 hp->n_ff_shared = hp->n_ff;
         }
         /* llama.cpp's other routing keys: only softmax gating with unscaled weights is what these compute */
-        if (gguf_arch_u64(g, a, "expert_gating_func", &v) && v != 1)
+        if (cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_GATING_FUNC, &v) && v != 1)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_gating_func is %llu; caldrix routes experts by "
                                "softmax (1) only", path, a, (unsigned long long)v);
-        snprintf(key, sizeof key, "%s.expert_weights_scale", a);
+        cdx_gguf_key_name(CDX_GK_EXPERT_WEIGHTS_SCALE, a, key, sizeof key);
         if (cdx_gguf_get_f64(g, key, &f) && f != 1.0)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is %g; caldrix does not scale expert weights", path, key, f);
         bool norm;
-        snprintf(key, sizeof key, "%s.expert_weights_norm", a);
-        hp->norm_topk_prob = cdx_gguf_get_bool(g, key, &norm) ? norm : d->norm_topk;
+        hp->norm_topk_prob = cdx_gguf_get_arch_bool(g, a, CDX_GK_EXPERT_WEIGHTS_NORM, &norm) ? norm : d->norm_topk;
     }
     hp->rope_mode = d->gguf_rope;
     hp->qkv_bias = d->qkv_bias;
