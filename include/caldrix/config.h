@@ -31,7 +31,8 @@ extern "C" {
     X(QWEN2_MOE)   /* Qwen2MoeForCausalLM */                                                             \
     X(IDEFICS3)    /* Idefics3ForConditionalGeneration (SmolVLM): text_config is Llama, plus vision_config */ \
     X(QWEN3_5)     /* Qwen3_5ForCausalLM (hybrid: Gated DeltaNet + gated attention) */                   \
-    X(QWEN3_5_VL)  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */
+    X(QWEN3_5_VL)  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */                   \
+    /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
 #define CDX_X_(name) CDX_HF_##name,
@@ -65,6 +66,16 @@ typedef enum cdx_hf_layout {
     CDX_HF_TEXT_QWEN35_VL,   /* the same under text_config (Qwen3_5Config) */
 } cdx_hf_layout;
 
+/* Scalings outside the layers (Granite's multipliers): a row names the config.json key of each its
+ * class has (default 1 when absent); cdx_hf_config.scale holds the value, 0 where the row has none. */
+typedef enum cdx_hf_scale {
+    CDX_HF_SCALE_EMBD,      /* the embeddings × this (embedding_multiplier) */
+    CDX_HF_SCALE_RESIDUAL,  /* each branch × this before the residual add (residual_multiplier) */
+    CDX_HF_SCALE_ATTN,      /* the softmax scale in place of head_dim^-½ (attention_multiplier) */
+    CDX_HF_SCALE_LOGIT_DIV, /* the logits ÷ this (logits_scaling) */
+    CDX_HF_SCALE_COUNT
+} cdx_hf_scale;
+
 /* A config.json architecture's row: its names and its config class's defaults for absent keys. */
 typedef struct cdx_hf_arch_row {
     const char *arch, *model_type;   /* architectures[0]; model_type */
@@ -81,6 +92,7 @@ typedef struct cdx_hf_arch_row {
     int64_t experts, per_tok, moe_ff, shared_ff;
     bool norm_topk;      /* default norm_topk_prob */
     cdx_hf_layout layout;
+    const char *scale_keys[CDX_HF_SCALE_COUNT]; /* NULL: the class has no such scaling */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -162,6 +174,7 @@ typedef struct cdx_hf_config {
     int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent) */
     bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
     int64_t n_keys;                /* top-level keys of config.json (inspect's metadata count) */
+    double scale[CDX_HF_SCALE_COUNT]; /* cdx_hf_scale: as read, 1 when absent; 0 where the class has none */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a

@@ -133,7 +133,11 @@ CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const cha
     X(SSM_GROUP_COUNT, "ssm.group_count")                                       \
     X(SSM_TIME_STEP_RANK, "ssm.time_step_rank")                                 \
     X(SSM_INNER_SIZE, "ssm.inner_size")                                         \
-    X(FULL_ATTENTION_INTERVAL, "full_attention_interval")
+    X(FULL_ATTENTION_INTERVAL, "full_attention_interval")                       \
+    X(EMBEDDING_SCALE, "embedding_scale")                                       \
+    X(RESIDUAL_SCALE, "residual_scale")                                         \
+    X(ATTENTION_SCALE, "attention.scale")                                       \
+    X(LOGIT_SCALE, "logit_scale")
 
 typedef enum cdx_gguf_key {
 #define CDX_X_(name, suffix) CDX_GK_##name,

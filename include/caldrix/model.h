@@ -28,7 +28,8 @@ extern "C" {
     X(QWEN2_MOE, qwen2_moe)                                                                              \
     X(MIXTRAL, mixtral)     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */       \
     X(IDEFICS3, idefics3)   /* HF Idefics3ForConditionalGeneration (SmolVLM): Llama text + a vision tower */ \
-    X(QWEN3_5, qwen3_5)     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */
+    X(QWEN3_5, qwen3_5)     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */ \
+    /* a new family: one line above this one */
 
 typedef enum cdx_arch {
 #define CDX_X_(name, file) CDX_ARCH_##name,
@@ -69,6 +70,11 @@ typedef struct cdx_hparams {
     bool attn_gate;                /* q_proj gives per head [query | gate]; the output is × sigmoid(gate) */
     bool ssm_v_tiled;              /* value head j reads key head j mod key heads (llama.cpp's GGUF order);
                                     * false: j / (value heads / key heads), transformers' order */
+    /* scalings outside the layers (Granite; config.h's cdx_hf_scale); 0: none */
+    float embd_scale;              /* x = embed(tokens) · embd_scale */
+    float residual_scale;          /* x += branch · residual_scale, for the attention and the MLP */
+    float attn_scale;              /* the softmax scale in place of head_dim^-½ */
+    float logit_div;               /* logits = head(x) / logit_div */
 } cdx_hparams;
 
 /* Layers with K/V in the cache: the KV block layout's layer count. */

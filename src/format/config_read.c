@@ -860,6 +860,12 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         }
     if (row->moe && (rc = read_moe(&c, cfg, row)))
         goto out;
+    for (int k = 0; k < CDX_HF_SCALE_COUNT; k++) { /* the scalings outside the layers the class has */
+        cfg->scale[k] = row->scale_keys[k] ? 1.0 : 0.0;
+        if (row->scale_keys[k] &&
+            (rc = get_num_in(&c, root, row->scale_keys[k], row->scale_keys[k], 1e-9, 1e9, &cfg->scale[k], NULL)))
+            goto out;
+    }
     cfg->partial_rotary_factor = 1.0;
     if (qwen35 && (rc = read_qwen35(&c, cfg)))
         goto out;

@@ -56,6 +56,9 @@ typedef struct arch_desc {
     /* convert (llama.cpp's convert_hf_to_gguf.py) */
     bool gguf_vocab_rope_keys;  /* LlamaModel.set_gguf_parameters: <arch>.vocab_size, rope.dimension_count */
     bool gguf_rope_freqs;       /* LlamaModel: rope_freqs.weight for rope_scaling llama3 */
+    bool gguf_scales;           /* the scalings outside the layers (hparams embd_scale ...) as llama.cpp's
+                                   granite keys: embedding_scale, residual_scale, attention.scale,
+                                   logit_scale (the logits' divisor) */
     const role_name *names;     /* its own tensor names, or NULL */
 } arch_desc;
 

@@ -496,6 +496,17 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         cdx_gguf_writer_set_u32(w, K(VOCAB_SIZE), (uint32_t)cfg->vocab_size);
         cdx_gguf_writer_set_u32(w, K(ROPE_DIM_COUNT), (uint32_t)cfg->head_dim);
     }
+    if (d->gguf_scales) { /* GraniteModel.set_gguf_parameters: each multiplier config.json gives */
+        static const struct { cdx_hf_scale s; cdx_gguf_key k; const char *key; } sk[] = {
+            { CDX_HF_SCALE_ATTN, CDX_GK_ATTENTION_SCALE, "attention_multiplier" },
+            { CDX_HF_SCALE_EMBD, CDX_GK_EMBEDDING_SCALE, "embedding_multiplier" },
+            { CDX_HF_SCALE_RESIDUAL, CDX_GK_RESIDUAL_SCALE, "residual_multiplier" },
+            { CDX_HF_SCALE_LOGIT_DIV, CDX_GK_LOGIT_SCALE, "logits_scaling" },
+        };
+        for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
+            if (config_has(dir, sk[i].key))
+                cdx_gguf_writer_set_f32(w, cdx_gguf_key_name(sk[i].k, a, key, sizeof key), (float)cfg->scale[sk[i].s]);
+    }
     if (d->hybrid) { /* Qwen3NextModel / _Qwen35MRopeMixin.set_gguf_parameters */
         cdx_gguf_writer_set_u32(w, K(SSM_CONV_KERNEL), (uint32_t)cfg->linear_conv_kernel);
         cdx_gguf_writer_set_u32(w, K(SSM_STATE_SIZE), (uint32_t)cfg->linear_k_dim);

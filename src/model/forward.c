@@ -191,8 +191,11 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
     const cdx_kernels *K = fc->s.k;
     cdx_pool *pool = fc->s.pool;
     model_embed(&m->tok_embd, b->tokens, b->embd, n, E, fc->s.x);
+    if (hp->embd_scale) /* Granite's embedding_multiplier */
+        for (int64_t i = 0; i < n * E; i++)
+            fc->s.x[i] *= hp->embd_scale;
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
-                              .kv_stride = kvd, .block = seqs[0].block, .scale = 1.0f / sqrtf((float)hd),
+                              .kv_stride = kvd, .block = seqs[0].block, .scale = hp->attn_scale ? hp->attn_scale : 1.0f / sqrtf((float)hd),
                               .kv_type = seqs[0].type };
     if (ashape.kv_type != CDX_TYPE_F32 && ashape.kv_type != CDX_TYPE_F16)
         return cdx_err_set(err, CDX_EINVAL, "KV cache type %u; f32 and f16 are supported", ashape.kv_type);
@@ -219,22 +222,19 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         if (rc)
             return rc;
         cdx_matmul(K, pool, &L->wo, fc->s.attn, n, fc->s.xn, fc->s.ws);
-        for (int64_t i = 0; i < n * E; i++)
-            fc->s.x[i] += fc->s.xn[i];
+        model_residual(fc->s.x, fc->s.xn, n * E, hp->residual_scale);
         model_norm_rows(pool, fc->s.xn, fc->s.x, L->ffn_norm, n, E, hp->rms_eps);
         if (L->moe) {
             if ((rc = model_moe(m, &fc->s, l, L, fc->s.xn, n, fc->s.moe, err)))
                 return rc;
-            for (int64_t i = 0; i < n * E; i++)
-                fc->s.x[i] += fc->s.moe[i];
+            model_residual(fc->s.x, fc->s.moe, n * E, hp->residual_scale);
             continue;
         }
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->s.xn, n,
                          (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
         model_swiglu(pool, K, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff, false);
         cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
-        for (int64_t i = 0; i < n * E; i++)
-            fc->s.x[i] += fc->s.xn[i];
+        model_residual(fc->s.x, fc->s.xn, n * E, hp->residual_scale);
     }
 
     int64_t n_out = 0;
@@ -243,6 +243,8 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
             model_rmsnorm(fc->s.xn + (n_out++) * E, fc->s.x + i * E, m->out_norm, E, hp->rms_eps);
     if (n_out)
         cdx_matmul(K, pool, &m->output, fc->s.xn, n_out, logits, fc->s.ws);
+    for (int64_t i = 0; hp->logit_div && i < n_out * hp->n_vocab; i++) /* Granite's logits_scaling */
+        logits[i] /= hp->logit_div;
     return CDX_OK;
 }
 

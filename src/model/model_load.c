@@ -905,6 +905,19 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->rope_mode = d->gguf_rope;
     hp->qkv_bias = d->qkv_bias;
     hp->qk_norm = d->qk_norm;
+    if (d->gguf_scales) { /* llama.cpp's granite keys (src/models/granite.cpp): 0 where absent */
+        static const cdx_gguf_key sk[4] = { CDX_GK_EMBEDDING_SCALE, CDX_GK_RESIDUAL_SCALE, CDX_GK_ATTENTION_SCALE,
+                                            CDX_GK_LOGIT_SCALE };
+        float *dst[4] = { &hp->embd_scale, &hp->residual_scale, &hp->attn_scale, &hp->logit_div };
+        for (int i = 0; i < 4; i++) {
+            if (!cdx_gguf_get_arch_f64(g, a, sk[i], &f))
+                continue;
+            if (!(f > 0) || !(f < 1e9))
+                return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a positive scale", path, a,
+                                   cdx_gguf_key_suffix(sk[i]), f);
+            *dst[i] = (float)f;
+        }
+    }
     if (d->hybrid) {
         int rc = hybrid_gguf_hparams(m, g, err);
         if (rc)
@@ -1013,6 +1026,11 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
     hp->tied_embeddings = cfg->tie_word_embeddings;
+    /* the scalings outside the layers, as transformers applies them (f32 ops with the float value) */
+    hp->embd_scale = (float)cfg->scale[CDX_HF_SCALE_EMBD];
+    hp->residual_scale = (float)cfg->scale[CDX_HF_SCALE_RESIDUAL];
+    hp->attn_scale = (float)cfg->scale[CDX_HF_SCALE_ATTN];
+    hp->logit_div = (float)cfg->scale[CDX_HF_SCALE_LOGIT_DIV];
     /* the config reader refused what the forward pass does not compute (a window over some layers
      * only, o_proj and MLP biases, a mixture without experts, a shared expert of width 0) */
     hp->sliding_window = cfg->sliding_window;
@@ -1268,6 +1286,10 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
     EVP_DigestUpdate(c, ints, sizeof ints);
     EVP_DigestUpdate(c, &hp->rms_eps, sizeof hp->rms_eps);
     EVP_DigestUpdate(c, &hp->rope_theta, sizeof hp->rope_theta);
+    if (hp->embd_scale || hp->residual_scale || hp->attn_scale || hp->logit_div) {
+        const float sc[4] = { hp->embd_scale, hp->residual_scale, hp->attn_scale, hp->logit_div };
+        EVP_DigestUpdate(c, sc, sizeof sc);
+    }
     EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
     EVP_DigestUpdate(c, m->out_norm, (size_t)hp->n_embd * sizeof(float));
     if (m->dtype == CDX_DTYPE_BF16) /* the same mapped bf16 weights compute otherwise than in f32 */

@@ -70,6 +70,19 @@ void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, c
 void model_attn_rows(const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n, const float *q, float *out, int64_t qd,
                      int64_t slot, int64_t window);
 
+/* ---- the residual stream ---- */
+
+/* x += d, or x += d · scale (scale != 0: Granite's residual_multiplier), over n values. */
+static inline void model_residual(float *x, const float *d, int64_t n, float scale)
+{
+    if (scale)
+        for (int64_t i = 0; i < n; i++)
+            x[i] += d[i] * scale;
+    else
+        for (int64_t i = 0; i < n; i++)
+            x[i] += d[i];
+}
+
 /* ---- MLPs ---- */
 
 /* g = silu(g) ⊙ u elementwise, on the pool when there is enough of it (each value the same whichever
