@@ -32,6 +32,7 @@ extern "C" {
     X(IDEFICS3)    /* Idefics3ForConditionalGeneration (SmolVLM): text_config is Llama, plus vision_config */ \
     X(QWEN3_5)     /* Qwen3_5ForCausalLM (hybrid: Gated DeltaNet + gated attention) */                   \
     X(QWEN3_5_VL)  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */                   \
+    X(GRANITE)     /* GraniteForCausalLM */                                                              \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

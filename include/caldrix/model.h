@@ -29,6 +29,7 @@ extern "C" {
     X(MIXTRAL, mixtral)     /* HF MixtralForCausalLM; GGUF files of it are "llama" with experts */       \
     X(IDEFICS3, idefics3)   /* HF Idefics3ForConditionalGeneration (SmolVLM): Llama text + a vision tower */ \
     X(QWEN3_5, qwen3_5)     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */ \
+    X(GRANITE, granite)     /* Granite: Llama with scalings outside the layers */                          \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
