@@ -109,9 +109,35 @@ typedef struct cdx_engine_opts {
                                    half the memory, and its rounding; see cdx_attn_shape); for a model
                                    computing in bf16, CDX_TYPE_BF16 instead of F16 (half the memory,
                                    exact: cdx_model_kv_type_default gives it) */
+    uint64_t kv_bytes_max;      /* the most the KV pool may hold when full, K and V (0: no limit): a
+                                   pool larger than that is refused at create (CDX_EINVAL naming
+                                   n_blocks, its size and this limit), not found out mid-generation */
 } cdx_engine_opts;
 
 CDX_API cdx_engine_opts cdx_engine_defaults(void);
+
+/* The ranges of the options above that a user sets: one row each, which cdx_engine_create checks
+ * (a value outside its row is CDX_EINVAL naming the option and the value; 0 means the default and
+ * is not checked) and front ends parse and print --help from, so that what a command accepts is
+ * what the engine takes. */
+typedef enum cdx_engine_opt_id {
+    CDX_OPT_THREADS,      /* n_threads: 1..cdx_threads_max() (4 x the cores this process may use) */
+    CDX_OPT_CTX,          /* n_ctx */
+    CDX_OPT_KV_BLOCKS,    /* n_blocks */
+    CDX_OPT_MAX_BATCH,    /* max_batch */
+    CDX_OPT_TOKEN_BUDGET, /* token_budget */
+    CDX_OPT_MAX_QUEUE,    /* max_queue */
+    CDX_OPT_COUNT
+} cdx_engine_opt_id;
+
+typedef struct cdx_engine_range {
+    const char *flag;     /* the command-line option that sets it: "--max-batch" ("": none) */
+    const char *field;    /* the cdx_engine_opts field: "max_batch" */
+    int64_t lo, hi;
+} cdx_engine_range;
+
+/* The row of one option (id < CDX_OPT_COUNT). */
+CDX_API cdx_engine_range cdx_engine_opt_range(cdx_engine_opt_id id);
 
 typedef enum cdx_finish {
     CDX_FINISH_NONE = 0,   /* a token event: more to come */

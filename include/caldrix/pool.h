@@ -25,5 +25,9 @@ CDX_API int cdx_pool_size(const cdx_pool *p);
 CDX_API void cdx_pool_run(cdx_pool *p, cdx_pool_fn fn, void *ctx);
 /* Number of online CPUs (at least 1). */
 CDX_API int cdx_cpu_count(void);
+/* The most threads a command may ask for (every command's --threads, and the engine's n_threads):
+ * 4 x cdx_cpu_count(), and never more than CDX_MAX_THREADS, the pool's own limit. */
+#define CDX_MAX_THREADS 1024
+CDX_API int cdx_threads_max(void);
 
 #endif

@@ -86,6 +86,12 @@ int cdx_cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
+int cdx_threads_max(void)
+{
+    const int n = cdx_cpu_count();
+    return n > CDX_MAX_THREADS / 4 ? CDX_MAX_THREADS : 4 * n;
+}
+
 #ifdef __linux__
 static void done_wake(cdx_pool *p) { syscall(SYS_futex, (int *)&p->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
 static void done_sleep(cdx_pool *p, int seen) { syscall(SYS_futex, (int *)&p->done, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0); }
@@ -219,8 +225,8 @@ int cdx_pool_create(int n_threads, cdx_pool **out, cdx_err *err)
     *out = NULL;
     if (n_threads <= 0)
         n_threads = cdx_cpu_count();
-    if (n_threads > 1024)
-        return cdx_err_set(err, CDX_EINVAL, "threads is %d; at most 1024", n_threads);
+    if (n_threads > CDX_MAX_THREADS)
+        return cdx_err_set(err, CDX_EINVAL, "threads is %d; at most %d", n_threads, CDX_MAX_THREADS);
     cdx_pool *p = calloc(1, sizeof *p);
     if (!p)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory creating the thread pool");

@@ -47,6 +47,12 @@ int cli_parse_json_object(const char *cmd, const char *opt, const char *s, json_
     "                         extra template variables, as transformers' apply_chat_template(**kwargs):\n" \
     "                         e.g. '{\"enable_thinking\": false}'\n"
 
+/* An engine option (--threads, --ctx, --max-batch, ...): cli_parse_int over the range of its row in
+ * the engine's table (cdx_engine_opt_range), so a command accepts exactly what the engine takes. */
+int cli_parse_engine_opt(const char *opt, const char *s, cdx_engine_opt_id id, long *out);
+/* The --help line that gives those options' ranges from the same table:
+ * "ranges: --ctx 1..16777216, --threads 1..8 (4 x the 2 cores this process may use, at most 1024)" */
+void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n);
 /* The --weight-budget line of run, bench and serve's usage. */
 #define CLI_WEIGHT_BUDGET_HELP \
     "  --weight-budget BYTES  memory the weights may hold (8G, 512M): a mixture of experts larger than\n" \

@@ -59,6 +59,24 @@ int cli_parse_json_object(const char *cmd, const char *opt, const char *s, json_
     return 0;
 }
 
+int cli_parse_engine_opt(const char *opt, const char *s, cdx_engine_opt_id id, long *out)
+{
+    const cdx_engine_range r = cdx_engine_opt_range(id);
+    return cli_parse_int(opt, s, (long)r.lo, (long)r.hi, out);
+}
+
+void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n)
+{
+    fputs("ranges:", f);
+    for (int i = 0; i < n; i++) {
+        const cdx_engine_range r = cdx_engine_opt_range(ids[i]);
+        fprintf(f, " %s %lld..%lld", r.flag, (long long)r.lo, (long long)r.hi);
+        if (ids[i] == CDX_OPT_THREADS)
+            fprintf(f, " (4 x the %d cores this process may use, at most %d)", cdx_cpu_count(), CDX_MAX_THREADS);
+        fputs(i + 1 < n ? "," : "\n", f);
+    }
+}
+
 /* ---- output paths ---- */
 
 static int same_file(const struct stat *a, const char *path)

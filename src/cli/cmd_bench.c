@@ -58,6 +58,7 @@ static void usage(FILE *f)
                "compute, else f32). The load time is until the model can run; matrices whose packed layout\n"
                "is made in the background after it (AVX2: Q8_0, Q4_0, IQ4_NL) are waited for before the\n"
                "runs (pack_ms).\n");
+    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS }, 1);
 }
 
 /* This process's resident memory now and at its peak (/proc/self/status VmRSS, VmHWM), bytes; 0 when unknown. */
@@ -164,7 +165,7 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
-            if (cli_parse_int(a, argv[++i], 1, 4L * cdx_cpu_count(), &threads)) /* 4x the cores it may use */
+            if (cli_parse_engine_opt(a, argv[++i], CDX_OPT_THREADS, &threads))
                 return 2;
         } else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt-tokens")) && has) {
             if (cli_parse_int(a, argv[++i], 1, 65536, &n_prompt))

@@ -52,9 +52,10 @@ int cmd_quantize(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(k_quantize_usage, stdout);
+            cli_print_engine_ranges(stdout, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS }, 1);
             return 0;
         } else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
-            if (i + 1 >= argc || cli_parse_int(argv[i], argv[i + 1], 1, 1024, &threads))
+            if (i + 1 >= argc || cli_parse_int(argv[i], argv[i + 1], 1, cdx_threads_max(), &threads))
                 return 2;
             i++;
         } else if (argv[i][0] == '-' && argv[i][1]) {

@@ -110,6 +110,7 @@ static void run_usage(FILE *f)
     cdx_model_gguf_archs(gg, sizeof gg);
     fprintf(f, "GGUF architectures: %s.\n\n", gg);
     fputs(k_run_options, f);
+    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_CTX, CDX_OPT_THREADS }, 2);
 }
 
 typedef struct {
@@ -233,10 +234,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             o->seed_set = true;
         } else if (!strcmp(a, "--ctx")) {
             NEED_VALUE();
-            if (cli_parse_int(a, v, 1, 1 << 24, &o->ctx)) return 2;
+            if (cli_parse_engine_opt(a, v, CDX_OPT_CTX, &o->ctx)) return 2;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED_VALUE();
-            if (cli_parse_int(a, v, 1, 4L * cdx_cpu_count(), &o->threads)) return 2; /* 4x the cores this process has */
+            if (cli_parse_engine_opt(a, v, CDX_OPT_THREADS, &o->threads)) return 2;
         } else if (!strcmp(a, "--top-logits")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, 1 << 20, &o->top_logits)) return 2;

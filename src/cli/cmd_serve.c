@@ -18,13 +18,17 @@ static const char k_serve_usage[] =
     "An OpenAI-compatible HTTP server (docs/api.md): /v1/chat/completions, /v1/completions, /v1/models,\n"
     "/tokenize, /detokenize, /health, /metrics. MODEL as for caldrix run (a .gguf file, a checkpoint\n"
     "directory, an alias, owner/name[@revision], ollama:name[:tag]); without MODEL, the bundled\n"
-    "stories260K model. /health answers 503 while the model loads, 200 once it is ready.\n"
+    "stories260K model. The options are checked, the model loaded and the engine made before the\n"
+    "server listens: a bad option exits 2, a model that cannot load 1, before \"listening on\".\n"
+    "SIGINT or SIGTERM stops it: open streams end with an error event and [DONE], requests waiting\n"
+    "for a whole answer get 503, then it exits 0.\n"
     "\n"
     "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
     "  --port P             TCP port (default 8080; 0 = any free port, printed on stderr)\n"
     "  --max-batch N        sequences decoded at once (default 8)\n"
     "  --max-queue N        requests waiting for a slot before 429 MODEL_RESOURCE_BUSY (default 64)\n"
-    "  --ctx N              context of each sequence (default min(4096, the model's))\n"
+    "  --ctx N              context of each sequence (default min(4096, the model's); more than the\n"
+    "                       model was trained for is allowed with a warning)\n"
     "  --kv-blocks N        KV cache pool in blocks of 16 positions (default max-batch sequences of --ctx)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --isa NAME           force a kernel set: avx512, avx2 or scalar\n"
@@ -71,6 +75,10 @@ static void log_request(void *user, const cdx_server_request_log *r)
              r->route, r->model ? r->model : "-", r->status, tok, r->ms);
     fputs(line, stderr);
 }
+
+/* The engine's options serve takes, for the ranges line of --help. */
+static const cdx_engine_opt_id k_serve_engine_opts[] = { CDX_OPT_MAX_BATCH, CDX_OPT_MAX_QUEUE, CDX_OPT_CTX,
+                                                         CDX_OPT_KV_BLOCKS, CDX_OPT_THREADS };
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig)
@@ -124,6 +132,8 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--chat-template-kwargs");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
+            cli_print_engine_ranges(stdout, k_serve_engine_opts,
+                                    (int)(sizeof k_serve_engine_opts / sizeof k_serve_engine_opts[0]));
             return 0;
         }
         if (takes && !v) {
@@ -138,19 +148,19 @@ int cmd_serve(int argc, char **argv)
             if (cli_parse_int(a, v, 0, 65535, &l)) return 2;
             so.port = (int)l;
         } else if (!strcmp(a, "--max-batch")) {
-            if (cli_parse_int(a, v, 1, 4096, &l)) return 2;
+            if (cli_parse_engine_opt(a, v, CDX_OPT_MAX_BATCH, &l)) return 2;
             eo.max_batch = (int)l;
         } else if (!strcmp(a, "--max-queue")) {
-            if (cli_parse_int(a, v, 1, 1 << 20, &l)) return 2;
+            if (cli_parse_engine_opt(a, v, CDX_OPT_MAX_QUEUE, &l)) return 2;
             eo.max_queue = (int)l;
         } else if (!strcmp(a, "--ctx")) {
-            if (cli_parse_int(a, v, 1, 1 << 24, &l)) return 2;
+            if (cli_parse_engine_opt(a, v, CDX_OPT_CTX, &l)) return 2;
             eo.n_ctx = l;
         } else if (!strcmp(a, "--kv-blocks")) {
-            if (cli_parse_int(a, v, 1, 1L << 30, &l)) return 2;
+            if (cli_parse_engine_opt(a, v, CDX_OPT_KV_BLOCKS, &l)) return 2;
             eo.n_blocks = l;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            if (cli_parse_int(a, v, 1, 4L * cdx_cpu_count(), &l)) return 2; /* 4x the cores it may use */
+            if (cli_parse_engine_opt(a, v, CDX_OPT_THREADS, &l)) return 2;
             eo.n_threads = (int)l;
         } else if (!strcmp(a, "--max-connections")) {
             if (cli_parse_int(a, v, 1, 1 << 16, &l)) return 2;
@@ -217,12 +227,8 @@ int cmd_serve(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (cdx_server_start(&so, &srv, &err)) {
-        fprintf(stderr, "caldrix serve: %s\n", err.msg);
-        goto done;
-    }
-    fprintf(stderr, "caldrix serve: listening on http://%s%s%s:%d (loading %s)\n", strchr(so.host, ':') ? "[" : "",
-            so.host, strchr(so.host, ':') ? "]" : "", cdx_server_port(srv), model ? model : "the bundled stories260K");
+    /* everything that can fail is done before the server listens: a script that waits for
+     * "listening on" never sees the server die after it */
     const char *path = model;
     if (model) {
         struct stat st;
@@ -259,6 +265,10 @@ int cmd_serve(int argc, char **argv)
     }
     if (*cdx_model_notes(m))
         fprintf(stderr, "caldrix: %s", cdx_model_notes(m));
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    if (eo.n_ctx && hp->n_ctx_train > 0 && eo.n_ctx > hp->n_ctx_train)
+        fprintf(stderr, "caldrix serve: warning: --ctx %lld is more than the %lld positions %s was trained for; output "
+                        "past them may degrade\n", (long long)eo.n_ctx, (long long)hp->n_ctx_train, name);
     if (cli_open_tokenizer(path, m, &tok, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;
@@ -281,13 +291,16 @@ int cmd_serve(int argc, char **argv)
         eo.kv_type = cdx_model_kv_type_default(m);
     fprintf(stderr, "caldrix serve: %s compute (%s), %s KV cache\n", cdx_dtype_name(cdx_model_dtype(m)),
             cdx_model_dtype_why(m), cdx_type_name(eo.kv_type));
-    if (cdx_engine_create(m, tok, &eo, &e, &err)) {
+    uint64_t mem_avail = 0;
+    cdx_hub_meminfo(&eo.kv_bytes_max, &mem_avail); /* a pool that could never fit in memory is refused now */
+    int rc = cdx_engine_create(m, tok, &eo, &e, &err);
+    if (rc) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        status = rc == CDX_EINVAL ? 2 : 1; /* options that do not go together (or with this model) */
         goto done;
     }
     cdx_engine_stats st;
     cdx_engine_get_stats(e, &st);
-    const cdx_hparams *hp = cdx_model_hparams(m);
     cdx_server_model sm = { .engine = e, .tok = tok, .tmpl = cs.tmpl, .tmpl_tokens = cs.tokens,
                             .tmpl_chatml = cs.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
                             .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id };
@@ -299,6 +312,12 @@ int cmd_serve(int argc, char **argv)
         }
         sm.image_proc = &pp;
     }
+    rc = cdx_server_start(&so, &srv, &err);
+    if (rc) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        status = rc == CDX_EINVAL ? 2 : 1; /* --host that does not resolve: 2; a port in use: 1 */
+        goto done;
+    }
     if (cdx_server_ready(srv, &sm, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;
@@ -306,6 +325,8 @@ int cmd_serve(int argc, char **argv)
     fprintf(stderr, "caldrix serve: ready: %s, context %lld, %lld KV blocks, batch %d, queue %d%s\n", name,
             (long long)st.n_ctx, (long long)st.n_blocks, st.max_batch, st.max_queue,
             so.api_key ? ", API key required" : "");
+    fprintf(stderr, "caldrix serve: listening on http://%s%s%s:%d\n", strchr(so.host, ':') ? "[" : "", so.host,
+            strchr(so.host, ':') ? "]" : "", cdx_server_port(srv));
     while (!g_stop) {
         struct timespec t = { 0, 100 * 1000000L };
         nanosleep(&t, NULL);

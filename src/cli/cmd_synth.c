@@ -381,6 +381,7 @@ static void usage(FILE *f)
             fprintf(f, " %s", fi->name);
     }
     fprintf(f, "\n  (norms stay F32; a tied embedding is also the output head and gets the head's type)\n");
+    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS }, 1);
 }
 
 int cmd_synth(int argc, char **argv)
@@ -407,7 +408,7 @@ int cmd_synth(int argc, char **argv)
             if (cli_parse_int("--seed", argv[++i], 0, 0x7fffffffL, &seed))
                 return 2;
         } else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) {
-            if (cli_parse_int(a, argv[++i], 1, 1024, &threads))
+            if (cli_parse_int(a, argv[++i], 1, cdx_threads_max(), &threads))
                 return 2;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "caldrix synth: unknown option or missing value: %s\n", a);

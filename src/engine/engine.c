@@ -9,6 +9,7 @@
 #include "engine/engine_grammar.h"
 #include "caldrix/engine.h"
 #include "caldrix/model.h"
+#include "caldrix/pool.h"
 #include "caldrix/tokenizer.h"
 #include "kv_store.h"
 
@@ -718,6 +719,43 @@ static void list_append(seq **head, seq *s)
 
 /* ---- create / free ---- */
 
+/* What cdx_engine_create accepts (engine.h): the one place these ranges are written. */
+static const cdx_engine_range k_ranges[CDX_OPT_COUNT] = {
+    [CDX_OPT_THREADS] = { "--threads", "n_threads", 1, CDX_MAX_THREADS }, /* hi: cdx_threads_max() */
+    [CDX_OPT_CTX] = { "--ctx", "n_ctx", 1, 1 << 24 },
+    [CDX_OPT_KV_BLOCKS] = { "--kv-blocks", "n_blocks", 1, 1 << 24 },
+    [CDX_OPT_MAX_BATCH] = { "--max-batch", "max_batch", 1, 1024 },
+    [CDX_OPT_TOKEN_BUDGET] = { "", "token_budget", 1, 1 << 20 }, /* no command sets it */
+    [CDX_OPT_MAX_QUEUE] = { "--max-queue", "max_queue", 1, 1 << 20 },
+};
+
+cdx_engine_range cdx_engine_opt_range(cdx_engine_opt_id id)
+{
+    if ((unsigned)id >= CDX_OPT_COUNT)
+        return (cdx_engine_range){ "", "", 0, 0 };
+    cdx_engine_range r = k_ranges[id];
+    if (id == CDX_OPT_THREADS)
+        r.hi = cdx_threads_max();
+    return r;
+}
+
+/* Every option set (> 0) in its row of k_ranges. */
+static int check_ranges(const cdx_engine_opts *o, cdx_err *err)
+{
+    const int64_t given[CDX_OPT_COUNT] = { [CDX_OPT_THREADS] = o->n_threads, [CDX_OPT_CTX] = o->n_ctx,
+                                           [CDX_OPT_KV_BLOCKS] = o->n_blocks, [CDX_OPT_MAX_BATCH] = o->max_batch,
+                                           [CDX_OPT_TOKEN_BUDGET] = o->token_budget,
+                                           [CDX_OPT_MAX_QUEUE] = o->max_queue };
+    for (int i = 0; i < CDX_OPT_COUNT; i++) {
+        const cdx_engine_range r = cdx_engine_opt_range((cdx_engine_opt_id)i);
+        if (given[i] > 0 && (given[i] < r.lo || given[i] > r.hi))
+            return cdx_err_set(err, CDX_EINVAL, "%s is %lld; it must be in %lld..%lld%s%s%s", r.field,
+                               (long long)given[i], (long long)r.lo, (long long)r.hi, *r.flag ? " (" : "", r.flag,
+                               *r.flag ? ")" : "");
+    }
+    return CDX_OK;
+}
+
 int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_opts *o, cdx_engine **out,
                       cdx_err *err)
 {
@@ -730,11 +768,9 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
         eo.token_budget = 512;
     if (eo.max_queue <= 0)
         eo.max_queue = 64;
-    if (eo.max_batch > 1024 || eo.token_budget > (1 << 20) || eo.max_queue > (1 << 20))
-        return cdx_err_set(err, CDX_EINVAL, "engine options out of range: max_batch %d (1..1024), token budget %lld "
-                           "(1..1048576), queue %d (1..1048576)", eo.max_batch, (long long)eo.token_budget, eo.max_queue);
-    if (eo.token_budget < eo.max_batch)
-        eo.token_budget = eo.max_batch; /* every decoding sequence fits in one round */
+    int rc = check_ranges(&eo, err);
+    if (rc)
+        return rc;
     /* an f16 cache rounds as ggml's does (f32 models); a bf16 cache holds a bf16 model's K and V exactly */
     const bool bf16_model = cdx_model_dtype(m) == CDX_DTYPE_BF16;
     if (eo.kv_type != CDX_TYPE_F32 && eo.kv_type != (bf16_model ? CDX_TYPE_BF16 : CDX_TYPE_F16))
@@ -742,15 +778,21 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
                            cdx_type_name(eo.kv_type), cdx_dtype_name(cdx_model_dtype(m)), bf16_model ? "bf16" : "f16");
     if (eo.n_ctx <= 0)
         eo.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    if (eo.n_ctx > (1 << 24))
-        return cdx_err_set(err, CDX_EINVAL, "context of %lld positions is out of range (1..16777216)",
-                           (long long)eo.n_ctx);
     const int64_t per_seq = (eo.n_ctx + CDX_KV_BLOCK - 1) / CDX_KV_BLOCK;
+    if (eo.n_blocks <= 0 && (rc = check_ranges(&(cdx_engine_opts){ .n_blocks = per_seq * eo.max_batch }, err)))
+        return rc; /* --ctx x --max-batch over the pool's row */
     if (eo.n_blocks <= 0)
         eo.n_blocks = per_seq * eo.max_batch;
-    if (eo.n_blocks > (1 << 24))
-        return cdx_err_set(err, CDX_EINVAL, "KV pool of %lld blocks is out of range (1..16777216)",
-                           (long long)eo.n_blocks);
+    const uint64_t block_bytes = 2 * (uint64_t)cdx_hparams_kv_layers(hp) * CDX_KV_BLOCK *
+                                 (uint64_t)(hp->n_head_kv * hp->head_dim) * (eo.kv_type == CDX_TYPE_F32 ? 4 : 2);
+    if (eo.kv_bytes_max && (uint64_t)eo.n_blocks > eo.kv_bytes_max / (block_bytes ? block_bytes : 1))
+        return cdx_err_set(err, CDX_EINVAL, "n_blocks is %lld (--kv-blocks; by default --max-batch sequences of --ctx): "
+                           "a KV pool of %.1f GiB when full (%llu bytes a block of %d positions), more than the %.1f "
+                           "GiB it may take", (long long)eo.n_blocks,
+                           (double)eo.n_blocks * (double)block_bytes / (1 << 30), (unsigned long long)block_bytes,
+                           CDX_KV_BLOCK, (double)eo.kv_bytes_max / (1 << 30));
+    if (eo.token_budget < eo.max_batch)
+        eo.token_budget = eo.max_batch; /* every decoding sequence fits in one round */
     cdx_engine *e = calloc(1, sizeof *e);
     if (!e)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -781,7 +823,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
                                  .kv_dim = (uint64_t)e->kv_dim, .n_elems = e->block_floats,
                                  .elem_bytes = (uint32_t)e->elem_bytes, .state_bytes = e->state_bytes };
     memcpy(e->shape.root, e->root_key, KEY_LEN);
-    int rc = eo.kv_store ? kv_store_open(eo.kv_store, err) : CDX_OK;
+    rc = eo.kv_store ? kv_store_open(eo.kv_store, err) : CDX_OK;
     if (!rc && eo.kv_store && !(e->store = strdup(eo.kv_store)))
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
     if (!rc)

@@ -43,6 +43,7 @@ struct cdx_server {
     bool thread_started;
     sv_metrics met;
     atomic_uint_fast64_t n_ids;
+    atomic_int n_active;      /* connections holding a generation, until their answer is sent */
 };
 
 cdx_server_opts cdx_server_defaults(void)
@@ -97,6 +98,8 @@ typedef struct sv_job {
     char *acc;                      /* streaming with tools: the reply so far; acc[0..released) is sent */
     size_t acc_n, acc_cap, released;
     bool gone;                      /* the client hung up or the server stops */
+    bool shutdown;                  /* ... the server stops: the answer says so (stream: error event
+                                     * and [DONE]; whole answer: 503) */
 } sv_job;
 
 static void job_unref(sv_job *j)
@@ -192,13 +195,15 @@ static bool client_gone(struct MHD_Connection *c)
 }
 
 /* Waits (mu held) until the queue has pieces past j->read (or, with all, until the job is done);
- * cancels the job when the client goes away or the server stops. Returns false when it was
- * cancelled that way. */
+ * cancels the job when the client goes away or the server stops (then j->shutdown). Returns false
+ * when it was cancelled that way. */
 static bool job_wait(sv_job *j, bool all)
 {
     while ((all || j->read == j->n) && !j->done) {
-        if (atomic_load(&j->s->stopping) || client_gone(j->c)) {
+        const bool stopping = atomic_load(&j->s->stopping);
+        if (stopping || client_gone(j->c)) {
             j->gone = true;
+            j->shutdown = stopping;
             cdx_engine_cancel(j->s->m.engine, j->id);
             return false;
         }
@@ -484,19 +489,31 @@ static void out_piece(sv_job *j, size_t i)
     out_event(j, chunk(j, choice));
 }
 
+/* What a request cut short by the server's stop is told (a stream: as its last event before [DONE]). */
+static void shutdown_error(sv_error *e)
+{
+    sv_fail(e, 503, "server_error", "server_shutting_down", NULL,
+            "the server is shutting down; the generation was stopped (send the request again)");
+}
+
+static void out_error_event(sv_job *j, const sv_error *e)
+{
+    char *b = sv_error_body(e);
+    if (b) {
+        out_add(j, "data: ", 6);
+        out_add(j, b, strlen(b));
+        out_add(j, "\n\n", 2);
+        free(b);
+    }
+}
+
 static void out_tail(sv_job *j)
 {
     if (j->finish == CDX_FINISH_ERROR || j->oom) {
         sv_error e;
         sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
                 j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed");
-        char *b = sv_error_body(&e);
-        if (b) {
-            out_add(j, "data: ", 6);
-            out_add(j, b, strlen(b));
-            out_add(j, "\n\n", 2);
-            free(b);
-        }
+        out_error_event(j, &e);
     } else {
         const char *reason = finish_reason(j->finish);
         size_t n_lp = 0; /* a token the returned text ends inside is shown at the end, cut */
@@ -558,8 +575,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         pthread_mutex_lock(&j->mu);
         if (!job_wait(j, false)) {
+            const bool shutdown = j->shutdown;
             pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (!shutdown)
+                return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left: nobody to tell */
+            sv_error e;
+            shutdown_error(&e);
+            out_error_event(j, &e);
+            out_add(j, "data: [DONE]\n\n", 14);
+            j->phase = 3;
+            continue;
         }
         /* the engine appends (and may move the array) under mu: read under it too */
         bool done = j->done;
@@ -939,6 +964,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.images = j->p.req_img;
     rq.n_images = j->p.n_img;
     k->job = j;
+    atomic_fetch_add(&s->n_active, 1); /* until on_completed: cdx_server_stop waits for its last words */
     cdx_err err = {0};
     int rc = cdx_engine_submit(s->m.engine, &rq, &j->id, &err);
     if (rc) {
@@ -977,8 +1003,10 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     }
     pthread_mutex_lock(&j->mu);
     job_wait(j, true);
-    bool gone = j->gone;
+    const bool gone = j->gone, shutdown = j->shutdown;
     pthread_mutex_unlock(&j->mu);
+    if (shutdown)
+        return shutdown_error(&e), reply_error(k, c, &e);
     if (gone)
         return MHD_NO; /* nobody to answer */
     if (j->finish == CDX_FINISH_ERROR || j->oom) {
@@ -1069,6 +1097,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return sv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %.20s",
                            rd->path, rd->post ? "POST" : "GET", method),
                    reply_error(k, c, &e);
+        if (atomic_load(&s->stopping))
+            return shutdown_error(&e), reply_error(k, c, &e);
         if (!atomic_load(&s->ready) && k->route != SV_R_METRICS)
             return sv_fail(&e, 503, "server_error", "model_loading", NULL, "the model is loading"),
                    reply(k, c, 503, sv_error_body(&e), "application/json", "1");
@@ -1131,6 +1161,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (!done)
             cdx_engine_cancel(s->m.engine, k->job->id);
         job_unref(k->job);
+        atomic_fetch_sub(&s->n_active, 1);
     }
     if (s->on_log)
         s->on_log(s->log_user, &rl);
@@ -1280,8 +1311,15 @@ void cdx_server_stop(cdx_server *s)
 {
     if (!s)
         return;
-    atomic_store(&s->stopping, true); /* waiting connections cancel their jobs and end */
+    /* waiting connections cancel their jobs and say why (a stream: an error event and [DONE]; a
+     * whole answer: 503), requests on open connections get 503, the gate takes no new ones; the
+     * connections close once those words are sent, or after 5 s for a client that does not read them */
+    atomic_store(&s->stopping, true);
     sv_gate_stop(s->gate);
+    for (int i = 0; i < 500 && atomic_load(&s->n_active) > 0; i++) {
+        struct timespec t = { 0, 10 * 1000000L };
+        nanosleep(&t, NULL);
+    }
     MHD_stop_daemon(s->d);
     sv_gate_free(s->gate);
     if (s->thread_started) {

@@ -437,6 +437,65 @@ static void refusals_name_both_numbers(void)
     cdx_model_close(m);
 }
 
+/* Every engine option a command takes has one row (cdx_engine_opt_range): one past its top is
+ * refused naming the field, the command-line option and the value; the top itself is taken
+ * (--max-batch 1024, the threads cap); a pool that would outgrow kv_bytes_max is refused at create. */
+static void option_ranges_are_one_table(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    for (int id = 0; id < CDX_OPT_COUNT; id++) {
+        const cdx_engine_range r = cdx_engine_opt_range((cdx_engine_opt_id)id);
+        cdx_engine_opts o = cdx_engine_defaults();
+        int64_t *f64 = id == CDX_OPT_CTX ? &o.n_ctx : id == CDX_OPT_KV_BLOCKS ? &o.n_blocks
+                     : id == CDX_OPT_TOKEN_BUDGET ? &o.token_budget : NULL;
+        int *f32 = id == CDX_OPT_THREADS ? &o.n_threads : id == CDX_OPT_MAX_BATCH ? &o.max_batch
+                 : id == CDX_OPT_MAX_QUEUE ? &o.max_queue : NULL;
+        REQUIRE((f64 != NULL) != (f32 != NULL) && r.lo == 1 && r.hi > 1);
+        if (f64)
+            *f64 = r.hi + 1;
+        else
+            *f32 = (int)(r.hi + 1);
+        cdx_engine *e = NULL;
+        char want[64];
+        snprintf(want, sizeof want, "%s is %lld;", r.field, (long long)r.hi + 1);
+        CHECKF(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && !e && strstr(err.msg, want) &&
+                   strstr(err.msg, r.flag),
+               "%s: %s", r.field, err.msg);
+    }
+    CHECK(cdx_engine_opt_range(CDX_OPT_THREADS).hi == (cdx_cpu_count() * 4 < CDX_MAX_THREADS ? cdx_cpu_count() * 4
+                                                                                              : CDX_MAX_THREADS));
+    CHECK(!strcmp(cdx_engine_opt_range(CDX_OPT_MAX_BATCH).flag, "--max-batch"));
+    /* the tops are taken */
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.max_batch = (int)cdx_engine_opt_range(CDX_OPT_MAX_BATCH).hi;
+    o.n_threads = (int)cdx_engine_opt_range(CDX_OPT_THREADS).hi;
+    o.n_ctx = 64;
+    cdx_engine *e = NULL;
+    CHECKF(cdx_engine_create(m, NULL, &o, &e, &err) == 0, "%s", err.msg);
+    cdx_engine_free(e);
+    e = NULL;
+    /* --ctx x --max-batch past the pool's row, though each is inside its own */
+    o = cdx_engine_defaults();
+    o.n_ctx = 1 << 24;
+    o.max_batch = 17;
+    CHECKF(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && !e && strstr(err.msg, "n_blocks is 17825792;"),
+           "%s", err.msg);
+    /* the pool's size when full against kv_bytes_max: stories260K's block is 5 layers x 16 positions
+     * x 32 K and 32 V values, f32: 20480 bytes */
+    o = cdx_engine_defaults();
+    o.n_blocks = 100;
+    o.kv_bytes_max = 99 * 20480;
+    CHECKF(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && !e && strstr(err.msg, "n_blocks is 100 ") &&
+               strstr(err.msg, "20480 bytes"),
+           "%s", err.msg);
+    o.kv_bytes_max = 100 * 20480;
+    CHECKF(cdx_engine_create(m, NULL, &o, &e, &err) == 0, "%s", err.msg);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
 static void cancel_ends_a_request_and_frees_its_blocks(void)
 {
     cdx_err err = { 0 };
@@ -789,6 +848,8 @@ int main(void)
     RUN("Qwen3.5: a pool of 5 blocks finishes 8 requests with their unconstrained tokens (preempted states restart)",
         small_pool_qwen35);
     RUN("refusals name what is needed and what there is", refusals_name_both_numbers);
+    RUN("engine options: one table of ranges, checked at create; the KV pool against kv_bytes_max",
+        option_ranges_are_one_table);
     RUN("cancel ends a request and frees its blocks", cancel_ends_a_request_and_frees_its_blocks);
     RUN("stop strings are never emitted", stop_strings_are_never_emitted);
     RUN("logprobs are computed for the requests that ask, NaN for the others", logprobs_only_when_asked);
