@@ -222,16 +222,43 @@ KT_INLINE __m256i ksub(int kind, const uint8_t *blk, int j)
     return _mm256_shuffle_epi8(kv, nib32(b->qs + 16 * j));
 }
 
+/* The float steps after a super-block's integer sums, as the scalar twins take them (quant_ref.h):
+ * Q5_K and IQ4_XS as llama.cpp's x86 vec_dot (8 lanes, one fused multiply-add each by d·da; Q5_K's
+ * mins as one exact integer into a float of their own), Q4_K and Q6_K as the 16-row layout
+ * (kern_x16.h: one exact integer per super-block, one fused multiply-add). is: the 8 lanes of
+ * Σ sc·w·a; mn: the lanes of the mins against the bsums (Q4_K/Q5_K: m·bsums, Q6_K: 32·sc·bsums). */
+KT_INLINE void k_block_acc(int kind, __m256i is, __m256i mn, float d, float dmin, float da, __m256 *acc, float *accs)
+{
+    if (kind == W_Q5_K || kind == W_IQ4_XS) {
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(da * d), _mm256_cvtepi32_ps(is), *acc);
+        if (kind == W_Q5_K)
+            *accs = fmaf(-da * dmin, (float)hsum8i(mn), *accs);
+    } else if (kind == W_Q6_K) {
+        *accs = fmaf((float)hsum8i(_mm256_sub_epi32(is, mn)), d * da, *accs);
+    } else {
+        *accs = fmaf((float)hsum8i(is), d * da, *accs);
+        *accs = fmaf(-(float)hsum8i(mn), dmin * da, *accs);
+    }
+}
+
+KT_INLINE float k_row_total(int kind, __m256 acc, float accs)
+{
+    return kind == W_Q5_K ? hsum8(acc) + accs : kind == W_IQ4_XS ? hsum8(acc) : accs;
+}
+
 KT_INLINE void tile_k(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
                       const int T, int64_t nb, float *y, int64_t ys)
 {
     const size_t wbb = kblock_bytes(kind);
     __m256 acc[RMAX][TMAX];
+    float accs[RMAX][TMAX];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
             acc[r][t] = _mm256_setzero_ps();
+            accs[r][t] = 0;
+        }
     for (int64_t b = 0; b < nb; b++) {
         kprep p[RMAX];
 #pragma GCC unroll 4
@@ -264,26 +291,16 @@ KT_INLINE void tile_k(int kind, const uint8_t *w, size_t wrb, const int R, const
             const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
             const __m256i bs = load32(xb->bsums);
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                __m256 s;
-                if (kind == W_Q6_K) {
-                    __m256i v = _mm256_sub_epi32(is[r][t], _mm256_madd_epi16(bs, p[r].mins));
-                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p[r].d * xb->d));
-                } else {
-                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(is[r][t]), _mm256_set1_ps(p[r].d * xb->d));
-                    if (kind != W_IQ4_XS)
-                        s = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, p[r].mins)),
-                                             _mm256_set1_ps(p[r].dmin * xb->d), s);
-                }
-                acc[r][t] = _mm256_add_ps(acc[r][t], s);
-            }
+            for (int r = 0; r < R; r++)
+                k_block_acc(kind, is[r][t], kind == W_IQ4_XS ? is[r][t] : _mm256_madd_epi16(bs, p[r].mins), p[r].d,
+                            p[r].dmin, xb->d, &acc[r][t], &accs[r][t]);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum8(acc[r][t]);
+            y[t * ys + r] = k_row_total(kind, acc[r][t], accs[r][t]);
 }
 
 /* ---- tiles over F32 / F16 / BF16 rows with f32 activations ---- */

@@ -96,7 +96,7 @@ KT_INLINE void tile_b32w(int kind, const uint8_t *w, size_t wrb, const int R, co
 
 typedef struct {
     __m512i sc[4];  /* per pair of sub-blocks: i16 scales (i32 for IQ4_XS) lane by lane */
-    __m256i mins;   /* i16 × 16 against bsums: dmin mins (Q4_K/Q5_K), 32·sc (Q6_K), 128·ls (IQ4_XS) */
+    __m256i mins;   /* i16 × 16 against bsums: dmin mins (Q4_K/Q5_K), 32·sc (Q6_K); IQ4_XS: none */
     float d, dmin;
 } kprepw;
 
@@ -131,17 +131,14 @@ KT_INLINE void kprep_wide(int kind, const uint8_t *blk, kprepw *p)
     } else {
         const cdx_block_iq4_xs *b = (const cdx_block_iq4_xs *)blk;
         uint16_t h = b->scales_h;
-        int16_t ls[16];
         int l8[8];
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++)
             l8[j] = (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((h >> (2 * j)) & 3) << 4)) - 32;
-            ls[2 * j] = ls[2 * j + 1] = (int16_t)(128 * l8[j]);
-        }
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++)
             p->sc[j] = cat256(_mm256_set1_epi32(l8[2 * j]), _mm256_set1_epi32(l8[2 * j + 1]));
-        p->mins = _mm256_loadu_si256((const __m256i *)ls);
+        p->mins = _mm256_setzero_si256();
         p->d = h2f(b->d);
         p->dmin = 0;
     }
@@ -184,6 +181,10 @@ KT_INLINE __m512i ksub_wide(int kind, const uint8_t *blk, int j, __m512i kvb)
     return _mm512_shuffle_epi8(kvb, _mm512_and_si512(z, m4));
 }
 
+/* The integer sums land in tile_k's lanes (values 4l..4l+3 of each 32 in lane l, the two halves of
+ * a 512-bit sum added), and k_block_acc takes the same float steps: tile_k's bits. IQ4_XS's table
+ * values are biased by 128 for vpdpbusd; the bias is taken off lane by lane (128·Σ of the lane's 4
+ * activations), before the scale, so each lane holds what llama.cpp's lane holds. */
 KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, const uint8_t *x, size_t xrb,
                        const int T, int64_t nb, float *y, int64_t ys)
 {
@@ -191,11 +192,14 @@ KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, cons
     const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
                                          _mm512_set1_epi8((char)0x80));
     __m256 acc[RMAX][TMAX];
+    float accs[RMAX][TMAX];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
             acc[r][t] = _mm256_setzero_ps();
+            accs[r][t] = 0;
+        }
     for (int64_t b = 0; b < nb; b++) {
         kprepw p[RMAX];
 #pragma GCC unroll 4
@@ -220,11 +224,14 @@ KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, cons
             for (int t = 0; t < T; t++) {
                 const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
                 const __m512i a = load64(xb->qs + 64 * j);
+                __m512i bias = _mm512_setzero_si512();
+                if (kind == W_IQ4_XS)
+                    bias = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), a), 7);
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) {
                     if (kind == W_IQ4_XS)
                         is[r][t] = _mm512_add_epi32(is[r][t], _mm512_mullo_epi32(
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a), p[r].sc[j]));
+                            _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a), bias), p[r].sc[j]));
                     else
                         is[r][t] = _mm512_dpwssd_epi32(is[r][t], _mm512_maddubs_epi16(wv[r], a), p[r].sc[j]);
                 }
@@ -236,16 +243,9 @@ KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, cons
             const __m256i bs = load32(xb->bsums);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                __m256i v = _mm256_add_epi32(_mm512_castsi512_si256(is[r][t]), _mm512_extracti64x4_epi64(is[r][t], 1));
-                const __m256i mn = _mm256_madd_epi16(bs, p[r].mins);
-                __m256 s;
-                if (kind == W_Q6_K || kind == W_IQ4_XS) {
-                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v, mn)), _mm256_set1_ps(p[r].d * xb->d));
-                } else {
-                    s = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(p[r].d * xb->d));
-                    s = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(p[r].dmin * xb->d), s);
-                }
-                acc[r][t] = _mm256_add_ps(acc[r][t], s);
+                const __m256i v = _mm256_add_epi32(_mm512_castsi512_si256(is[r][t]), _mm512_extracti64x4_epi64(is[r][t], 1));
+                k_block_acc(kind, v, kind == W_IQ4_XS ? v : _mm256_madd_epi16(bs, p[r].mins), p[r].d, p[r].dmin, xb->d,
+                            &acc[r][t], &accs[r][t]);
             }
         }
     }
@@ -253,7 +253,7 @@ KT_INLINE void tile_kw(int kind, const uint8_t *w, size_t wrb, const int R, cons
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum8(acc[r][t]);
+            y[t * ys + r] = k_row_total(kind, acc[r][t], accs[r][t]);
 }
 
 #define KT_FAM_B32 tile_b32w

@@ -421,23 +421,24 @@ void cdx_iq4_xs_to_f32_ref(const void *vx, float *y, int64_t n)
     }
 }
 
+/* llama.cpp's x86 arithmetic (quant_ref.h, cdx_q8k_lanes_*) */
 float cdx_iq4_xs_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_iq4_xs *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sumf = 0;
+    float acc[8] = { 0 };
     for (int64_t i = 0; i < n / 256; i++) {
-        const float d4d8 = cdx_h2f(x[i].d) * y[i].d;
-        const uint8_t *qs = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        for (int ib = 0; ib < 8; ib++, qs += 16, q8 += 32) {
-            int s1 = 0, s2 = 0;
+        int8_t a[32];
+        int32_t s[8] = { 0 };
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = x[i].qs + 16 * ib;
             for (int j = 0; j < 16; j++) {
-                s1 += q8[j] * cdx_kvalues_iq4nl[qs[j] & 0xf];
-                s2 += q8[j + 16] * cdx_kvalues_iq4nl[qs[j] >> 4];
+                a[j] = cdx_kvalues_iq4nl[qs[j] & 0xf];
+                a[j + 16] = cdx_kvalues_iq4nl[qs[j] >> 4];
             }
-            sumf += d4d8 * (float)iq4xs_scale(&x[i], ib) * (float)(s1 + s2);
+            cdx_q8k_lanes_add(s, a, y[i].qs + 32 * ib, iq4xs_scale(&x[i], ib), 32);
         }
+        cdx_q8k_lanes_fma(acc, cdx_h2f(x[i].d) * y[i].d, s);
     }
-    return sumf;
+    return cdx_q8k_lanes_total(acc);
 }

@@ -5,6 +5,7 @@
 #include "quant/quant_ref.h"
 
 #define GROUP_MAX_EPS 1e-15f
+#define SUMMS_STEP(a, b, c) fmaf((a), (b), (c))
 
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -210,23 +211,6 @@ static void pack_scale_min_k4(uint8_t *s, const uint8_t *ls, const uint8_t *lm)
     }
 }
 
-/* The K-quant dots accumulate like ggml's scalar code: integer products in 8 lanes (position
- * mod 8), one float partial sum per lane across blocks, lanes added at the end. Keeping that
- * order makes these oracles equal ggml's bit for bit, not just within the tolerance. */
-static void lanes_add(int32_t aux[8], const int8_t *q8, const int8_t *a, int scale, int n)
-{
-    for (int j = 0; j < n; j += 8)
-        for (int l = 0; l < 8; l++)
-            aux[l] += scale * (q8[j + l] * a[j + l]);
-}
-
-static float lanes_total(float sumf, const float sums[8])
-{
-    for (int l = 0; l < 8; l++)
-        sumf += sums[l];
-    return sumf;
-}
-
 /* ---------------------------------------------------------------- Q2_K */
 
 void cdx_q2_K_to_f32_ref(const void *vx, float *y, int64_t n)
@@ -395,11 +379,13 @@ void cdx_q3_K_from_f32_ref(const float *x, void *vy, int64_t n)
     }
 }
 
+/* llama.cpp's x86 arithmetic (quant_ref.h, cdx_q8k_lanes_*): every 32 values, 16 with one scale
+ * and 16 with the next, the first 16 in lanes 0..3 */
 float cdx_q3_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q3_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sums[8] = { 0 };
+    float acc[8] = { 0 };
     for (int64_t i = 0; i < n / 256; i++) {
         int8_t scales[16], a[256];
         q3_k_scales(x[i].scales, scales);
@@ -410,14 +396,12 @@ float cdx_q3_K_dot_ref(int64_t n, const void *vx, const void *vy)
             for (int shift = 0; shift < 8; shift += 2, m <<= 1)
                 for (int l = 0; l < 32; l++)
                     *p++ = (int8_t)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-        int32_t aux[8] = { 0 };
+        int32_t s[8] = { 0 };
         for (int j = 0; j < 16; j++)
-            lanes_add(aux, y[i].qs + 16 * j, a + 16 * j, scales[j], 16);
-        const float d = cdx_h2f(x[i].d) * y[i].d;
-        for (int l = 0; l < 8; l++)
-            sums[l] += d * (float)aux[l];
+            cdx_q8k_lanes_add(s + 4 * (j % 2), a + 16 * j, y[i].qs + 16 * j, scales[j], 16);
+        cdx_q8k_lanes_fma(acc, y[i].d * cdx_h2f(x[i].d), s);
     }
-    return lanes_total(0.0f, sums);
+    return cdx_q8k_lanes_total(acc);
 }
 
 /* ---------------------------------------------------------------- Q4_K and Q5_K */
@@ -511,28 +495,33 @@ static void k4_scales_mins(const uint8_t *s, int sc[8], int mn[8])
     }
 }
 
-/* Q4_K / Q5_K dot over unpacked levels a[256] (0..31). */
-static void k4_dot_block(const cdx_block_q8_K *y, const uint8_t *scales12, const int8_t *a, float d, float dmin,
-                         float sums[8], float *sumf)
+/* Σ_j sc_j·(sub-block j's levels a · q8) and Σ_j m_j·(sub-block j's bsums) of one Q4_K/Q5_K
+ * super-block, both exact. */
+static void k4_sums(const cdx_block_q8_K *y, const uint8_t *scales12, const int8_t *a, int32_t *dot, int32_t *mins)
 {
     int sc[8], mn[8];
     k4_scales_mins(scales12, sc, mn);
-    int summs = 0;
-    for (int j = 0; j < 16; j++)
-        summs += y->bsums[j] * mn[j / 2];
-    int32_t aux[8] = { 0 };
-    for (int j = 0; j < 8; j++)
-        lanes_add(aux, y->qs + 32 * j, a + 32 * j, sc[j], 32);
-    for (int l = 0; l < 8; l++)
-        sums[l] += d * (float)aux[l];
-    *sumf -= dmin * (float)summs;
+    int32_t s = 0, m = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t t = 0;
+        for (int l = 0; l < 32; l++)
+            t += a[32 * j + l] * y->qs[32 * j + l];
+        s += sc[j] * t;
+        m += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    *dot = s;
+    *mins = m;
 }
 
+/* Q4_K is not one of llama.cpp's vec_dot types on x86 (its CPU_REPACK layout runs instead), so its
+ * dot is caldrix's own, the arithmetic of the AVX2 and AVX-512 sets' 16-row layout (kern_x16.h) on
+ * every set: per super-block one exact integer sum, then acc = fma(sum, d·da, acc) and
+ * acc = fma(-mins, dmin·da, acc). */
 float cdx_q4_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q4_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sums[8] = { 0 }, sumf = 0;
+    float acc = 0;
     for (int64_t i = 0; i < n / 256; i++) {
         int8_t a[256];
         for (int j = 0; j < 4; j++)
@@ -540,9 +529,12 @@ float cdx_q4_K_dot_ref(int64_t n, const void *vx, const void *vy)
                 a[64 * j + l] = (int8_t)(x[i].qs[32 * j + l] & 0xF);
                 a[64 * j + l + 32] = (int8_t)(x[i].qs[32 * j + l] >> 4);
             }
-        k4_dot_block(&y[i], x[i].scales, a, cdx_h2f(x[i].d) * y[i].d, cdx_h2f(x[i].dmin) * y[i].d, sums, &sumf);
+        int32_t dot, mins;
+        k4_sums(&y[i], x[i].scales, a, &dot, &mins);
+        acc = fmaf((float)dot, cdx_h2f(x[i].d) * y[i].d, acc);
+        acc = fmaf(-(float)mins, cdx_h2f(x[i].dmin) * y[i].d, acc);
     }
-    return lanes_total(sumf, sums);
+    return acc;
 }
 
 void cdx_q5_K_to_f32_ref(const void *vx, float *y, int64_t n)
@@ -590,11 +582,14 @@ void cdx_q5_K_from_f32_ref(const float *x, void *vy, int64_t n)
     }
 }
 
+/* llama.cpp's x86 arithmetic (quant_ref.h, cdx_q8k_lanes_*), the mins apart: their exact integer
+ * sum times -da·dmin is added to one float across the super-blocks, and that float to the lanes'
+ * total at the end. */
 float cdx_q5_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q5_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sums[8] = { 0 }, sumf = 0;
+    float acc[8] = { 0 }, summs = 0;
     for (int64_t i = 0; i < n / 256; i++) {
         int8_t a[256];
         const uint8_t *qh = x[i].qh;
@@ -603,9 +598,17 @@ float cdx_q5_K_dot_ref(int64_t n, const void *vx, const void *vy)
                 a[64 * j + l] = (int8_t)((x[i].qs[32 * j + l] & 0xF) + ((qh[l] >> (2 * j)) & 1) * 16);
                 a[64 * j + l + 32] = (int8_t)((x[i].qs[32 * j + l] >> 4) + ((qh[l] >> (2 * j + 1)) & 1) * 16);
             }
-        k4_dot_block(&y[i], x[i].scales, a, cdx_h2f(x[i].d) * y[i].d, cdx_h2f(x[i].dmin) * y[i].d, sums, &sumf);
+        int sc[8], mn[8];
+        k4_scales_mins(x[i].scales, sc, mn);
+        int32_t s[8] = { 0 }, mins = 0;
+        for (int j = 0; j < 8; j++) {
+            cdx_q8k_lanes_add(s, a + 32 * j, y[i].qs + 32 * j, sc[j], 32);
+            mins += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        cdx_q8k_lanes_fma(acc, y[i].d * cdx_h2f(x[i].d), s);
+        summs = SUMMS_STEP(-y[i].d * cdx_h2f(x[i].dmin), (float)mins, summs);
     }
-    return lanes_total(sumf, sums);
+    return cdx_q8k_lanes_total(acc) + summs;
 }
 
 /* ---------------------------------------------------------------- Q6_K */
@@ -674,26 +677,26 @@ void cdx_q6_K_from_f32_ref(const float *x, void *vy, int64_t n)
     }
 }
 
+/* Q6_K runs in caldrix's 16-row layout on the AVX2 and AVX-512 sets (kern_x16.h), whose arithmetic
+ * every set takes: per super-block one exact integer sum Σ sc·(q-32)·q8, then acc = fma(sum, d·da,
+ * acc). (llama.cpp's x86 vec_dot keeps 8 lanes instead.) */
 float cdx_q6_K_dot_ref(int64_t n, const void *vx, const void *vy)
 {
     const cdx_block_q6_K *x = vx;
     const cdx_block_q8_K *y = vy;
-    float sums[8] = { 0 };
+    float acc = 0;
     for (int64_t i = 0; i < n / 256; i++) {
-        int8_t a[256];
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        int32_t s = 0;
         for (int half = 0; half < 2; half++, ql += 64, qh += 32)
             for (int l = 0; l < 32; l++)
-                for (int k = 0; k < 4; k++)
-                    a[128 * half + l + 32 * k] = (int8_t)(q6_value(ql, qh, l, k) - 32);
-        int32_t aux[8] = { 0 };
-        for (int j = 0; j < 16; j++)
-            lanes_add(aux, y[i].qs + 16 * j, a + 16 * j, x[i].scales[j], 16);
-        const float d = cdx_h2f(x[i].d) * y[i].d;
-        for (int l = 0; l < 8; l++)
-            sums[l] += d * (float)aux[l];
+                for (int k = 0; k < 4; k++) {
+                    const int v = 128 * half + l + 32 * k;
+                    s += x[i].scales[v / 16] * ((q6_value(ql, qh, l, k) - 32) * y[i].qs[v]);
+                }
+        acc = fmaf((float)s, cdx_h2f(x[i].d) * y[i].d, acc);
     }
-    return lanes_total(0.0f, sums);
+    return acc;
 }
 
 /* ---------------------------------------------------------------- Q8_K (activations) */

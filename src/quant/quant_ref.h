@@ -162,6 +162,29 @@ static inline void cdx_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t
     }
 }
 
+/* ---- the x86 arithmetic of the q8_K dots ----
+ *
+ * llama.cpp's CPU libraries with AVX2 (haswell up to sapphirerapids, the AVX-512 ones included) run
+ * the Q3_K, Q5_K and IQ4_XS dots (ggml-cpu/arch/x86/quants.c, the __AVX2__ branches) as 8 integer
+ * lanes per super-block, lane l holding values 4l..4l+3 of every 32 (times their sub-block scale),
+ * then per lane one fused multiply-add by the super-block's d across the super-blocks, then
+ * hsum_float_8. Those dots are held to those bits on every kernel set (cdx_q8k_lanes_*). */
+static inline void cdx_q8k_lanes_add(int32_t s[8], const int8_t *w, const int8_t *a, int scale, int n)
+{
+    for (int i = 0; i < n; i++)
+        s[(i % 32) / 4] += scale * (w[i] * a[i]);
+}
+static inline void cdx_q8k_lanes_fma(float acc[8], float d, const int32_t s[8])
+{
+    for (int l = 0; l < 8; l++)
+        acc[l] = fmaf(d, (float)s[l], acc[l]);
+}
+/* hsum_float_8: the upper four lanes onto the lower four, then pairs two apart, then the last two */
+static inline float cdx_q8k_lanes_total(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
 /* ---- per-type reference functions ---- */
 
 #define CDX_REF_DECL(t)                                                   \
