@@ -95,6 +95,9 @@ CDX_API int cdx_file_read_all(const char *path, size_t max_bytes, char **out, si
 /* A byte count: digits with an optional fraction and a K, M, G or T suffix (powers of 1024; an
  * optional "i" and "B" after it): "8G", "512M", "1.5GiB", "4096". False on anything else. */
 CDX_API bool cdx_parse_bytes(const char *s, uint64_t *out);
+/* A byte count for people, in the units cdx_parse_bytes reads (IEC, powers of 1024): "512 B",
+ * "1.5 KiB", "12.3 MiB", "1.25 GiB", "2.00 TiB". The one formatter every message uses. */
+CDX_API void cdx_fmt_bytes(uint64_t n, char *buf, size_t cap);
 
 /* Monotonic clock in milliseconds. */
 CDX_API double cdx_time_ms(void);

@@ -80,6 +80,10 @@ typedef struct cdx_gguf {
     const char *path;     /* for messages ("<memory>" when opened from memory) */
 } cdx_gguf;
 
+/* The first n bytes of a file (all of it when shorter than 4): 0 when they are GGUF's magic, else
+ * CDX_EFORMAT with the one message run and inspect give ("PATH: not a GGUF file: it is empty", "...:
+ * it is 3 bytes, less than GGUF's 4-byte magic", "... (magic is 68 65 6c 6c, expected \"GGUF\")"). */
+CDX_API int cdx_gguf_check_magic(const void *head, size_t n, const char *path, cdx_err *err);
 CDX_API int cdx_gguf_open(const char *path, cdx_gguf **out, cdx_err *err);
 /* Reads from caller-owned memory that must outlive the reader (fuzzing, embedded models). */
 CDX_API int cdx_gguf_open_mem(const void *data, size_t size, const char *name, cdx_gguf **out, cdx_err *err);

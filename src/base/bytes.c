@@ -2,8 +2,23 @@
 #include "caldrix/base.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void cdx_fmt_bytes(uint64_t n, char *buf, size_t cap)
+{
+    static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB" };
+    if (n < 1024) {
+        snprintf(buf, cap, "%llu B", (unsigned long long)n);
+        return;
+    }
+    double x = (double)n / 1024.0;
+    int u = 0;
+    while (x >= 1024.0 && u < 3)
+        x /= 1024.0, u++;
+    snprintf(buf, cap, u >= 2 ? "%.2f %s" : "%.1f %s", x, unit[u]);
+}
 
 bool cdx_parse_bytes(const char *v, uint64_t *out)
 {

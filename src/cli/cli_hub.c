@@ -7,24 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void cli_fmt_bytes(uint64_t n, char *buf, size_t cap)
-{
-    if (n < 1000)
-        snprintf(buf, cap, "%llu B", (unsigned long long)n);
-    else if (n < 1000000)
-        snprintf(buf, cap, "%.1f kB", n / 1e3);
-    else if (n < 1000000000)
-        snprintf(buf, cap, "%.1f MB", n / 1e6);
-    else
-        snprintf(buf, cap, "%.2f GB", n / 1e9);
-}
-
 
 static void bar(cli_hub_ui *ui, const char *file, uint64_t done, uint64_t total, bool final)
 {
     char d[32], t[32];
-    cli_fmt_bytes(done, d, sizeof d);
-    cli_fmt_bytes(total, t, sizeof t);
+    cdx_fmt_bytes(done, d, sizeof d);
+    cdx_fmt_bytes(total, t, sizeof t);
     int pct = total ? (int)(done * 100 / total) : 0;
     if (pct > 100)
         pct = 100;
@@ -49,13 +37,13 @@ static void on_event(const cdx_hub_event *ev, void *user)
         ui->planned = true;
         if (ui->quiet)
             break;
-        cli_fmt_bytes(ev->total, sz, sizeof sz);
+        cdx_fmt_bytes(ev->total, sz, sizeof sz);
         fprintf(stderr, "caldrix: %u file%s, %s:\n", ev->n_files, ev->n_files == 1 ? "" : "s", sz);
         break;
     case CDX_HUB_EV_FILE:
         if (ui->quiet)
             break;
-        cli_fmt_bytes(ev->total, sz, sizeof sz);
+        cdx_fmt_bytes(ev->total, sz, sizeof sz);
         fprintf(stderr, "  %-40s %10s\n", ev->file, sz);
         break;
     case CDX_HUB_EV_START:
@@ -66,10 +54,10 @@ static void on_event(const cdx_hub_event *ev, void *user)
         if (ui->tty) {
             bar(ui, ev->file, ev->done, ev->total, false);
         } else {
-            cli_fmt_bytes(ev->total, sz, sizeof sz);
+            cdx_fmt_bytes(ev->total, sz, sizeof sz);
             if (ev->done) {
                 char d[32];
-                cli_fmt_bytes(ev->done, d, sizeof d);
+                cdx_fmt_bytes(ev->done, d, sizeof d);
                 fprintf(stderr, "  downloading %s (%s), resuming at %s\n", ev->file, sz, d);
             } else {
                 fprintf(stderr, "  downloading %s (%s)\n", ev->file, sz);
@@ -100,7 +88,7 @@ static void on_event(const cdx_hub_event *ev, void *user)
     case CDX_HUB_EV_CACHED:
         if (ui->quiet)
             break;
-        cli_fmt_bytes(ev->total, sz, sizeof sz);
+        cdx_fmt_bytes(ev->total, sz, sizeof sz);
         fprintf(stderr, "caldrix: %s is complete in the cache (%u file%s, %s); nothing downloaded\n", ev->file,
                 ev->n_files, ev->n_files == 1 ? "" : "s", sz);
         break;

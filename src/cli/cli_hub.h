@@ -13,7 +13,6 @@ typedef struct cli_hub_ui {
 
 /* Sets o up to print the hub's events on stderr (a progress bar when stderr is a terminal). */
 void cli_hub_opts_init(cdx_hub_opts *o, cli_hub_ui *ui, bool quiet);
-void cli_fmt_bytes(uint64_t n, char *buf, size_t cap); /* "1.2 GB" (decimal units) */
 /* MODEL as the commands take it: a path that exists opens as it is (*out = NULL, *path = model);
  * anything else is a reference cdx_hub_resolve resolves (and downloads), with the hub's events on
  * stderr. 0, or 1 after printing "caldrix: <why>". *out: free it. */

@@ -398,7 +398,9 @@ int cmd_bench(int argc, char **argv)
                best_p);
         printf("decode   %8.2f tok/s  (%ld tokens one at a time; median of %ld, best %.2f)\n", decode, n_gen, runs,
                best_d);
-        printf("weights  %.1f MB read per token: %.2f GB/s while decoding\n", (double)wbytes / 1e6, bw);
+        char wb[32];
+        cdx_fmt_bytes((uint64_t)wbytes, wb, sizeof wb);
+        printf("weights  %s read per token: %.2f GB/s while decoding\n", wb, bw);
         if (mem_bw > 0)
             printf("ceiling  %.2f tok/s at %.2f GB/s: decode is at %.0f %% of it\n", mem_bw * 1e9 / (double)wbytes,
                    mem_bw, 100.0 * bw / mem_bw);

@@ -229,8 +229,9 @@ int cmd_convert(int argc, char **argv)
     }
     size_t nt, nb;
     cdx_convert_totals(c, &nt, &nb);
-    fprintf(stderr, "caldrix convert: wrote %s (%s): %zu tensors, %.1f MiB\n", out, cdx_type_name((uint32_t)type), nt,
-            nb / 1048576.0);
+    char bb[32];
+    cdx_fmt_bytes((uint64_t)nb, bb, sizeof bb);
+    fprintf(stderr, "caldrix convert: wrote %s (%s): %zu tensors, %s\n", out, cdx_type_name((uint32_t)type), nt, bb);
     status = 0;
 done:
     cdx_tok_close(tok);

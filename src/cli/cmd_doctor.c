@@ -63,8 +63,8 @@ int cmd_doctor(int argc, char **argv)
     char a[32], b[32];
     bool ok_hf = cdx_hub_disk_free(env.hf_cache, &free_hf, NULL) == 0;
     bool ok_cx = cdx_hub_disk_free(env.caldrix_cache, &free_cx, NULL) == 0;
-    cli_fmt_bytes(free_hf, a, sizeof a);
-    cli_fmt_bytes(free_cx, b, sizeof b);
+    cdx_fmt_bytes(free_hf, a, sizeof a);
+    cdx_fmt_bytes(free_cx, b, sizeof b);
     printf("\ncaches:\n  hugging face: %s (%s free)\n  caldrix:      %s (%s free; Ollama models in ollama/)\n",
            env.hf_cache, ok_hf ? a : "?", env.caldrix_cache, ok_cx ? b : "?");
     printf("\nnetwork:\n  hub endpoint: %s\n  ollama registry: %s\n  token: %s%s%s\n  offline: %s\n", env.endpoint,
@@ -72,8 +72,8 @@ int cmd_doctor(int argc, char **argv)
            env.token ? ")" : "", env.offline_var ? env.offline_var : "no");
     uint64_t total, avail;
     cdx_hub_meminfo(&total, &avail);
-    cli_fmt_bytes(total, a, sizeof a);
-    cli_fmt_bytes(avail, b, sizeof b);
+    cdx_fmt_bytes(total, a, sizeof a);
+    cdx_fmt_bytes(avail, b, sizeof b);
     printf("\nmemory: %s available of %s\n", b, a);
     uint64_t adm;
     err = (cdx_err){0};
@@ -83,7 +83,7 @@ int cmd_doctor(int argc, char **argv)
         return 2;
     }
     if (adm != avail) {
-        cli_fmt_bytes(adm, a, sizeof a);
+        cdx_fmt_bytes(adm, a, sizeof a);
         printf("  admission uses %s (CALDRIX_MEM_AVAILABLE)\n", a);
     }
     cdx_hub_env_free(&env);

@@ -24,6 +24,21 @@ static void usage(FILE *f)
                CDX_HUB_DEFAULT_CTX);
 }
 
+/* A model inspect cannot read: the message on stderr and, with --json, as {"error": {...}} on stdout
+ * (a script reading stdout gets JSON either way). Exit status 1. */
+static int inspect_fail(bool json, const char *ref, const char *msg)
+{
+    fprintf(stderr, "caldrix: %s\n", msg);
+    if (json) {
+        json_t *o = json_pack("{s:{s:s,s:s}}", "error", "ref", ref, "message", msg);
+        char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        printf("%s\n", s ? s : "{\"error\": {}}");
+        free(s);
+        json_decref(o);
+    }
+    return 1;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     const char *ref = NULL;
@@ -59,23 +74,21 @@ int cmd_inspect(int argc, char **argv)
     cli_hub_opts_init(&o, &ui, true);
     o.cache_only = true;
     char *path = NULL;
-    if (cdx_hub_resolve(ref, &o, &path, &err) < 0) {
-        fprintf(stderr, "caldrix: %s\n", err.msg);
-        return 1;
-    }
+    if (cdx_hub_resolve(ref, &o, &path, &err) < 0)
+        return inspect_fail(json, ref, err.msg);
     cdx_hub_report *r = calloc(1, sizeof *r);
     if (!r || cdx_hub_inspect_path(path, r, &err) < 0) {
-        fprintf(stderr, "caldrix: %s\n", r ? err.msg : "out of memory");
+        int rc = inspect_fail(json, ref, r ? err.msg : "out of memory");
         free(r);
         free(path);
-        return 1;
+        return rc;
     }
     /* under a budget the weights hold at most the budget (the loader refuses one below the least) */
     const uint64_t wres = budget && budget < r->weight_bytes ? budget : r->weight_bytes;
     char w[32], k[32], t[32];
-    cli_fmt_bytes(wres, w, sizeof w);
-    cli_fmt_bytes(r->kv_bytes, k, sizeof k);
-    cli_fmt_bytes(wres + r->kv_bytes, t, sizeof t);
+    cdx_fmt_bytes(wres, w, sizeof w);
+    cdx_fmt_bytes(r->kv_bytes, k, sizeof k);
+    cdx_fmt_bytes(wres + r->kv_bytes, t, sizeof t);
     /* memory admission as the hub applies it before a download: the weights (at the budget) + KV */
     uint64_t avail = 0;
     cdx_err merr = { 0 };
@@ -89,9 +102,9 @@ int cmd_inspect(int argc, char **argv)
     const uint64_t suggest = avail > r->kv_bytes ? (avail - r->kv_bytes) & ~(uint64_t)4095 : 0;
     if (avail && wres + r->kv_bytes > avail) {
         char a[32], b[32];
-        cli_fmt_bytes(avail, a, sizeof a);
+        cdx_fmt_bytes(avail, a, sizeof a);
         if (r->min_budget_bytes && r->min_budget_bytes + r->kv_bytes <= avail && suggest >= r->min_budget_bytes) {
-            cli_fmt_bytes(suggest, b, sizeof b);
+            cdx_fmt_bytes(suggest, b, sizeof b);
             snprintf(fits, sizeof fits, "does not fit in the %s available; fits with --weight-budget %llu (%s)", a,
                      (unsigned long long)suggest, b);
         } else
@@ -134,7 +147,7 @@ int cmd_inspect(int argc, char **argv)
     } else {
         printf("%s path=%s architecture=%s tensors=%llu metadata=%llu\n", r->format, r->path, r->architecture,
                (unsigned long long)r->n_tensors, (unsigned long long)r->n_metadata);
-        printf("  gpt family=%s layers=%lld heads=%lld kv_heads=%lld hidden=%lld head_dim=%lld context=%lld",
+        printf("  family=%s layers=%lld heads=%lld kv_heads=%lld hidden=%lld head_dim=%lld context=%lld",
                r->family, (long long)r->n_layer, (long long)r->n_head, (long long)r->n_kv_head, (long long)r->hidden,
                (long long)r->head_dim, (long long)r->ctx);
         if (r->n_expert)
@@ -156,10 +169,10 @@ int cmd_inspect(int argc, char **argv)
                r->compute_dtype[0] ? r->compute_dtype : "f32");
         if (r->expert_bytes) {
             char d[32], x[32], one[32], mn[32];
-            cli_fmt_bytes(r->weight_bytes - r->expert_bytes, d, sizeof d);
-            cli_fmt_bytes(r->expert_bytes, x, sizeof x);
-            cli_fmt_bytes(r->expert_one_bytes, one, sizeof one);
-            cli_fmt_bytes(r->min_budget_bytes, mn, sizeof mn);
+            cdx_fmt_bytes(r->weight_bytes - r->expert_bytes, d, sizeof d);
+            cdx_fmt_bytes(r->expert_bytes, x, sizeof x);
+            cdx_fmt_bytes(r->expert_one_bytes, one, sizeof one);
+            cdx_fmt_bytes(r->min_budget_bytes, mn, sizeof mn);
             printf("  weight_budget: dense %s + experts %s (%s each); the least --weight-budget is %llu (%s)\n", d, x,
                    one, (unsigned long long)r->min_budget_bytes, mn);
         }
@@ -177,8 +190,8 @@ int cmd_inspect(int argc, char **argv)
     int rc = 0;
     if (!why && budget && r->min_budget_bytes && budget < r->min_budget_bytes) {
         char b[32], mn[32];
-        cli_fmt_bytes(budget, b, sizeof b);
-        cli_fmt_bytes(r->min_budget_bytes, mn, sizeof mn);
+        cdx_fmt_bytes(budget, b, sizeof b);
+        cdx_fmt_bytes(r->min_budget_bytes, mn, sizeof mn);
         fprintf(stderr, "caldrix inspect: %s: --weight-budget %s (%llu bytes) is below what one token needs: %s (%llu "
                 "bytes)\n", ref, b, (unsigned long long)budget, mn, (unsigned long long)r->min_budget_bytes);
         rc = 1;

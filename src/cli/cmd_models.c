@@ -187,7 +187,7 @@ static int info_ollama(const char *ref, bool json)
         printf("  %s\n", json_string_value(json_object_get(out, "path")));
         if (m) {
             char b[32];
-            cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(m, "bytes")), b, sizeof b);
+            cdx_fmt_bytes((uint64_t)json_integer_value(json_object_get(m, "bytes")), b, sizeof b);
             printf("  %s, %lld layers, context %lld, %s (%s)\n", json_string_value(json_object_get(m, "architecture")),
                    (long long)json_integer_value(json_object_get(m, "layers")),
                    (long long)json_integer_value(json_object_get(m, "context")),
@@ -298,7 +298,7 @@ static int cmd_info(int argc, char **argv)
     for (size_t i = 0; i < json_array_size(snaps); i++) {
         json_t *s = json_array_get(snaps, i);
         char b[32];
-        cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(s, "bytes")), b, sizeof b);
+        cdx_fmt_bytes((uint64_t)json_integer_value(json_object_get(s, "bytes")), b, sizeof b);
         json_t *c = json_object_get(s, "config");
         printf("  snapshot %s: %s, %s", json_string_value(json_object_get(s, "commit")),
                json_is_true(json_object_get(s, "complete")) ? "complete" : "incomplete", b);
@@ -538,7 +538,7 @@ static int cmd_list(int argc, char **argv)
     for (size_t i = 0; i < json_array_size(out); i++) {
         json_t *m = json_array_get(out, i);
         char b[32];
-        cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(m, "bytes")), b, sizeof b);
+        cdx_fmt_bytes((uint64_t)json_integer_value(json_object_get(m, "bytes")), b, sizeof b);
         bool runs = json_is_true(json_object_get(m, "runs"));
         printf("%-40s %10s  %s%s%s\n", json_string_value(json_object_get(m, "ref")), b,
                runs ? "yes" : json_is_true(json_object_get(m, "complete")) ? "no: " : "no (incomplete): ",
@@ -620,7 +620,7 @@ static int rm_ollama(const cdx_hub_ref *r, const char *ref)
     json_decref(mine);
     json_decref(others);
     char sz[32];
-    cli_fmt_bytes(freed, sz, sizeof sz);
+    cdx_fmt_bytes(freed, sz, sizeof sz);
     if (bad)
         fprintf(stderr, "caldrix models rm: %s: could not remove every file (%s)\n", ref, strerror(errno));
     else
@@ -668,7 +668,7 @@ static int cmd_rm(int argc, char **argv)
     } else {
         char p[4600], sz[32];
         snprintf(p, sizeof p, "%s/blobs", rd);
-        cli_fmt_bytes(dir_bytes(p), sz, sizeof sz);
+        cdx_fmt_bytes(dir_bytes(p), sz, sizeof sz);
         if (rm_tree(rd) != 0) {
             fprintf(stderr, "caldrix models rm: %s: cannot remove %s: %s\n", ref, rd, strerror(errno));
             rc = 1;

@@ -240,8 +240,10 @@ static int quantize_gguf(const char *in, const char *out_path, const cdx_ftype_i
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }
-    fprintf(stderr, "caldrix: wrote %s (%s): %.1f MiB -> %.1f MiB\n", pos[1], ft->name, in_bytes / 1048576.0,
-            out_bytes / 1048576.0);
+    char ib[32], ob[32];
+    cdx_fmt_bytes((uint64_t)in_bytes, ib, sizeof ib);
+    cdx_fmt_bytes((uint64_t)out_bytes, ob, sizeof ob);
+    fprintf(stderr, "caldrix: wrote %s (%s): %s -> %s\n", pos[1], ft->name, ib, ob);
     status = 0;
     goto done;
 oom:

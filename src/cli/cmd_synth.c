@@ -579,8 +579,10 @@ int cmd_synth(int argc, char **argv)
             goto done;
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        fprintf(stderr, "caldrix synth: wrote %s/: %s %s checkpoint, %zu tensors, %.1f MB of weights in %.1f s\n",
-                st_dir, sh->name, type_name, n_t, (double)total / 1e6,
+        char tb[32];
+        cdx_fmt_bytes((uint64_t)total, tb, sizeof tb);
+        fprintf(stderr, "caldrix synth: wrote %s/: %s %s checkpoint, %zu tensors, %s of weights in %.1f s\n",
+                st_dir, sh->name, type_name, n_t, tb,
                 (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
         rc = 0;
         goto done;
@@ -661,8 +663,10 @@ int cmd_synth(int argc, char **argv)
         goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    fprintf(stderr, "caldrix synth: wrote %s: %s %s, %zu tensors, %.1f MB of weights in %.1f s\n", out, sh->name,
-            type_name, n_t, (double)total / 1e6, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    char tb[32];
+    cdx_fmt_bytes((uint64_t)total, tb, sizeof tb);
+    fprintf(stderr, "caldrix synth: wrote %s: %s %s, %zu tensors, %s of weights in %.1f s\n", out, sh->name,
+            type_name, n_t, tb, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
     rc = 0;
 done:
     cdx_gguf_writer_free(w);

@@ -234,16 +234,27 @@ static int check_unique(const cdx_gguf *g, const char *const *first, size_t stri
     return rc;
 }
 
+int cdx_gguf_check_magic(const void *head, size_t n, const char *path, cdx_err *err)
+{
+    const uint8_t *m = head;
+    if (n == 0)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: not a GGUF file: it is empty", path);
+    if (n < 4)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: not a GGUF file: it is %zu bytes, less than GGUF's 4-byte magic",
+                           path, n);
+    if (memcmp(m, "GGUF", 4))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: not a GGUF file (magic is %02x %02x %02x %02x, expected \"GGUF\")",
+                           path, m[0], m[1], m[2], m[3]);
+    return 0;
+}
+
 static int parse(cdx_gguf *g, cdx_err *err)
 {
     reader r = { g->base, g->base + g->size, g->base, g->path, err };
     int rc;
     uint8_t magic[4];
-    if ((rc = rd(&r, magic, 4, "magic")))
+    if ((rc = cdx_gguf_check_magic(g->base, g->size, g->path, err)) || (rc = rd(&r, magic, 4, "magic")))
         return rc;
-    if (memcmp(magic, "GGUF", 4))
-        return cdx_err_set(err, CDX_EFORMAT, "%s: not a GGUF file (magic is %02x %02x %02x %02x, expected \"GGUF\")",
-                           g->path, magic[0], magic[1], magic[2], magic[3]);
     if ((rc = rd(&r, &g->version, 4, "version")))
         return rc;
     if (g->version != 2 && g->version != 3)

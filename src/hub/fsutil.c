@@ -147,14 +147,4 @@ void hub_note(const cdx_hub_opts *o, const char *fmt, ...)
     o->on_event(&ev, o->user);
 }
 
-void hub_fmt_bytes(uint64_t n, char *buf, size_t cap)
-{
-    if (n < 1000)
-        snprintf(buf, cap, "%llu B", (unsigned long long)n);
-    else if (n < 1000000)
-        snprintf(buf, cap, "%.1f kB", n / 1e3);
-    else if (n < 1000000000)
-        snprintf(buf, cap, "%.1f MB", n / 1e6);
-    else
-        snprintf(buf, cap, "%.1f GB", n / 1e9);
-}
+

@@ -84,6 +84,5 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
 bool hub_gguf_peek(const uint8_t *p, size_t n, cdx_hub_config *c);
 /* "offline (HF_HUB_OFFLINE is set)", or the phrase that stands for a variable ("the Hub is unreachable") */
 const char *hub_offline_reason(const cdx_hub_env *env);
-void hub_fmt_bytes(uint64_t n, char *buf, size_t cap);        /* "1.2 GB" (decimal units) */
 
 #endif

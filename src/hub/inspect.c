@@ -440,8 +440,6 @@ int cdx_hub_inspect_path(const char *path, cdx_hub_report *out, cdx_err *err)
     size_t got = f ? fread(magic, 1, 4, f) : 0;
     if (f)
         fclose(f);
-    if (got == 4 && !memcmp(magic, "GGUF", 4))
-        return inspect_gguf(path, out, err);
-    return cdx_err_set(err, CDX_EFORMAT, "%s: not a GGUF file (magic \"%.4s\") and not a checkpoint folder", path,
-                       got == 4 ? magic : "");
+    int rc = cdx_gguf_check_magic(magic, got, path, err); /* the message run gives */
+    return rc ? rc : inspect_gguf(path, out, err);
 }

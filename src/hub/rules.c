@@ -167,8 +167,8 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
     if (c && cdx_hub_expert_split(c, weight_bytes, &dense, &one))
         least = dense + (uint64_t)(c->n_expert_used > 0 ? c->n_expert_used : 1) * one;
     char a[32], w[32], k[32], t[32], lb[32], fb[32];
-    hub_fmt_bytes(least, lb, sizeof lb);
-    hub_fmt_bytes(fit, fb, sizeof fb);
+    cdx_fmt_bytes(least, lb, sizeof lb);
+    cdx_fmt_bytes(fit, fb, sizeof fb);
     if (least && fit >= least && !given) {
         if (o && o->budget_out)
             *o->budget_out = fit;
@@ -184,10 +184,10 @@ int hub_check_memory(const char *label, const cdx_hub_config *c, uint64_t weight
     else if (least)
         snprintf(budget_line, sizeof budget_line, "  - (a weight budget does not help: the least this model takes, %s, "
                  "does not fit either)\n", lb);
-    hub_fmt_bytes(need, t, sizeof t);
-    hub_fmt_bytes(wres, w, sizeof w);
-    hub_fmt_bytes(kv, k, sizeof k);
-    hub_fmt_bytes(avail, a, sizeof a);
+    cdx_fmt_bytes(need, t, sizeof t);
+    cdx_fmt_bytes(wres, w, sizeof w);
+    cdx_fmt_bytes(kv, k, sizeof k);
+    cdx_fmt_bytes(avail, a, sizeof a);
     return cdx_err_set(err, CDX_ERANGE,
                        "%s needs %s free (%s of weights + %s of KV cache for a %u-token context) and this machine "
                        "has %s available.\n%s\n\nOptions:\n"

@@ -60,16 +60,6 @@ struct expert_cache {
 static size_t mat_bytes(const cdx_mat *w) { return (size_t)w->rows * w->row_bytes; }
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static void fmt_bytes(uint64_t b, char *out, size_t cap)
-{
-    if (b >= ((uint64_t)1 << 30))
-        snprintf(out, cap, "%.2f GiB", (double)b / (double)((uint64_t)1 << 30));
-    else if (b >= ((uint64_t)1 << 20))
-        snprintf(out, cap, "%.1f MiB", (double)b / (double)((uint64_t)1 << 20));
-    else
-        snprintf(out, cap, "%.1f KiB", (double)b / 1024.0);
-}
-
 /* Bytes of one expert's slot for kernel set k (NULL: the file layout): each matrix 64-aligned, in
  * k's packed layout where it has one (which may be a little larger than the file's). */
 static size_t slot_bytes_for(const cdx_kernels *k, const cdx_mat *const w[3], size_t *stage)
@@ -147,17 +137,17 @@ int xc_open(cdx_model *m, uint64_t budget, const char *path, cdx_err *err)
     if (!s.n_experts) {
         if (budget >= s.dense_bytes)
             return CDX_OK; /* a dense model: every weight is needed for every token */
-        fmt_bytes(budget, b1, sizeof b1);
-        fmt_bytes(s.dense_bytes, b2, sizeof b2);
+        cdx_fmt_bytes(budget, b1, sizeof b1);
+        cdx_fmt_bytes(s.dense_bytes, b2, sizeof b2);
         return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "%s: --weight-budget %s (%llu bytes) is below what one token "
                            "needs: %s (%llu bytes); a dense model reads every weight for every token", path, b1,
                            (unsigned long long)budget, b2, (unsigned long long)s.dense_bytes);
     }
     if (budget < need) {
-        fmt_bytes(budget, b1, sizeof b1);
-        fmt_bytes(need, b2, sizeof b2);
-        fmt_bytes(s.dense_bytes, b3, sizeof b3);
-        fmt_bytes(s.expert_max_bytes, b4, sizeof b4);
+        cdx_fmt_bytes(budget, b1, sizeof b1);
+        cdx_fmt_bytes(need, b2, sizeof b2);
+        cdx_fmt_bytes(s.dense_bytes, b3, sizeof b3);
+        cdx_fmt_bytes(s.expert_max_bytes, b4, sizeof b4);
         return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "%s: --weight-budget %s (%llu bytes) is below what one token "
                            "needs: %s (%llu bytes: %s of dense weights + %lld experts of one layer × %s)", path, b1,
                            (unsigned long long)budget, b2, (unsigned long long)need, b3, (long long)hp->n_expert_used,
@@ -252,8 +242,8 @@ static int size_slots(const cdx_model *m, expert_cache *xc, const cdx_kernels *k
     const uint64_t all = (uint64_t)hp->n_layer * (uint64_t)hp->n_expert;
     if (n < (uint64_t)hp->n_expert_used) {
         char b1[32], b2[32];
-        fmt_bytes(xc->budget, b1, sizeof b1);
-        fmt_bytes((uint64_t)xc->dense_bytes + (uint64_t)hp->n_expert_used * sb, b2, sizeof b2);
+        cdx_fmt_bytes(xc->budget, b1, sizeof b1);
+        cdx_fmt_bytes((uint64_t)xc->dense_bytes + (uint64_t)hp->n_expert_used * sb, b2, sizeof b2);
         return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "--weight-budget %s (%llu bytes) is below what one token needs "
                            "in the %s kernels' layouts: %s (%llu bytes)", b1, (unsigned long long)xc->budget,
                            cdx_kernels_isa(k), b2,

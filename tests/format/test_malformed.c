@@ -277,8 +277,8 @@ typedef struct {
 } bad_file;
 
 static const bad_file k_gguf[] = {
-    { "gguf/empty.gguf", g_empty, CDX_EFORMAT, "truncated: magic" },
-    { "gguf/cut_at_3.gguf", g_cut3, CDX_EFORMAT, "truncated: magic needs 4 bytes at offset 0" },
+    { "gguf/empty.gguf", g_empty, CDX_EFORMAT, "not a GGUF file: it is empty" },
+    { "gguf/cut_at_3.gguf", g_cut3, CDX_EFORMAT, "not a GGUF file: it is 3 bytes, less than GGUF's 4-byte magic" },
     { "gguf/cut_in_tensor_table.gguf", g_cut_header, CDX_EFORMAT, "truncated" },
     { "gguf/cut_in_data.gguf", g_cut_data, CDX_EFORMAT, "tensor \"t.c\" (32 bytes at data offset 64) runs past the end" },
     { "gguf/bad_magic.gguf", g_bad_magic, CDX_EFORMAT, "not a GGUF file (magic is 47 47 55 58" },

@@ -83,7 +83,7 @@ check "pull of a local folder prints it, downloading nothing" '[ $rc -eq 0 ] && 
 CALDRIX_MEM_AVAILABLE=lots "$CALDRIX" doctor > "$T/doc.out" 2> "$T/doc.err"; rc=$?
 check "a malformed CALDRIX_MEM_AVAILABLE is refused by name (doctor exits 2)" '[ $rc -eq 2 ] && grep -q "CALDRIX_MEM_AVAILABLE is \"lots\"" "$T/doc.err"'
 CALDRIX_MEM_AVAILABLE=3G "$CALDRIX" doctor > "$T/doc.out" 2> "$T/doc.err"; rc=$?
-check "a well-formed CALDRIX_MEM_AVAILABLE is what admission uses" '[ $rc -eq 0 ] && grep -q "admission uses 3.22 GB (CALDRIX_MEM_AVAILABLE)" "$T/doc.out"'
+check "a well-formed CALDRIX_MEM_AVAILABLE is what admission uses" '[ $rc -eq 0 ] && grep -q "admission uses 3.00 GiB (CALDRIX_MEM_AVAILABLE)" "$T/doc.out"'
 
 # inspect and the weight budget (issue 15): the least budget, the memory it fits, a budget below the least
 Q3M=$SH/fixtures/hf/qwen3_moe

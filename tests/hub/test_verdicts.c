@@ -114,7 +114,7 @@ static void check_cli(const char *path, bool gguf, const verdict *load)
     REQUIRE(o && e);
     CHECKF(rc == (load->ok ? 0 : 1), "%s: caldrix inspect exited %d; run %s it", path, rc,
            load->ok ? "opens" : "refuses");
-    static const char *const lines[] = { "architecture=", "  gpt family=", "  tensor_types=", "  unsupported_tensor_types=",
+    static const char *const lines[] = { "architecture=", "  family=", "  tensor_types=", "  unsupported_tensor_types=",
                                          "  missing_required_tensors=", "  estimated_memory=" };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         CHECKF(strstr(o, lines[i]), "%s: the report lacks \"%s\":\n%s", path, lines[i], o);
