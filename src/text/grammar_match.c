@@ -625,7 +625,8 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
             m->oom = true;
             return NULL;
         }
-        memcpy(ps->ids, m->tl, m->n_tl * sizeof *ps->ids);
+        if (m->n_tl)
+            memcpy(ps->ids, m->tl, m->n_tl * sizeof *ps->ids);
         ps->n_ids = (int32_t)m->n_tl;
     }
     ps->chk = chk;
@@ -690,7 +691,8 @@ static centry *checked(cdx_matcher *m, int32_t q, int32_t p, const pstate *ps)
         m->oom = true;
         return NULL;
     }
-    memcpy(ids, m->tl, m->n_tl * sizeof *ids);
+    if (m->n_tl) /* m->tl is NULL until the first token lands in it */
+        memcpy(ids, m->tl, m->n_tl * sizeof *ids);
     m->cc[h] = (centry){ q, p, (int32_t)m->n_tl, ids };
     m->n_cc++;
     return &m->cc[h];
