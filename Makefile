@@ -1,7 +1,7 @@
 # caldrix: a plain Makefile. `make` builds build/libcaldrix.a, build/libcaldrix.so and build/caldrix.
 # `make test` runs every test; `make SAN=1 test` the same under ASan+UBSan (in build-san/).
 CC      ?= cc
-PKGS    := libcurl libcrypto libmicrohttpd libpcre2-8 libutf8proc jansson libpng libjpeg
+PKGS    := libcurl libcrypto libmicrohttpd libpcre2-8 libutf8proc jansson libpng libjpeg sqlite3
 # The sanitizers of every sanitizer build (SAN=1 and the fuzz targets): undefined behaviour stops
 # the program as a memory error does (UBSan otherwise prints and goes on, and a run passes), and
 # float-cast-overflow is named because GCC's "undefined" leaves it out (clang's includes it).

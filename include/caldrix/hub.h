@@ -245,6 +245,84 @@ CDX_API int cdx_sha256_final(cdx_sha256 *s, uint8_t out[32]);
 /* Hex digest (65 bytes with the NUL) of a whole file. */
 CDX_API int cdx_sha256_file(const char *path, char hex[65], cdx_err *err);
 
+/* ---- the model index (SQLite, in caldrix's cache): what the Hub offers that caldrix can judge ----
+ *
+ *   cdx_index *ix;
+ *   if (cdx_index_open(path, true, &ix, &err) == 0 && cdx_index_update(ix, &uo, &stats, &err) == 0) ...
+ *   char *json; cdx_index_query q = { .words = w, .n_words = 1 }; cdx_index_search(ix, &q, &json, &err);
+ *
+ * Queries never touch the network; cdx_index_update and cdx_index_fetch_one are the only calls that
+ * do, and only to uo.endpoint (never following a redirect; the listing's Link rel="next" only on
+ * the same scheme, host and port). Not thread-safe: one cdx_index per thread. */
+typedef struct cdx_index cdx_index;
+
+/* <caldrix cache>/models-index.sqlite (caller frees; NULL when out of memory). */
+CDX_API char *cdx_index_default_path(const cdx_hub_env *env);
+/* write false: read-only, CDX_ENOTFOUND when the file is absent; write true: made when absent.
+ * A file that is not a caldrix index or is corrupt: CDX_EFORMAT naming the path and SQLite's words. */
+CDX_API int cdx_index_open(const char *path, bool write, cdx_index **out, cdx_err *err);
+CDX_API void cdx_index_close(cdx_index *ix); /* NULL: no-op */
+
+typedef void (*cdx_index_progress_fn)(const char *line, void *user);
+typedef struct cdx_index_update_opts {
+    const char *endpoint;       /* the Hub's base URL, without a trailing '/' */
+    const char *token;          /* NULL: none */
+    const char *search;         /* /api/models?search= (NULL: none) */
+    const char *filter;         /* /api/models?filter= (a tag; NULL: none) */
+    uint32_t page_size;         /* limit= (0: 1000) */
+    uint32_t max_pages;         /* a listing longer than this fails (0: 100000) */
+    bool full;                  /* list everything, not only what changed since the last update */
+    cdx_index_progress_fn progress; /* NULL: silent; a line per page and per phase */
+    void *user;
+} cdx_index_update_opts;
+
+typedef struct cdx_index_stats {
+    uint64_t pages, listed, candidates, fetched, unchanged, bad_ids, published, relatives;
+    bool resumed;               /* went on from an interrupted update's staged work */
+} cdx_index_stats;
+
+/* GET /api/models pages (sort=lastModified, direction=-1) until an entry older than the newest one
+ * the index holds (or the end), each repo caldrix can judge (config.architectures or the GGUF
+ * architecture in the loader's tables) and their base_model relatives detailed from
+ * /api/models/{repo}?expand[]=..., its file listing and config.json, staged page by page, then
+ * published in one transaction: an update cut anywhere leaves the previous index as it was, and the
+ * next update goes on from the staged pages. */
+CDX_API int cdx_index_update(cdx_index *ix, const cdx_index_update_opts *o, cdx_index_stats *st, cdx_err *err);
+/* One repo from the Hub into the index (a repo the index lacks), in one transaction. */
+CDX_API int cdx_index_fetch_one(cdx_index *ix, const cdx_index_update_opts *o, const char *repo, cdx_err *err);
+
+typedef enum cdx_index_rel {
+    CDX_INDEX_REL_ALL = 0, CDX_INDEX_REL_FINETUNES = 1, CDX_INDEX_REL_QUANTIZATIONS = 2, CDX_INDEX_REL_TWINS = 3,
+} cdx_index_rel;
+
+typedef struct cdx_index_query {
+    const char *const *words;   /* search: every word must match (FTS5 prefix terms over id, tags, card) */
+    size_t n_words;
+    const char *arch;           /* NULL, or a config.json architecture / GGUF architecture / family */
+    const char *format;         /* NULL, "gguf" or "safetensors" */
+    uint64_t max_params;        /* 0: no limit */
+    bool runnable;              /* only verdict "runs" and fitting mem_available */
+    uint64_t mem_available;     /* bytes for "fits this machine" (0: unknown: fits) */
+    uint32_t limit;             /* 0: 20 */
+} cdx_index_query;
+
+/* Each returns heap JSON text (caller frees): search, related and drafts an array of entries, info
+ * one entry (with its files); CDX_ENOTFOUND when repo is not in the index. An entry's real numbers
+ * are 32-bit floats held as the double of their shortest decimal, so a printer with 9 significant
+ * digits (jansson's JSON_REAL_PRECISION(9)) prints that shortest decimal. */
+CDX_API int cdx_index_search(cdx_index *ix, const cdx_index_query *q, char **json, cdx_err *err);
+CDX_API int cdx_index_info(cdx_index *ix, const char *repo, uint64_t mem_available, char **json, cdx_err *err);
+CDX_API int cdx_index_related(cdx_index *ix, const char *repo, cdx_index_rel kind, uint64_t mem_available,
+                              char **json, cdx_err *err);
+/* Draft candidates for repo: the same tokenizer fingerprint, safetensors, dense, verdict "runs",
+ * fitting mem_available, at most a quarter of repo's parameters; the same owner first, then by
+ * downloads. */
+CDX_API int cdx_index_drafts(cdx_index *ix, const char *repo, uint64_t mem_available, char **json, cdx_err *err);
+/* {"repos": N, "last_update": "...", "newest_modified": "...", "staged": N} */
+CDX_API int cdx_index_status(cdx_index *ix, char **json, cdx_err *err);
+/* The shortest decimal (at most 9 significant digits) that reads back to f as a float; buf >= 32. */
+CDX_API const char *cdx_f32_shortest(float f, char *buf, size_t cap);
+
 /* ---- the machine (caldrix doctor) ---- */
 
 /* The CPU's features: cdx_cpu_features_get (caldrix/kernel.h), the one detector. */

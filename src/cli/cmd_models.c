@@ -1,4 +1,6 @@
-/* caldrix models supported|info|search|rules|list|rm: offline, from the tables compiled in and the caches. */
+/* caldrix models supported|info|search|related|drafts|update|rules|list|rm: from the tables compiled in,
+ * the caches and the model index (SQLite; only `update`, and `info` of a repo the index lacks, ask
+ * the Hub). */
 #include "cli.h"
 #include "cli_hub.h"
 
@@ -18,21 +20,41 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix models supported [--all] [--json]\n"
                "       caldrix models info REF [--json]\n"
-               "       caldrix models search TEXT... [--json]\n"
+               "       caldrix models search TEXT... [--arch A] [--format gguf|safetensors] [--max-params N]\n"
+               "                             [--runnable] [--limit N] [--json]\n"
+               "       caldrix models related REPO [--finetunes|--quantizations|--twins] [--json]\n"
+               "       caldrix models drafts REPO [--json]\n"
+               "       caldrix models update [--full] [--search TEXT] [--filter TAG] [--page-size N] [--json]\n"
                "       caldrix models rules [--json]\n"
                "       caldrix models list [--json]\n"
                "       caldrix models rm REF\n\n"
                "supported  the aliases, each a Hugging Face repo at a pinned revision (--all: and the accepted\n"
                "           architectures)\n"
-               "info       an alias or repo: its pin, and what the cache holds (refs, snapshots, completeness)\n"
-               "search     aliases and cached models whose names contain every TEXT (case-insensitive)\n"
+               "info       an alias or repo: its pin, what the cache holds (refs, snapshots, completeness) and its\n"
+               "           model index entry (files and sizes, the verdict, whether it fits this machine); a repo\n"
+               "           the index lacks is asked of the Hub and added, unless offline\n"
+               "search     the model index (words match ids, tags and model cards as prefixes; ranked by downloads),\n"
+               "           then aliases and cached models whose names contain every TEXT. --arch (a config.json or\n"
+               "           GGUF architecture, or a family), --format, --max-params (8B, 500M), --runnable (the\n"
+               "           verdict is \"runs\" and it fits this machine's memory) filter the index only\n"
+               "related    the index's base_model relatives of REPO, its bases and what derives from it;\n"
+               "           --finetunes, --quantizations, or --twins (the same weights in another format)\n"
+               "drafts     draft candidates for REPO: the same tokenizer, at most a quarter of its parameters,\n"
+               "           dense safetensors that run and fit; the same owner first, then by downloads\n"
+               "update     fills the model index from the Hub (HF_ENDPOINT): the first time every listed repo\n"
+               "           caldrix can judge and their base_model relatives, then only what changed (--full: all\n"
+               "           again). Cut or failed, the previous index stays as it was, and the next update goes on\n"
+               "           from where this one stopped. Progress on stderr\n"
                "rules      what the import refuses, one rule per line (the table the checks read)\n"
                "list       every model in the caches (Hugging Face repos and Ollama tags): its size on disk, whether\n"
                "           it is complete, and whether caldrix can run it (and why not)\n"
                "rm         removes a cached model: a repo's whole models--OWNER--NAME folder (every revision), or an\n"
                "           Ollama tag's manifest and the blobs no other cached tag uses. REF not in the cache:\n"
                "           exit 1, nothing removed\n"
-               "All offline: nothing here touches the network.\n");
+               "The index: CALDRIX_CACHE/models-index.sqlite. Only update, and info of a repo the index lacks,\n"
+               "touch the network; with CALDRIX_OFFLINE or HF_HUB_OFFLINE set, update is refused and info reads\n"
+               "the index alone. --json: machine-readable; a LoRA alpha (a 32-bit float) prints as the shortest\n"
+               "decimal that reads back to it.\n");
 }
 
 static void print_json(json_t *j)
@@ -198,6 +220,324 @@ static int info_ollama(const char *ref, bool json)
     return 0;
 }
 
+/* ---- the model index ---- */
+
+/* Every real number of an index entry is a 32-bit float held as the double of its shortest decimal
+ * (cdx_index_search), so 9 significant digits print that decimal: 0.1, not 0.10000000149011612. */
+static void print_index_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    printf("%s\n", s ? s : "null");
+    free(s);
+    json_decref(j);
+}
+
+/* The index at its place in caldrix's cache. 0 (with *ix NULL when it is absent and absent_ok), or 1
+ * after printing why. */
+static int open_index(const cdx_hub_env *env, bool write, bool absent_ok, cdx_index **ix)
+{
+    *ix = NULL;
+    cdx_err err = { 0 };
+    char *path = cdx_index_default_path(env);
+    int rc = path ? cdx_index_open(path, write, ix, &err) : cdx_err_set(&err, CDX_ENOMEM, "out of memory");
+    free(path);
+    if (rc == CDX_ENOTFOUND && absent_ok)
+        return 0;
+    if (rc < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static uint64_t mem_available(void)
+{
+    uint64_t m = 0;
+    cdx_err err = { 0 };
+    if (cdx_hub_mem_available(&m, &err) < 0) {
+        fprintf(stderr, "caldrix: %s (what fits this machine is not judged)\n", err.msg);
+        m = 0;
+    }
+    return m;
+}
+
+/* 8B, 1.5B, 500M, 7000000000 */
+static int parse_params(const char *s, uint64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    double mul = !*end ? 1 : !strcasecmp(end, "K") ? 1e3 : !strcasecmp(end, "M") ? 1e6 : !strcasecmp(end, "B") ? 1e9
+               : !strcasecmp(end, "T") ? 1e12 : -1;
+    if (end == s || mul < 0 || !(v > 0) || v * mul > 1e15) {
+        fprintf(stderr, "caldrix models search: --max-params \"%s\": expected a count such as 8B, 1.5B or 500M\n", s);
+        return -1;
+    }
+    *out = (uint64_t)(v * mul);
+    return 0;
+}
+
+static void fmt_params(json_int_t p, char *b, size_t cap)
+{
+    if (p <= 0)
+        snprintf(b, cap, "-");
+    else if (p >= 1000000000)
+        snprintf(b, cap, "%.3gB", (double)p / 1e9);
+    else
+        snprintf(b, cap, "%.3gM", (double)p / 1e6);
+}
+
+static void print_entry_line(json_t *e, const char *extra)
+{
+    char p[32];
+    fmt_params(json_integer_value(json_object_get(e, "params")), p, sizeof p);
+    const char *arch = json_string_value(json_object_get(e, "architecture"));
+    const char *verdict = json_string_value(json_object_get(e, "verdict"));
+    printf("%-52s %-30s %-11s %7s %-16s %10lld%s%s\n", json_string_value(json_object_get(e, "id")), arch ? arch : "-",
+           json_string_value(json_object_get(e, "format")), p,
+           json_is_true(json_object_get(e, "runnable")) ? "runs here"
+           : verdict && !strcmp(verdict, "runs")        ? "too big here"
+                                                        : verdict ? verdict : "-",
+           (long long)json_integer_value(json_object_get(e, "downloads")), extra ? "  " : "", extra ? extra : "");
+}
+
+static void print_entry_header(void)
+{
+    printf("%-52s %-30s %-11s %7s %-16s %10s\n", "REPO", "ARCHITECTURE", "FORMAT", "PARAMS", "VERDICT", "DOWNLOADS");
+}
+
+static void on_update_progress(const char *line, void *user)
+{
+    (void)user;
+    fprintf(stderr, "caldrix: models update: %s\n", line);
+}
+
+static int cmd_update(int argc, char **argv)
+{
+    cdx_index_update_opts uo = { 0 };
+    bool json = false;
+    long page = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--full")) uo.full = true;
+        else if (!strcmp(a, "--search") && has) uo.search = argv[++i];
+        else if (!strcmp(a, "--filter") && has) uo.filter = argv[++i];
+        else if (!strcmp(a, "--page-size") && has) {
+            if (cli_parse_int("--page-size", argv[++i], 1, 1000, &page) < 0)
+                return 2;
+        } else {
+            fprintf(stderr, "caldrix models update: unknown or incomplete argument \"%s\"\n", a);
+            return 2;
+        }
+    }
+    uo.page_size = (uint32_t)page;
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    if (env.hf_offline) {
+        fprintf(stderr, "caldrix: models update asks the Hub, and %s is set: nothing was asked; the index is as it "
+                "was\n", env.offline_var);
+        cdx_hub_env_free(&env);
+        return 1;
+    }
+    cdx_index *ix;
+    if (open_index(&env, true, false, &ix)) {
+        cdx_hub_env_free(&env);
+        return 1;
+    }
+    uo.endpoint = env.endpoint;
+    uo.token = env.token;
+    uo.progress = on_update_progress;
+    cdx_index_stats st;
+    double t0 = cdx_time_ms();
+    int rc = cdx_index_update(ix, &uo, &st, &err);
+    double secs = (cdx_time_ms() - t0) / 1000.0;
+    char *status = NULL;
+    cdx_err e2 = { 0 };
+    cdx_index_status(ix, &status, &e2);
+    cdx_index_close(ix);
+    cdx_hub_env_free(&env);
+    if (rc < 0) {
+        fprintf(stderr, "caldrix: models update failed: %s\nThe index is as it was before this update; the pages read "
+                "so far are kept, and caldrix models update goes on from there.\n", err.msg);
+        free(status);
+        return 1;
+    }
+    json_t *sj = status ? json_loads(status, 0, NULL) : NULL;
+    free(status);
+    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "pages", (json_int_t)st.pages, "listed",
+                          (json_int_t)st.listed, "detailed", (json_int_t)st.candidates, "unchanged",
+                          (json_int_t)st.unchanged, "relatives", (json_int_t)st.relatives, "bad_ids",
+                          (json_int_t)st.bad_ids, "published", (json_int_t)st.published, "repos",
+                          (json_int_t)json_integer_value(json_object_get(sj, "repos")), "resumed", st.resumed,
+                          "seconds", secs);
+    json_decref(sj);
+    if (json) {
+        print_json(o);
+        return 0;
+    }
+    printf("model index: %lld repos; this update read %lld pages (%lld repos listed), detailed %lld (and %lld "
+           "relatives), %lld unchanged, %lld ids refused, in %.1f s%s\n",
+           (long long)json_integer_value(json_object_get(o, "repos")), (long long)st.pages, (long long)st.listed,
+           (long long)st.candidates, (long long)st.relatives, (long long)st.unchanged, (long long)st.bad_ids, secs,
+           st.resumed ? " (went on from an interrupted update)" : "");
+    json_decref(o);
+    return 0;
+}
+
+/* related and drafts: REPO [flags] [--json] */
+static int cmd_related(int argc, char **argv, bool drafts)
+{
+    const char *repo = NULL;
+    bool json = false;
+    cdx_index_rel kind = CDX_INDEX_REL_ALL;
+    const char *cmd = drafts ? "drafts" : "related";
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!drafts && !strcmp(argv[i], "--finetunes")) kind = CDX_INDEX_REL_FINETUNES;
+        else if (!drafts && !strcmp(argv[i], "--quantizations")) kind = CDX_INDEX_REL_QUANTIZATIONS;
+        else if (!drafts && !strcmp(argv[i], "--twins")) kind = CDX_INDEX_REL_TWINS;
+        else if (argv[i][0] != '-' && !repo) repo = argv[i];
+        else {
+            fprintf(stderr, "caldrix models %s: unexpected argument \"%s\"\n", cmd, argv[i]);
+            return 2;
+        }
+    }
+    if (!repo) {
+        fprintf(stderr, "usage: caldrix models %s REPO%s [--json]\n", cmd,
+                drafts ? "" : " [--finetunes|--quantizations|--twins]");
+        return 2;
+    }
+    /* an alias stands for its repo */
+    const cdx_hub_alias *a = cdx_hub_alias_find(repo);
+    if (a)
+        repo = a->repo;
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    cdx_index *ix;
+    int bad = open_index(&env, false, false, &ix);
+    cdx_hub_env_free(&env);
+    if (bad)
+        return 1;
+    uint64_t mem = mem_available();
+    char *text = NULL;
+    int rc = drafts ? cdx_index_drafts(ix, repo, mem, &text, &err) : cdx_index_related(ix, repo, kind, mem, &text, &err);
+    cdx_index_close(ix);
+    if (rc < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    json_t *arr = json_loads(text, 0, NULL);
+    free(text);
+    if (json) {
+        print_index_json(arr);
+        return 0;
+    }
+    if (!json_array_size(arr))
+        printf("the index knows no %s for %s\n", drafts ? "draft candidate" : "relative of that kind", repo);
+    else
+        print_entry_header();
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        char extra[96] = "";
+        if (!drafts)
+            snprintf(extra, sizeof extra, "%s (%s)", json_string_value(json_object_get(e, "relation")),
+                     !strcmp(json_string_value(json_object_get(e, "direction")), "base") ? "its base" : "derived");
+        print_entry_line(e, drafts ? NULL : extra);
+    }
+    json_decref(arr);
+    return 0;
+}
+
+/* The model index's entry for repo into *out (NULL when none); a repo the index lacks is asked of the
+ * Hub and added, unless offline. 1 when the index itself failed (corrupt), after printing why. */
+static int index_entry(const cdx_hub_env *env, const char *repo, json_t **out)
+{
+    *out = NULL;
+    cdx_index *ix;
+    if (open_index(env, false, true, &ix))
+        return 1;
+    cdx_err err = { 0 };
+    char *text = NULL;
+    uint64_t mem = mem_available();
+    int rc = ix ? cdx_index_info(ix, repo, mem, &text, &err) : CDX_ENOTFOUND;
+    cdx_index_close(ix);
+    if (rc == CDX_ENOTFOUND) {
+        if (env->hf_offline) {
+            fprintf(stderr, "caldrix: %s is not in the model index, and %s is set: the Hub was not asked\n", repo,
+                    env->offline_var);
+            return 0;
+        }
+        if (open_index(env, true, false, &ix))
+            return 1;
+        cdx_index_update_opts uo = { .endpoint = env->endpoint, .token = env->token };
+        err = (cdx_err){ 0 };
+        rc = cdx_index_fetch_one(ix, &uo, repo, &err);
+        if (rc == 0)
+            rc = cdx_index_info(ix, repo, mem, &text, &err);
+        cdx_index_close(ix);
+        if (rc < 0) {
+            fprintf(stderr, "caldrix: %s is not in the model index, and the Hub's details of it could not be read: %s\n",
+                    repo, err.msg);
+            return 0;
+        }
+    } else if (rc < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    *out = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    return 0;
+}
+
+static void print_index_entry(json_t *e)
+{
+    char p[32], w[32], m[32];
+    fmt_params(json_integer_value(json_object_get(e, "params")), p, sizeof p);
+    cdx_fmt_bytes((uint64_t)json_integer_value(json_object_get(e, "weight_bytes")), w, sizeof w);
+    cdx_fmt_bytes((uint64_t)json_integer_value(json_object_get(e, "mem_bytes")), m, sizeof m);
+    const char *arch = json_string_value(json_object_get(e, "architecture"));
+    const char *dtype = json_string_value(json_object_get(e, "dtype"));
+    printf("  index: %s, %s, %s parameters%s%s, %s of weights, needs %s\n", arch ? arch : "architecture unknown",
+           json_string_value(json_object_get(e, "format")), p, dtype ? ", " : "", dtype ? dtype : "", w, m);
+    const char *refusal = json_string_value(json_object_get(e, "refusal"));
+    printf("  verdict: %s%s%s\n", json_string_value(json_object_get(e, "verdict")), refusal ? ": " : "",
+           refusal ? refusal : "");
+    printf("  this machine: %s\n", json_is_true(json_object_get(e, "runnable")) ? "runs it"
+                                   : json_is_true(json_object_get(e, "fits"))    ? "fits in memory, but is refused"
+                                                                                 : "does not fit in memory");
+    json_t *l = json_object_get(e, "lora");
+    if (json_is_object(l)) {
+        char a[32] = "-";
+        if (json_is_number(json_object_get(l, "alpha")))
+            cdx_f32_shortest((float)json_number_value(json_object_get(l, "alpha")), a, sizeof a);
+        printf("  adapter: LoRA r %lld, alpha %s\n", (long long)json_integer_value(json_object_get(l, "r")), a);
+    }
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(e, "bases"), i, b)
+        printf("  base: %s (%s)\n", json_string_value(json_object_get(b, "repo")),
+               json_string_value(json_object_get(b, "relation")));
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(e, "derived"), k, v)
+        printf("  derived: %lld %s\n", (long long)json_integer_value(v), k);
+    json_array_foreach(json_object_get(e, "files"), i, b) {
+        char sz[32];
+        cdx_fmt_bytes((uint64_t)json_integer_value(json_object_get(b, "size")), sz, sizeof sz);
+        printf("  file %-48s %10s\n", json_string_value(json_object_get(b, "name")), sz);
+    }
+}
+
 static int cmd_info(int argc, char **argv)
 {
     const char *ref = NULL;
@@ -280,9 +620,16 @@ static int cmd_info(int argc, char **argv)
     json_object_set_new(o, "refs", refs);
     json_object_set_new(o, "snapshots", snaps);
     free(rd);
+    json_t *entry;
+    int bad = index_entry(&env, r.repo, &entry);
     cdx_hub_env_free(&env);
+    if (bad) {
+        json_decref(o);
+        return 1;
+    }
+    json_object_set_new(o, "index", entry ? entry : json_null());
     if (json) {
-        print_json(o);
+        print_index_json(o);
         return 0;
     }
     printf("%s\n", r.repo);
@@ -310,6 +657,10 @@ static int cmd_info(int argc, char **argv)
         if (!json_is_true(json_object_get(s, "complete")))
             printf("    %s\n", json_string_value(json_object_get(s, "problem")));
     }
+    if (entry)
+        print_index_entry(entry);
+    else
+        printf("  not in the model index\n");
     json_decref(o);
     return 0;
 }
@@ -352,15 +703,80 @@ static int cmd_search(int argc, char **argv)
     bool json = false;
     char *words[64];
     int n_words = 0;
+    cdx_index_query q = { 0 };
+    long limit = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (n_words < 64) words[n_words++] = argv[i];
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--runnable")) q.runnable = true;
+        else if (!strcmp(a, "--arch") && has) q.arch = argv[++i];
+        else if (!strcmp(a, "--format") && has) {
+            q.format = argv[++i];
+            if (strcmp(q.format, "gguf") && strcmp(q.format, "safetensors")) {
+                fprintf(stderr, "caldrix models search: --format \"%s\": expected gguf or safetensors\n", q.format);
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-params") && has) {
+            if (parse_params(argv[++i], &q.max_params) < 0)
+                return 2;
+        } else if (!strcmp(a, "--limit") && has) {
+            if (cli_parse_int("--limit", argv[++i], 1, 100000, &limit) < 0)
+                return 2;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "caldrix models search: unknown or incomplete option \"%s\"\n", a);
+            return 2;
+        } else if (n_words < 64) words[n_words++] = argv[i];
     }
-    if (!n_words) {
-        fprintf(stderr, "usage: caldrix models search TEXT... [--json]\n");
+    bool filtered = q.runnable || q.arch || q.format || q.max_params;
+    if (!n_words && !filtered) {
+        fprintf(stderr, "usage: caldrix models search TEXT... [--arch A] [--format gguf|safetensors] [--max-params N] "
+                "[--runnable] [--limit N] [--json]\n");
         return 2;
     }
     json_t *out = json_array();
+    /* the index first (a filter restricts the answer to it: only its entries carry those facts) */
+    {
+        cdx_hub_env env;
+        cdx_err err = { 0 };
+        cdx_index *ix = NULL;
+        if (cdx_hub_env_load(&env, &err) == 0) {
+            int bad = open_index(&env, false, true, &ix);
+            cdx_hub_env_free(&env);
+            if (bad) {
+                json_decref(out);
+                return 1;
+            }
+        }
+        if (!ix)
+            fprintf(stderr, "caldrix: the model index is not there yet (caldrix models update fills it); searching the "
+                    "aliases and the caches only\n");
+        char *text = NULL;
+        q.words = (const char *const *)words;
+        q.n_words = (size_t)n_words;
+        q.limit = (uint32_t)limit;
+        if (ix && q.runnable)
+            q.mem_available = mem_available();
+        int rc = ix ? cdx_index_search(ix, &q, &text, &err) : 0;
+        cdx_index_close(ix);
+        if (rc < 0) {
+            fprintf(stderr, "caldrix: %s\n", err.msg);
+            json_decref(out);
+            return 1;
+        }
+        json_t *arr = text ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e) {
+            json_t *m = json_pack("{s:O,s:s}", "ref", json_object_get(e, "id"), "where", "index");
+            json_object_update(m, e);
+            json_array_append_new(out, m);
+        }
+        json_decref(arr);
+    }
+    if (filtered)
+        goto print;
     size_t n;
     const cdx_hub_alias *a = cdx_hub_aliases(&n);
     for (size_t i = 0; i < n; i++) {
@@ -393,14 +809,23 @@ static int cmd_search(int argc, char **argv)
         walk_ollama(mp, "", 0, n_words, words, out);
         cdx_hub_env_free(&env);
     }
+print:
     if (json) {
-        print_json(out);
+        print_index_json(out);
         return 0;
     }
     if (!json_array_size(out))
-        printf("no alias or cached model matches\n");
+        printf("no %s matches\n", filtered ? "model of the index" : "model of the index, alias or cached model");
+    bool header = false;
     for (size_t i = 0; i < json_array_size(out); i++) {
         json_t *m = json_array_get(out, i);
+        if (!strcmp(json_string_value(json_object_get(m, "where")), "index")) {
+            if (!header)
+                print_entry_header();
+            header = true;
+            print_entry_line(m, NULL);
+            continue;
+        }
         json_t *repo = json_object_get(m, "repo");
         printf("%-40s %s%s%s\n", json_string_value(json_object_get(m, "ref")),
                json_string_value(json_object_get(m, "where")), repo ? " " : "", repo ? json_string_value(repo) : "");
@@ -695,9 +1120,12 @@ int cmd_models(int argc, char **argv)
     if (!strcmp(argv[1], "supported")) return cmd_supported(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(argv[1], "search")) return cmd_search(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "related")) return cmd_related(argc - 2, argv + 2, false);
+    if (!strcmp(argv[1], "drafts")) return cmd_related(argc - 2, argv + 2, true);
+    if (!strcmp(argv[1], "update")) return cmd_update(argc - 2, argv + 2);
     if (!strcmp(argv[1], "rules")) return cmd_rules(argc - 2, argv + 2);
     if (!strcmp(argv[1], "list")) return cmd_list(argc - 2, argv + 2);
     if (!strcmp(argv[1], "rm")) return cmd_rm(argc - 2, argv + 2);
-    fprintf(stderr, "caldrix models: unknown subcommand \"%s\" (supported, info, search, rules, list, rm)\n", argv[1]);
+    fprintf(stderr, "caldrix models: unknown subcommand \"%s\" (supported, info, search, related, drafts, update, rules, list, rm)\n", argv[1]);
     return 2;
 }

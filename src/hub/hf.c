@@ -26,11 +26,7 @@
 #define MAX_SMALL_FILE (16u << 20)     /* config.json and friends, read in full */
 #define MAX_PROCESSOR_BYTES (1u << 20) /* preprocessor_config.json / processor_config.json size cap */
 
-typedef struct sib {
-    char *name;
-    uint64_t size;
-    char sha256[65];    /* lfs.sha256 when the API gave it */
-} sib;
+typedef hub_sib sib;
 
 typedef struct hfctx {
     const cdx_hub_env *env;
@@ -113,7 +109,7 @@ int cdx_hub_cache_commit(const char *cache, const char *repo, const char *revisi
 
 /* ---- listing ---- */
 
-static void free_sibs(sib *s, size_t n)
+void hub_sibs_free(sib *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         free(s[i].name);
@@ -134,8 +130,7 @@ static bool ends_with(const char *s, const char *suf)
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-/* Turns a non-2xx Hub answer into a message: what failed, why, and what to do. */
-static int http_error(const cdx_hub_env *env, const char *repo, const char *what, const hub_http_resp *r,
+int hub_http_error(const cdx_hub_env *env, const char *repo, const char *what, const hub_http_resp *r,
                       cdx_err *err)
 {
     const char *code = r->error_code;
@@ -167,9 +162,8 @@ static int http_error(const cdx_hub_env *env, const char *repo, const char *what
                        r->body && r->body[0] && !detail[0] ? ": " : "", r->body && !detail[0] ? r->body : "");
 }
 
-/* GET /api/models/{repo}/revision/{rev}?blobs=true -> commit + top-level files with sizes. */
-static int api_info(const cdx_hub_env *env, const char *repo, const char *revision, char commit[41], sib **out,
-                    size_t *n_out, cdx_err *err)
+int hub_api_info(const cdx_hub_env *env, const char *repo, const char *revision, bool follow, char commit[41],
+                 sib **out, size_t *n_out, cdx_err *err)
 {
     *out = NULL;
     *n_out = 0;
@@ -179,7 +173,8 @@ static int api_info(const cdx_hub_env *env, const char *repo, const char *revisi
     if (!url)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     hub_http_resp r;
-    int rc = hub_http_get(url, env->token, "application/json", MAX_JSON_BYTES, &r, err);
+    int rc = follow ? hub_http_get(url, env->token, "application/json", MAX_JSON_BYTES, &r, err)
+                    : hub_http_get_here(url, env->token, MAX_JSON_BYTES, &r, err);
     if (rc < 0) {
         cdx_err_prefix(err, "%s", repo);
         goto done;
@@ -187,7 +182,7 @@ static int api_info(const cdx_hub_env *env, const char *repo, const char *revisi
     if (r.status != 200) {
         char what[400];
         snprintf(what, sizeof what, "revision %s", revision);
-        rc = http_error(env, repo, what, &r, err);
+        rc = hub_http_error(env, repo, what, &r, err);
         goto done;
     }
     json_error_t je;
@@ -224,6 +219,9 @@ static int api_info(const cdx_hub_env *env, const char *repo, const char *revisi
         const char *h = json_string_value(json_object_get(lfs, "sha256"));
         if (h && strlen(h) == 64)
             memcpy(s[k].sha256, h, 65);
+        const char *b = json_string_value(json_object_get(e, "blobId"));
+        if (b && strlen(b) == 40)
+            memcpy(s[k].blob_id, b, 41);
         k++;
     }
     json_decref(root);
@@ -281,7 +279,7 @@ static int fetch_file(hfctx *x, const char *file, cdx_err *err)
         goto done;
     }
     if (r.status >= 400) {
-        rc = http_error(x->env, x->repo, file, &r, err);
+        rc = hub_http_error(x->env, x->repo, file, &r, err);
         goto done;
     }
     if (r.commit[0] && strcmp(r.commit, x->commit)) {
@@ -296,6 +294,12 @@ static int fetch_file(hfctx *x, const char *file, cdx_err *err)
     }
     const sib *s = find_sib(x, file);
     uint64_t expected = r.has_size ? r.size : s ? s->size : 0;
+    /* an LFS file's digest: the listing's lfs.sha256, else the X-Linked-Etag (64 hex) the blob is named by */
+    char want[65] = "";
+    if (s && s->sha256[0])
+        snprintf(want, sizeof want, "%s", s->sha256);
+    else if (strlen(r.etag) == 64 && strspn(r.etag, "0123456789abcdef") == 64)
+        snprintf(want, sizeof want, "%.64s", r.etag);
     blob = hub_strdup_printf("%s/blobs/%s", x->repo_dir, r.etag);
     incomplete = hub_strdup_printf("%s/blobs/%s.incomplete", x->repo_dir, r.etag);
     const char *base = strrchr(x->repo_dir, '/');
@@ -326,7 +330,7 @@ static int fetch_file(hfctx *x, const char *file, cdx_err *err)
             goto done;
         }
         if (r.status >= 400) {
-            rc = http_error(x->env, x->repo, file, &r, err);
+            rc = hub_http_error(x->env, x->repo, file, &r, err);
             goto done;
         }
         x->n_downloaded++;
@@ -337,6 +341,20 @@ static int fetch_file(hfctx *x, const char *file, cdx_err *err)
             rc = cdx_err_set(err, CDX_ENET, "%s: %s: the download ended at %lld bytes of %llu; run again to resume",
                              x->label, file, (long long)got, (unsigned long long)expected);
             goto done;
+        }
+        if (want[0]) {
+            /* checked before it is moved into place: a file whose content is not the digest the Hub gave
+             * never enters the cache */
+            char got_hex[65];
+            if ((rc = cdx_sha256_file(incomplete, got_hex, err)) < 0)
+                goto done;
+            if (strcmp(got_hex, want)) {
+                unlink(incomplete);
+                rc = cdx_err_set(err, CDX_EFORMAT, "%s: %s: the download's sha256 is %s, and the Hub's LFS metadata "
+                                 "gives %s: the file was deleted and nothing was stored (a damaged or tampered "
+                                 "transfer; run again to download it afresh)", x->label, file, got_hex, want);
+                goto done;
+            }
         }
         if (rename(incomplete, blob) != 0) {
             rc = cdx_err_set(err, CDX_EIO, "%s: cannot move into place: %s", blob, strerror(errno));
@@ -726,6 +744,27 @@ static const char *tokenizer_kind(const names *all)
     return NULL;
 }
 
+int hub_listing_check(const hub_sib *s, size_t n, const char *label, cdx_err *err)
+{
+    names all = { 0 }, chosen = { 0 };
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (names_add(&all, s[i].name) < 0)
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    if (rc == 0 && !names_has(&all, "config.json"))
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: the repo has no config.json%s", label,
+                         names_has(&all, "adapter_config.json")
+                             ? " (it holds an adapter: adapters are not supported; run its base model)" : "");
+    else if (rc == 0 && !tokenizer_kind(&all))
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: the repo has no supported tokenizer: none of tokenizer.json, "
+                         "tokenizer.model, or vocab.json with merges.txt", label);
+    else if (rc == 0 && (names_has(&all, "model.safetensors") || !names_has(&all, "model.safetensors.index.json")))
+        rc = choose_weights(&all, NULL, 0, label, &chosen, err);
+    names_free(&all);
+    names_free(&chosen);
+    return rc;
+}
+
 int cdx_hub_check_dir(const char *dir, bool check_config, char **notes, cdx_err *err)
 {
     if (notes)
@@ -853,7 +892,7 @@ static int check_adapter(hfctx *x, const names *chosen, cdx_err *err)
     char bcommit[41];
     sib *bs = NULL;
     size_t nb = 0;
-    if (api_info(x->env, bref.repo, bref.revision, bcommit, &bs, &nb, &e2) < 0) {
+    if (hub_api_info(x->env, bref.repo, bref.revision, true, bcommit, &bs, &nb, &e2) < 0) {
         hub_note(x->o, "%s ships an adapter beside full weights; the checksums of its base %s could not be read (%s): "
                  "the shipped model is run; not read: adapter files", x->label, bref.repo, e2.msg);
         return 0;
@@ -871,7 +910,7 @@ static int check_adapter(hfctx *x, const names *chosen, cdx_err *err)
                 break;
             }
     }
-    free_sibs(bs, nb);
+    hub_sibs_free(bs, nb);
     if (unknown) {
         hub_note(x->o, "%s ships an adapter beside full weights; the Hub gave no checksum for %d weight file(s), so "
                  "they cannot be compared with %s: the shipped model is run; not read: adapter files", x->label,
@@ -945,7 +984,7 @@ int hub_resolve_hf(const cdx_hub_env *env, const char *repo, const char *revisio
         rc = resolve_offline(&x, revision, out, err);
         goto done;
     }
-    if ((rc = api_info(env, repo, revision, x.commit, &x.sibs, &x.n_sibs, err)) < 0) {
+    if ((rc = hub_api_info(env, repo, revision, true, x.commit, &x.sibs, &x.n_sibs, err)) < 0) {
         /* the Hub unreachable (no HTTP answer at all): use the cache when it holds the model, as
          * huggingface_hub does; an HTTP refusal (401, 404) is never papered over */
         cdx_err e2 = { 0 };
@@ -1131,7 +1170,7 @@ done:
     names_free(&all);
     names_free(&chosen);
     names_free(&rest);
-    free_sibs(x.sibs, x.n_sibs);
+    hub_sibs_free(x.sibs, x.n_sibs);
     free(x.repo_dir);
     free(x.snap);
     return rc;

@@ -132,6 +132,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         copy_value(r->error_code, sizeof r->error_code, v, vn);
     } else if (IS("x-error-message")) {
         copy_value(r->error_msg, sizeof r->error_msg, v, vn);
+    } else if (IS("link")) {
+        copy_value(r->link, sizeof r->link, v, vn);
     } else if (IS("content-type")) {
         copy_value(r->content_type, sizeof r->content_type, v, vn);
     }
@@ -264,8 +266,8 @@ int hub_http_get(const char *url, const char *auth_token, const char *accept, si
     return hub_http_get_range(url, auth_token, accept, NULL, max, r, err);
 }
 
-int hub_http_get_range(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
-                       hub_http_resp *r, cdx_err *err)
+static int get_impl(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
+                    bool follow, hub_http_resp *r, cdx_err *err)
 {
     memset(r, 0, sizeof *r);
     xfer x = { .r = r, .max = max, .fd = -1 };
@@ -281,7 +283,7 @@ int hub_http_get_range(const char *url, const char *auth_token, const char *acce
     }
     char errbuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
     CURLcode rc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_cleanup(c);
@@ -298,6 +300,17 @@ int hub_http_get_range(const char *url, const char *auth_token, const char *acce
             return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
     return 0;
+}
+
+int hub_http_get_range(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
+                       hub_http_resp *r, cdx_err *err)
+{
+    return get_impl(url, auth_token, accept, range, max, true, r, err);
+}
+
+int hub_http_get_here(const char *url, const char *auth_token, size_t max, hub_http_resp *r, cdx_err *err)
+{
+    return get_impl(url, auth_token, "application/json", NULL, max, false, r, err);
 }
 
 int hub_http_head(const char *url, const char *auth_token, hub_http_resp *r, cdx_err *err)

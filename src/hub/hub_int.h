@@ -20,6 +20,7 @@ typedef struct hub_http_resp {
     char error_code[64];      /* X-Error-Code */
     char error_msg[512];      /* X-Error-Message */
     char content_type[128];
+    char link[4096];          /* Link (the paging links of /api/models) */
     uint64_t size;            /* X-Linked-Size, else Content-Length */
     bool has_size;
     uint64_t range_start;     /* Content-Range: bytes START-END/TOTAL */
@@ -37,6 +38,9 @@ int hub_http_get(const char *url, const char *auth_token, const char *accept, si
 /* The same with a Range header ("0-262143"); a 206 answer is the usual success. */
 int hub_http_get_range(const char *url, const char *auth_token, const char *accept, const char *range, size_t max,
                        hub_http_resp *r, cdx_err *err);
+/* GET into memory without following any redirect (a 3xx comes back as it is): for the model
+ * index, which reads nothing from a URL the Hub's answer chose but its own paging links. */
+int hub_http_get_here(const char *url, const char *auth_token, size_t max, hub_http_resp *r, cdx_err *err);
 /* HEAD, following only redirects relative to the same server (as huggingface_hub does), so that
  * the headers of the Hub's own answer (X-Repo-Commit, X-Linked-Etag) are the ones read. */
 int hub_http_head(const char *url, const char *auth_token, hub_http_resp *r, cdx_err *err);
@@ -47,6 +51,29 @@ int hub_http_download(const char *url, const char *auth_token, const char *path,
                       hub_progress_fn progress, void *user, hub_http_resp *r, cdx_err *err);
 /* "a/b c" -> "a%2Fb%20c" (all but unreserved characters); keep_slash leaves '/' as it is. */
 char *hub_url_quote(const char *s, bool keep_slash);
+
+/* ---- the Hub's API ---- */
+
+typedef struct hub_sib {
+    char *name;
+    uint64_t size;
+    char sha256[65];    /* lfs.sha256 when the API gave it */
+    char blob_id[41];   /* blobId (the git blob id) when the API gave it */
+} hub_sib;
+void hub_sibs_free(hub_sib *s, size_t n);
+/* GET /api/models/{repo}/revision/{rev}?blobs=true -> commit + top-level files with sizes; follow:
+ * whether a redirect (a renamed repo) is followed. */
+int hub_api_info(const cdx_hub_env *env, const char *repo, const char *revision, bool follow, char commit[41],
+                 hub_sib **out, size_t *n_out, cdx_err *err);
+/* Turns a non-2xx Hub answer into a message: what failed, why, and what to do. */
+int hub_http_error(const cdx_hub_env *env, const char *repo, const char *what, const hub_http_resp *r,
+                   cdx_err *err);
+/* What a repo's listing alone refuses, before config.json (no config.json, no supported tokenizer, no
+ * weights caldrix reads): the same checks and messages as a pull. 0 when none. */
+int hub_listing_check(const hub_sib *s, size_t n, const char *label, cdx_err *err);
+/* owner/name under huggingface_hub's repo-id rules (the part of cdx_hub_parse_ref that never looks at
+ * the disk): letters, digits, '_', '-', '.', at most 96 each, no "--" or "..", no ".git" ending. */
+bool hub_repo_id_ok(const char *id);
 
 /* ---- files ---- */
 

@@ -1,6 +1,7 @@
 /* Model references: paths, aliases, owner/name[@revision], ollama:[namespace/]name[:tag].
  * The alias table lives here, once: resolution, `caldrix models supported` and docs read it. */
 #include "caldrix/hub.h"
+#include "hub/hub_int.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -55,6 +56,17 @@ static bool repo_part_ok(const char *s, size_t n)
             return false;
     }
     return s[0] != '-' && s[0] != '.' && s[n - 1] != '-' && s[n - 1] != '.';
+}
+
+bool hub_repo_id_ok(const char *id)
+{
+    const char *slash = strchr(id, '/');
+    if (!slash)
+        return false;
+    const char *name = slash + 1;
+    size_t n_owner = (size_t)(slash - id), n_name = strlen(name);
+    return repo_part_ok(id, n_owner) && repo_part_ok(name, n_name) && !strchr(name, '/') &&
+           !(n_name >= 4 && !strncmp(name + n_name - 4, ".git", 4));
 }
 
 static bool revision_ok(const char *s)
@@ -162,10 +174,8 @@ int cdx_hub_parse_ref(const char *ref, cdx_hub_ref *out, cdx_err *err)
     const char *at = strchr(ref, '@');
     if (slash && (!at || at > slash)) {
         size_t n_repo = at ? (size_t)(at - ref) : n;
-        const char *name = slash + 1;
-        size_t n_owner = (size_t)(slash - ref), n_name = n_repo - n_owner - 1;
-        if (!repo_part_ok(ref, n_owner) || !repo_part_ok(name, n_name) || memchr(name, '/', n_name) ||
-            (n_name >= 4 && !strncmp(name + n_name - 4, ".git", 4)))
+        char id[200];
+        if (n_repo >= sizeof id || (snprintf(id, sizeof id, "%.*s", (int)n_repo, ref), !hub_repo_id_ok(id)))
             return cdx_err_set(err, CDX_EINVAL,
                                "\"%.*s\": not a Hugging Face repo id; expected owner/name (letters, digits, '_', '-', "
                                "'.', no \"--\" or \"..\", at most 96 characters each), and no such file or folder "
