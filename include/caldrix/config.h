@@ -33,6 +33,7 @@ extern "C" {
     X(QWEN3_5)     /* Qwen3_5ForCausalLM (hybrid: Gated DeltaNet + gated attention) */                   \
     X(QWEN3_5_VL)  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */                   \
     X(GRANITE)     /* GraniteForCausalLM */                                                              \
+    X(SMOLLM3)     /* SmolLM3ForCausalLM (NoPE layers) */                                                \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -49,6 +50,7 @@ typedef enum cdx_hf_sliding {
     CDX_HF_SW_QWEN,      /* Qwen2, Qwen3: only with use_sliding_window; layers >= max_window_layers or layer_types */
     CDX_HF_SW_QWEN2_MOE, /* Qwen2-MoE: with use_sliding_window; even layers i < max_window_layers, or layer_types */
     CDX_HF_SW_QWEN_ALL,  /* Qwen3-MoE: every layer, only with use_sliding_window */
+    CDX_HF_SW_NOPE,      /* SmolLM3: only with use_sliding_window; layer_types, else the NoPE layers */
 } cdx_hf_sliding;
 
 /* Which projections attention_bias (or the class itself) biases. */
@@ -87,13 +89,17 @@ typedef struct cdx_hf_arch_row {
     int64_t sliding;     /* sliding_window when the key is absent; 0: null */
     cdx_hf_sliding sw;
     int64_t bos, eos;    /* defaults; -1: none */
-    int moe;             /* 0 dense, 1 Qwen-style (num_experts), 2 Mixtral (num_local_experts) */
+    int moe;             /* 0 dense, 1 Qwen-style (num_experts), 2 Mixtral (num_local_experts), 3 OLMoE
+                            (num_experts, every layer sparse, experts intermediate_size wide, norm_topk_prob read) */
     cdx_hf_bias bias;
     bool mlp_bias_key;   /* reads mlp_bias (Llama only) */
     int64_t experts, per_tok, moe_ff, shared_ff;
     bool norm_topk;      /* default norm_topk_prob */
     cdx_hf_layout layout;
     const char *scale_keys[CDX_HF_SCALE_COUNT]; /* NULL: the class has no such scaling */
+    int64_t nope_interval; /* SmolLM3: reads no_rope_layers, else every no_rope_layer_interval-th layer (this
+                              default) has no RoPE; 0: the class has no NoPE layers */
+    bool clip_qkv_key;   /* reads clip_qkv (OLMoE): q, k and v clamped to ±clip_qkv after the q/k norms */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -115,6 +121,7 @@ enum {
     CDX_HF_LAYER_SLIDING = 1, /* attention limited to the last sliding_window positions */
     CDX_HF_LAYER_MOE = 2,     /* sparse MoE block (else a dense MLP of intermediate_size) */
     CDX_HF_LAYER_LINEAR = 4,  /* Qwen3.5: a Gated DeltaNet ("linear_attention") layer, else full attention */
+    CDX_HF_LAYER_NOPE = 8,    /* SmolLM3: no rotary embedding on this layer's q and k */
 };
 
 typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1 } cdx_hf_rope_type;
@@ -176,6 +183,7 @@ typedef struct cdx_hf_config {
     bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
     int64_t n_keys;                /* top-level keys of config.json (inspect's metadata count) */
     double scale[CDX_HF_SCALE_COUNT]; /* cdx_hf_scale: as read, 1 when absent; 0 where the class has none */
+    double clip_qkv;               /* OLMoE's clip_qkv; 0: none (null or absent) */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a

@@ -30,6 +30,7 @@ extern "C" {
     X(IDEFICS3, idefics3)   /* HF Idefics3ForConditionalGeneration (SmolVLM): Llama text + a vision tower */ \
     X(QWEN3_5, qwen3_5)     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */ \
     X(GRANITE, granite)     /* Granite: Llama with scalings outside the layers */                          \
+    X(SMOLLM3, smollm3)     /* SmolLM3: Llama with NoPE layers */                                          \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -76,6 +77,13 @@ typedef struct cdx_hparams {
     float residual_scale;          /* x += branch · residual_scale, for the attention and the MLP */
     float attn_scale;              /* the softmax scale in place of head_dim^-½ */
     float logit_div;               /* logits = head(x) / logit_div */
+    /* per-family attention details; 0 / NULL for the common decoder */
+    const uint8_t *nope_layer;     /* [n_layer]: non-zero for a layer without RoPE (SmolLM3); NULL: none */
+    bool qk_norm_full;             /* q/k norms over the whole projection before the head split (OLMo 2,
+                                      OLMoE), else per head (Qwen3) */
+    float clip_qkv;                /* q, k, v clamped to ±clip_qkv after the q/k norms (OLMoE); 0: none */
+    bool moe_topk_softmax;         /* experts weighed by a softmax over the k largest router logits (Granite
+                                      MoE), else the softmax over all, renormalised when norm_topk_prob */
 } cdx_hparams;
 
 /* Layers with K/V in the cache: the KV block layout's layer count. */

@@ -500,6 +500,41 @@ static int read_rope(ctx *c, cdx_hf_config *cfg)
     return CDX_OK;
 }
 
+/* SmolLM3Config: no_rope_layers (1: the layer rotates q and k, 0: a NoPE layer; at least one entry per
+ * layer), else a NoPE layer every no_rope_layer_interval layers ((l + 1) % interval == 0). */
+static int read_nope(ctx *c, cdx_hf_config *cfg, const arch_row *row)
+{
+    int64_t interval = row->nope_interval;
+    int rc = get_int(c, "no_rope_layer_interval", 1, CDX_HF_MAX_LAYERS, &interval, NULL);
+    if (rc)
+        return rc;
+    json_t *list = field(c->root, "no_rope_layers");
+    if (list && (!json_is_array(list) || (int64_t)json_array_size(list) < cfg->n_layers)) {
+        char b[96];
+        show(list, b, sizeof b);
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: no_rope_layers is %s; expected a list of at least %lld entries "
+                           "(num_hidden_layers), 1 for a layer with RoPE and 0 for one without", c->name, b,
+                           (long long)cfg->n_layers);
+    }
+    for (int64_t l = 0; l < cfg->n_layers; l++) {
+        bool rope = (l + 1) % interval != 0;
+        if (list) {
+            json_t *e = json_array_get(list, (size_t)l);
+            char shown[40];
+            snprintf(shown, sizeof shown, "no_rope_layers[%lld]", (long long)l);
+            if (json_is_boolean(e))
+                rope = json_is_true(e);
+            else if (!json_is_integer(e) || (json_integer_value(e) != 0 && json_integer_value(e) != 1))
+                return type_err(c, shown, e, "0 or 1");
+            else
+                rope = json_integer_value(e) == 1;
+        }
+        if (!rope)
+            cfg->layer_flags[l] |= CDX_HF_LAYER_NOPE;
+    }
+    return CDX_OK;
+}
+
 static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
 {
     int rc;
@@ -517,14 +552,15 @@ static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
         return rc;
     if (row->sw == CDX_HF_SW_NONE)
         window = 0;
-    if (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE || row->sw == CDX_HF_SW_QWEN_ALL) {
+    if (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE || row->sw == CDX_HF_SW_QWEN_ALL ||
+        row->sw == CDX_HF_SW_NOPE) {
         cfg->use_sliding_window = use;
         if (!use)
             window = 0;
     }
     /* layer_types, when given, decides per layer (Qwen2/3 families); Mistral ignores it. */
     json_t *lt = field(c->root, "layer_types");
-    bool use_lt = lt && (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE);
+    bool use_lt = lt && (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE || row->sw == CDX_HF_SW_NOPE);
     if (use_lt) {
         if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layers) {
             char b[96];
@@ -551,6 +587,8 @@ static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
             s = l >= cfg->max_window_layers;
         else if (row->sw == CDX_HF_SW_QWEN2_MOE)
             s = (l + 1) % 2 != 0 && l < cfg->max_window_layers;
+        else if (row->sw == CDX_HF_SW_NOPE) /* SmolLM3Config: the NoPE layers slide */
+            s = cfg->layer_flags[l] & CDX_HF_LAYER_NOPE;
         if (s && window > 0) {
             cfg->layer_flags[l] |= CDX_HF_LAYER_SLIDING;
             any = true;
@@ -583,10 +621,16 @@ static int read_moe(ctx *c, cdx_hf_config *cfg, const arch_row *row)
     if (cfg->n_experts > 0 && cfg->n_experts_per_tok > cfg->n_experts)
         return cdx_err_set(c->err, CDX_ERANGE, "%s: num_experts_per_tok is %lld; there are only %lld experts", c->name,
                            (long long)cfg->n_experts_per_tok, (long long)cfg->n_experts);
-    if (row->moe == 2) {
-        /* Mixtral's experts are intermediate_size wide and always renormalise their top-k. */
+    if (row->moe >= 2) {
+        /* Mixtral's and OLMoE's experts are intermediate_size wide, on every layer; Mixtral always
+         * renormalises its top-k, OLMoE as norm_topk_prob says */
         cfg->moe_intermediate_size = cfg->intermediate_size;
         cfg->norm_topk_prob = true;
+        if (row->moe == 3) {
+            cfg->norm_topk_prob = row->norm_topk;
+            if ((rc = get_bool(c, "norm_topk_prob", &cfg->norm_topk_prob, NULL)))
+                return rc;
+        }
         for (int64_t l = 0; l < cfg->n_layers; l++)
             cfg->layer_flags[l] |= CDX_HF_LAYER_MOE;
         return CDX_OK;
@@ -849,7 +893,11 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         (rc = get_int(&c, "pad_token_id", -1, INT32_MAX, &cfg->pad_token_id, NULL)) || (rc = get_eos(&c, cfg)))
         goto out;
 
+    if (row->nope_interval && (rc = read_nope(&c, cfg, row)))
+        goto out;
     if ((rc = read_sliding(&c, cfg, row)))
+        goto out;
+    if (row->clip_qkv_key && (rc = get_num_in(&c, root, "clip_qkv", "clip_qkv", 0, 1e9, &cfg->clip_qkv, NULL)))
         goto out;
     for (int64_t l = 0; l < cfg->n_layers && cfg->sliding_window; l++)
         if (!(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING)) {

@@ -53,6 +53,16 @@ typedef struct arch_desc {
     float hf_norm_offset;       /* the checkpoint's RMSNorm weights w scale by (offset + w) (Qwen3.5: 1);
                                    the loader and the converter add it */
     bool bf16;                  /* has a bf16 forward pass (forward_bf16.c), checked against golden_bf16.json */
+    /* where the layer differs from the common decoder (0: as the common decoder) */
+    bool no_pre_norms;          /* no input norms: attention and MLP read the residual stream as is (OLMo 2) */
+    bool post_norms;            /* each branch's output is RMS-normed before its residual add (OLMo 2, Gemma 2) */
+    bool qk_norm_full;          /* q_norm / k_norm span the whole q / k projection, before the head split (OLMo 2) */
+    int gguf_nope_step;         /* llama.cpp's n_no_rope_layer_step: in a GGUF file of it, every step-th layer
+                                   has no RoPE (SmolLM3: 4); config.json says per layer */
+    bool moe_topk_softmax;      /* the router weighs the k largest logits by a softmax over those k (Granite MoE),
+                                   else by the softmax over all (renormalised as norm_topk_prob says) */
+    bool hf_experts_fused;      /* HF experts stacked: a [E, 2·I, H] gate|up tensor and an [E, H, I] down tensor
+                                   (Granite MoE's input_linear / output_linear), split at load */
     /* convert (llama.cpp's convert_hf_to_gguf.py) */
     bool gguf_vocab_rope_keys;  /* LlamaModel.set_gguf_parameters: <arch>.vocab_size, rope.dimension_count */
     bool gguf_rope_freqs;       /* LlamaModel: rope_freqs.weight for rope_scaling llama3 */
@@ -79,7 +89,9 @@ typedef enum {
     /* Gated DeltaNet (Qwen3.5 linear attention) */
     ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_NORM,
     ROLE_SSM_OUT,
+    ROLE_ATTN_POST_NORM, /* arch_desc.post_norms: the attention output's norm */
     ROLE_FFN_NORM, ROLE_GATE, ROLE_UP, ROLE_DOWN,
+    ROLE_FFN_POST_NORM,  /* arch_desc.post_norms: the MLP output's norm */
     ROLE_COUNT
 } tensor_role;
 
@@ -96,9 +108,11 @@ const char *arch_moe_name_of(const arch_desc *d, moe_role r, bool gguf);
 bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int *layer, int *expert, int *role);
 
 typedef struct layer_weights {
-    float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies */
+    float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies; NULL where arch_desc.no_pre_norms */
+    float *attn_post_norm, *ffn_post_norm; /* [n_embd] (arch_desc.post_norms) or NULL */
     float *bq, *bk, *bv;                /* [n_head*hd], [n_head_kv*hd] or NULL */
-    float *q_norm, *k_norm;             /* [head_dim] or NULL */
+    float *q_norm, *k_norm;             /* [head_dim] or NULL; [n_head·head_dim], [n_head_kv·head_dim] when
+                                           hp.qk_norm_full */
     cdx_mat wq, wk, wv, wo;             /* [n_head*hd × n_embd], [n_kv*hd × n_embd] ×2, [n_embd × n_head*hd] */
     cdx_mat gate, up, down;             /* [n_ff × n_embd] ×2, [n_embd × n_ff]; unused (data NULL) when moe */
     /* a sparse (mixture-of-experts) layer */
@@ -130,6 +144,7 @@ struct cdx_model {
     layer_weights *layers;              /* [n_layer] */
     cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */
     uint8_t *linear_layer;              /* [n_layer] (hp.linear_layer) or NULL */
+    uint8_t *nope_layer;                /* [n_layer] (hp.nope_layer) or NULL */
     size_t n_mats;
     char notes[512];
     /* The weights in a kernel set's load-time layout (cdx_matmul_pack), made by the first forward

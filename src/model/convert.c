@@ -570,6 +570,15 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
                 goto fail;
             }
     }
+    for (int64_t l = 0; d->gguf_nope_step > 0 && l < cfg->n_layers; l++) /* llama.cpp fixes the NoPE layers */
+        if (!!(cfg->layer_flags[l] & CDX_HF_LAYER_NOPE) != ((l + 1) % d->gguf_nope_step == 0)) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: layer %lld %s RoPE; GGUF \"%s\" has no key for "
+                             "the NoPE layers and llama.cpp takes the layers numbered (from 1) by multiples of %d as those, and only them, so this model "
+                             "cannot be written for it", dir, (long long)l,
+                             cfg->layer_flags[l] & CDX_HF_LAYER_NOPE ? "has no" : "has", d->gguf_name,
+                             d->gguf_nope_step);
+            goto fail;
+        }
     if (d->moe && (cfg->n_experts < 1 || cfg->n_experts > 4096)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: the expert count is %lld; expected 1..4096", dir,
                          (long long)cfg->n_experts);

@@ -142,14 +142,24 @@ static void qkv_part(void *arg, int ith, int nth)
             for (int64_t d = 0; d < kvd; d++) k[d] += L->bk[d];
             for (int64_t d = 0; d < kvd; d++) v[d] += L->bv[d];
         }
-        if (L->q_norm) {
+        if (L->q_norm && hp->qk_norm_full) { /* OLMo 2 / OLMoE: over the whole projection */
+            model_rmsnorm(q, q, L->q_norm, qd, hp->rms_eps);
+            model_rmsnorm(k, k, L->k_norm, kvd, hp->rms_eps);
+        } else if (L->q_norm) {
             for (int64_t h = 0; h < hp->n_head; h++)
                 model_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
             for (int64_t h = 0; h < hp->n_head_kv; h++)
                 model_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
         }
-        model_rope(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], m->inv_freq, hp->rope_mode);
-        model_rope(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], m->inv_freq, hp->rope_mode);
+        if (hp->clip_qkv) { /* OLMoE's clip_qkv, after the norms */
+            model_clamp(q, qd, hp->clip_qkv);
+            model_clamp(k, kvd, hp->clip_qkv);
+            model_clamp(v, kvd, hp->clip_qkv);
+        }
+        if (!hp->nope_layer || !hp->nope_layer[j->l]) { /* SmolLM3's NoPE layers rotate nothing */
+            model_rope(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], m->inv_freq, hp->rope_mode);
+            model_rope(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], m->inv_freq, hp->rope_mode);
+        }
         model_kv_store(&j->seqs[fc->s.seq[i]], j->l, fc->s.pos[i], kvd, k, v);
     }
 }
@@ -209,8 +219,11 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        model_norm_rows(pool, fc->s.xn, fc->s.x, L->attn_norm, n, E, hp->rms_eps);
-        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, fc->s.xn, n,
+        /* a branch reads the normed stream, or the stream itself where the family has no pre-norms */
+        const float *in = L->attn_norm ? fc->s.xn : fc->s.x;
+        if (L->attn_norm)
+            model_norm_rows(pool, fc->s.xn, fc->s.x, L->attn_norm, n, E, hp->rms_eps);
+        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in, n,
                          (float *[]){ fc->s.q, fc->s.kk, fc->s.vv }, fc->s.ws);
         qkv_job qj = { fc, L, seqs, l, n };
         if (n >= 4)
@@ -222,19 +235,26 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         if (rc)
             return rc;
         cdx_matmul(K, pool, &L->wo, fc->s.attn, n, fc->s.xn, fc->s.ws);
+        if (L->attn_post_norm) /* OLMo 2: x += rms(attn(x))·w */
+            model_norm_rows(pool, fc->s.xn, fc->s.xn, L->attn_post_norm, n, E, hp->rms_eps);
         model_residual(fc->s.x, fc->s.xn, n * E, hp->residual_scale);
-        model_norm_rows(pool, fc->s.xn, fc->s.x, L->ffn_norm, n, E, hp->rms_eps);
+        if (L->ffn_norm)
+            model_norm_rows(pool, fc->s.xn, fc->s.x, L->ffn_norm, n, E, hp->rms_eps);
+        in = L->ffn_norm ? fc->s.xn : fc->s.x;
+        float *out = fc->s.xn;
         if (L->moe) {
-            if ((rc = model_moe(m, &fc->s, l, L, fc->s.xn, n, fc->s.moe, err)))
+            if ((rc = model_moe(m, &fc->s, l, L, in, n, fc->s.moe, err)))
                 return rc;
-            model_residual(fc->s.x, fc->s.moe, n * E, hp->residual_scale);
-            continue;
+            out = fc->s.moe;
+        } else {
+            cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
+                             (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
+            model_swiglu(pool, K, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff, false);
+            cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
         }
-        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, fc->s.xn, n,
-                         (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
-        model_swiglu(pool, K, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff, false);
-        cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
-        model_residual(fc->s.x, fc->s.xn, n * E, hp->residual_scale);
+        if (L->ffn_post_norm)
+            model_norm_rows(pool, out, out, L->ffn_post_norm, n, E, hp->rms_eps);
+        model_residual(fc->s.x, out, n * E, hp->residual_scale);
     }
 
     int64_t n_out = 0;

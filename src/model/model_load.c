@@ -16,8 +16,9 @@
 /* ---- tensor roles ---- */
 
 typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE,
-               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K } dim_kind;
-typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR } need_kind;
+               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN } dim_kind;
+typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
+               NEED_POST_NORM } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -30,7 +31,7 @@ static const struct role_desc {
     [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
     [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
     [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
-    [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
+    [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_PRE_NORM, CDX_TENSOR_NORM },
     [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_QG,    D_EMBD, NEED_ALWAYS },
     [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
     [ROLE_WV]         = { "blk.%d.attn_v.weight",       "model.layers.%d.self_attn.v_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
@@ -38,12 +39,14 @@ static const struct role_desc {
     [ROLE_BQ]         = { "blk.%d.attn_q.bias",         "model.layers.%d.self_attn.q_proj.bias",       true,  false, D_Q,     D_NONE, NEED_QKV_BIAS },
     [ROLE_BK]         = { "blk.%d.attn_k.bias",         "model.layers.%d.self_attn.k_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
     [ROLE_BV]         = { "blk.%d.attn_v.bias",         "model.layers.%d.self_attn.v_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
-    [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
-    [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_HD,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
-    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
+    [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_QN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
+    [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_KN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
+    [ROLE_ATTN_POST_NORM] = { "blk.%d.post_attention_norm.weight", "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
+    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_PRE_NORM, CDX_TENSOR_NORM },
     [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
     [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
+    [ROLE_FFN_POST_NORM] = { "blk.%d.post_ffw_norm.weight", "model.layers.%d.post_feedforward_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
     /* Gated DeltaNet (Qwen3.5 linear_attn; GGUF names as llama.cpp's qwen35, whose ssm_a is -exp(A_log)) */
     [ROLE_SSM_QKV]    = { "blk.%d.attn_qkv.weight",     "model.layers.%d.linear_attn.in_proj_qkv.weight", true, true,  D_SSM_CH, D_EMBD, NEED_LINEAR },
     [ROLE_SSM_Z]      = { "blk.%d.attn_gate.weight",    "model.layers.%d.linear_attn.in_proj_z.weight", true,  true,  D_SSM_VD, D_EMBD, NEED_LINEAR },
@@ -77,12 +80,29 @@ static const char *role_hf_name(const arch_desc *d, tensor_role r)
     return own ? own : k_roles[r].hf;
 }
 
+/* Whether family d's layers have role r's kind of tensor at all (the biases: as qkv_bias says). */
+static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bool qk_norm)
+{
+    switch (need) {
+    case NEED_QKV_BIAS: return qkv_bias;
+    case NEED_QK_NORM: return qk_norm;
+    case NEED_PRE_NORM: return !d->no_pre_norms;
+    case NEED_POST_NORM: return d->post_norms;
+    default: return true;
+    }
+}
+
 const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
 {
     if ((unsigned)r >= ROLE_COUNT)
         return NULL;
     if (per_layer)
         *per_layer = k_roles[r].per_layer;
+    /* a norm the family's layers do not have names nothing (OLMo 2's post_attention_layernorm is the
+     * attention output's norm, not the MLP's input norm) */
+    if (d && (k_roles[r].need == NEED_PRE_NORM || k_roles[r].need == NEED_POST_NORM) &&
+        !role_in_family(d, k_roles[r].need, false, false))
+        return NULL;
     return gguf ? role_gguf_name(d, r) : role_hf_name(d, r);
 }
 
@@ -105,6 +125,8 @@ static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
     case D_SSM_NV: return hp->ssm_n_v_head;
     case D_SSM_DV: return hp->ssm_d_v;
     case D_SSM_K: return hp->ssm_conv_k;
+    case D_QN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head : 1);
+    case D_KN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head_kv : 1);
     default: return 1;
     }
 }
@@ -188,8 +210,7 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
     const struct role_desc *rd = &k_roles[role];
     const cdx_hparams *hp = &b->m->hp;
     const char *fmt = b->gguf ? role_gguf_name(b->m->desc, role) : role_hf_name(b->m->desc, role);
-    bool needed = rd->need == NEED_ALWAYS || (rd->need == NEED_QKV_BIAS && hp->qkv_bias) ||
-                  (rd->need == NEED_QK_NORM && hp->qk_norm) || rd->need == NEED_LINEAR;
+    bool needed = rd->need != NEED_OPTIONAL && role_in_family(b->m->desc, rd->need, hp->qkv_bias, hp->qk_norm);
     if (present)
         *present = false;
     if (!fmt)
@@ -446,7 +467,7 @@ static void walk(const walker *w)
                                 r == ROLE_DOWN;
             if ((rd->need == NEED_LINEAR) != linear && !shared)
                 continue;
-            if ((rd->need == NEED_QKV_BIAS && !bias) || (rd->need == NEED_QK_NORM && !d->qk_norm))
+            if (!role_in_family(d, rd->need, bias, d->qk_norm))
                 continue;
             emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL);
         }
@@ -699,7 +720,9 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
             (rc = bind_role(b, ROLE_BV, il, NULL, &L->bv, NULL, err)) ||
             (rc = bind_role(b, ROLE_QNORM, il, NULL, &L->q_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_KNORM, il, NULL, &L->k_norm, NULL, err)) ||
-            (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)))
+            (rc = bind_role(b, ROLE_ATTN_POST_NORM, il, NULL, &L->attn_post_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_FFN_POST_NORM, il, NULL, &L->ffn_post_norm, NULL, err)))
             goto out;
         /* sparse: config.json says so per layer (mlp_only_layers, decoder_sparse_step); a GGUF by its router */
         bool sparse = false;
@@ -729,14 +752,12 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
             m->out_norm[i] += off;
         for (int64_t l = 0; l < hp->n_layer; l++) {
             layer_weights *L = &m->layers[l];
-            for (int64_t i = 0; i < hp->n_embd; i++) {
-                L->attn_norm[i] += off;
-                L->ffn_norm[i] += off;
-            }
-            for (int64_t i = 0; L->q_norm && i < hp->head_dim; i++) {
-                L->q_norm[i] += off;
-                L->k_norm[i] += off;
-            }
+            float *const vs[] = { L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm };
+            const int64_t ns[] = { hp->n_embd, hp->n_embd, hp->n_embd, hp->n_embd, dim_value(hp, D_QN),
+                                   dim_value(hp, D_KN) };
+            for (int v = 0; v < 6; v++)
+                for (int64_t i = 0; vs[v] && i < ns[v]; i++)
+                    vs[v][i] += off;
         }
     }
     for (int64_t i = 0; i < b->n; i++)
@@ -905,6 +926,16 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->rope_mode = d->gguf_rope;
     hp->qkv_bias = d->qkv_bias;
     hp->qk_norm = d->qk_norm;
+    hp->qk_norm_full = d->qk_norm_full;
+    hp->moe_topk_softmax = d->moe_topk_softmax;
+    if (d->gguf_nope_step > 0) { /* llama.cpp's fixed pattern: no RoPE on every step-th layer */
+        if (hp->n_layer < 1 || hp->n_layer > CDX_HF_MAX_LAYERS || !(m->nope_layer = calloc((size_t)hp->n_layer, 1)))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.block_count is %lld; expected 1..%d", path, a,
+                               (long long)hp->n_layer, CDX_HF_MAX_LAYERS);
+        for (int64_t l = 0; l < hp->n_layer; l++)
+            m->nope_layer[l] = (l + 1) % d->gguf_nope_step == 0;
+        hp->nope_layer = m->nope_layer;
+    }
     if (d->gguf_scales) { /* llama.cpp's granite keys (src/models/granite.cpp): 0 where absent */
         static const cdx_gguf_key sk[4] = { CDX_GK_EMBEDDING_SCALE, CDX_GK_RESIDUAL_SCALE, CDX_GK_ATTENTION_SCALE,
                                             CDX_GK_LOGIT_SCALE };
@@ -1025,6 +1056,9 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->rope_mode = CDX_ROPE_HALVES; /* transformers' rotate_half */
     hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
+    hp->qk_norm_full = d->qk_norm_full;
+    hp->moe_topk_softmax = d->moe_topk_softmax;
+    hp->clip_qkv = (float)cfg->clip_qkv;
     hp->tied_embeddings = cfg->tie_word_embeddings;
     /* the scalings outside the layers, as transformers applies them (f32 ops with the float value) */
     hp->embd_scale = (float)cfg->scale[CDX_HF_SCALE_EMBD];
@@ -1043,6 +1077,15 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     }
     if (d->hybrid && (rc = hybrid_hparams(m, cfg, dir, err)))
         goto out;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if (cfg->layer_flags[l] & CDX_HF_LAYER_NOPE) {
+            if (!m->nope_layer && !(m->nope_layer = calloc((size_t)hp->n_layer, 1))) {
+                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+                goto out;
+            }
+            m->nope_layer[l] = 1;
+        }
+    hp->nope_layer = m->nope_layer;
     hp->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < hp->n_vocab ? (int32_t)cfg->bos_token_id : -1;
     for (int i = 0; i < cfg->n_eos && hp->n_eos < CDX_MAX_EOS; i++)
         hp->eos_ids[hp->n_eos++] = (int32_t)cfg->eos_token_ids[i];
@@ -1118,11 +1161,13 @@ void cdx_model_close(cdx_model *m)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
             layer_weights *L = &m->layers[l];
             free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
+            free(L->attn_post_norm); free(L->ffn_post_norm);
             free(L->q_norm); free(L->k_norm);
             free(L->exp_gate); free(L->exp_up); free(L->exp_down);
             free(L->ssm_conv); free(L->ssm_dt); free(L->ssm_a_neg); free(L->ssm_norm);
         }
     free(m->linear_layer);
+    free(m->nope_layer);
     free(m->layers);
     free(m->mats);
     free(m->out_norm);
@@ -1286,6 +1331,14 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
     EVP_DigestUpdate(c, ints, sizeof ints);
     EVP_DigestUpdate(c, &hp->rms_eps, sizeof hp->rms_eps);
     EVP_DigestUpdate(c, &hp->rope_theta, sizeof hp->rope_theta);
+    if (hp->nope_layer || hp->qk_norm_full || hp->clip_qkv || hp->moe_topk_softmax) {
+        EVP_DigestUpdate(c, "attn", 4);
+        EVP_DigestUpdate(c, &hp->qk_norm_full, sizeof hp->qk_norm_full);
+        EVP_DigestUpdate(c, &hp->moe_topk_softmax, sizeof hp->moe_topk_softmax);
+        EVP_DigestUpdate(c, &hp->clip_qkv, sizeof hp->clip_qkv);
+        if (hp->nope_layer)
+            EVP_DigestUpdate(c, hp->nope_layer, (size_t)hp->n_layer);
+    }
     if (hp->embd_scale || hp->residual_scale || hp->attn_scale || hp->logit_div) {
         const float sc[4] = { hp->embd_scale, hp->residual_scale, hp->attn_scale, hp->logit_div };
         EVP_DigestUpdate(c, sc, sizeof sc);
@@ -1315,8 +1368,10 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
             EVP_DigestUpdate(c, L->ssm_a_neg, (size_t)nv * sizeof(float));
             EVP_DigestUpdate(c, L->ssm_norm, (size_t)hp->ssm_d_v * sizeof(float));
         }
-        EVP_DigestUpdate(c, L->attn_norm, (size_t)hp->n_embd * sizeof(float));
-        EVP_DigestUpdate(c, L->ffn_norm, (size_t)hp->n_embd * sizeof(float));
+        const float *norms[] = { L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm };
+        for (int i = 0; i < 4; i++)
+            if (norms[i])
+                EVP_DigestUpdate(c, norms[i], (size_t)hp->n_embd * sizeof(float));
         const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
         for (int i = 0; i < 7; i++)
             fp_mat(c, mats[i]);

@@ -187,19 +187,22 @@ void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u
 }
 
 /* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
- * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked. */
-static void route(float *p, int64_t ne, int64_t k, bool renorm, int32_t *sel, float *w)
+ * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked; or, for
+ * topk_softmax (GraniteMoeTopKGating), the k largest logits and a softmax over those k. */
+static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softmax, int32_t *sel, float *w)
 {
     float mx = p[0];
     for (int64_t e = 1; e < ne; e++)
         mx = p[e] > mx ? p[e] : mx;
-    float sum = 0;
-    for (int64_t e = 0; e < ne; e++) {
-        p[e] = expf(p[e] - mx);
-        sum += p[e];
+    if (!topk_softmax) {
+        float sum = 0;
+        for (int64_t e = 0; e < ne; e++) {
+            p[e] = expf(p[e] - mx);
+            sum += p[e];
+        }
+        for (int64_t e = 0; e < ne; e++)
+            p[e] /= sum;
     }
-    for (int64_t e = 0; e < ne; e++)
-        p[e] /= sum;
     for (int64_t r = 0; r < k; r++) {
         int32_t best = -1;
         for (int64_t e = 0; e < ne; e++) {
@@ -212,7 +215,15 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, int32_t *sel, fl
         sel[r] = best;
         w[r] = p[best];
     }
-    if (renorm) {
+    if (topk_softmax) { /* w[0] is the largest logit, mx */
+        float sum = 0;
+        for (int64_t r = 0; r < k; r++) {
+            w[r] = expf(w[r] - mx);
+            sum += w[r];
+        }
+        for (int64_t r = 0; r < k; r++)
+            w[r] /= sum;
+    } else if (renorm) {
         float s = 0;
         for (int64_t r = 0; r < k; r++)
             s += w[r];
@@ -233,7 +244,7 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
     const int64_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
     cdx_matmul(K, pool, &L->router, xn, n, s->router, s->ws);
     for (int64_t i = 0; i < n; i++)
-        route(s->router + i * ne, ne, k, hp->norm_topk_prob, s->sel_e + i * k, s->sel_w + i * k);
+        route(s->router + i * ne, ne, k, hp->norm_topk_prob, hp->moe_topk_softmax, s->sel_e + i * k, s->sel_w + i * k);
     memset(out, 0, (size_t)(n * E) * sizeof(float));
     for (int64_t e = 0; e < ne; e++) {
         /* gather the tokens that chose e, ascending */

@@ -70,6 +70,13 @@ void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, c
 void model_attn_rows(const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n, const float *q, float *out, int64_t qd,
                      int64_t slot, int64_t window);
 
+/* v[i] clamped to [-c, c] (OLMoE's clip_qkv), over n values. */
+static inline void model_clamp(float *v, int64_t n, float c)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = v[i] > c ? c : v[i] < -c ? -c : v[i];
+}
+
 /* ---- the residual stream ---- */
 
 /* x += d, or x += d · scale (scale != 0: Granite's residual_multiplier), over n values. */

@@ -796,7 +796,7 @@ static void sampler_applies_bias_then_penalties(void)
 
 int main(void)
 {
-    static char names[64][200];
+    static char names[128][200];
     static const char *models[][4] = {
         { STORIES, "../shared/fixtures/llamacpp/stories260K.json", "llamacpp", "" },
         { STORIES, "../shared/fixtures/llamacpp/stories260K.json", "llamacpp", "f16" },
@@ -810,6 +810,8 @@ int main(void)
         { "../shared/fixtures/hf/qwen2_moe", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/mixtral.gguf", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/qwen2_moe.gguf", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
+        /* families B (issue 36): NoPE layers */
+        { "../shared/fixtures/hf/smollm3", "../shared/fixtures/hf/smollm3/golden.json", "", "" },
         /* --dtype bf16 with a bf16 cache: PyTorch's bf16 greedy tokens, the same invariance */
         { "../shared/fixtures/hf/llama_bf16", "../shared/fixtures/hf/llama_bf16/golden_bf16.json", "", "bf16" },
         { "../shared/fixtures/hf/llama_f16", "../shared/fixtures/hf/llama_f16/golden_bf16.json", "", "bf16" },

@@ -228,6 +228,13 @@ static const struct {
     { "{\"architectures\":[\"MixtralForCausalLM\"],\"num_key_value_heads\":2,\"num_local_experts\":\"4\"," LLAMA_DIMS "}", CDX_EFORMAT,
       "num_local_experts is \"4\"" },
     { "{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"num_key_value_heads\":2,\"norm_topk_prob\":1," LLAMA_DIMS "}", CDX_EFORMAT, "norm_topk_prob is 1" },
+    /* SmolLM3's NoPE layers: a list of 0/1, one per layer at least */
+    { "{\"architectures\":[\"SmolLM3ForCausalLM\"],\"no_rope_layers\":[1,1]," LLAMA_DIMS "}", CDX_EFORMAT,
+      "no_rope_layers is [1,1]; expected a list of at least 3 entries" },
+    { "{\"architectures\":[\"SmolLM3ForCausalLM\"],\"no_rope_layers\":[1,2,0]," LLAMA_DIMS "}", CDX_EFORMAT,
+      "no_rope_layers[1] is 2; expected 0 or 1" },
+    { "{\"architectures\":[\"SmolLM3ForCausalLM\"],\"no_rope_layer_interval\":0," LLAMA_DIMS "}", CDX_ERANGE,
+      "no_rope_layer_interval is 0" },
     { "{\"architectures\":[\"LlamaForCausalLM\"]," LLAMA_DIMS, CDX_EFORMAT, "config.json: not valid JSON" },
     { "[1,2]", CDX_EFORMAT, "config.json: not a JSON object" },
 };

@@ -1,0 +1,273 @@
+/* The "families B" of ../shared/fixtures/hf (PyTorch float32 goldens following transformers' modeling
+ * code line by line; INDEX.md "Families B"): every case's 16 greedy tokens and every golden top-5
+ * logit within 1e-3 (INDEX.md's tolerance), from the checkpoint and from its conversion to GGUF
+ * (caldrix convert, llama.cpp's names and keys), on every kernel set. Then each rule the family adds
+ * to the common decoder is switched off in turn, as a port that left it out would compute, and the
+ * goldens must break every time (the fixtures' `sensitivity` records the same mistakes in PyTorch). */
+#include "caldrix.h"
+#include "caldrix/convert.h"
+#include "caldrix/engine.h"
+#include "caldrix/model.h"
+#include "caldrix/tokenizer.h"
+#include "model/arch.h"
+#include "test.h"
+
+#include <jansson.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* One deliberate mistake: flip(m, on) switches the rule off (on false) or back. */
+typedef struct {
+    const char *what;
+    void (*flip)(cdx_model *m, bool on);
+} rule;
+
+typedef struct {
+    const char *name;       /* the fixture folder */
+    bool gguf;              /* caldrix convert writes a GGUF of it */
+    bool variants;          /* tests/golden/families-b-variants.json has settings of it */
+    rule rules[6];
+} family;
+
+static cdx_hparams *hp_of(cdx_model *m) { return (cdx_hparams *)cdx_model_hparams(m); } /* the test's own model */
+
+/* SmolLM3: the NoPE layers rotate nothing; RoPE everywhere is the mistake */
+static void flip_nope(cdx_model *m, bool on)
+{
+    static const uint8_t *keep;
+    if (!on)
+        keep = hp_of(m)->nope_layer;
+    hp_of(m)->nope_layer = on ? keep : NULL;
+}
+
+static const family k_families[] = {
+    { "smollm3", true, true, { { "NoPE layers (RoPE on every layer)", flip_nope } } },
+};
+enum { N_FAMILIES = sizeof k_families / sizeof k_families[0] };
+
+static const family *g_fam;
+static const char *g_path, *g_isa;
+static char g_gguf[N_FAMILIES][128];
+static json_t *g_gold;
+
+/* Greedy over every case: 0 when the tokens and top-5 logits match; else the number of cases that
+ * do not. *worst: the largest top-5 logit error seen. */
+static int decode(cdx_model *m, const char *isa, double *worst, bool quiet)
+{
+    cdx_err e = { 0 };
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    cdx_forward_ctx *fc = NULL;
+    if (cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(isa), &fc, &e))
+        return 99;
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    int bad = 0;
+    *worst = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(json_object_get(g_gold, "cases"), ci, c) {
+        json_t *prompt = json_object_get(c, "prompt_ids"), *toks = json_object_get(c, "tokens"),
+               *steps = json_object_get(c, "steps");
+        cdx_kv kv;
+        if (cdx_kv_init(&kv, hp, 256, &e)) {
+            bad++;
+            break;
+        }
+        cdx_kv *kvp = &kv;
+        int32_t ids[64];
+        size_t np = json_array_size(prompt);
+        for (size_t i = 0; i < np && i < 64; i++)
+            ids[i] = (int32_t)json_integer_value(json_array_get(prompt, i));
+        cdx_batch b = { .n = (int64_t)np, .tokens = ids };
+        bool ok = cdx_forward(fc, &kvp, 1, &b, logits, &e) == 0;
+        double cw = 0;
+        for (size_t s = 0; ok && s < json_array_size(toks); s++) {
+            int32_t want = (int32_t)json_integer_value(json_array_get(toks, s));
+            json_t *top = json_object_get(json_array_get(steps, s), "top");
+            for (size_t k = 0; k < json_array_size(top); k++) {
+                json_t *pair = json_array_get(top, k);
+                double d = fabs(logits[json_integer_value(json_array_get(pair, 0))] -
+                                json_number_value(json_array_get(pair, 1)));
+                cw = d > cw ? d : cw;
+            }
+            ok = cdx_argmax(logits, hp->n_vocab) == want && cw <= 1e-3;
+            cdx_batch nb = { .n = 1, .tokens = &want };
+            ok = ok && cdx_forward(fc, &kvp, 1, &nb, logits, &e) == 0;
+        }
+        *worst = cw > *worst ? cw : *worst;
+        bad += !ok;
+        if (!quiet)
+            printf("  %s [%s] case %s: %s, max |logit - golden| = %.2e\n", g_path, isa,
+                   json_string_value(json_object_get(c, "name")), ok ? "tokens match" : "MISMATCH", cw);
+        cdx_kv_free(&kv);
+    }
+    free(logits);
+    cdx_forward_ctx_free(fc);
+    return bad;
+}
+
+static void run_golden(void)
+{
+    cdx_err e = { 0 };
+    cdx_model *m = NULL;
+    const cdx_model_opts mo = { .dtype = CDX_DTYPE_F32 };
+    int rc = cdx_model_open(g_path, &mo, &m, &e);
+    CHECKF(rc == 0, "%s: %s", g_path, e.msg);
+    if (rc)
+        return;
+    double worst;
+    CHECKF(decode(m, g_isa, &worst, false) == 0, "%s [%s]: cases differ from the goldens (worst %.3g)", g_path, g_isa,
+           worst);
+    cdx_model_close(m);
+}
+
+/* Each rule off in turn: every one must break the goldens; all back, they pass. */
+static void run_each_rule_matters(void)
+{
+    cdx_err e = { 0 };
+    cdx_model *m = NULL;
+    char dir[160];
+    snprintf(dir, sizeof dir, SHARED "/fixtures/hf/%s", g_fam->name);
+    g_path = dir;
+    REQUIRE(cdx_model_open(dir, NULL, &m, &e) == 0);
+    for (const rule *r = g_fam->rules; r->what; r++) {
+        r->flip(m, false);
+        double worst;
+        const int bad = decode(m, "scalar", &worst, true);
+        CHECKF(bad > 0, "%s without %s: the goldens still pass (worst %.3g)", g_fam->name, r->what, worst);
+        printf("  %s without %s: %d of 3 cases break (worst top-5 logit error %.3g)\n", g_fam->name, r->what, bad,
+               worst);
+        r->flip(m, true);
+    }
+    double worst;
+    CHECKF(decode(m, "scalar", &worst, true) == 0, "%s with every rule back: the goldens pass", g_fam->name);
+    cdx_model_close(m);
+}
+
+/* tests/golden/families-b-variants.json (scripts/goldens/torch-families-b-variants.py: the fixtures'
+ * reference in PyTorch under config.json settings the fixtures do not use): the fixture's weights with
+ * each variant's config.json keys, every case's tokens and top-5 logits. */
+static void run_variants(void)
+{
+    json_error_t je;
+    json_t *all = json_load_file("tests/golden/families-b-variants.json", 0, &je);
+    REQUIRE(all);
+    json_t *const keep = g_gold;
+    int seen = 0;
+    size_t vi;
+    json_t *v;
+    json_array_foreach(json_object_get(all, "variants"), vi, v) {
+        if (strcmp(json_string_value(json_object_get(v, "family")), g_fam->name))
+            continue;
+        char dir[128], src[256], dst[256];
+        snprintf(dir, sizeof dir, "/tmp/cdx_fb_%s_%d_%zu", g_fam->name, (int)getpid(), vi);
+        REQUIRE(mkdir(dir, 0700) == 0);
+        snprintf(src, sizeof src, SHARED "/fixtures/hf/%s/config.json", g_fam->name);
+        json_t *cfg = json_load_file(src, 0, &je);
+        REQUIRE(cfg);
+        json_object_update(cfg, json_object_get(v, "config"));
+        snprintf(dst, sizeof dst, "%s/config.json", dir);
+        REQUIRE(json_dump_file(cfg, dst, 0) == 0);
+        json_decref(cfg);
+        char cwd[160];
+        REQUIRE(getcwd(cwd, sizeof cwd));
+        snprintf(src, sizeof src, "%s/" SHARED "/fixtures/hf/%s/model.safetensors", cwd, g_fam->name);
+        snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+        REQUIRE(symlink(src, dst) == 0);
+        cdx_err e = { 0 };
+        cdx_model *m = NULL;
+        g_path = dir;
+        int rc = cdx_model_open(dir, &(cdx_model_opts){ .dtype = CDX_DTYPE_F32 }, &m, &e);
+        CHECKF(rc == 0, "%s (%s): %s", g_fam->name, json_string_value(json_object_get(v, "variant")), e.msg);
+        g_gold = v;
+        double worst = 0;
+        const int bad = rc ? 3 : decode(m, "scalar", &worst, true);
+        CHECKF(bad == 0, "%s with %s: %d cases differ from PyTorch's (worst %.3g)", g_fam->name,
+               json_string_value(json_object_get(v, "variant")), bad, worst);
+        printf("  %s with %s: %d of 3 cases match PyTorch's (worst top-5 logit error %.2e)\n", g_fam->name,
+               json_string_value(json_object_get(v, "variant")), 3 - bad, worst);
+        cdx_model_close(m);
+        unlink(dst);
+        snprintf(dst, sizeof dst, "%s/config.json", dir);
+        unlink(dst);
+        rmdir(dir);
+        seen++;
+    }
+    g_gold = keep;
+    CHECKF(seen > 0, "no variant of %s in tests/golden/families-b-variants.json", g_fam->name);
+    json_decref(all);
+}
+
+static char g_conv_name[N_FAMILIES][160];
+static int g_conv_i;
+
+static void run_convert(void)
+{
+    cdx_err e = { 0 };
+    cdx_gguf_writer *w = NULL;
+    cdx_convert *c = NULL;
+    char dir[160];
+    snprintf(dir, sizeof dir, SHARED "/fixtures/hf/%s", g_fam->name);
+    REQUIRE(cdx_gguf_writer_new(&w, &e) == 0);
+    int rc = cdx_convert_hf(dir, &(cdx_convert_opts){ .type = CDX_TYPE_F32 }, w, &c, &e);
+    CHECKF(rc == 0, "%s: %s", dir, e.msg);
+    rc = rc ? rc : cdx_tok_export_gguf_dummy(w, 320, 1, 2, &e);
+    char *out = g_gguf[g_conv_i];
+    snprintf(out, sizeof g_gguf[0], "/tmp/cdx_%s_%d.gguf", g_fam->name, (int)getpid());
+    rc = rc ? rc : cdx_gguf_writer_write(w, out, &e);
+    CHECKF(rc == 0, "writing %s: %s", out, e.msg);
+    if (rc)
+        out[0] = 0;
+    cdx_convert_free(c);
+    cdx_gguf_writer_free(w);
+}
+
+int main(void)
+{
+    static char names[64][200];
+    const char *isas[] = { "scalar", "avx2", "avx512" };
+    int k = 0;
+    for (int f = 0; f < N_FAMILIES; f++) {
+        g_fam = &k_families[f];
+        char gold[160];
+        snprintf(gold, sizeof gold, SHARED "/fixtures/hf/%s/golden.json", g_fam->name);
+        json_error_t je;
+        g_gold = json_load_file(gold, 0, &je);
+        if (!g_gold) {
+            printf("%s: %s\nfamilies_b: 0 passed, 1 failed\n", gold, je.text);
+            return 1;
+        }
+        if (g_fam->gguf) {
+            g_conv_i = f;
+            snprintf(g_conv_name[f], sizeof g_conv_name[f], "%s converts to GGUF", g_fam->name);
+            RUN(g_conv_name[f], run_convert);
+        }
+        char dir[160];
+        snprintf(dir, sizeof dir, SHARED "/fixtures/hf/%s", g_fam->name);
+        for (int fmt = 0; fmt < (g_fam->gguf && g_gguf[f][0] ? 2 : 1); fmt++)
+            for (int s = 0; s < 3; s++) {
+                if (!cdx_kernels_by_isa(isas[s])) {
+                    t_skip_isa(isas[s]);
+                    continue;
+                }
+                g_path = fmt ? g_gguf[f] : dir;
+                g_isa = isas[s];
+                snprintf(names[k], sizeof names[k], "%s (%s, %s kernels) reproduces the PyTorch goldens", g_fam->name,
+                         fmt ? "converted GGUF" : "safetensors", isas[s]);
+                RUN(names[k], run_golden);
+                k++;
+            }
+        if (g_fam->variants) {
+            snprintf(names[k], sizeof names[k], "%s follows config.json settings the fixture does not use "
+                     "(PyTorch goldens of the same weights)", g_fam->name);
+            RUN(names[k], run_variants);
+            k++;
+        }
+        snprintf(names[k], sizeof names[k], "%s: each of its rules is needed for the goldens", g_fam->name);
+        RUN(names[k], run_each_rule_matters);
+        k++;
+        if (g_gguf[f][0])
+            unlink(g_gguf[f]);
+        json_decref(g_gold);
+    }
+    return t_done("families_b");
+}
