@@ -5,7 +5,9 @@
  *   repos       one row per repo: what the Hub says of it and caldrix's verdict (the pull's rules
  *               over config.json), sizes, the tokenizer fingerprint (drafts), the adapter's LoRA
  *   rel         child -> parent, kind finetune | quantized | adapter | merge | base (base_model tags)
- *   repos_fts   FTS5 over id, tags (with the architecture) and the card summary; rowid = repos.rid
+ *   repos_fts   FTS5 over id, tags (with the architecture) and the card summary; rowid = repos.rank,
+ *               the repo's place by downloads, so a search reads matches best first and stops at its
+ *               limit (re-ranked when an update is published; a repo added between updates goes last)
  *   stage*      an update in progress: pages detailed so far and where the listing stopped, committed
  *               page by page; published into repos/rel/repos_fts in one transaction at the end
  *
@@ -25,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SCHEMA_VERSION "1"
+#define SCHEMA_VERSION "2"
 #define MAX_PAGE_BYTES (256u << 20)
 #define MAX_DETAIL_BYTES (16u << 20)
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -50,7 +52,8 @@ static const char k_schema[] =
     "CREATE TABLE IF NOT EXISTS repos(rid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, sha TEXT, last_modified TEXT,"
     " downloads INTEGER, likes INTEGER, gated INTEGER, tags TEXT, architecture TEXT, family TEXT, format TEXT,"
     " params INTEGER, dtype TEXT, weight_bytes INTEGER, mem_bytes INTEGER, moe INTEGER, verdict TEXT, refusal TEXT,"
-    " tokenizer TEXT, summary TEXT, children INTEGER, lora_r INTEGER, lora_alpha REAL, files TEXT);"
+    " tokenizer TEXT, summary TEXT, children INTEGER, lora_r INTEGER, lora_alpha REAL, files TEXT, search_tags TEXT,"
+    " rank INTEGER UNIQUE);"
     "CREATE INDEX IF NOT EXISTS repos_tok ON repos(tokenizer);"
     "CREATE INDEX IF NOT EXISTS repos_dl ON repos(downloads);"
     "CREATE TABLE IF NOT EXISTS rel(child TEXT NOT NULL, parent TEXT NOT NULL, kind TEXT NOT NULL,"
@@ -624,24 +627,35 @@ static int put_record(cdx_index *ix, json_t *rec, cdx_err *err)
         free(tags);
         return db_error(ix, s, "store a repo", err);
     }
-    /* the searchable text: id, tags with the architecture and family, the card */
+    /* the searchable text: id, tags with the architecture and family, the card; kept in the row for
+     * the re-ranking, which rebuilds repos_fts */
     char *fts_tags = hub_strdup_printf("%s %s %s %s", tags ? tags : "", jstr(rec, "architecture") ? jstr(rec, "architecture") : "",
                                        jstr(rec, "family") ? jstr(rec, "family") : "", jstr(rec, "format"));
     free(tags);
-    sqlite3_stmt *f1 = NULL, *f2 = NULL, *d = NULL, *r = NULL;
+    sqlite3_stmt *f1 = NULL, *f2 = NULL, *d = NULL, *r = NULL, *k = NULL;
     rc = 0;
-    if ((rc = prep(ix, "DELETE FROM repos_fts WHERE rowid=?", &f1, err)) == 0 &&
+    if ((rc = prep(ix, "UPDATE repos SET search_tags=?2, rank=coalesce(rank, (SELECT coalesce(max(rank), 0) + 1 FROM "
+                   "repos)) WHERE rid=?1 RETURNING rank", &k, err)) == 0 &&
+        (rc = prep(ix, "DELETE FROM repos_fts WHERE rowid=?", &f1, err)) == 0 &&
         (rc = prep(ix, "INSERT INTO repos_fts(rowid, id, tags, summary) VALUES(?,?,?,?)", &f2, err)) == 0 &&
         (rc = prep(ix, "DELETE FROM rel WHERE child=?", &d, err)) == 0 &&
         (rc = prep(ix, "INSERT OR IGNORE INTO rel(child, parent, kind) VALUES(?,?,?)", &r, err)) == 0) {
-        sqlite3_bind_int64(f1, 1, rid);
-        sqlite3_bind_int64(f2, 1, rid);
+        sqlite3_bind_int64(k, 1, rid);
+        bind_text(k, 2, fts_tags);
+        s = sqlite3_step(k);
+        sqlite3_int64 rank = s == SQLITE_ROW ? sqlite3_column_int64(k, 0) : 0;
+        if (s == SQLITE_ROW)
+            s = sqlite3_step(k);
+        if (s != SQLITE_DONE)
+            rc = db_error(ix, s, "rank a repo", err);
+        sqlite3_bind_int64(f1, 1, rank);
+        sqlite3_bind_int64(f2, 1, rank);
         bind_text(f2, 2, id);
         bind_text(f2, 3, fts_tags);
         bind_text(f2, 4, jstr(rec, "summary"));
         bind_text(d, 1, id);
-        if ((s = sqlite3_step(f1)) != SQLITE_DONE || (s = sqlite3_step(f2)) != SQLITE_DONE ||
-            (s = sqlite3_step(d)) != SQLITE_DONE)
+        if (rc == 0 && ((s = sqlite3_step(f1)) != SQLITE_DONE || (s = sqlite3_step(f2)) != SQLITE_DONE ||
+                        (s = sqlite3_step(d)) != SQLITE_DONE))
             rc = db_error(ix, s, "store a repo", err);
         size_t i;
         json_t *b;
@@ -660,8 +674,22 @@ static int put_record(cdx_index *ix, json_t *rec, cdx_err *err)
     sqlite3_finalize(f2);
     sqlite3_finalize(d);
     sqlite3_finalize(r);
+    sqlite3_finalize(k);
     free(fts_tags);
     return rc;
+}
+
+/* Every repo's rank by downloads (then id), and repos_fts rebuilt in that rowid order. */
+static int rerank(cdx_index *ix, cdx_err *err)
+{
+    return exec(ix,
+                "UPDATE repos SET rank=NULL;"
+                "UPDATE repos SET rank=o.rk FROM (SELECT rid, row_number() OVER (ORDER BY downloads DESC, id) AS rk "
+                "FROM repos) AS o WHERE o.rid=repos.rid;"
+                "DELETE FROM repos_fts;"
+                "INSERT INTO repos_fts(rowid, id, tags, summary) SELECT rank, id, search_tags, summary FROM repos "
+                "ORDER BY rank;"
+                "INSERT INTO repos_fts(repos_fts) VALUES('optimize');", err);
 }
 
 static int stage_put(cdx_index *ix, json_t *rec, cdx_err *err)
@@ -953,6 +981,8 @@ static int publish(upd *u, cdx_err *err)
         }
         sqlite3_finalize(st);
     }
+    if (rc == 0)
+        rc = rerank(u->ix, err);
     char *newest = meta_get(u->ix, "stage_meta", "newest"), *old = meta_get(u->ix, "meta", "newest_modified");
     if (rc == 0 && newest && newest[0] && (!old || strcmp(newest, old) > 0))
         rc = meta_set(u->ix, "meta", "newest_modified", newest, err);
@@ -1051,6 +1081,16 @@ int cdx_index_update(cdx_index *ix, const cdx_index_update_opts *o, cdx_index_st
         rc = publish(&u, err);
     if (rc == 0)
         progress(&u, "published %llu repos into %s", (unsigned long long)u.st->published, ix->path);
+    /* the staged pages' space: given back when it is most of the file (a failure here leaves the
+     * index as published, only larger) */
+    sqlite3_stmt *fl;
+    if (rc == 0 && sqlite3_prepare_v2(ix->db, "SELECT (SELECT freelist_count FROM pragma_freelist_count) * 2 > "
+                                      "(SELECT page_count FROM pragma_page_count)", -1, &fl, NULL) == SQLITE_OK) {
+        bool vacuum = sqlite3_step(fl) == SQLITE_ROW && sqlite3_column_int(fl, 0);
+        sqlite3_finalize(fl);
+        if (vacuum)
+            sqlite3_exec(ix->db, "VACUUM", NULL, NULL, NULL);
+    }
     free(url);
     free(params);
     free(staged);
@@ -1194,8 +1234,9 @@ int cdx_index_search(cdx_index *ix, const cdx_index_query *q, char **json, cdx_e
              " (?2 IS NULL OR r.architecture=?2 COLLATE NOCASE OR r.family=?2 COLLATE NOCASE)"
              " AND (?3 IS NULL OR r.format=?3) AND (?4=0 OR (r.params>0 AND r.params<=?4))"
              " AND (?5=0 OR (r.verdict='runs' AND (?6=0 OR r.mem_bytes<=?6)))"
-             " ORDER BY r.downloads DESC, r.id LIMIT ?7",
-             any ? "repos_fts f JOIN repos r ON r.rid=f.rowid" : "repos r", any ? "repos_fts MATCH ?1 AND" : "");
+             " ORDER BY %s LIMIT ?7",
+             any ? "repos_fts f JOIN repos r ON r.rank=f.rowid" : "repos r", any ? "repos_fts MATCH ?1 AND" : "",
+             any ? "f.rowid" : "r.downloads DESC, r.id");
     sqlite3_stmt *st;
     int rc = prep(ix, sql, &st, err);
     if (rc == 0) {
