@@ -26,5 +26,6 @@
 #include "caldrix/server.h"
 #include "caldrix/image.h"
 #include "caldrix/grammar.h"
+#include "caldrix/load.h"
 
 #endif

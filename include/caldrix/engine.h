@@ -112,6 +112,9 @@ typedef struct cdx_engine_opts {
     uint64_t kv_bytes_max;      /* the most the KV pool may hold when full, K and V (0: no limit): a
                                    pool larger than that is refused at create (CDX_EINVAL naming
                                    n_blocks, its size and this limit), not found out mid-generation */
+    struct cdx_pool *pool;      /* NULL: the engine makes its own pool of n_threads. Else the caller's
+                                   (borrowed, outlives the engine): engines sharing it must be stepped
+                                   (and created) one at a time, never at once (the server's one thread) */
 } cdx_engine_opts;
 
 CDX_API cdx_engine_opts cdx_engine_defaults(void);
@@ -245,6 +248,7 @@ CDX_API void cdx_engine_wait(cdx_engine *e, int ms);
 
 typedef struct cdx_engine_stats {
     int64_t n_ctx, n_blocks;                 /* configuration */
+    uint64_t kv_pool_bytes;                  /* K and V of n_blocks blocks: what the pool holds when full */
     int64_t blocks_used;                     /* held by at least one sequence */
     int64_t blocks_cached;                   /* held by none, still findable by prefix */
     int64_t blocks_free;                     /* n_blocks - used - cached */

@@ -269,6 +269,10 @@ CDX_API void cdx_kv_free(cdx_kv *kv);
 typedef struct cdx_forward_ctx cdx_forward_ctx;
 CDX_API int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads,
                                    const cdx_kernels *k, cdx_forward_ctx **out, cdx_err *err);
+/* The same on pool (borrowed; it must outlive the context; NULL: a pool of n_threads of its own).
+ * Contexts sharing a pool must never run at the same time: cdx_pool_run has one caller at a time. */
+CDX_API int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_threads, struct cdx_pool *pool,
+                                      const cdx_kernels *k, cdx_forward_ctx **out, cdx_err *err);
 CDX_API void cdx_forward_ctx_free(cdx_forward_ctx *fc);
 CDX_API cdx_pool *cdx_forward_ctx_pool(cdx_forward_ctx *fc);
 /* Gated DeltaNet: per_token true runs the per-token recurrence (S ← e^g S; S += k ⊗ β(v − Sᵀk);

@@ -3,6 +3,7 @@
 #define CDX_CLI_H
 
 #include "caldrix.h"
+#include "caldrix/load.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -70,8 +71,9 @@ void cli_print_dtype_help(FILE *f);
  * 0, or 2 after saying why on stderr as "caldrix CMD: ...". */
 int cli_check_output(const char *cmd, const char *in, const char *out);
 
-/* The model's tokenizer (its GGUF vocabulary or the checkpoint's files); *tok NULL when it has none. */
-int cli_open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err);
+/* cdx_load's options as run and serve start them: hub (may be NULL) for references, the bundled
+ * stories260K model when no MODEL is named, the tokenizer on. */
+cdx_load_opts cli_load_opts(const cdx_hub_opts *hub, cdx_dtype dtype, uint64_t weight_budget);
 
 /* The stories260K model linked into the binary (see Makefile). */
 extern const unsigned char cdx_embedded_model[];

@@ -5,31 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cli_image_proc(const char *dir, const cdx_model *m, const char *const *opts, int n_opts, cdx_image_proc *pp,
-                   cdx_err *err)
-{
-    cdx_vision_info vi;
-    if (!cdx_model_vision(m, &vi))
-        return cdx_err_set(err, CDX_EINVAL, "%s takes no images (it has no vision tower)", dir);
-    int rc = cdx_image_proc_read(dir, pp, err);
-    for (int i = 0; !rc && i < n_opts; i++) {
-        const char *eq = strchr(opts[i], '=');
-        if (!eq || eq == opts[i])
-            return cdx_err_set(err, CDX_EINVAL, "--image-opt \"%s\": expected KEY=JSON (e.g. do_image_splitting=false)",
-                               opts[i]);
-        char key[64];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - opts[i]), opts[i]);
-        rc = cdx_image_proc_set(pp, key, eq + 1, err);
-    }
-    if (!rc && pp->max_image_size != vi.image_size)
-        rc = cdx_err_set(err, CDX_EINVAL, "max_image_size is %lld; the vision tower takes tiles of %lld pixels",
-                         (long long)pp->max_image_size, (long long)vi.image_size);
-    if (!rc && pp->image_seq_len != vi.tokens_per_tile)
-        rc = cdx_err_set(err, CDX_EINVAL, "image_seq_len is %lld; the vision tower gives %lld tokens per tile",
-                         (long long)pp->image_seq_len, (long long)vi.tokens_per_tile);
-    return rc;
-}
-
 int cli_images_add(cli_images *im, const cdx_image_proc *pp, const void *data, size_t n, const char *name, cdx_err *err)
 {
     cdx_image img;

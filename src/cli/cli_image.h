@@ -14,10 +14,6 @@ typedef struct {
     int64_t seq_len;              /* image tokens per tile */
 } cli_images;
 
-/* The processor settings of the checkpoint folder dir with the --image-opt KEY=JSON overrides,
- * checked against the model's tower (tile side). */
-int cli_image_proc(const char *dir, const cdx_model *m, const char *const *opts, int n_opts, cdx_image_proc *pp,
-                   cdx_err *err);
 /* Adds one image (its encoded bytes; name for messages) to im. */
 int cli_images_add(cli_images *im, const cdx_image_proc *pp, const void *data, size_t n, const char *name, cdx_err *err);
 int cli_images_add_file(cli_images *im, const cdx_image_proc *pp, const char *path, cdx_err *err);

@@ -146,25 +146,16 @@ int cli_check_output(const char *cmd, const char *in, const char *out)
     return 0;
 }
 
-/* A tokenizer for the model: the GGUF's own vocabulary, or the checkpoint's tokenizer files.
- * *tok stays NULL (and no error) when the model has none (path NULL: the bundled model). */
-int cli_open_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err)
+cdx_load_opts cli_load_opts(const cdx_hub_opts *hub, cdx_dtype dtype, uint64_t weight_budget)
 {
-    *tok = NULL;
-    const cdx_gguf *g = cdx_model_gguf(m);
-    if (g)
-        return cdx_gguf_find(g, "tokenizer.ggml.model") ? cdx_tok_open_gguf(g, tok, err) : CDX_OK;
-    if (!path)
-        return CDX_OK;
-    static const char *const files[] = { "tokenizer.json", "tokenizer.model", "vocab.json" };
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[4096];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", path, files[i]);
-        if (stat(p, &st) == 0)
-            return cdx_tok_open_dir(path, tok, err);
-    }
-    return CDX_OK;
+    cdx_load_opts lo = cdx_load_defaults();
+    lo.hub = hub;
+    lo.dtype = dtype;
+    lo.weight_budget = weight_budget;
+    lo.default_gguf = cdx_embedded_model;
+    lo.default_gguf_size = (size_t)(cdx_embedded_model_end - cdx_embedded_model);
+    lo.default_name = "stories260K.gguf (bundled)";
+    return lo;
 }
 
 int cli_parse_dtype(const char *cmd, const char *s, cdx_dtype *out)

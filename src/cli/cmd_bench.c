@@ -221,8 +221,7 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     cdx_err err = {0};
-    cdx_model *m = NULL;
-    cdx_engine *eng = NULL;
+    cdx_loaded *ld = NULL;
     int32_t *ids = NULL, *prompts[MAX_PAR];
     double *tp = NULL, *td = NULL, *ta = NULL, *ts = NULL, *tcold = NULL, *thot = NULL;
     bench_req rs[MAX_PAR];
@@ -230,23 +229,25 @@ int cmd_bench(int argc, char **argv)
     int rc = 1;
 
     double t0 = now_s();
-    const cdx_model_opts mo = { .weight_budget = budget, .dtype = dtype };
-    if (cdx_model_open(path, &mo, &m, &err) < 0) {
-        fprintf(stderr, "caldrix bench: %s\n", err.msg);
-        goto done;
-    }
-    const cdx_hparams *hp = cdx_model_hparams(m);
     cdx_engine_opts eo = cdx_engine_defaults();
     eo.n_threads = (int)threads;
     eo.kernels = kern;
     eo.max_batch = (int)parallel;
     eo.n_ctx = n_prompt + n_gen + 1 + 2; /* 2: the warm-up */
     eo.token_budget = n_prompt * parallel; /* every prompt in one batch */
-    eo.kv_type = cdx_model_kv_type_default(m);
-    if (cdx_engine_create(m, NULL, &eo, &eng, &err) < 0) {
+    cdx_load_opts lo = cdx_load_defaults();
+    lo.paths_only = true; /* bench takes a file or a folder, never a reference */
+    lo.tokenizer = false; /* synthetic ids */
+    lo.dtype = dtype;
+    lo.weight_budget = budget;
+    lo.engine = &eo;
+    if (cdx_load(path, &lo, &ld, NULL, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
         goto done;
     }
+    const cdx_model *m = ld->model;
+    cdx_engine *eng = ld->engine;
+    const cdx_hparams *hp = cdx_model_hparams(m);
     double load_ms = (now_s() - t0) * 1e3;
     /* ready to run at load_ms; the timed runs wait for the layouts packed in the background */
     const double pack_ms = cdx_model_pack_wait(m);
@@ -331,7 +332,7 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "arch", json_string(hp->arch_name ? hp->arch_name : ""));
         json_object_set_new(o, "isa", json_string(cdx_kernels_isa(kern)));
         json_object_set_new(o, "dtype", json_string(cdx_dtype_name(cdx_model_dtype(m))));
-        json_object_set_new(o, "kv_type", json_string(cdx_type_name(eo.kv_type)));
+        json_object_set_new(o, "kv_type", json_string(cdx_type_name(ld->kv_type)));
         json_object_set_new(o, "n_vocab", json_integer(hp->n_vocab));
         json_object_set_new(o, "threads", json_integer(threads));
         json_object_set_new(o, "n_prompt", json_integer(n_prompt));
@@ -390,7 +391,7 @@ int cmd_bench(int argc, char **argv)
         printf("model    %s (%s, %lld layers, n_embd %lld, vocab %lld)\n", path, hp->arch_name, (long long)hp->n_layer,
                (long long)hp->n_embd, (long long)hp->n_vocab);
         printf("threads  %ld, %s kernels, %s compute (%s), %s KV cache\n", threads, cdx_kernels_isa(kern),
-               cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(eo.kv_type));
+               cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(ld->kv_type));
         printf("load     %.1f ms\n", load_ms);
         if (pack_ms > 0)
             printf("packed   %.1f ms later, in the background (the runs below waited for it)\n", pack_ms);
@@ -430,7 +431,6 @@ done:
     free(tcold);
     free(thot);
     free(ids);
-    cdx_engine_free(eng);
-    cdx_model_close(m);
+    cdx_load_close(ld);
     return rc;
 }

@@ -626,7 +626,7 @@ static int chat_loop(const run_opts *o, const cdx_chat_setup *ct, cdx_engine *e,
             cdx_err ie = {0};
             if (!*path)
                 fprintf(stderr, "caldrix: /image PATH attaches a PNG or JPEG to the next message\n");
-            else if (!have_pp && cli_image_proc(model, o->m, o->image_opts, o->n_image_opts, &pp, &ie))
+            else if (!have_pp && cdx_load_image_proc(model, o->m, o->image_opts, o->n_image_opts, &pp, &ie))
                 fprintf(stderr, "caldrix: /image: %s\n", ie.msg);
             else if ((have_pp = true) && cli_images_add_file(&conv, &pp, path, &ie))
                 fprintf(stderr, "caldrix: /image: %s\n", ie.msg);
@@ -758,14 +758,10 @@ int cmd_run(int argc, char **argv)
         return rc;
     }
     cdx_err err = {0};
-    cdx_model *m = NULL;
-    cdx_tok *tok = NULL;
-    cdx_engine *eng = NULL;
+    cdx_loaded *ld = NULL;
     id_list prompt = {0};
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
-    cdx_chat_setup ct = {0};
-    cdx_image_proc pp;
     cli_images images = {0};
     char *expanded = NULL;
     int status = 1;
@@ -797,49 +793,54 @@ int cmd_run(int argc, char **argv)
             return 2;
         }
     }
-    char *resolved = NULL;
-    if (o.model) {
-        /* a path opens as it is; anything else is a reference the hub resolves (and downloads) */
-        struct stat sb;
-        if (stat(o.model, &sb) != 0) {
-            cli_hub_ui ui;
-            cdx_hub_opts ho;
-            cli_hub_opts_init(&ho, &ui, o.json);
-            ho.ctx = (uint32_t)o.ctx;
-            uint64_t admitted = 0;
-            ho.weight_budget = o.weight_budget;
-            ho.budget_out = &admitted;
-            ho.dtype = (int)o.dtype;
-            if (cdx_hub_resolve(o.model, &ho, &resolved, &err) < 0) {
-                fprintf(stderr, "caldrix: %s\n", err.msg);
-                goto done;
-            }
-            o.model = resolved;
-            if (admitted && !o.weight_budget)
-                o.weight_budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
-        }
-        const cdx_model_opts mo = { .weight_budget = o.weight_budget, .dtype = o.dtype };
-        rc = cdx_model_open(o.model, &mo, &m, &err);
-    } else if (o.dtype == CDX_DTYPE_BF16) {
+    if (!o.model && o.dtype == CDX_DTYPE_BF16) {
         fprintf(stderr, "caldrix: the bundled model is a GGUF file: it computes as llama.cpp does; --dtype bf16 "
                         "applies to safetensors checkpoints (use --dtype f32 or auto)\n");
         goto done;
-    } else
-        rc = cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
-                                     "stories260K.gguf (bundled)", &m, &err);
-    if (rc) {
-        fprintf(stderr, "caldrix: %s\n", err.msg);
+    }
+    if ((o.n_images || o.n_image_opts) && o.interactive) {
+        fprintf(stderr, "caldrix run: in -i, attach images with /image PATH\n");
         goto done;
     }
+    if ((o.n_images || o.n_image_opts) && !o.model) {
+        fprintf(stderr, "caldrix: the bundled model takes no images\n");
+        goto done;
+    }
+    /* a path opens as it is; anything else is a reference the hub resolves (and downloads) */
+    cli_hub_ui ui;
+    cdx_hub_opts ho;
+    cli_hub_opts_init(&ho, &ui, o.json);
+    ho.ctx = (uint32_t)o.ctx;
+    cdx_engine_opts eo = cdx_engine_defaults();
+    eo.n_threads = (int)o.threads;
+    eo.kernels = k;
+    eo.n_ctx = o.ctx; /* 0: the model's trained context, at most 4096 */
+    eo.max_batch = 1;
+    eo.kv_store = o.kv_store;
+    eo.kv_type = o.kv_type;
+    cdx_load_opts lo = cli_load_opts(&ho, o.dtype, o.weight_budget);
+    lo.chat = o.chat;
+    lo.chat_template = o.chat_template;
+    lo.images = o.n_images || o.n_image_opts ? CDX_LOAD_IMAGES_REQUIRED : CDX_LOAD_IMAGES_NO;
+    lo.image_opts = o.image_opts;
+    lo.n_image_opts = o.n_image_opts;
+    lo.engine = &eo;
+    lo.kv_type_set = o.kv_type_set;
+    cdx_load_stage at;
+    if ((rc = cdx_load(o.model, &lo, &ld, &at, &err))) {
+        fprintf(stderr, "caldrix: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
+        goto done;
+    }
+    o.model = ld->path;
+    const cdx_model *m = ld->model;
+    const cdx_tok *tok = ld->tok;
+    cdx_engine *eng = ld->engine;
+    const cdx_chat_setup ct = ld->chat;
     const cdx_hparams *hp = cdx_model_hparams(m);
     const char *notes = cdx_model_notes(m);
     o.m = m;
     if (*notes && !o.json)
         fprintf(stderr, "caldrix: %s", notes);
-    if ((rc = cli_open_tokenizer(o.model, m, &tok, &err))) {
-        fprintf(stderr, "caldrix: %s\n", err.msg);
-        goto done;
-    }
 
     /* the prompt: -p, -f, --prompt-ids, or text piped to standard input */
     if (o.prompt_file) {
@@ -870,10 +871,6 @@ int cmd_run(int argc, char **argv)
     }
     if (o.chat) {
         /* the rule serve follows too: --chat-template, else the model's, else ChatML (said here) */
-        if ((rc = cdx_chat_setup_open(o.model, o.chat_template, tok, &ct, &err))) {
-            fprintf(stderr, "caldrix: --chat-template: %s\n", err.msg);
-            goto done;
-        }
         if (ct.note[0])
             fprintf(stderr, "caldrix: %s\n", ct.note);
         if (!o.prompt && isatty(0))
@@ -905,20 +902,8 @@ int cmd_run(int argc, char **argv)
         }
     }
     if (o.n_images || o.n_image_opts) {
-        if (o.interactive) {
-            fprintf(stderr, "caldrix run: in -i, attach images with /image PATH\n");
-            goto done;
-        }
-        if (!o.model) {
-            fprintf(stderr, "caldrix: the bundled model takes no images\n");
-            goto done;
-        }
-        if ((rc = cli_image_proc(o.model, m, o.image_opts, o.n_image_opts, &pp, &err))) {
-            fprintf(stderr, "caldrix: %s\n", err.msg);
-            goto done;
-        }
         for (int i = 0; i < o.n_images; i++)
-            if ((rc = cli_images_add_file(&images, &pp, o.images[i], &err))) {
+            if ((rc = cli_images_add_file(&images, &ld->image_proc, o.images[i], &err))) {
                 fprintf(stderr, "caldrix: --image: %s\n", err.msg);
                 goto done;
             }
@@ -963,24 +948,15 @@ int cmd_run(int argc, char **argv)
 
     /* the context: --ctx, else the model's (at most 4096); a prompt that does not fit is refused */
     const int64_t trained = hp->n_ctx_train;
-    int64_t n_ctx = o.ctx ? o.ctx : trained > 0 && trained < 4096 ? trained : 4096;
+    cdx_engine_stats es0;
+    cdx_engine_get_stats(eng, &es0);
+    const int64_t n_ctx = es0.n_ctx;
     if (o.ctx && trained > 0 && o.ctx > trained && !o.json)
         fprintf(stderr, "caldrix: warning: --ctx %ld is more than the %lld positions %s was trained for; output past "
                         "them may degrade\n", o.ctx, (long long)trained, o.model ? o.model : "the model");
     if (!o.interactive && (int64_t)prompt.n >= n_ctx) {
         fprintf(stderr, "caldrix: the prompt has %zu tokens; the context holds %lld (%s), which leaves no room to "
                         "generate\n", prompt.n, (long long)n_ctx, o.ctx ? "--ctx" : "the default; raise --ctx");
-        goto done;
-    }
-    cdx_engine_opts eo = cdx_engine_defaults();
-    eo.n_threads = (int)o.threads;
-    eo.kernels = k;
-    eo.n_ctx = n_ctx;
-    eo.max_batch = 1;
-    eo.kv_store = o.kv_store;
-    eo.kv_type = o.kv_type_set ? o.kv_type : cdx_model_kv_type_default(m);
-    if ((rc = cdx_engine_create(m, tok, &eo, &eng, &err))) {
-        fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }
     if (o.interactive) {
@@ -1017,7 +993,7 @@ int cmd_run(int argc, char **argv)
                                  t_loaded - t0, "prefill_tok_s", prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0,
                                  "decode_tok_s", decode_s > 0 ? (double)n_decoded / decode_s : 0.0, "cached_tokens",
                                  (json_int_t)st.n_cached, "seed", (json_int_t)o.sp.seed, "dtype",
-                                 cdx_dtype_name(cdx_model_dtype(m)), "kv_type", cdx_type_name(eo.kv_type));
+                                 cdx_dtype_name(cdx_model_dtype(m)), "kv_type", cdx_type_name(ld->kv_type));
         st.steps = NULL;
         if (!root) {
             fprintf(stderr, "caldrix: cannot build the JSON result\n");
@@ -1040,7 +1016,7 @@ int cmd_run(int argc, char **argv)
                         "[%s], %s KV cache, seed %llu)\n",
                 prompt.n, prefill_s > 0 ? (double)prompt.n / prefill_s : 0.0, st.out.n,
                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k),
-                cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(eo.kv_type),
+                cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(ld->kv_type),
                 (unsigned long long)o.sp.seed);
     }
     status = 0;
@@ -1050,13 +1026,9 @@ done:
     free(st.out.tokens);
     free(st.text.s);
     free(o.ids);
-    cdx_engine_free(eng);
     cdx_grammar_free(o.grammar);
-    cdx_tok_close(tok);
-    cdx_model_close(m);
-    cdx_chat_setup_close(&ct);
+    cdx_load_close(ld);
     json_decref(o.chat_kwargs);
-    free(resolved);
     free(chat_text);
     free(input_text);
     free(expanded);

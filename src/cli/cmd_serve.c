@@ -1,7 +1,6 @@
 /* caldrix serve: the OpenAI-compatible HTTP server (src/server/) over one model. This file only
  * parses flags, loads the model as `run` does, and waits for a signal. */
 #include "cli.h"
-#include "cli_image.h"
 #include "cli_hub.h"
 
 #include <jansson.h>
@@ -215,11 +214,8 @@ int cmd_serve(int argc, char **argv)
 
     cdx_err err = {0};
     cdx_server *srv = NULL;
-    cdx_model *m = NULL;
-    cdx_tok *tok = NULL;
-    cdx_engine *e = NULL;
-    cdx_chat_setup cs = {0};
-    char *resolved = NULL, *name = model_name(model);
+    cdx_loaded *ld = NULL;
+    char *name = model_name(model);
     int status = 1;
     struct sigaction sa = { .sa_handler = on_signal };
     sigemptyset(&sa.sa_mask);
@@ -229,89 +225,56 @@ int cmd_serve(int argc, char **argv)
 
     /* everything that can fail is done before the server listens: a script that waits for
      * "listening on" never sees the server die after it */
-    const char *path = model;
-    if (model) {
-        struct stat st;
-        if (stat(model, &st) != 0) {
-            cli_hub_ui ui;
-            cdx_hub_opts ho;
-            cli_hub_opts_init(&ho, &ui, false);
-            ho.ctx = (uint32_t)eo.n_ctx;
-            uint64_t admitted = 0;
-            ho.weight_budget = budget;
-            ho.budget_out = &admitted;
-            ho.dtype = (int)dtype;
-            if (cdx_hub_resolve(model, &ho, &resolved, &err) < 0) {
-                fprintf(stderr, "caldrix serve: %s\n", err.msg);
-                goto done;
-            }
-            if (admitted && !budget)
-                budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
-            path = resolved;
-        }
-        const cdx_model_opts mo = { .weight_budget = budget, .dtype = dtype };
-        if (cdx_model_open(path, &mo, &m, &err)) {
-            fprintf(stderr, "caldrix serve: %s\n", err.msg);
-            goto done;
-        }
-    } else if (dtype == CDX_DTYPE_BF16) {
+    if (!model && dtype == CDX_DTYPE_BF16) {
         fprintf(stderr, "caldrix serve: the bundled model is a GGUF file: it computes as llama.cpp does; --dtype bf16 "
                         "applies to safetensors checkpoints\n");
         goto done;
-    } else if (cdx_model_open_gguf_mem(cdx_embedded_model, (size_t)(cdx_embedded_model_end - cdx_embedded_model),
-                                       "stories260K.gguf (bundled)", &m, &err)) {
-        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+    }
+    cli_hub_ui ui;
+    cdx_hub_opts ho;
+    cli_hub_opts_init(&ho, &ui, false);
+    ho.ctx = (uint32_t)eo.n_ctx;
+    uint64_t mem_avail = 0;
+    cdx_hub_meminfo(&eo.kv_bytes_max, &mem_avail); /* a pool that could never fit in memory is refused now */
+    cdx_load_opts lo = cli_load_opts(&ho, dtype, budget);
+    lo.chat = true;
+    lo.chat_template = chat_template;
+    lo.images = CDX_LOAD_IMAGES_IF_VISION;
+    lo.engine = &eo;
+    lo.kv_type_set = kv_type_set;
+    cdx_load_stage at;
+    int rc = cdx_load(model, &lo, &ld, &at, &err);
+    if (rc) {
+        fprintf(stderr, "caldrix serve: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
+        if (at == CDX_LOAD_ENGINE)
+            status = rc == CDX_EINVAL ? 2 : 1; /* options that do not go together (or with this model) */
         goto done;
     }
+    const cdx_model *m = ld->model;
     if (*cdx_model_notes(m))
         fprintf(stderr, "caldrix: %s", cdx_model_notes(m));
     const cdx_hparams *hp = cdx_model_hparams(m);
     if (eo.n_ctx && hp->n_ctx_train > 0 && eo.n_ctx > hp->n_ctx_train)
         fprintf(stderr, "caldrix serve: warning: --ctx %lld is more than the %lld positions %s was trained for; output "
                         "past them may degrade\n", (long long)eo.n_ctx, (long long)hp->n_ctx_train, name);
-    if (cli_open_tokenizer(path, m, &tok, &err)) {
-        fprintf(stderr, "caldrix serve: %s\n", err.msg);
-        goto done;
-    }
-    if (!tok)
+    if (!ld->tok)
         fprintf(stderr, "caldrix serve: %s has no tokenizer: only token-id prompts on /v1/completions\n", name);
     /* the chat template, by run --chat's rule: --chat-template, else the model's, else ChatML
      * (said here; /v1/models then says chat_template false) */
-    if (!tok && chat_template) {
+    if (!ld->tok && chat_template) {
         fprintf(stderr, "caldrix serve: --chat-template: %s has no tokenizer, so no chat\n", name);
         goto done;
     }
-    if (tok && cdx_chat_setup_open(path, chat_template, tok, &cs, &err)) {
-        fprintf(stderr, "caldrix serve: --chat-template: %s\n", err.msg);
-        goto done;
-    }
-    if (cs.note[0])
-        fprintf(stderr, "caldrix serve: %s\n", cs.note);
-    if (!kv_type_set)
-        eo.kv_type = cdx_model_kv_type_default(m);
+    if (ld->chat.note[0])
+        fprintf(stderr, "caldrix serve: %s\n", ld->chat.note);
     fprintf(stderr, "caldrix serve: %s compute (%s), %s KV cache\n", cdx_dtype_name(cdx_model_dtype(m)),
-            cdx_model_dtype_why(m), cdx_type_name(eo.kv_type));
-    uint64_t mem_avail = 0;
-    cdx_hub_meminfo(&eo.kv_bytes_max, &mem_avail); /* a pool that could never fit in memory is refused now */
-    int rc = cdx_engine_create(m, tok, &eo, &e, &err);
-    if (rc) {
-        fprintf(stderr, "caldrix serve: %s\n", err.msg);
-        status = rc == CDX_EINVAL ? 2 : 1; /* options that do not go together (or with this model) */
-        goto done;
-    }
+            cdx_model_dtype_why(m), cdx_type_name(ld->kv_type));
     cdx_engine_stats st;
-    cdx_engine_get_stats(e, &st);
-    cdx_server_model sm = { .engine = e, .tok = tok, .tmpl = cs.tmpl, .tmpl_tokens = cs.tokens,
-                            .tmpl_chatml = cs.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
-                            .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id };
-    cdx_image_proc pp;
-    if (cdx_model_vision(m, NULL)) { /* image_url parts, with the checkpoint's processor settings */
-        if (cli_image_proc(path, m, NULL, 0, &pp, &err)) {
-            fprintf(stderr, "caldrix serve: %s\n", err.msg);
-            goto done;
-        }
-        sm.image_proc = &pp;
-    }
+    cdx_engine_get_stats(ld->engine, &st);
+    cdx_server_model sm = { .engine = ld->engine, .tok = ld->tok, .tmpl = ld->chat.tmpl, .tmpl_tokens = ld->chat.tokens,
+                            .tmpl_chatml = ld->chat.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
+                            .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id,
+                            .image_proc = ld->has_image_proc ? &ld->image_proc : NULL };
     rc = cdx_server_start(&so, &srv, &err);
     if (rc) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
@@ -335,12 +298,8 @@ int cmd_serve(int argc, char **argv)
     status = 0;
 done:
     cdx_server_stop(srv);
-    cdx_engine_free(e);
-    cdx_chat_setup_close(&cs);
+    cdx_load_close(ld);
     json_decref(chat_kwargs);
-    cdx_tok_close(tok);
-    cdx_model_close(m);
-    free(resolved);
     free(name);
     return status;
 }

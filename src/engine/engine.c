@@ -827,7 +827,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     if (!rc && eo.kv_store && !(e->store = strdup(eo.kv_store)))
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
     if (!rc)
-        rc = cdx_forward_ctx_create(m, eo.token_budget, eo.n_threads, eo.kernels, &e->fc, err);
+        rc = cdx_forward_ctx_create_on(m, eo.token_budget, eo.n_threads, eo.pool, eo.kernels, &e->fc, err);
     if (rc) {
         cdx_engine_free(e);
         return rc;
@@ -866,7 +866,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->n_free = nb;
     e->lru_head = e->lru_tail = NONE;
     e->stats = (cdx_engine_stats){ .n_ctx = eo.n_ctx, .n_blocks = nb, .blocks_free = nb, .max_batch = eo.max_batch,
-                                   .max_queue = eo.max_queue };
+                                   .max_queue = eo.max_queue, .kv_pool_bytes = (uint64_t)nb * block_bytes };
     *out = e;
     return CDX_OK;
 }

@@ -22,6 +22,7 @@ struct cdx_forward_ctx {
     int64_t max_tokens;
     fwd_scratch s;         /* what the passes compute in (ops.h) */
     hybrid_ctx *hy;        /* a hybrid model's (Qwen3.5) own buffers, qwen35.c; NULL otherwise */
+    bool pool_borrowed;    /* s.pool is the caller's (cdx_forward_ctx_create_on) */
 };
 
 void cdx_forward_ctx_free(cdx_forward_ctx *fc)
@@ -34,7 +35,8 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->s.router); free(fc->s.xg); free(fc->s.yg); free(fc->s.moe); free(fc->s.sel_w); free(fc->s.grp_w);
     free(fc->s.sel_e); free(fc->s.grp_tok);
     hybrid_ctx_free(fc->hy);
-    cdx_pool_destroy(fc->s.pool);
+    if (!fc->pool_borrowed)
+        cdx_pool_destroy(fc->s.pool);
     free(fc);
 }
 
@@ -53,6 +55,12 @@ const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc) { return fc->m; }
 int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k,
                            cdx_forward_ctx **out, cdx_err *err)
 {
+    return cdx_forward_ctx_create_on(m, max_tokens, n_threads, NULL, k, out, err);
+}
+
+int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_threads, cdx_pool *pool,
+                              const cdx_kernels *k, cdx_forward_ctx **out, cdx_err *err)
+{
     *out = NULL;
     const cdx_hparams *hp = &m->hp;
     if (max_tokens <= 0 || max_tokens > (1 << 20))
@@ -63,7 +71,9 @@ int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads
     fc->m = m;
     fc->s.k = k ? k : cdx_kernels_best();
     fc->max_tokens = max_tokens;
-    int rc = cdx_pool_create(n_threads, &fc->s.pool, err);
+    fc->pool_borrowed = pool != NULL;
+    fc->s.pool = pool;
+    int rc = pool ? CDX_OK : cdx_pool_create(n_threads, &fc->s.pool, err);
     if (rc) {
         free(fc);
         return rc;

@@ -1,0 +1,148 @@
+/* cdx_load: the one load sequence of run, bench and serve (caldrix/load.h). */
+#include "caldrix/load.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+cdx_load_opts cdx_load_defaults(void)
+{
+    return (cdx_load_opts){ .tokenizer = true };
+}
+
+int cdx_load_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err)
+{
+    *tok = NULL;
+    const cdx_gguf *g = cdx_model_gguf(m);
+    if (g)
+        return cdx_gguf_find(g, "tokenizer.ggml.model") ? cdx_tok_open_gguf(g, tok, err) : CDX_OK;
+    if (!path)
+        return CDX_OK;
+    static const char *const files[] = { "tokenizer.json", "tokenizer.model", "vocab.json" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", path, files[i]);
+        if (stat(p, &st) == 0)
+            return cdx_tok_open_dir(path, tok, err);
+    }
+    return CDX_OK;
+}
+
+int cdx_load_image_proc(const char *dir, const cdx_model *m, const char *const *opts, int n_opts, cdx_image_proc *pp,
+                        cdx_err *err)
+{
+    cdx_vision_info vi;
+    if (!cdx_model_vision(m, &vi))
+        return cdx_err_set(err, CDX_EINVAL, "%s takes no images (it has no vision tower)", dir);
+    int rc = cdx_image_proc_read(dir, pp, err);
+    for (int i = 0; !rc && i < n_opts; i++) {
+        const char *eq = strchr(opts[i], '=');
+        if (!eq || eq == opts[i])
+            return cdx_err_set(err, CDX_EINVAL, "--image-opt \"%s\": expected KEY=JSON (e.g. do_image_splitting=false)",
+                               opts[i]);
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - opts[i]), opts[i]);
+        rc = cdx_image_proc_set(pp, key, eq + 1, err);
+    }
+    if (!rc && pp->max_image_size != vi.image_size)
+        rc = cdx_err_set(err, CDX_EINVAL, "max_image_size is %lld; the vision tower takes tiles of %lld pixels",
+                         (long long)pp->max_image_size, (long long)vi.image_size);
+    if (!rc && pp->image_seq_len != vi.tokens_per_tile)
+        rc = cdx_err_set(err, CDX_EINVAL, "image_seq_len is %lld; the vision tower gives %lld tokens per tile",
+                         (long long)pp->image_seq_len, (long long)vi.tokens_per_tile);
+    return rc;
+}
+
+void cdx_load_close(cdx_loaded *l)
+{
+    if (!l)
+        return;
+    cdx_engine_free(l->engine);
+    cdx_chat_setup_close(&l->chat);
+    cdx_tok_close(l->tok);
+    cdx_model_close(l->model);
+    free(l->resolved);
+    free(l->path);
+    free(l);
+}
+
+/* The reference to a path: one that exists opens as it is (no admission, as before this call
+ * existed); anything else is resolved, and admission may pick a weight budget. */
+static int resolve(const char *ref, const cdx_load_opts *o, cdx_loaded *l, cdx_err *err)
+{
+    struct stat st;
+    if (o->paths_only || stat(ref, &st) == 0)
+        return (l->path = strdup(ref)) ? CDX_OK : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    cdx_hub_opts ho = o->hub ? *o->hub : (cdx_hub_opts){ 0 };
+    uint64_t admitted = 0;
+    ho.weight_budget = o->weight_budget;
+    ho.budget_out = &admitted;
+    ho.dtype = (int)o->dtype;
+    int rc = cdx_hub_resolve(ref, &ho, &l->resolved, err);
+    if (rc < 0)
+        return rc;
+    if (admitted && !l->weight_budget)
+        l->weight_budget = admitted; /* admission chose a budget for a mixture of experts too big for memory */
+    return (l->path = strdup(l->resolved)) ? CDX_OK : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+}
+
+int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_load_stage *stage, cdx_err *err)
+{
+    *out = NULL;
+    cdx_load_stage at_ = CDX_LOAD_RESOLVE, *at = stage ? stage : &at_;
+    *at = CDX_LOAD_RESOLVE;
+    const cdx_load_opts d = cdx_load_defaults(), *o = opts ? opts : &d;
+    cdx_loaded *l = calloc(1, sizeof *l);
+    if (!l)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    l->weight_budget = o->weight_budget;
+    int rc;
+    if (ref) {
+        if ((rc = resolve(ref, o, l, err)))
+            goto fail;
+        *at = CDX_LOAD_MODEL;
+        const cdx_model_opts mo = { .weight_budget = l->weight_budget, .dtype = o->dtype };
+        rc = cdx_model_open(l->path, &mo, &l->model, err);
+    } else {
+        *at = CDX_LOAD_MODEL;
+        if (!o->default_gguf)
+            rc = cdx_err_set(err, CDX_EINVAL, "no model was named and none is bundled");
+        else if (o->dtype == CDX_DTYPE_BF16)
+            rc = cdx_err_set(err, CDX_EINVAL, "the bundled model is a GGUF file: it computes as llama.cpp does; "
+                                              "--dtype bf16 applies to safetensors checkpoints");
+        else
+            rc = cdx_model_open_gguf_mem(o->default_gguf, o->default_gguf_size,
+                                         o->default_name ? o->default_name : "bundled model", &l->model, err);
+    }
+    if (rc)
+        goto fail;
+    *at = CDX_LOAD_TOKENIZER;
+    if (o->tokenizer && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
+        goto fail;
+    *at = CDX_LOAD_CHAT;
+    if (o->chat && l->tok && (rc = cdx_chat_setup_open(l->path, o->chat_template, l->tok, &l->chat, err)))
+        goto fail;
+    *at = CDX_LOAD_IMAGES;
+    if (o->images == CDX_LOAD_IMAGES_REQUIRED || (o->images == CDX_LOAD_IMAGES_IF_VISION && cdx_model_vision(l->model, NULL))) {
+        if ((rc = cdx_load_image_proc(l->path ? l->path : o->default_name, l->model, o->image_opts, o->n_image_opts,
+                                      &l->image_proc, err)))
+            goto fail;
+        l->has_image_proc = true;
+    }
+    *at = CDX_LOAD_ENGINE;
+    l->kv_type = o->engine && o->kv_type_set ? o->engine->kv_type : cdx_model_kv_type_default(l->model);
+    if (o->engine) {
+        cdx_engine_opts eo = *o->engine;
+        eo.kv_type = l->kv_type;
+        if ((rc = cdx_engine_create(l->model, l->tok, &eo, &l->engine, err)))
+            goto fail;
+    }
+    *at = CDX_LOAD_DONE;
+    *out = l;
+    return CDX_OK;
+fail:
+    cdx_load_close(l);
+    return rc < 0 ? rc : CDX_EINVAL;
+}
