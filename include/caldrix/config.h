@@ -34,6 +34,7 @@ extern "C" {
     X(QWEN3_5_VL)  /* Qwen3_5ForConditionalGeneration, read as its text model (text_config) */                   \
     X(GRANITE)     /* GraniteForCausalLM */                                                              \
     X(SMOLLM3)     /* SmolLM3ForCausalLM (NoPE layers) */                                                \
+    X(OLMO2)       /* Olmo2ForCausalLM (post-norms, whole-projection q/k norms) */                       \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

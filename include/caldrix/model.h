@@ -31,6 +31,7 @@ extern "C" {
     X(QWEN3_5, qwen3_5)     /* Qwen3.5: Gated DeltaNet layers beside gated full attention (GGUF "qwen35") */ \
     X(GRANITE, granite)     /* Granite: Llama with scalings outside the layers */                          \
     X(SMOLLM3, smollm3)     /* SmolLM3: Llama with NoPE layers */                                          \
+    X(OLMO2, olmo2)         /* OLMo 2: post-norms, q/k norms over the whole projection */                  \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {

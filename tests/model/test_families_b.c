@@ -40,8 +40,27 @@ static void flip_nope(cdx_model *m, bool on)
     hp_of(m)->nope_layer = on ? keep : NULL;
 }
 
+/* OLMo 2: the branch outputs' norms dropped; q/k norms per head (each head with the first head's weights) */
+static void flip_post_norms(cdx_model *m, bool on)
+{
+    static float *keep[CDX_HF_MAX_LAYERS][2];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        if (!on) {
+            keep[l][0] = L->attn_post_norm;
+            keep[l][1] = L->ffn_post_norm;
+        }
+        L->attn_post_norm = on ? keep[l][0] : NULL;
+        L->ffn_post_norm = on ? keep[l][1] : NULL;
+    }
+}
+
+static void flip_qk_norm_full(cdx_model *m, bool on) { m->hp.qk_norm_full = on; }
+
 static const family k_families[] = {
     { "smollm3", true, true, { { "NoPE layers (RoPE on every layer)", flip_nope } } },
+    { "olmo2", true, false, { { "the post-norms of the attention and MLP outputs", flip_post_norms },
+                              { "q/k norms over the whole projection (per head instead)", flip_qk_norm_full } } },
 };
 enum { N_FAMILIES = sizeof k_families / sizeof k_families[0] };
 
