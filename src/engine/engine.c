@@ -1215,9 +1215,33 @@ static void take_inbox(cdx_engine *e)
     end_cancelled(e, &e->running, &e->n_running);
 }
 
+/* Whether a running sequence is computing s's block i (the first s could not find) as part of its
+ * own prompt: the same key, a block of its prompt, not computed yet. Then s waits for it rather than
+ * computing it a second time: n requests with one prompt (a server's n > 1, or clients asking the
+ * same thing at once) compute it once, and the others take it from the cache a round or two later.
+ * Only prompt blocks count: a block still to be decoded would keep s waiting a token a round. */
+static bool block_in_flight(cdx_engine *e, const seq *s, int64_t i)
+{
+    for (seq *r = e->running; r; r = r->next) {
+        if ((i + 1) * CDX_KV_BLOCK > r->n_prompt || r->n_done >= (i + 1) * CDX_KV_BLOCK)
+            continue;
+        if (r->n_keys <= i) { /* r's keys up to block i, made now (they are the ones it registers later) */
+            if (seq_make_keys(r))
+                continue;
+            for (int64_t k = r->n_keys; k <= i; k++)
+                seq_block_key(r, k, k ? r->keys[k - 1] : e->root_key, r->keys[k]);
+            r->n_keys = i + 1;
+        }
+        if (!memcmp(r->keys[i], s->keys[i], KEY_LEN))
+            return true;
+    }
+    return false;
+}
+
 /* Admission of the oldest waiting request: its cached prefix is taken (whole blocks, never the
  * block of its last token, whose logits must be computed), and it runs when the pool can hold
- * the rest of what it has to compute now. */
+ * the rest of what it has to compute now, unless a running request is computing its next block
+ * (block_in_flight): then it waits for that, and so does the queue behind it. */
 static bool admit_one(cdx_engine *e)
 {
     seq *s = e->waiting;
@@ -1257,6 +1281,10 @@ static bool admit_one(cdx_engine *e)
             }
             reuse++;
         }
+    }
+    if (reuse < s->n_keys && reuse < (s->n_toks - 1) / CDX_KV_BLOCK && block_in_flight(e, s, reuse)) {
+        seq_release_blocks(e, s);
+        return false;
     }
     /* a hybrid model resumes only where a state snapshot was kept: the blocks after the last such
      * block go back (they stay cached) and are computed */

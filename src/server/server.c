@@ -89,6 +89,7 @@ typedef struct sv_job {
     struct MHD_Connection *c;
     size_t read;                    /* pieces turned into output so far */
     char rid[48];
+    char call_base[56];             /* the stem of its tool calls' ids (call_id_base) */
     long long created;
     int phase;                      /* streaming: 0 head, 1 body, 2 tail written, 3 ended */
     char *out;
@@ -100,33 +101,62 @@ typedef struct sv_job {
     bool gone;                      /* the client hung up or the server stops */
     bool shutdown;                  /* ... the server stops: the answer says so (stream: error event
                                      * and [DONE]; whole answer: 503) */
+    /* n > 1: one job per choice, all of one request. The first (the lead) holds the mutex, the
+     * references, the request's parameters and the output; the others borrow them (their p is a
+     * shallow copy with their own seed) and are freed with the lead. */
+    struct sv_job *lead;            /* the first choice's job (itself for the first) */
+    int index;                      /* choices[index] */
+    struct sv_job **sib;            /* the lead's: every choice's job, [n_sib], sib[0] the lead */
+    int n_sib;
+    bool tail_sent;                 /* streaming: its finish chunk went out */
 } sv_job;
 
+/* A choice's own parts (not the lead's shared ones). */
+static void job_free_choice(sv_job *q)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        free(q->pieces[i].text);
+        free(q->pieces[i].raw);
+    }
+    free(q->pieces);
+    free(q->message);
+    free(q->acc);
+}
+
+/* j: the lead (every reference is the lead's: the connection's, the response's, one per choice
+ * the engine holds). */
 static void job_unref(sv_job *j)
 {
     if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
         return;
-    for (size_t i = 0; i < j->n; i++) {
-        free(j->pieces[i].text);
-        free(j->pieces[i].raw);
+    for (int i = 1; i < j->n_sib; i++) {
+        job_free_choice(j->sib[i]);
+        free(j->sib[i]);
     }
-    free(j->pieces);
-    free(j->message);
+    free(j->sib);
+    job_free_choice(j);
     free(j->out);
-    free(j->acc);
     sv_params_free(&j->p);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
 
+/* Cancels every choice still running (an id the engine has finished is a no-op). */
+static void job_cancel_all(sv_job *L)
+{
+    for (int i = 0; i < L->n_sib; i++)
+        if (L->sib[i]->id && !L->sib[i]->done)
+            cdx_engine_cancel(L->s->m.engine, L->sib[i]->id);
+}
+
 /* The engine thread: copy the event into the queue. */
 static void on_event(const cdx_event *ev)
 {
-    sv_job *j = ev->user;
+    sv_job *j = ev->user, *L = j->lead;
     cdx_server *s = j->s;
     double now = cdx_time_ms();
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&L->mu);
     bool piece = ev->finish == CDX_FINISH_NONE || ev->text_len > 0;
     if (piece) {
         sv_piece *g = cdx_array_grow(j->pieces, &j->cap, j->n, sizeof *j->pieces);
@@ -170,8 +200,8 @@ static void on_event(const cdx_event *ev)
         if (ev->message)
             j->message = strdup(ev->message);
     }
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
     if (ev->finish == CDX_FINISH_NONE) {
         if (ev->index == 0)
             sv_metrics_ttft(&s->met, ev->ms_first / 1e3);
@@ -180,7 +210,7 @@ static void on_event(const cdx_event *ev)
         j->t_last_ms = now;
     } else {
         sv_metrics_finish(&s->met, ev->finish);
-        job_unref(j); /* the engine's reference */
+        job_unref(L); /* the engine's reference */
     }
 }
 
@@ -194,17 +224,29 @@ static bool client_gone(struct MHD_Connection *c)
     return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-/* Waits (mu held) until the queue has pieces past j->read (or, with all, until the job is done);
- * cancels the job when the client goes away or the server stops (then j->shutdown). Returns false
- * when it was cancelled that way. */
+/* Whether the choices (mu held) are all done, or (unless all) one has pieces past its read or an
+ * end not yet sent. */
+static bool job_ready(const sv_job *L, bool all)
+{
+    bool all_done = true, news = false;
+    for (int i = 0; i < L->n_sib; i++) {
+        const sv_job *q = L->sib[i];
+        all_done &= q->done;
+        news |= q->read < q->n || (q->done && !q->tail_sent);
+    }
+    return all_done || (!all && news);
+}
+
+/* Waits (the lead's mu held) until job_ready; cancels every choice when the client goes away or
+ * the server stops (then j->shutdown). Returns false when it was cancelled that way. */
 static bool job_wait(sv_job *j, bool all)
 {
-    while ((all || j->read == j->n) && !j->done) {
+    while (!job_ready(j, all)) {
         const bool stopping = atomic_load(&j->s->stopping);
         if (stopping || client_gone(j->c)) {
             j->gone = true;
             j->shutdown = stopping;
-            cdx_engine_cancel(j->s->m.engine, j->id);
+            job_cancel_all(j);
             return false;
         }
         struct timespec ts;
@@ -340,11 +382,16 @@ static json_t *lp_json(sv_job *j, size_t upto, int64_t covered, bool final, size
                      offs);
 }
 
-static json_t *usage_json(const sv_job *j)
+/* The request's usage (L: the lead): the prompt once, as OpenAI counts it for n > 1 (the first
+ * choice's cached tokens), the completion tokens of every choice. */
+static json_t *usage_json(const sv_job *L)
 {
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
-                     (json_int_t)j->n_generated, "total_tokens", (json_int_t)(j->n_prompt + j->n_generated),
-                     "prompt_tokens_details", "cached_tokens", (json_int_t)j->n_cached);
+    int64_t gen = 0;
+    for (int i = 0; i < L->n_sib; i++)
+        gen += L->sib[i]->n_generated;
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)L->n_prompt, "completion_tokens",
+                     (json_int_t)gen, "total_tokens", (json_int_t)(L->n_prompt + gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)L->n_cached);
 }
 
 static const char *finish_reason(cdx_finish f)
@@ -352,15 +399,21 @@ static const char *finish_reason(cdx_finish f)
     return f == CDX_FINISH_LENGTH ? "length" : "stop";
 }
 
-/* The tool-call ids' stem: the request id's random part. */
-static const char *call_id_base(const sv_job *j)
+/* The tool-call ids' stem: the request id's random part, and for choice i > 0 "_i" after it (ids
+ * are unique across the choices of one answer). */
+static const char *call_id_base(sv_job *j)
 {
-    const char *d = strchr(j->rid, '-');
-    return d ? d + 1 : j->rid;
+    if (!j->call_base[0]) {
+        const char *d = strchr(j->rid, '-');
+        int w = snprintf(j->call_base, sizeof j->call_base, "%s", d ? d + 1 : j->rid);
+        if (j->index && w > 0 && (size_t)w < sizeof j->call_base)
+            snprintf(j->call_base + w, sizeof j->call_base - (size_t)w, "_%d", j->index);
+    }
+    return j->call_base;
 }
 
-/* The whole (non-streamed) result. */
-static char *result_body(sv_job *j)
+/* One choice of the whole (non-streamed) result; NULL: no memory. */
+static json_t *result_choice(sv_job *j)
 {
     bool chat = j->p.kind == SV_CHAT;
     size_t len = 0;
@@ -375,7 +428,7 @@ static char *result_body(sv_job *j)
     }
     *w = 0;
     json_t *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "index", json_integer(j->index));
     json_t *lp = j->p.logprobs ? lp_json(j, j->n, j->covered, true, NULL) : json_null();
     json_t *calls = NULL;
     if (chat && j->p.tools) {
@@ -409,9 +462,24 @@ static char *result_body(sv_job *j)
                 json_array_append_new(ids, json_integer(j->pieces[i].token));
         json_object_set_new(choice, "tokens", ids);
     }
-    json_t *root = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->rid, "object",
-                             chat ? "chat.completion" : "text_completion", "created", (json_int_t)j->created, "model",
-                             j->s->name, "choices", choice, "usage", usage_json(j));
+    return choice;
+}
+
+/* The whole (non-streamed) result (L: the lead). */
+static char *result_body(sv_job *L)
+{
+    json_t *choices = json_array();
+    for (int i = 0; choices && i < L->n_sib; i++) {
+        json_t *c = result_choice(L->sib[i]);
+        if (!c) {
+            json_decref(choices);
+            return NULL;
+        }
+        json_array_append_new(choices, c);
+    }
+    json_t *root = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", L->rid, "object",
+                             L->p.kind == SV_CHAT ? "chat.completion" : "text_completion", "created",
+                             (json_int_t)L->created, "model", L->s->name, "choices", choices, "usage", usage_json(L));
     char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     return s;
@@ -421,6 +489,7 @@ static char *result_body(sv_job *j)
 
 static void out_add(sv_job *j, const char *s, size_t n)
 {
+    j = j->lead; /* one output for every choice */
     if (!cdx_bytes_reserve(&j->out, &j->out_cap, j->out_n + n + 1))
         return; /* the chunk is lost; the stream still ends with [DONE] if memory comes back */
     memcpy(j->out + j->out_n, s, n);
@@ -481,11 +550,11 @@ static void out_piece(sv_job *j, size_t i)
     }
     json_t *choice;
     if (j->p.kind == SV_CHAT)
-        choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", jstr(text, text_len),
+        choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", j->index, "delta", "content", jstr(text, text_len),
                            "logprobs", lp, "finish_reason");
     else
-        choice = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "text", jstr(pc->text, pc->text_len), "logprobs", lp,
-                           "finish_reason");
+        choice = json_pack("{s:i,s:o,s:o,s:n}", "index", j->index, "text", jstr(pc->text, pc->text_len), "logprobs",
+                           lp, "finish_reason");
     out_event(j, chunk(j, choice));
 }
 
@@ -507,21 +576,24 @@ static void out_error_event(sv_job *j, const sv_error *e)
     }
 }
 
-static void out_tail(sv_job *j)
+/* A choice's end: its last logprobs, held text or tool calls, and its finish chunk; or, when it
+ * failed, the error event (then true: the stream ends). */
+static bool out_tail(sv_job *j)
 {
     if (j->finish == CDX_FINISH_ERROR || j->oom) {
         sv_error e;
         sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
                 j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed");
         out_error_event(j, &e);
+        return true;
     } else {
         const char *reason = finish_reason(j->finish);
         size_t n_lp = 0; /* a token the returned text ends inside is shown at the end, cut */
         json_t *lp = j->p.logprobs ? lp_json(j, j->n, j->covered, true, &n_lp) : NULL;
         if (n_lp)
-            out_event(j, chunk(j, j->p.kind == SV_CHAT ? json_pack("{s:i,s:{s:s},s:o,s:n}", "index", 0, "delta",
+            out_event(j, chunk(j, j->p.kind == SV_CHAT ? json_pack("{s:i,s:{s:s},s:o,s:n}", "index", j->index, "delta",
                                                                    "content", "", "logprobs", lp, "finish_reason")
-                                                       : json_pack("{s:i,s:s,s:o,s:n}", "index", 0, "text", "",
+                                                       : json_pack("{s:i,s:s,s:o,s:n}", "index", j->index, "text", "",
                                                                    "logprobs", lp, "finish_reason")));
         else
             json_decref(lp);
@@ -532,31 +604,26 @@ static void out_tail(sv_job *j)
             if (sv_tool_calls(j->acc ? j->acc + j->released : "", j->acc_n - j->released, j->p.tools, call_id_base(j),
                               &calls, &rest, &rest_n) >= 0) {
                 if (rest_n)
-                    out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "content",
+                    out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", j->index, "delta", "content",
                                                     jstr(rest, rest_n), "logprobs", "finish_reason")));
                 size_t k;
                 json_t *c;
                 json_array_foreach(calls, k, c) json_object_set_new(c, "index", json_integer((json_int_t)k));
                 if (calls) {
-                    out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta", "tool_calls", calls,
-                                                    "logprobs", "finish_reason")));
+                    out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", j->index, "delta", "tool_calls",
+                                                    calls, "logprobs", "finish_reason")));
                     reason = "tool_calls";
                 }
                 free(rest);
             }
         }
-        json_t *choice = j->p.kind == SV_CHAT
-                             ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason", reason)
-                             : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
-                                         finish_reason(j->finish));
+        json_t *choice = j->p.kind == SV_CHAT ? json_pack("{s:i,s:{},s:n,s:s}", "index", j->index, "delta", "logprobs",
+                                                          "finish_reason", reason)
+                                              : json_pack("{s:i,s:s,s:n,s:s}", "index", j->index, "text", "",
+                                                          "logprobs", "finish_reason", finish_reason(j->finish));
         out_event(j, chunk(j, choice));
-        if (j->p.include_usage) {
-            json_t *u = chunk(j, NULL);
-            json_object_set_new(u, "usage", usage_json(j));
-            out_event(j, u);
-        }
+        return false;
     }
-    out_add(j, "data: [DONE]\n\n", 14);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -567,8 +634,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (j->phase == 3)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (j->phase == 0) {
-            if (j->p.kind == SV_CHAT)
-                out_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant",
+            for (int i = 0; j->p.kind == SV_CHAT && i < j->n_sib; i++)
+                out_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role", "assistant",
                                                 "content", "", "logprobs", "finish_reason")));
             j->phase = 1;
             continue;
@@ -586,13 +653,36 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             j->phase = 3;
             continue;
         }
-        /* the engine appends (and may move the array) under mu: read under it too */
-        bool done = j->done;
-        for (; j->read < j->n; j->read++)
-            out_piece(j, j->read);
+        /* the engine appends (and may move the array) under mu: read under it too; each choice's
+         * chunks go out as they come, its finish chunk once it is done */
+        bool done[j->n_sib];
+        for (int i = 0; i < j->n_sib; i++) {
+            sv_job *q = j->sib[i];
+            done[i] = q->done;
+            for (; q->read < q->n; q->read++)
+                out_piece(q, q->read);
+        }
         pthread_mutex_unlock(&j->mu);
-        if (done) {
-            out_tail(j);
+        bool failed = false, all_sent = true;
+        for (int i = 0; i < j->n_sib && !failed; i++) {
+            sv_job *q = j->sib[i];
+            if (done[i] && !q->tail_sent) {
+                failed = out_tail(q); /* after done, the engine writes nothing more to q */
+                q->tail_sent = true;
+            }
+            all_sent &= q->tail_sent;
+        }
+        if (failed) {
+            pthread_mutex_lock(&j->mu);
+            job_cancel_all(j);
+            pthread_mutex_unlock(&j->mu);
+        } else if (all_sent && j->p.include_usage) {
+            json_t *u = chunk(j, NULL);
+            json_object_set_new(u, "usage", usage_json(j));
+            out_event(j, u);
+        }
+        if (failed || all_sent) {
+            out_add(j, "data: [DONE]\n\n", 14);
             j->phase = 3;
         }
     }
@@ -930,16 +1020,24 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     sv_error e;
     if (build_prompt(s, p, &e) || fit_context(s, p, &e))
         return reply_error(k, c, &e);
-    sv_job *j = calloc(1, sizeof *j);
-    if (!j)
+    const int n = p->n > 1 ? p->n : 1;
+    sv_job *j = calloc(1, sizeof *j), **sib = calloc((size_t)n, sizeof *sib);
+    if (!j || !sib) {
+        free(j);
+        free(sib);
         return MHD_NO;
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
     j->c = c;
     j->p = *p;
     *p = (sv_params){0};
-    atomic_store(&j->refs, 2); /* the engine's and the connection's */
+    j->lead = j;
+    j->sib = sib;
+    sib[0] = j;
+    j->n_sib = 1;
+    atomic_store(&j->refs, 1); /* the connection's; one more for each choice the engine takes */
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, 0) != sizeof r)
         r = (uint64_t)cdx_time_ms() * 0x9E3779B97F4A7C15ull;
@@ -948,6 +1046,19 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     j->created = (long long)time(NULL);
     if (!j->p.seed_set && getrandom(&j->p.sp.seed, sizeof j->p.sp.seed, 0) != sizeof j->p.sp.seed)
         j->p.sp.seed = r ^ 0x5851F42D4C957F2Dull;
+    /* n > 1: choice i is the same request with seed + i (a shallow copy of the lead's parameters);
+     * the engine's prefix cache lets them share the prompt's KV blocks */
+    for (int i = 1; i < n; i++) {
+        sv_job *q = calloc(1, sizeof *q);
+        if (!q) {
+            job_unref(j);
+            return MHD_NO;
+        }
+        *q = (sv_job){ .s = s, .c = c, .p = j->p, .created = j->created, .lead = j, .index = i };
+        q->p.sp.seed = j->p.sp.seed + (uint64_t)i;
+        memcpy(q->rid, j->rid, sizeof q->rid);
+        sib[j->n_sib++] = q;
+    }
     cdx_request rq = cdx_request_defaults();
     rq.prompt = j->p.ids;
     rq.n_prompt = j->p.n_ids;
@@ -960,16 +1071,28 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.logprobs = j->p.logprobs;
     rq.skip_special = true;
     rq.on_event = on_event;
-    rq.user = j;
     rq.images = j->p.req_img;
     rq.n_images = j->p.n_img;
     k->job = j;
     atomic_fetch_add(&s->n_active, 1); /* until on_completed: cdx_server_stop waits for its last words */
     cdx_err err = {0};
-    int rc = cdx_engine_submit(s->m.engine, &rq, &j->id, &err);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        sv_job *q = sib[i];
+        rq.user = q;
+        rq.sampling.seed = q->p.sp.seed;
+        atomic_fetch_add(&j->refs, 1); /* the engine's */
+        rc = cdx_engine_submit(s->m.engine, &rq, &q->id, &err);
+        if (rc) {
+            atomic_fetch_sub(&j->refs, 1); /* the engine never took it */
+            for (int k2 = i; k2 < n; k2++)
+                sib[k2]->done = true;
+        }
+    }
     if (rc) {
-        atomic_fetch_sub(&j->refs, 1); /* the engine never took it */
-        j->done = true;
+        pthread_mutex_lock(&j->mu);
+        job_cancel_all(j); /* the choices already submitted */
+        pthread_mutex_unlock(&j->mu);
         if (rc == CDX_ERESOURCE_LIMIT)
             sv_fail(&e, 400, "invalid_request_error", "MODEL_RESOURCE_LIMIT", j->p.kind == SV_CHAT ? "messages" : "prompt",
                     "%s", err.msg);
@@ -1009,10 +1132,13 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
         return shutdown_error(&e), reply_error(k, c, &e);
     if (gone)
         return MHD_NO; /* nobody to answer */
-    if (j->finish == CDX_FINISH_ERROR || j->oom) {
-        sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
-                j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed");
-        return reply_error(k, c, &e);
+    for (int i = 0; i < j->n_sib; i++) {
+        const sv_job *q = j->sib[i];
+        if (q->finish == CDX_FINISH_ERROR || q->oom) {
+            sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
+                    q->oom ? "out of memory for the generated text" : q->message ? q->message : "generation failed");
+            return reply_error(k, c, &e);
+        }
     }
     char *body = result_body(j);
     if (!body)
@@ -1046,7 +1172,10 @@ static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char
     }
     static const sv_kind kinds[] = { [SV_R_CHAT] = SV_CHAT, [SV_R_COMPLETIONS] = SV_COMPLETION,
                                      [SV_R_TOKENIZE] = SV_TOKENIZE, [SV_R_DETOKENIZE] = SV_DETOKENIZE };
-    sv_limits lim = { .n_vocab = s->m.n_vocab, .has_tok = s->m.tok != NULL, .images = s->m.image_proc != NULL };
+    cdx_engine_stats est;
+    cdx_engine_get_stats(s->m.engine, &est);
+    sv_limits lim = { .n_vocab = s->m.n_vocab, .has_tok = s->m.tok != NULL, .images = s->m.image_proc != NULL,
+                      .max_n = est.max_queue };
     sv_params p;
     enum MHD_Result ret;
     if (sv_parse(k->body ? k->body : "", k->n, kinds[k->route], &lim, &p, &e))
@@ -1152,15 +1281,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
                                   .status = k->status ? k->status : 499, .prompt_tokens = -1,
                                   .completion_tokens = -1, .ms = cdx_time_ms() - k->t0_ms };
     if (k->job) {
-        pthread_mutex_lock(&k->job->mu);
-        bool done = k->job->done;
+        sv_job *j = k->job;
+        pthread_mutex_lock(&j->mu);
         rl.model = s->name;
-        rl.prompt_tokens = k->job->n_prompt ? k->job->n_prompt : k->job->p.n_ids;
-        rl.completion_tokens = k->job->n_generated;
-        pthread_mutex_unlock(&k->job->mu);
-        if (!done)
-            cdx_engine_cancel(s->m.engine, k->job->id);
-        job_unref(k->job);
+        rl.prompt_tokens = j->n_prompt ? j->n_prompt : j->p.n_ids;
+        rl.completion_tokens = 0;
+        for (int i = 0; i < j->n_sib; i++)
+            rl.completion_tokens += j->sib[i]->n_generated;
+        job_cancel_all(j); /* whatever is left */
+        pthread_mutex_unlock(&j->mu);
+        job_unref(j);
         atomic_fetch_sub(&s->n_active, 1);
     }
     if (s->on_log)

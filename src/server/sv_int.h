@@ -37,7 +37,10 @@ typedef struct sv_limits {
     int64_t n_vocab;
     bool has_tok;
     bool images;             /* the model takes images (image_url parts) */
+    int max_n;               /* the most choices a request may ask for (0: SV_MAX_N) */
 } sv_limits;
+
+#define SV_MAX_N 128         /* OpenAI's limit on n */
 
 #define SV_MAX_IMAGES 16
 
@@ -66,7 +69,8 @@ typedef struct sv_params {
     bool logprobs;
     int top_logprobs;
     bool stream, include_usage, ignore_eos;
-    bool return_tokens;      /* caldrix's extension: choices[0].tokens holds the generated ids */
+    bool return_tokens;      /* caldrix's extension: choices[i].tokens holds the generated ids */
+    int n;                   /* choices (1..SV_MAX_N); choice i samples with seed + i */
     /* images: the decoded bytes of each image_url data: URL, in order (chat: where the part was,
      * the joined content holds "<image>"; completions: caldrix's "images" list, prompt as ids) */
     uint8_t *img[SV_MAX_IMAGES];

@@ -517,7 +517,7 @@ static int parse_response_format(json_t *root, sv_error *e)
 
 /* The generation fields shared by chat and completions. Defaults are OpenAI's: temperature 1,
  * top_p 1, no top-k, no min-p, no penalties; a random seed unless one is given. */
-static int parse_generation(json_t *root, sv_params *p, sv_error *e)
+static int parse_generation(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
 {
     p->sp = cdx_sampler_defaults();
     p->sp.temp = 1.0f;
@@ -560,17 +560,27 @@ static int parse_generation(json_t *root, sv_params *p, sv_error *e)
         return -1;
     if (set)
         p->max_tokens = x;
+    /* n choices, each the same request with seed + i; at most OpenAI's 128, and no more than the
+     * server's queue holds (they are queued together) */
+    const int max_n = lim->max_n > 0 && lim->max_n < SV_MAX_N ? lim->max_n : SV_MAX_N;
     x = 1;
     if (get_int(root, "n", INT32_MIN, INT32_MAX, &x, NULL, e))
         return -1;
-    if (x != 1)
-        return BAD("invalid_value", "n", "n is %lld; this server makes one choice per request (n must be 1)",
-                   (long long)x);
-    json_int_t bo = 1;
+    if (x < 1 || x > max_n)
+        return BAD("invalid_value", "n", "n is %lld; it must be between 1 and %d%s", (long long)x, max_n,
+                   max_n < SV_MAX_N ? " (the server's --max-queue)" : "");
+    p->n = (int)x;
+    /* best_of = n is n; more candidates than choices would need ranking them by their logprobs */
+    json_int_t bo = x;
     if (get_int(root, "best_of", INT32_MIN, INT32_MAX, &bo, NULL, e))
         return -1;
-    if (bo != 1)
-        return BAD("invalid_value", "best_of", "best_of is %lld; only 1 is supported", (long long)bo);
+    if (bo < x)
+        return BAD("invalid_value", "best_of", "best_of is %lld; it must be at least n (%lld)", (long long)bo,
+                   (long long)x);
+    if (bo > x)
+        return BAD("invalid_value", "best_of", "best_of is %lld and n is %lld: choosing the best %lld of %lld "
+                   "candidates is not supported; best_of must equal n (or be left out)", (long long)bo, (long long)x,
+                   (long long)x, (long long)bo);
     const char *s = NULL;
     if (get_string(root, "model", &s, e) || get_string(root, "user", &s, e))
         return -1;
@@ -747,7 +757,7 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
         return get_ids(t, "tokens", lim, p, e);
     }
     }
-    if (parse_generation(root, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
+    if (parse_generation(root, lim, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
         return -1;
     p->image_opts = field(root, "image_opts");
     if (p->image_opts && !json_is_object(p->image_opts))

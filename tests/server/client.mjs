@@ -49,10 +49,18 @@ out.seed_same = s1.choices[0].text === s2.choices[0].text;
 const models = await client.models.list();
 out.models = models.data;
 
+// n = 2: two choices by index, streamed or not (the client hands chunks over as they come; each
+// chunk's choices carry their index)
+const n2 = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 8, temperature: 0 });
+const n2s = ['', ''];
+for await (const c of await client.chat.completions.create({ model, messages, n: 2, max_tokens: 8, temperature: 0, stream: true }))
+  for (const ch of c.choices) n2s[ch.index] += ch.delta.content ?? '';
+out.n2 = { indexes: n2.choices.map((c) => c.index), texts: n2.choices.map((c) => c.message.content), stream_texts: n2s,
+           completion_tokens: n2.usage.completion_tokens };
 try {
-  await client.chat.completions.create({ model, messages, n: 2 });
-  out.n2 = 'accepted';
+  await client.completions.create({ model, prompt: 'Once', n: 2, best_of: 3 });
+  out.best_of3 = 'accepted';
 } catch (e) {
-  out.n2 = { status: e.status, param: e.param, code: e.code };
+  out.best_of3 = { status: e.status, param: e.param };
 }
 console.log(JSON.stringify(out));

@@ -141,7 +141,7 @@ e() { # e NAME WANT_STATUS WANT_CODE_OR_PARAM PATH BODY [curl args]
     check "$name: $want $what" [ "$got" = "$want" -a "$shape" = true ]
 }
 e "bad JSON" 400 invalid_json /v1/chat/completions '{"messages":'
-e "n=2 refused by name" 400 n /v1/chat/completions "{$CB,\"n\":2}"
+e "n=0 refused by name" 400 n /v1/chat/completions "{$CB,\"n\":0}"
 e "temperature as a string" 400 temperature /v1/completions '{"prompt":"x","temperature":"hot"}'
 e "a token id outside the vocabulary" 400 'prompt[1]' /v1/completions '{"prompt":[1,999999]}'
 # max_tokens past the context is cut to it (as llama-server and vLLM do); only a prompt that does not fit is refused
@@ -169,7 +169,8 @@ check "a 9 MiB chunked body is 413" [ "$code" = 413 ]
 # ---- the openai npm client, pinned ----
 if (cd tests/server && { [ -f node_modules/openai/package.json ] && [ "$(node -p "require('./node_modules/openai/package.json').version")" = "$(node -p "require('./package.json').dependencies.openai")" ] || timeout 300 npm install --no-audit --no-fund --no-package-lock >"$tmp/npm.log" 2>&1; }); then
     if timeout 120 node tests/server/client.mjs "$URL/v1" none stories260K >"$tmp/node.json" 2>"$tmp/node.err"; then
-        check "openai client: chat, streamed chat, completions agree with themselves" [ "$(jv "$tmp/node.json" "[d['chat_text'] == d['chat_stream_text'] and len(d['chat_text']) > 0, d['chat_stream_roles'], d['chat_finish'] == d['chat_stream_finish'], [d['chat_usage'][k] for k in ('prompt_tokens', 'completion_tokens', 'total_tokens')] == [d['chat_stream_usage'][k] for k in ('prompt_tokens', 'completion_tokens', 'total_tokens')], d['cmpl_text'] == d['cmpl_stream_text'], d['seed_same'], d['models'][0]['id'], d['n2']['status'], d['n2']['param']]")" = '[true, ["assistant"], true, true, true, true, "stories260K", 400, "n"]' ]
+        check "openai client: chat, streamed chat, completions agree with themselves" [ "$(jv "$tmp/node.json" "[d['chat_text'] == d['chat_stream_text'] and len(d['chat_text']) > 0, d['chat_stream_roles'], d['chat_finish'] == d['chat_stream_finish'], [d['chat_usage'][k] for k in ('prompt_tokens', 'completion_tokens', 'total_tokens')] == [d['chat_stream_usage'][k] for k in ('prompt_tokens', 'completion_tokens', 'total_tokens')], d['cmpl_text'] == d['cmpl_stream_text'], d['seed_same'], d['models'][0]['id']]")" = '[true, ["assistant"], true, true, true, true, "stories260K"]' ]
+        check "openai client: n=2 gives choices 0 and 1, alike at temperature 0, streamed as not; best_of 3 is a 400 on best_of" [ "$(jv "$tmp/node.json" "[d['n2']['indexes'], d['n2']['texts'][0] == d['n2']['texts'][1] and len(d['n2']['texts'][0]) > 0, d['n2']['stream_texts'] == d['n2']['texts'], d['best_of3']]")" = '[[0, 1], true, true, {"status": 400, "param": "best_of"}]' ]
         check "openai client: greedy chat equals curl's" [ "$(jv "$tmp/node.json" "d['chat_text'][:10]")" = "$(curl -s -m 30 -H 'Content-Type: application/json' -d '{"model":"x","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":24,"temperature":0}' "$URL/v1/chat/completions" | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['choices'][0]['message']['content'][:10]))")" ]
     else
         bad "openai client ran"; cat "$tmp/node.err"

@@ -37,7 +37,7 @@ cases = []
 bodies400 = [b'', b'{', b'[]', b'null', b'"x"', b'{"prompt":', b'\xff\xfe', b'{"prompt":"\xc3\x28"}',
              b'{"prompt":1e999}', b'{"prompt":"x","max_tokens":123456789012345678901234567890}',
              b'{"prompt":"x","temperature":1e308}', b'{"prompt":"x","top_k":-5}', b'{"prompt":[1,2,-7]}',
-             b'{"prompt":[1,2,3.5]}', b'{"prompt":"x","stop":[1]}', b'{"prompt":"x","n":3}',
+             b'{"prompt":[1,2,3.5]}', b'{"prompt":"x","stop":[1]}', b'{"prompt":"x","n":0}',
              b'{"prompt":"x","seed":"s"}', b'{"prompt":"x","logprobs":99}', b'{"prompt":{}}', b'{"prompt":"x","stream":"yes"}']
 chat400 = [b'{"messages":"hi"}', b'{"messages":[{"role":1,"content":"x"}]}', b'{"messages":[]}',
            b'{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"file:///etc/passwd"}}]}]}',

@@ -54,7 +54,7 @@ static void chat_fields_are_read(void)
                   "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
                   "\"temperature\":0,\"top_p\":0.5,\"top_k\":7,\"min_p\":0.1,\"presence_penalty\":-1.5,"
                   "\"frequency_penalty\":2,\"repetition_penalty\":1.1,\"seed\":-3,\"max_completion_tokens\":9,"
-                  "\"stop\":[\"x\",\"\",\"yz\"],\"n\":1,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
+                  "\"stop\":[\"x\",\"\",\"yz\"],\"n\":3,\"best_of\":3,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown\":{\"a\":1},"
                   "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
                   SV_CHAT, &p, &e) == 0);
@@ -62,7 +62,7 @@ static void chat_fields_are_read(void)
     CHECK(p.sp.presence_penalty == -1.5f && p.sp.frequency_penalty == 2.0f && fabsf(p.sp.repeat_penalty - 1.1f) < 1e-6f);
     CHECK(p.seed_set && p.sp.seed == (uint64_t)-3 && p.max_tokens == 9);
     CHECK(p.n_stop == 2 && !strcmp(p.stop[0], "x") && !strcmp(p.stop[1], "yz"));
-    CHECK(p.logprobs && p.top_logprobs == 3 && p.stream && p.include_usage);
+    CHECK(p.logprobs && p.top_logprobs == 3 && p.stream && p.include_usage && p.n == 3);
     const char *joined = json_string_value(json_object_get(json_array_get(p.messages, 1), "content"));
     CHECK(joined && !strcmp(joined, "ab"));
     CHECK(json_is_array(json_object_get(p.extra, "tools")));
@@ -132,7 +132,8 @@ static void bad_requests_name_the_field(void)
         { "\"seed\":1.5", "seed" },                   { "\"seed\":\"1\"", "seed" },
         { "\"max_tokens\":0", "max_tokens" },         { "\"max_tokens\":-5", "max_tokens" },
         { "\"max_tokens\":99999999999", "max_tokens" }, { "\"max_completion_tokens\":\"9\"", "max_completion_tokens" },
-        { "\"n\":2", "n" },                           { "\"n\":\"1\"", "n" },
+        { "\"n\":0", "n" },                           { "\"n\":\"1\"", "n" },
+        { "\"n\":129", "n" },                         { "\"n\":2,\"best_of\":3", "best_of" },
         { "\"stop\":5", "stop" },                     { "\"stop\":[\"a\",3]", "stop[1]" },
         { "\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]", "stop" },
         { "\"logprobs\":1", "logprobs" },             { "\"top_logprobs\":2", "top_logprobs" },
