@@ -11,7 +11,8 @@
  * "Connection: close"), so every request's head passes the gate.
  *
  * What the gate checks is only the framing: the request line, header syntax, Content-Length and
- * Transfer-Encoding, and the head's size. Routes, methods and bodies stay libmicrohttpd's and
+ * Transfer-Encoding, the head's size, and a chunked body's chunks (chunked_request: the gate reads
+ * such a body itself and relays). Routes, methods and bodies' contents stay libmicrohttpd's and
  * server.c's. */
 #include "server/sv_int.h"
 
@@ -26,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,6 +117,8 @@ int sv_http_head_check(const char *buf, size_t n, size_t max_body, sv_head *h, s
                 return BAD_HEAD(400, "bad_content_length", "the request has two different Content-Length headers");
             have_cl = true;
             h->content_length = x;
+        } else if (k == 6 && !strncasecmp(l, "Expect", 6)) {
+            h->expect_continue = ve - v == 12 && !strncasecmp(v, "100-continue", 12);
         } else if (k == 17 && !strncasecmp(l, "Transfer-Encoding", 17)) {
             if ((size_t)(ve - v) != 7 || strncasecmp(v, "chunked", 7) || have_te)
                 return BAD_HEAD(501, "unsupported_transfer_encoding",
@@ -152,14 +154,14 @@ static long next_line(const char *p, size_t n, size_t at, size_t *next)
     return (long)(len && p[at + len - 1] == '\r' ? len - 1 : len);
 }
 
-int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e)
+int sv_http_chunks_scan(sv_chunks *st, const char *p, size_t n, size_t max_body, char *out, sv_error *e)
 {
-    size_t at = 0, total = 0, next;
-    for (;;) {
-        long len = next_line(p, n, at, &next);
+    size_t next;
+    while (!st->trailers) {
+        long len = next_line(p, n, st->at, &next);
         if (len < 0)
-            return n - at > 64 ? BAD_HEAD(400, "bad_chunk", "a chunk size line is over 64 bytes") : 1;
-        const char *l = p + at;
+            return n - st->at > 64 ? BAD_HEAD(400, "bad_chunk", "a chunk size line is over 64 bytes") : 1;
+        const char *l = p + st->at;
         size_t d = 0;
         uint64_t size = 0;
         for (; d < (size_t)len && hex_value(l[d]) >= 0; d++) {
@@ -172,14 +174,17 @@ int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e)
             x++;
         if (d == 0 || (x < (size_t)len && l[x] != ';'))
             return BAD_HEAD(400, "bad_chunk", "the chunk size line \"%.*s\" is not hex digits", (int)(len < 24 ? len : 24), l);
-        at = next;
-        if (size == 0)
+        if (size == 0) {
+            st->at = next;
+            st->trailers = true;
             break;
-        if (size > max_body - total)
+        }
+        if (size > max_body - st->total)
             return BAD_HEAD(413, "request_too_large", "the chunked body is over %zu bytes", max_body);
-        total += (size_t)size;
+        size_t at = next; /* st->at moves only past whole chunks: an incomplete one is read again */
         if (n - at < size + 1)
             return 1;
+        const size_t data = at;
         at += (size_t)size;
         const size_t crlf = p[at] == '\r' ? 2 : 1;
         if (n - at < crlf)
@@ -187,18 +192,29 @@ int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e)
         if (p[at + crlf - 1] != '\n')
             return BAD_HEAD(400, "bad_chunk", "a chunk's data is not followed by CRLF (its size says %llu bytes)",
                             (unsigned long long)size);
-        at += crlf;
+        if (out)
+            memcpy(out + st->total, p + data, (size_t)size);
+        st->total += (size_t)size;
+        st->at = at + crlf;
     }
     for (;;) { /* trailer fields, then the empty line */
-        long len = next_line(p, n, at, &next);
+        long len = next_line(p, n, st->at, &next);
         if (len < 0)
             return 1;
-        if (len == 0)
+        if (len == 0) {
+            st->at = next;
             return 0;
-        if (!memchr(p + at, ':', (size_t)len))
+        }
+        if (!memchr(p + st->at, ':', (size_t)len))
             return BAD_HEAD(400, "bad_chunk", "a trailer line after the last chunk is not \"Name: value\"");
-        at = next;
+        st->at = next;
     }
+}
+
+int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e)
+{
+    sv_chunks st = {0};
+    return sv_http_chunks_scan(&st, p, n, max_body, NULL, e);
 }
 
 /* ---- the gate's threads ---- */
@@ -222,17 +238,19 @@ typedef struct {
     socklen_t addrlen;
 } gate_conn;
 
-static void send_all(int fd, const char *p, size_t n)
+/* false: the peer went away (or a send timed out) */
+static bool send_all(int fd, const char *p, size_t n)
 {
     while (n) {
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return;
+            return false;
         p += w;
         n -= (size_t)w;
     }
+    return true;
 }
 
 static const char *reason(int status)
@@ -307,6 +325,165 @@ static void conn_end(gate_conn *k)
     pthread_mutex_unlock(&g->mu);
 }
 
+/* Relays a request handed to libmicrohttpd through a socket pair: req[0..req_n) goes to it (mfd),
+ * its answer to the client (cfd), until it closes its end. The client's hang-up is passed on (a
+ * half-close as a half-close), so libmicrohttpd sees what it would see on the client's socket. */
+static void relay(sv_gate *g, int cfd, int mfd, const char *req, size_t req_n)
+{
+    fcntl(mfd, F_SETFL, fcntl(mfd, F_GETFL) | O_NONBLOCK);
+    const struct timeval tv = { .tv_sec = g->cfg.timeout_s }; /* a client that stops reading */
+    setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    size_t sent = 0;
+    bool half = false;
+    double stop_by = 0;
+    char b[16384];
+    for (;;) {
+        if (atomic_load(&g->stop) && !stop_by)
+            stop_by = cdx_time_ms() + 6000.0; /* cdx_server_stop gives open answers 5 s */
+        if (stop_by && cdx_time_ms() > stop_by)
+            break;
+        struct pollfd pf[3] = { { .fd = mfd, .events = POLLIN | (sent < req_n ? POLLOUT : 0) },
+                                { .fd = cfd, .events = half || sent < req_n ? 0 : POLLRDHUP },
+                                { .fd = g->wake[0], .events = POLLIN } };
+        int r = poll(pf, stop_by ? 2 : 3, stop_by ? 100 : -1); /* the wake pipe stays readable once stopping */
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0)
+            continue;
+        if ((pf[0].revents & POLLOUT) && sent < req_n) {
+            ssize_t w = send(mfd, req + sent, req_n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0)
+                sent += (size_t)w;
+            else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                sent = req_n; /* it stopped reading: it has answered already */
+        }
+        if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t m = recv(mfd, b, sizeof b, MSG_DONTWAIT);
+            if (m == 0 || (m < 0 && errno != EAGAIN && errno != EINTR))
+                break; /* the answer is complete */
+            if (m > 0 && !send_all(cfd, b, (size_t)m))
+                break; /* the client went away */
+        }
+        if (pf[1].revents & (POLLHUP | POLLERR))
+            break;
+        if ((pf[1].revents & POLLRDHUP) && !half) {
+            shutdown(mfd, SHUT_WR);
+            half = true;
+        }
+    }
+}
+
+/* raw's head (h) with its framing replaced: Transfer-Encoding and Expect out, Content-Length:
+ * body_n in; NULL: no memory. */
+static char *head_with_length(const char *raw, const sv_head *h, size_t body_n, size_t *len)
+{
+    char *out = malloc(h->head_bytes + 48);
+    size_t w = 0;
+    for (size_t at = 0; out && at < h->head_bytes;) {
+        const char *l = raw + at, *nl = memchr(l, '\n', h->head_bytes - at);
+        const size_t n = (size_t)(nl - l) + 1; /* the line and its LF */
+        at += n;
+        if (n == 1 || (n == 2 && l[0] == '\r')) { /* the empty line that ends the head */
+            w += (size_t)sprintf(out + w, "Content-Length: %zu\r\n\r\n", body_n);
+            break;
+        }
+        if ((n > 18 && !strncasecmp(l, "Transfer-Encoding:", 18)) || (n > 7 && !strncasecmp(l, "Expect:", 7)))
+            continue;
+        memcpy(out + w, l, n);
+        w += n;
+    }
+    *len = w;
+    return out;
+}
+
+/* A chunked body. libmicrohttpd reads one itself, but answers its framing errors in HTML, and the
+ * gate cannot check a body it does not consume: a peek sees no further than the socket's receive
+ * buffer, and the client stops sending once that is full. So the gate reads the request whole and
+ * checks the chunks as they come (a bad one is refused in JSON like every other framing error, a
+ * body over max_body is a 413 as soon as a chunk size says so), then hands libmicrohttpd the same
+ * request with a Content-Length body through a socket pair and relays its answer.
+ * "Expect: 100-continue" is answered here. */
+static void chunked_request(gate_conn *k, const sv_head *h, double t0, int64_t t_unix_ms)
+{
+    sv_gate *g = k->g;
+    sv_error e;
+    const size_t hb = h->head_bytes, max_raw = hb + 2 * g->cfg.max_body + 65536; /* room for the framing */
+    size_t cap = hb + 65536, n = 0, body_cap = 0;
+    char *raw = malloc(cap), *body = NULL;
+    sv_chunks st = {0};
+    int rc = 1;
+    bool continued = !h->expect_continue;
+    double deadline = cdx_time_ms() + 1000.0 * g->cfg.timeout_s;
+    while (raw && rc == 1 && !atomic_load(&g->stop)) {
+        if (!continued && n >= hb) {
+            send_all(k->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            continued = true;
+        }
+        if (n == cap) {
+            const size_t want = cap * 2 < max_raw ? cap * 2 : max_raw;
+            char *grown = cap < max_raw ? realloc(raw, want) : NULL;
+            if (!grown) {
+                if (cap >= max_raw)
+                    rc = sv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                                 "the chunked body is over %zu bytes with its framing", max_raw - hb);
+                break;
+            }
+            raw = grown;
+            cap = want;
+        }
+        const double left = deadline - cdx_time_ms();
+        if (left <= 0)
+            break; /* stalled past --timeout: dropped */
+        struct pollfd pf[2] = { { .fd = k->fd, .events = POLLIN }, { .fd = g->wake[0], .events = POLLIN } };
+        int r = poll(pf, 2, (int)(left + 1));
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0 || pf[1].revents)
+            continue;
+        ssize_t m = recv(k->fd, raw + n, cap - n, MSG_DONTWAIT);
+        if (m == 0 || (m < 0 && errno != EAGAIN && errno != EINTR))
+            break; /* the client left */
+        if (m < 0)
+            continue;
+        n += (size_t)m;
+        deadline = cdx_time_ms() + 1000.0 * g->cfg.timeout_s;
+        if (n <= hb)
+            continue;
+        if (n - hb > body_cap) { /* the data is never longer than its framing */
+            char *grown = realloc(body, n - hb);
+            if (!grown)
+                break;
+            body = grown;
+            body_cap = n - hb;
+        }
+        rc = sv_http_chunks_scan(&st, raw + hb, n - hb, g->cfg.max_body, body, &e);
+    }
+    if (rc < 0)
+        refuse(k, h, &e, t0, t_unix_ms);
+    size_t head_n = 0;
+    char *head = rc == 0 ? head_with_length(raw, h, st.total, &head_n) : NULL, *req = NULL;
+    if (head && (req = malloc(head_n + st.total + 1))) {
+        memcpy(req, head, head_n);
+        if (st.total)
+            memcpy(req + head_n, body, st.total);
+    }
+    free(head);
+    free(raw);
+    free(body);
+    int sp[2];
+    if (req && !socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)) {
+        if (g->cfg.pass(g->cfg.user, sp[0], (struct sockaddr *)&k->addr, k->addrlen) == 0) {
+            /* the connection's count goes with sp[0]: sv_gate_closed when libmicrohttpd closes it */
+            const int cfd = k->fd;
+            k->fd = -1;
+            relay(g, cfd, sp[1], req, head_n + st.total);
+            close(cfd);
+        }
+        close(sp[1]);
+    }
+    free(req);
+}
+
 static void *gate_main(void *arg)
 {
     gate_conn *k = arg;
@@ -315,10 +492,9 @@ static void *gate_main(void *arg)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     const int64_t t_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-    double deadline = t0 + 1000.0 * g->cfg.timeout_s, t_grew = t0;
-    size_t cap = SV_MAX_HEAD, have = 0;
-    char *buf = malloc(cap);
-    bool passed = false, head_ok = false;
+    double deadline = t0 + 1000.0 * g->cfg.timeout_s;
+    size_t have = 0;
+    char *buf = malloc(SV_MAX_HEAD);
     sv_head h;
     sv_error e;
     while (buf && !atomic_load(&g->stop)) {
@@ -331,41 +507,25 @@ static void *gate_main(void *arg)
             break;
         if (r <= 0 || pf[1].revents)
             continue;
-        int queued = 0; /* a chunked body is read whole, up to SV_MAX_PEEK: the buffer grows to what waits */
-        if (head_ok && ioctl(k->fd, FIONREAD, &queued) == 0 && (size_t)queued > cap && cap < SV_MAX_PEEK) {
-            size_t want = (size_t)queued < SV_MAX_PEEK ? (size_t)queued : SV_MAX_PEEK;
-            char *grown = realloc(buf, want);
-            if (grown)
-                buf = grown, cap = want;
-        }
-        ssize_t n = recv(k->fd, buf, cap, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t n = recv(k->fd, buf, SV_MAX_HEAD, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             break; /* the client left */
         if (n < 0)
             continue;
-        int rc = 0;
         if ((size_t)n == have) { /* nothing new: the bytes stay queued (a peek), so poll would not wait */
-            /* a chunked body that stops coming for 100 ms goes on to libmicrohttpd unchecked: the
-             * client may be slow, or waiting for the window that a peek never opens */
-            if (!head_ok || cdx_time_ms() - t_grew < 100) {
-                nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
-                continue;
-            }
-        } else {
-            have = (size_t)n;
-            t_grew = cdx_time_ms();
-            deadline = t_grew + 1000.0 * g->cfg.timeout_s;
-            rc = sv_http_head_check(buf, have < SV_MAX_HEAD ? have : SV_MAX_HEAD, g->cfg.max_body, &h, &e);
-            /* a chunked body's framing too, while it fits the peek; past SV_MAX_PEEK, libmicrohttpd's */
-            head_ok = rc == 0;
-            if (rc == 0 && h.chunked && have < SV_MAX_PEEK)
-                rc = sv_http_chunks_check(buf + h.head_bytes, have - h.head_bytes, g->cfg.max_body, &e);
-            if (rc == 1)
-                continue;
+            nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
+            continue;
         }
-        if (rc == 0) {
-            passed = g->cfg.pass(g->cfg.user, k->fd, (struct sockaddr *)&k->addr, k->addrlen) == 0;
-            if (!passed) /* libmicrohttpd closed the socket (its connection limit, or no memory) */
+        have = (size_t)n;
+        deadline = cdx_time_ms() + 1000.0 * g->cfg.timeout_s;
+        int rc = sv_http_head_check(buf, have, g->cfg.max_body, &h, &e);
+        if (rc == 1)
+            continue;
+        if (rc == 0 && h.chunked) {
+            chunked_request(k, &h, t0, t_unix_ms);
+        } else if (rc == 0) {
+            /* -1: libmicrohttpd closed the socket (its connection limit, or no memory) */
+            if (g->cfg.pass(g->cfg.user, k->fd, (struct sockaddr *)&k->addr, k->addrlen))
                 atomic_fetch_sub(&g->n_open, 1);
             k->fd = -1;
         } else

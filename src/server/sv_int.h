@@ -149,6 +149,7 @@ typedef struct sv_head {
     char target[121];           /* truncated */
     size_t head_bytes;
     bool has_length, chunked;
+    bool expect_continue;       /* Expect: 100-continue */
     uint64_t content_length;
 } sv_head;
 
@@ -163,7 +164,14 @@ int sv_http_head_check(const char *buf, size_t n, size_t max_body, sv_head *h, s
  * Returns 0: complete and well formed, 1: not complete yet, -1: e says why (400 or 413). */
 int sv_http_chunks_check(const char *p, size_t n, size_t max_body, sv_error *e);
 
-#define SV_MAX_PEEK ((size_t)1 << 20) /* a chunked body longer than this passes unchecked */
+/* The same, resumable over a buffer that grows: st (zeroed at first) moves past each whole chunk,
+ * whose data is appended to out (NULL: not kept; else room for max_body bytes) at out[st->total]. */
+typedef struct sv_chunks {
+    size_t at;                  /* p[0..at) is read: whole chunks (and trailer lines) */
+    size_t total;               /* the data of those chunks, bytes */
+    bool trailers;              /* the last chunk is read */
+} sv_chunks;
+int sv_http_chunks_scan(sv_chunks *st, const char *p, size_t n, size_t max_body, char *out, sv_error *e);
 
 struct addrinfo;
 struct sockaddr;

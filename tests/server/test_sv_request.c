@@ -458,7 +458,7 @@ static void request_heads_are_checked(void)
     free(big);
 }
 
-/* Chunked bodies: libmicrohttpd answers a bad chunk in HTML; the gate checks the framing first. */
+/* Chunked bodies: libmicrohttpd answers a bad chunk in HTML; the gate checks the framing itself. */
 static void chunked_bodies_are_checked(void)
 {
     static const struct { const char *body; int rc, status; } cases[] = {
@@ -485,6 +485,27 @@ static void chunked_bodies_are_checked(void)
     }
 }
 
+/* The gate reads a chunked body as it arrives: the scan resumes where it stopped, over a buffer that
+ * grows a byte at a time, and gives the data of every chunk, the same as a scan of the whole. */
+static void chunked_scan_resumes(void)
+{
+    const char *body = "3;x=y\r\nabc\r\n1\r\nd\r\n10\r\n0123456789abcdef\r\n0\r\nT: 1\r\n\r\n";
+    const size_t n = strlen(body);
+    char out[64] = {0};
+    sv_chunks st = {0};
+    sv_error e = {0};
+    int rc = 1;
+    size_t upto = 0;
+    while (rc == 1 && upto < n)
+        rc = sv_http_chunks_scan(&st, body, ++upto, 1 << 20, out, &e);
+    CHECKF(rc == 0 && upto == n && st.at == n && st.total == 20 && !memcmp(out, "abcd0123456789abcdef", 20),
+           "rc %d after %zu of %zu bytes, at %zu, total %zu, data \"%.20s\"", rc, upto, n, st.at, st.total, out);
+    sv_chunks st2 = {0};
+    CHECK(sv_http_chunks_scan(&st2, "8\r\nabcd", 8, 10, NULL, &e) == 1 && st2.at == 0 && st2.total == 0);
+    CHECK(sv_http_chunks_scan(&st2, "8\r\nabcdefgh\r\n8\r\n", 17, 10, NULL, &e) == -1 && e.status == 413 &&
+          st2.total == 8);
+}
+
 int main(void)
 {
     RUN("chat defaults are OpenAI's (temperature 1, top_p 1, no top-k/min-p, random seed)", chat_defaults_are_openais);
@@ -502,5 +523,6 @@ int main(void)
     RUN("request heads: bad Content-Length, request line, headers, encodings are refused with their status",
         request_heads_are_checked);
     RUN("chunked bodies: bad sizes, data without CRLF, bad trailers are refused; partial ones wait", chunked_bodies_are_checked);
+    RUN("a chunked body's scan resumes over a growing buffer and gives the data", chunked_scan_resumes);
     return t_done("server_request");
 }
