@@ -7,7 +7,9 @@
  *   rel         child -> parent, kind finetune | quantized | adapter | merge | base (base_model tags)
  *   repos_fts   FTS5 over id, tags (with the architecture) and the card summary; rowid = repos.rank,
  *               the repo's place by downloads, so a search reads matches best first and stops at its
- *               limit (re-ranked when an update is published; a repo added between updates goes last)
+ *               limit (re-ranked when an update is published; a repo added between updates goes last);
+ *               prefix indexes for 1 to 6 characters, so a prefix term ("qwen3"*) is one doclist read
+ *               lazily rather than every matching token's merged (25 ms -> 0.3 ms over 64,000 repos)
  *   stage*      an update in progress: pages detailed so far and where the listing stopped, committed
  *               page by page; published into repos/rel/repos_fts in one transaction at the end
  *
@@ -27,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SCHEMA_VERSION "2"
+#define SCHEMA_VERSION "3"
 #define MAX_PAGE_BYTES (256u << 20)
 #define MAX_DETAIL_BYTES (16u << 20)
 #define MAX_CONFIG_BYTES (16u << 20)
@@ -59,7 +61,7 @@ static const char k_schema[] =
     "CREATE TABLE IF NOT EXISTS rel(child TEXT NOT NULL, parent TEXT NOT NULL, kind TEXT NOT NULL,"
     " PRIMARY KEY(child, parent, kind)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS rel_parent ON rel(parent, kind);"
-    "CREATE VIRTUAL TABLE IF NOT EXISTS repos_fts USING fts5(id, tags, summary);"
+    "CREATE VIRTUAL TABLE IF NOT EXISTS repos_fts USING fts5(id, tags, summary, prefix='1 2 3 4 5 6');"
     "CREATE TABLE IF NOT EXISTS stage(id TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS stage_maybe(id TEXT PRIMARY KEY, bases TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS stage_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);";
@@ -217,6 +219,9 @@ typedef struct upd {
     const cdx_index_update_opts *o;
     cdx_hub_env env;           /* endpoint and token only, for hub_api_info */
     char *host;                /* scheme://host:port of the endpoint */
+    char mark[600];            /* the meta key of this listing's newest lastModified: "newest_modified", or
+                                * with the search and filter it was made with (a filtered listing does
+                                * not move the whole listing's mark) */
     cdx_index_stats *st;
 } upd;
 
@@ -367,7 +372,6 @@ static int fetch_record(upd *u, const char *id, json_t **out, cdx_err *err)
     json_t *d = NULL;
     hub_sib *sibs = NULL;
     size_t n_sibs = 0;
-    char *text = NULL;
     int rc = url ? get_json(u, url, id, MAX_DETAIL_BYTES, &d, NULL, err) : cdx_err_set(err, CDX_ENOMEM, "out of memory");
     if (rc < 0)
         goto done;
@@ -455,7 +459,12 @@ static int fetch_record(upd *u, const char *id, json_t **out, cdx_err *err)
             snprintf(refusal, sizeof refusal, "%s: config.json is stored outside the Hub's git (a redirect to %.300s); "
                      "the index follows no redirect, so it is not judged", id, r.location);
             snprintf(verdict, sizeof verdict, "unknown");
-        } else if (rc == 0 && r.status != 200) {
+        } else if (rc == 0 && (r.status == 401 || r.status == 403) && strcmp(format, "gguf")) {
+            /* a gated repo's files need its terms accepted and a token: listed, not judged */
+            snprintf(refusal, sizeof refusal, "%s: config.json: the Hub answered %ld (%s): a gated repo, judged once "
+                     "its terms are accepted and HF_TOKEN is set", id, r.status, r.error_code[0] ? r.error_code : "no code");
+            snprintf(verdict, sizeof verdict, "unknown");
+        } else if (rc == 0 && r.status != 200 && r.status != 401 && r.status != 403) {
             rc = hub_http_error(&u->env, id, "config.json", &r, err);
         }
         hub_http_resp_free(&r);
@@ -463,7 +472,7 @@ static int fetch_record(upd *u, const char *id, json_t **out, cdx_err *err)
         if (rc < 0)
             goto done;
     }
-    if (!refusal[0] && strcmp(format, "gguf"))
+    if (!refusal[0] && strcmp(format, "gguf") && strcmp(verdict, "unknown"))
         snprintf(verdict, sizeof verdict, "runs");
     if (!strcmp(verdict, "runs"))
         refusal[0] = 0;
@@ -565,7 +574,6 @@ static int fetch_record(upd *u, const char *id, json_t **out, cdx_err *err)
     *out = rec;
     rc = 0;
 done:
-    free(text);
     hub_sibs_free(sibs, n_sibs);
     json_decref(d);
     free(url);
@@ -858,7 +866,12 @@ static int do_page(upd *u, const char *url, const char *stop_at, char **newest, 
         json_decref(bases);
         u->st->candidates++;
         json_t *rec;
-        if ((rc = fetch_record(u, id, &rec, err)) < 0)
+        if ((rc = fetch_record(u, id, &rec, err)) == CDX_ENOTFOUND || rc == CDX_EAUTH) {
+            progress(u, "skipped %s: %s", id, err ? err->msg : "");
+            rc = 0;
+            continue;
+        }
+        if (rc < 0)
             break;
         json_array_append_new(recs, rec);
         if (++n_detail % 100 == 0)
@@ -937,7 +950,12 @@ static int do_relatives(upd *u, cdx_err *err)
             if (!wanted)
                 continue;
             json_t *rec;
-            if ((rc = fetch_record(u, jstr(e, "id"), &rec, err)) < 0)
+            if ((rc = fetch_record(u, jstr(e, "id"), &rec, err)) == CDX_ENOTFOUND || rc == CDX_EAUTH) {
+                progress(u, "skipped %s: %s", jstr(e, "id"), err ? err->msg : "");
+                rc = 0;
+                continue;
+            }
+            if (rc < 0)
                 break;
             u->st->relatives++;
             json_array_append_new(recs, rec);
@@ -983,9 +1001,9 @@ static int publish(upd *u, cdx_err *err)
     }
     if (rc == 0)
         rc = rerank(u->ix, err);
-    char *newest = meta_get(u->ix, "stage_meta", "newest"), *old = meta_get(u->ix, "meta", "newest_modified");
+    char *newest = meta_get(u->ix, "stage_meta", "newest"), *old = meta_get(u->ix, "meta", u->mark);
     if (rc == 0 && newest && newest[0] && (!old || strcmp(newest, old) > 0))
-        rc = meta_set(u->ix, "meta", "newest_modified", newest, err);
+        rc = meta_set(u->ix, "meta", u->mark, newest, err);
     free(newest);
     free(old);
     char now[32];
@@ -1009,6 +1027,11 @@ static int upd_init(upd *u, cdx_index *ix, const cdx_index_update_opts *o, cdx_i
     u->env.endpoint = (char *)o->endpoint;
     u->env.token = (char *)o->token;
     u->host = o->endpoint ? origin_of(o->endpoint) : NULL;
+    if (o->search || o->filter)
+        snprintf(u->mark, sizeof u->mark, "newest_modified search=%.250s filter=%.250s", o->search ? o->search : "",
+                 o->filter ? o->filter : "");
+    else
+        snprintf(u->mark, sizeof u->mark, "newest_modified");
     if (!u->host)
         return cdx_err_set(err, CDX_EINVAL, "the Hub endpoint \"%s\" is not a URL", o->endpoint ? o->endpoint : "");
     return 0;
@@ -1034,7 +1057,7 @@ int cdx_index_update(cdx_index *ix, const cdx_index_update_opts *o, cdx_index_st
         progress(&u, "resuming an interrupted update%s", url && url[0] ? "" : " (its listing was complete)");
     } else {
         rc = exec(ix, "BEGIN IMMEDIATE; DELETE FROM stage; DELETE FROM stage_maybe; DELETE FROM stage_meta;", err);
-        stop_at = o->full ? NULL : meta_get(ix, "meta", "newest_modified");
+        stop_at = o->full ? NULL : meta_get(ix, "meta", u.mark);
         url = first_url(&u);
         if (rc == 0 && (rc = meta_set(ix, "stage_meta", "params", params, err)) == 0 &&
             (rc = meta_set(ix, "stage_meta", "stop_at", stop_at ? stop_at : "", err)) == 0)

@@ -325,7 +325,10 @@ function handleCatalogueRepo(req, res, url) {
   if (m) {
     const r = cat.byId.get(`${m[1]}/${m[2]}`);
     if (!r) return false;
-    if (decodeURIComponent(m[3]) !== r.sha && m[3] !== 'main') return hfError(res, 404, 'RevisionNotFound', 'Invalid rev id');
+    if (decodeURIComponent(m[3]) !== r.sha && m[3] !== 'main') {
+      hfError(res, 404, 'RevisionNotFound', 'Invalid rev id');
+      return true;
+    }
     send(res, 200, { 'Content-Type': 'application/json' }, JSON.stringify({ id: r.id, sha: r.sha, siblings: catalogueSiblings(r) }));
     return true;
   }
@@ -334,7 +337,14 @@ function handleCatalogueRepo(req, res, url) {
     const r = cat.byId.get(`${m[1]}/${m[2]}`);
     if (!r) return false;
     const file = decodeURIComponent(m[4]);
-    if (r.files[file] === undefined) return hfError(res, 404, 'EntryNotFound', `${file} does not exist`, req.method === 'HEAD');
+    if (r.gated && req.headers['authorization'] !== `Bearer ${GOOD_TOKEN}`) {
+      hfError(res, 401, 'GatedRepo', `Access to model ${r.id} is restricted.`, req.method === 'HEAD');
+      return true;
+    }
+    if (r.files[file] === undefined) {
+      hfError(res, 404, 'EntryNotFound', `${file} does not exist`, req.method === 'HEAD');
+      return true;
+    }
     const buf = Buffer.from(r.files[file]);
     serveBytes(req, res, buf, { 'X-Repo-Commit': r.sha, ETag: `"${gitBlobId(buf)}"` }, null, 0);
     return true;

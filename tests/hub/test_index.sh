@@ -67,6 +67,7 @@ J = {r["id"] for r in cat if judgeable(r)}
 INDEX = J | {r["id"] for r in cat if r["id"] not in J and any(b in J for b in bases(r))}
 def verdict(r):
     if r["kind"] == "gguf": return "runs"
+    if r["gated"]: return "unknown"   # its config.json needs a token
     if r["kind"] in ("adapter", "gptq"): return "refused"
     return "refused" if '"gelu"' in (r["config"] or "") else "runs"
 def fmt(r): return "gguf" if r["kind"] == "gguf" else "adapter" if r["kind"] == "adapter" else "safetensors"
@@ -185,7 +186,10 @@ assert e["verdict"] == "runs" and e["runnable"] and e["params"] == r["params"] a
 assert e["dtype"] == "BF16" and not e["gated"] and e["tokenizer"].startswith("git:") and e["derived"]["finetune"] >= 1
 PY'
 run i2 models info meta-llama/Llama-3.2-4B
-check "info (text) of a gated repo and its verdict" '[ "$rc" -eq 0 ] && has "$T/i2.out" "verdict: runs" && has "$T/i2.out" "file model.safetensors"'
+check "info (text) of a gated repo: listed with its files, not judged without a token" '[ "$rc" -eq 0 ] && has "$T/i2.out" "verdict: unknown" && has "$T/i2.out" "gated repo" && has "$T/i2.out" "file model.safetensors"'
+sqlite3 "$DB" "delete from repos where id='meta-llama/Llama-3.2-4B'"
+CALDRIX_OFFLINE= HF_TOKEN=hf_good_token run i2b models info meta-llama/Llama-3.2-4B --json
+check "with a token the gated repo is judged (info of a repo the index lacks asks the Hub, token sent)" '[ "$rc" -eq 0 ] && grep -q "config.json auth=good" "$T/i2b.log" && python3 -c "import json,sys; e=json.load(open(sys.argv[1]))[\"index\"]; assert e[\"verdict\"]==\"runs\" and e[\"gated\"], e" "$T/i2b.out"'
 CALDRIX_MEM_AVAILABLE=1G run i3 models info Qwen/Qwen3-8B
 check "info under 1G: does not fit this machine" '[ "$rc" -eq 0 ] && has "$T/i3.out" "does not fit in memory"'
 
