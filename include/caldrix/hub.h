@@ -213,6 +213,8 @@ typedef struct cdx_hub_report {
     uint64_t n_missing;
     uint64_t n_unused;
     char unused_tensors[512];          /* "none" or a count and the first names (tensors no role reads) */
+    uint64_t n_unknown_keys;           /* GGUF: "<architecture>.*" metadata keys the key table does not describe */
+    char unknown_keys[512];            /* "" or the first of them */
     /* a mixture of experts under --weight-budget (0 for a dense model): the expert tensors' bytes,
      * the largest layer's bytes per expert, and the least budget one token needs (the dense weights
      * + top-k experts of one layer; the loader adds the 64-byte alignment of its expert slots) */

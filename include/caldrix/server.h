@@ -78,12 +78,48 @@ typedef struct cdx_server_model {
     const struct cdx_image_proc *image_proc; /* a vision model's processor settings; NULL: no images */
 } cdx_server_model;
 
+/* The routes the server answers (its one route table), for --help and docs: *n rows, static storage. */
+typedef struct cdx_server_route {
+    const char *path;
+    const char *alias;             /* NULL: none */
+    const char *method;            /* "GET" or "POST" */
+    const char *help;
+} cdx_server_route;
+CDX_API const cdx_server_route *cdx_server_routes(size_t *n);
+
 /* Binds and starts answering (/health: 503 "loading" until cdx_server_ready). */
 CDX_API int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err);
 /* The port bound (useful with port 0). */
 CDX_API int cdx_server_port(const cdx_server *s);
 /* The model is loaded: starts the engine thread; routes answer from now on. Once only. */
 CDX_API int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err);
+/* Several models (the registry): each entry loads through cdx_load on first use (or at start when
+ * preloaded or pinned), at most max_loaded at once within memory_bytes (weights + KV pools), the
+ * least recently used idle unpinned model unloaded to make room. A request's "model" picks one
+ * (404 model_not_found otherwise; with one entry any name selects it). Every entry gets inspect's
+ * verdict first (no weight read): incompatible entries are refused (400 INCOMPATIBLE_MODEL), unknown
+ * ones too unless allow_unknown (400 UNKNOWN_MODEL_COMPATIBILITY). All engines share one thread
+ * pool of load->engine->n_threads; one thread steps them, one round at a time, round-robin over the
+ * engines that have work. Once, instead of cdx_server_ready; a preload that fails is the error. */
+typedef struct cdx_server_entry {
+    const char *name;              /* the id clients name (unique) */
+    const char *path;              /* a .gguf file or a checkpoint folder (references resolved by the caller) */
+    bool pinned;                   /* loaded at start and never unloaded */
+    bool preload;                  /* loaded at start */
+} cdx_server_entry;
+typedef struct cdx_server_models {
+    const cdx_server_entry *entries; /* copied */
+    int n_entries;
+    const struct cdx_load_opts *load; /* how each loads (copied; its strings, engine options' strings and
+                                        * image_opts are borrowed until cdx_server_stop) */
+    const struct json_t *tmpl_kwargs; /* as cdx_server_model's, for every model; borrowed */
+    bool autoload;                 /* load on a request's first use (else only POST /models/load) */
+    bool allow_unknown;            /* run models whose compatibility is unknown */
+    int max_loaded;                /* 0: no limit */
+    int idle_unload_s;             /* 0: never */
+    uint64_t memory_bytes;         /* the ledger's budget; 0: no limit */
+} cdx_server_models;
+CDX_API int cdx_server_ready_models(cdx_server *s, const cdx_server_models *o, cdx_err *err);
 /* Stops listening, ends every connection (their requests are cancelled), joins the engine thread
  * and frees the server. NULL: no-op. */
 CDX_API void cdx_server_stop(cdx_server *s);

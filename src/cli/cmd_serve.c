@@ -8,19 +8,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
 
 static const char k_serve_usage[] =
     "usage: caldrix serve [MODEL] [options]\n"
     "\n"
-    "An OpenAI-compatible HTTP server (docs/api.md): /v1/chat/completions, /v1/completions, /v1/models,\n"
-    "/tokenize, /detokenize, /health, /metrics. MODEL as for caldrix run (a .gguf file, a checkpoint\n"
-    "directory, an alias, owner/name[@revision], ollama:name[:tag]); without MODEL, the bundled\n"
-    "stories260K model. The options are checked, the model loaded and the engine made before the\n"
+    "An OpenAI-compatible HTTP server (docs/api.md; its routes are listed at the end). MODEL as for\n"
+    "caldrix run (a .gguf file, a checkpoint directory, an alias, owner/name[@revision],\n"
+    "ollama:name[:tag]); without MODEL, the bundled stories260K model. The options are checked, the model loaded and the engine made before the\n"
     "server listens: a bad option exits 2, a model that cannot load 1, before \"listening on\".\n"
     "SIGINT or SIGTERM stops it: open streams end with an error event and [DONE], requests waiting\n"
     "for a whole answer get 503, then it exits 0.\n"
+    "\n"
+    "Several models (docs/api.md, \"Several models\"): with --model or --models-dir the server keeps a\n"
+    "registry; a request's \"model\" names one (404 model_not_found lists them), which loads on first use.\n"
+    "  --model REF[=NAME]   a model to serve, as MODEL above, under NAME (default: its file or folder name\n"
+    "                       without .gguf); repeat for more. References are resolved (downloaded) at start\n"
+    "  --models-dir DIR     every .gguf file and every folder holding a config.json in DIR, named by it\n"
+    "  --models-autoload    load a model on its first request (the default); --no-models-autoload: only\n"
+    "                       POST /models/load loads\n"
+    "  --preload NAME       load NAME at start (repeat)\n"
+    "  --pin NAME           load NAME at start and never unload it (repeat)\n"
+    "  --models-max N       at most N models loaded at once (default: no limit); the least recently used\n"
+    "                       idle, unpinned one is unloaded to make room\n"
+    "  --idle-unload S      unload a model no request used for S seconds (default: never)\n"
+    "  --memory BYTES       the memory ledger's budget for weights and KV pools (8G, 512M; default: the\n"
+    "                       memory available at start, as caldrix inspect counts it). A model that cannot\n"
+    "                       fit is 400 MODEL_RESOURCE_LIMIT; one that fits once requests finish, 429\n"
+    "                       MODEL_RESOURCE_BUSY with Retry-After\n"
+    "  --allow-unknown-models  serve models whose compatibility inspect cannot decide (never an\n"
+    "                       incompatible one, never past --memory)\n"
     "\n"
     "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
     "  --port P             TCP port (default 8080; 0 = any free port, printed on stderr)\n"
@@ -109,8 +129,227 @@ static char *model_name(const char *ref)
     return strndup(b, len);
 }
 
+/* ---- several models: --model, --models-dir ---- */
+
+#define MAX_MODELS 64
+typedef struct { const char *v[MAX_MODELS]; int n; } reg_list;
+typedef struct {
+    reg_list refs, preload, pin;
+    const char *dir;
+    bool no_autoload, allow_unknown;
+    int max, idle_s;
+    uint64_t memory;
+} reg_args;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The registry's entries: each --model (resolved: a reference is downloaded now, as serve MODEL
+ * does), then --models-dir's files and folders in name order. 0, 1 (a reference that does not
+ * resolve) or 2 (bad options), said on stderr. names/paths are heap strings in *own. */
+static int build_entries(const reg_args *rg, const char *model, cdx_server_entry *ent, int *n_ent, char ***own,
+                         int *n_own, uint32_t ctx)
+{
+    char **o = calloc(4 * MAX_MODELS + 8, sizeof *o);
+    int no = 0, n = 0;
+    *own = o;
+    if (!o)
+        return 1;
+    const char *refs[MAX_MODELS + 1];
+    int nr = 0;
+    if (model)
+        refs[nr++] = model;
+    for (int i = 0; i < rg->refs.n; i++)
+        refs[nr++] = rg->refs.v[i];
+    for (int i = 0; i < nr && nr <= MAX_MODELS; i++) {
+        char *ref = strdup(refs[i]), *eq = strrchr(ref, '='), *nm = NULL;
+        o[no++] = ref;
+        if (eq && eq != ref && eq[1] && !strchr(eq, '/')) {
+            *eq = 0;
+            nm = eq + 1;
+        } else if (eq && !eq[1]) {
+            fprintf(stderr, "caldrix serve: --model \"%s\": the name after '=' is empty\n", refs[i]);
+            return 2;
+        }
+        char *name = nm ? strdup(nm) : model_name(ref);
+        o[no++] = name;
+        const char *path = ref;
+        struct stat st;
+        if (stat(ref, &st) != 0) {
+            cli_hub_ui ui;
+            cdx_hub_opts ho;
+            cli_hub_opts_init(&ho, &ui, false);
+            ho.ctx = ctx;
+            cdx_err err = { 0 };
+            char *res = NULL;
+            if (cdx_hub_resolve(ref, &ho, &res, &err) < 0) {
+                fprintf(stderr, "caldrix serve: %s\n", err.msg);
+                return 1;
+            }
+            o[no++] = res;
+            path = res;
+        }
+        ent[n++] = (cdx_server_entry){ .name = name, .path = path };
+    }
+    if (rg->dir) {
+        DIR *d = opendir(rg->dir);
+        if (!d) {
+            fprintf(stderr, "caldrix serve: --models-dir %s: %s\n", rg->dir, strerror(errno));
+            return 2;
+        }
+        char *found[MAX_MODELS];
+        int nf = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] == '.')
+                continue;
+            size_t len = strlen(de->d_name);
+            char p[4096], cj[4200];
+            snprintf(p, sizeof p, "%s/%s", rg->dir, de->d_name);
+            snprintf(cj, sizeof cj, "%s/config.json", p);
+            struct stat st;
+            const bool gguf = len > 5 && !strcmp(de->d_name + len - 5, ".gguf") && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+            const bool ckpt = stat(cj, &st) == 0;
+            if (!gguf && !ckpt)
+                continue;
+            if (nf == MAX_MODELS || n + nf >= MAX_MODELS) {
+                fprintf(stderr, "caldrix serve: --models-dir %s holds more than %d models\n", rg->dir, MAX_MODELS);
+                closedir(d);
+                for (int i = 0; i < nf; i++)
+                    free(found[i]);
+                return 2;
+            }
+            found[nf++] = strdup(p);
+        }
+        closedir(d);
+        qsort(found, (size_t)nf, sizeof *found, cmp_str);
+        for (int i = 0; i < nf; i++) {
+            o[no++] = found[i];
+            char *name = model_name(found[i]);
+            o[no++] = name;
+            ent[n++] = (cdx_server_entry){ .name = name, .path = found[i] };
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < i; k++)
+            if (!strcmp(ent[i].name, ent[k].name)) {
+                fprintf(stderr, "caldrix serve: two models are named \"%s\" (%s and %s): name one with --model REF=NAME\n",
+                        ent[i].name, ent[k].path, ent[i].path);
+                return 2;
+            }
+    const reg_list *lists[2] = { &rg->preload, &rg->pin };
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < lists[l]->n; i++) {
+            int k = 0;
+            while (k < n && strcmp(ent[k].name, lists[l]->v[i]))
+                k++;
+            if (k == n) {
+                fprintf(stderr, "caldrix serve: %s %s: no model has that name (", l ? "--pin" : "--preload",
+                        lists[l]->v[i]);
+                for (int j = 0; j < n; j++)
+                    fprintf(stderr, "%s%s", j ? ", " : "", ent[j].name);
+                fprintf(stderr, ")\n");
+                return 2;
+            }
+            *(l ? &ent[k].pinned : &ent[k].preload) = true;
+        }
+    if (!n) {
+        fprintf(stderr, "caldrix serve: --models-dir %s holds no model (.gguf files, folders with a config.json)\n",
+                rg->dir);
+        return 2;
+    }
+    *n_ent = n;
+    *n_own = no;
+    return 0;
+}
+
+/* Waits for SIGINT or SIGTERM. */
+static void wait_for_signal(void)
+{
+    while (!g_stop) {
+        struct timespec t = { 0, 100 * 1000000L };
+        nanosleep(&t, NULL);
+    }
+    fprintf(stderr, "caldrix serve: stopping (signal %d)\n", (int)g_stop);
+}
+
+static void on_signals(void)
+{
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void say_listening(const cdx_server_opts *so, cdx_server *srv)
+{
+    fprintf(stderr, "caldrix serve: listening on http://%s%s%s:%d\n", strchr(so->host, ':') ? "[" : "", so->host,
+            strchr(so->host, ':') ? "]" : "", cdx_server_port(srv));
+}
+
+static int serve_models(const reg_args *rg, const char *model, const cdx_server_opts *so, cdx_engine_opts *eo,
+                        cdx_dtype dtype, uint64_t budget, const char *chat_template, json_t *chat_kwargs,
+                        bool kv_type_set)
+{
+    cdx_server_entry ent[MAX_MODELS + 1];
+    char **own = NULL;
+    int n = 0, n_own = 0, status = 1;
+    cdx_server *srv = NULL;
+    cdx_err err = { 0 };
+    on_signals();
+    int rc = build_entries(rg, model, ent, &n, &own, &n_own, (uint32_t)eo->n_ctx);
+    if (rc) {
+        status = rc;
+        goto done;
+    }
+    uint64_t memory = rg->memory;
+    if (!memory && cdx_hub_mem_available(&memory, &err) < 0) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        status = 2;
+        goto done;
+    }
+    cdx_load_opts lo = cli_load_opts(NULL, dtype, budget);
+    lo.chat = true;
+    lo.chat_template = chat_template;
+    lo.images = CDX_LOAD_IMAGES_IF_VISION;
+    lo.engine = eo;
+    lo.kv_type_set = kv_type_set;
+    const cdx_server_models sm = { .entries = ent, .n_entries = n, .load = &lo, .tmpl_kwargs = chat_kwargs,
+                                   .autoload = !rg->no_autoload, .allow_unknown = rg->allow_unknown,
+                                   .max_loaded = rg->max, .idle_unload_s = rg->idle_s, .memory_bytes = memory };
+    rc = cdx_server_start(so, &srv, &err);
+    if (rc) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        status = rc == CDX_EINVAL ? 2 : 1;
+        goto done;
+    }
+    if ((rc = cdx_server_ready_models(srv, &sm, &err))) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        status = rc == CDX_EINVAL && !strstr(err.msg, "failed to load") ? 2 : 1;
+        goto done;
+    }
+    char mem[32];
+    cdx_fmt_bytes(memory, mem, sizeof mem);
+    fprintf(stderr, "caldrix serve: ready: %d models (", n);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "%s%s%s", i ? ", " : "", ent[i].name, ent[i].pinned ? " pinned" : ent[i].preload ? " loaded" : "");
+    fprintf(stderr, "), memory budget %s%s%s\n", mem, rg->max ? ", --models-max set" : "",
+            so->api_key ? ", API key required" : "");
+    say_listening(so, srv);
+    wait_for_signal();
+    status = 0;
+done:
+    cdx_server_stop(srv);
+    for (int i = 0; i < n_own; i++)
+        free(own[i]);
+    free(own);
+    json_decref(chat_kwargs);
+    return status;
+}
+
 int cmd_serve(int argc, char **argv)
 {
+    reg_args rg = { 0 };
     cdx_server_opts so = cdx_server_defaults();
     cdx_engine_opts eo = cdx_engine_defaults();
     const char *model = NULL, *isa = NULL, *kv_store = NULL, *chat_template = NULL;
@@ -128,11 +367,22 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--kv-type") || !strcmp(a, "--dtype") || !strcmp(a, "--isa") ||
                      !strcmp(a, "--max-connections") || !strcmp(a, "--timeout") || !strcmp(a, "--kv-blocks") ||
                      !strcmp(a, "--weight-budget") || !strcmp(a, "--cors") || !strcmp(a, "--chat-template") ||
-                     !strcmp(a, "--chat-template-kwargs");
+                     !strcmp(a, "--chat-template-kwargs") || !strcmp(a, "--model") || !strcmp(a, "--models-dir") ||
+                     !strcmp(a, "--preload") || !strcmp(a, "--pin") || !strcmp(a, "--models-max") ||
+                     !strcmp(a, "--idle-unload") || !strcmp(a, "--memory");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             cli_print_engine_ranges(stdout, k_serve_engine_opts,
                                     (int)(sizeof k_serve_engine_opts / sizeof k_serve_engine_opts[0]));
+            size_t nr = 0;
+            const cdx_server_route *rt = cdx_server_routes(&nr); /* the server's route table */
+            fputs("\nroutes:\n", stdout);
+            for (size_t r = 0; r < nr; r++) {
+                char p[96];
+                snprintf(p, sizeof p, "%s%s%s%s", rt[r].path, rt[r].alias ? " (" : "", rt[r].alias ? rt[r].alias : "",
+                         rt[r].alias ? ")" : "");
+                printf("  %-4s %-44s %s\n", rt[r].method, p, rt[r].help);
+            }
             return 0;
         }
         if (takes && !v) {
@@ -141,7 +391,28 @@ int cmd_serve(int argc, char **argv)
         }
         if (takes)
             i++;
-        if (!strcmp(a, "--host"))
+        if (!strcmp(a, "--model") || !strcmp(a, "--preload") || !strcmp(a, "--pin")) {
+            reg_list *L = a[2] == 'm' ? &rg.refs : a[3] == 'r' ? &rg.preload : &rg.pin;
+            if (L->n == MAX_MODELS) {
+                fprintf(stderr, "caldrix serve: more than %d %s options\n", MAX_MODELS, a);
+                return 2;
+            }
+            L->v[L->n++] = v;
+        } else if (!strcmp(a, "--models-dir")) {
+            rg.dir = v;
+        } else if (!strcmp(a, "--models-autoload") || !strcmp(a, "--no-models-autoload")) {
+            rg.no_autoload = a[2] == 'n';
+        } else if (!strcmp(a, "--allow-unknown-models")) {
+            rg.allow_unknown = true;
+        } else if (!strcmp(a, "--models-max")) {
+            if (cli_parse_int(a, v, 1, MAX_MODELS, &l)) return 2;
+            rg.max = (int)l;
+        } else if (!strcmp(a, "--idle-unload")) {
+            if (cli_parse_int(a, v, 1, 30 * 86400, &l)) return 2;
+            rg.idle_s = (int)l;
+        } else if (!strcmp(a, "--memory")) {
+            if (cli_parse_bytes(a, v, &rg.memory)) return 2;
+        } else if (!strcmp(a, "--host"))
             so.host = v;
         else if (!strcmp(a, "--port")) {
             if (cli_parse_int(a, v, 0, 65535, &l)) return 2;
@@ -212,16 +483,20 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
 
+    if (rg.refs.n || rg.dir)
+        return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set);
+    if (rg.preload.n || rg.pin.n || rg.max || rg.idle_s || rg.memory || rg.no_autoload || rg.allow_unknown) {
+        fprintf(stderr, "caldrix serve: --preload, --pin, --models-max, --idle-unload, --memory, --no-models-autoload "
+                        "and --allow-unknown-models are for several models: give them with --model or --models-dir\n");
+        json_decref(chat_kwargs);
+        return 2;
+    }
     cdx_err err = {0};
     cdx_server *srv = NULL;
     cdx_loaded *ld = NULL;
     char *name = model_name(model);
     int status = 1;
-    struct sigaction sa = { .sa_handler = on_signal };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    on_signals();
 
     /* everything that can fail is done before the server listens: a script that waits for
      * "listening on" never sees the server die after it */
@@ -288,13 +563,8 @@ int cmd_serve(int argc, char **argv)
     fprintf(stderr, "caldrix serve: ready: %s, context %lld, %lld KV blocks, batch %d, queue %d%s\n", name,
             (long long)st.n_ctx, (long long)st.n_blocks, st.max_batch, st.max_queue,
             so.api_key ? ", API key required" : "");
-    fprintf(stderr, "caldrix serve: listening on http://%s%s%s:%d\n", strchr(so.host, ':') ? "[" : "", so.host,
-            strchr(so.host, ':') ? "]" : "", cdx_server_port(srv));
-    while (!g_stop) {
-        struct timespec t = { 0, 100 * 1000000L };
-        nanosleep(&t, NULL);
-    }
-    fprintf(stderr, "caldrix serve: stopping (signal %d)\n", (int)g_stop);
+    say_listening(&so, srv);
+    wait_for_signal();
     status = 0;
 done:
     cdx_server_stop(srv);

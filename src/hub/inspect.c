@@ -195,6 +195,21 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     out->ctx = gguf_int(g, a, CDX_GK_CONTEXT_LENGTH);
     out->n_expert = gguf_int(g, a, CDX_GK_EXPERT_COUNT);
     out->n_expert_used = gguf_int(g, a, CDX_GK_EXPERT_USED_COUNT);
+    /* hyperparameters of the architecture the key table (CDX_GGUF_ARCH_KEYS) does not describe:
+     * nothing reads them, so nothing can say whether they change the math */
+    const size_t an = strlen(a);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const char *key = g->kv[i].key;
+        if (strncmp(key, a, an) || key[an] != '.')
+            continue;
+        int k = 0;
+        while (k < CDX_GK_COUNT && strcmp(key + an + 1, cdx_gguf_key_suffix((cdx_gguf_key)k)))
+            k++;
+        if (k == CDX_GK_COUNT) {
+            out->n_unknown_keys++;
+            append_list(out->unknown_keys, sizeof out->unknown_keys, key);
+        }
+    }
     tcount tc[CDX_TYPE_COUNT + 1];
     int n_tc = 0;
     expert_acc ea = { .n = out->n_layer > 0 && out->n_layer <= 4096 ? (long)out->n_layer : 0 };

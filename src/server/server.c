@@ -35,10 +35,7 @@ struct cdx_server {
     int port;
     time_t created;
     atomic_bool ready, stopping, engine_stop;
-    cdx_server_model m;
-    int64_t n_room;           /* positions one sequence can have: the context, or the KV pool if smaller */
-    char *name;
-    cdx_chat_setup chatml;    /* ChatML, when the caller gave no template */
+    sv_registry reg;          /* the models: one (cdx_server_ready) or several (cdx_server_ready_models) */
     pthread_t engine_thread;
     bool thread_started;
     sv_metrics met;
@@ -74,6 +71,7 @@ typedef struct sv_job {
     pthread_cond_t cv;
     atomic_int refs;
     cdx_server *s;
+    sv_model *mdl;                  /* the model it runs on (held until the connection completes) */
     uint64_t id;                    /* the engine's */
     /* filled by the engine thread under mu */
     sv_piece *pieces;
@@ -147,7 +145,7 @@ static void job_cancel_all(sv_job *L)
 {
     for (int i = 0; i < L->n_sib; i++)
         if (L->sib[i]->id && !L->sib[i]->done)
-            cdx_engine_cancel(L->s->m.engine, L->sib[i]->id);
+            cdx_engine_cancel(L->mdl->m.engine, L->sib[i]->id);
 }
 
 /* The engine thread: copy the event into the queue. */
@@ -210,6 +208,8 @@ static void on_event(const cdx_event *ev)
         j->t_last_ms = now;
     } else {
         sv_metrics_finish(&s->met, ev->finish);
+        if (ev->finish >= 0 && ev->finish < 5)
+            atomic_fetch_add(&j->mdl->finished[ev->finish], 1);
         job_unref(L); /* the engine's reference */
     }
 }
@@ -309,16 +309,16 @@ static json_t *piece_json(const char *p, size_t n, json_t **bytes)
 }
 
 /* An alternative token, as it would have entered the text where pc's token did (specials shown). */
-static json_t *alt_json(const cdx_server *s, int32_t id, bool first, json_t **bytes)
+static json_t *alt_json(const sv_model *md, int32_t id, bool first, json_t **bytes)
 {
     char buf[1024];
-    int n = s->m.tok ? cdx_tok_piece(s->m.tok, id, first, false, buf, sizeof buf) : 0;
+    int n = md->m.tok ? cdx_tok_piece(md->m.tok, id, first, false, buf, sizeof buf) : 0;
     n = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
     return piece_json(buf, (size_t)n, bytes);
 }
 
 /* Chat's logprobs entry for a token shown as its first len bytes: {token, logprob, bytes, top_logprobs} */
-static json_t *chat_lp_entry(const cdx_server *s, const sv_piece *pc, size_t len)
+static json_t *chat_lp_entry(const sv_model *s, const sv_piece *pc, size_t len)
 {
     json_t *bytes, *tok = piece_json(pc->raw, len, &bytes);
     json_t *tops = json_array();
@@ -353,14 +353,14 @@ static json_t *lp_json(sv_job *j, size_t upto, int64_t covered, bool final, size
         }
         n++;
         if (chat) {
-            json_array_append_new(content, chat_lp_entry(j->s, pc, len));
+            json_array_append_new(content, chat_lp_entry(j->mdl, pc, len));
             continue;
         }
         json_array_append_new(toks, piece_json(pc->raw, len, NULL));
         json_array_append_new(lps, json_real(pc->logprob));
         json_t *top = json_object();
         for (int k = 0; k < pc->n_top; k++) {
-            json_t *tk = alt_json(j->s, pc->top_ids[k], pc->raw_first, NULL);
+            json_t *tk = alt_json(j->mdl, pc->top_ids[k], pc->raw_first, NULL);
             json_object_set_new(top, json_string_value(tk), json_real(pc->top_lp[k]));
             json_decref(tk);
         }
@@ -479,7 +479,7 @@ static char *result_body(sv_job *L)
     }
     json_t *root = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", L->rid, "object",
                              L->p.kind == SV_CHAT ? "chat.completion" : "text_completion", "created",
-                             (json_int_t)L->created, "model", L->s->name, "choices", choices, "usage", usage_json(L));
+                             (json_int_t)L->created, "model", L->mdl->name, "choices", choices, "usage", usage_json(L));
     char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     return s;
@@ -512,7 +512,7 @@ static json_t *chunk(sv_job *j, json_t *choice)
 {
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", j->rid, "object",
                           j->p.kind == SV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                          (json_int_t)j->created, "model", j->s->name, "choices",
+                          (json_int_t)j->created, "model", j->mdl->name, "choices",
                           choice ? json_pack("[o]", choice) : json_array());
     if (o && j->p.include_usage)
         json_object_set_new(o, "usage", json_null());
@@ -716,6 +716,7 @@ typedef struct sv_conn {
     bool too_big;
     int status;
     sv_job *job;
+    sv_model *mdl;                  /* acquired: released when the connection completes */
 } sv_conn;
 
 /* The headers every answer carries: CORS's when --cors is set. */
@@ -778,29 +779,38 @@ static enum MHD_Result reply_error(sv_conn *k, struct MHD_Connection *c, const s
                  e->status == 429 || e->status == 503 ? "1" : NULL);
 }
 
-/* The routes: path, method, metrics slot. */
-typedef struct { const char *path; bool post; int route; } route_def;
+/* The route table's rows (SV_ROUTES in sv_int.h) with their handlers. */
+typedef enum MHD_Result (*route_fn)(sv_conn *k, struct MHD_Connection *c, const char *url);
+typedef struct { const char *path, *alias; bool post; int route; route_fn handler; } route_def;
+static enum MHD_Result route_health(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_metrics(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_admin(sv_conn *k, struct MHD_Connection *c, const char *url);
 static const route_def k_routes[] = {
-    { "/health", false, SV_R_HEALTH },
-    { "/v1/health", false, SV_R_HEALTH },
-    { "/v1/models", false, SV_R_MODELS },
-    { "/models", false, SV_R_MODELS },
-    { "/v1/chat/completions", true, SV_R_CHAT },
-    { "/chat/completions", true, SV_R_CHAT },
-    { "/v1/completions", true, SV_R_COMPLETIONS },
-    { "/completions", true, SV_R_COMPLETIONS },
-    { "/tokenize", true, SV_R_TOKENIZE },
-    { "/detokenize", true, SV_R_DETOKENIZE },
-    { "/metrics", false, SV_R_METRICS },
+#define SV_X_(id, path, alias, post, handler, help) { path, alias, post, SV_R_##id, handler },
+    SV_ROUTES(SV_X_)
+#undef SV_X_
 };
+static const cdx_server_route k_public_routes[] = {
+#define SV_X_(id, path, alias, post, handler, help) { path, alias, post ? "POST" : "GET", help },
+    SV_ROUTES(SV_X_)
+#undef SV_X_
+};
+
+const cdx_server_route *cdx_server_routes(size_t *n)
+{
+    *n = sizeof k_public_routes / sizeof k_public_routes[0];
+    return k_public_routes;
+}
 
 static const route_def *find_route(const char *url)
 {
     for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++)
-        if (!strcmp(url, k_routes[i].path))
+        if (!strcmp(url, k_routes[i].path) || (k_routes[i].alias && !strcmp(url, k_routes[i].alias)))
             return &k_routes[i];
     if (!strncmp(url, "/v1/models/", 11) && url[11])
-        return &k_routes[2];
+        return &k_routes[SV_R_MODELS];
     return NULL;
 }
 
@@ -854,16 +864,45 @@ static enum MHD_Result reply_preflight(sv_conn *k, struct MHD_Connection *c, con
 static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const char *url)
 {
     cdx_server *s = k->s;
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:b,s:I,s:I}", "id", s->name, "object", "model", "created",
-                          (json_int_t)s->created, "owned_by", "caldrix", "compatibility", "compatible", "chat_template",
-                          !s->m.tmpl_chatml, "context_length", (json_int_t)s->m.n_ctx, "n_vocab",
-                          (json_int_t)s->m.n_vocab);
-    if (!strncmp(url, "/v1/models/", 11))
-        return reply_json(k, c, 200, m); /* any name selects the one model */
-    return reply_json(k, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    sv_error e;
+    if (!strncmp(url, "/v1/models/", 11)) {
+        sv_model *m = sv_reg_find(&s->reg, url + 11); /* one model: any name selects it */
+        if (!m)
+            return sv_reg_not_found(&s->reg, url + 11, &e), reply_error(k, c, &e);
+        return reply_json(k, c, 200, sv_reg_model_json(&s->reg, m, (long long)s->created));
+    }
+    json_t *list = json_array();
+    for (int i = 0; i < s->reg.n; i++)
+        json_array_append_new(list, sv_reg_model_json(&s->reg, &s->reg.models[i], (long long)s->created));
+    return reply_json(k, c, 200, json_pack("{s:s,s:o}", "object", "list", "data", list));
 }
 
-static int encode(const cdx_server *s, const char *text, size_t len, bool add_special, int32_t **ids, int64_t *n,
+/* POST /models/load and /models/unload {"model": NAME} */
+static enum MHD_Result route_admin(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    cdx_server *s = k->s;
+    sv_error e;
+    json_error_t je;
+    json_t *root = k->body ? json_loadb(k->body, k->n, 0, &je) : NULL;
+    const char *name = json_string_value(json_object_get(root, "model"));
+    if (!name) {
+        json_decref(root);
+        sv_fail(&e, 400, "invalid_request_error", root ? "invalid_type" : "invalid_json", "model",
+                "the body must be a JSON object with \"model\": NAME");
+        return reply_error(k, c, &e);
+    }
+    sv_model *m = s->reg.multi ? sv_reg_find(&s->reg, name) : (strcmp(name, s->reg.models[0].name) ? NULL : &s->reg.models[0]);
+    int rc = !m ? sv_reg_not_found(&s->reg, name, &e)
+             : k->route == SV_R_MODELS_LOAD ? sv_reg_acquire(&s->reg, m, true, &e) : sv_reg_unload(&s->reg, m, &e);
+    json_decref(root);
+    if (rc)
+        return reply_error(k, c, &e);
+    if (k->route == SV_R_MODELS_LOAD)
+        sv_reg_release(&s->reg, m);
+    return reply_json(k, c, 200, sv_reg_model_json(&s->reg, m, (long long)s->created));
+}
+
+static int encode(const sv_model *s, const char *text, size_t len, bool add_special, int32_t **ids, int64_t *n,
                   sv_error *e, const char *param)
 {
     cdx_err err = {0};
@@ -884,7 +923,7 @@ static enum MHD_Result route_tokenize(sv_conn *k, struct MHD_Connection *c, sv_p
     sv_error e;
     int32_t *ids = NULL;
     int64_t n = 0;
-    if (encode(k->s, p->text, p->text_len, p->add_special, &ids, &n, &e, "content"))
+    if (encode(k->mdl, p->text, p->text_len, p->add_special, &ids, &n, &e, "content"))
         return free(ids), reply_error(k, c, &e);
     json_t *a = json_array();
     for (int64_t i = 0; i < n; i++)
@@ -898,12 +937,12 @@ static enum MHD_Result route_detokenize(sv_conn *k, struct MHD_Connection *c, sv
     cdx_err err = {0};
     size_t need = 0;
     sv_error e;
-    if (cdx_tok_decode(k->s->m.tok, p->ids, (size_t)p->n_ids, false, NULL, 0, &need, &err)) {
+    if (cdx_tok_decode(k->mdl->m.tok, p->ids, (size_t)p->n_ids, false, NULL, 0, &need, &err)) {
         sv_fail(&e, 400, "invalid_request_error", "invalid_value", "tokens", "tokens: %s", err.msg);
         return reply_error(k, c, &e);
     }
     char *text = malloc(need + 1);
-    if (!text || cdx_tok_decode(k->s->m.tok, p->ids, (size_t)p->n_ids, false, text, need + 1, &need, &err)) {
+    if (!text || cdx_tok_decode(k->mdl->m.tok, p->ids, (size_t)p->n_ids, false, text, need + 1, &need, &err)) {
         free(text);
         sv_fail(&e, 500, "server_error", "internal_error", "tokens", "cannot decode the tokens");
         return reply_error(k, c, &e);
@@ -914,7 +953,7 @@ static enum MHD_Result route_detokenize(sv_conn *k, struct MHD_Connection *c, sv
 }
 
 /* The images of a request decoded and preprocessed (on the connection's thread; the engine encodes them). */
-static int prepare_images(cdx_server *s, sv_params *p, sv_error *e)
+static int prepare_images(const sv_model *s, sv_params *p, sv_error *e)
 {
     if (!p->n_img)
         return 0;
@@ -954,7 +993,7 @@ static int prepare_images(cdx_server *s, sv_params *p, sv_error *e)
 }
 
 /* The prompt of a chat or completion request as token ids (into p->ids). */
-static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
+static int build_prompt(const sv_model *s, sv_params *p, sv_error *e)
 {
     if (prepare_images(s, p, e))
         return -1;
@@ -1002,7 +1041,7 @@ static int build_prompt(cdx_server *s, sv_params *p, sv_error *e)
 /* max_tokens past what the context leaves is cut to it (finish_reason "length" when the context
  * fills), as llama-server and vLLM do: OpenAI clients send large values routinely. Only a prompt
  * that leaves no position to generate is refused, naming the prompt. */
-static int fit_context(const cdx_server *s, sv_params *p, sv_error *e)
+static int fit_context(const sv_model *s, sv_params *p, sv_error *e)
 {
     if (p->n_ids >= s->n_room)
         return sv_fail(e, 400, "invalid_request_error", "MODEL_RESOURCE_LIMIT", p->kind == SV_CHAT ? "messages" : "prompt",
@@ -1018,7 +1057,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
 {
     cdx_server *s = k->s;
     sv_error e;
-    if (build_prompt(s, p, &e) || fit_context(s, p, &e))
+    if (build_prompt(k->mdl, p, &e) || fit_context(k->mdl, p, &e))
         return reply_error(k, c, &e);
     const int n = p->n > 1 ? p->n : 1;
     sv_job *j = calloc(1, sizeof *j), **sib = calloc((size_t)n, sizeof *sib);
@@ -1030,6 +1069,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
+    j->mdl = k->mdl;
     j->c = c;
     j->p = *p;
     *p = (sv_params){0};
@@ -1054,7 +1094,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
             job_unref(j);
             return MHD_NO;
         }
-        *q = (sv_job){ .s = s, .c = c, .p = j->p, .created = j->created, .lead = j, .index = i };
+        *q = (sv_job){ .s = s, .mdl = k->mdl, .c = c, .p = j->p, .created = j->created, .lead = j, .index = i };
         q->p.sp.seed = j->p.sp.seed + (uint64_t)i;
         memcpy(q->rid, j->rid, sizeof q->rid);
         sib[j->n_sib++] = q;
@@ -1082,13 +1122,14 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
         rq.user = q;
         rq.sampling.seed = q->p.sp.seed;
         atomic_fetch_add(&j->refs, 1); /* the engine's */
-        rc = cdx_engine_submit(s->m.engine, &rq, &q->id, &err);
+        rc = cdx_engine_submit(k->mdl->m.engine, &rq, &q->id, &err);
         if (rc) {
             atomic_fetch_sub(&j->refs, 1); /* the engine never took it */
             for (int k2 = i; k2 < n; k2++)
                 sib[k2]->done = true;
         }
     }
+    sv_reg_kick(&s->reg); /* the engine thread may be waiting on another engine */
     if (rc) {
         pthread_mutex_lock(&j->mu);
         job_cancel_all(j); /* the choices already submitted */
@@ -1146,38 +1187,148 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     return reply(k, c, 200, body, "application/json", NULL);
 }
 
-static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char *url)
+/* The engines' statistics summed over the loaded models (one model: its own), and the registry's
+ * gauges after them. */
+static char *metrics_text(cdx_server *s, size_t *n)
+{
+    cdx_engine_stats sum = { 0 };
+    pthread_mutex_lock(&s->reg.mu);
+    for (int i = 0; i < s->reg.n; i++) {
+        const sv_model *m = &s->reg.models[i];
+        if (m->state != SV_LOADED)
+            continue;
+        cdx_engine_stats st;
+        cdx_engine_get_stats(m->m.engine, &st);
+        sum.n_ctx = st.n_ctx > sum.n_ctx ? st.n_ctx : sum.n_ctx;
+        sum.n_blocks += st.n_blocks;
+        sum.blocks_used += st.blocks_used;
+        sum.blocks_cached += st.blocks_cached;
+        sum.blocks_free += st.blocks_free;
+        sum.running += st.running;
+        sum.waiting += st.waiting;
+        sum.prompt_tokens += st.prompt_tokens;
+        sum.cached_tokens += st.cached_tokens;
+        sum.generated_tokens += st.generated_tokens;
+        sum.preemptions += st.preemptions;
+        sum.rounds += st.rounds;
+    }
+    pthread_mutex_unlock(&s->reg.mu);
+    char *t = sv_metrics_text(&s->met, &sum, true, n);
+    if (!t || !s->reg.multi)
+        return t;
+    uint64_t used, budget;
+    int n_loaded;
+    sv_reg_ledger(&s->reg, &used, &budget, &n_loaded);
+    /* several models: the registry's gauges, and every per-request series again with a model label */
+    size_t cap = 4096 + (size_t)s->reg.n * 2048, w = 0;
+    char *x = malloc(cap);
+    if (!x)
+        return t;
+#define PUT(...) (w += (size_t)snprintf(x + w, w < cap ? cap - w : 0, __VA_ARGS__))
+    PUT("# HELP caldrix_models_loaded Models loaded (or loading).\n# TYPE caldrix_models_loaded gauge\n"
+        "caldrix_models_loaded %d\n"
+        "# HELP caldrix_memory_ledger_bytes The memory ledger: bytes held by loaded models (weights and KV pools), "
+        "and the budget (0: none).\n# TYPE caldrix_memory_ledger_bytes gauge\n"
+        "caldrix_memory_ledger_bytes{kind=\"used\"} %llu\ncaldrix_memory_ledger_bytes{kind=\"budget\"} %llu\n",
+        n_loaded, (unsigned long long)used, (unsigned long long)budget);
+    static const char *const reasons[5] = { "none", "stop", "length", "cancelled", "error" };
+    PUT("# HELP caldrix_model_requests_total HTTP requests answered, by model, route and status.\n"
+        "# TYPE caldrix_model_requests_total counter\n");
+    pthread_mutex_lock(&s->met.mu);
+    const int n_codes = s->met.n_codes;
+    int codes[16];
+    memcpy(codes, s->met.codes, sizeof codes);
+    pthread_mutex_unlock(&s->met.mu);
+    pthread_mutex_lock(&s->reg.mu);
+    for (int i = 0; i < s->reg.n && w < cap; i++)
+        for (int r = 0; r < SV_N_ROUTES; r++)
+            for (int c = 0; c < n_codes; c++)
+                if (s->reg.models[i].requests[r][c])
+                    PUT("caldrix_model_requests_total{model=\"%s\",route=\"%s\",status=\"%d\"} %llu\n",
+                        s->reg.models[i].name, sv_route_names[r], codes[c],
+                        (unsigned long long)s->reg.models[i].requests[r][c]);
+    PUT("# HELP caldrix_model_generations_total Generation requests finished, by model and finish reason.\n"
+        "# TYPE caldrix_model_generations_total counter\n");
+    for (int i = 0; i < s->reg.n && w < cap; i++)
+        for (int f = 1; f < 5; f++)
+            PUT("caldrix_model_generations_total{model=\"%s\",reason=\"%s\"} %llu\n", s->reg.models[i].name,
+                reasons[f], (unsigned long long)atomic_load(&s->reg.models[i].finished[f]));
+    PUT("# HELP caldrix_model_resident_bytes What the ledger holds for a model (0: not loaded).\n"
+        "# TYPE caldrix_model_resident_bytes gauge\n");
+    for (int i = 0; i < s->reg.n && w < cap; i++)
+        PUT("caldrix_model_resident_bytes{model=\"%s\"} %llu\n", s->reg.models[i].name,
+            (unsigned long long)s->reg.models[i].held_bytes);
+    pthread_mutex_unlock(&s->reg.mu);
+#undef PUT
+    if (w >= cap) { /* more models than the estimate: the registry's series are left out, never cut */
+        free(x);
+        return t;
+    }
+    char *g = realloc(t, *n + w + 1);
+    if (!g) {
+        free(x);
+        return t;
+    }
+    memcpy(g + *n, x, w + 1);
+    *n += w;
+    free(x);
+    return g;
+}
+
+/* The model a request names ("model", a string, when the body is a JSON object), acquired for the
+ * request (its verdict, and a load when needed). */
+static int pick_model(sv_conn *k, sv_error *e)
 {
     cdx_server *s = k->s;
+    json_t *root = k->body ? json_loadb(k->body, k->n, 0, NULL) : NULL;
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return 1; /* not a JSON object: the parser says so, naming no model */
+    }
+    const char *name = json_string_value(json_object_get(root, "model"));
+    sv_model *m = sv_reg_find(&s->reg, name);
+    int rc = m ? sv_reg_acquire(&s->reg, m, false, e) : sv_reg_not_found(&s->reg, name, e);
+    json_decref(root);
+    if (!rc)
+        k->mdl = m;
+    return rc;
+}
+
+static enum MHD_Result route_health(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    return reply_json(k, c, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static enum MHD_Result route_metrics(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    size_t n = 0;
+    char *t = metrics_text(k->s, &n);
+    return t ? reply(k, c, 200, t, "text/plain; version=0.0.4", NULL) : MHD_NO;
+}
+
+/* The routes whose body sv_parse reads, on the model the body names. */
+static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
     sv_error e;
-    switch (k->route) {
-    case SV_R_HEALTH:
-        return reply_json(k, c, 200, json_pack("{s:s}", "status", "ok"));
-    case SV_R_METRICS: {
-        cdx_engine_stats st;
-        cdx_engine_get_stats(s->m.engine, &st);
-        size_t n = 0;
-        char *t = sv_metrics_text(&s->met, &st, true, &n);
-        return t ? reply(k, c, 200, t, "text/plain; version=0.0.4", NULL) : MHD_NO;
-    }
-    case SV_R_MODELS:
-        return route_models(k, c, url);
-    default:
-        break;
-    }
-    if (k->too_big) {
-        sv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL, "the body is over %zu bytes",
-                s->max_body);
+    const int picked = pick_model(k, &e);
+    if (picked < 0)
         return reply_error(k, c, &e);
-    }
+    const sv_model *md = k->mdl;
     static const sv_kind kinds[] = { [SV_R_CHAT] = SV_CHAT, [SV_R_COMPLETIONS] = SV_COMPLETION,
                                      [SV_R_TOKENIZE] = SV_TOKENIZE, [SV_R_DETOKENIZE] = SV_DETOKENIZE };
-    cdx_engine_stats est;
-    cdx_engine_get_stats(s->m.engine, &est);
-    sv_limits lim = { .n_vocab = s->m.n_vocab, .has_tok = s->m.tok != NULL, .images = s->m.image_proc != NULL,
-                      .max_n = est.max_queue };
+    cdx_engine_stats est = { .max_queue = 1 };
+    if (md)
+        cdx_engine_get_stats(md->m.engine, &est);
+    sv_limits lim = { .n_vocab = md ? md->m.n_vocab : 1, .has_tok = md && md->m.tok != NULL,
+                      .images = md && md->m.image_proc != NULL, .max_n = est.max_queue };
     sv_params p;
     enum MHD_Result ret;
+    if (!md) { /* not a JSON object: the parser's error */
+        if (sv_parse(k->body ? k->body : "", k->n, kinds[k->route], &lim, &p, &e) == 0)
+            sv_fail(&e, 400, "invalid_request_error", "invalid_json", NULL, "the body must be a JSON object");
+        sv_params_free(&p);
+        return reply_error(k, c, &e);
+    }
     if (sv_parse(k->body ? k->body : "", k->n, kinds[k->route], &lim, &p, &e))
         ret = reply_error(k, c, &e);
     else if (k->route == SV_R_TOKENIZE)
@@ -1188,6 +1339,18 @@ static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char
         ret = route_generate(k, c, &p);
     sv_params_free(&p);
     return ret;
+}
+
+static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    const route_def *rd = &k_routes[k->route];
+    if (rd->post && k->too_big) {
+        sv_error e;
+        sv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL, "the body is over %zu bytes",
+                k->s->max_body);
+        return reply_error(k, c, &e);
+    }
+    return rd->handler(k, c, url);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -1209,7 +1372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         clock_gettime(CLOCK_REALTIME, &now);
         k->t_unix_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
         snprintf(k->method, sizeof k->method, "%s", method);
-        snprintf(k->path, sizeof k->path, "%s", rd ? rd->path : url);
+        snprintf(k->path, sizeof k->path, "%s", !rd ? url : rd->alias && !strcmp(url, rd->alias) ? rd->alias : rd->path);
         sv_printable(k->path);
         sv_printable(k->method);
         bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -1276,14 +1439,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     sv_conn *k = *con_cls;
     if (!k)
         return;
-    sv_metrics_request(&s->met, k->route, k->status ? k->status : 499);
+    const int slot = sv_metrics_request(&s->met, k->route, k->status ? k->status : 499);
+    if (k->mdl && slot >= 0) {
+        pthread_mutex_lock(&s->reg.mu);
+        k->mdl->requests[k->route][slot]++;
+        pthread_mutex_unlock(&s->reg.mu);
+    }
     cdx_server_request_log rl = { .t_unix_ms = k->t_unix_ms, .method = k->method, .route = k->path,
                                   .status = k->status ? k->status : 499, .prompt_tokens = -1,
                                   .completion_tokens = -1, .ms = cdx_time_ms() - k->t0_ms };
+    if (k->mdl)
+        rl.model = k->mdl->name;
     if (k->job) {
         sv_job *j = k->job;
         pthread_mutex_lock(&j->mu);
-        rl.model = s->name;
         rl.prompt_tokens = j->n_prompt ? j->n_prompt : j->p.n_ids;
         rl.completion_tokens = 0;
         for (int i = 0; i < j->n_sib; i++)
@@ -1293,6 +1462,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         job_unref(j);
         atomic_fetch_sub(&s->n_active, 1);
     }
+    if (k->mdl)
+        sv_reg_release(&s->reg, k->mdl); /* after the cancel: an idle model may go once its engine is idle */
     if (s->on_log)
         s->on_log(s->log_user, &rl);
     free(k->body);
@@ -1317,19 +1488,22 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 /* ---- the engine thread ---- */
 
+/* One thread steps every engine, one round at a time, so rounds of different engines never run
+ * at once on the shared pool. Fairness: round-robin over the engines that have work, one round
+ * each in turn (a round is at most --max-batch sequences and the token budget), so a busy model
+ * delays another by at most one of its rounds between two of the other's. */
 static void *engine_main(void *arg)
 {
     cdx_server *s = arg;
-    cdx_engine *e = s->m.engine;
     for (;;) {
-        if (cdx_engine_busy(e)) {
-            cdx_err err = {0};
-            cdx_engine_step(e, &err); /* a failed round ended its requests with an error event */
+        sv_model *m = sv_reg_next(&s->reg);
+        if (m) {
+            sv_reg_step(&s->reg, m);
             continue;
         }
         if (atomic_load(&s->engine_stop))
             break;
-        cdx_engine_wait(e, 50);
+        sv_reg_idle(&s->reg, 50);
     }
     return NULL;
 }
@@ -1407,34 +1581,33 @@ int cdx_server_port(const cdx_server *s)
     return s ? s->port : 0;
 }
 
-int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err)
+static int start_engine_thread(cdx_server *s, cdx_err *err)
 {
-    if (!m || !m->engine)
-        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: no engine");
-    if (atomic_load(&s->ready))
-        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: already ready");
-    s->m = *m;
-    s->name = strdup(m->name && *m->name ? m->name : "model");
-    if (!s->name)
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    s->m.name = s->name;
-    cdx_engine_stats st;
-    cdx_engine_get_stats(m->engine, &st);
-    s->n_room = st.n_blocks * CDX_KV_BLOCK < st.n_ctx ? st.n_blocks * CDX_KV_BLOCK : st.n_ctx;
-    if (!m->tmpl) { /* the same rule as cdx_chat_setup_open with neither a model nor a file: ChatML */
-        int rc = cdx_chat_setup_open(NULL, NULL, m->tok, &s->chatml, err);
-        if (rc)
-            return rc;
-        s->m.tmpl = s->chatml.tmpl;
-        s->m.tmpl_chatml = true;
-        if (!s->m.tmpl_tokens)
-            s->m.tmpl_tokens = s->chatml.tokens;
-    }
     if (pthread_create(&s->engine_thread, NULL, engine_main, s))
         return cdx_err_set(err, CDX_ENOMEM, "cannot start the engine thread");
     s->thread_started = true;
     atomic_store(&s->ready, true);
     return CDX_OK;
+}
+
+int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err)
+{
+    if (!m || !m->engine)
+        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: no engine");
+    if (atomic_load(&s->ready) || s->reg.inited)
+        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: already ready");
+    int rc = sv_reg_init_one(&s->reg, m, err);
+    return rc ? rc : start_engine_thread(s, err);
+}
+
+int cdx_server_ready_models(cdx_server *s, const cdx_server_models *o, cdx_err *err)
+{
+    if (atomic_load(&s->ready) || s->reg.inited)
+        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready_models: already ready");
+    int rc = sv_reg_init(&s->reg, o, err);
+    if (!rc)
+        rc = sv_reg_preload(&s->reg, err);
+    return rc ? rc : start_engine_thread(s, err);
 }
 
 void cdx_server_stop(cdx_server *s)
@@ -1456,10 +1629,9 @@ void cdx_server_stop(cdx_server *s)
         atomic_store(&s->engine_stop, true);
         pthread_join(s->engine_thread, NULL);
     }
-    cdx_chat_setup_close(&s->chatml);
+    sv_reg_free(&s->reg);
     sv_metrics_destroy(&s->met);
     free(s->api_key);
     free(s->cors_origin);
-    free(s->name);
     free(s);
 }

@@ -109,8 +109,28 @@ void sv_printable(char *s);
 
 /* ---- metrics ---- */
 
-enum { SV_R_HEALTH, SV_R_MODELS, SV_R_CHAT, SV_R_COMPLETIONS, SV_R_TOKENIZE, SV_R_DETOKENIZE, SV_R_METRICS,
-       SV_R_OTHER, SV_N_ROUTES };
+/* The routes, one row each: id, path (also the route's label in /metrics and the request log),
+ * alias (NULL: none), POST (else GET/HEAD), handler (server.c), what it does (serve --help). The
+ * router, /metrics and cdx_server_routes are made from it: a new endpoint is one row. */
+#define SV_ROUTES(X)                                                                                          \
+    X(HEALTH, "/health", "/v1/health", false, route_health, "{\"status\":\"ok\"}; never needs the API key")     \
+    X(MODELS, "/v1/models", "/models", false, route_models,                                                   \
+      "the models, their compatibility and state; /v1/models/NAME: one")                                      \
+    X(CHAT, "/v1/chat/completions", "/chat/completions", true, route_parsed, "chat (streamed or not)")         \
+    X(COMPLETIONS, "/v1/completions", "/completions", true, route_parsed, "text completion (streamed or not)") \
+    X(TOKENIZE, "/tokenize", NULL, true, route_parsed, "text to token ids")                                   \
+    X(DETOKENIZE, "/detokenize", NULL, true, route_parsed, "token ids to text")                               \
+    X(METRICS, "/metrics", NULL, false, route_metrics, "Prometheus text")                                     \
+    X(MODELS_LOAD, "/models/load", NULL, true, route_admin, "{\"model\": NAME}: load it (several models)")     \
+    X(MODELS_UNLOAD, "/models/unload", NULL, true, route_admin, "{\"model\": NAME}: unload it")
+
+enum {
+#define SV_X_(id, path, alias, post, handler, help) SV_R_##id,
+    SV_ROUTES(SV_X_)
+#undef SV_X_
+    SV_R_OTHER,
+    SV_N_ROUTES
+};
 extern const char *const sv_route_names[SV_N_ROUTES];
 
 #define SV_N_BUCKETS 14
@@ -132,7 +152,8 @@ typedef struct sv_metrics {
 
 void sv_metrics_init(sv_metrics *m);
 void sv_metrics_destroy(sv_metrics *m);
-void sv_metrics_request(sv_metrics *m, int route, int status);
+/* Returns the status's slot in m->codes (-1: more than 16 statuses seen), for per-model counts. */
+int sv_metrics_request(sv_metrics *m, int route, int status);
 void sv_metrics_ttft(sv_metrics *m, double seconds);
 void sv_metrics_tpot(sv_metrics *m, double seconds);
 void sv_metrics_finish(sv_metrics *m, int finish);
@@ -196,5 +217,79 @@ void sv_gate_closed(sv_gate *g);
 /* Stops accepting and ends the connections still in the gate (waits for them). */
 void sv_gate_stop(sv_gate *g);
 void sv_gate_free(sv_gate *g); /* stops first; NULL: no-op */
+
+/* ---- the model registry (sv_registry.c) ---- */
+
+typedef enum { SV_UNLOADED, SV_LOADING, SV_LOADED, SV_UNLOADING, SV_FAILED } sv_state;
+typedef enum { SV_COMPATIBLE, SV_INCOMPATIBLE, SV_UNKNOWN } sv_compat;
+
+/* One model the server knows: the array never moves once the server is ready. */
+typedef struct sv_model {
+    char *name;
+    char *path;                 /* what cdx_load opens (NULL: the caller's model, or the bundled one) */
+    bool external;              /* the caller's model (cdx_server_ready): never unloaded */
+    bool pinned, preload;
+    sv_compat compat;           /* inspect's verdict, before any load */
+    char reason[1024];          /* why not compatible */
+    sv_state state;
+    char error[1024];           /* the last load's failure (state FAILED) */
+    cdx_loaded *ld;             /* owned when loaded by the server */
+    cdx_server_model m;         /* the view routes read (state LOADED) */
+    int64_t n_room;             /* positions one sequence can have: the context, or the KV pool if smaller */
+    cdx_chat_setup chatml;      /* ChatML, when the model has no template */
+    int inflight;               /* requests holding it (acquire .. release) */
+    bool stepping;              /* the engine thread is in one of its rounds */
+    double last_use_ms;         /* CLOCK_MONOTONIC */
+    int64_t ctx_hint;           /* the context inspect assumes (before a load) */
+    uint64_t est_bytes, est_kv_seq; /* inspect's weights + one sequence's KV, and that KV */
+    uint64_t resident_bytes;    /* what it took when last loaded (0: never loaded) */
+    uint64_t held_bytes;        /* what the ledger holds for it now */
+    uint64_t loads, unloads;
+    uint64_t requests[SV_N_ROUTES][16]; /* answered, by route and the status's slot in sv_metrics.codes (mu) */
+    _Atomic uint64_t finished[5];       /* generations by cdx_finish */
+} sv_model;
+
+typedef struct sv_registry {
+    bool inited;
+    pthread_mutex_t mu;         /* states, counts, the ledger */
+    pthread_cond_t cv;          /* a state changed, a request was submitted */
+    pthread_mutex_t run_mu;     /* the shared pool: one round, load or unload at a time */
+    sv_model *models;
+    int n;
+    bool multi;                 /* more than one model: requests' "model" must name one */
+    cdx_load_opts lo;
+    cdx_engine_opts eo;
+    cdx_pool *pool;
+    const json_t *tmpl_kwargs;
+    bool autoload, allow_unknown;
+    int max_loaded, idle_unload_s;
+    uint64_t budget, used;      /* the ledger (budget 0: no limit) */
+    int n_loaded;               /* loaded or loading */
+    uint64_t kick;
+    size_t rr;                  /* where the round-robin looks first */
+} sv_registry;
+
+int sv_reg_init_one(sv_registry *r, const cdx_server_model *m, cdx_err *err);
+int sv_reg_init(sv_registry *r, const cdx_server_models *o, cdx_err *err);
+int sv_reg_preload(sv_registry *r, cdx_err *err);
+void sv_reg_free(sv_registry *r);
+/* The model a request names (NULL: none by that name; a one-model server: always it). */
+sv_model *sv_reg_find(sv_registry *r, const char *name);
+int sv_reg_not_found(sv_registry *r, const char *name, sv_error *e); /* 404 naming the models; returns -1 */
+/* Makes m usable (its verdict, then a load when needed, evicting as the ledger and --models-max
+ * demand) and counts a request in flight on it until sv_reg_release. 0, or -1 with e. load: an
+ * explicit load (POST /models/load), which --models-autoload off allows. */
+int sv_reg_acquire(sv_registry *r, sv_model *m, bool load, sv_error *e);
+void sv_reg_release(sv_registry *r, sv_model *m);
+int sv_reg_unload(sv_registry *r, sv_model *m, sv_error *e);
+/* The engine thread: the next engine with work after the last one stepped (NULL: none), one round of it. */
+sv_model *sv_reg_next(sv_registry *r);
+void sv_reg_step(sv_registry *r, sv_model *m);
+void sv_reg_kick(sv_registry *r);
+/* Waits up to ms for work; unloads models idle past --idle-unload. */
+void sv_reg_idle(sv_registry *r, int ms);
+json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created);
+void sv_reg_ledger(sv_registry *r, uint64_t *used, uint64_t *budget, int *n_loaded);
+const char *sv_state_name(sv_state s);
 
 #endif

@@ -7,9 +7,10 @@
 #include <string.h>
 
 const char *const sv_route_names[SV_N_ROUTES] = {
-    [SV_R_HEALTH] = "/health",           [SV_R_MODELS] = "/v1/models",   [SV_R_CHAT] = "/v1/chat/completions",
-    [SV_R_COMPLETIONS] = "/v1/completions", [SV_R_TOKENIZE] = "/tokenize", [SV_R_DETOKENIZE] = "/detokenize",
-    [SV_R_METRICS] = "/metrics",         [SV_R_OTHER] = "other",
+#define SV_X_(id, path, alias, post, handler, help) [SV_R_##id] = path,
+    SV_ROUTES(SV_X_)
+#undef SV_X_
+    [SV_R_OTHER] = "other",
 };
 
 /* Upper bounds in seconds, shared by both latency histograms. */
@@ -27,7 +28,7 @@ void sv_metrics_destroy(sv_metrics *m)
     pthread_mutex_destroy(&m->mu);
 }
 
-void sv_metrics_request(sv_metrics *m, int route, int status)
+int sv_metrics_request(sv_metrics *m, int route, int status)
 {
     if (route < 0 || route >= SV_N_ROUTES)
         route = SV_R_OTHER;
@@ -40,6 +41,7 @@ void sv_metrics_request(sv_metrics *m, int route, int status)
     if (i < 16)
         m->requests[route][i]++;
     pthread_mutex_unlock(&m->mu);
+    return i < 16 ? i : -1;
 }
 
 static void hist_add(sv_hist *h, double v)
