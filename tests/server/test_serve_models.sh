@@ -82,6 +82,17 @@ PY
 read n_ok n_wrong n_stream <"$tmp/mix.txt"
 check "200 mixed requests from 12 clients: every answer from the model it named, bit for bit ($n_ok right, $n_wrong wrong, $n_stream streamed)" \
     [ "${n_ok:-0}" = 200 -a "${n_wrong:-1}" = 0 ]
+# fairness: while s260 streams a long answer, a short request on qwen is answered at once (round-robin
+# between the engines with work), not after it
+curl -s -N -m 120 -H 'Content-Type: application/json' -d '{"model":"s260","prompt":[1],"max_tokens":2000,"ignore_eos":true,"stream":true}' "$URL/v1/completions" >"$tmp/long.sse" &
+LONG=$!
+for _ in $(seq 100); do [ -s "$tmp/long.sse" ] && break; sleep 0.05; done
+post /v1/completions '{"model":"qwen","prompt":[1,5,9],"max_tokens":12,"temperature":0,"ignore_eos":true,"return_tokens":true}' "$tmp/c.json" >/dev/null
+kill -0 $LONG 2>/dev/null && running=1 || running=0
+n_long=$(grep -c '^data: {' "$tmp/long.sse")
+check "fair round-robin: qwen answers (as alone) while s260's 2000-token stream is still running ($n_long chunks so far)" \
+    [ "$(jv "$tmp/c.json" "d['choices'][0]['tokens']")" = "${WANT[qwen.0]}" -a $running = 1 -a "$n_long" -lt 1900 ]
+wait $LONG
 curl -s "$URL/v1/models" -o "$tmp/m.json"
 check "... and all three are loaded, each with its resident bytes" \
     [ "$(jv "$tmp/m.json" "[(m['state'], m['resident_bytes'] > 0) for m in d['data']]")" = '[["loaded", true], ["loaded", true], ["loaded", true]]' ]
