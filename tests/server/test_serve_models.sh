@@ -227,6 +227,16 @@ code=$(post /models/load '{"model":"b"}' "$tmp/e.json" -H 'Authorization: Bearer
 check "... and work with it" [ $code = 200 ]
 stop_servers
 
+# ---- --idle-unload: a model nobody used for that long is unloaded; a pinned one stays ----
+start_server idle --threads 1 --model $S260=a --model "$tmp/qwen3_twin.gguf=b" --pin b --idle-unload 1 || { bad "server --idle-unload"; fin; }
+post /v1/completions '{"model":"a","prompt":[1,2],"max_tokens":2}' "$tmp/c.json" >/dev/null
+curl -s "$URL/v1/models" -o "$tmp/m1.json"
+sleep 2.5
+curl -s "$URL/v1/models" -o "$tmp/m2.json"
+check "--idle-unload 1: a is unloaded 2.5 s after its request, pinned b stays loaded" \
+    [ "$(jv "$tmp/m1.json" "[m['state'] for m in d['data']]")" = '["loaded", "loaded"]' -a "$(jv "$tmp/m2.json" "[m['state'] for m in d['data']]")" = '["unloaded", "loaded"]' ]
+stop_servers
+
 # ---- bad options: exit 2 before listening ----
 "$CALDRIX" serve --model $S260=x --model "$tmp/qwen3_twin.gguf=x" --port 0 >/dev/null 2>"$tmp/err"; rc=$?
 said=$(grep -c 'two models are named "x"' "$tmp/err")
