@@ -150,8 +150,9 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
                          int *n_own, uint32_t ctx)
 {
     char **o = calloc(4 * MAX_MODELS + 8, sizeof *o);
-    int no = 0, n = 0;
+    int n = 0;
     *own = o;
+    *n_own = 0; /* counted as they are made: the caller frees them also after a failure */
     if (!o)
         return 1;
     const char *refs[MAX_MODELS + 1];
@@ -162,7 +163,7 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
         refs[nr++] = rg->refs.v[i];
     for (int i = 0; i < nr && nr <= MAX_MODELS; i++) {
         char *ref = strdup(refs[i]), *eq = strrchr(ref, '='), *nm = NULL;
-        o[no++] = ref;
+        o[(*n_own)++] = ref;
         if (eq && eq != ref && eq[1] && !strchr(eq, '/')) {
             *eq = 0;
             nm = eq + 1;
@@ -171,7 +172,7 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
             return 2;
         }
         char *name = nm ? strdup(nm) : model_name(ref);
-        o[no++] = name;
+        o[(*n_own)++] = name;
         const char *path = ref;
         struct stat st;
         if (stat(ref, &st) != 0) {
@@ -185,7 +186,7 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
                 fprintf(stderr, "caldrix serve: %s\n", err.msg);
                 return 1;
             }
-            o[no++] = res;
+            o[(*n_own)++] = res;
             path = res;
         }
         ent[n++] = (cdx_server_entry){ .name = name, .path = path };
@@ -223,9 +224,9 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
         closedir(d);
         qsort(found, (size_t)nf, sizeof *found, cmp_str);
         for (int i = 0; i < nf; i++) {
-            o[no++] = found[i];
+            o[(*n_own)++] = found[i];
             char *name = model_name(found[i]);
-            o[no++] = name;
+            o[(*n_own)++] = name;
             ent[n++] = (cdx_server_entry){ .name = name, .path = found[i] };
         }
     }
@@ -258,7 +259,6 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
         return 2;
     }
     *n_ent = n;
-    *n_own = no;
     return 0;
 }
 
