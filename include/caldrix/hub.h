@@ -180,6 +180,8 @@ typedef struct cdx_hub_opts {
                                    budget that fits (0 when none was needed or one was given) */
     int dtype;                  /* the compute type asked (a cdx_dtype; 0: the model's default): it sizes
                                    the KV cache of the estimate */
+    bool verify;                /* files already in the cache are hashed too and checked against the
+                                   listing's LFS sha256 (a download always is) */
 } cdx_hub_opts;
 /* Bytes per cached K or V value of a checkpoint with this config.json computing in dtype (a
  * cdx_dtype; 0: its default, from the model layer's table): 2 for bf16, else 4. */

@@ -260,6 +260,20 @@ static int fetch_file(hfctx *x, const char *file, cdx_err *err)
     if (!pointer)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     if (hub_exists(pointer)) {
+        const sib *ks = find_sib(x, file);
+        if (x->o && x->o->verify && ks && ks->sha256[0]) {
+            /* pull --verify: a kept file is read again and held to the listing's LFS digest */
+            char got_hex[65];
+            int vrc = cdx_sha256_file(pointer, got_hex, err);
+            if (vrc == 0 && strcmp(got_hex, ks->sha256))
+                vrc = cdx_err_set(err, CDX_EFORMAT, "%s: %s in the cache (%s) has sha256 %s, and the Hub's LFS metadata "
+                                  "gives %s: the cached copy is damaged; remove it (caldrix models rm %s) and pull again",
+                                  x->label, file, pointer, got_hex, ks->sha256, x->repo);
+            if (vrc < 0) {
+                free(pointer);
+                return vrc;
+            }
+        }
         hub_event(x->o, CDX_HUB_EV_KEPT, file, 0, 0, 0);
         free(pointer);
         return 0;

@@ -353,5 +353,16 @@ check "the tampered file is not in the cache (no blob, no .incomplete, no snapsh
 run p2 pull acme/tiny
 check "an intact download passes the digest check" '[ "$rc" -eq 0 ] && cmp -s "$HF_HOME/hub/models--acme--tiny/blobs/$SHA" $SH/fixtures/hf/qwen3/model.safetensors'
 
+B="$HF_HOME/hub/models--acme--tiny/blobs/$SHA"
+printf 'X' | dd of="$B" bs=1 seek=100 conv=notrunc 2>/dev/null
+run p3 pull acme/tiny
+check "a damaged file already in the cache is kept without --verify (not hashed again)" '[ "$rc" -eq 0 ] && hasnt "$T/p3.log" "/cdn/"'
+run p4 pull acme/tiny --verify
+check "pull --verify hashes the kept files and refuses the damaged one, naming both digests" '[ "$rc" -eq 1 ] && has "$T/p4.err" "damaged" && has "$T/p4.err" "$SHA" && has "$T/p4.err" "models rm acme/tiny"'
+rm -rf "$HF_HOME/hub/models--acme--tiny"
+run p5 pull acme/tiny
+run p6 pull acme/tiny --verify
+check "pull --verify of an intact cached model passes" '[ "$rc" -eq 0 ] && hasnt "$T/p6.log" "/cdn/"'
+
 echo "index: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
