@@ -35,6 +35,7 @@ extern "C" {
     X(GRANITE)     /* GraniteForCausalLM */                                                              \
     X(SMOLLM3)     /* SmolLM3ForCausalLM (NoPE layers) */                                                \
     X(OLMO2)       /* Olmo2ForCausalLM (post-norms, whole-projection q/k norms) */                       \
+    X(OLMOE)       /* OlmoeForCausalLM */                                                                \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

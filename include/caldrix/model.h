@@ -32,6 +32,7 @@ extern "C" {
     X(GRANITE, granite)     /* Granite: Llama with scalings outside the layers */                          \
     X(SMOLLM3, smollm3)     /* SmolLM3: Llama with NoPE layers */                                          \
     X(OLMO2, olmo2)         /* OLMo 2: post-norms, q/k norms over the whole projection */                  \
+    X(OLMOE, olmoe)         /* OLMoE: whole-projection q/k norms, experts on every layer */                \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {

@@ -44,8 +44,9 @@ typedef struct arch_desc {
     bool moe;                   /* a mixture of experts (its sparse layers: a router over n_expert MLPs) */
     bool shared_expert;         /* Qwen2-MoE: plus one always-on expert scaled by sigmoid(its gate) */
     bool norm_topk;             /* GGUF default for renormalising the top-k weights (HF: config.json) */
-    bool experts_ff_wide;       /* experts are feed_forward_length wide and always renormalise: GGUF has no
-                                   expert_feed_forward_length or expert_weights_norm (Mixtral) */
+    bool experts_ff_wide;       /* experts are feed_forward_length wide: GGUF has no expert_feed_forward_length,
+                                   nor expert_weights_norm unless config.json's norm_topk_prob is not norm_topk
+                                   (Mixtral, OLMoE) */
     const char *hf_text_prefix; /* HF tensor names of the text model start with this in place of "model."
                                    (Idefics3: "model.text_model."); NULL: "model." */
     bool vision;                /* a vision tower + connector beside the text model (vision.c) */

@@ -488,9 +488,11 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
             cdx_gguf_writer_set_u32(w, K(EXPERT_SHARED_FF_LENGTH),
                                     (uint32_t)cfg->shared_expert_intermediate_size);
         /* llama.cpp fixes the renormalisation per architecture; the key says what config.json says */
-        if (!d->experts_ff_wide)
+        if (!d->experts_ff_wide || cfg->norm_topk_prob != d->norm_topk)
             cdx_gguf_writer_set_bool(w, K(EXPERT_WEIGHTS_NORM), cfg->norm_topk_prob);
     }
+    if (cfg->clip_qkv > 0) /* OlmoModel.set_gguf_parameters' key (llama.cpp's olmoe graph does not read it) */
+        cdx_gguf_writer_set_f32(w, K(CLAMP_KQV), (float)cfg->clip_qkv);
     /* LlamaModel.set_gguf_parameters adds these two; Qwen2/Qwen3 do not */
     if (d->gguf_vocab_rope_keys) {
         cdx_gguf_writer_set_u32(w, K(VOCAB_SIZE), (uint32_t)cfg->vocab_size);

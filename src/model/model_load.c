@@ -928,6 +928,12 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->qk_norm = d->qk_norm;
     hp->qk_norm_full = d->qk_norm_full;
     hp->moe_topk_softmax = d->moe_topk_softmax;
+    if (cdx_gguf_get_arch_f64(g, a, CDX_GK_CLAMP_KQV, &f)) {
+        if (!(f > 0) || !(f < 1e9))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a positive bound", path, a,
+                               cdx_gguf_key_suffix(CDX_GK_CLAMP_KQV), f);
+        hp->clip_qkv = (float)f;
+    }
     if (d->gguf_nope_step > 0) { /* llama.cpp's fixed pattern: no RoPE on every step-th layer */
         if (hp->n_layer < 1 || hp->n_layer > CDX_HF_MAX_LAYERS || !(m->nope_layer = calloc((size_t)hp->n_layer, 1)))
             return cdx_err_set(err, CDX_EFORMAT, "%s: %s.block_count is %lld; expected 1..%d", path, a,

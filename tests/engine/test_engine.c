@@ -810,9 +810,10 @@ int main(void)
         { "../shared/fixtures/hf/qwen2_moe", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/mixtral.gguf", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
         { "../shared/fixtures/hf-gguf/qwen2_moe.gguf", "../shared/fixtures/hf/qwen2_moe/golden.json", "", "" },
-        /* families B (issue 36): NoPE layers; post-norms and whole-projection q/k norms */
+        /* families B (issue 36): NoPE layers; post-norms and whole-projection q/k norms; un-renormalised top-k */
         { "../shared/fixtures/hf/smollm3", "../shared/fixtures/hf/smollm3/golden.json", "", "" },
         { "../shared/fixtures/hf/olmo2", "../shared/fixtures/hf/olmo2/golden.json", "", "" },
+        { "../shared/fixtures/hf/olmoe", "../shared/fixtures/hf/olmoe/golden.json", "", "" },
         /* --dtype bf16 with a bf16 cache: PyTorch's bf16 greedy tokens, the same invariance */
         { "../shared/fixtures/hf/llama_bf16", "../shared/fixtures/hf/llama_bf16/golden_bf16.json", "", "bf16" },
         { "../shared/fixtures/hf/llama_f16", "../shared/fixtures/hf/llama_f16/golden_bf16.json", "", "bf16" },

@@ -57,10 +57,15 @@ static void flip_post_norms(cdx_model *m, bool on)
 
 static void flip_qk_norm_full(cdx_model *m, bool on) { m->hp.qk_norm_full = on; }
 
+/* OLMoE: the top-k weights renormalised (norm_topk_prob flipped) */
+static void flip_norm_topk(cdx_model *m, bool on) { m->hp.norm_topk_prob = !m->hp.norm_topk_prob; (void)on; }
+
 static const family k_families[] = {
     { "smollm3", true, true, { { "NoPE layers (RoPE on every layer)", flip_nope } } },
     { "olmo2", true, false, { { "the post-norms of the attention and MLP outputs", flip_post_norms },
                               { "q/k norms over the whole projection (per head instead)", flip_qk_norm_full } } },
+    { "olmoe", true, true, { { "its un-renormalised top-k (norm_topk_prob flipped)", flip_norm_topk },
+                             { "q/k norms over the whole projection (per head instead)", flip_qk_norm_full } } },
 };
 enum { N_FAMILIES = sizeof k_families / sizeof k_families[0] };
 
@@ -205,6 +210,32 @@ static void run_variants(void)
         printf("  %s with %s: %d of 3 cases match PyTorch's (worst top-5 logit error %.2e)\n", g_fam->name,
                json_string_value(json_object_get(v, "variant")), 3 - bad, worst);
         cdx_model_close(m);
+        m = NULL;
+        if (g_fam->gguf) { /* its GGUF: the same answer, or a refusal where llama.cpp's keys cannot say it */
+            char gg[160];
+            snprintf(gg, sizeof gg, "%s.gguf", dir);
+            cdx_gguf_writer *w = NULL;
+            cdx_convert *c = NULL;
+            REQUIRE(cdx_gguf_writer_new(&w, &e) == 0);
+            rc = cdx_convert_hf(dir, &(cdx_convert_opts){ .type = CDX_TYPE_F32 }, w, &c, &e);
+            if (!strcmp(g_fam->name, "smollm3"))
+                CHECKF(rc == CDX_EUNSUPPORTED && strstr(e.msg, "no key for the NoPE layers"), "smollm3 convert: %s",
+                       rc ? e.msg : "converted");
+            else {
+                CHECKF(rc == 0, "%s", e.msg);
+                rc = rc ? rc : cdx_tok_export_gguf_dummy(w, 320, 1, 2, &e);
+                rc = rc ? rc : cdx_gguf_writer_write(w, gg, &e);
+                rc = rc ? rc : cdx_model_open(gg, &(cdx_model_opts){ .dtype = CDX_DTYPE_F32 }, &m, &e);
+                CHECKF(rc == 0, "%s: %s", gg, e.msg);
+                const int gbad = rc ? 3 : decode(m, "scalar", &worst, true);
+                CHECKF(gbad == 0, "%s with %s, converted GGUF: %d cases differ from PyTorch's (worst %.3g)",
+                       g_fam->name, json_string_value(json_object_get(v, "variant")), gbad, worst);
+                cdx_model_close(m);
+                unlink(gg);
+            }
+            cdx_convert_free(c);
+            cdx_gguf_writer_free(w);
+        }
         unlink(dst);
         snprintf(dst, sizeof dst, "%s/config.json", dir);
         unlink(dst);
