@@ -36,6 +36,7 @@ extern "C" {
     X(SMOLLM3)     /* SmolLM3ForCausalLM (NoPE layers) */                                                \
     X(OLMO2)       /* Olmo2ForCausalLM (post-norms, whole-projection q/k norms) */                       \
     X(OLMOE)       /* OlmoeForCausalLM */                                                                \
+    X(GRANITEMOE)  /* GraniteMoeForCausalLM */                                                           \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

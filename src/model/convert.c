@@ -530,7 +530,8 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
 }
 
 /* The families llama.cpp has a GGUF form of (a vision-language model has none here). */
-static bool convertible(const arch_desc *d) { return !d->vision && (d->gguf_name || d->gguf_experts_of); }
+/* (Granite MoE's fused HF experts are not split by the converter yet) */
+static bool convertible(const arch_desc *d) { return !d->vision && !d->hf_experts_fused && (d->gguf_name || d->gguf_experts_of); }
 
 void cdx_convert_archs(char *out, size_t cap) { arch_titles(convertible, out, cap); }
 

@@ -16,7 +16,7 @@
 /* ---- tensor roles ---- */
 
 typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE,
-               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN } dim_kind;
+               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2 } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
                NEED_POST_NORM } need_kind;
 
@@ -125,6 +125,7 @@ static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
     case D_SSM_NV: return hp->ssm_n_v_head;
     case D_SSM_DV: return hp->ssm_d_v;
     case D_SSM_K: return hp->ssm_conv_k;
+    case D_FFE2: return 2 * hp->n_ff_expert;
     case D_QN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head : 1);
     case D_KN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head_kv : 1);
     default: return 1;
@@ -386,6 +387,21 @@ static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
             continue;
         const int64_t rows = dim_value(hp, rd->rows), cols = dim_value(hp, rd->cols);
         int rc;
+        if (rd->per_expert && !b->gguf && m->desc->hf_experts_fused) {
+            /* Granite MoE: input_linear [E, 2I, H] holds each expert's gate rows then its up rows (bound as
+             * MOE_GATE, split here), output_linear [E, H, I] the down matrices */
+            if (r == MOE_UP)
+                continue;
+            snprintf(name, sizeof name, fmt, layer);
+            if ((rc = bind_mat(b, name, r == MOE_GATE ? 2 * rows : rows, cols, (int64_t)ne, dst[r], err)))
+                return rc;
+            for (size_t e = 0; r == MOE_GATE && e < ne; e++) {
+                L->exp_gate[e].rows = L->exp_up[e].rows = rows;
+                L->exp_up[e] = L->exp_gate[e];
+                L->exp_up[e].data = (const uint8_t *)L->exp_gate[e].data + (size_t)rows * L->exp_gate[e].row_bytes;
+            }
+            continue;
+        }
         if (!rd->per_expert || b->gguf) {
             snprintf(name, sizeof name, fmt, layer);
             if ((rc = bind_mat(b, name, rows, cols, rd->per_expert ? (int64_t)ne : 1, dst[r], err)))
@@ -476,15 +492,19 @@ static void walk(const walker *w)
             const char *fmt = arch_moe_name_of(d, (moe_role)r, p->gguf);
             if (!fmt || (rd->shared && !d->shared_expert))
                 continue;
-            const bool stack = rd->per_expert && p->gguf;
-            for (int64_t e = 0; e < (rd->per_expert && !p->gguf ? p->n_expert : 1); e++) {
+            /* Granite MoE's HF experts: one [E, 2I, H] gate|up stack and one down stack */
+            const bool fused = rd->per_expert && !p->gguf && d->hf_experts_fused;
+            if (fused && r == MOE_UP)
+                continue;
+            const bool stack = rd->per_expert && (p->gguf || fused);
+            for (int64_t e = 0; e < (rd->per_expert && !stack ? p->n_expert : 1); e++) {
                 char name[192], hf[192];
                 snprintf(name, sizeof name, fmt, (int)l, (int)e);
                 const char *hfmt = arch_moe_name_of(d, (moe_role)r, false);
                 if (p->gguf && !stack && hfmt)
                     snprintf(hf, sizeof hf, hfmt, (int)l);
-                emit(w, name, p->gguf && !stack && hfmt ? hf : NULL, rd->rows, rd->cols, stack ? p->n_expert : 1,
-                     true, true, CDX_TENSOR_WEIGHT);
+                emit(w, name, p->gguf && !stack && hfmt ? hf : NULL, fused && r == MOE_GATE ? D_FFE2 : rd->rows,
+                     rd->cols, stack ? p->n_expert : 1, true, true, CDX_TENSOR_WEIGHT);
             }
         }
     }
@@ -1133,10 +1153,14 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
             n_dims = 2;
             rows = (int64_t)t->shape[0];
         }
-        if ((n_dims < 1 || n_dims > 2) && !(d->vision && !strncmp(name, "model.vision_model.", 19)))
+        int64_t n_mat = 1;
+        if (d->hf_experts_fused && n_dims == 3) { /* a stack of experts' matrices [E, rows, cols] */
+            n_mat = (int64_t)t->shape[0];
+            rows = (int64_t)t->shape[1];
+        } else if ((n_dims < 1 || n_dims > 2) && !(d->vision && !strncmp(name, "model.vision_model.", 19)))
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; caldrix expects matrices and vectors",
                              dir, t->name, t->n_dims);
-        b.tensors[nb++] = (src_tensor){ name, t->type, n_dims, rows, cols, 1, t->data, t->n_bytes };
+        b.tensors[nb++] = (src_tensor){ name, t->type, n_dims, rows, cols, n_mat, t->data, t->n_bytes };
     }
     b.n = nb;
     /* the tower's tensors, by their index in the file (no tensor is skipped for a vision model, so

@@ -814,6 +814,7 @@ int main(void)
         { "../shared/fixtures/hf/smollm3", "../shared/fixtures/hf/smollm3/golden.json", "", "" },
         { "../shared/fixtures/hf/olmo2", "../shared/fixtures/hf/olmo2/golden.json", "", "" },
         { "../shared/fixtures/hf/olmoe", "../shared/fixtures/hf/olmoe/golden.json", "", "" },
+        { "../shared/fixtures/hf/granitemoe", "../shared/fixtures/hf/granitemoe/golden.json", "", "" },
         /* --dtype bf16 with a bf16 cache: PyTorch's bf16 greedy tokens, the same invariance */
         { "../shared/fixtures/hf/llama_bf16", "../shared/fixtures/hf/llama_bf16/golden_bf16.json", "", "bf16" },
         { "../shared/fixtures/hf/llama_f16", "../shared/fixtures/hf/llama_f16/golden_bf16.json", "", "bf16" },

@@ -60,12 +60,32 @@ static void flip_qk_norm_full(cdx_model *m, bool on) { m->hp.qk_norm_full = on; 
 /* OLMoE: the top-k weights renormalised (norm_topk_prob flipped) */
 static void flip_norm_topk(cdx_model *m, bool on) { m->hp.norm_topk_prob = !m->hp.norm_topk_prob; (void)on; }
 
+/* Granite MoE: softmax over all logits, top-k not renormalised; the default attention scale; no residual multiplier */
+static void flip_topk_softmax(cdx_model *m, bool on) { m->hp.moe_topk_softmax = on; m->hp.norm_topk_prob = on; }
+static void flip_attn_scale(cdx_model *m, bool on)
+{
+    static float keep;
+    if (!on)
+        keep = m->hp.attn_scale;
+    m->hp.attn_scale = on ? keep : 0;
+}
+static void flip_residual(cdx_model *m, bool on)
+{
+    static float keep;
+    if (!on)
+        keep = m->hp.residual_scale;
+    m->hp.residual_scale = on ? keep : 0;
+}
+
 static const family k_families[] = {
     { "smollm3", true, true, { { "NoPE layers (RoPE on every layer)", flip_nope } } },
     { "olmo2", true, false, { { "the post-norms of the attention and MLP outputs", flip_post_norms },
                               { "q/k norms over the whole projection (per head instead)", flip_qk_norm_full } } },
     { "olmoe", true, true, { { "its un-renormalised top-k (norm_topk_prob flipped)", flip_norm_topk },
                              { "q/k norms over the whole projection (per head instead)", flip_qk_norm_full } } },
+    { "granitemoe", false, true, { { "its top-k-then-softmax router (softmax over all, not renormalised)", flip_topk_softmax },
+                                   { "attention_multiplier (head_dim^-0.5 instead)", flip_attn_scale },
+                                   { "residual_multiplier", flip_residual } } },
 };
 enum { N_FAMILIES = sizeof k_families / sizeof k_families[0] };
 

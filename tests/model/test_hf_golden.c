@@ -223,7 +223,7 @@ static bool write_qwen3moe_gguf(void)
 int main(void)
 {
     static const char *const dense[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3",
-                                         "qwen3_moe", "mixtral", "qwen2_moe", "olmoe" };
+                                         "qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "granitemoe" };
     static char names[96][200], paths[96][160], goldens[96][160];
     int k = 0;
     const char *isas[] = { "scalar", "avx2", "avx512" };
