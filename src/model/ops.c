@@ -186,6 +186,18 @@ void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u
         swiglu_part(&j, 0, 1);
 }
 
+/* v[i] = exp(v[i] - mx) / Σ exp(v[j] - mx), in f32 in order (torch's softmax with the max subtracted). */
+static void softmax_from(float *v, int64_t n, float mx)
+{
+    float sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = expf(v[i] - mx);
+        sum += v[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] /= sum;
+}
+
 /* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
  * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked; or, for
  * topk_softmax (GraniteMoeTopKGating), the k largest logits and a softmax over those k. */
@@ -194,15 +206,8 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softma
     float mx = p[0];
     for (int64_t e = 1; e < ne; e++)
         mx = p[e] > mx ? p[e] : mx;
-    if (!topk_softmax) {
-        float sum = 0;
-        for (int64_t e = 0; e < ne; e++) {
-            p[e] = expf(p[e] - mx);
-            sum += p[e];
-        }
-        for (int64_t e = 0; e < ne; e++)
-            p[e] /= sum;
-    }
+    if (!topk_softmax)
+        softmax_from(p, ne, mx);
     for (int64_t r = 0; r < k; r++) {
         int32_t best = -1;
         for (int64_t e = 0; e < ne; e++) {
@@ -215,15 +220,9 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softma
         sel[r] = best;
         w[r] = p[best];
     }
-    if (topk_softmax) { /* w[0] is the largest logit, mx */
-        float sum = 0;
-        for (int64_t r = 0; r < k; r++) {
-            w[r] = expf(w[r] - mx);
-            sum += w[r];
-        }
-        for (int64_t r = 0; r < k; r++)
-            w[r] /= sum;
-    } else if (renorm) {
+    if (topk_softmax) /* w[0] is the largest logit, mx */
+        softmax_from(w, k, mx);
+    else if (renorm) {
         float s = 0;
         for (int64_t r = 0; r < k; r++)
             s += w[r];
