@@ -54,7 +54,15 @@ typedef enum cdx_hf_sliding {
     CDX_HF_SW_QWEN2_MOE, /* Qwen2-MoE: with use_sliding_window; even layers i < max_window_layers, or layer_types */
     CDX_HF_SW_QWEN_ALL,  /* Qwen3-MoE: every layer, only with use_sliding_window */
     CDX_HF_SW_NOPE,      /* SmolLM3: only with use_sliding_window; layer_types, else the NoPE layers */
+    CDX_HF_SW_EVEN,      /* Gemma2: layer_types, else the even layers (layer_idx % 2 == 0) */
+    CDX_HF_SW_PATTERN,   /* Gemma3: layer_types, else every layer but each sliding_window_pattern-th */
 } cdx_hf_sliding;
+
+/* The gated MLP's activation: act(gate(x)) · up(x). */
+typedef enum cdx_hf_act {
+    CDX_HF_ACT_SILU = 0,     /* SwiGLU (Llama, Qwen, ...) */
+    CDX_HF_ACT_GELU_TANH,    /* GeGLU with gelu_pytorch_tanh (Gemma) */
+} cdx_hf_act;
 
 /* Which projections attention_bias (or the class itself) biases. */
 typedef enum cdx_hf_bias {
@@ -72,13 +80,17 @@ typedef enum cdx_hf_layout {
     CDX_HF_TEXT_QWEN35_VL,   /* the same under text_config (Qwen3_5Config) */
 } cdx_hf_layout;
 
-/* Scalings outside the layers (Granite's multipliers): a row names the config.json key of each its
- * class has (default 1 when absent); cdx_hf_config.scale holds the value, 0 where the row has none. */
+/* Scalings outside the layers (Granite's multipliers, Gemma2's softcaps): a row names the config.json
+ * key of each its class has, and its class default (scale_defaults; 0 there: 1, or none for a softcap);
+ * cdx_hf_config.scale holds the value, 0 where the row has none or the key is null. */
 typedef enum cdx_hf_scale {
     CDX_HF_SCALE_EMBD,      /* the embeddings × this (embedding_multiplier) */
     CDX_HF_SCALE_RESIDUAL,  /* each branch × this before the residual add (residual_multiplier) */
     CDX_HF_SCALE_ATTN,      /* the softmax scale in place of head_dim^-½ (attention_multiplier) */
     CDX_HF_SCALE_LOGIT_DIV, /* the logits ÷ this (logits_scaling) */
+    CDX_HF_SCALE_QUERY_PRE_ATTN, /* the softmax scale is this^-½ (Gemma2/3's query_pre_attn_scalar) */
+    CDX_HF_SCALE_ATTN_SOFTCAP,   /* scores = cap·tanh(scores/cap) before the mask (attn_logit_softcapping) */
+    CDX_HF_SCALE_FINAL_SOFTCAP,  /* logits = cap·tanh(logits/cap) (final_logit_softcapping) */
     CDX_HF_SCALE_COUNT
 } cdx_hf_scale;
 
@@ -103,6 +115,13 @@ typedef struct cdx_hf_arch_row {
     int64_t nope_interval; /* SmolLM3: reads no_rope_layers, else every no_rope_layer_interval-th layer (this
                               default) has no RoPE; 0: the class has no NoPE layers */
     bool clip_qkv_key;   /* reads clip_qkv (OLMoE): q, k and v clamped to ±clip_qkv after the q/k norms */
+    double scale_defaults[CDX_HF_SCALE_COUNT];  /* the class default where the key is absent (0: 1; a softcap: none) */
+    bool tied;           /* default tie_word_embeddings (Gemma: true) */
+    const char *act_key; /* the one key that names the MLP activation (Gemma: hidden_activation; hidden_act is
+                            then ignored, as GemmaMLP ignores it); NULL: hidden_act and hidden_activation, SiLU */
+    cdx_hf_act act;      /* the activation when act_key is absent or null */
+    const char *rope_swa_theta_key; /* the RoPE base of the sliding layers (Gemma3: rope_local_base_freq); NULL: none */
+    double rope_swa_theta;          /* its default */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -127,7 +146,7 @@ enum {
     CDX_HF_LAYER_NOPE = 8,    /* SmolLM3: no rotary embedding on this layer's q and k */
 };
 
-typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1 } cdx_hf_rope_type;
+typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1, CDX_HF_ROPE_LINEAR = 2 } cdx_hf_rope_type;
 
 /* A vision-language checkpoint's vision_config and the connector settings (Idefics3: SigLIP-style
  * tower, pixel shuffle by scale_factor, a projection); present false for text models. Defaults are
@@ -148,7 +167,7 @@ typedef struct cdx_hf_config {
     int64_t max_position_embeddings;
     double rms_norm_eps;
     double rope_theta;
-    /* rope_scaling (rope_type "llama3"); CDX_HF_ROPE_DEFAULT for null / "default" */
+    /* rope_scaling (rope_type "llama3", or "linear": inv_freq / factor); CDX_HF_ROPE_DEFAULT for null / "default" */
     cdx_hf_rope_type rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int64_t rope_original_max_position;
@@ -185,8 +204,13 @@ typedef struct cdx_hf_config {
     int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent) */
     bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
     int64_t n_keys;                /* top-level keys of config.json (inspect's metadata count) */
-    double scale[CDX_HF_SCALE_COUNT]; /* cdx_hf_scale: as read, 1 when absent; 0 where the class has none */
+    double scale[CDX_HF_SCALE_COUNT]; /* cdx_hf_scale: as read, the class default when absent; 0 where the
+                                         class has none or the key is null */
+    cdx_hf_act act;                /* the gated MLP's activation */
+    double rope_theta_swa;         /* the sliding layers' RoPE base (rope_local_base_freq), without rope_scaling;
+                                      0: they rotate as the others */
     double clip_qkv;               /* OLMoE's clip_qkv; 0: none (null or absent) */
+    int64_t sliding_window_pattern; /* Gemma3's (6 when absent); 0 elsewhere */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a

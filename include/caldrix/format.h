@@ -142,7 +142,14 @@ CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const cha
     X(EMBEDDING_SCALE, "embedding_scale")                                       \
     X(RESIDUAL_SCALE, "residual_scale")                                         \
     X(ATTENTION_SCALE, "attention.scale")                                       \
-    X(LOGIT_SCALE, "logit_scale")
+    X(LOGIT_SCALE, "logit_scale")                                               \
+    X(ATTN_LOGIT_SOFTCAPPING, "attn_logit_softcapping")                         \
+    X(FINAL_LOGIT_SOFTCAPPING, "final_logit_softcapping")                       \
+    X(SLIDING_WINDOW, "attention.sliding_window")                               \
+    X(SLIDING_WINDOW_PATTERN, "attention.sliding_window_pattern")               \
+    X(ROPE_FREQ_BASE_SWA, "rope.freq_base_swa")                                 \
+    X(ROPE_SCALING_TYPE, "rope.scaling.type")                                   \
+    X(ROPE_SCALING_FACTOR, "rope.scaling.factor")
 
 typedef enum cdx_gguf_key {
 #define CDX_X_(name, suffix) CDX_GK_##name,

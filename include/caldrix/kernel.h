@@ -104,6 +104,8 @@ typedef struct cdx_attn_shape {
     int64_t kv_stride;                /* floats between positions p and p+1 of one block */
     int64_t block;                    /* positions per KV block (a contiguous cache: one block) */
     float scale;                      /* usually 1/sqrt(head_dim) */
+    float softcap;                    /* 0, or each score s = scale·q·k becomes softcap·tanh(s/softcap) before the
+                                         softmax (Gemma2's attn_logit_softcapping; the sets' fused rows are not used) */
     uint32_t kv_type;                 /* CDX_TYPE_F32 (0) or CDX_TYPE_F16: K/V stored as halves, and
                                          then q and the softmax weights rounded to f16 as ggml's
                                          matmuls with an F16 cache round them */
@@ -118,7 +120,7 @@ typedef struct cdx_attn_row {
                               blocks lie does not change the result */
     const void *const *v;
     int64_t lo, hi;        /* lo <= hi */
-    float *out;            /* [n_head][head_dim] = Σ_p softmax_p(scale · q·k_p) · v_p */
+    float *out;            /* [n_head][head_dim] = Σ_p softmax_p(scale · q·k_p, softcapped) · v_p */
     size_t off;            /* elements added to every block pointer (a layer's place inside a block) */
 } cdx_attn_row;
 

@@ -87,7 +87,20 @@ typedef struct cdx_hparams {
     float clip_qkv;                /* q, k, v clamped to ±clip_qkv after the q/k norms (OLMoE); 0: none */
     bool moe_topk_softmax;         /* experts weighed by a softmax over the k largest router logits (Granite
                                       MoE), else the softmax over all, renormalised when norm_topk_prob */
+    /* Gemma's hooks (0 / NULL: the common decoder's) */
+    cdx_hf_act act;                /* the gated MLP's activation: SiLU (SwiGLU) or tanh-GELU (GeGLU) */
+    float attn_softcap;            /* attention scores = cap·tanh(scores/cap) before the mask; 0: none */
+    float final_softcap;           /* logits = cap·tanh(logits/cap), after logit_div; 0: none */
+    const uint8_t *swa_layers;     /* [n_layer]: non-zero where sliding_window applies; NULL: every layer */
+    double rope_theta_swa;         /* RoPE base of the sliding layers (Gemma3's rope_local_base_freq, never
+                                    * scaled); 0: they rotate as the others */
 } cdx_hparams;
+
+/* The window layer l attends over: sliding_window on a sliding layer, else 0 (every position). */
+static inline int64_t cdx_hparams_window(const cdx_hparams *hp, int64_t l)
+{
+    return hp->sliding_window > 0 && (!hp->swa_layers || hp->swa_layers[l]) ? hp->sliding_window : 0;
+}
 
 /* Layers with K/V in the cache: the KV block layout's layer count. */
 static inline int64_t cdx_hparams_kv_layers(const cdx_hparams *hp)

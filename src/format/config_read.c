@@ -22,12 +22,12 @@ static const cdx_hf_rule k_rules[] = {
     { "architecture", "architectures", "config.json must declare exactly one architecture, one of the accepted list; every other architecture is refused by name." },
     { "dtype", "torch_dtype / dtype", "a torch_dtype other than bfloat16, float32 or float16." },
     { "quantized", "quantization_config", "a quantized safetensors checkpoint (quantization_config present); use the unquantized release or a quantized Ollama tag." },
-    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU." },
+    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU (Gemma's families: other than gelu_pytorch_tanh or SiLU in hidden_activation)." },
     { "mlp_bias", "mlp_bias", "an MLP bias." },
     { "attention_bias", "attention_bias", "an attention bias on o_proj (attention_bias true where the class applies it to q, k, v and o; Qwen2 and Qwen2-MoE have q, k, v biases of their own, which caldrix runs)." },
     { "rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE." },
-    { "rope_scaling", "rope_scaling / rope_parameters", "any rope_scaling other than Llama 3's (rope_type \"llama3\"), or a default one with a factor other than 1." },
-    { "sliding_window", "sliding_window, use_sliding_window, max_window_layers, layer_types", "a sliding window over some layers only (caldrix applies one window to every layer)." },
+    { "rope_scaling", "rope_scaling / rope_parameters", "any rope_scaling other than Llama 3's (rope_type \"llama3\") or linear, or a default one with a factor other than 1." },
+    { "sliding_window", "sliding_window, use_sliding_window, max_window_layers, layer_types", "a sliding window over some layers only (caldrix applies one window to every layer), except for Gemma2 and Gemma3, whose windows are per layer." },
     { "dimensions", "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings", "dimensions missing, out of bounds or inconsistent with each other (kv heads that do not divide the heads, an odd head_dim); absent keys take the transformers class defaults." },
     { "experts", "num_experts / num_local_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers", "for a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE, Granite MoE): no experts, more experts per token than experts, expert widths out of bounds, layer lists out of range." },
     { "qwen3_5_keys", "any key", "for Qwen3.5: any config.json key outside the set the import reads." },
@@ -472,9 +472,20 @@ static int read_rope(ctx *c, cdx_hf_config *cfg)
         return REFUSE(c, "%s: %s.factor is %s with the default rope type; only Llama 3's rope scaling (rope_type "
                       "\"llama3\") and the default (factor 1) are supported", c->name, rs_name, b);
     }
+    if (!strcmp(type, "linear")) { /* _compute_linear_scaling_rope_parameters: inv_freq / factor */
+        bool present;
+        char fs[64];
+        snprintf(fs, sizeof fs, "%s.factor", rs_name);
+        if ((rc = get_num_in(c, rs, "factor", fs, 1e-6, 1e6, &cfg->rope_factor, &present)))
+            return rc;
+        if (!present)
+            return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; linear rope scaling needs it", c->name, fs);
+        cfg->rope_type = CDX_HF_ROPE_LINEAR;
+        return CDX_OK;
+    }
     if (strcmp(type, "llama3"))
-        return REFUSE(c, "%s: %s is \"%.40s\"; only Llama 3's rope scaling (rope_type \"llama3\") and the default "
-                      "are supported", c->name, shown, type);
+        return REFUSE(c, "%s: %s is \"%.40s\"; only Llama 3's rope scaling (rope_type \"llama3\"), \"linear\" and the "
+                      "default are supported", c->name, shown, type);
     cfg->rope_type = CDX_HF_ROPE_LLAMA3;
     /* _compute_llama3_parameters needs all four. */
     static const char *const keys[] = { "factor", "low_freq_factor", "high_freq_factor" };
@@ -560,7 +571,13 @@ static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
     }
     /* layer_types, when given, decides per layer (Qwen2/3 families); Mistral ignores it. */
     json_t *lt = field(c->root, "layer_types");
-    bool use_lt = lt && (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE || row->sw == CDX_HF_SW_NOPE);
+    bool use_lt = lt && (row->sw == CDX_HF_SW_QWEN || row->sw == CDX_HF_SW_QWEN2_MOE || row->sw == CDX_HF_SW_NOPE ||
+                         row->sw == CDX_HF_SW_EVEN || row->sw == CDX_HF_SW_PATTERN);
+    if (row->sw == CDX_HF_SW_PATTERN) { /* Gemma3TextConfig: sliding iff (i + 1) % pattern != 0 */
+        cfg->sliding_window_pattern = 6;
+        if ((rc = get_int(c, "sliding_window_pattern", 1, CDX_HF_MAX_LAYERS, &cfg->sliding_window_pattern, NULL)))
+            return rc;
+    }
     if (use_lt) {
         if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layers) {
             char b[96];
@@ -589,6 +606,10 @@ static int read_sliding(ctx *c, cdx_hf_config *cfg, const arch_row *row)
             s = (l + 1) % 2 != 0 && l < cfg->max_window_layers;
         else if (row->sw == CDX_HF_SW_NOPE) /* SmolLM3Config: the NoPE layers slide */
             s = cfg->layer_flags[l] & CDX_HF_LAYER_NOPE;
+        else if (row->sw == CDX_HF_SW_EVEN)
+            s = l % 2 == 0;
+        else if (row->sw == CDX_HF_SW_PATTERN)
+            s = (l + 1) % cfg->sliding_window_pattern != 0;
         if (s && window > 0) {
             cfg->layer_flags[l] |= CDX_HF_LAYER_SLIDING;
             any = true;
@@ -710,6 +731,36 @@ static int read_vision(ctx *top, cdx_hf_config *cfg)
         return cdx_err_set(top->err, CDX_ERANGE, "%s: image_size %lld / patch_size %lld = %lld patches per side; it must "
                            "be whole and a multiple of scale_factor %lld", name, (long long)v->image_size,
                            (long long)v->patch_size, (long long)side, (long long)v->scale_factor);
+    return CDX_OK;
+}
+
+/* The MLP activation. A row with act_key reads that key only (GemmaMLP: hidden_activation, or
+ * gelu_pytorch_tanh when it is absent or null, whatever hidden_act says); else hidden_act and
+ * hidden_activation must be SiLU, in the text model's object and at the top level. */
+static int read_act(ctx *c, cdx_hf_config *cfg, const arch_row *row, json_t *const objs[2], const char *const names[2])
+{
+    static const struct { const char *name; cdx_hf_act act; } k_acts[] = {
+        { "silu", CDX_HF_ACT_SILU }, { "gelu_pytorch_tanh", CDX_HF_ACT_GELU_TANH },
+    };
+    static const char *const act_keys[] = { "hidden_act", "hidden_activation" };
+    int rc;
+    cfg->act = row->act;
+    for (int k = 0; k < 2 && objs[k]; k++)
+        for (size_t i = 0; i < (row->act_key ? 1 : 2); i++) {
+            const char *key = row->act_key ? row->act_key : act_keys[i], *act = NULL;
+            if ((rc = get_str(c, objs[k], key, key, &act)))
+                return rc;
+            if (!act)
+                continue;
+            size_t a = 0;
+            while (a < sizeof k_acts / sizeof k_acts[0] && strcmp(act, k_acts[a].name))
+                a++;
+            if (a < sizeof k_acts / sizeof k_acts[0] && (row->act_key || k_acts[a].act == CDX_HF_ACT_SILU))
+                cfg->act = k_acts[a].act;
+            else
+                REFUSE(c, "%s: %s is \"%.40s\"; only \"%s\" is supported", names[k], key, act,
+                       row->act_key ? "silu\" or \"gelu_pytorch_tanh" : "silu");
+        }
     return CDX_OK;
 }
 
@@ -836,15 +887,9 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if ((rc = read_rope(&c, cfg)))
         goto out;
 
-    static const char *const act_keys[] = { "hidden_act", "hidden_activation" };
-    for (int k = 0; k < 2 && objs[k]; k++)
-        for (size_t i = 0; i < 2; i++) {
-            const char *act = NULL;
-            if ((rc = get_str(&c, objs[k], act_keys[i], act_keys[i], &act)))
-                goto out;
-            if (act && strcmp(act, "silu"))
-                REFUSE(&c, "%s: %s is \"%.40s\"; only \"silu\" is supported", obj_names[k], act_keys[i], act);
-        }
+    if ((rc = read_act(&c, cfg, row, objs, obj_names)))
+        goto out;
+    cfg->tie_word_embeddings = row->tied;
     if ((rc = get_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)) ||
         (rc = get_bool(&c, "attention_bias", &cfg->attention_bias, NULL)))
         goto out;
@@ -899,7 +944,9 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     if (row->clip_qkv_key && (rc = get_num_in(&c, root, "clip_qkv", "clip_qkv", 0, 1e9, &cfg->clip_qkv, NULL)))
         goto out;
-    for (int64_t l = 0; l < cfg->n_layers && cfg->sliding_window; l++)
+    /* a window over some layers only is computed for the classes whose rule is per layer (Gemma2/3) */
+    const bool per_layer_sw = row->sw == CDX_HF_SW_EVEN || row->sw == CDX_HF_SW_PATTERN;
+    for (int64_t l = 0; l < cfg->n_layers && cfg->sliding_window && !per_layer_sw; l++)
         if (!(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING)) {
             REFUSE(&c, "%s: sliding window %lld applies to some layers only (max_window_layers %lld); caldrix applies "
                    "one window to every layer", c.name, (long long)cfg->sliding_window,
@@ -909,9 +956,18 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if (row->moe && (rc = read_moe(&c, cfg, row)))
         goto out;
     for (int k = 0; k < CDX_HF_SCALE_COUNT; k++) { /* the scalings outside the layers the class has */
-        cfg->scale[k] = row->scale_keys[k] ? 1.0 : 0.0;
-        if (row->scale_keys[k] &&
-            (rc = get_num_in(&c, root, row->scale_keys[k], row->scale_keys[k], 1e-9, 1e9, &cfg->scale[k], NULL)))
+        const bool cap = k == CDX_HF_SCALE_ATTN_SOFTCAP || k == CDX_HF_SCALE_FINAL_SOFTCAP;
+        cfg->scale[k] = !row->scale_keys[k] ? 0.0 : row->scale_defaults[k] ? row->scale_defaults[k] : cap ? 0.0 : 1.0;
+        if (row->scale_keys[k] && json_is_null(json_object_get(root, row->scale_keys[k])))
+            cfg->scale[k] = 0; /* null: none (a softcap switched off) */
+        else if (row->scale_keys[k] &&
+                 (rc = get_num_in(&c, root, row->scale_keys[k], row->scale_keys[k], 1e-9, 1e9, &cfg->scale[k], NULL)))
+            goto out;
+    }
+    if (row->rope_swa_theta_key) { /* Gemma3: the sliding layers' own RoPE base (default rope, no scaling) */
+        cfg->rope_theta_swa = row->rope_swa_theta;
+        if ((rc = get_num_in(&c, root, row->rope_swa_theta_key, row->rope_swa_theta_key, 1e-9, 1e12,
+                             &cfg->rope_theta_swa, NULL)))
             goto out;
     }
     cfg->partial_rotary_factor = 1.0;

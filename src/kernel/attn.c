@@ -122,6 +122,14 @@ typedef struct {
     int64_t n_rows;
 } attn_job;
 
+/* A score from a dot product: scale·d, softcapped where the shape says (transformers' eager attention:
+ * w = w / softcap; w = tanh(w); w = w * softcap). */
+static inline float attn_score(const cdx_attn_shape *s, float d)
+{
+    const float x = d * s->scale;
+    return s->softcap ? tanhf(x / s->softcap) * s->softcap : x;
+}
+
 /* One (row, KV head): the `group` query heads that share the KV head walk the positions together. */
 static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h0, int group)
 {
@@ -142,7 +150,7 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
         for (int h = 0; h < group; h++) {
             const float *q = r->q + (size_t)(h0 + h) * hd;
             for (int i = 0; i < nb; i++)
-                sc[h][i] = v->dot(q, KV_AT(r->k, p0 + i), hd) * s->scale;
+                sc[h][i] = attn_score(s, v->dot(q, KV_AT(r->k, p0 + i), hd));
             /* online softmax: a new maximum rescales what was summed so far */
             float bm = v->max(sc[h], nb);
             if (bm > mx[h]) {
@@ -189,7 +197,7 @@ static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const c
         const uint16_t *k = KV16(r->k, p);
         for (int d = 0; d < hd; d++)
             row[d] = cdx_f16_to_f32(k[d]);
-        const float sc = v->dot(q, row, hd) * s->scale;
+        const float sc = attn_score(s, v->dot(q, row, hd));
         mx = sc > mx ? sc : mx;
     }
     double sum = 0;
@@ -197,14 +205,14 @@ static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const c
         const uint16_t *k = KV16(r->k, p);
         for (int d = 0; d < hd; d++)
             row[d] = cdx_f16_to_f32(k[d]);
-        sum += expf(v->dot(q, row, hd) * s->scale - mx);
+        sum += expf(attn_score(s, v->dot(q, row, hd)) - mx);
     }
     const float inv = (float)(1.0 / sum);
     for (int64_t p = r->lo; p <= r->hi; p++) {
         const uint16_t *k = KV16(r->k, p), *vv = KV16(r->v, p);
         for (int d = 0; d < hd; d++)
             row[d] = cdx_f16_to_f32(k[d]);
-        const float w = f16_round(expf(v->dot(q, row, hd) * s->scale - mx) * inv);
+        const float w = f16_round(expf(attn_score(s, v->dot(q, row, hd)) - mx) * inv);
         for (int d = 0; d < hd; d++)
             row[d] = cdx_f16_to_f32(vv[d]);
         v->axpy(acc, w, row, hd);
@@ -219,7 +227,7 @@ static void attn_rows(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn
 {
     const int group = s->n_head / s->n_kv_head;
     /* the set's fused rows (the same bits as attn_heads with its primitives), where it takes the shape */
-    if (s->kv_type == CDX_TYPE_F32 && k && k->attn_f32) {
+    if (s->kv_type == CDX_TYPE_F32 && k && k->attn_f32 && !s->softcap) {
         bool done = true;
         for (int h = 0; h < group && done; h += ATTN_MAX_GROUP)
             done = k->attn_f32(s, r, nr, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);

@@ -64,12 +64,22 @@ typedef struct arch_desc {
                                    else by the softmax over all (renormalised as norm_topk_prob says) */
     bool hf_experts_fused;      /* HF experts stacked: a [E, 2·I, H] gate|up tensor and an [E, H, I] down tensor
                                    (Granite MoE's input_linear / output_linear), split at load */
+    bool embd_sqrt;             /* the embeddings × sqrt(n_embd), a number held in the compute type (Gemma's
+                                   normalizer: torch.tensor(hidden_size**0.5, dtype)) */
     /* convert (llama.cpp's convert_hf_to_gguf.py) */
     bool gguf_vocab_rope_keys;  /* LlamaModel.set_gguf_parameters: <arch>.vocab_size, rope.dimension_count */
     bool gguf_rope_freqs;       /* LlamaModel: rope_freqs.weight for rope_scaling llama3 */
     bool gguf_scales;           /* the scalings outside the layers (hparams embd_scale ...) as llama.cpp's
                                    granite keys: embedding_scale, residual_scale, attention.scale,
                                    logit_scale (the logits' divisor) */
+    /* GGUF files of the family (llama.cpp's src/models/<arch>.cpp) */
+    bool gguf_gemma;            /* llama.cpp's Gemma keys: the softcaps, attention.sliding_window(_pattern),
+                                   rope.freq_base_swa, rope.scaling linear; the activation of the config row;
+                                   the converter writes them, adds 1 to the norms and drops lm_head */
+    int gguf_swa_period;        /* sliding_window_pattern's default: layer l slides iff l % p < p - 1 */
+    int64_t gguf_swa_default;   /* attention.sliding_window when absent (Gemma2: 4096); 0: no window */
+    int64_t gguf_scale_layers;  /* llama.cpp's 27B rule: at this block count the softmax scale is
+                                   (n_embd / n_head)^-½ (Gemma2/3-27B's query_pre_attn_scalar), else head_dim^-½ */
     const role_name *names;     /* its own tensor names, or NULL */
 } arch_desc;
 
@@ -95,6 +105,13 @@ typedef enum {
     ROLE_FFN_POST_NORM,  /* arch_desc.post_norms: the MLP output's norm */
     ROLE_COUNT
 } tensor_role;
+
+/* Whether r is a norm's scale (an RMSNorm weight: what a norm offset shifts). */
+static inline bool arch_role_is_norm(tensor_role r)
+{
+    return r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || r == ROLE_OUT_NORM || r == ROLE_QNORM || r == ROLE_KNORM ||
+           r == ROLE_ATTN_POST_NORM || r == ROLE_FFN_POST_NORM;
+}
 
 /* The GGUF ("blk.%d.attn_q.weight") or HF ("model.layers.%d.self_attn.q_proj.weight") name pattern of
  * a role in family d (its own names first: Qwen3.5's GGUF FFN norm is blk.%d.post_attention_norm);
@@ -142,6 +159,8 @@ struct cdx_model {
     cdx_mat output;                     /* [n_vocab × n_embd] (tok_embd when tied) */
     float *out_norm;                    /* [n_embd] */
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
+    float *inv_freq_swa;                /* [n_rot/2]: the sliding layers' (hp.rope_theta_swa), or NULL */
+    uint8_t *swa_layers;                /* [n_layer] (hp.swa_layers) or NULL */
     layer_weights *layers;              /* [n_layer] */
     cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */
     uint8_t *linear_layer;              /* [n_layer] (hp.linear_layer) or NULL */

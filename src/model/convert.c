@@ -40,6 +40,7 @@ struct cdx_convert {
     size_t n_bufs, cap_bufs;
     char notes[512];
     size_t n_tensors, n_bytes;
+    int swa_period;         /* Gemma's: the sliding layers' period (attention.sliding_window_pattern) */
 };
 
 void cdx_convert_free(cdx_convert *c)
@@ -346,14 +347,18 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
     uint32_t type = d->hybrid && role == ROLE_SSM_CONV ? CDX_TYPE_F32 : tensor_type(want, name, n_dims, ne[0]);
     bool permute = d->gguf_rope == CDX_ROPE_ADJACENT &&
                    (role == ROLE_WQ || role == ROLE_WK || role == ROLE_BQ || role == ROLE_BK);
+    /* the norms stored as offsets get theirs added (GemmaModel.modify_tensors: norm.weight + 1) */
+    const bool shift = d->hf_norm_offset != 0 && !d->hybrid && arch_role_is_norm(role);
     /* the converter widens BF16 to F32 first; F16/F32 data that stays in its type is copied as is */
-    if (!permute && !d->hybrid && type == t->type && (type == CDX_TYPE_F32 || type == CDX_TYPE_F16))
+    if (!permute && !shift && !d->hybrid && type == t->type && (type == CDX_TYPE_F32 || type == CDX_TYPE_F16))
         return add_tensor(c, w, name, type, n_dims, ne, NULL, t->data, err);
     float *f = malloc((size_t)n * sizeof *f);
     if (!f)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
     st->to_f32(t->data, f, (int64_t)n);
     int rc = CDX_OK;
+    for (uint64_t i = 0; shift && i < n; i++)
+        f[i] += d->hf_norm_offset;
     if (d->hybrid && n_dims <= 2 &&
         hybrid_tensor(&c->cfg, role, f, n_dims == 2 ? (int64_t)ne[1] : (int64_t)ne[0], n_dims == 2 ? (int64_t)ne[0] : 1))
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
@@ -474,7 +479,7 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     cdx_gguf_writer_set_u32(w, K(HEAD_COUNT_KV), (uint32_t)cfg->n_kv_heads);
     cdx_gguf_writer_set_f32(w, K(ROPE_FREQ_BASE), (float)cfg->rope_theta);
     cdx_gguf_writer_set_f32(w, K(RMS_EPS), (float)cfg->rms_norm_eps);
-    if (config_has(dir, "head_dim") || d->hybrid) {
+    if (config_has(dir, "head_dim") || d->hybrid || d->gguf_gemma) {
         cdx_gguf_writer_set_u32(w, K(KEY_LENGTH), (uint32_t)cfg->head_dim);
         cdx_gguf_writer_set_u32(w, K(VALUE_LENGTH), (uint32_t)cfg->head_dim);
     }
@@ -509,6 +514,24 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
             if (config_has(dir, sk[i].key))
                 cdx_gguf_writer_set_f32(w, cdx_gguf_key_name(sk[i].k, a, key, sizeof key), (float)cfg->scale[sk[i].s]);
     }
+    if (d->gguf_gemma) { /* Gemma2Model / Gemma3Model.set_gguf_parameters */
+        const double ac = cfg->scale[CDX_HF_SCALE_ATTN_SOFTCAP], fc = cfg->scale[CDX_HF_SCALE_FINAL_SOFTCAP];
+        if (ac > 0)
+            cdx_gguf_writer_set_f32(w, K(ATTN_LOGIT_SOFTCAPPING), (float)ac);
+        if (fc > 0)
+            cdx_gguf_writer_set_f32(w, K(FINAL_LOGIT_SOFTCAPPING), (float)fc);
+        if (cfg->sliding_window > 0) {
+            cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW), (uint32_t)cfg->sliding_window);
+            if (c->swa_period != d->gguf_swa_period)
+                cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW_PATTERN), (uint32_t)c->swa_period);
+        }
+        if (cfg->rope_theta_swa > 0)
+            cdx_gguf_writer_set_f32(w, K(ROPE_FREQ_BASE_SWA), (float)cfg->rope_theta_swa);
+    }
+    if (cfg->rope_type == CDX_HF_ROPE_LINEAR) { /* TextModel.set_gguf_parameters, every family */
+        cdx_gguf_writer_set_str(w, K(ROPE_SCALING_TYPE), "linear");
+        cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_FACTOR), (float)cfg->rope_factor);
+    }
     if (d->hybrid) { /* Qwen3NextModel / _Qwen35MRopeMixin.set_gguf_parameters */
         cdx_gguf_writer_set_u32(w, K(SSM_CONV_KERNEL), (uint32_t)cfg->linear_conv_kernel);
         cdx_gguf_writer_set_u32(w, K(SSM_STATE_SIZE), (uint32_t)cfg->linear_k_dim);
@@ -527,6 +550,15 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     }
     return cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
 #undef K
+}
+
+/* Whether the sliding layers are those l with l % p < p - 1 (llama_hparams::set_swa_pattern). */
+static bool swa_fits(const cdx_hf_config *cfg, int p)
+{
+    for (int64_t l = 0; p > 0 && l < cfg->n_layers; l++)
+        if (!!(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING) != (l % p < p - 1))
+            return false;
+    return p > 0;
 }
 
 /* The families llama.cpp has a GGUF form of (a vision-language model has none here). */
@@ -587,7 +619,19 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
                          (long long)cfg->n_experts);
         goto fail;
     }
-    if (cfg->sliding_window > 0)
+    if (d->gguf_gemma && cfg->sliding_window > 0) {
+        /* GGUF says which layers slide by a period p (layer l iff l % p < p - 1): the family's default
+         * where it fits (then no key, as llama.cpp's converter writes none), else the smallest that does */
+        c->swa_period = swa_fits(cfg, d->gguf_swa_period) ? d->gguf_swa_period : 0;
+        for (int p = 1; !c->swa_period && p <= cfg->n_layers; p++)
+            c->swa_period = swa_fits(cfg, p) ? p : 0;
+        if (!c->swa_period) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: the sliding layers (layer_types) do not repeat "
+                             "with a period; GGUF \"%s\" writes them as attention.sliding_window_pattern only", dir,
+                             d->gguf_name);
+            goto fail;
+        }
+    } else if (cfg->sliding_window > 0)
         snprintf(c->notes, sizeof c->notes, "sliding_window %lld is not written: GGUF \"%s\" has no key for it, so "
                  "llama.cpp attends to the whole context\n", (long long)cfg->sliding_window, d->gguf_name);
     if ((rc = cdx_st_open(dir, &c->st, err)))
@@ -612,6 +656,7 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         }
         /* Qwen3.5: the multi-token-prediction head and the vision tower are not the text model */
         skip |= d->hybrid && (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "model.visual.", 13));
+        skip |= d->gguf_gemma && !strcmp(t->name, "lm_head.weight"); /* GemmaModel.filter_tensors: tied */
         if (skip)
             continue;
         refs[n_src].t = t;

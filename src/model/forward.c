@@ -167,8 +167,10 @@ static void qkv_part(void *arg, int ith, int nth)
             model_clamp(v, kvd, hp->clip_qkv);
         }
         if (!hp->nope_layer || !hp->nope_layer[j->l]) { /* SmolLM3's NoPE layers rotate nothing */
-            model_rope(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], m->inv_freq, hp->rope_mode);
-            model_rope(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], m->inv_freq, hp->rope_mode);
+            /* Gemma3: the sliding layers rotate with their own base */
+            const float *f = m->inv_freq_swa && cdx_hparams_window(hp, j->l) ? m->inv_freq_swa : m->inv_freq;
+            model_rope(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode);
+            model_rope(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode);
         }
         model_kv_store(&j->seqs[fc->s.seq[i]], j->l, fc->s.pos[i], kvd, k, v);
     }
@@ -211,12 +213,12 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
     const cdx_kernels *K = fc->s.k;
     cdx_pool *pool = fc->s.pool;
     model_embed(&m->tok_embd, b->tokens, b->embd, n, E, fc->s.x);
-    if (hp->embd_scale) /* Granite's embedding_multiplier */
+    if (hp->embd_scale) /* Granite's embedding_multiplier, Gemma's sqrt(hidden) */
         for (int64_t i = 0; i < n * E; i++)
             fc->s.x[i] *= hp->embd_scale;
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block, .scale = hp->attn_scale ? hp->attn_scale : 1.0f / sqrtf((float)hd),
-                              .kv_type = seqs[0].type };
+                              .softcap = hp->attn_softcap, .kv_type = seqs[0].type };
     if (ashape.kv_type != CDX_TYPE_F32 && ashape.kv_type != CDX_TYPE_F16)
         return cdx_err_set(err, CDX_EINVAL, "KV cache type %u; f32 and f16 are supported", ashape.kv_type);
     for (int s = 1; s < n_seq; s++)
@@ -240,7 +242,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
             cdx_pool_run(pool, qkv_part, &qj);
         else
             qkv_part(&qj, 0, 1);
-        model_attn_rows(&fc->s, seqs, n, fc->s.q, fc->s.attn, qd, l, hp->sliding_window);
+        model_attn_rows(&fc->s, seqs, n, fc->s.q, fc->s.attn, qd, l, cdx_hparams_window(hp, l));
         int rc = cdx_attn(K, pool, &ashape, fc->s.arows, n, err);
         if (rc)
             return rc;
@@ -259,7 +261,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         } else {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
                              (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
-            model_swiglu(pool, K, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff, false);
+            model_glu(pool, K, hp->act, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff);
             cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
         }
         if (L->ffn_post_norm)
@@ -275,6 +277,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         cdx_matmul(K, pool, &m->output, fc->s.xn, n_out, logits, fc->s.ws);
     for (int64_t i = 0; hp->logit_div && i < n_out * hp->n_vocab; i++) /* Granite's logits_scaling */
         logits[i] /= hp->logit_div;
+    model_softcap(logits, n_out * hp->n_vocab, hp->final_softcap); /* Gemma2's final_logit_softcapping */
     return CDX_OK;
 }
 

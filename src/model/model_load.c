@@ -587,7 +587,19 @@ static int rope_init(cdx_model *m, const float *freq_factors, const cdx_hf_confi
         if (freq_factors)
             m->inv_freq[i] /= freq_factors[i];
     }
-    if (scaling) {
+    if (hp->rope_theta_swa > 0) { /* Gemma3's sliding layers: their own base, the default rotation */
+        if (!(m->inv_freq_swa = malloc((size_t)half * sizeof(float))))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        for (int64_t i = 0; i < half; i++)
+            m->inv_freq_swa[i] = (float)(1.0 / pow(hp->rope_theta_swa, (double)((float)(2 * i) / (float)hp->n_rot)));
+    }
+    if (scaling && scaling->rope_type == CDX_HF_ROPE_LINEAR) {
+        /* _compute_linear_scaling_rope_parameters: inv_freq / factor (f32) */
+        for (int64_t i = 0; i < half; i++)
+            m->inv_freq[i] /= (float)scaling->rope_factor;
+        snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
+                 "linear rope scaling applied (factor %g)\n", scaling->rope_factor);
+    } else if (scaling) {
         /* Llama 3 (modeling_rope_utils._compute_llama3_parameters) */
         double factor = scaling->rope_factor, low = scaling->rope_low_freq_factor;
         double high = scaling->rope_high_freq_factor, orig = (double)scaling->rope_original_max_position;
@@ -803,6 +815,68 @@ out:
 
 /* ---- from GGUF ---- */
 
+/* llama.cpp's gemma2 / gemma3 (src/models/gemma2.cpp, gemma3.cpp load_arch_hparams): the softcaps
+ * (defaults the config row's class defaults, as llama.cpp's are), the window (attention.sliding_window,
+ * default the row's gguf_swa_default) over the layers l with l % p < p - 1 (p =
+ * attention.sliding_window_pattern, default the row's gguf_swa_period), the sliding layers' RoPE base
+ * (rope.freq_base_swa, default the row's; never scaled),
+ * and llama.cpp's softmax scale: head_dim^-½, or (n_embd / n_head)^-½ at gguf_scale_layers blocks (the
+ * 27B models, whose query_pre_attn_scalar that is; the file carries no query_pre_attn_scalar). */
+static int gemma_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    const arch_desc *d = m->desc;
+    const cdx_hf_arch_row *row = &d->hf[0].cfg;
+    const char *a = d->gguf_name, *path = g->path;
+    double f;
+    uint64_t v;
+    hp->act = row->act;
+    static const cdx_gguf_key caps[2] = { CDX_GK_ATTN_LOGIT_SOFTCAPPING, CDX_GK_FINAL_LOGIT_SOFTCAPPING };
+    float *dst[2] = { &hp->attn_softcap, &hp->final_softcap };
+    for (int i = 0; i < 2; i++) {
+        const int k = i ? CDX_HF_SCALE_FINAL_SOFTCAP : CDX_HF_SCALE_ATTN_SOFTCAP;
+        *dst[i] = row->scale_keys[k] ? (float)row->scale_defaults[k] : 0;
+        if (!cdx_gguf_get_arch_f64(g, a, caps[i], &f))
+            continue;
+        if (!(f >= 0) || !(f < 1e9))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a softcap >= 0 (0: none)", path, a,
+                               cdx_gguf_key_suffix(caps[i]), f);
+        *dst[i] = (float)f;
+    }
+    hp->sliding_window = d->gguf_swa_default;
+    if (cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW)) {
+        if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_SLIDING_WINDOW, &v) || v > ((uint64_t)1 << 30))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.attention.sliding_window is not an unsigned integer up to 2^30",
+                               path, a);
+        hp->sliding_window = (int64_t)v;
+    }
+    uint64_t period = (uint64_t)d->gguf_swa_period;
+    if (cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW_PATTERN) &&
+        (!cdx_gguf_get_arch_u64(g, a, CDX_GK_SLIDING_WINDOW_PATTERN, &period) || period > CDX_HF_MAX_LAYERS))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.attention.sliding_window_pattern is not a period of 0..%d "
+                           "layers (a per-layer list is not read)", path, a, CDX_HF_MAX_LAYERS);
+    if (hp->sliding_window > 0 && period > 0) { /* llama_hparams::set_swa_pattern */
+        if (hp->n_layer < 1 || hp->n_layer > CDX_HF_MAX_LAYERS || !(m->swa_layers = calloc((size_t)hp->n_layer, 1)))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.block_count is %lld; expected 1..%d", path, a,
+                               (long long)hp->n_layer, CDX_HF_MAX_LAYERS);
+        for (int64_t l = 0; l < hp->n_layer; l++)
+            m->swa_layers[l] = (uint64_t)l % period < period - 1;
+        hp->swa_layers = m->swa_layers;
+    }
+    if (row->rope_swa_theta_key) {
+        hp->rope_theta_swa = cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_FREQ_BASE_SWA, &f) ? f : row->rope_swa_theta;
+        if (!(hp->rope_theta_swa > 0))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.freq_base_swa is %g; expected a positive base", path, a,
+                               hp->rope_theta_swa);
+    }
+    if (hp->n_head < 1 || hp->head_dim < 1)
+        return CDX_OK; /* check_hparams names them */
+    hp->attn_scale = hp->n_layer == d->gguf_scale_layers && d->gguf_scale_layers
+                         ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                         : 1.0f / sqrtf((float)hp->head_dim);
+    return CDX_OK;
+}
+
 /* llama.cpp's qwen35 (src/models/qwen35.cpp load_arch_hparams): the Gated DeltaNet sizes as
  * ssm.* keys (group_count: key heads, time_step_rank: value heads, state_size: the key head dim,
  * inner_size: value heads x value dim), every full_attention_interval-th layer full attention. Its
@@ -980,6 +1054,25 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         if (rc)
             return rc;
     }
+    if (d->embd_sqrt) /* llama.cpp: ggml_scale(inpL, sqrtf(n_embd)) */
+        hp->embd_scale = (float)sqrt((double)hp->n_embd);
+    if (d->gguf_gemma) {
+        int rc = gemma_gguf_hparams(m, g, err);
+        if (rc)
+            return rc;
+    }
+    /* rope.scaling.type linear (TextModel.set_gguf_parameters): positions × 1/factor, that is inv_freq /
+     * factor (Gemma3: the full-attention layers only). Other types are not read here (as before). */
+    double rope_linear = 0;
+    cdx_gguf_str rst;
+    char rkey[160];
+    cdx_gguf_key_name(CDX_GK_ROPE_SCALING_TYPE, a, rkey, sizeof rkey);
+    if (cdx_gguf_get_str(g, rkey, &rst) && rst.len == 6 && !memcmp(rst.ptr, "linear", 6)) {
+        if (!cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_FACTOR, &rope_linear) || !(rope_linear > 0) ||
+            !(rope_linear < 1e6))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.scaling.factor is missing or out of range (0, 1e6)", path,
+                               a);
+    }
     const cdx_gguf_tensor *emb = cdx_gguf_tensor_find(g, "token_embd.weight");
     hp->n_vocab = emb && emb->n_dims == 2 ? (int64_t)emb->ne[1] : 0;
     int64_t id;
@@ -1016,6 +1109,8 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     }
     if (!rc)
         rc = bind_all(&b, NULL, err);
+    for (int64_t i = 0; !rc && rope_linear > 0 && i < hp->n_rot / 2; i++) /* the full-attention layers' */
+        m->inv_freq[i] /= (float)rope_linear;
     free(b.tensors);
     free(b.used);
     return rc;
@@ -1091,6 +1186,27 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->residual_scale = (float)cfg->scale[CDX_HF_SCALE_RESIDUAL];
     hp->attn_scale = (float)cfg->scale[CDX_HF_SCALE_ATTN];
     hp->logit_div = (float)cfg->scale[CDX_HF_SCALE_LOGIT_DIV];
+    if (cfg->scale[CDX_HF_SCALE_QUERY_PRE_ATTN] > 0) /* Gemma2/3: self.scaling = query_pre_attn_scalar**-0.5 */
+        hp->attn_scale = (float)pow(cfg->scale[CDX_HF_SCALE_QUERY_PRE_ATTN], -0.5);
+    hp->attn_softcap = (float)cfg->scale[CDX_HF_SCALE_ATTN_SOFTCAP];
+    hp->final_softcap = (float)cfg->scale[CDX_HF_SCALE_FINAL_SOFTCAP];
+    hp->act = cfg->act;
+    hp->rope_theta_swa = cfg->rope_theta_swa;
+    if (d->embd_sqrt) /* the normalizer, sqrt(hidden_size) as an f32 number */
+        hp->embd_scale = (float)sqrt((double)hp->n_embd);
+    /* a window over some layers only (Gemma2/3): which ones */
+    bool some = false;
+    for (int64_t l = 0; l < hp->n_layer && cfg->sliding_window; l++)
+        some |= !(cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING);
+    if (some) {
+        if (!(m->swa_layers = calloc((size_t)hp->n_layer, 1))) {
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+            goto out;
+        }
+        for (int64_t l = 0; l < hp->n_layer; l++)
+            m->swa_layers[l] = (cfg->layer_flags[l] & CDX_HF_LAYER_SLIDING) != 0;
+        hp->swa_layers = m->swa_layers;
+    }
     /* the config reader refused what the forward pass does not compute (a window over some layers
      * only, o_proj and MLP biases, a mixture without experts, a shared expert of width 0) */
     hp->sliding_window = cfg->sliding_window;
@@ -1168,7 +1284,7 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     if (!rc && d->vision)
         rc = vision_bind(m, cfg, m->st, b.used, err);
     if (!rc)
-        rc = bind_all(&b, cfg->rope_type == CDX_HF_ROPE_LLAMA3 ? cfg : NULL, err);
+        rc = bind_all(&b, cfg->rope_type != CDX_HF_ROPE_DEFAULT ? cfg : NULL, err);
     free(b.tensors);
     free(b.used);
 out:
@@ -1202,6 +1318,8 @@ void cdx_model_close(cdx_model *m)
     free(m->mats);
     free(m->out_norm);
     free(m->inv_freq);
+    free(m->inv_freq_swa);
+    free(m->swa_layers);
     vision_free(m->vision);
     cdx_gguf_close(m->gguf);
     cdx_st_close(m->st);
@@ -1374,6 +1492,14 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         EVP_DigestUpdate(c, sc, sizeof sc);
     }
     EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
+    if (hp->act || hp->attn_softcap || hp->final_softcap || hp->swa_layers || m->inv_freq_swa) { /* Gemma's hooks */
+        const float g[3] = { (float)hp->act, hp->attn_softcap, hp->final_softcap };
+        EVP_DigestUpdate(c, g, sizeof g);
+        if (hp->swa_layers)
+            EVP_DigestUpdate(c, hp->swa_layers, (size_t)hp->n_layer);
+        if (m->inv_freq_swa)
+            EVP_DigestUpdate(c, m->inv_freq_swa, (size_t)(hp->n_rot / 2) * sizeof(float));
+    }
     EVP_DigestUpdate(c, m->out_norm, (size_t)hp->n_embd * sizeof(float));
     if (m->dtype == CDX_DTYPE_BF16) /* the same mapped bf16 weights compute otherwise than in f32 */
         EVP_DigestUpdate(c, "dtype:bf16", 10);

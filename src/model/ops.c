@@ -198,6 +198,31 @@ static void softmax_from(float *v, int64_t n, float mx)
         v[i] /= sum;
 }
 
+typedef struct {
+    float *g;
+    const float *u;
+    int64_t n;
+} geglu_job;
+
+static void geglu_part(void *arg, int ith, int nth)
+{
+    geglu_job *j = arg;
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        const float x = j->g[i], inner = beta * (x + kappa * (x * x * x));
+        j->g[i] = 0.5f * x * (1.0f + tanhf(inner)) * j->u[i];
+    }
+}
+
+void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n)
+{
+    geglu_job j = { g, u, n };
+    if (n >= 8192)
+        cdx_pool_run(pool, geglu_part, &j);
+    else
+        geglu_part(&j, 0, 1);
+}
+
 /* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
  * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked; or, for
  * topk_softmax (GraniteMoeTopKGating), the k largest logits and a softmax over those k. */

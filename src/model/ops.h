@@ -95,6 +95,23 @@ static inline void model_residual(float *x, const float *d, int64_t n, float sca
 /* g = silu(g) ⊙ u elementwise, on the pool when there is enough of it (each value the same whichever
  * thread computes it); bf16: as bf16 compute rounds it, g = bf16(bf16(silu(bf16(g))) · bf16(u)). */
 void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16);
+/* g = gelu_pytorch_tanh(g) ⊙ u (GeGLU: Gemma's MLP), f32, as PyTorch's CPU kernel writes it:
+ * 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); the same bits on every kernel set and split. */
+void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n);
+/* The gated MLP's activation of hp (act(g) ⊙ u into g), f32. */
+static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act act, float *g, const float *u, int64_t n)
+{
+    if (act == CDX_HF_ACT_GELU_TANH)
+        model_geglu(pool, g, u, n);
+    else
+        model_swiglu(pool, k, g, u, n, false);
+}
+/* logits = cap·tanh(logits/cap) over n values (Gemma2's final_logit_softcapping); cap 0: unchanged. */
+static inline void model_softcap(float *x, int64_t n, float cap)
+{
+    for (int64_t i = 0; cap && i < n; i++)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
 /* out[n][n_embd] = the sparse block of layer l over the normalised rows xn (s's MoE scratch):
  * softmax routing in f32, the top n_expert_used (renormalised when hp->norm_topk_prob), each expert
  * run once over the rows that chose it, summed per token in ascending expert order; plus the shared

@@ -180,8 +180,8 @@ static const struct {
     { "{" LLAMA_DIMS "}", CDX_EUNSUPPORTED, "architectures is absent" },
     { "{\"architectures\":[\"LlamaForCausalLM\"],\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}," LLAMA_DIMS "}",
       CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"yarn\"" },
-    { "{\"architectures\":[\"LlamaForCausalLM\"],\"rope_scaling\":{\"type\":\"linear\",\"factor\":4}," LLAMA_DIMS "}",
-      CDX_EUNSUPPORTED, "rope_scaling.type is \"linear\"" },
+    { "{\"architectures\":[\"LlamaForCausalLM\"],\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":4}," LLAMA_DIMS "}",
+      CDX_EUNSUPPORTED, "rope_scaling.type is \"dynamic\"" },
     { "{\"architectures\":[\"LlamaForCausalLM\"],\"rope_scaling\":{\"rope_type\":\"llama3\",\"low_freq_factor\":1,"
       "\"high_freq_factor\":4,\"original_max_position_embeddings\":64}," LLAMA_DIMS "}",
       CDX_EFORMAT, "rope_scaling.factor is missing" },

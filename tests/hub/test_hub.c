@@ -284,7 +284,7 @@ static void each_refusal_names_the_field_and_the_value(void)
         { "{" BASE ",\"attention_bias\":true}", CDX_EUNSUPPORTED, "attention_bias is true", "Qwen2" },
         { "{" BASE ",\"rope_interleaved\":true}", CDX_EUNSUPPORTED, "rope_interleaved is true", NULL },
         { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"yarn\"", "llama3" },
-        { "{" BASE ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}", CDX_EUNSUPPORTED, "linear", NULL },
+        { "{" BASE ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}", CDX_EUNSUPPORTED, "dynamic", NULL },
         /* Llama 3 scaling needs all four of its keys: the loader's reader says so before the download */
         { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", CDX_EFORMAT,
           "rope_scaling.low_freq_factor is missing", NULL },

@@ -87,7 +87,7 @@ static void attention_matches_naive_softmax(void)
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     int tested = 0;
     for (int si = 0; si < 5; si++) {
-        cdx_attn_shape s = { shapes[si].nh, shapes[si].nkv, shapes[si].hd, 0, n_ctx, 0, 0 };
+        cdx_attn_shape s = { .n_head = shapes[si].nh, .n_kv_head = shapes[si].nkv, .head_dim = shapes[si].hd, .block = n_ctx };
         s.kv_stride = (int64_t)s.n_kv_head * s.head_dim + 3; /* padded rows */
         s.scale = 1.0f / sqrtf((float)s.head_dim);
         float *kc = malloc(sizeof(float) * n_ctx * s.kv_stride), *vc = malloc(sizeof(float) * n_ctx * s.kv_stride);
@@ -165,12 +165,12 @@ static void attention_refuses_bad_shapes_and_rows(void)
     float buf[64] = {0};
     const void *tab[1] = { buf };
     cdx_attn_row r = { buf, tab, tab, 0, 0, buf, 0 };
-    cdx_attn_shape s = { 6, 4, 8, 32, 64, 1, 0 };
+    cdx_attn_shape s = { .n_head = 6, .n_kv_head = 4, .head_dim = 8, .kv_stride = 32, .block = 64, .scale = 1 };
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
     CHECK(strstr(e.msg, "6 heads, 4 KV heads") != NULL);
-    s = (cdx_attn_shape){ 2, 1, 1024, 2048, 64, 1, 0 };
+    s = (cdx_attn_shape){ .n_head = 2, .n_kv_head = 1, .head_dim = 1024, .kv_stride = 2048, .block = 64, .scale = 1 };
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
-    s = (cdx_attn_shape){ 2, 1, 8, 8, 64, 1, 0 };
+    s = (cdx_attn_shape){ .n_head = 2, .n_kv_head = 1, .head_dim = 8, .kv_stride = 8, .block = 64, .scale = 1 };
     r.lo = 3; r.hi = 2;
     CHECK(cdx_attn(cdx_kernels_best(), NULL, &s, &r, 1, &e) == CDX_EINVAL);
     CHECK(strstr(e.msg, "3..2") != NULL);
