@@ -37,6 +37,7 @@ extern "C" {
     X(OLMO2)       /* Olmo2ForCausalLM (post-norms, whole-projection q/k norms) */                       \
     X(OLMOE)       /* OlmoeForCausalLM */                                                                \
     X(GRANITEMOE)  /* GraniteMoeForCausalLM */                                                           \
+    X(GEMMA)       /* GemmaForCausalLM */                                                                \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

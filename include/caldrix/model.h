@@ -34,6 +34,7 @@ extern "C" {
     X(OLMO2, olmo2)         /* OLMo 2: post-norms, q/k norms over the whole projection */                  \
     X(OLMOE, olmoe)         /* OLMoE: whole-projection q/k norms, experts on every layer */                \
     X(GRANITEMOE, granitemoe) /* Granite MoE: Granite's scalings, top-k-then-softmax router */             \
+    X(GEMMA, gemma)         /* Gemma: (1 + w) norms, embeddings × sqrt(hidden), GeGLU */                    \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
