@@ -38,6 +38,7 @@ extern "C" {
     X(OLMOE)       /* OlmoeForCausalLM */                                                                \
     X(GRANITEMOE)  /* GraniteMoeForCausalLM */                                                           \
     X(GEMMA)       /* GemmaForCausalLM */                                                                \
+    X(GEMMA2)      /* Gemma2ForCausalLM */                                                               \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

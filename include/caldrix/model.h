@@ -35,6 +35,7 @@ extern "C" {
     X(OLMOE, olmoe)         /* OLMoE: whole-projection q/k norms, experts on every layer */                \
     X(GRANITEMOE, granitemoe) /* Granite MoE: Granite's scalings, top-k-then-softmax router */             \
     X(GEMMA, gemma)         /* Gemma: (1 + w) norms, embeddings × sqrt(hidden), GeGLU */                    \
+    X(GEMMA2, gemma2)       /* Gemma2: + post norms, softcaps, query_pre_attn_scalar, windows on even layers */ \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
