@@ -39,6 +39,7 @@ extern "C" {
     X(GRANITEMOE)  /* GraniteMoeForCausalLM */                                                           \
     X(GEMMA)       /* GemmaForCausalLM */                                                                \
     X(GEMMA2)      /* Gemma2ForCausalLM */                                                               \
+    X(GEMMA3)      /* Gemma3ForCausalLM (model_type gemma3_text) */                                      \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {

@@ -36,6 +36,7 @@ extern "C" {
     X(GRANITEMOE, granitemoe) /* Granite MoE: Granite's scalings, top-k-then-softmax router */             \
     X(GEMMA, gemma)         /* Gemma: (1 + w) norms, embeddings × sqrt(hidden), GeGLU */                    \
     X(GEMMA2, gemma2)       /* Gemma2: + post norms, softcaps, query_pre_attn_scalar, windows on even layers */ \
+    X(GEMMA3, gemma3)       /* Gemma3 (text): + q/k norms, 5:1 windows, the sliding layers' own RoPE base */ \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {

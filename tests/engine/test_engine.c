@@ -807,6 +807,7 @@ int main(void)
         /* Gemma's families: (1 + w) norms, scaled embeddings, GeGLU; Gemma2's softcaps, per-layer windows */
         { "../shared/fixtures/hf/gemma", "../shared/fixtures/hf/gemma/golden.json", "", "" },
         { "../shared/fixtures/hf/gemma2", "../shared/fixtures/hf/gemma2/golden.json", "", "" },
+        { "../shared/fixtures/hf/gemma3", "../shared/fixtures/hf/gemma3/golden.json", "", "" },
         /* mixtures of experts: a batch groups its tokens by expert, each token's bits unchanged */
         { "../shared/fixtures/hf/qwen3_moe", "../shared/fixtures/hf/qwen3_moe/golden.json", "", "" },
         { "../shared/fixtures/hf/mixtral", "../shared/fixtures/hf/mixtral/golden.json", "", "" },
