@@ -261,7 +261,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         } else {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
                              (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
-            model_glu(pool, K, hp->act, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff);
+            model_glu(pool, K, hp->act, m->gelu_f16, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff);
             cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
         }
         if (L->ffn_post_norm)

@@ -820,7 +820,7 @@ out:
  * default the row's gguf_swa_default) over the layers l with l % p < p - 1 (p =
  * attention.sliding_window_pattern, default the row's gguf_swa_period), the sliding layers' RoPE base
  * (rope.freq_base_swa, default the row's; never scaled),
- * and llama.cpp's softmax scale: head_dim^-½, or (n_embd / n_head)^-½ at gguf_scale_layers blocks (the
+ * llama.cpp's GELU (ggml's f16 table, m->gelu_f16), and llama.cpp's softmax scale: head_dim^-½, or (n_embd / n_head)^-½ at gguf_scale_layers blocks (the
  * 27B models, whose query_pre_attn_scalar that is; the file carries no query_pre_attn_scalar). */
 static int gemma_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
 {
@@ -831,6 +831,7 @@ static int gemma_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
     double f;
     uint64_t v;
     hp->act = row->act;
+    m->gelu_f16 = true; /* llama.cpp's GELU: logits within ~6e-3 of the exact form, its tokens on quantized files */
     static const cdx_gguf_key caps[2] = { CDX_GK_ATTN_LOGIT_SOFTCAPPING, CDX_GK_FINAL_LOGIT_SOFTCAPPING };
     float *dst[2] = { &hp->attn_softcap, &hp->final_softcap };
     for (int i = 0; i < 2; i++) {
@@ -1493,7 +1494,7 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
     }
     EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
     if (hp->act || hp->attn_softcap || hp->final_softcap || hp->swa_layers || m->inv_freq_swa) { /* Gemma's hooks */
-        const float g[3] = { (float)hp->act, hp->attn_softcap, hp->final_softcap };
+        const float g[4] = { (float)hp->act, hp->attn_softcap, hp->final_softcap, (float)m->gelu_f16 };
         EVP_DigestUpdate(c, g, sizeof g);
         if (hp->swa_layers)
             EVP_DigestUpdate(c, hp->swa_layers, (size_t)hp->n_layer);

@@ -202,6 +202,7 @@ typedef struct {
     float *g;
     const float *u;
     int64_t n;
+    bool f16;
 } geglu_job;
 
 static void geglu_part(void *arg, int ith, int nth)
@@ -209,14 +210,22 @@ static void geglu_part(void *arg, int ith, int nth)
     geglu_job *j = arg;
     const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
-        const float x = j->g[i], inner = beta * (x + kappa * (x * x * x));
-        j->g[i] = 0.5f * x * (1.0f + tanhf(inner)) * j->u[i];
+        const float x = j->g[i];
+        if (!j->f16) {
+            const float inner = beta * (x + kappa * (x * x * x));
+            j->g[i] = 0.5f * x * (1.0f + tanhf(inner)) * j->u[i];
+            continue;
+        }
+        /* ggml_vec_geglu_f32 with GGML_GELU_FP16: ggml_gelu_f32 tabulated at f16 inputs, stored as f16 */
+        const float h = cdx_f16_to_f32(cdx_f32_to_f16(x));
+        const float t = 0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+        j->g[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x * j->u[i] : cdx_f16_to_f32(cdx_f32_to_f16(t)) * j->u[i];
     }
 }
 
-void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n)
+void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16)
 {
-    geglu_job j = { g, u, n };
+    geglu_job j = { g, u, n, f16 };
     if (n >= 8192)
         cdx_pool_run(pool, geglu_part, &j);
     else

@@ -96,13 +96,16 @@ static inline void model_residual(float *x, const float *d, int64_t n, float sca
  * thread computes it); bf16: as bf16 compute rounds it, g = bf16(bf16(silu(bf16(g))) · bf16(u)). */
 void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u, int64_t n, bool bf16);
 /* g = gelu_pytorch_tanh(g) ⊙ u (GeGLU: Gemma's MLP), f32, as PyTorch's CPU kernel writes it:
- * 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); the same bits on every kernel set and split. */
-void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n);
-/* The gated MLP's activation of hp (act(g) ⊙ u into g), f32. */
-static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act act, float *g, const float *u, int64_t n)
+ * 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); the same bits on every kernel set and split.
+ * f16: as ggml's CPU GeGLU computes it for a GGUF file (GGML_GELU_FP16): x ≤ -10 gives 0, x ≥ 10
+ * gives x·u, else its f16 table, the tanh form at x rounded to f16, rounded to f16, times u. */
+void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16);
+/* The gated MLP's activation of hp (act(g) ⊙ u into g), f32; gelu_f16: ggml's GELU (a GGUF file). */
+static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act act, bool gelu_f16, float *g,
+                             const float *u, int64_t n)
 {
     if (act == CDX_HF_ACT_GELU_TANH)
-        model_geglu(pool, g, u, n);
+        model_geglu(pool, g, u, n, gelu_f16);
     else
         model_swiglu(pool, k, g, u, n, false);
 }
