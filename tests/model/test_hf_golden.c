@@ -224,7 +224,9 @@ int main(void)
 {
     static const char *const dense[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3",
                                          "qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "granitemoe" };
-    static char names[96][200], paths[96][160], goldens[96][160];
+    /* 111 cases today; the guard below stops the run rather than overflow when more are added */
+    enum { MAX_CASES = 256 };
+    static char names[MAX_CASES][200], paths[MAX_CASES][160], goldens[MAX_CASES][160];
     int k = 0;
     const char *isas[] = { "scalar", "avx2", "avx512" };
     for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
@@ -240,6 +242,10 @@ int main(void)
                     t_skip_isa(isas[s]);
                     continue;
                     }
+                if (k + 3 > MAX_CASES) {
+                    fprintf(stderr, "test_hf_golden: more than %d cases: raise MAX_CASES\n", (int)MAX_CASES);
+                    return 1;
+                }
                 snprintf(paths[k], sizeof paths[k], fmt ? SHARED "/fixtures/hf-gguf/%s.gguf" : SHARED "/fixtures/hf/%s", dense[i]);
                 if (fmt == 1 && !strcmp(dense[i], "qwen3_moe"))
                     snprintf(paths[k], sizeof paths[k], "%s", g_q3m_gguf);
