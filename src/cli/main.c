@@ -22,6 +22,7 @@ static const cli_command k_commands[] = {
     { "doctor",   cmd_doctor,   "this machine: CPU features, lanes, caches, memory and disk" },
     { "bench",    cmd_bench,    "time load, prefill and decode of a model" },
     { "synth",    cmd_synth,    "write a random-weight model with a real model's shapes" },
+    { "verify",   cmd_verify,   "ask a model a question it cannot answer by luck; PASS or FAIL" },
 };
 
 static int cmd_version(int argc, char **argv)
