@@ -282,6 +282,7 @@ typedef struct cdx_index_update_opts {
 
 typedef struct cdx_index_stats {
     uint64_t pages, listed, candidates, fetched, unchanged, bad_ids, published, relatives;
+    uint64_t removed;           /* repos a whole listing (full, no search or filter) no longer named */
     bool resumed;               /* went on from an interrupted update's staged work */
 } cdx_index_stats;
 

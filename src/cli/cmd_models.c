@@ -369,10 +369,11 @@ static int cmd_update(int argc, char **argv)
     }
     json_t *sj = status ? json_loads(status, 0, NULL) : NULL;
     free(status);
-    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "pages", (json_int_t)st.pages, "listed",
+    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:f}", "pages", (json_int_t)st.pages, "listed",
                           (json_int_t)st.listed, "detailed", (json_int_t)st.candidates, "unchanged",
                           (json_int_t)st.unchanged, "relatives", (json_int_t)st.relatives, "bad_ids",
-                          (json_int_t)st.bad_ids, "published", (json_int_t)st.published, "repos",
+                          (json_int_t)st.bad_ids, "published", (json_int_t)st.published, "removed",
+                          (json_int_t)st.removed, "repos",
                           (json_int_t)json_integer_value(json_object_get(sj, "repos")), "resumed", st.resumed,
                           "seconds", secs);
     json_decref(sj);
@@ -381,9 +382,10 @@ static int cmd_update(int argc, char **argv)
         return 0;
     }
     printf("model index: %lld repos; this update read %lld pages (%lld repos listed), detailed %lld (and %lld "
-           "relatives), %lld unchanged, %lld ids refused, in %.1f s%s\n",
+           "relatives), %lld unchanged, %lld ids refused, %lld removed (gone from the Hub), in %.1f s%s\n",
            (long long)json_integer_value(json_object_get(o, "repos")), (long long)st.pages, (long long)st.listed,
-           (long long)st.candidates, (long long)st.relatives, (long long)st.unchanged, (long long)st.bad_ids, secs,
+           (long long)st.candidates, (long long)st.relatives, (long long)st.unchanged, (long long)st.bad_ids,
+           (long long)st.removed, secs,
            st.resumed ? " (went on from an interrupted update)" : "");
     json_decref(o);
     return 0;

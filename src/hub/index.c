@@ -64,7 +64,9 @@ static const char k_schema[] =
     "CREATE VIRTUAL TABLE IF NOT EXISTS repos_fts USING fts5(id, tags, summary, prefix='1 2 3 4 5 6');"
     "CREATE TABLE IF NOT EXISTS stage(id TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS stage_maybe(id TEXT PRIMARY KEY, bases TEXT NOT NULL) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS stage_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS stage_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    /* every id a whole listing (--full, no search or filter) named: what is not in it was deleted */
+    "CREATE TABLE IF NOT EXISTS stage_seen(id TEXT PRIMARY KEY) WITHOUT ROWID;";
 
 /* ---- SQLite helpers ---- */
 
@@ -223,6 +225,8 @@ typedef struct upd {
                                 * with the search and filter it was made with (a filtered listing does
                                 * not move the whole listing's mark) */
     cdx_index_stats *st;
+    bool whole;                /* a full listing of every repo (--full, no search or filter): repos it
+                                * does not name are gone from the Hub and leave the index */
 } upd;
 
 static void progress(const upd *u, const char *fmt, ...) CDX_PRINTF(2, 3);
@@ -828,6 +832,7 @@ static int do_page(upd *u, const char *url, const char *stop_at, char **newest, 
     bool stop = false;
     json_t *recs = json_array();
     json_t *maybe = json_array();
+    json_t *seen = json_array();
     size_t i, n_detail = 0;
     json_t *e;
     json_array_foreach(page, i, e) {
@@ -842,6 +847,8 @@ static int do_page(upd *u, const char *url, const char *stop_at, char **newest, 
                 progress(u, "skipped a listing entry whose id is not a repo id: \"%.120s\"", id ? id : "(none)");
             continue;
         }
+        if (u->whole)
+            json_array_append_new(seen, json_string(id));
         if (lm && (!*newest || strcmp(lm, *newest) > 0)) {
             free(*newest);
             *newest = strdup(lm);
@@ -904,6 +911,18 @@ static int do_page(upd *u, const char *url, const char *stop_at, char **newest, 
                 }
                 free(b);
             }
+            json_array_foreach(seen, i, e) {
+                if (rc < 0)
+                    break;
+                sqlite3_stmt *st;
+                if ((rc = prep(u->ix, "INSERT OR IGNORE INTO stage_seen(id) VALUES(?)", &st, err)) == 0) {
+                    bind_text(st, 1, json_string_value(e));
+                    int s = sqlite3_step(st);
+                    sqlite3_finalize(st);
+                    if (s != SQLITE_DONE)
+                        rc = db_error(u->ix, s, "stage a listed id", err);
+                }
+            }
             if (rc == 0)
                 rc = meta_set(u->ix, "stage_meta", "next", nx && !stop ? nx : "", err);
             if (rc == 0 && *newest)
@@ -913,6 +932,7 @@ static int do_page(upd *u, const char *url, const char *stop_at, char **newest, 
     }
     json_decref(recs);
     json_decref(maybe);
+    json_decref(seen);
     if (rc == 0 && !stop && nx)
         *next = nx;
     else
@@ -999,6 +1019,21 @@ static int publish(upd *u, cdx_err *err)
         }
         sqlite3_finalize(st);
     }
+    if (rc == 0 && u->whole) {
+        /* the listing named every repo the Hub has: one the index holds that it did not name was
+         * deleted (or made private) since, and leaves the index with its relations as a child */
+        sqlite3_stmt *gone;
+        if ((rc = prep(u->ix, "DELETE FROM repos WHERE id NOT IN (SELECT id FROM stage_seen)", &gone, err)) == 0) {
+            int s = sqlite3_step(gone);
+            sqlite3_finalize(gone);
+            if (s != SQLITE_DONE)
+                rc = db_error(u->ix, s, "remove the repos the Hub no longer lists", err);
+            else
+                u->st->removed = (uint64_t)sqlite3_changes(u->ix->db);
+        }
+        if (rc == 0)
+            rc = exec(u->ix, "DELETE FROM rel WHERE child NOT IN (SELECT id FROM stage_seen);", err);
+    }
     if (rc == 0)
         rc = rerank(u->ix, err);
     char *newest = meta_get(u->ix, "stage_meta", "newest"), *old = meta_get(u->ix, "meta", u->mark);
@@ -1013,7 +1048,7 @@ static int publish(upd *u, cdx_err *err)
     if (rc == 0)
         rc = meta_set(u->ix, "meta", "last_update", now, err);
     if (rc == 0)
-        rc = exec(u->ix, "DELETE FROM stage; DELETE FROM stage_maybe; DELETE FROM stage_meta;", err);
+        rc = exec(u->ix, "DELETE FROM stage; DELETE FROM stage_maybe; DELETE FROM stage_meta; DELETE FROM stage_seen;", err);
     return rc == 0 ? exec(u->ix, "COMMIT", err) : (exec(u->ix, "ROLLBACK", NULL), rc);
 }
 
@@ -1027,6 +1062,7 @@ static int upd_init(upd *u, cdx_index *ix, const cdx_index_update_opts *o, cdx_i
     u->env.endpoint = (char *)o->endpoint;
     u->env.token = (char *)o->token;
     u->host = o->endpoint ? origin_of(o->endpoint) : NULL;
+    u->whole = o->full && !o->search && !o->filter;
     if (o->search || o->filter)
         snprintf(u->mark, sizeof u->mark, "newest_modified search=%.250s filter=%.250s", o->search ? o->search : "",
                  o->filter ? o->filter : "");
@@ -1056,7 +1092,8 @@ int cdx_index_update(cdx_index *ix, const cdx_index_update_opts *o, cdx_index_st
         stop_at = meta_get(ix, "stage_meta", "stop_at");
         progress(&u, "resuming an interrupted update%s", url && url[0] ? "" : " (its listing was complete)");
     } else {
-        rc = exec(ix, "BEGIN IMMEDIATE; DELETE FROM stage; DELETE FROM stage_maybe; DELETE FROM stage_meta;", err);
+        rc = exec(ix, "BEGIN IMMEDIATE; DELETE FROM stage; DELETE FROM stage_maybe; DELETE FROM stage_meta; "
+                  "DELETE FROM stage_seen;", err);
         stop_at = o->full ? NULL : meta_get(ix, "meta", u.mark);
         url = first_url(&u);
         if (rc == 0 && (rc = meta_set(ix, "stage_meta", "params", params, err)) == 0 &&

@@ -20,7 +20,8 @@
 // from ROOT/api/catalogue.json {"seed": S, "n": N, "generation": G, "touched": K}: families of
 // architectures (supported and not), base models, fine-tunes, GGUF and GPTQ quantizations, adapters
 // (adapter_config.json with a lora_alpha), merges, gated repos. Generation G > 0 re-dates (and re-shas)
-// K repos and adds K new ones, all newer than anything before. The whole catalogue is written to
+// K repos and adds K new ones, all newer than anything before; "deleted": D then removes D leaf repos
+// (none is another's base). The whole catalogue is written to
 // ROOT/api/catalogue.dump.json for the test's own checks. Paging as the Hub: limit (at most 1000),
 // sort=lastModified|downloads, direction=-1, search (a substring of the id), filter (tags, comma = all),
 // expand[] (only those properties, with id), and a Link: <...&cursor=...>; rel="next" header.
@@ -141,7 +142,7 @@ function sha1hex(s) { return crypto.createHash('sha1').update(s).digest('hex'); 
 function makeCatalogue(spec) {
   const rnd = mulberry32(spec.seed | 0);
   const pick = (a) => a[Math.floor(rnd() * a.length)];
-  const repos = [];
+  let repos = [];
   let t = Date.UTC(2024, 0, 1);
   const add = (r) => { t += 1000 * (60 + Math.floor(rnd() * 3600)); r.lastModified = new Date(t).toISOString();
                        r.sha = sha1hex(r.id + ':0'); repos.push(r); return r; };
@@ -223,6 +224,17 @@ function makeCatalogue(spec) {
                   lastModified: new Date(t).toISOString(), sha: sha1hex(`new:${g}:${i}`) };
       repos.push(r);
     }
+  }
+  // then D repos deleted from the Hub (leaves only: no listed repo names them as its base), spread
+  // over the listing, so a whole listing (update --full) must drop them from the index
+  const d = spec.deleted | 0;
+  if (d > 0) {
+    const parents = new Set();
+    for (const r of repos) for (const t of r.tags || []) if (t.startsWith('base_model:')) parents.add(t.split(':').pop());
+    const leaves = repos.filter((r) => !parents.has(r.id));
+    const gone = new Set();
+    for (let i = 0; i < d && gone.size < leaves.length; i++) gone.add(leaves[(i * 104729 + 13) % leaves.length].id);
+    repos = repos.filter((r) => !gone.has(r.id));
   }
   const byId = new Map(repos.map((r) => [r.id, r]));
   return { repos, byId };

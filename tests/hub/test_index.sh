@@ -332,6 +332,33 @@ echo '{}' > "$T/srv/api/faults.json"
 run f4 models update --page-size 10
 check "with the faults gone, the next update completes (going on from what was staged)" '[ "$rc" -eq 0 ] && has "$T/f4.out" "went on from an interrupted update" && [ -n "$(sqlite3 $DB "select id from repos where id like '\''newcomer3/%'\'' limit 1")" ]'
 
+# 5b. repos deleted from the Hub: an incremental update cannot see them (the listing has no
+# tombstones); a whole listing (--full, no search or filter) drops them and their relations
+sqlite3 "$DB" "select id from repos order by id" > "$T/d0.txt"
+echo "{\"seed\": 43, \"n\": $N, \"generation\": 3, \"touched\": 25, \"deleted\": 40}" > "$T/srv/api/catalogue.json"
+run d1 models update --page-size 300 --json
+check "deletions: an incremental update removes nothing" '[ "$rc" -eq 0 ] && python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"removed\"] == 0" "$T/d1.out" && [ "$(sqlite3 $DB "select count(*) from repos")" -eq "$(wc -l < $T/d0.txt)" ]'
+run d2 models update --full --page-size 300 --json
+py > "$T/d2.txt" <<PY
+$EXPECT
+db = sqlite3.connect(sys.argv[2])
+got = {r[0]: r[1] for r in db.execute("select id, sha from repos")}
+before = set(open(sys.argv[3] + "/d0.txt").read().split())
+gone = before - set(by)              # indexed before, deleted from the Hub since (or never listed)
+out = json.load(open(sys.argv[3] + "/d2.out"))
+rel_gone = db.execute("select count(*) from rel where child not in (select id from repos) and child in (%s)"
+                      % ",".join("?" * len(gone)), sorted(gone)).fetchone()[0] if gone else 0
+fts = db.execute("select count(*) from repos_fts").fetchone()[0]
+ok = (len(gone) >= 20 and not (gone & set(got)) and INDEX <= set(got) and set(got) <= INDEX | before - gone
+      and out["removed"] == len(gone) and rel_gone == 0 and fts == len(got))
+print("ok %d removed" % len(gone) if ok else ("bad", len(gone), sorted(gone & set(got))[:3], sorted(INDEX - set(got))[:3],
+                                             out.get("removed"), rel_gone, fts, len(got)))
+PY
+check "deletions: update --full drops the repos the Hub no longer lists, their relations and search rows ($(cat $T/d2.txt))" '[ "$rc" -eq 0 ] && grep -q "^ok" "$T/d2.txt"'
+gone1=$(python3 -c "import json,sys; by={r['id'] for r in json.load(open(sys.argv[1]))}; print([i for i in sorted(set(open(sys.argv[2]).read().split()) - by) if not i.startswith('acme/')][0])" "$T/srv/api/catalogue.dump.json" "$T/d0.txt")
+run d3 models search "${gone1#*/}" --json --limit 1000
+check "deletions: search no longer finds a deleted repo ($gone1)" '[ "$rc" -eq 0 ] && hasnt "$T/d3.out" "\"$gone1\""'
+
 # 6. a corrupt index: a clear error, never a crash
 cp "$DB" "$T/good.sqlite"
 head -c 4096 "$T/good.sqlite" > "$DB"; rm -f "$DB-wal" "$DB-shm"
