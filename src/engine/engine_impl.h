@@ -1,0 +1,172 @@
+/* The engine's private types and the functions its files share (src/engine/: engine.c creates and
+ * frees, block_pool.c keeps the KV pool and the prefix keys, request.c holds a request's lifetime and
+ * events, scheduler.c runs the rounds). Nothing here is part of the contract (include/caldrix/engine.h).
+ * The engine, in short: a sequence is its tokens (prompt, then what it generated) and a block table;
+ * n_done of its positions have K/V in the blocks. Each round every running sequence with one token
+ * left to compute (decoding) adds it, then sequences with more (prompts, or a preempted sequence
+ * coming back) add chunks up to the token budget, all in one cdx_forward_seqs. A sequence whose
+ * last token was computed samples the next one. The vLLM scheduling rules, in a CPU engine's sizes. */
+#ifndef CDX_ENGINE_IMPL_H
+#define CDX_ENGINE_IMPL_H
+
+#include "caldrix/engine.h"
+#include "caldrix/model.h"
+#include "caldrix/tokenizer.h"
+#include "engine/engine_grammar.h"
+#include "engine/kv_store.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KEY_LEN 32
+#define IMAGE_CACHE 8              /* images whose features the engine keeps */
+#define NONE (-1)
+
+typedef struct kv_block {
+    void *k, *v;               /* [n_layer][CDX_KV_BLOCK][kv_dim] elements of kv_type each; NULL until first use */
+    int32_t ref;               /* sequences holding it */
+    bool keyed;                /* in the prefix table (full, with a key) */
+    bool stored;               /* its key's file is in the prefix store */
+    uint8_t key[KEY_LEN];
+    int32_t hnext;             /* prefix table chain */
+    int32_t prev, next;        /* LRU list of keyed blocks no sequence holds */
+    void *snap;                /* a hybrid model's recurrent state after the block's last position (keyed
+                                * blocks only), or NULL: a prefix may resume only after a block with one */
+} kv_block;
+
+typedef struct seq {
+    uint64_t id;
+    void *user;
+    cdx_event_fn on_event;
+    int32_t *toks;             /* prompt, then generated tokens */
+    int64_t n_toks, n_prompt;
+    size_t cap_toks;
+    int64_t n_done;            /* positions with K/V in the blocks */
+    int32_t *blk;              /* block table (pool indices) */
+    void **ktab, **vtab;       /* the same as pointers, for the forward pass */
+    int64_t n_blk, cap_blk;
+    uint8_t (*keys)[KEY_LEN];  /* keys[i]: block i's prefix key, for i < n_keys */
+    int64_t n_keys, cap_keys;
+    int64_t n_registered;      /* blocks offered to the prefix table so far */
+    int64_t max_tokens, n_gen, n_cached;
+    bool ignore_eos, skip_special, cancelled, admitted_once;
+    bool logprobs;             /* the request wants logprobs (asked, or top_logprobs > 0) */
+    int n_top;
+    int32_t *top_ids;
+    float *top_logits, *top_lp;
+    cdx_sampler *smp;
+    const cdx_grammar *grammar; /* borrowed from the request, or NULL */
+    cdx_matcher *matcher;      /* its state, made on the first logits */
+    char **stop;
+    int n_stop;
+    size_t max_stop;
+    cdx_tok_stream ts;
+    char *text;                /* all generated text (stop strings are matched on it) */
+    size_t n_text, cap_text, n_emitted;
+    char *piece;               /* the last token's piece (cdx_event.piece) */
+    size_t n_piece, cap_piece;
+    bool piece_first;
+    int64_t n_raw;             /* bytes of all pieces so far */
+    int64_t n_covered;         /* how many of them the text given so far stands for */
+    double t_submit, t_first;
+    uint64_t order;            /* admission order: the newest is preempted first */
+    void *state;               /* a hybrid model's recurrent state at n_done (NULL for other models) */
+    int32_t snap_blk;          /* the block with this sequence's latest decode snapshot, or NONE */
+    uint8_t snap_key[KEY_LEN]; /* its key (the block may have gone to another prefix since) */
+    struct seq *next;          /* the list it is on (inbox, waiting, running) */
+    /* images (vision models): img_row[p] is the feature row of prompt position p, or -1 */
+    int32_t *img_row;
+    struct seq_image *img;
+    int n_img;
+} seq;
+
+typedef struct seq_image {
+    float *pixels;             /* [n_tiles][3][side][side]; freed once encoded */
+    int64_t n_tiles, row0;     /* its first feature row */
+    uint8_t key[KEY_LEN];      /* SHA-256 of the pixel floats */
+    float *feat;               /* [n_tiles · tokens_per_tile][n_embd] once encoded, else NULL */
+} seq_image;
+
+struct cdx_engine {
+    eng_grammar eg;            /* the vocabulary trie for grammars (engine thread) */
+    const cdx_model *m;
+    const cdx_tok *tok;
+    const cdx_hparams *hp;
+    cdx_engine_opts o;
+    cdx_forward_ctx *fc;
+    int64_t kv_dim;            /* n_head_kv · head_dim */
+    size_t block_floats;       /* elements of K (or V) in one block */
+    size_t elem_bytes;         /* 4 (f32) or 2 (f16, bf16) */
+    size_t state_bytes;        /* a hybrid model's recurrent state per sequence; 0: none */
+    int64_t n_snaps, max_snaps; /* state snapshots held by blocks, and the cap */
+    uint8_t root_key[KEY_LEN]; /* the parent key of every sequence's first block */
+    char *store;               /* the prefix store's directory, or NULL */
+    kv_store_shape shape;
+    /* the pool */
+    kv_block *blocks;
+    int32_t *free_stack;       /* unkeyed blocks no sequence holds */
+    int64_t n_free;
+    int32_t lru_head, lru_tail;
+    int64_t n_lru;
+    int32_t *buckets;
+    uint64_t n_buckets;
+    /* requests: seen by the engine thread only, except the inbox */
+    seq *waiting, *running;
+    int64_t n_waiting, n_running;
+    uint64_t next_order;
+    /* per-round buffers */
+    int32_t *b_tok, *b_seq;
+    const float **b_embd;      /* [budget]: image features replacing a token's embedding, or NULL */
+    cdx_vision_info vis;       /* when the model takes images (has_vision) */
+    bool has_vision;
+    uint64_t t_img_tiles;
+    double t_img_ms;
+    /* the features of recently encoded images by key, so an image whose prompt is cached only in
+     * part (its last rows in a block not yet full) is not encoded again: least recently used out */
+    struct { uint8_t key[KEY_LEN]; float *feat; size_t n; uint64_t used; } icache[IMAGE_CACHE];
+    uint64_t icache_clock;
+    int64_t *b_pos;
+    bool *b_want;
+    seq **b_seqs;              /* [max_batch] the sequences in this round, in cdx_kv_seq order */
+    cdx_kv_seq *b_kv;
+    seq **b_logit_seq;         /* [max_batch] whose logits row i is */
+    double *b_lse;             /* [max_batch] log-sum-exp of logits row i (NaN: not wanted) */
+    int *b_lse_rows;           /* [max_batch] the rows whose request wants logprobs */
+    float *logits;             /* [max_batch][n_vocab] */
+    /* shared with other threads (mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    seq *inbox, *inbox_tail;
+    int64_t n_inbox;
+    uint64_t *cancels;
+    size_t n_cancels, cap_cancels;
+    uint64_t next_id;
+    cdx_engine_stats stats;    /* the snapshot */
+    uint64_t t_prompt, t_cached, t_generated, t_preempt, t_rounds, t_store_r, t_store_w;
+};
+
+/* ---- block_pool.c: keys, the pool, block tables, prefix registration, state snapshots ---- */
+
+void eng_seq_block_key(const seq *s, int64_t i, const uint8_t parent[KEY_LEN], uint8_t out[KEY_LEN]);
+int eng_seq_make_keys(seq *s);
+int32_t eng_table_find(const cdx_engine *e, const uint8_t key[KEY_LEN]);
+void eng_table_insert(cdx_engine *e, int32_t b, const uint8_t key[KEY_LEN]);
+int64_t eng_pool_available(const cdx_engine *e);
+int32_t eng_pool_take(cdx_engine *e);
+void eng_pool_hold(cdx_engine *e, int32_t b);
+void eng_pool_release(cdx_engine *e, int32_t b);
+int eng_seq_push_block(seq *s, cdx_engine *e, int32_t b);
+void eng_seq_release_blocks(cdx_engine *e, seq *s);
+void eng_seq_register_blocks(cdx_engine *e, seq *s);
+int64_t eng_next_snap(const seq *s);
+void eng_seq_snapshot(cdx_engine *e, seq *s);
+
+/* ---- request.c: a request's lifetime, tokens, text, events, images ---- */
+
+void eng_seq_free(seq *s);
+void eng_seq_finish(cdx_engine *e, seq *s, cdx_finish f, const char *message);
+cdx_finish eng_seq_on_logits(cdx_engine *e, seq *s, float *logits, double lse, const char **msg);
+int eng_seq_image_row(cdx_engine *e, seq *s, int64_t p, const float **out, cdx_err *err);
+
+#endif

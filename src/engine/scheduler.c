@@ -1,0 +1,385 @@
+/* The scheduler: the run lists, admission with the cached prefix, preemption when the pool is dry,
+ * and the round (docs/engine.md, "Requests and rounds" and "Admission"). */
+#include "engine/engine_impl.h"
+#include "caldrix/pool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The logits rows of a round whose requests want logprobs, on the forward pass's threads (a
+ * whole-vocabulary pass of exp per row: 8 streams spent ~10 % of a decode round on it on one
+ * thread, so rows nobody asked for are skipped). Each row is one call of cdx_logsumexp (max + log
+ * of the sum of expf(x - max) in double), whichever thread runs it: the same bits. */
+typedef struct {
+    const cdx_kernels *k;
+    const float *logits;
+    int64_t nv;
+    const int *rows;
+    int n;
+    double *lse;
+} lse_job;
+
+static void lse_part(void *arg, int ith, int nth)
+{
+    const lse_job *j = arg;
+    for (int k = ith; k < j->n; k += nth)
+        j->lse[j->rows[k]] = cdx_logsumexp(j->k, j->logits + (size_t)j->rows[k] * (size_t)j->nv, j->nv);
+}
+
+
+/* ---- lists ---- */
+
+static void list_remove(seq **head, seq *s)
+{
+    while (*head != s)
+        head = &(*head)->next;
+    *head = s->next;
+    s->next = NULL;
+}
+
+static void list_append(seq **head, seq *s)
+{
+    while (*head)
+        head = &(*head)->next;
+    s->next = NULL;
+    *head = s;
+}
+
+/* ---- the round ---- */
+
+/* Ends the cancelled requests of a list. */
+static void end_cancelled(cdx_engine *e, seq **head, int64_t *count)
+{
+    for (seq **p = head; *p;) {
+        seq *s = *p;
+        if (s->cancelled) {
+            *p = s->next;
+            (*count)--;
+            eng_seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
+        } else {
+            p = &s->next;
+        }
+    }
+}
+
+/* Takes what other threads handed in: new requests to the waiting list, cancellations. */
+static void take_inbox(cdx_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    seq *in = e->inbox;
+    e->inbox = e->inbox_tail = NULL;
+    e->n_waiting += e->n_inbox;
+    e->n_inbox = 0;
+    for (size_t i = 0; i < e->n_cancels; i++) {
+        const uint64_t id = e->cancels[i];
+        for (seq *s = in; s; s = s->next)
+            s->cancelled |= s->id == id;
+        for (seq *s = e->waiting; s; s = s->next)
+            s->cancelled |= s->id == id;
+        for (seq *s = e->running; s; s = s->next)
+            s->cancelled |= s->id == id;
+    }
+    e->n_cancels = 0;
+    pthread_mutex_unlock(&e->mu);
+    while (in) {
+        seq *n = in->next;
+        list_append(&e->waiting, in);
+        in = n;
+    }
+    end_cancelled(e, &e->waiting, &e->n_waiting);
+    end_cancelled(e, &e->running, &e->n_running);
+}
+
+/* Whether a running sequence is computing s's block i (the first s could not find) as part of its
+ * own prompt: the same key, a block of its prompt, not computed yet. Then s waits for it rather than
+ * computing it a second time: n requests with one prompt (a server's n > 1, or clients asking the
+ * same thing at once) compute it once, and the others take it from the cache a round or two later.
+ * Only prompt blocks count: a block still to be decoded would keep s waiting a token a round. */
+static bool block_in_flight(cdx_engine *e, const seq *s, int64_t i)
+{
+    for (seq *r = e->running; r; r = r->next) {
+        if ((i + 1) * CDX_KV_BLOCK > r->n_prompt || r->n_done >= (i + 1) * CDX_KV_BLOCK)
+            continue;
+        if (r->n_keys <= i) { /* r's keys up to block i, made now (they are the ones it registers later) */
+            if (eng_seq_make_keys(r))
+                continue;
+            for (int64_t k = r->n_keys; k <= i; k++)
+                eng_seq_block_key(r, k, k ? r->keys[k - 1] : e->root_key, r->keys[k]);
+            r->n_keys = i + 1;
+        }
+        if (!memcmp(r->keys[i], s->keys[i], KEY_LEN))
+            return true;
+    }
+    return false;
+}
+
+/* Admission of the oldest waiting request: its cached prefix is taken (whole blocks, never the
+ * block of its last token, whose logits must be computed), and it runs when the pool can hold
+ * the rest of what it has to compute now, unless a running request is computing its next block
+ * (block_in_flight): then it waits for that, and so does the queue behind it. */
+static bool admit_one(cdx_engine *e)
+{
+    seq *s = e->waiting;
+    if (!s || e->n_running >= e->o.max_batch)
+        return false;
+    if (e->state_bytes && !s->state) {
+        if (!(s->state = malloc(e->state_bytes)))
+            return false; /* it waits; the next round tries again */
+        cdx_model_state_reset(e->m, s->state);
+    }
+    int64_t reuse = 0;
+    if (!eng_seq_make_keys(s)) {
+        const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
+        for (int64_t i = 0; i < usable; i++) {
+            if (i >= s->n_keys) {
+                eng_seq_block_key(s, i, i ? s->keys[i - 1] : e->root_key, s->keys[i]);
+                s->n_keys = i + 1;
+            }
+            int32_t b = eng_table_find(e, s->keys[i]);
+            if (b != NONE) {
+                eng_pool_hold(e, b);
+            } else if (!e->store || !kv_store_has(e->store, s->keys[i]) || (b = eng_pool_take(e)) == NONE) {
+                break;
+            } else if (kv_store_read(e->store, &e->shape, s->keys[i], e->blocks[b].k, e->blocks[b].v,
+                                     e->state_bytes ? &e->blocks[b].snap : NULL)) {
+                eng_pool_release(e, b); /* a bad file is gone; the block is computed */
+                break;
+            } else {
+                eng_table_insert(e, b, s->keys[i]);
+                e->blocks[b].stored = true;
+                e->n_snaps += e->blocks[b].snap != NULL;
+                e->t_store_r++;
+            }
+            if (eng_seq_push_block(s, e, b)) {
+                eng_pool_release(e, b);
+                break;
+            }
+            reuse++;
+        }
+    }
+    if (reuse < s->n_keys && reuse < (s->n_toks - 1) / CDX_KV_BLOCK && block_in_flight(e, s, reuse)) {
+        eng_seq_release_blocks(e, s);
+        return false;
+    }
+    /* a hybrid model resumes only where a state snapshot was kept: the blocks after the last such
+     * block go back (they stay cached) and are computed */
+    while (e->state_bytes && reuse > 0 && !e->blocks[s->blk[reuse - 1]].snap) {
+        eng_pool_release(e, s->blk[--s->n_blk]);
+        reuse--;
+    }
+    if (e->state_bytes && reuse > 0)
+        memcpy(s->state, e->blocks[s->blk[reuse - 1]].snap, e->state_bytes);
+    const int64_t need = (s->n_toks + CDX_KV_BLOCK - 1) / CDX_KV_BLOCK - reuse;
+    if (need > eng_pool_available(e)) {
+        eng_seq_release_blocks(e, s);
+        return false;
+    }
+    s->n_done = reuse * CDX_KV_BLOCK;
+    s->n_registered = reuse;
+    if (!s->admitted_once) {
+        s->n_cached = s->n_done;
+        e->t_prompt += (uint64_t)s->n_prompt;
+        e->t_cached += (uint64_t)s->n_done;
+        s->admitted_once = true;
+    }
+    e->waiting = s->next;
+    e->n_waiting--;
+    s->order = e->next_order++;
+    list_append(&e->running, s);
+    e->n_running++;
+    return true;
+}
+
+/* The newest running request goes back to the front of the queue, its blocks to the pool. */
+static void preempt_newest(cdx_engine *e)
+{
+    seq *newest = NULL;
+    for (seq *s = e->running; s; s = s->next)
+        if (!newest || s->order > newest->order)
+            newest = s;
+    if (!newest)
+        return;
+    list_remove(&e->running, newest);
+    e->n_running--;
+    eng_seq_release_blocks(e, newest);
+    newest->next = e->waiting;
+    e->waiting = newest;
+    e->n_waiting++;
+    e->t_preempt++;
+}
+
+static bool seq_is_running(const cdx_engine *e, const seq *x)
+{
+    for (const seq *s = e->running; s; s = s->next)
+        if (s == x)
+            return true;
+    return false;
+}
+
+/* Blocks for s's positions up to (not including) end; preempts the newest others when the pool
+ * is dry. Returns how far s can go (<= end); n_done when nothing could be had. */
+static int64_t grow_to(cdx_engine *e, seq *s, int64_t end)
+{
+    while (s->n_blk * CDX_KV_BLOCK < end) {
+        int32_t b = eng_pool_take(e);
+        if (b == NONE) {
+            /* preempt someone newer than s, else stop short */
+            seq *newest = NULL;
+            for (seq *x = e->running; x; x = x->next)
+                if (x != s && x->order > s->order && (!newest || x->order > newest->order))
+                    newest = x;
+            if (!newest)
+                break;
+            preempt_newest(e);
+            continue;
+        }
+        if (eng_seq_push_block(s, e, b)) {
+            eng_pool_release(e, b);
+            break;
+        }
+    }
+    const int64_t cap = s->n_blk * CDX_KV_BLOCK;
+    return end < cap ? end : cap;
+}
+
+static void snapshot(cdx_engine *e)
+{
+    /* every block is free (the stack), cached (the LRU) or held: no walk over the pool */
+    const int64_t used = e->o.n_blocks - e->n_free - e->n_lru;
+    pthread_mutex_lock(&e->mu);
+    e->stats.blocks_used = used;
+    e->stats.blocks_cached = e->n_lru;
+    e->stats.blocks_free = e->n_free;
+    e->stats.running = e->n_running;
+    e->stats.waiting = e->n_waiting + e->n_inbox;
+    e->stats.prompt_tokens = e->t_prompt;
+    e->stats.cached_tokens = e->t_cached;
+    e->stats.generated_tokens = e->t_generated;
+    e->stats.preemptions = e->t_preempt;
+    e->stats.rounds = e->t_rounds;
+    e->stats.store_reads = e->t_store_r;
+    e->stats.store_writes = e->t_store_w;
+    e->stats.image_tiles_encoded = e->t_img_tiles;
+    e->stats.image_encode_ms = e->t_img_ms;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int cdx_engine_step(cdx_engine *e, cdx_err *err)
+{
+    take_inbox(e);
+    while (admit_one(e))
+        ;
+    /* the batch: decoding sequences first (oldest first), then prompt chunks */
+    int64_t n = 0, budget = e->o.token_budget;
+    int n_seq = 0, n_logits = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (seq *s = e->running; s && budget > 0;) {
+            seq *next = s->next;
+            const int64_t left = s->n_toks - s->n_done;
+            const bool decoding = left == 1;
+            if (left <= 0 || decoding != (pass == 0)) {
+                s = next;
+                continue;
+            }
+            int64_t want = left < budget ? left : budget;
+            if (e->state_bytes && !decoding) { /* end a chunk where the prompt's snapshot is taken */
+                const int64_t pb = eng_next_snap(s);
+                if (pb > s->n_done && pb < s->n_done + want)
+                    want = pb - s->n_done;
+            }
+            const int64_t end = grow_to(e, s, s->n_done + want);
+            /* grow_to may have preempted sequences already placed in this batch */
+            if (n_seq > 0) {
+                int keep = 0;
+                for (int i = 0; i < n_seq; i++)
+                    keep += seq_is_running(e, e->b_seqs[i]);
+                if (keep != n_seq) { /* rebuild from scratch: rare (the pool ran dry) */
+                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1;
+                    break;
+                }
+            }
+            if (!seq_is_running(e, s)) {
+                s = next;
+                continue;
+            }
+            if (end <= s->n_done) {
+                s = next;
+                continue;
+            }
+            const int si = n_seq++;
+            e->b_seqs[si] = s;
+            e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
+                                        .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
+                                        .type = e->o.kv_type, .state = s->state };
+            for (int64_t p = s->n_done; p < end; p++) {
+                if (eng_seq_image_row(e, s, p, &e->b_embd[n], err)) {
+                    /* the image cannot be encoded: this request ends, the batch is built again */
+                    list_remove(&e->running, s);
+                    e->n_running--;
+                    eng_seq_finish(e, s, CDX_FINISH_ERROR, err ? err->msg : "the image could not be encoded");
+                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1;
+                    goto rebuild;
+                }
+                e->b_tok[n] = s->toks[p];
+                e->b_seq[n] = si;
+                e->b_pos[n] = p;
+                e->b_want[n] = p == s->n_toks - 1;
+                if (e->b_want[n])
+                    e->b_logit_seq[n_logits++] = s;
+                n++;
+            }
+            budget -= end - s->n_done;
+            s = next;
+        }
+    rebuild:;
+    }
+    int rc = CDX_OK;
+    if (n > 0) {
+        cdx_batch b = { .n = n, .tokens = e->b_tok, .seq = e->b_seq, .pos = e->b_pos, .want_logits = e->b_want,
+                        .embd = e->has_vision ? e->b_embd : NULL };
+        rc = cdx_forward_seqs(e->fc, e->b_kv, n_seq, &b, e->logits, err);
+        e->t_rounds++;
+        if (rc) {
+            for (int i = 0; i < n_seq; i++) {
+                list_remove(&e->running, e->b_seqs[i]);
+                e->n_running--;
+                eng_seq_finish(e, e->b_seqs[i], CDX_FINISH_ERROR, err ? err->msg : "the forward pass failed");
+            }
+        } else {
+            /* what each sequence computed; full blocks become findable */
+            for (int64_t i = 0; i < n; i++) {
+                seq *s = e->b_seqs[e->b_seq[i]];
+                s->n_done = e->b_pos[i] + 1;
+            }
+            for (int i = 0; i < n_seq; i++) {
+                eng_seq_register_blocks(e, e->b_seqs[i]);
+                eng_seq_snapshot(e, e->b_seqs[i]);
+            }
+            int n_lse = 0;
+            for (int i = 0; i < n_logits; i++) {
+                e->b_lse[i] = NAN;
+                if (e->b_logit_seq[i]->logprobs)
+                    e->b_lse_rows[n_lse++] = i;
+            }
+            lse_job lj = { cdx_forward_ctx_kernels(e->fc), e->logits, e->hp->n_vocab, e->b_lse_rows, n_lse, e->b_lse };
+            if (n_lse > 1)
+                cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
+            else
+                lse_part(&lj, 0, 1);
+            for (int i = 0; i < n_logits; i++) {
+                seq *s = e->b_logit_seq[i];
+                const char *msg = NULL;
+                const cdx_finish f =
+                    eng_seq_on_logits(e, s, e->logits + (size_t)i * (size_t)e->hp->n_vocab, e->b_lse[i], &msg);
+                if (f != CDX_FINISH_NONE) {
+                    list_remove(&e->running, s);
+                    e->n_running--;
+                    eng_seq_finish(e, s, f, msg);
+                }
+            }
+        }
+    }
+    snapshot(e);
+    return rc;
+}
