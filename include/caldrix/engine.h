@@ -115,7 +115,31 @@ typedef struct cdx_engine_opts {
     struct cdx_pool *pool;      /* NULL: the engine makes its own pool of n_threads. Else the caller's
                                    (borrowed, outlives the engine): engines sharing it must be stepped
                                    (and created) one at a time, never at once (the server's one thread) */
+    /* Speculative decoding (docs/engine.md, "Speculative decoding"): a proposer guesses up to
+     * draft_max tokens after a decoding request's last one, the round's forward pass scores them
+     * with it, and the request keeps the guesses its own sampler would have drawn, then the token
+     * drawn after them: its tokens, logprobs and top logits are bit for bit those of plain decoding.
+     * Each request adapts its draft length in draft_min..draft_max and turns speculation off while
+     * it does not pay. A hybrid model (recurrent state) cannot roll back and is refused (CDX_EINVAL). */
+    int spec;                   /* cdx_spec: CDX_SPEC_OFF (0, the default), _LOOKUP, _AUTO */
+    int draft_max, draft_min;   /* 0: the defaults (8 and 1) */
+    bool spec_keep_on;          /* the turn-off rule never turns it off, nor cuts a draft for its cost
+                                   (measurements and tests: then what is proposed depends on nothing
+                                   but the tokens) */
 } cdx_engine_opts;
+
+/* The proposers: prompt lookup continues the latest earlier occurrence of the text's last n-gram
+ * (n = 4 down to 2) in the prompt and the generated tokens; auto picks the best one the engine
+ * has (lookup until a draft model is given). */
+typedef enum cdx_spec {
+    CDX_SPEC_OFF = 0,
+    CDX_SPEC_LOOKUP,
+    CDX_SPEC_AUTO,
+} cdx_spec;
+
+/* "off", "lookup", "auto" ("" for another value); cdx_spec_parse: -1 for an unknown name. */
+CDX_API const char *cdx_spec_name(int spec);
+CDX_API int cdx_spec_parse(const char *name);
 
 CDX_API cdx_engine_opts cdx_engine_defaults(void);
 
@@ -130,6 +154,8 @@ typedef enum cdx_engine_opt_id {
     CDX_OPT_MAX_BATCH,    /* max_batch */
     CDX_OPT_TOKEN_BUDGET, /* token_budget */
     CDX_OPT_MAX_QUEUE,    /* max_queue */
+    CDX_OPT_DRAFT_MAX,    /* draft_max */
+    CDX_OPT_DRAFT_MIN,    /* draft_min (<= draft_max) */
     CDX_OPT_COUNT
 } cdx_engine_opt_id;
 
@@ -185,6 +211,12 @@ typedef struct cdx_event {
      * before this. It stops short of pieces whose text is held back; on the final event after a
      * stop string it is where the returned text ends (the stop string's pieces lie beyond). */
     int64_t n_covered;
+    /* Speculative decoding, so far (every event): the proposer's name (NULL: the request does not
+     * speculate), the draft tokens it proposed and how many of them were kept, and whether the
+     * turn-off rule turned speculation off for this request (lookup probes again later). */
+    const char *spec_proposer;
+    int64_t spec_proposed, spec_accepted;
+    bool spec_off;
 } cdx_event;
 
 typedef void (*cdx_event_fn)(const cdx_event *ev);
@@ -218,6 +250,7 @@ typedef struct cdx_request {
      * are those of the masked distribution. Borrowed: must outlive the request (its final event).
      * Needs the engine's tokenizer. NULL: unconstrained. */
     const struct cdx_grammar *grammar;
+    bool no_speculation;         /* this request never speculates (serve's "speculative": false) */
 } cdx_request;
 
 typedef struct cdx_request_image {
@@ -259,6 +292,8 @@ typedef struct cdx_engine_stats {
     uint64_t store_reads, store_writes;      /* blocks read from / written to the prefix store */
     uint64_t image_tiles_encoded;            /* tiles run through the vision tower */
     double image_encode_ms;                  /* time spent in it */
+    uint64_t spec_proposed, spec_accepted;   /* draft tokens proposed, and kept (totals) */
+    uint64_t spec_verifies;                  /* request-rounds that scored a draft */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */
 CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);

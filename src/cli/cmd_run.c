@@ -70,6 +70,14 @@ static const char k_run_options[] =
     "                         either, generation stops where the grammar is complete and nothing else\n"
     "                         may follow, and only there may an end-of-generation token come\n"
     "  --top-logits K         with --json, the K highest raw logits of every step\n"
+    "  --spec lookup|auto|off speculative decoding (default off): lookup proposes the continuation of the\n"
+    "                         latest earlier occurrence of the text's last 4..2 tokens, scored in one pass\n"
+    "                         with the last token; the output is bit for bit that of --spec off. It turns\n"
+    "                         itself off while it does not pay (--json timings.draft, and stderr, say so).\n"
+    "                         auto: the best proposer there is (lookup). Not for Qwen3.5 (refused)\n"
+    "  --draft-max K          the longest draft (default 8); the length adapts per request\n"
+    "  --draft-min K          the shortest draft (default 1)\n"
+    "  --spec-keep-on         never turn speculation off (for measurements)\n"
     "  --image FILE           a PNG or JPEG for a vision model (repeat for more): each <image> in -p marks\n"
     "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
     "                         given (already expanded) and the images fill the image-token positions\n"
@@ -110,7 +118,7 @@ static void run_usage(FILE *f)
     cdx_model_gguf_archs(gg, sizeof gg);
     fprintf(f, "GGUF architectures: %s.\n\n", gg);
     fputs(k_run_options, f);
-    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_CTX, CDX_OPT_THREADS }, 2);
+    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_CTX, CDX_OPT_THREADS, CDX_OPT_DRAFT_MAX, CDX_OPT_DRAFT_MIN }, 4);
 }
 
 typedef struct {
@@ -122,8 +130,9 @@ typedef struct {
     uint64_t weight_budget;
     bool kv_type_set;
     cdx_dtype dtype;
-    long n_gen, ctx, threads, top_logits;
-    bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set;
+    long n_gen, ctx, threads, top_logits, draft_max, draft_min;
+    int spec;                                 /* --spec (cdx_spec) */
+    bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set, spec_keep_on;
     cdx_sampler_params sp;
     int32_t *ids;  /* --prompt-ids, parsed */
     size_t n_ids;
@@ -238,6 +247,20 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             NEED_VALUE();
             if (cli_parse_engine_opt(a, v, CDX_OPT_THREADS, &o->threads)) return 2;
+        } else if (!strcmp(a, "--spec")) {
+            NEED_VALUE();
+            if ((o->spec = cdx_spec_parse(v)) < 0) {
+                fprintf(stderr, "caldrix run: --spec is \"%s\"; expected lookup, auto or off\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--spec-keep-on")) {
+            o->spec_keep_on = true;
+        } else if (!strcmp(a, "--draft-max")) {
+            NEED_VALUE();
+            if (cli_parse_engine_opt(a, v, CDX_OPT_DRAFT_MAX, &o->draft_max)) return 2;
+        } else if (!strcmp(a, "--draft-min")) {
+            NEED_VALUE();
+            if (cli_parse_engine_opt(a, v, CDX_OPT_DRAFT_MIN, &o->draft_min)) return 2;
         } else if (!strcmp(a, "--top-logits")) {
             NEED_VALUE();
             if (cli_parse_int(a, v, 0, 1 << 20, &o->top_logits)) return 2;
@@ -302,6 +325,15 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             return 2;
         }
 #undef NEED_VALUE
+    }
+    if (o->draft_min && o->draft_max && o->draft_min > o->draft_max) {
+        fprintf(stderr, "caldrix run: --draft-min %ld is more than --draft-max %ld\n", o->draft_min, o->draft_max);
+        return 2;
+    }
+    if ((o->draft_min || o->draft_max || o->spec_keep_on) && !o->spec) {
+        fprintf(stderr, "caldrix run: --draft-max, --draft-min and --spec-keep-on shape speculative decoding; add "
+                        "--spec lookup\n");
+        return 2;
     }
     if (o->chat && o->prompt_ids) {
         fprintf(stderr, "caldrix run: --chat renders text through the chat template; it takes -p, not --prompt-ids\n");
@@ -469,6 +501,9 @@ typedef struct {
     text_buf text;
     cdx_finish finish;
     int64_t n_cached;
+    const char *proposer;    /* speculative decoding: NULL when off */
+    int64_t proposed, accepted;
+    bool spec_off;
     double t_first, t_end;   /* cdx_time_ms() */
     char error[1024];
 } run_state;
@@ -484,6 +519,10 @@ static void on_event(const cdx_event *ev)
         }
     }
     st->n_cached = ev->n_cached;
+    st->proposer = ev->spec_proposer;
+    st->proposed = ev->spec_proposed;
+    st->accepted = ev->spec_accepted;
+    st->spec_off = ev->spec_off;
     if (ev->finish != CDX_FINISH_NONE) {
         st->finish = ev->finish;
         st->t_end = cdx_time_ms();
@@ -818,6 +857,10 @@ int cmd_run(int argc, char **argv)
     eo.max_batch = 1;
     eo.kv_store = o.kv_store;
     eo.kv_type = o.kv_type;
+    eo.spec = o.spec;
+    eo.draft_max = (int)o.draft_max;
+    eo.draft_min = (int)o.draft_min;
+    eo.spec_keep_on = o.spec_keep_on;
     cdx_load_opts lo = cli_load_opts(&ho, o.dtype, o.weight_budget);
     lo.chat = o.chat;
     lo.chat_template = o.chat_template;
@@ -829,6 +872,8 @@ int cmd_run(int argc, char **argv)
     cdx_load_stage at;
     if ((rc = cdx_load(o.model, &lo, &ld, &at, &err))) {
         fprintf(stderr, "caldrix: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
+        if (at == CDX_LOAD_ENGINE && o.spec && rc == CDX_EINVAL && strstr(err.msg, "--spec"))
+            status = 2; /* a model that cannot speculate: bad input, as a bad option is */
         goto done;
     }
     o.model = ld->path;
@@ -1006,6 +1051,11 @@ int cmd_run(int argc, char **argv)
             json_object_set_new(tm, "image_tiles", json_integer((json_int_t)es.image_tiles_encoded));
             json_object_set_new(tm, "image_encode_ms", json_real(es.image_encode_ms));
         }
+        if (st.proposer) /* speculative decoding: what was proposed, kept, and whether the rule turned it off */
+            json_object_set_new(json_object_get(root, "timings"), "draft",
+                                json_pack("{s:s,s:I,s:I,s:b}", "proposer", st.proposer, "proposed",
+                                          (json_int_t)st.proposed, "accepted", (json_int_t)st.accepted, "turned_off",
+                                          st.spec_off));
         json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
         json_decref(root);
@@ -1018,6 +1068,12 @@ int cmd_run(int argc, char **argv)
                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k),
                 cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(ld->kv_type),
                 (unsigned long long)o.sp.seed);
+        if (st.proposer && st.spec_off)
+            fprintf(stderr, "caldrix: draft %s was turned off (accepted %lld of %lld proposed tokens)\n", st.proposer,
+                    (long long)st.accepted, (long long)st.proposed);
+        else if (st.proposer)
+            fprintf(stderr, "caldrix: draft %s stayed on (accepted %.0f %% of %lld proposed tokens)\n", st.proposer,
+                    st.proposed ? 100.0 * (double)st.accepted / (double)st.proposed : 0.0, (long long)st.proposed);
     }
     status = 0;
 done:

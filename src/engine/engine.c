@@ -12,6 +12,20 @@ cdx_engine_opts cdx_engine_defaults(void)
     return (cdx_engine_opts){ .n_threads = 0, .max_batch = 8, .token_budget = 512, .max_queue = 64 };
 }
 
+const char *cdx_spec_name(int spec)
+{
+    static const char *const names[] = { [CDX_SPEC_OFF] = "off", [CDX_SPEC_LOOKUP] = "lookup", [CDX_SPEC_AUTO] = "auto" };
+    return (unsigned)spec < sizeof names / sizeof names[0] ? names[spec] : "";
+}
+
+int cdx_spec_parse(const char *name)
+{
+    for (int i = CDX_SPEC_OFF; i <= CDX_SPEC_AUTO; i++)
+        if (name && !strcmp(name, cdx_spec_name(i)))
+            return i;
+    return -1;
+}
+
 cdx_request cdx_request_defaults(void)
 {
     return (cdx_request){ .sampling = cdx_sampler_defaults() };
@@ -33,6 +47,8 @@ static const cdx_engine_range k_ranges[CDX_OPT_COUNT] = {
     [CDX_OPT_MAX_BATCH] = { "--max-batch", "max_batch", 1, 1024 },
     [CDX_OPT_TOKEN_BUDGET] = { "", "token_budget", 1, 1 << 20 }, /* no command sets it */
     [CDX_OPT_MAX_QUEUE] = { "--max-queue", "max_queue", 1, 1 << 20 },
+    [CDX_OPT_DRAFT_MAX] = { "--draft-max", "draft_max", 1, 64 },
+    [CDX_OPT_DRAFT_MIN] = { "--draft-min", "draft_min", 1, 64 },
 };
 
 cdx_engine_range cdx_engine_opt_range(cdx_engine_opt_id id)
@@ -51,7 +67,8 @@ static int check_ranges(const cdx_engine_opts *o, cdx_err *err)
     const int64_t given[CDX_OPT_COUNT] = { [CDX_OPT_THREADS] = o->n_threads, [CDX_OPT_CTX] = o->n_ctx,
                                            [CDX_OPT_KV_BLOCKS] = o->n_blocks, [CDX_OPT_MAX_BATCH] = o->max_batch,
                                            [CDX_OPT_TOKEN_BUDGET] = o->token_budget,
-                                           [CDX_OPT_MAX_QUEUE] = o->max_queue };
+                                           [CDX_OPT_MAX_QUEUE] = o->max_queue, [CDX_OPT_DRAFT_MAX] = o->draft_max,
+                                           [CDX_OPT_DRAFT_MIN] = o->draft_min };
     for (int i = 0; i < CDX_OPT_COUNT; i++) {
         const cdx_engine_range r = cdx_engine_opt_range((cdx_engine_opt_id)i);
         if (given[i] > 0 && (given[i] < r.lo || given[i] > r.hi))
@@ -77,6 +94,20 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     int rc = check_ranges(&eo, err);
     if (rc)
         return rc;
+    if (eo.draft_max <= 0)
+        eo.draft_max = eo.draft_min > 8 ? eo.draft_min : 8;
+    if (eo.draft_min <= 0)
+        eo.draft_min = 1;
+    if (eo.draft_min > eo.draft_max)
+        return cdx_err_set(err, CDX_EINVAL, "draft_min is %d, more than draft_max (%d) (--draft-min, --draft-max)",
+                           eo.draft_min, eo.draft_max);
+    if (!*cdx_spec_name(eo.spec))
+        return cdx_err_set(err, CDX_EINVAL, "spec is %d; expected off, lookup or auto (--spec)", eo.spec);
+    if (eo.spec != CDX_SPEC_OFF && cdx_model_state_bytes(m))
+        return cdx_err_set(err, CDX_EINVAL, "speculative decoding (--spec %s) needs a model whose cache can be cut "
+                           "back to the kept tokens; this model (%s) carries a recurrent state that advances over "
+                           "every scored position and is not rolled back (use --spec off)", cdx_spec_name(eo.spec),
+                           hp->arch_name ? hp->arch_name : "a hybrid model");
     /* an f16 cache rounds as ggml's does (f32 models); a bf16 cache holds a bf16 model's K and V exactly */
     const bool bf16_model = cdx_model_dtype(m) == CDX_DTYPE_BF16;
     if (eo.kv_type != CDX_TYPE_F32 && eo.kv_type != (bf16_model ? CDX_TYPE_BF16 : CDX_TYPE_F16))
@@ -146,6 +177,11 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
         e->n_buckets *= 2;
     e->buckets = malloc(e->n_buckets * sizeof *e->buckets);
     const size_t B = (size_t)eo.token_budget, S = (size_t)eo.max_batch;
+    e->proposer = eo.spec != CDX_SPEC_OFF ? &eng_proposer_lookup : NULL;
+    e->max_logits = (int64_t)S * (e->proposer ? 1 + eo.draft_max : 1);
+    if (e->max_logits > eo.token_budget && e->max_logits > (int64_t)S)
+        e->max_logits = eo.token_budget > (int64_t)S ? eo.token_budget : (int64_t)S; /* rows are tokens */
+    const size_t L = (size_t)e->max_logits;
     e->b_tok = malloc(B * sizeof *e->b_tok);
     e->b_seq = malloc(B * sizeof *e->b_seq);
     e->b_pos = malloc(B * sizeof *e->b_pos);
@@ -154,12 +190,13 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->has_vision = cdx_model_vision(m, &e->vis);
     e->b_seqs = malloc(S * sizeof *e->b_seqs);
     e->b_kv = malloc(S * sizeof *e->b_kv);
-    e->b_logit_seq = malloc(S * sizeof *e->b_logit_seq);
-    e->b_lse = malloc(S * sizeof *e->b_lse);
-    e->b_lse_rows = malloc(S * sizeof *e->b_lse_rows);
-    e->logits = malloc(S * (size_t)hp->n_vocab * sizeof(float));
+    e->b_logit_seq = malloc(L * sizeof *e->b_logit_seq);
+    e->b_logit_rows = malloc(L * sizeof *e->b_logit_rows);
+    e->b_lse = malloc(L * sizeof *e->b_lse);
+    e->b_lse_rows = malloc(L * sizeof *e->b_lse_rows);
+    e->logits = malloc(L * (size_t)hp->n_vocab * sizeof(float));
     if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want || !e->b_embd ||
-        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->b_lse || !e->b_lse_rows || !e->logits) {
+        !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->b_logit_rows || !e->b_lse || !e->b_lse_rows || !e->logits) {
         cdx_engine_free(e);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
     }
@@ -209,6 +246,7 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_seqs);
     free(e->b_kv);
     free(e->b_logit_seq);
+    free(e->b_logit_rows);
     free(e->b_lse);
     free(e->b_lse_rows);
     free(e->logits);

@@ -35,6 +35,20 @@ typedef struct kv_block {
                                 * blocks only), or NULL: a prefix may resume only after a block with one */
 } kv_block;
 
+/* A request's speculative decoding (spec.c): its draft of this round, the adaptive draft length,
+ * the acceptance it has seen and whether the turn-off rule has it off. */
+typedef struct eng_spec_state {
+    bool on;                   /* the request speculates at all (the engine does, and it did not opt out) */
+    bool off;                  /* turned off by the rule (lookup probes again now and then) */
+    bool turned_off;           /* off was set at least once (the events' spec_off) */
+    int k;                     /* the draft length it tries next (draft_min..draft_max) */
+    int n_draft;               /* tokens drafted this round (scored after its last token) */
+    int32_t *draft;            /* [draft_max] */
+    double acc, prop;          /* decayed counts of accepted and proposed draft tokens */
+    int64_t proposed, accepted;/* totals (the events') */
+    int64_t off_at;            /* n_gen when it was turned off (lookup probes every SPEC_PROBE tokens) */
+} eng_spec_state;
+
 typedef struct seq {
     uint64_t id;
     void *user;
@@ -79,6 +93,7 @@ typedef struct seq {
     int32_t *img_row;
     struct seq_image *img;
     int n_img;
+    eng_spec_state sp;         /* speculative decoding (spec.c) */
 } seq;
 
 typedef struct seq_image {
@@ -144,7 +159,33 @@ struct cdx_engine {
     uint64_t next_id;
     cdx_engine_stats stats;    /* the snapshot */
     uint64_t t_prompt, t_cached, t_generated, t_preempt, t_rounds, t_store_r, t_store_w;
+    /* speculative decoding */
+    const struct eng_proposer *proposer; /* NULL: off */
+    int64_t max_logits;        /* logits rows a round may ask for: max_batch · (1 + draft_max) with a proposer */
+    int *b_logit_rows;         /* [max_logits] at a sequence's first row: how many rows are its own */
+    double cm_s0, cm_sx, cm_sxx, cm_sy, cm_sxy; /* decayed sums of (tokens, ms) per round: the cost model */
+    uint64_t t_spec_prop, t_spec_acc, t_spec_verify;
 };
+
+/* ---- spec.c: speculative decoding ---- */
+
+/* A proposer: up to k_max tokens guessed to follow s's tokens, into draft; returns how many. */
+typedef struct eng_proposer {
+    const char *name;
+    int (*propose)(cdx_engine *e, const seq *s, int32_t *draft, int k_max);
+} eng_proposer;
+
+extern const eng_proposer eng_proposer_lookup;
+
+/* Makes s's per-request state (at submit); CDX_OK or CDX_ENOMEM. */
+int eng_spec_init(cdx_engine *e, seq *s, bool opted_out);
+/* s decodes this round with `spare` budget tokens and pool blocks beyond its own next one:
+ * fills s->sp.draft and returns how many to score (0: none). */
+int eng_spec_draft(cdx_engine *e, seq *s, int64_t spare);
+/* After s's rows were sampled: n_kept of its n_draft guesses were kept. */
+void eng_spec_settle(cdx_engine *e, seq *s, int n_kept);
+/* A round of n tokens took ms (the cost model the turn-off rule reads). */
+void eng_spec_round(cdx_engine *e, int64_t n, double ms);
 
 /* ---- block_pool.c: keys, the pool, block tables, prefix registration, state snapshots ---- */
 

@@ -35,6 +35,7 @@ void eng_seq_free(seq *s)
     }
     free(s->img);
     free(s->img_row);
+    free(s->sp.draft);
     free(s);
 }
 
@@ -67,7 +68,9 @@ static void emit(cdx_engine *e, seq *s, cdx_finish f, int32_t token, float lp, c
                      .top_logits = s->top_logits, .top_logprobs = s->top_lp, .text = text ? text : "",
                      .text_len = text_len, .n_prompt = s->n_prompt, .n_cached = s->n_cached,
                      .n_generated = s->n_gen, .ms_first = s->t_first > 0 ? s->t_first - s->t_submit : 0,
-                     .message = message, .n_covered = s->n_covered };
+                     .message = message, .n_covered = s->n_covered,
+                     .spec_proposer = s->sp.on ? e->proposer->name : NULL, .spec_proposed = s->sp.proposed,
+                     .spec_accepted = s->sp.accepted, .spec_off = s->sp.turned_off };
     if (f != CDX_FINISH_NONE) {
         ev.token = -1;
         ev.index = s->n_gen;
@@ -382,6 +385,8 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
            ? cdx_err_set(err, CDX_ENOMEM, "out of memory") : CDX_OK;
     if (!rc)
         rc = cdx_sampler_create(&r->sampling, hp->n_vocab, &s->smp, err);
+    if (!rc && eng_spec_init(e, s, r->no_speculation))
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < r->n_stop; i++) {
         if (!(s->stop[i] = strdup(r->stop[i])))
             rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");

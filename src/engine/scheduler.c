@@ -262,6 +262,9 @@ static void snapshot(cdx_engine *e)
     e->stats.store_writes = e->t_store_w;
     e->stats.image_tiles_encoded = e->t_img_tiles;
     e->stats.image_encode_ms = e->t_img_ms;
+    e->stats.spec_proposed = e->t_spec_prop;
+    e->stats.spec_accepted = e->t_spec_acc;
+    e->stats.spec_verifies = e->t_spec_verify;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -271,9 +274,11 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
     while (admit_one(e))
         ;
     /* the batch: decoding sequences first (oldest first), then prompt chunks */
-    int64_t n = 0, budget = e->o.token_budget;
+    int64_t n = 0, budget = e->o.token_budget, dec_left = 0;
     int n_seq = 0, n_logits = 0;
     for (int pass = 0; pass < 2; pass++) {
+        for (seq *s = e->running; pass == 0 && s; s = s->next)
+            dec_left += s->n_toks - s->n_done == 1; /* decoding sequences still to place: drafts leave them room */
         for (seq *s = e->running; s && budget > 0;) {
             seq *next = s->next;
             const int64_t left = s->n_toks - s->n_done;
@@ -282,6 +287,8 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 s = next;
                 continue;
             }
+            dec_left -= decoding;
+            s->sp.n_draft = 0;
             int64_t want = left < budget ? left : budget;
             if (e->state_bytes && !decoding) { /* end a chunk where the prompt's snapshot is taken */
                 const int64_t pb = eng_next_snap(s);
@@ -295,7 +302,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 for (int i = 0; i < n_seq; i++)
                     keep += seq_is_running(e, e->b_seqs[i]);
                 if (keep != n_seq) { /* rebuild from scratch: rare (the pool ran dry) */
-                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1;
+                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1; dec_left = 0;
                     break;
                 }
             }
@@ -307,34 +314,55 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 s = next;
                 continue;
             }
+            /* a decoding request's draft follows its last token, in budget the other decoding requests
+             * do not need and in free blocks (never a preemption, never a cached prefix's block) */
+            int64_t last = end, spare = budget - 1 - dec_left;
+            const int64_t room = e->n_free * CDX_KV_BLOCK + s->n_blk * CDX_KV_BLOCK - end;
+            if (decoding && s->sp.on && eng_spec_draft(e, s, spare < room ? spare : room) > 0) {
+                while (s->n_blk * CDX_KV_BLOCK < end + s->sp.n_draft) {
+                    const int32_t b = eng_pool_take(e);
+                    if (b == NONE)
+                        break;
+                    if (eng_seq_push_block(s, e, b)) {
+                        eng_pool_release(e, b);
+                        break;
+                    }
+                }
+                if (end + s->sp.n_draft > s->n_blk * CDX_KV_BLOCK)
+                    s->sp.n_draft = (int)(s->n_blk * CDX_KV_BLOCK - end);
+                last = end + s->sp.n_draft;
+            }
             const int si = n_seq++;
             e->b_seqs[si] = s;
             e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
                                         .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
                                         .type = e->o.kv_type, .state = s->state };
-            for (int64_t p = s->n_done; p < end; p++) {
+            for (int64_t p = s->n_done; p < last; p++) {
                 if (eng_seq_image_row(e, s, p, &e->b_embd[n], err)) {
                     /* the image cannot be encoded: this request ends, the batch is built again */
                     list_remove(&e->running, s);
                     e->n_running--;
                     eng_seq_finish(e, s, CDX_FINISH_ERROR, err ? err->msg : "the image could not be encoded");
-                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1;
+                    n = 0; n_seq = 0; n_logits = 0; budget = e->o.token_budget; pass = -1; dec_left = 0;
                     goto rebuild;
                 }
-                e->b_tok[n] = s->toks[p];
+                e->b_tok[n] = p < s->n_toks ? s->toks[p] : s->sp.draft[p - s->n_toks];
                 e->b_seq[n] = si;
                 e->b_pos[n] = p;
-                e->b_want[n] = p == s->n_toks - 1;
-                if (e->b_want[n])
+                e->b_want[n] = p >= s->n_toks - 1; /* the last token, then each guess */
+                if (e->b_want[n]) {
+                    e->b_logit_rows[n_logits] = p == s->n_toks - 1 ? 1 + s->sp.n_draft : 0;
                     e->b_logit_seq[n_logits++] = s;
+                }
                 n++;
             }
-            budget -= end - s->n_done;
+            budget -= last - s->n_done;
             s = next;
         }
     rebuild:;
     }
     int rc = CDX_OK;
+    const double t_round = e->proposer ? cdx_time_ms() : 0;
     if (n > 0) {
         cdx_batch b = { .n = n, .tokens = e->b_tok, .seq = e->b_seq, .pos = e->b_pos, .want_logits = e->b_want,
                         .embd = e->has_vision ? e->b_embd : NULL };
@@ -347,10 +375,11 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 eng_seq_finish(e, e->b_seqs[i], CDX_FINISH_ERROR, err ? err->msg : "the forward pass failed");
             }
         } else {
-            /* what each sequence computed; full blocks become findable */
+            /* what each sequence computed (a draft's positions count once its guesses are kept);
+             * full blocks become findable */
             for (int64_t i = 0; i < n; i++) {
                 seq *s = e->b_seqs[e->b_seq[i]];
-                s->n_done = e->b_pos[i] + 1;
+                s->n_done = e->b_pos[i] < s->n_toks ? e->b_pos[i] + 1 : s->n_toks;
             }
             for (int i = 0; i < n_seq; i++) {
                 eng_seq_register_blocks(e, e->b_seqs[i]);
@@ -367,19 +396,42 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
             else
                 lse_part(&lj, 0, 1);
-            for (int i = 0; i < n_logits; i++) {
+            /* each sequence samples its rows in order: its last token's, then one after each guess
+             * as long as the guess is the token its sampler drew (the same draw plain decoding
+             * makes there), so it stops at the first guess it did not draw, with the token it drew */
+            for (int i = 0; i < n_logits;) {
                 seq *s = e->b_logit_seq[i];
+                const int rows = e->b_logit_rows[i];
                 const char *msg = NULL;
-                const cdx_finish f =
-                    eng_seq_on_logits(e, s, e->logits + (size_t)i * (size_t)e->hp->n_vocab, e->b_lse[i], &msg);
+                cdx_finish f = CDX_FINISH_NONE;
+                int kept = 0;
+                for (int r = 0; r < rows; r++) {
+                    f = eng_seq_on_logits(e, s, e->logits + (size_t)(i + r) * (size_t)e->hp->n_vocab, e->b_lse[i + r],
+                                          &msg);
+                    if (f != CDX_FINISH_NONE || r == rows - 1 || s->toks[s->n_toks - 1] != s->sp.draft[r])
+                        break;
+                    kept++;
+                    s->n_done++; /* the guess's K/V is the kept token's */
+                }
+                i += rows;
+                if (rows > 1) { /* the kept guesses' full blocks become findable */
+                    eng_spec_settle(e, s, kept);
+                    eng_seq_register_blocks(e, s);
+                }
                 if (f != CDX_FINISH_NONE) {
                     list_remove(&e->running, s);
                     e->n_running--;
                     eng_seq_finish(e, s, f, msg);
+                } else if (rows > 1) {
+                    /* blocks past the next token go back (they hold only guesses not kept, never keyed) */
+                    while (s->n_blk > 0 && (s->n_blk - 1) * CDX_KV_BLOCK >= s->n_toks)
+                        eng_pool_release(e, s->blk[--s->n_blk]);
                 }
             }
         }
     }
+    if (e->proposer && n > 0)
+        eng_spec_round(e, n, cdx_time_ms() - t_round);
     snapshot(e);
     return rc;
 }

@@ -451,7 +451,8 @@ static void option_ranges_are_one_table(void)
         int64_t *f64 = id == CDX_OPT_CTX ? &o.n_ctx : id == CDX_OPT_KV_BLOCKS ? &o.n_blocks
                      : id == CDX_OPT_TOKEN_BUDGET ? &o.token_budget : NULL;
         int *f32 = id == CDX_OPT_THREADS ? &o.n_threads : id == CDX_OPT_MAX_BATCH ? &o.max_batch
-                 : id == CDX_OPT_MAX_QUEUE ? &o.max_queue : NULL;
+                 : id == CDX_OPT_MAX_QUEUE ? &o.max_queue : id == CDX_OPT_DRAFT_MAX ? &o.draft_max
+                 : id == CDX_OPT_DRAFT_MIN ? &o.draft_min : NULL;
         REQUIRE((f64 != NULL) != (f32 != NULL) && r.lo == 1 && r.hi > 1);
         if (f64)
             *f64 = r.hi + 1;

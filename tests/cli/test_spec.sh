@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Speculative decoding through the CLI (issue 39): llama.cpp's greedy goldens for stories260K
+# (../shared/fixtures/llamacpp/stories260K.json) still come out with --spec lookup at k = 1, 3 and
+# 8; --json's timings.draft and the stderr summary; refusals (bad --spec/--draft-max/--draft-min,
+# a hybrid model) exit 2 naming the field.
+set -u
+CALDRIX=${CALDRIX:-build/caldrix}
+pass=0; fail=0
+ok() { pass=$((pass+1)); echo "ok - $1"; }
+bad() { fail=$((fail+1)); echo "not ok - $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; echo "  out: $(head -c 400 "$tmp/out")"; echo "  err: $(head -c 400 "$tmp/err")"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+GOLD=../shared/fixtures/llamacpp/stories260K.json
+M=../shared/models/stories260K/stories260K.gguf
+
+for k in 1 3 8; do
+    good=0; : >"$tmp/props"
+    for i in 0 1 2 3 4; do
+        ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['cases'][$i]['prompt_ids'])))")
+        "$CALDRIX" run "$M" --prompt-ids "$ids" -n 32 --temp 0 --ignore-eos --json --spec lookup --draft-max $k \
+            --draft-min $k --spec-keep-on >"$tmp/out" 2>"$tmp/err"
+        python3 - "$GOLD" "$i" "$tmp/out" <<'PY' && good=$((good+1))
+import json, sys
+c = json.load(open(sys.argv[1]))['cases'][int(sys.argv[2])]
+o = json.load(open(sys.argv[3]))
+d = o['timings']['draft']
+open(sys.argv[3] + '.p', 'w').write(str(d['proposed']))
+sys.exit(not (o['tokens'] == c['tokens'] and d['proposer'] == 'lookup' and 0 <= d['accepted'] <= d['proposed']))
+PY
+        cat "$tmp/out.p" >>"$tmp/props" 2>/dev/null; echo >>"$tmp/props"
+    done
+    props=$(awk '{s+=$1} END {print s+0}' "$tmp/props")
+    check "--spec lookup --draft-max $k --spec-keep-on: llama.cpp's 32 greedy tokens for all 5 cases ($props guesses scored)" \
+        '[ $good -eq 5 ] && [ $props -gt 0 ]'
+done
+
+"$CALDRIX" run "$M" -p "Once upon a time" -n 48 --temp 0 --spec lookup >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "the stderr summary says whether the draft stayed on or was turned off" \
+    '[ $rc -eq 0 ] && grep -Eq "^caldrix: draft lookup (stayed on \(accepted [0-9]+ %|was turned off \(accepted [0-9]+ of)" "$tmp/err"'
+"$CALDRIX" run "$M" -p "Once upon a time" -n 48 --temp 0 --json >"$tmp/out" 2>"$tmp/err"
+check "without --spec there is no timings.draft" \
+    'python3 -c "import json,sys; sys.exit(\"draft\" in json.load(open(sys.argv[1]))[\"timings\"])" "$tmp/out"'
+
+"$CALDRIX" run "$M" -p hi --spec ngram >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--spec ngram: exit 2 naming the choices" '[ $rc -eq 2 ] && grep -q "expected lookup, auto or off" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi --spec lookup --draft-max 0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--draft-max 0: exit 2 with the range" '[ $rc -eq 2 ] && grep -q "\-\-draft-max.*\[1, 64\]" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi --spec lookup --draft-max 100000 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--draft-max 100000: exit 2" '[ $rc -eq 2 ] && grep -q "\-\-draft-max" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi --spec lookup --draft-max 2 --draft-min 3 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--draft-min over --draft-max: exit 2 naming both" '[ $rc -eq 2 ] && grep -q "\-\-draft-min 3 is more than --draft-max 2" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi --draft-max 4 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--draft-max without --spec: exit 2" '[ $rc -eq 2 ] && grep -q "add --spec lookup" "$tmp/err"'
+"$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --prompt-ids 1,2,3 -n 4 --spec lookup >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "Qwen3.5 (recurrent state) with --spec: refused with the reason, exit 2" \
+    '[ $rc -eq 2 ] && grep -q "recurrent state" "$tmp/err" && grep -q "\-\-spec off" "$tmp/err"'
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

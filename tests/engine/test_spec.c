@@ -1,0 +1,378 @@
+/* Speculative decoding (issue 39): a request's tokens, logprobs and top-5 raw logits with prompt
+ * lookup on are bit for bit those of the same request with speculation off — greedy and sampled,
+ * with k = 1, 3 and 8, alone and beside 3 other requests, after preemptions in a pool of 5 blocks,
+ * on stories260K and on the fixtures' families — and no block is left held, nor keyed for a guess
+ * that was not kept. No tolerance anywhere: the references are the engine's own plain runs, which
+ * tests/engine/test_engine.c holds to PyTorch's and llama.cpp's goldens. */
+#include "caldrix.h"
+#include "test.h"
+
+#define MAX_GEN 96
+#define TOPK 5
+#define STORIES "../shared/models/stories260K/stories260K.gguf"
+
+typedef struct {
+    int32_t tok[MAX_GEN];
+    uint32_t lp[MAX_GEN];
+    uint32_t top[MAX_GEN][TOPK];
+    int32_t top_id[MAX_GEN][TOPK];
+    int n;
+    cdx_finish fin;
+    int finals;
+    int64_t proposed, accepted;
+    bool spec_off;
+    const char *proposer;
+} result;
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void on_event(const cdx_event *ev)
+{
+    result *r = ev->user;
+    r->proposed = ev->spec_proposed;
+    r->accepted = ev->spec_accepted;
+    r->spec_off = ev->spec_off;
+    r->proposer = ev->spec_proposer;
+    if (ev->finish != CDX_FINISH_NONE) {
+        r->fin = ev->finish;
+        r->finals++;
+        return;
+    }
+    if (r->n >= MAX_GEN)
+        return;
+    r->tok[r->n] = ev->token;
+    r->lp[r->n] = fbits(ev->logprob);
+    for (int k = 0; k < TOPK && k < ev->n_top; k++) {
+        r->top[r->n][k] = fbits(ev->top_logits[k]);
+        r->top_id[r->n][k] = ev->top_ids[k];
+    }
+    r->n++;
+}
+
+typedef struct {
+    int32_t ids[64];
+    int n;
+    int max_tokens;
+    float temp;
+    uint64_t seed;
+} req_spec;
+
+static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
+{
+    cdx_err err = { 0 };
+    for (int i = 0; i < n; i++) {
+        cdx_request rq = cdx_request_defaults();
+        rq.prompt = qs[i].ids;
+        rq.n_prompt = qs[i].n;
+        rq.max_tokens = qs[i].max_tokens;
+        rq.ignore_eos = true;
+        rq.sampling.temp = qs[i].temp;
+        rq.sampling.seed = qs[i].seed;
+        rq.top_logprobs = TOPK;
+        rq.on_event = on_event;
+        rq.user = &rs[i];
+        memset(&rs[i], 0, sizeof rs[i]);
+        if (cdx_engine_submit(e, &rq, NULL, &err)) {
+            fprintf(stderr, "  submit: %s\n", err.msg);
+            return -1;
+        }
+    }
+    for (int guard = 0; cdx_engine_busy(e); guard++)
+        if (guard > 100000 || cdx_engine_step(e, &err)) {
+            fprintf(stderr, "  step: %s\n", guard > 100000 ? "no progress" : err.msg);
+            return -1;
+        }
+    return 0;
+}
+
+static bool same_bits(const result *a, const result *b)
+{
+    if (a->n != b->n || a->fin != b->fin || a->finals != 1 || b->finals != 1)
+        return false;
+    for (int i = 0; i < a->n; i++) {
+        if (a->tok[i] != b->tok[i] || a->lp[i] != b->lp[i])
+            return false;
+        for (int k = 0; k < TOPK; k++)
+            if (a->top[i][k] != b->top[i][k] || a->top_id[i][k] != b->top_id[i][k])
+                return false;
+    }
+    return true;
+}
+
+static cdx_engine *engine(const cdx_model *m, int spec, int k, int max_batch, int64_t budget, int64_t n_blocks)
+{
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.n_threads = 2;
+    o.max_batch = max_batch;
+    o.token_budget = budget;
+    o.n_blocks = n_blocks;
+    o.n_ctx = 256;
+    o.spec = spec;
+    o.draft_max = o.draft_min = k; /* a fixed k */
+    o.spec_keep_on = true;         /* what is proposed depends on the tokens only, not on timings */
+    cdx_engine *e = NULL;
+    cdx_err err = { 0 };
+    if (cdx_engine_create(m, NULL, &o, &e, &err))
+        fprintf(stderr, "  engine: %s\n", err.msg);
+    return e;
+}
+
+/* Prompts that repeat (lookup has something to find), and one that does not. */
+static void make_prompts(req_spec *qs, int n, int first_id, int n_ids, int max_tokens)
+{
+    for (int i = 0; i < n; i++) {
+        memset(&qs[i], 0, sizeof qs[i]);
+        qs[i].n = 12 + 5 * i;
+        const int period = 3 + i % 4;
+        for (int j = 0; j < qs[i].n; j++)
+            qs[i].ids[j] = i == n - 1 ? first_id + (j * 37 + 11) % n_ids : first_id + ((j % period) * 7 + i) % n_ids;
+        qs[i].max_tokens = max_tokens;
+        qs[i].temp = i % 2 ? 0.9f : 0;
+        qs[i].seed = 100 + (uint64_t)i;
+    }
+}
+
+typedef struct {
+    int64_t used, cached;
+} pool_counts;
+
+static pool_counts counts(cdx_engine *e)
+{
+    cdx_engine_stats st;
+    cdx_engine_get_stats(e, &st);
+    return (pool_counts){ st.blocks_used, st.blocks_cached };
+}
+
+/* Every request with lookup at k = 1, 3, 8, alone and 4 at once, against its plain run; the pool
+ * afterwards holds nothing and has keyed exactly the blocks the plain runs keyed. */
+static void exact_on(const char *path, int first_id, int n_ids, int max_tokens, int *n_prop, int *n_acc)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    if (cdx_model_open(path, NULL, &m, &err)) {
+        fprintf(stderr, "  %s: %s\n", path, err.msg);
+        CHECK(0);
+        return;
+    }
+    enum { N = 4 };
+    req_spec qs[N];
+    make_prompts(qs, N, first_id, n_ids, max_tokens);
+    static result want[N], got[N];
+    cdx_engine *e = engine(m, CDX_SPEC_OFF, 1, 4, 512, 0);
+    REQUIRE(e);
+    for (int i = 0; i < N; i++)
+        REQUIRE(run_all(e, &qs[i], 1, &want[i]) == 0);
+    const pool_counts plain = counts(e);
+    cdx_engine_free(e);
+    static const int ks[] = { 1, 3, 8 };
+    for (int ki = 0; ki < 3; ki++)
+        for (int together = 0; together < 2; together++) {
+            e = engine(m, CDX_SPEC_LOOKUP, ks[ki], 4, 512, 0);
+            REQUIRE(e);
+            if (together) {
+                REQUIRE(run_all(e, qs, N, got) == 0);
+            } else {
+                for (int i = 0; i < N; i++)
+                    REQUIRE(run_all(e, &qs[i], 1, &got[i]) == 0);
+            }
+            int bad = 0;
+            for (int i = 0; i < N; i++) {
+                if (!same_bits(&want[i], &got[i])) {
+                    bad++;
+                    fprintf(stderr, "  %s k=%d %s: request %d differs (%d vs %d tokens)\n", path, ks[ki],
+                            together ? "batched" : "alone", i, got[i].n, want[i].n);
+                }
+                *n_prop += (int)got[i].proposed;
+                *n_acc += (int)got[i].accepted;
+                CHECK(got[i].proposer && !strcmp(got[i].proposer, "lookup"));
+                CHECK(got[i].accepted <= got[i].proposed);
+            }
+            CHECK(bad == 0);
+            const pool_counts c = counts(e);
+            CHECKF(c.used == 0, "%lld blocks still held", (long long)c.used);
+            if (!together) /* the same requests in the same order: the same keyed blocks, none for a guess */
+                CHECKF(c.cached == plain.cached, "%lld blocks keyed; plain decoding keyed %lld", (long long)c.cached,
+                       (long long)plain.cached);
+            cdx_engine_free(e);
+        }
+    cdx_model_close(m);
+}
+
+static void exact_stories(void)
+{
+    int prop = 0, acc = 0;
+    exact_on(STORIES, 1, 500, 80, &prop, &acc);
+    printf("  stories260K: %d draft tokens proposed, %d kept\n", prop, acc);
+    CHECKF(prop > 0 && acc > 0, "lookup never proposed (%d) or never had a guess kept (%d)", prop, acc);
+}
+
+static void exact_families(void)
+{
+    static const char *fx[] = { "llama", "qwen3", "qwen2", "mistral", "gemma2", "qwen3_moe", "olmo2" };
+    int prop = 0, acc = 0;
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "../shared/fixtures/hf/%s", fx[i]);
+        exact_on(path, 3, 200, 24, &prop, &acc);
+    }
+    printf("  7 families: %d draft tokens proposed, %d kept\n", prop, acc);
+    CHECK(prop > 0);
+}
+
+/* 8 requests in 5 blocks: preemptions while drafts are in flight change nothing */
+static void exact_after_preemption(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    enum { N = 8 };
+    req_spec qs[N];
+    make_prompts(qs, N, 1, 500, 40);
+    for (int i = 0; i < N; i++)
+        qs[i].n = qs[i].n > 32 ? 32 : qs[i].n; /* each fits the 5 blocks alone */
+    static result want[N], got[N];
+    cdx_engine *e = engine(m, CDX_SPEC_OFF, 1, 8, 512, 0);
+    REQUIRE(e);
+    for (int i = 0; i < N; i++)
+        REQUIRE(run_all(e, &qs[i], 1, &want[i]) == 0);
+    cdx_engine_free(e);
+    e = engine(m, CDX_SPEC_LOOKUP, 3, 8, 64, 5);
+    REQUIRE(e);
+    REQUIRE(run_all(e, qs, N, got) == 0);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += !same_bits(&want[i], &got[i]);
+    cdx_engine_stats st;
+    cdx_engine_get_stats(e, &st);
+    CHECKF(bad == 0, "%d requests differ", bad);
+    CHECKF(st.preemptions > 0, "no preemption (%llu)", (unsigned long long)st.preemptions);
+    CHECK(st.blocks_used == 0);
+    printf("  8 requests in 5 blocks: %llu preemptions, %llu draft tokens proposed, %llu kept\n",
+           (unsigned long long)st.preemptions, (unsigned long long)st.spec_proposed,
+           (unsigned long long)st.spec_accepted);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+/* Bad settings are refused naming the field; a hybrid model is refused with the reason. */
+static void refusals(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.spec = CDX_SPEC_LOOKUP;
+    cdx_engine *e = NULL;
+    o.draft_max = 65;
+    CHECK(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && strstr(err.msg, "draft_max is 65") &&
+          strstr(err.msg, "--draft-max"));
+    o.draft_max = 2;
+    o.draft_min = 3;
+    CHECK(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && strstr(err.msg, "draft_min is 3"));
+    o.draft_min = 0;
+    o.spec = 7;
+    CHECK(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && strstr(err.msg, "--spec"));
+    CHECK(cdx_spec_parse("lookup") == CDX_SPEC_LOOKUP && cdx_spec_parse("auto") == CDX_SPEC_AUTO &&
+          cdx_spec_parse("off") == CDX_SPEC_OFF && cdx_spec_parse("ngram") == -1);
+    cdx_model_close(m);
+    REQUIRE(cdx_model_open("../shared/fixtures/hf/qwen3_5", NULL, &m, &err) == 0);
+    o = cdx_engine_defaults();
+    o.spec = CDX_SPEC_AUTO;
+    CHECK(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_EINVAL && strstr(err.msg, "recurrent state") && !e);
+    printf("  %s\n", err.msg);
+    o.spec = CDX_SPEC_OFF;
+    CHECK(cdx_engine_create(m, NULL, &o, &e, &err) == CDX_OK && e);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+/* A request that opts out never speculates beside one that does, and gets the same tokens. */
+static void opt_out(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    cdx_engine *e = engine(m, CDX_SPEC_LOOKUP, 4, 8, 512, 0);
+    REQUIRE(e);
+    enum { N = 4 };
+    req_spec qs[N];
+    make_prompts(qs, N, 1, 500, 60);
+    static result rs[2 * N];
+    for (int i = 0; i < 2 * N; i++) {
+        const req_spec *q = &qs[i % N];
+        cdx_request rq = cdx_request_defaults();
+        rq.prompt = q->ids;
+        rq.n_prompt = q->n;
+        rq.max_tokens = q->max_tokens;
+        rq.ignore_eos = true;
+        rq.sampling.temp = q->temp;
+        rq.sampling.seed = q->seed;
+        rq.no_speculation = i >= N;
+        rq.on_event = on_event;
+        rq.user = &rs[i];
+        memset(&rs[i], 0, sizeof rs[i]);
+        REQUIRE(cdx_engine_submit(e, &rq, NULL, &err) == 0);
+    }
+    while (cdx_engine_busy(e))
+        REQUIRE(cdx_engine_step(e, &err) == 0);
+    int64_t prop = 0;
+    for (int i = 0; i < N; i++) {
+        prop += rs[i].proposed;
+        CHECK(rs[i].proposer && !rs[N + i].proposer && rs[N + i].proposed == 0);
+        CHECK(rs[i].n == rs[N + i].n && !memcmp(rs[i].tok, rs[N + i].tok, sizeof rs[i].tok));
+    }
+    CHECK(prop > 0);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+/* The turn-off rule (timings decide only how soon): a request none of whose guesses was kept has
+ * had speculation turned off. */
+static void turn_off(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    cdx_engine_opts o = cdx_engine_defaults();
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.spec = CDX_SPEC_LOOKUP;
+    cdx_engine *e = NULL;
+    REQUIRE(cdx_engine_create(m, NULL, &o, &e, &err) == 0);
+    enum { N = 8 };
+    req_spec qs[N];
+    make_prompts(qs, N, 1, 500, 64);
+    static result rs[N];
+    int none_kept = 0, kept = 0;
+    for (int i = 0; i < N; i++) {
+        qs[i].temp = 1.5f;
+        REQUIRE(run_all(e, &qs[i], 1, &rs[i]) == 0);
+        if (rs[i].proposed > 0 && rs[i].accepted == 0) {
+            none_kept++;
+            CHECKF(rs[i].spec_off, "request %d: %lld guesses, none kept, and speculation stayed on", i,
+                   (long long)rs[i].proposed);
+        }
+        kept += rs[i].proposed > 0 && rs[i].accepted > 0;
+    }
+    printf("  temperature 1.5: %d requests had no guess kept (all turned off), %d had some kept\n", none_kept, kept);
+    cdx_engine_free(e);
+    cdx_model_close(m);
+}
+
+int main(void)
+{
+    RUN("lookup on stories260K: tokens, logprobs and top-5 logits bit for bit those of plain decoding "
+        "(greedy and sampled, k = 1/3/8, alone and 4 at once); no block held, none keyed for a guess",
+        exact_stories);
+    RUN("lookup on 7 fixture families: the same bits as plain decoding", exact_families);
+    RUN("lookup with preemptions in a pool of 5 blocks: the same bits", exact_after_preemption);
+    RUN("--draft-max / --draft-min / --spec refused by name; Qwen3.5 refused with the reason", refusals);
+    RUN("a request with no_speculation does not speculate; the same tokens", opt_out);
+    RUN("the turn-off rule: a request none of whose guesses is kept stops speculating", turn_off);
+    return t_done("spec");
+}
