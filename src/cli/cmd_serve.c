@@ -62,6 +62,13 @@ static const char k_serve_usage[] =
     "                       a restart); bad or foreign files are deleted\n"
     "  --api-key KEY        every route but /health and /v1/health needs \"Authorization: Bearer KEY\"\n"
     "                       (default: the CALDRIX_API_KEY environment variable, else no key)\n"
+    "  --spec lookup|auto|off  speculative decoding for every request (default off; see caldrix run\n"
+    "                       --help): the same tokens and logprobs, turned off per request while it does\n"
+    "                       not pay; a request's \"speculative\": false opts out; usage gains\n"
+    "                       completion_tokens_details.accepted/rejected_prediction_tokens, /metrics\n"
+    "                       caldrix_spec_*_total\n"
+    "  --draft-max K, --draft-min K   the draft length's bounds (default 8 and 1)\n"
+    "  --spec-keep-on       never turn speculation off (for measurements)\n"
     "  --max-connections N  open connections at once (default 256)\n"
     "  --timeout S          idle connection timeout in seconds (default 60)\n"
     "  --cors ORIGIN        let a browser page from ORIGIN (e.g. http://localhost:3000, or *) call the API:\n"
@@ -97,7 +104,8 @@ static void log_request(void *user, const cdx_server_request_log *r)
 
 /* The engine's options serve takes, for the ranges line of --help. */
 static const cdx_engine_opt_id k_serve_engine_opts[] = { CDX_OPT_MAX_BATCH, CDX_OPT_MAX_QUEUE, CDX_OPT_CTX,
-                                                         CDX_OPT_KV_BLOCKS, CDX_OPT_THREADS };
+                                                         CDX_OPT_KV_BLOCKS, CDX_OPT_THREADS, CDX_OPT_DRAFT_MAX,
+                                                         CDX_OPT_DRAFT_MIN };
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig)
@@ -369,7 +377,8 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--weight-budget") || !strcmp(a, "--cors") || !strcmp(a, "--chat-template") ||
                      !strcmp(a, "--chat-template-kwargs") || !strcmp(a, "--model") || !strcmp(a, "--models-dir") ||
                      !strcmp(a, "--preload") || !strcmp(a, "--pin") || !strcmp(a, "--models-max") ||
-                     !strcmp(a, "--idle-unload") || !strcmp(a, "--memory");
+                     !strcmp(a, "--idle-unload") || !strcmp(a, "--memory") || !strcmp(a, "--spec") ||
+                     !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             cli_print_engine_ranges(stdout, k_serve_engine_opts,
@@ -432,6 +441,19 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (cli_parse_engine_opt(a, v, CDX_OPT_THREADS, &l)) return 2;
             eo.n_threads = (int)l;
+        } else if (!strcmp(a, "--spec")) {
+            if ((eo.spec = cdx_spec_parse(v)) < 0) {
+                fprintf(stderr, "caldrix serve: --spec is \"%s\"; expected lookup, auto or off\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--spec-keep-on")) {
+            eo.spec_keep_on = true;
+        } else if (!strcmp(a, "--draft-max")) {
+            if (cli_parse_engine_opt(a, v, CDX_OPT_DRAFT_MAX, &l)) return 2;
+            eo.draft_max = (int)l;
+        } else if (!strcmp(a, "--draft-min")) {
+            if (cli_parse_engine_opt(a, v, CDX_OPT_DRAFT_MIN, &l)) return 2;
+            eo.draft_min = (int)l;
         } else if (!strcmp(a, "--max-connections")) {
             if (cli_parse_int(a, v, 1, 1 << 16, &l)) return 2;
             so.max_connections = (int)l;

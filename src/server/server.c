@@ -80,6 +80,8 @@ typedef struct sv_job {
     cdx_finish finish;
     char *message;
     int64_t n_prompt, n_cached, n_generated;
+    int64_t spec_proposed, spec_accepted; /* speculative decoding's draft tokens, and those kept */
+    bool spec;                      /* the request speculated (a proposer was on for it) */
     int64_t n_raw, covered;         /* the pieces' bytes so far, and cdx_event.n_covered */
     double t_last_ms;               /* engine thread only */
     /* the connection's side */
@@ -191,6 +193,9 @@ static void on_event(const cdx_event *ev)
     j->n_prompt = ev->n_prompt;
     j->n_cached = ev->n_cached;
     j->n_generated = ev->n_generated;
+    j->spec = ev->spec_proposer != NULL;
+    j->spec_proposed = ev->spec_proposed;
+    j->spec_accepted = ev->spec_accepted;
     j->covered = ev->n_covered;
     if (ev->finish != CDX_FINISH_NONE) {
         j->done = true;
@@ -386,12 +391,23 @@ static json_t *lp_json(sv_job *j, size_t upto, int64_t covered, bool final, size
  * choice's cached tokens), the completion tokens of every choice. */
 static json_t *usage_json(const sv_job *L)
 {
-    int64_t gen = 0;
-    for (int i = 0; i < L->n_sib; i++)
+    int64_t gen = 0, acc = 0, prop = 0;
+    bool spec = false;
+    for (int i = 0; i < L->n_sib; i++) {
         gen += L->sib[i]->n_generated;
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)L->n_prompt, "completion_tokens",
-                     (json_int_t)gen, "total_tokens", (json_int_t)(L->n_prompt + gen), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)L->n_cached);
+        acc += L->sib[i]->spec_accepted;
+        prop += L->sib[i]->spec_proposed;
+        spec |= L->sib[i]->spec;
+    }
+    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)L->n_prompt, "completion_tokens",
+                          (json_int_t)gen, "total_tokens", (json_int_t)(L->n_prompt + gen), "prompt_tokens_details",
+                          "cached_tokens", (json_int_t)L->n_cached);
+    /* speculative decoding (OpenAI's names for its predicted outputs): draft tokens kept and not */
+    if (u && spec)
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:I,s:I}", "accepted_prediction_tokens", (json_int_t)acc,
+                                      "rejected_prediction_tokens", (json_int_t)(prop - acc)));
+    return u;
 }
 
 static const char *finish_reason(cdx_finish f)
@@ -1105,6 +1121,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.sampling = j->p.sp;
     rq.max_tokens = j->p.max_tokens;
     rq.ignore_eos = j->p.ignore_eos;
+    rq.no_speculation = !j->p.speculative;
     rq.stop = j->p.stop;
     rq.n_stop = j->p.n_stop;
     rq.top_logprobs = j->p.logprobs ? j->p.top_logprobs : 0;
@@ -1208,6 +1225,9 @@ static char *metrics_text(cdx_server *s, size_t *n)
         sum.waiting += st.waiting;
         sum.prompt_tokens += st.prompt_tokens;
         sum.cached_tokens += st.cached_tokens;
+        sum.spec_proposed += st.spec_proposed;
+        sum.spec_accepted += st.spec_accepted;
+        sum.spec_verifies += st.spec_verifies;
         sum.generated_tokens += st.generated_tokens;
         sum.preemptions += st.preemptions;
         sum.rounds += st.rounds;

@@ -70,6 +70,8 @@ typedef struct sv_params {
     int top_logprobs;
     bool stream, include_usage, ignore_eos;
     bool return_tokens;      /* caldrix's extension: choices[i].tokens holds the generated ids */
+    bool speculative;        /* caldrix's extension "speculative" (default true): false opts out of
+                                the server's speculative decoding (--spec) */
     int n;                   /* choices (1..SV_MAX_N); choice i samples with seed + i */
     /* images: the decoded bytes of each image_url data: URL, in order (chat: where the part was,
      * the joined content holds "<image>"; completions: caldrix's "images" list, prompt as ids) */

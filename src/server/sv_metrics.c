@@ -166,6 +166,12 @@ char *sv_metrics_text(sv_metrics *m, const cdx_engine_stats *st, bool ready, siz
         put_gauge(&b, "caldrix_preemptions_total", "Running requests preempted when the KV pool ran dry.", "counter",
                   (long long)st->preemptions);
         put_gauge(&b, "caldrix_engine_rounds_total", "Engine scheduling rounds.", "counter", (long long)st->rounds);
+        put_gauge(&b, "caldrix_spec_draft_tokens_total", "Draft tokens proposed by speculative decoding (--spec).",
+                  "counter", (long long)st->spec_proposed);
+        put_gauge(&b, "caldrix_spec_accepted_tokens_total", "Draft tokens kept (the target drew the same token).",
+                  "counter", (long long)st->spec_accepted);
+        put_gauge(&b, "caldrix_spec_verifies_total", "Request-rounds that scored a draft.", "counter",
+                  (long long)st->spec_verifies);
     }
     if (b.oom) {
         free(b.s);

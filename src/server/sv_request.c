@@ -527,6 +527,9 @@ static int parse_generation(json_t *root, const sv_limits *lim, sv_params *p, sv
     p->sp.repeat_penalty = 1.0f;
     p->sp.presence_penalty = 0.0f;
     p->sp.frequency_penalty = 0.0f;
+    p->speculative = true;
+    if (get_bool(root, "speculative", &p->speculative, e))
+        return -1;
     json_int_t x;
     bool set = false;
     if (get_number(root, "temperature", 0, 2, &p->sp.temp, e) || get_number(root, "top_p", 0, 1, &p->sp.top_p, e) ||
