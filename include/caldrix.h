@@ -27,5 +27,7 @@
 #include "caldrix/image.h"
 #include "caldrix/grammar.h"
 #include "caldrix/load.h"
+#include "caldrix/pipeline.h"
+#include "caldrix/embed.h"
 
 #endif

@@ -40,6 +40,8 @@ extern "C" {
     X(GEMMA)       /* GemmaForCausalLM */                                                                \
     X(GEMMA2)      /* Gemma2ForCausalLM */                                                               \
     X(GEMMA3)      /* Gemma3ForCausalLM (model_type gemma3_text) */                                      \
+    X(BERT)        /* BertModel (an encoder: embeddings) */                                              \
+    X(XLM_ROBERTA) /* XLMRobertaModel (an encoder: embeddings) */                                        \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -65,6 +67,7 @@ typedef enum cdx_hf_sliding {
 typedef enum cdx_hf_act {
     CDX_HF_ACT_SILU = 0,     /* SwiGLU (Llama, Qwen, ...) */
     CDX_HF_ACT_GELU_TANH,    /* GeGLU with gelu_pytorch_tanh (Gemma) */
+    CDX_HF_ACT_GELU,         /* an encoder's (ungated) MLP: gelu(W1·x), the exact erf form (BERT's "gelu") */
 } cdx_hf_act;
 
 /* Which projections attention_bias (or the class itself) biases. */
@@ -81,6 +84,8 @@ typedef enum cdx_hf_layout {
     CDX_HF_TEXT_VISION,      /* text_config, plus vision_config and the connector keys (Idefics3) */
     CDX_HF_TEXT_QWEN35,      /* Qwen3.5's keys at the top level (read_qwen35: the layer pattern, linear_*) */
     CDX_HF_TEXT_QWEN35_VL,   /* the same under text_config (Qwen3_5Config) */
+    CDX_HF_ENCODER,          /* a BERT-like encoder: layer_norm_eps, hidden_act "gelu", type_vocab_size,
+                                position_embedding_type "absolute" (BertConfig, XLMRobertaConfig) */
 } cdx_hf_layout;
 
 /* Scalings outside the layers (Granite's multipliers, Gemma2's softcaps): a row names the config.json
@@ -125,6 +130,9 @@ typedef struct cdx_hf_arch_row {
     cdx_hf_act act;      /* the activation when act_key is absent or null */
     const char *rope_swa_theta_key; /* the RoPE base of the sliding layers (Gemma3: rope_local_base_freq); NULL: none */
     double rope_swa_theta;          /* its default */
+    bool pos_after_pad;  /* an encoder's position ids start at pad_token_id + 1 (XLM-R's
+                            create_position_ids_from_input_ids); else at 0 */
+    int64_t type_vocab;  /* an encoder's type_vocab_size default */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -214,6 +222,10 @@ typedef struct cdx_hf_config {
                                       0: they rotate as the others */
     double clip_qkv;               /* OLMoE's clip_qkv; 0: none (null or absent) */
     int64_t sliding_window_pattern; /* Gemma3's (6 when absent); 0 elsewhere */
+    /* an encoder (layout CDX_HF_ENCODER); rms_norm_eps holds its layer_norm_eps */
+    bool encoder;
+    int64_t type_vocab_size;       /* rows of token_type_embeddings */
+    int64_t pos_offset;            /* the first real token's position id (XLM-R: pad_token_id + 1); 0 for BERT */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a

@@ -37,6 +37,7 @@ extern "C" {
     X(GEMMA, gemma)         /* Gemma: (1 + w) norms, embeddings × sqrt(hidden), GeGLU */                    \
     X(GEMMA2, gemma2)       /* Gemma2: + post norms, softcaps, query_pre_attn_scalar, windows on even layers */ \
     X(GEMMA3, gemma3)       /* Gemma3 (text): + q/k norms, 5:1 windows, the sliding layers' own RoPE base */ \
+    X(BERT, bert)           /* BERT and XLM-RoBERTa encoders (embeddings): src/model/encoder.c */           \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -97,6 +98,10 @@ typedef struct cdx_hparams {
     const uint8_t *swa_layers;     /* [n_layer]: non-zero where sliding_window applies; NULL: every layer */
     double rope_theta_swa;         /* RoPE base of the sliding layers (Gemma3's rope_local_base_freq, never
                                     * scaled); 0: they rotate as the others */
+    /* an encoder (BERT, XLM-R: cdx_encode); rms_eps is then its LayerNorm eps */
+    bool encoder;
+    int64_t n_type_vocab;          /* token_type_embeddings rows (type 0 is added to every token) */
+    int64_t pos_offset;            /* the position id of an input's first token (XLM-R: pad_token_id + 1) */
 } cdx_hparams;
 
 /* The window layer l attends over: sliding_window on a sliding layer, else 0 (every position). */
@@ -323,6 +328,20 @@ CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_
 /* The same over contiguous caches; on success each sequence's n_past advances. */
 CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits,
                         cdx_err *err);
+
+/* ---- encoders (BERT, XLM-RoBERTa) ---- */
+
+/* Whether m is a bidirectional encoder (cdx_encode runs it; cdx_forward refuses it). */
+CDX_API bool cdx_model_is_encoder(const cdx_model *m);
+/* One forward of n_in whole inputs: input i is the lens[i] ids from tokens + Σ_{j<i} lens[j] (no special
+ * tokens are added here). An encoder has no KV cache and no prefix reuse: every token of an input attends
+ * to every token of that input and to nothing else, so a batch needs no padding. Writes the last hidden
+ * state of every token, hidden[Σ lens][n_embd], in order. An input's rows are the same bits whatever else
+ * is in the call and whatever the thread count (batch invariance). CDX_EINVAL for a model that is not an
+ * encoder, a length outside 1..the model's positions, an id outside the vocabulary (the message names the
+ * input, the position and the id). Scratch is allocated per call; fc's max_tokens does not bound it. */
+CDX_API int cdx_encode(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t *lens, int n_in, float *hidden,
+                       cdx_err *err);
 
 /* ---- the vision tower (vision-language models) ---- */
 

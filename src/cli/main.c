@@ -15,6 +15,7 @@ static const cli_command k_commands[] = {
     { "version",  cmd_version,  "print the version" },
     { "help",     cmd_help,     "list the commands" },
     { "template", cmd_template, "render a chat template with messages (as transformers does)" },
+    { "embed",    cmd_embed,    "sentence vectors from an embedding model (sentence-transformers pipeline)" },
     { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },
     { "pull",     cmd_pull,     "download a model by name into its cache (caldrix pull REF)" },
     { "inspect",  cmd_inspect,  "report what caldrix makes of a model from its headers alone" },

@@ -22,7 +22,7 @@ static const cdx_hf_rule k_rules[] = {
     { "architecture", "architectures", "config.json must declare exactly one architecture, one of the accepted list; every other architecture is refused by name." },
     { "dtype", "torch_dtype / dtype", "a torch_dtype other than bfloat16, float32 or float16." },
     { "quantized", "quantization_config", "a quantized safetensors checkpoint (quantization_config present); use the unquantized release or a quantized Ollama tag." },
-    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU (Gemma's families: other than gelu_pytorch_tanh or SiLU in hidden_activation)." },
+    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU (Gemma's families: other than gelu_pytorch_tanh or SiLU in hidden_activation; the encoders BERT and XLM-RoBERTa: other than gelu)." },
     { "mlp_bias", "mlp_bias", "an MLP bias." },
     { "attention_bias", "attention_bias", "an attention bias on o_proj (attention_bias true where the class applies it to q, k, v and o; Qwen2 and Qwen2-MoE have q, k, v biases of their own, which caldrix runs)." },
     { "rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE." },
@@ -734,6 +734,35 @@ static int read_vision(ctx *top, cdx_hf_config *cfg)
     return CDX_OK;
 }
 
+/* An encoder's keys (BertConfig, XLMRobertaConfig): the token type table, absolute positions, no
+ * decoder or cross-attention use. */
+static int read_encoder(ctx *c, cdx_hf_config *cfg, const arch_row *row)
+{
+    int rc;
+    cfg->encoder = true;
+    cfg->type_vocab_size = row->type_vocab ? row->type_vocab : 2;
+    if ((rc = get_int(c, "type_vocab_size", 1, 1 << 16, &cfg->type_vocab_size, NULL)))
+        return rc;
+    const char *pe = NULL;
+    if ((rc = get_str(c, c->root, "position_embedding_type", "position_embedding_type", &pe)))
+        return rc;
+    if (pe && strcmp(pe, "absolute"))
+        REFUSE(c, "%s: position_embedding_type is \"%.40s\"; caldrix runs %s with \"absolute\" position embeddings",
+               c->name, pe, cfg->architecture);
+    static const char *const dec_keys[] = { "is_decoder", "add_cross_attention" };
+    for (int i = 0; i < 2; i++)
+        if (json_is_true(field(c->root, dec_keys[i])))
+            REFUSE(c, "%s: %s is true; caldrix runs %s as a bidirectional encoder only", c->name, dec_keys[i],
+                   cfg->architecture);
+    if (row->pos_after_pad) { /* XLM-R: position ids padding_idx + 1, + 2, ... (padding_idx = pad_token_id, 1) */
+        int64_t pad = 1;
+        if ((rc = get_int(c, "pad_token_id", 0, INT32_MAX, &pad, NULL)))
+            return rc;
+        cfg->pos_offset = pad + 1;
+    }
+    return CDX_OK;
+}
+
 /* The MLP activation. A row with act_key reads that key only (GemmaMLP: hidden_activation, or
  * gelu_pytorch_tanh when it is absent or null, whatever hidden_act says); else hidden_act and
  * hidden_activation must be SiLU, in the text model's object and at the top level. */
@@ -745,6 +774,16 @@ static int read_act(ctx *c, cdx_hf_config *cfg, const arch_row *row, json_t *con
     static const char *const act_keys[] = { "hidden_act", "hidden_activation" };
     int rc;
     cfg->act = row->act;
+    if (row->layout == CDX_HF_ENCODER) { /* BertIntermediate: ACT2FN[hidden_act], "gelu" the exact erf form */
+        const char *act = NULL;
+        if ((rc = get_str(c, objs[0], "hidden_act", "hidden_act", &act)))
+            return rc;
+        if (act && strcmp(act, "gelu"))
+            REFUSE(c, "%s: hidden_act is \"%.40s\"; caldrix runs %s encoders with \"gelu\" (the exact erf form)",
+                   names[0], act, cfg->architecture);
+        cfg->act = CDX_HF_ACT_GELU;
+        return CDX_OK;
+    }
     for (int k = 0; k < 2 && objs[k]; k++)
         for (size_t i = 0; i < (row->act_key ? 1 : 2); i++) {
             const char *key = row->act_key ? row->act_key : act_keys[i], *act = NULL;
@@ -881,7 +920,12 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if ((rc = get_int(&c, "max_position_embeddings", 1, (int64_t)1 << 30, &cfg->max_position_embeddings, NULL)))
         goto out;
     cfg->rms_norm_eps = row->rms_eps;
-    if ((rc = get_num_in(&c, root, "rms_norm_eps", "rms_norm_eps", 0, 1, &cfg->rms_norm_eps, NULL)))
+    {
+        const char *eps_key = row->layout == CDX_HF_ENCODER ? "layer_norm_eps" : "rms_norm_eps";
+        if ((rc = get_num_in(&c, root, eps_key, eps_key, 0, 1, &cfg->rms_norm_eps, NULL)))
+            goto out;
+    }
+    if (row->layout == CDX_HF_ENCODER && (rc = read_encoder(&c, cfg, row)))
         goto out;
     cfg->rope_theta = row->rope_theta;
     if ((rc = read_rope(&c, cfg)))

@@ -81,6 +81,8 @@ typedef struct arch_desc {
     int64_t gguf_scale_layers;  /* llama.cpp's 27B rule: at this block count the softmax scale is
                                    (n_embd / n_head)^-½ (Gemma2/3-27B's query_pre_attn_scalar), else head_dim^-½ */
     const role_name *names;     /* its own tensor names, or NULL */
+    bool encoder;               /* a bidirectional encoder (BERT, XLM-R): its own binding and pass (encoder.c),
+                                   no KV cache; run by cdx_encode, never by cdx_forward */
 } arch_desc;
 
 /* The row of a GGUF general.architecture; experts: the file has <arch>.expert_count > 0 (a "llama"
@@ -186,7 +188,17 @@ struct cdx_model {
     bool check_only;                    /* cdx_model_check: bound and checked, no tensor data read (vectors are zeros) */
     size_t n_bf16_bufs;
     struct vision_model *vision;        /* the vision tower (arch_desc.vision), or NULL */
+    struct encoder_model *enc;          /* an encoder's weights (arch_desc.encoder), or NULL */
 };
+
+/* ---- encoders (encoder.c) ---- */
+
+/* Binds an encoder checkpoint's tensors (config.json read into cfg; the safetensors of dir opened
+ * here into m->st): every name, shape and type checked, the unused pooler skipped, anything else
+ * refused by name. Fills the encoder's part of m->hp. */
+int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_err *err);
+void encoder_free(struct encoder_model *e);
+void encoder_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
 
 /* ---- the vision tower (vision.c) ---- */
 

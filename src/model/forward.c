@@ -284,6 +284,9 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
 int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
                      cdx_err *err)
 {
+    if (fc->m->enc)
+        return cdx_err_set(err, CDX_EINVAL, "%s is an encoder (embeddings): it has no decoder pass and no KV cache; "
+                           "cdx_encode runs it", fc->m->hp.arch_name);
     model_use_begin(fc->m); /* installs background packs between passes (model_load.c) */
     const int rc = forward_seqs_run(fc, seqs, n_seq, b, logits, err);
     model_use_end(fc->m);

@@ -529,6 +529,10 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
         return;
     if (d->vision && !p->gguf)
         vision_tensor_names(p->n_vision_layer, fn, ctx);
+    if (d->encoder) {
+        encoder_tensor_names(p->n_layer, fn, ctx);
+        return;
+    }
     names_fwd f = { fn, ctx };
     walker w = { p, NULL, names_one, &f };
     walk(&w);
@@ -1232,6 +1236,10 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->bos_id = cfg->bos_token_id >= 0 && cfg->bos_token_id < hp->n_vocab ? (int32_t)cfg->bos_token_id : -1;
     for (int i = 0; i < cfg->n_eos && hp->n_eos < CDX_MAX_EOS; i++)
         hp->eos_ids[hp->n_eos++] = (int32_t)cfg->eos_token_ids[i];
+    if (d->encoder) { /* its own tensors and pass (encoder.c) */
+        rc = encoder_bind(m, cfg, dir, err);
+        goto out;
+    }
     if ((rc = cdx_st_open(dir, &m->st, err)))
         goto out;
     binder b = { .m = m, .path = dir, .gguf = false, .n = (int64_t)m->st->n_tensors, .layer_flags = cfg->layer_flags };
@@ -1322,6 +1330,7 @@ void cdx_model_close(cdx_model *m)
     free(m->inv_freq_swa);
     free(m->swa_layers);
     vision_free(m->vision);
+    encoder_free(m->enc);
     cdx_gguf_close(m->gguf);
     cdx_st_close(m->st);
     free(m);
@@ -1492,7 +1501,8 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         const float sc[4] = { hp->embd_scale, hp->residual_scale, hp->attn_scale, hp->logit_div };
         EVP_DigestUpdate(c, sc, sizeof sc);
     }
-    EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
+    if (m->inv_freq) /* an encoder has no RoPE */
+        EVP_DigestUpdate(c, m->inv_freq, (size_t)(hp->n_rot / 2) * sizeof(float));
     if (hp->act || hp->attn_softcap || hp->final_softcap || hp->swa_layers || m->inv_freq_swa) { /* Gemma's hooks */
         const float g[4] = { (float)hp->act, hp->attn_softcap, hp->final_softcap, (float)m->gelu_f16 };
         EVP_DigestUpdate(c, g, sizeof g);

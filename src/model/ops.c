@@ -28,6 +28,20 @@ void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float 
         out[i] = w[i] * (x[i] * scale);
 }
 
+void model_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps)
+{
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    const double mean = s / (double)n;
+    for (int64_t i = 0; i < n; i++)
+        ss += ((double)x[i] - mean) * ((double)x[i] - mean);
+    const float rstd = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    const float mf = (float)mean;
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (x[i] - mf) * rstd * w[i] + b[i];
+}
+
 /* The per-token steps between the matrices, a slice of the batch's tokens per thread: each token's
  * values are computed by the same code whichever thread takes it, so the bits do not depend on the
  * split. One thread doing them kept the other waiting (~3 % of a Qwen3 prefill). */

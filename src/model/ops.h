@@ -42,6 +42,10 @@ static inline float model_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 /* model_rmsnorm of n rows of E values (x to out, E apart), on the pool from 4 rows up. */
 void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps);
+/* torch's layer_norm over n values: mean and biased variance, then (x - mean) · rsqrt(var + eps) · w + b.
+ * Sums in double (one rounding of the mean and variance to float) keep it within a few ulp of torch.
+ * The vision tower's and the encoders' norm. */
+void model_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
 /* LlamaRMSNorm.forward on a bf16 input (bf16 compute, forward_bf16.c's #3, #5). */
 void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps);
 

@@ -8,6 +8,7 @@
  *   features = x · projᵀ                                  (no bias)
  * Weights stay in the checkpoint's type (F32/BF16/F16: exact products, f32 sums); vectors are f32 copies. */
 #include "arch.h"
+#include "ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -258,22 +259,6 @@ int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *s
 
 /* ---- the pass ---- */
 
-/* torch's layer_norm over n values: mean and biased variance, then (x - mean) · rsqrt(var + eps) · w + b.
- * Sums in double (one rounding of the mean and variance to float) keep it within a few ulp of torch. */
-static void layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps)
-{
-    double s = 0, ss = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += x[i];
-    const double mean = s / (double)n;
-    for (int64_t i = 0; i < n; i++)
-        ss += ((double)x[i] - mean) * ((double)x[i] - mean);
-    const float rstd = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    const float mf = (float)mean;
-    for (int64_t i = 0; i < n; i++)
-        out[i] = (x[i] - mf) * rstd * w[i] + b[i];
-}
-
 static inline float gelu_tanh(float x)
 {
     /* torch's gelu(approximate="tanh"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
@@ -306,7 +291,7 @@ static void ew_work(void *arg, int ith, int nth)
     const int64_t d = j->d;
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         if (j->op == EW_LN) {
-            layernorm(j->y[0] + i * d, j->x + i * d, j->w, j->b[0], d, j->eps);
+            model_layernorm(j->y[0] + i * d, j->x + i * d, j->w, j->b[0], d, j->eps);
         } else if (j->op == EW_BIAS3) {
             for (int m = 0; m < 3; m++)
                 add_bias(j->y[m] + i * d, j->b[m], 1, d);

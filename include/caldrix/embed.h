@@ -1,0 +1,64 @@
+/* caldrix embeddings: the sentence-transformers pipeline over an encoder (or a decoder embedding
+ * model), as sentence-transformers' Transformer → Pooling → Normalize modules compute it.
+ *
+ *   cdx_st_pipeline p;  cdx_st_pipeline_read("path/to/folder", &p, &err);   // modules.json & co.
+ *   cdx_embedder *e;    cdx_embedder_open(model, tok, &p, NULL, &e, &err);
+ *   cdx_embed_texts(e, texts, n, vecs, NULL, &err);                          // vecs[n][cdx_embedder_dim(e)]
+ *   cdx_embedder_close(e);
+ *
+ * A vector does not depend on what else is embedded with it: an input's bits are the same alone and
+ * in any batch, with any thread count (the encoder's pass is batch invariant; pooling reads the input's
+ * own rows only).
+ */
+#ifndef CALDRIX_EMBED_H
+#define CALDRIX_EMBED_H
+
+#include "caldrix/base.h"
+#include "caldrix/kernel.h"
+#include "caldrix/model.h"
+#include "caldrix/pipeline.h"
+#include "caldrix/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most inputs one call or request embeds (the bound; the server refuses more with 400). */
+#define CDX_EMBED_MAX_INPUTS 2048
+
+typedef struct cdx_embedder cdx_embedder;
+
+typedef struct cdx_embedder_opts {
+    int n_threads;                 /* 0: 1 */
+    const cdx_kernels *kernels;    /* NULL: cdx_kernels_best() */
+} cdx_embedder_opts;
+
+/* An embedder over m (borrowed; an encoder) and tok (borrowed; NULL: token-id inputs only) with
+ * pipeline p (copied; NULL or absent: CLS pooling, no normalisation). */
+CDX_API int cdx_embedder_open(const cdx_model *m, const cdx_tok *tok, const cdx_st_pipeline *p,
+                              const cdx_embedder_opts *opts, cdx_embedder **out, cdx_err *err);
+CDX_API void cdx_embedder_close(cdx_embedder *e);
+CDX_API int64_t cdx_embedder_dim(const cdx_embedder *e);
+/* The most tokens one input keeps (max_seq_length, or the model's positions). */
+CDX_API int64_t cdx_embedder_max_tokens(const cdx_embedder *e);
+CDX_API const cdx_st_pipeline *cdx_embedder_pipeline(const cdx_embedder *e);
+
+/* sentence-transformers' Transformer.tokenize of one text: strip, lowercase iff do_lower_case, the
+ * tokenizer with its special tokens, then truncation to max_seq_length counting the special tokens
+ * (longest_first from the right: the content is cut, the special tokens kept). Writes up to cap ids;
+ * *n the count kept, *n_full (may be NULL) the count before truncation. CDX_EINVAL without a tokenizer. */
+CDX_API int cdx_embed_tokenize(const cdx_embedder *e, const char *text, size_t len, int32_t *ids, size_t cap,
+                               size_t *n, size_t *n_full, cdx_err *err);
+/* The vectors of n inputs of token ids (used as given), run in one forward: out[n][dim], each pooled and,
+ * where the pipeline says, normalised. CDX_EINVAL for an empty input, one longer than max_tokens or an id
+ * outside the vocabulary (naming the input). Thread-safe: calls are serialised. */
+CDX_API int cdx_embed_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *out,
+                          cdx_err *err);
+/* cdx_embed_tokenize then cdx_embed_ids; n_tokens[n] (may be NULL) gets each input's token count. */
+CDX_API int cdx_embed_texts(cdx_embedder *e, const char *const *texts, int n, float *out, int64_t *n_tokens,
+                            cdx_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
