@@ -1,0 +1,223 @@
+/* Embedding models against ../shared/fixtures/embed (float32 PyTorch goldens of transformers'
+ * BertModel / XLMRobertaModel + sentence-transformers' Pooling and Normalize): token ids from the text
+ * (BERT), every vector within README.md's tolerance (normalized: 1e-4 per component; raw: 1e-4·max(1, ‖v‖)),
+ * alone and in one batch of all inputs, on every kernel set this CPU has; and in caldrix the batched
+ * vector is the same bits as the one alone, whatever the thread count. Then the bad inputs the issue
+ * lists: an id outside the vocabulary, an empty input, too long an input, a module caldrix does not
+ * implement. */
+#include "caldrix.h"
+#include "test.h"
+
+#include <jansson.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FIX SHARED "/fixtures/embed/"
+
+static const char *const k_isas[] = { "scalar", "avx2", "avx512" };
+
+static int32_t *ids_of(json_t *a, int64_t *n)
+{
+    *n = (int64_t)json_array_size(a);
+    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof *ids);
+    for (int64_t i = 0; i < *n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return ids;
+}
+
+/* max |got - want| over the vector, and the golden's L2 norm */
+static double diff(const float *got, json_t *want, int64_t D, double *norm)
+{
+    double d = 0, ss = 0;
+    for (int64_t c = 0; c < D; c++) {
+        double w = json_number_value(json_array_get(want, (size_t)c));
+        ss += w * w;
+        double e = fabs(got[c] - w);
+        d = e > d ? e : d;
+    }
+    *norm = sqrt(ss);
+    return d;
+}
+
+/* One fixture: from_text (BERT: ids from the golden texts through the pipeline's tokenizer) or the
+ * golden's input_ids. */
+static void check_fixture(const char *name, bool from_text)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, FIX "%s", name);
+    char gp[300];
+    snprintf(gp, sizeof gp, "%s/golden.json", dir);
+    json_error_t je;
+    json_t *g = json_load_file(gp, 0, &je);
+    REQUIRE(g);
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    cdx_tok *tok = NULL;
+    cdx_st_pipeline p;
+    REQUIRE(cdx_model_open(dir, NULL, &m, &err) == 0);
+    CHECKF(cdx_model_is_encoder(m), "%s", name);
+    CHECK(cdx_st_pipeline_read(dir, &p, &err) == 0);
+    if (from_text)
+        CHECKF(cdx_tok_open_dir(dir, &tok, &err) == 0, "%s", err.msg);
+    json_t *inputs = json_object_get(g, "inputs");
+    const int n = (int)json_array_size(inputs);
+    const int64_t D = cdx_model_hparams(m)->n_embd;
+    int32_t **ids = calloc((size_t)n, sizeof *ids);
+    int64_t *lens = calloc((size_t)n, sizeof *lens);
+    float *alone = malloc((size_t)(n * D) * sizeof *alone), *batch = malloc((size_t)(n * D) * sizeof *batch),
+          *other = malloc((size_t)(n * D) * sizeof *other);
+    bool normalized = json_is_true(json_object_get(json_object_get(g, "pipeline"), "normalize"));
+    int n_sets = 0;
+    for (size_t s = 0; s < sizeof k_isas / sizeof k_isas[0]; s++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[s]);
+        if (!k) {
+            t_skip_isa(k_isas[s]);
+            continue;
+        }
+        n_sets++;
+        cdx_embedder *e = NULL;
+        cdx_embedder_opts eo = { .n_threads = 2, .kernels = k };
+        REQUIRE(cdx_embedder_open(m, tok, &p, &eo, &e, &err) == 0);
+        CHECK(cdx_embedder_dim(e) == D);
+        for (int i = 0; i < n; i++) {
+            json_t *in = json_array_get(inputs, (size_t)i);
+            int64_t nw;
+            int32_t *want = ids_of(json_object_get(in, "input_ids"), &nw);
+            free(ids[i]);
+            if (from_text) {
+                const char *text = json_string_value(json_object_get(in, "text"));
+                int32_t buf[4096];
+                size_t got = 0, full = 0;
+                CHECKF(cdx_embed_tokenize(e, text, strlen(text), buf, 4096, &got, &full, &err) == 0, "%s", err.msg);
+                CHECKF((int64_t)got == nw && !memcmp(buf, want, (size_t)nw * sizeof *want), "%s input %d: ids", name, i);
+                CHECKF((int64_t)full == json_integer_value(json_object_get(in, "untruncated_token_count")),
+                       "%s input %d: %zu tokens before truncation", name, i, full);
+            }
+            ids[i] = want;
+            lens[i] = nw;
+            CHECKF(cdx_embed_ids(e, (const int32_t *const *)&ids[i], &lens[i], 1, alone + i * D, &err) == 0, "%s",
+                   err.msg);
+            double norm, d = diff(alone + i * D, json_object_get(in, "embedding"), D, &norm);
+            double tol = normalized ? 1e-4 : 1e-4 * (norm > 1 ? norm : 1);
+            CHECKF(d <= tol, "%s [%s] input %s: max abs diff %.3g (tol %.3g)", name, k_isas[s],
+                   json_string_value(json_object_get(in, "name")), d, tol);
+        }
+        CHECK(cdx_embed_ids(e, (const int32_t *const *)ids, lens, n, batch, &err) == 0);
+        for (int i = 0; i < n; i++) {
+            double norm, d = diff(batch + i * D, json_object_get(json_array_get(inputs, (size_t)i), "batched_embedding"),
+                                  D, &norm);
+            CHECKF(d <= (normalized ? 1e-4 : 1e-4 * (norm > 1 ? norm : 1)), "%s [%s] batched %d: %.3g", name, k_isas[s],
+                   i, d);
+        }
+        CHECKF(!memcmp(alone, batch, (size_t)(n * D) * sizeof *alone), "%s [%s]: batched vectors differ from alone",
+               name, k_isas[s]);
+        /* the texts through cdx_embed_texts give the same bits */
+        if (from_text) {
+            const char **texts = calloc((size_t)n, sizeof *texts);
+            for (int i = 0; i < n; i++)
+                texts[i] = json_string_value(json_object_get(json_array_get(inputs, (size_t)i), "text"));
+            int64_t nt[64];
+            CHECK(cdx_embed_texts(e, texts, n, other, nt, &err) == 0);
+            CHECKF(!memcmp(alone, other, (size_t)(n * D) * sizeof *alone), "%s [%s]: texts differ from ids", name,
+                   k_isas[s]);
+            free(texts);
+        }
+        cdx_embedder_close(e);
+        /* other thread counts, reversed order: the same bits */
+        eo.n_threads = 3;
+        REQUIRE(cdx_embedder_open(m, tok, &p, &eo, &e, &err) == 0);
+        for (int i = 0; i < n / 2; i++) {
+            int32_t *t = ids[i];
+            ids[i] = ids[n - 1 - i];
+            ids[n - 1 - i] = t;
+            int64_t l = lens[i];
+            lens[i] = lens[n - 1 - i];
+            lens[n - 1 - i] = l;
+        }
+        CHECK(cdx_embed_ids(e, (const int32_t *const *)ids, lens, n, other, &err) == 0);
+        for (int i = 0; i < n; i++)
+            CHECKF(!memcmp(alone + i * D, other + (n - 1 - i) * D, (size_t)D * sizeof *alone),
+                   "%s [%s]: input %d differs on 3 threads in reversed order", name, k_isas[s], i);
+        cdx_embedder_close(e);
+    }
+    CHECK(n_sets >= 1);
+    for (int i = 0; i < n; i++)
+        free(ids[i]);
+    free(ids);
+    free(lens);
+    free(alone);
+    free(batch);
+    free(other);
+    cdx_tok_close(tok);
+    cdx_model_close(m);
+    json_decref(g);
+}
+
+static void bert_cls_matches_the_goldens(void) { check_fixture("bert_cls", true); }
+static void bert_mean_matches_the_goldens(void) { check_fixture("bert_mean", true); }
+static void xlmr_cls_matches_the_goldens(void) { check_fixture("xlmr_cls", false); }
+
+static void bad_inputs_are_refused_by_name(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    cdx_st_pipeline p;
+    REQUIRE(cdx_model_open(FIX "bert_mean", NULL, &m, &err) == 0);
+    REQUIRE(cdx_st_pipeline_read(FIX "bert_mean", &p, &err) == 0);
+    CHECK(p.pooling == CDX_POOL_MEAN && !p.normalize && p.max_seq_length == 20);
+    cdx_embedder *e = NULL;
+    REQUIRE(cdx_embedder_open(m, NULL, &p, NULL, &e, &err) == 0);
+    float v[64];
+    const int32_t bad[] = { 101, 30522, 102 }, *pb = bad;
+    int64_t n = 3;
+    CHECK(cdx_embed_ids(e, &pb, &n, 1, v, &err) == CDX_EINVAL && strstr(err.msg, "30522") &&
+          strstr(err.msg, "vocabulary"));
+    n = 0;
+    CHECK(cdx_embed_ids(e, &pb, &n, 1, v, &err) == CDX_EINVAL && strstr(err.msg, "empty"));
+    int32_t longer[21] = { 101 };
+    const int32_t *pl = longer;
+    n = 21;
+    CHECK(cdx_embed_ids(e, &pl, &n, 1, v, &err) == CDX_EINVAL && strstr(err.msg, "21 tokens"));
+    size_t got;
+    CHECK(cdx_embed_tokenize(e, "x", 1, longer, 21, &got, NULL, &err) == CDX_EINVAL && strstr(err.msg, "tokenizer"));
+    cdx_embedder_close(e);
+    cdx_model_close(m);
+    /* a module caldrix does not implement is refused by name */
+    char tmp[] = "/tmp/cdx_embed_XXXXXX";
+    REQUIRE(mkdtemp(tmp));
+    char path[300];
+    snprintf(path, sizeof path, "%s/modules.json", tmp);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("[{\"idx\":0,\"name\":\"0\",\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+          "{\"idx\":1,\"name\":\"1\",\"path\":\"2_Dense\",\"type\":\"sentence_transformers.models.Dense\"}]", f);
+    fclose(f);
+    CHECK(cdx_st_pipeline_read(tmp, &p, &err) == CDX_EUNSUPPORTED && strstr(err.msg, "sentence_transformers.models.Dense") &&
+          strstr(err.msg, "modules.json"));
+    unlink(path);
+    rmdir(tmp);
+    /* a generation pass over an encoder is refused */
+    REQUIRE(cdx_model_open(FIX "bert_cls", NULL, &m, &err) == 0);
+    cdx_forward_ctx *fc = NULL;
+    REQUIRE(cdx_forward_ctx_create(m, 4, 1, NULL, &fc, &err) == 0);
+    cdx_kv kv;
+    REQUIRE(cdx_kv_init(&kv, cdx_model_hparams(m), 8, &err) == 0);
+    cdx_kv *kp = &kv;
+    const int32_t t[2] = { 101, 102 };
+    cdx_batch b = { .n = 2, .tokens = t };
+    float logits[30522];
+    CHECK(cdx_forward(fc, &kp, 1, &b, logits, &err) == CDX_EINVAL && strstr(err.msg, "encoder"));
+    cdx_kv_free(&kv);
+    cdx_forward_ctx_free(fc);
+    cdx_model_close(m);
+}
+
+int main(void)
+{
+    RUN("bert_cls (CLS + Normalize, F16) matches the goldens alone and batched", bert_cls_matches_the_goldens);
+    RUN("bert_mean (mean pooling, max_seq_length 20) matches the goldens alone and batched", bert_mean_matches_the_goldens);
+    RUN("xlmr_cls (XLM-R positions from pad + 1, CLS + Normalize) matches the goldens alone and batched",
+        xlmr_cls_matches_the_goldens);
+    RUN("bad inputs are refused by name", bad_inputs_are_refused_by_name);
+    return t_done("test_embed");
+}
