@@ -49,7 +49,7 @@ check "inspect of an alias not in the cache says so, without a request" '[ $rc -
 "$CALDRIX" models supported > "$T/sup.txt"; rc=$?
 check "models supported lists the 8 aliases with repo and revision" '[ $rc -eq 0 ] && [ $(grep -cE "^[a-z0-9.-]+ +[A-Za-z0-9-]+/[A-Za-z0-9.-]+ +[0-9a-f]{40}$" "$T/sup.txt") -eq 8 ] && grep -q "qwen3-30b-a3b *Qwen/Qwen3-30B-A3B *ad44e777bcd18fa416d9da3bd8f70d33ebb85d39" "$T/sup.txt"'
 "$CALDRIX" models supported --all --json > "$T/sup.json"; rc=$?
-check "models supported --all --json" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r[\"aliases\"])==8 and len(r[\"architectures\"])==18" "$T/sup.json"'
+check "models supported --all --json" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r[\"aliases\"])==8 and len(r[\"architectures\"])==20" "$T/sup.json"'
 "$CALDRIX" models rules --json > "$T/rules.json"; rc=$?
 check "models rules --json" '[ $rc -eq 0 ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r[0][\"id\"]==\"architecture\"" "$T/rules.json"'
 "$CALDRIX" models search qwen3 > "$T/search.txt"; rc=$?
