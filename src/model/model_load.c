@@ -1252,9 +1252,25 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
         goto out;
     }
     int64_t nb = 0;
+    /* the base model's weights without the head's "model." prefix (Qwen3-Embedding ships Qwen3Model's
+     * embed_tokens.weight, layers.N.*, norm.weight under a Qwen3ForCausalLM config.json): read as if prefixed */
+    char **bare = NULL;
+    if (!d->hf_text_prefix && !d->hybrid && !d->vision && !cdx_st_find(m->st, "model.embed_tokens.weight") &&
+        cdx_st_find(m->st, "embed_tokens.weight") &&
+        !(bare = calloc(m->st->n_tensors ? m->st->n_tensors : 1, sizeof *bare)))
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
     for (int64_t i = 0; i < (int64_t)m->st->n_tensors && !rc; i++) {
         const cdx_st_tensor *t = &m->st->tensors[i];
         const char *name = t->name;
+        if (bare && strcmp(name, "lm_head.weight")) {
+            const size_t len = strlen(name) + 7;
+            if (!(bare[i] = malloc(len))) {
+                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+                break;
+            }
+            snprintf(bare[i], len, "model.%s", name);
+            name = bare[i];
+        }
         /* Qwen3.5: the multi-token-prediction head (mtp.*) and the vision tower (model.visual.*) are
          * skipped by name, their bytes never read; ForConditionalGeneration keeps the text model
          * under model.language_model., which the roles name model. */
@@ -1294,6 +1310,9 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
         rc = vision_bind(m, cfg, m->st, b.used, err);
     if (!rc)
         rc = bind_all(&b, cfg->rope_type != CDX_HF_ROPE_DEFAULT ? cfg : NULL, err);
+    for (size_t i = 0; bare && i < m->st->n_tensors; i++)
+        free(bare[i]);
+    free(bare);
     free(b.tensors);
     free(b.used);
 out:
