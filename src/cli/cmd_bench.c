@@ -43,7 +43,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
                "                     [--parallel N] [--prefix-hit] [--isa NAME] [--dtype auto|f32|bf16]\n"
-               "                     [--mem-bw GB/s] [--weight-budget BYTES] [--json]\n\n"
+               "                     [--mem-bw GB/s] [--weight-budget BYTES] [--spec lookup|auto|off]\n"
+               "                     [--draft-max K] [--draft-min K] [--spec-keep-on] [--json]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
@@ -57,8 +58,10 @@ static void usage(FILE *f)
                "--dtype: the compute type, as caldrix run takes it (the KV cache follows it: bf16 for bf16\n"
                "compute, else f32). The load time is until the model can run; matrices whose packed layout\n"
                "is made in the background after it (AVX2: Q8_0, Q4_0, IQ4_NL) are waited for before the\n"
-               "runs (pack_ms).\n");
-    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS }, 1);
+               "runs (pack_ms). --spec, --draft-max, --draft-min, --spec-keep-on: speculative decoding as\n"
+               "caldrix run takes it; the draft tokens proposed and kept are reported (spec_proposed,\n"
+               "spec_accepted).\n");
+    cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS, CDX_OPT_DRAFT_MAX, CDX_OPT_DRAFT_MIN }, 3);
 }
 
 /* This process's resident memory now and at its peak (/proc/self/status VmRSS, VmHWM), bytes; 0 when unknown. */
@@ -154,7 +157,9 @@ int cmd_bench(int argc, char **argv)
     long threads = 0, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1;
     double mem_bw = 0;
     uint64_t budget = 0;
-    bool json = false, prefix_hit = false;
+    bool json = false, prefix_hit = false, spec_keep_on = false;
+    long draft_max = 0, draft_min = 0;
+    int spec = CDX_SPEC_OFF;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -179,6 +184,19 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--parallel") && has) {
             if (cli_parse_int(a, argv[++i], 1, MAX_PAR, &parallel))
                 return 2;
+        } else if (!strcmp(a, "--spec") && has) {
+            if ((spec = cdx_spec_parse(argv[++i])) < 0) {
+                fprintf(stderr, "caldrix bench: --spec is \"%s\"; expected lookup, auto or off\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--draft-max") && has) {
+            if (cli_parse_engine_opt(a, argv[++i], CDX_OPT_DRAFT_MAX, &draft_max))
+                return 2;
+        } else if (!strcmp(a, "--draft-min") && has) {
+            if (cli_parse_engine_opt(a, argv[++i], CDX_OPT_DRAFT_MIN, &draft_min))
+                return 2;
+        } else if (!strcmp(a, "--spec-keep-on")) {
+            spec_keep_on = true;
         } else if (!strcmp(a, "--prefix-hit")) {
             prefix_hit = true;
         } else if (!strcmp(a, "--isa") && has) {
@@ -235,6 +253,10 @@ int cmd_bench(int argc, char **argv)
     eo.max_batch = (int)parallel;
     eo.n_ctx = n_prompt + n_gen + 1 + 2; /* 2: the warm-up */
     eo.token_budget = n_prompt * parallel; /* every prompt in one batch */
+    eo.spec = spec;
+    eo.draft_max = (int)draft_max;
+    eo.draft_min = (int)draft_min;
+    eo.spec_keep_on = spec_keep_on;
     cdx_load_opts lo = cdx_load_defaults();
     lo.paths_only = true; /* bench takes a file or a folder, never a reference */
     lo.tokenizer = false; /* synthetic ids */
@@ -358,6 +380,11 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(o, "prefix_cached_tokens", json_integer(hit_cached));
         }
         json_object_set_new(o, "greedy_tokens", kept);
+        cdx_engine_stats es;
+        cdx_engine_get_stats(eng, &es);
+        json_object_set_new(o, "spec", json_string(cdx_spec_name(spec)));
+        json_object_set_new(o, "spec_proposed", json_integer((json_int_t)es.spec_proposed));
+        json_object_set_new(o, "spec_accepted", json_integer((json_int_t)es.spec_accepted));
         uint64_t x_hits, x_misses;
         size_t x_slots;
         cdx_model_expert_stats(m, &x_hits, &x_misses, &x_slots);
@@ -415,6 +442,12 @@ int cmd_bench(int argc, char **argv)
         if (parallel > 1)
             printf("parallel %ld streams: %.2f tok/s in all, %.2f tok/s per stream (medians)\n", parallel,
                    median(ta, (int)runs), median(ts, (int)runs));
+        cdx_engine_stats es;
+        cdx_engine_get_stats(eng, &es);
+        if (spec)
+            printf("spec     %s: %llu draft tokens proposed, %llu kept (%.0f %%), every run and the warm-up\n",
+                   cdx_spec_name(spec), (unsigned long long)es.spec_proposed, (unsigned long long)es.spec_accepted,
+                   es.spec_proposed ? 100.0 * (double)es.spec_accepted / (double)es.spec_proposed : 0.0);
         if (prefix_hit)
             printf("prefix   first token after %.1f ms cold, %.1f ms with %lld of %ld prompt tokens cached\n",
                    median(tcold, (int)runs), median(thot, (int)runs), (long long)hit_cached, n_prompt);

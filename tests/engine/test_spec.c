@@ -1,7 +1,8 @@
 /* Speculative decoding (issue 39): a request's tokens, logprobs and top-5 raw logits with prompt
  * lookup on are bit for bit those of the same request with speculation off — greedy and sampled,
  * with k = 1, 3 and 8, alone and beside 3 other requests, after preemptions in a pool of 5 blocks,
- * on stories260K and on the fixtures' families — and no block is left held, nor keyed for a guess
+ * on stories260K (every kernel set, f32 and f16 caches) and on the fixtures' families, with stop
+ * strings and a grammar — and no block is left held, nor keyed for a guess
  * that was not kept. No tolerance anywhere: the references are the engine's own plain runs, which
  * tests/engine/test_engine.c holds to PyTorch's and llama.cpp's goldens. */
 #include "caldrix.h"
@@ -17,12 +18,18 @@ typedef struct {
     uint32_t top[MAX_GEN][TOPK];
     int32_t top_id[MAX_GEN][TOPK];
     int n;
+    char text[2048];
+    size_t n_text;
     cdx_finish fin;
     int finals;
     int64_t proposed, accepted;
     bool spec_off;
     const char *proposer;
 } result;
+
+static const char *g_isa;     /* the kernel set of the engines made (NULL: the best) */
+static uint32_t g_kv_type;    /* their KV cache type */
+static const cdx_tok *g_tok;  /* their tokenizer (NULL: ids only) */
 
 static uint32_t fbits(float f)
 {
@@ -38,6 +45,11 @@ static void on_event(const cdx_event *ev)
     r->accepted = ev->spec_accepted;
     r->spec_off = ev->spec_off;
     r->proposer = ev->spec_proposer;
+    if (ev->text_len && r->n_text + ev->text_len < sizeof r->text) {
+        memcpy(r->text + r->n_text, ev->text, ev->text_len);
+        r->n_text += ev->text_len;
+        r->text[r->n_text] = 0;
+    }
     if (ev->finish != CDX_FINISH_NONE) {
         r->fin = ev->finish;
         r->finals++;
@@ -60,6 +72,8 @@ typedef struct {
     int max_tokens;
     float temp;
     uint64_t seed;
+    const char *stop;             /* a stop string, or NULL */
+    const cdx_grammar *grammar;   /* or NULL */
 } req_spec;
 
 static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
@@ -76,6 +90,9 @@ static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
         rq.top_logprobs = TOPK;
         rq.on_event = on_event;
         rq.user = &rs[i];
+        rq.stop = qs[i].stop ? &qs[i].stop : NULL;
+        rq.n_stop = qs[i].stop ? 1 : 0;
+        rq.grammar = qs[i].grammar;
         memset(&rs[i], 0, sizeof rs[i]);
         if (cdx_engine_submit(e, &rq, NULL, &err)) {
             fprintf(stderr, "  submit: %s\n", err.msg);
@@ -92,7 +109,8 @@ static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
 
 static bool same_bits(const result *a, const result *b)
 {
-    if (a->n != b->n || a->fin != b->fin || a->finals != 1 || b->finals != 1)
+    if (a->n != b->n || a->fin != b->fin || a->finals != 1 || b->finals != 1 || a->n_text != b->n_text ||
+        memcmp(a->text, b->text, a->n_text))
         return false;
     for (int i = 0; i < a->n; i++) {
         if (a->tok[i] != b->tok[i] || a->lp[i] != b->lp[i])
@@ -108,6 +126,8 @@ static cdx_engine *engine(const cdx_model *m, int spec, int k, int max_batch, in
 {
     cdx_engine_opts o = cdx_engine_defaults();
     o.n_threads = 2;
+    o.kernels = g_isa ? cdx_kernels_by_isa(g_isa) : NULL;
+    o.kv_type = g_kv_type;
     o.max_batch = max_batch;
     o.token_budget = budget;
     o.n_blocks = n_blocks;
@@ -117,7 +137,7 @@ static cdx_engine *engine(const cdx_model *m, int spec, int k, int max_batch, in
     o.spec_keep_on = true;         /* what is proposed depends on the tokens only, not on timings */
     cdx_engine *e = NULL;
     cdx_err err = { 0 };
-    if (cdx_engine_create(m, NULL, &o, &e, &err))
+    if (cdx_engine_create(m, g_tok, &o, &e, &err))
         fprintf(stderr, "  engine: %s\n", err.msg);
     return e;
 }
@@ -203,12 +223,72 @@ static void exact_on(const char *path, int first_id, int n_ids, int max_tokens, 
     cdx_model_close(m);
 }
 
+static const char *const k_isas[] = { "scalar", "avx2", "avx512" };
+
 static void exact_stories(void)
 {
-    int prop = 0, acc = 0;
-    exact_on(STORIES, 1, 500, 80, &prop, &acc);
-    printf("  stories260K: %d draft tokens proposed, %d kept\n", prop, acc);
-    CHECKF(prop > 0 && acc > 0, "lookup never proposed (%d) or never had a guess kept (%d)", prop, acc);
+    for (int s = 0; s < 3; s++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            if (!cdx_kernels_by_isa(k_isas[s]))
+                continue;
+            g_isa = k_isas[s];
+            g_kv_type = f16 ? CDX_TYPE_F16 : CDX_TYPE_F32;
+            int prop = 0, acc = 0;
+            exact_on(STORIES, 1, 500, 80, &prop, &acc);
+            printf("  stories260K [%s kernels, %s cache]: %d draft tokens proposed, %d kept\n", g_isa,
+                   f16 ? "f16" : "f32", prop, acc);
+            CHECKF(prop > 0 && acc > 0, "lookup never proposed (%d) or never had a guess kept (%d)", prop, acc);
+        }
+    g_isa = NULL;
+    g_kv_type = CDX_TYPE_F32;
+}
+
+/* Stop strings and a grammar (both act on the text and the masked logits, token by token): the
+ * same text, tokens and logprobs with speculation. */
+static void exact_with_text(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    cdx_tok *tok = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    REQUIRE(cdx_load_tokenizer(STORIES, m, &tok, &err) == 0 && tok);
+    static const char gbnf[] = "root ::= (\" the\" | \" cat\" | \" sat\" | \" on\" | \" mat\" | \".\")+";
+    cdx_grammar *g = NULL;
+    REQUIRE(cdx_grammar_from_gbnf(gbnf, strlen(gbnf), "test", &g, &err) == 0);
+    enum { N = 4 };
+    req_spec qs[N];
+    make_prompts(qs, N, 1, 500, 64);
+    qs[0].stop = "Lily";
+    qs[1].stop = "the";
+    qs[2].grammar = g;
+    qs[3].grammar = g;
+    g_tok = tok;
+    static result want[N], got[N];
+    cdx_engine *e = engine(m, CDX_SPEC_OFF, 1, 4, 512, 0);
+    REQUIRE(e);
+    for (int i = 0; i < N; i++)
+        REQUIRE(run_all(e, &qs[i], 1, &want[i]) == 0);
+    cdx_engine_free(e);
+    int bad = 0, prop = 0;
+    for (int k = 2; k <= 6; k += 4) {
+        e = engine(m, CDX_SPEC_LOOKUP, k, 4, 512, 0);
+        REQUIRE(e);
+        REQUIRE(run_all(e, qs, N, got) == 0);
+        for (int i = 0; i < N; i++) {
+            bad += !same_bits(&want[i], &got[i]);
+            prop += (int)got[i].proposed;
+        }
+        CHECK(counts(e).used == 0);
+        cdx_engine_free(e);
+    }
+    CHECKF(bad == 0, "%d requests differ", bad);
+    CHECK(prop > 0);
+    CHECK(want[2].n > 0 && want[2].n_text > 0);
+    printf("  stop strings and a grammar: %d draft tokens proposed; \"%.40s...\"\n", prop, want[2].text);
+    g_tok = NULL;
+    cdx_grammar_free(g);
+    cdx_tok_close(tok);
+    cdx_model_close(m);
 }
 
 static void exact_families(void)
@@ -366,9 +446,11 @@ static void turn_off(void)
 
 int main(void)
 {
-    RUN("lookup on stories260K: tokens, logprobs and top-5 logits bit for bit those of plain decoding "
-        "(greedy and sampled, k = 1/3/8, alone and 4 at once); no block held, none keyed for a guess",
+    RUN("lookup on stories260K, every kernel set, f32 and f16 caches: tokens, logprobs and top-5 logits bit for bit "
+        "those of plain decoding (greedy and sampled, k = 1/3/8, alone and 4 at once); no block held, none keyed for "
+        "a guess",
         exact_stories);
+    RUN("lookup with stop strings and a grammar: the same text, tokens and logprobs", exact_with_text);
     RUN("lookup on 7 fixture families: the same bits as plain decoding", exact_families);
     RUN("lookup with preemptions in a pool of 5 blocks: the same bits", exact_after_preemption);
     RUN("--draft-max / --draft-min / --spec refused by name; Qwen3.5 refused with the reason", refusals);
