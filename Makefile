@@ -50,10 +50,19 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
 
-$(BUILD)/models/stories260K.o: models/stories260K.gguf
+# A file built into the binary as bytes between two symbols, NAME and NAME_end: $(call embed,NAME)
+define embed
 	@mkdir -p $(dir $@)
-	printf '.section .rodata\n.global cdx_embedded_model\n.global cdx_embedded_model_end\n.balign 64\ncdx_embedded_model:\n.incbin "%s"\ncdx_embedded_model_end:\n.section .note.GNU-stack,"",@progbits\n' "$(CURDIR)/$<" > $(BUILD)/models/stories260K.s
-	$(CC) -c $(BUILD)/models/stories260K.s -o $@
+	printf '.section .rodata\n.global $(1)\n.global $(1)_end\n.balign 64\n$(1):\n.incbin "%s"\n$(1)_end:\n.section .note.GNU-stack,"",@progbits\n' "$(CURDIR)/$<" > $(@:.o=.s)
+	$(CC) -c $(@:.o=.s) -o $@
+endef
+
+$(BUILD)/models/stories260K.o: models/stories260K.gguf
+	$(call embed,cdx_embedded_model)
+
+# The chat page `caldrix serve` answers at / (docs/api.md, "The chat page")
+$(BUILD)/ui/chat.o: ui/chat.html
+	$(call embed,cdx_embedded_page)
 
 $(BUILD)/libcaldrix.a: $(LIB_OBJ)
 	@rm -f $@
@@ -62,7 +71,7 @@ $(BUILD)/libcaldrix.a: $(LIB_OBJ)
 $(BUILD)/libcaldrix.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/caldrix: $(CLI_OBJ) $(BUILD)/models/stories260K.o $(BUILD)/libcaldrix.a
+$(BUILD)/caldrix: $(CLI_OBJ) $(BUILD)/models/stories260K.o $(BUILD)/ui/chat.o $(BUILD)/libcaldrix.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcaldrix.a tests/test.h
@@ -82,7 +91,9 @@ run: deps
 	$(MAKE) all
 	$(BUILD)/caldrix run $(if $(wildcard ../shared/models/stories260K/stories260K.gguf),../shared/models/stories260K/stories260K.gguf,models/stories260K.gguf) -p "Once upon a time" -n 120 --temp 0.8 --seed 42
 
+# The browser the chat page's tests drive (tests/ui); where it cannot be installed they say so and skip.
 test: deps
+	scripts/deps chromium || echo "make test: chromium could not be installed: tests/ui will be skipped"
 	$(MAKE) all tests
 	BUILD=$(BUILD) tests/run
 

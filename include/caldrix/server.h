@@ -57,6 +57,11 @@ typedef struct cdx_server_opts {
                                * or "*") on every answer, and OPTIONS answers preflights (204) */
     cdx_server_log_fn on_request; /* NULL: no request log */
     void *log_user;           /* passed to on_request */
+    const char *page;         /* the chat page answered at GET / (HTML, borrowed until cdx_server_stop; caldrix
+                               * serve passes the one built into the binary); NULL: / is 404. It needs no API
+                               * key (it holds none; the page asks for one). Its inline <script> and <style>
+                               * elements are allowed by their SHA-256 in its Content-Security-Policy */
+    size_t page_len;
 } cdx_server_opts;
 
 CDX_API cdx_server_opts cdx_server_defaults(void);

@@ -80,5 +80,8 @@ cdx_load_opts cli_load_opts(const cdx_hub_opts *hub, cdx_dtype dtype, uint64_t w
 /* The stories260K model linked into the binary (see Makefile). */
 extern const unsigned char cdx_embedded_model[];
 extern const unsigned char cdx_embedded_model_end[];
+/* The chat page `caldrix serve` answers at / (ui/chat.html, linked into the binary; see Makefile). */
+extern const char cdx_embedded_page[];
+extern const char cdx_embedded_page_end[];
 
 #endif

@@ -60,7 +60,8 @@ static const char k_serve_usage[] =
     "  --kv-store DIR       a prefix store shared by processes: K/V blocks pushed out of memory, and\n"
     "                       all of them at exit, are kept in DIR and read back by prefix (also after\n"
     "                       a restart); bad or foreign files are deleted\n"
-    "  --api-key KEY        every route but /health and /v1/health needs \"Authorization: Bearer KEY\"\n"
+    "  --api-key KEY        every route but /health, /v1/health and the chat page (/) needs\n"
+    "                       \"Authorization: Bearer KEY\" (the page asks for the key)\n"
     "                       (default: the CALDRIX_API_KEY environment variable, else no key)\n"
     "  --spec lookup|auto|off  speculative decoding for every request (default off; see caldrix run\n"
     "                       --help): the same tokens and logprobs, turned off per request while it does\n"
@@ -74,6 +75,8 @@ static const char k_serve_usage[] =
     "  --cors ORIGIN        let a browser page from ORIGIN (e.g. http://localhost:3000, or *) call the API:\n"
     "                       Access-Control-Allow-Origin on every answer, OPTIONS answers preflights\n"
     "                       (default: off, no CORS headers)\n"
+    "  --no-ui              no chat page at / (default: GET / answers the page built into caldrix, which\n"
+    "                       chats through this server's API; docs/api.md, \"The chat page\")\n"
     "  --log-requests       one line per request on stderr: time, method, route, model, status,\n"
     "                       prompt and completion tokens, milliseconds\n"
     "  --chat-template FILE chat renders with the Jinja template in FILE instead of the model's (for a\n"
@@ -293,6 +296,9 @@ static void say_listening(const cdx_server_opts *so, cdx_server *srv)
 {
     fprintf(stderr, "caldrix serve: listening on http://%s%s%s:%d\n", strchr(so->host, ':') ? "[" : "", so->host,
             strchr(so->host, ':') ? "]" : "", cdx_server_port(srv));
+    if (so->page)
+        fprintf(stderr, "caldrix serve: chat page: http://%s%s%s:%d/\n", strchr(so->host, ':') ? "[" : "", so->host,
+                strchr(so->host, ':') ? "]" : "", cdx_server_port(srv));
 }
 
 static int serve_models(const reg_args *rg, const char *model, const cdx_server_opts *so, cdx_engine_opts *eo,
@@ -367,6 +373,8 @@ int cmd_serve(int argc, char **argv)
     bool kv_type_set = false;
     long l;
     so.api_key = getenv("CALDRIX_API_KEY");
+    so.page = cdx_embedded_page;
+    so.page_len = (size_t)(cdx_embedded_page_end - cdx_embedded_page);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = !strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--max-batch") ||
@@ -464,6 +472,8 @@ int cmd_serve(int argc, char **argv)
             so.api_key = v;
         } else if (!strcmp(a, "--cors")) {
             so.cors_origin = v;
+        } else if (!strcmp(a, "--no-ui")) {
+            so.page = NULL;
         } else if (!strcmp(a, "--log-requests")) {
             so.on_request = log_request;
         } else if (!strcmp(a, "--isa")) {

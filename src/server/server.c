@@ -9,6 +9,7 @@
 #include "server/sv_int.h"
 
 #include <microhttpd.h>
+#include <openssl/evp.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,6 +30,9 @@ struct cdx_server {
     char *api_key;
     size_t api_key_len;
     char *cors_origin;        /* NULL: no CORS */
+    const char *page;         /* the chat page (borrowed; NULL: / is 404) */
+    size_t page_len;
+    char *page_csp;           /* its Content-Security-Policy */
     cdx_server_log_fn on_log;
     void *log_user;
     size_t max_body;
@@ -803,6 +807,7 @@ static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const 
 static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_metrics(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_admin(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_page(sv_conn *k, struct MHD_Connection *c, const char *url);
 static const route_def k_routes[] = {
 #define SV_X_(id, path, alias, post, handler, help) { path, alias, post, SV_R_##id, handler },
     SV_ROUTES(SV_X_)
@@ -1314,6 +1319,87 @@ static int pick_model(sv_conn *k, sv_error *e)
     return rc;
 }
 
+/* ---- the chat page ---- */
+
+/* The page's Content-Security-Policy: nothing from anywhere (default-src 'none') but its own inline
+ * <script> and <style> elements, each allowed by its SHA-256 (CSP 3, "hash-source"), fetches to
+ * this server, and images from data: and blob: URLs (attachments, the favicon). Heap; NULL: no memory. */
+static char *page_csp(const char *page, size_t len)
+{
+    static const char *const tags[2][3] = { { "script-src", "<script>", "</script>" },
+                                            { "style-src", "<style>", "</style>" } };
+    size_t cap = 512, n = 0;
+    char *csp = malloc(cap);
+    if (!csp)
+        return NULL;
+    csp[0] = 0;
+    n = (size_t)snprintf(csp, cap, "default-src 'none'");
+    for (int t = 0; t < 2; t++) {
+        char *g = realloc(csp, cap += 32);
+        if (!g)
+            return free(csp), NULL;
+        csp = g;
+        n += (size_t)snprintf(csp + n, cap - n, "; %s", tags[t][0]);
+        bool any = false;
+        for (const char *p = page, *end = page + len; p < end;) {
+            const char *a = memmem(p, (size_t)(end - p), tags[t][1], strlen(tags[t][1]));
+            if (!a)
+                break;
+            a += strlen(tags[t][1]);
+            const char *b = memmem(a, (size_t)(end - a), tags[t][2], strlen(tags[t][2]));
+            if (!b)
+                break;
+            uint8_t md[32];
+            unsigned char b64[48];
+            cdx_sha256 h;
+            if (cdx_sha256_init(&h))
+                return free(csp), NULL;
+            cdx_sha256_update(&h, a, (size_t)(b - a));
+            if (cdx_sha256_final(&h, md))
+                return free(csp), NULL;
+            EVP_EncodeBlock(b64, md, 32);
+            if (!(g = realloc(csp, cap += 64)))
+                return free(csp), NULL;
+            csp = g;
+            n += (size_t)snprintf(csp + n, cap - n, " 'sha256-%s'", (const char *)b64);
+            any = true;
+            p = b + strlen(tags[t][2]);
+        }
+        if (!any)
+            n += (size_t)snprintf(csp + n, cap - n, " 'none'");
+    }
+    char *g = realloc(csp, cap += 160);
+    if (!g)
+        return free(csp), NULL;
+    csp = g;
+    snprintf(csp + n, cap - n, "; connect-src 'self'; img-src data: blob:; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'");
+    return csp;
+}
+
+static enum MHD_Result route_page(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    cdx_server *s = k->s;
+    if (!s->page) {
+        sv_error e;
+        sv_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route GET / (the chat page is off: --no-ui)");
+        return reply_error(k, c, &e);
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(s->page_len, (void *)s->page, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Content-Security-Policy", s->page_csp);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    common_headers(s, r);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    k->status = 200;
+    return ret;
+}
+
 static enum MHD_Result route_health(sv_conn *k, struct MHD_Connection *c, const char *url)
 {
     return reply_json(k, c, 200, json_pack("{s:s}", "status", "ok"));
@@ -1399,7 +1485,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (rd && s->cors_origin && !strcmp(method, "OPTIONS"))
             return reply_preflight(k, c, rd);
         /* the key first: without it, a client learns nothing about which routes exist */
-        if (k->route != SV_R_HEALTH && s->api_key &&
+        const bool no_key = k->route == SV_R_HEALTH || (k->route == SV_R_PAGE && s->page);
+        if (!no_key && s->api_key &&
             check_key(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), &e))
             return reply_error(k, c, &e);
         if (!rd)
@@ -1411,7 +1498,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                    reply_error(k, c, &e);
         if (atomic_load(&s->stopping))
             return shutdown_error(&e), reply_error(k, c, &e);
-        if (!atomic_load(&s->ready) && k->route != SV_R_METRICS)
+        if (!atomic_load(&s->ready) && k->route != SV_R_METRICS && k->route != SV_R_PAGE)
             return sv_fail(&e, 503, "server_error", "model_loading", NULL, "the model is loading"),
                    reply(k, c, 503, sv_error_body(&e), "application/json", "1");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -1563,6 +1650,16 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
     }
     if (o->cors_origin && *o->cors_origin)
         s->cors_origin = strdup(o->cors_origin);
+    if (o->page && !(s->page_csp = page_csp(o->page, o->page_len))) {
+        sv_metrics_destroy(&s->met);
+        free(s->api_key);
+        free(s->cors_origin);
+        free(s);
+        freeaddrinfo(ai);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    s->page = o->page;
+    s->page_len = o->page_len;
     s->on_log = o->on_request;
     s->log_user = o->log_user;
     /* libmicrohttpd listens on nothing: the gate accepts and hands it each checked connection.
@@ -1589,6 +1686,7 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         sv_metrics_destroy(&s->met);
         free(s->api_key);
         free(s->cors_origin);
+        free(s->page_csp);
         free(s);
         return cdx_err_set(err, CDX_EIO, "cannot listen on %s port %d: %s", host, o->port, gerr.msg);
     }
@@ -1653,5 +1751,6 @@ void cdx_server_stop(cdx_server *s)
     sv_metrics_destroy(&s->met);
     free(s->api_key);
     free(s->cors_origin);
+    free(s->page_csp);
     free(s);
 }

@@ -124,7 +124,8 @@ void sv_printable(char *s);
     X(DETOKENIZE, "/detokenize", NULL, true, route_parsed, "token ids to text")                               \
     X(METRICS, "/metrics", NULL, false, route_metrics, "Prometheus text")                                     \
     X(MODELS_LOAD, "/models/load", NULL, true, route_admin, "{\"model\": NAME}: load it (several models)")     \
-    X(MODELS_UNLOAD, "/models/unload", NULL, true, route_admin, "{\"model\": NAME}: unload it")
+    X(MODELS_UNLOAD, "/models/unload", NULL, true, route_admin, "{\"model\": NAME}: unload it")          \
+    X(PAGE, "/", NULL, false, route_page, "the chat page (HTML; no API key needed; serve --no-ui: off)")
 
 enum {
 #define SV_X_(id, path, alias, post, handler, help) SV_R_##id,
