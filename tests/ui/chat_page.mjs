@@ -6,6 +6,8 @@
 import { chromium } from './node_modules/playwright-core/index.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
+const t0 = Date.now();
+const mark = (what) => console.log(`# ${((Date.now() - t0) / 1000).toFixed(1)} s: ${what}`);
 let failed = 0;
 const check = (name, cond, detail) => {
     if (cond) console.log('ok - ' + name);
@@ -17,6 +19,7 @@ const metric = (text, name) => {
     return m ? Number(m.slice(name.length + 1)) : NaN;
 };
 
+mark('start');
 const browser = await chromium.launch({ executablePath: cfg.chromium, args: ['--no-sandbox', '--disable-gpu'] });
 const ctx = await browser.newContext({ viewport: { width: 1100, height: 800 } });
 
@@ -45,6 +48,7 @@ const lastReply = (page) => page.evaluate(() => {
 const squash = (s) => (s || '').replace(/\s+/g, '');
 
 // ---- 1. the page loads: nothing from another host, no console error, every control labelled ----
+mark('1. the page loads: nothing from another host, no console error, every control labelled');
 const page = await ctx.newPage();
 const w = watch(page);
 const resp = await page.goto(cfg.url + '/');
@@ -62,7 +66,10 @@ const models = await page.$$eval('#model option', (os) => os.map((o) => o.value)
 check('the model picker lists the served model from /v1/models', models.length === 1 && models[0] === cfg.model, models);
 // the accessibility tree (Chromium's own): every control has a name
 const cdp = await ctx.newCDPSession(page);
+const folded = await page.locator('#settings').isHidden();
 await page.click('#settings-toggle');
+check('the settings are folded until their button opens them', folded && (await page.locator('#temperature').isVisible()) &&
+      (await page.getAttribute('#settings-toggle', 'aria-expanded')) === 'true');
 const ax = (await cdp.send('Accessibility.getFullAXTree')).nodes;
 const roles = new Set(['button', 'textbox', 'combobox', 'spinbutton', 'checkbox', 'slider', 'listbox']);
 const controls = ax.filter((n) => !n.ignored && n.role && roles.has(n.role.value));
@@ -72,6 +79,7 @@ check('every control is labelled (' + controls.length + ' controls in the access
 await page.click('#settings-toggle');
 
 // ---- 2. a message at temperature 0 streams /v1/chat/completions' greedy reply ----
+mark("2. a message at temperature 0 streams /v1/chat/completions' greedy reply");
 await setParams(page, 0, cfg.max_tokens);
 let sent = null, sentType = null;
 page.on('request', (r) => { if (r.url().endsWith('/v1/chat/completions')) sent = r.postDataJSON(); });
@@ -133,7 +141,37 @@ check('after a reload the conversation is still there (local storage)', (await p
       (await page.locator('#convs li').count()) === 1);
 check('no console error in all that', w.errors.length === 0, w.errors);
 
+// ---- 2b. several models: the picker shows each one's state and compatibility ----
+mark('2b. several models');
+const pm = await ctx.newPage();
+const wm = watch(pm);
+await pm.goto(cfg.multi_url + '/');
+await pm.waitForFunction(() => document.querySelectorAll('#model option').length === 2, null, { timeout: 10000 });
+let opts = await pm.$$eval('#model option', (os) => os.map((o) => ({ v: o.value, t: o.textContent, title: o.title })));
+check('with several models the picker shows each one\'s state, and the compatibility of a refused one',
+      opts[0].v === 'alpha' && opts[0].t === 'alpha (unloaded)' && opts[1].v === 'broken' && opts[1].t === 'broken (unloaded, incompatible)' &&
+      /not a GGUF file/.test(opts[1].title), opts);
+await pm.selectOption('#model', 'broken');
+check('... and the reason beside it', /incompatible: .*not a GGUF file/.test(await pm.textContent('#model-info')), await pm.textContent('#model-info'));
+await setParams(pm, 0, cfg.max_tokens);
+await pm.fill('#input', cfg.prompt);
+await pm.press('#input', 'Enter');
+await idle(pm);
+const merr = await pm.textContent('#error-text');
+check('a message to the incompatible model shows the server\'s INCOMPATIBLE_MODEL error', /INCOMPATIBLE_MODEL/.test(merr) && !(await pm.locator('#error').isHidden()), merr);
+await pm.selectOption('#model', 'alpha');
+await pm.click('#retry');
+await idle(pm);
+await pm.waitForFunction(() => document.querySelector('#model option').textContent === 'alpha (loaded)', null, { timeout: 10000 }).catch(() => {});
+opts = await pm.$$eval('#model option', (os) => os.map((o) => o.textContent));
+const cm = await chats(pm);
+check('the model picked answers (the request names it: the same greedy reply), and then shows as loaded',
+      cm[0].messages[1] && cm[0].messages[1].content === cfg.ref.text && opts[0] === 'alpha (loaded)', { opts, m: cm[0].messages });
+check('no console error there but the failed load of the 400', wm.errors.filter((e) => !/status of 400/.test(e)).length === 0, wm.errors);
+await pm.close();
+
 // ---- 3. model output is text: <script> and <img onerror> are shown, not run ----
+mark('3. model output is text: <script> and <img onerror> are shown, not run');
 const evil = '<script>window.__pwned = 1</script> and <img src="/pwned.png" onerror="window.__pwned = 2"> **bold** `tick`\n\n```html\n<b onmouseover="x()">code</b>\n```\n';
 const sse = (pieces, done = true) => pieces.map((p, i) => 'data: ' + JSON.stringify({ id: 'chatcmpl-t', object: 'chat.completion.chunk', created: 1,
     model: cfg.model, choices: [{ index: 0, delta: i ? { content: p } : { role: 'assistant', content: p }, finish_reason: null }] }) + '\n\n').join('') +
@@ -157,6 +195,7 @@ check('... while Markdown is rendered: **bold**, a fenced code block', x.strong 
 check('... and the page asked for no image', !w.requests.some((u) => u.includes('pwned')));
 
 // ---- 4. errors are shown, with a retry ----
+mark('4. errors are shown, with a retry');
 await page.unroute('**/v1/chat/completions');
 await setParams(page, 0, 0); // the server refuses max_tokens 0
 await page.fill('#input', 'Hello');
@@ -198,6 +237,7 @@ const other = w.errors.filter((e) => !/status of (400|429)/.test(e));
 check('no console error but the failed loads of those answers', other.length === 0, w.errors);
 
 // ---- 5. Stop ends the stream; the server cancels it and frees its KV blocks ----
+mark('5. Stop ends the stream; the server cancels it and frees its KV blocks');
 const p2 = await ctx.newPage();
 const w2 = watch(p2);
 await p2.goto(cfg.slow_url + '/');
@@ -249,6 +289,7 @@ check('on a 390-pixel screen nothing is wider than the screen and the composer i
 await p2.close();
 
 // ---- 6. --api-key: the page asks for the key, keeps it for the tab, and works once given it ----
+mark('6. --api-key: the page asks for the key, keeps it for the tab, and works once given it');
 const ctx3 = await browser.newContext();
 const p3 = await ctx3.newPage();
 const w3 = watch(p3);
@@ -280,4 +321,5 @@ check('no console error with the key but the 401s', w3.errors.filter((e) => !/st
 await ctx3.close();
 
 await browser.close();
+mark('done');
 console.log(`browser: ${failed} failed`);

@@ -19,8 +19,34 @@ source tests/server/serve_lib.sh
 BUILD=${BUILD:-build}
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 
+# The four servers start at once (serve_lib.sh's start_server waits for each in turn):
+# launch NAME ARGS... starts one; ready NAME sets URL once it answers /health (60 s at most).
+launch() {
+    local name=$1; shift
+    "$CALDRIX" serve "$@" --host 127.0.0.1 --port 0 >"$tmp/$name.log" 2>&1 &
+    SERVER_PIDS+=("$!")
+}
+ready() {
+    local port=""
+    for _ in $(seq 600); do
+        port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$tmp/$1.log" | head -1)
+        [ -n "$port" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$port/health")" = 200 ] && break
+        sleep 0.1
+    done
+    URL="http://127.0.0.1:$port"
+    [ -n "$port" ] || { echo "server $1 did not start:"; cat "$tmp/$1.log"; return 1; }
+}
+launch page --threads 1
+launch noui --threads 1 --no-ui
+launch key --threads 1 --api-key s3cret-key
+# the Stop server: a context long enough that a reply runs for seconds (--ctx past the trained 2048 warns)
+launch slow --threads 1 --ctx 32768 --max-batch 1
+# several models: one that loads on first use, one refused (not a GGUF file)
+printf 'not a model' >"$tmp/junk.gguf"
+launch multi --threads 1 --model ../shared/models/stories260K/stories260K.gguf=alpha --model "$tmp/junk.gguf=broken"
+
 # ---- the page without a browser: the route, its headers, --no-ui ----
-start_server page --threads 1 || { echo "chat_page: $pass passed, 1 failed"; exit 1; }
+ready page || { echo "chat_page: $pass passed, 1 failed"; exit 1; }
 PAGE_URL=$URL
 code=$(curl -s -D "$tmp/head.txt" -o "$tmp/page.html" -w '%{http_code}' "$URL/")
 grep -qi '^content-type: text/html; charset=utf-8' "$tmp/head.txt" && html=1 || html=0
@@ -52,18 +78,20 @@ post /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$PROM
 REF=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"text": d["choices"][0]["message"]["content"], "prompt_tokens": d["usage"]["prompt_tokens"]}))' "$tmp/ref.json")
 check "the reference reply is not empty" python3 -c 'import json,sys; assert json.loads(sys.argv[1])["text"]' "$REF"
 
-start_server noui --threads 1 --no-ui || bad "serve --no-ui starts"
+ready noui || bad "serve --no-ui starts"
 code=$(curl -s -o "$tmp/noui.json" -w '%{http_code}' "$URL/")
 grep -q '"not_found"' "$tmp/noui.json" && nf=1 || nf=0
 check "with --no-ui, / is a JSON 404" [ "$code" = 404 -a $nf = 1 ]
-start_server key --threads 1 --api-key s3cret-key || bad "serve --api-key starts"
+ready key || bad "serve --api-key starts"
 KEY_URL=$URL
 check "with --api-key the page needs no key" [ "$(curl -s -o /dev/null -w '%{http_code}' "$KEY_URL/")" = 200 ]
 check "... but the API still does" [ "$(curl -s -o /dev/null -w '%{http_code}' "$KEY_URL/v1/models")" = 401 ]
-# the Stop server: a context long enough that a reply runs for seconds (--ctx past the trained 2048 warns)
-start_server slow --threads 1 --ctx 32768 --max-batch 1 || bad "the Stop server starts"
+ready slow || bad "the Stop server starts"
 SLOW_URL=$URL
+ready multi || bad "the several-models server starts"
+MULTI_URL=$URL
 
+echo "# servers up after ${SECONDS} s"
 # ---- the browser ----
 if [ ! -x "$CHROMIUM" ]; then
     echo "# $CHROMIUM is missing: installing the chromium package (scripts/deps chromium)"
@@ -74,13 +102,14 @@ if [ ! -x "$CHROMIUM" ]; then
     echo "chat_page: $pass passed, $fail failed, 1 skipped"
     [ "$fail" -eq 0 ]; exit
 fi
-if (cd tests/ui && { [ -f node_modules/playwright-core/package.json ] && [ "$(node -p "require('./node_modules/playwright-core/package.json').version")" = "$(node -p "require('./package.json').dependencies['playwright-core']")" ] || timeout 300 npm install --no-audit --no-fund --no-package-lock >"$tmp/npm.log" 2>&1; }); then
+pinned() { python3 -c 'import json; assert json.load(open("node_modules/playwright-core/package.json"))["version"] == json.load(open("package.json"))["dependencies"]["playwright-core"]' 2>/dev/null; }
+if (cd tests/ui && { pinned || timeout 300 npm install --no-audit --no-fund --no-package-lock >"$tmp/npm.log" 2>&1; }); then
     mkdir -p "$BUILD/tests/ui"
     SHOT="$PWD/$BUILD/tests/ui/chat_page.png"
     rm -f "$SHOT"
-    cfg=$(python3 -c 'import json,sys; a=sys.argv; print(json.dumps({"url": a[1], "slow_url": a[2], "key_url": a[3], "key": "s3cret-key", "model": a[4],
+    cfg=$(python3 -c 'import json,sys; a=sys.argv; print(json.dumps({"url": a[1], "slow_url": a[2], "multi_url": a[10], "key_url": a[3], "key": "s3cret-key", "model": a[4],
         "ref": json.loads(a[5]), "prompt": a[6], "max_tokens": int(a[7]), "slow_max_tokens": 30000, "shot": a[8], "chromium": a[9]}))' \
-        "$PAGE_URL" "$SLOW_URL" "$KEY_URL" "$MODEL" "$REF" "$PROMPT" "$MAXTOK" "$SHOT" "$CHROMIUM")
+        "$PAGE_URL" "$SLOW_URL" "$KEY_URL" "$MODEL" "$REF" "$PROMPT" "$MAXTOK" "$SHOT" "$CHROMIUM" "$MULTI_URL")
     (cd tests/ui && timeout 120 node chat_page.mjs "$cfg") >"$tmp/browser.txt" 2>&1
     rc=$?
     cat "$tmp/browser.txt"
