@@ -232,6 +232,24 @@ await idle(page);
 c = await chats(page);
 check('... and Retry replaces it with a whole reply', (await page.locator('#error').isHidden()) && !c[0].messages[3].error && c[0].messages[3].content !== 'half a rep',
       c[0].messages[3]);
+// an image attachment goes as a data: URL (this model takes no images: the server's 400 is shown)
+const fs = await import('node:fs');
+await page.click('#new-chat');
+await page.setInputFiles('#attach', { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hello') });
+check('a file that is not PNG or JPEG is refused by the page', /only PNG and JPEG/.test(await page.textContent('#error-text')));
+await page.setInputFiles('#attach', cfg.image);
+await page.waitForSelector('#attachments img');
+sent = null;
+await page.fill('#input', 'What is this?');
+await page.press('#input', 'Enter');
+await idle(page);
+const want = 'data:image/png;base64,' + fs.readFileSync(cfg.image).toString('base64');
+const parts = sent && sent.messages[0].content;
+check('an attached PNG is sent as an image_url part with its data: URL, after the text', Array.isArray(parts) && parts.length === 2 &&
+      parts[0].type === 'text' && parts[0].text === 'What is this?' && parts[1].type === 'image_url' && parts[1].image_url.url === want,
+      parts && parts.map((q) => q.type));
+check('... shown in the message, and the server\'s 400 for a model without images is shown',
+      (await page.locator('.msg.user .imgs img').count()) === 1 && /400/.test(await page.textContent('#error-text')), await page.textContent('#error-text'));
 // errors expected above were logged by Chromium as failed loads; nothing else
 const other = w.errors.filter((e) => !/status of (400|429)/.test(e));
 check('no console error but the failed loads of those answers', other.length === 0, w.errors);

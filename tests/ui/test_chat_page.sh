@@ -107,9 +107,9 @@ if (cd tests/ui && { pinned || timeout 300 npm install --no-audit --no-fund --no
     mkdir -p "$BUILD/tests/ui"
     SHOT="$PWD/$BUILD/tests/ui/chat_page.png"
     rm -f "$SHOT"
-    cfg=$(python3 -c 'import json,sys; a=sys.argv; print(json.dumps({"url": a[1], "slow_url": a[2], "multi_url": a[10], "key_url": a[3], "key": "s3cret-key", "model": a[4],
+    cfg=$(python3 -c 'import json,sys; a=sys.argv; print(json.dumps({"url": a[1], "slow_url": a[2], "multi_url": a[10], "image": a[11], "key_url": a[3], "key": "s3cret-key", "model": a[4],
         "ref": json.loads(a[5]), "prompt": a[6], "max_tokens": int(a[7]), "slow_max_tokens": 30000, "shot": a[8], "chromium": a[9]}))' \
-        "$PAGE_URL" "$SLOW_URL" "$KEY_URL" "$MODEL" "$REF" "$PROMPT" "$MAXTOK" "$SHOT" "$CHROMIUM" "$MULTI_URL")
+        "$PAGE_URL" "$SLOW_URL" "$KEY_URL" "$MODEL" "$REF" "$PROMPT" "$MAXTOK" "$SHOT" "$CHROMIUM" "$MULTI_URL" "$PWD/../shared/fixtures/hf/idefics3/img_a_64x64.png")
     (cd tests/ui && timeout 120 node chat_page.mjs "$cfg") >"$tmp/browser.txt" 2>&1
     rc=$?
     cat "$tmp/browser.txt"
