@@ -1328,52 +1328,39 @@ static char *page_csp(const char *page, size_t len)
 {
     static const char *const tags[2][3] = { { "script-src", "<script>", "</script>" },
                                             { "style-src", "<style>", "</style>" } };
-    size_t cap = 512, n = 0;
-    char *csp = malloc(cap);
-    if (!csp)
+    char *csp = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&csp, &n);
+    if (!f)
         return NULL;
-    csp[0] = 0;
-    n = (size_t)snprintf(csp, cap, "default-src 'none'");
-    for (int t = 0; t < 2; t++) {
-        char *g = realloc(csp, cap += 32);
-        if (!g)
-            return free(csp), NULL;
-        csp = g;
-        n += (size_t)snprintf(csp + n, cap - n, "; %s", tags[t][0]);
+    bool ok = fputs("default-src 'none'", f) >= 0;
+    for (int t = 0; t < 2 && ok; t++) {
+        fprintf(f, "; %s", tags[t][0]);
+        const size_t open_len = strlen(tags[t][1]), close_len = strlen(tags[t][2]);
         bool any = false;
-        for (const char *p = page, *end = page + len; p < end;) {
-            const char *a = memmem(p, (size_t)(end - p), tags[t][1], strlen(tags[t][1]));
-            if (!a)
+        for (const char *p = page, *end = page + len, *a, *b; ok && p < end; p = b + close_len) {
+            if (!(a = memmem(p, (size_t)(end - p), tags[t][1], open_len)))
                 break;
-            a += strlen(tags[t][1]);
-            const char *b = memmem(a, (size_t)(end - a), tags[t][2], strlen(tags[t][2]));
-            if (!b)
+            a += open_len;
+            if (!(b = memmem(a, (size_t)(end - a), tags[t][2], close_len)))
                 break;
             uint8_t md[32];
-            unsigned char b64[48];
+            unsigned char b64[48]; /* 44 characters and the NUL */
             cdx_sha256 h;
-            if (cdx_sha256_init(&h))
-                return free(csp), NULL;
+            ok = cdx_sha256_init(&h) == 0;
             cdx_sha256_update(&h, a, (size_t)(b - a));
-            if (cdx_sha256_final(&h, md))
-                return free(csp), NULL;
+            ok = cdx_sha256_final(&h, md) == 0 && ok;
             EVP_EncodeBlock(b64, md, 32);
-            if (!(g = realloc(csp, cap += 64)))
-                return free(csp), NULL;
-            csp = g;
-            n += (size_t)snprintf(csp + n, cap - n, " 'sha256-%s'", (const char *)b64);
+            fprintf(f, " 'sha256-%s'", (const char *)b64);
             any = true;
-            p = b + strlen(tags[t][2]);
         }
         if (!any)
-            n += (size_t)snprintf(csp + n, cap - n, " 'none'");
+            fputs(" 'none'", f);
     }
-    char *g = realloc(csp, cap += 160);
-    if (!g)
+    fputs("; connect-src 'self'; img-src data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'", f);
+    ok = !ferror(f) && ok;
+    if (fclose(f) || !ok)
         return free(csp), NULL;
-    csp = g;
-    snprintf(csp + n, cap - n, "; connect-src 'self'; img-src data: blob:; base-uri 'none'; form-action 'none'; "
-                               "frame-ancestors 'none'");
     return csp;
 }
 
