@@ -335,6 +335,17 @@ const fresh = await ctx3.newPage();
 await fresh.goto(cfg.key_url + '/');
 await fresh.waitForSelector('#key-dialog[open]', { timeout: 10000 });
 check('a new tab asks again', await fresh.isVisible('#key'));
+await fresh.keyboard.press('Escape');
+await fresh.waitForFunction(() => !document.getElementById('error').hidden, null, { timeout: 10000 });
+const ferr = await fresh.textContent('#error-text');
+check('dismissing the key dialog (Escape) shows the 401 with a Retry', /needs an API key/.test(ferr) && /401/.test(ferr) &&
+      (await fresh.isVisible('#retry')), ferr);
+await fresh.click('#retry');
+await fresh.waitForSelector('#key-dialog[open]', { timeout: 10000 });
+await fresh.fill('#key', cfg.key);
+await fresh.press('#key', 'Enter');
+await fresh.waitForFunction(() => document.querySelectorAll('#model option').length > 0, null, { timeout: 10000 });
+check('... and Retry asks again and then lists the models', (await fresh.locator('#error').isHidden()));
 check('no console error with the key but the 401s', w3.errors.filter((e) => !/status of 401/.test(e)).length === 0, w3.errors);
 await ctx3.close();
 
