@@ -321,6 +321,9 @@ typedef struct cdx_batch {
     const bool *want_logits;    /* NULL: only token n-1 */
     const float *const *embd;   /* NULL, or per token NULL or n_embd floats that replace its embedding
                                    (image features at image-token positions) */
+    float *hidden;              /* NULL, or: for each token with want_logits, its final-normed hidden state
+                                   (n_embd floats) is written here, in order, and no logits are computed
+                                   (logits may be NULL). f32 compute of a dense model only (embeddings) */
 } cdx_batch;
 
 CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
@@ -328,6 +331,12 @@ CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_
 /* The same over contiguous caches; on success each sequence's n_past advances. */
 CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits,
                         cdx_err *err);
+
+/* The head's logits of the given vocabulary ids for n hidden states h[n][n_embd] (cdx_batch.hidden):
+ * out[n][n_ids], each the dot product of the head's row with the state (f32 products, double sum), then
+ * the model's logit scaling and softcap. The reranker's yes/no logits without the whole vocabulary. */
+CDX_API int cdx_model_head_logits(const cdx_model *m, const float *h, int64_t n, const int32_t *ids, int n_ids,
+                                  float *out, cdx_err *err);
 
 /* ---- encoders (BERT, XLM-RoBERTa) ---- */
 

@@ -21,6 +21,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
+int cmd_rerank(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_pull(int argc, char **argv);

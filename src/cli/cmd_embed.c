@@ -180,7 +180,7 @@ int cmd_embed(int argc, char **argv)
     }
     status = 1;
     cdx_err err = { 0 };
-    cdx_load_opts lo = cli_load_opts(NULL, CDX_DTYPE_AUTO, 0);
+    cdx_load_opts lo = cli_load_opts(NULL, CDX_DTYPE_F32, 0); /* embeddings are f32 */
     lo.tokenizer = has_text;
     cdx_loaded *l = NULL;
     cdx_load_stage stage;

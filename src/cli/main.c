@@ -16,6 +16,7 @@ static const cli_command k_commands[] = {
     { "help",     cmd_help,     "list the commands" },
     { "template", cmd_template, "render a chat template with messages (as transformers does)" },
     { "embed",    cmd_embed,    "sentence vectors from an embedding model (sentence-transformers pipeline)" },
+    { "rerank",   cmd_rerank,   "query-document relevance scores from a reranker (Qwen3-Reranker)" },
     { "tokenize", cmd_tokenize, "text to token ids with a model's tokenizer (--jsonl for batches)" },
     { "pull",     cmd_pull,     "download a model by name into its cache (caldrix pull REF)" },
     { "inspect",  cmd_inspect,  "report what caldrix makes of a model from its headers alone" },

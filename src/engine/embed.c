@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -16,21 +17,85 @@ struct cdx_embedder {
     cdx_forward_ctx *fc;
     int64_t dim, max_tokens;
     pthread_mutex_t mu;
+    cdx_task task;
+    bool decoder;                  /* a causal LM: last-token hidden states through cdx_forward */
+    int64_t budget;                /* a decoder's tokens per forward */
+    int32_t yes_id, no_id, eos_id; /* a reranker's answers; the EOS a decoder embedding appends (-1: none) */
 };
+
+static const char *const k_tasks[CDX_TASK_COUNT] = {
+#define CDX_X_(name, s) [CDX_TASK_##name] = s,
+    CDX_TASKS(CDX_X_)
+#undef CDX_X_
+};
+
+const char *cdx_task_name(cdx_task t) { return (unsigned)t < CDX_TASK_COUNT ? k_tasks[t] : "?"; }
+
+int cdx_task_from_name(const char *s, cdx_task *out)
+{
+    for (int t = 0; s && t < CDX_TASK_COUNT; t++)
+        if (!strcmp(s, k_tasks[t])) {
+            *out = (cdx_task)t;
+            return CDX_OK;
+        }
+    return CDX_EINVAL;
+}
+
+cdx_task cdx_task_declared(const cdx_model *m, const cdx_st_pipeline *p)
+{
+    return cdx_model_is_encoder(m) || (p && p->present) ? CDX_TASK_EMBED : CDX_TASK_GENERATE;
+}
+
+cdx_task cdx_embedder_task(const cdx_embedder *e) { return e->task; }
+
+/* A decoder's setup: f32 compute of a dense model, last-token pooling, the reranker's answer ids. */
+static int open_decoder(cdx_embedder *e, const cdx_embedder_opts *opts, cdx_err *err)
+{
+    const cdx_hparams *hp = cdx_model_hparams(e->m);
+    if (hp->linear_layer || cdx_model_vision(e->m, NULL))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: caldrix embeds and reranks with dense text decoders (Qwen3) "
+                           "and encoders", hp->arch_name);
+    if (cdx_model_dtype(e->m) != CDX_DTYPE_F32)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "the model computes in %s; embeddings and scores are computed in f32 "
+                           "(open it with --dtype f32)", cdx_dtype_name(cdx_model_dtype(e->m)));
+    if (!e->p.present)
+        e->p.pooling = CDX_POOL_LAST;
+    if (e->task == CDX_TASK_EMBED && e->p.pooling != CDX_POOL_LAST)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "1_Pooling/config.json: pooling %s over a causal decoder; caldrix "
+                           "pools a decoder by its last token (lasttoken)", cdx_pooling_name(e->p.pooling));
+    e->eos_id = hp->n_eos ? hp->eos_ids[0] : -1;
+    e->budget = opts && opts->token_budget > 0 ? opts->token_budget : 512;
+    if (e->task == CDX_TASK_RERANK) {
+        e->yes_id = opts && (opts->yes_id > 0 || opts->no_id > 0) ? opts->yes_id : -1;
+        e->no_id = opts && (opts->yes_id > 0 || opts->no_id > 0) ? opts->no_id : -1;
+        if (e->yes_id < 0 && e->tok)
+            e->yes_id = cdx_tok_find(e->tok, "yes", 3);
+        if (e->no_id < 0 && e->tok)
+            e->no_id = cdx_tok_find(e->tok, "no", 2);
+        if (e->yes_id < 0 || e->no_id < 0 || e->yes_id >= hp->n_vocab || e->no_id >= hp->n_vocab || e->yes_id == e->no_id)
+            return cdx_err_set(err, CDX_EINVAL, "a reranker needs its \"yes\" and \"no\" token ids (the tokenizer's, or "
+                               "--yes-id/--no-id): got %d and %d", e->yes_id, e->no_id);
+    }
+    return CDX_OK;
+}
 
 int cdx_embedder_open(const cdx_model *m, const cdx_tok *tok, const cdx_st_pipeline *p, const cdx_embedder_opts *opts,
                       cdx_embedder **out, cdx_err *err)
 {
     *out = NULL;
     const cdx_hparams *hp = cdx_model_hparams(m);
-    if (!cdx_model_is_encoder(m))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s is not an encoder; caldrix embeds with BERT and XLM-RoBERTa "
-                           "encoders", hp->arch_name);
+    const cdx_task task = opts && opts->task != CDX_TASK_GENERATE ? opts->task : CDX_TASK_EMBED;
+    if (cdx_model_is_encoder(m) && task == CDX_TASK_RERANK)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s is an encoder; caldrix reranks with causal LMs that answer yes or "
+                           "no (Qwen3-Reranker), not with cross-encoders yet", hp->arch_name);
     cdx_embedder *e = calloc(1, sizeof *e);
     if (!e)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     e->m = m;
     e->tok = tok;
+    e->task = task;
+    e->decoder = !cdx_model_is_encoder(m);
+    e->eos_id = -1;
     if (p)
         e->p = *p;
     else {
@@ -46,7 +111,12 @@ int cdx_embedder_open(const cdx_model *m, const cdx_tok *tok, const cdx_st_pipel
         return cdx_err_set(err, CDX_EFORMAT, "1_Pooling/config.json: word_embedding_dimension is %lld; the model's "
                            "hidden_size is %lld", (long long)e->p.dim, (long long)hp->n_embd);
     }
-    int rc = cdx_forward_ctx_create(m, 1, opts && opts->n_threads > 0 ? opts->n_threads : 1, opts ? opts->kernels : NULL,
+    int rc = e->decoder ? open_decoder(e, opts, err) : CDX_OK;
+    if (rc) {
+        cdx_embedder_close(e);
+        return rc;
+    }
+    rc = cdx_forward_ctx_create(m, e->decoder ? e->budget : 1, opts && opts->n_threads > 0 ? opts->n_threads : 1, opts ? opts->kernels : NULL,
                                     &e->fc, err);
     if (rc) {
         cdx_embedder_close(e);
@@ -152,6 +222,16 @@ int cdx_embed_tokenize(const cdx_embedder *e, const char *text, size_t len, int3
         rc = encode(e->tok, s, sl, false, &content, &nc, err);
     if (rc)
         goto out;
+    if (e->decoder && e->eos_id >= 0 && (nf == 0 || full[nf - 1] != e->eos_id)) {
+        /* Qwen3-Embedding: <|endoftext|> appended to the whole string (README: EOS appended) */
+        int32_t *p2 = realloc(full, (nf + 1) * sizeof *full);
+        if (!p2) {
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+            goto out;
+        }
+        full = p2;
+        full[nf++] = e->eos_id;
+    }
     if (n_full)
         *n_full = nf;
     /* the special tokens around the content (BERT: [CLS] … [SEP]; XLM-R: <s> … </s>) stay; the content is
@@ -184,6 +264,8 @@ out:
 
 /* ---- Pooling and Normalize ---- */
 
+static void normalize(float *out, int64_t E);
+
 /* One input's vector from its hidden rows h[len][E]. */
 static void pool(const cdx_st_pipeline *p, const float *h, int64_t len, int64_t E, float *out)
 {
@@ -211,7 +293,14 @@ static void pool(const cdx_st_pipeline *p, const float *h, int64_t len, int64_t 
         }
         break;
     }
-    if (p->normalize) { /* F.normalize: x / max(‖x‖₂, 1e-12) */
+    if (p->normalize)
+        normalize(out, E);
+}
+
+/* F.normalize: x / max(‖x‖₂, 1e-12) */
+static void normalize(float *out, int64_t E)
+{
+    {
         double ss = 0;
         for (int64_t c = 0; c < E; c++)
             ss += (double)out[c] * out[c];
@@ -222,8 +311,195 @@ static void pool(const cdx_st_pipeline *p, const float *h, int64_t len, int64_t 
     }
 }
 
+/* ---- a decoder's last hidden states ---- */
+
+/* out[n][E] = the final-normed hidden state at each input's last token. Inputs go 64 at a time, each with
+ * a KV cache of its own, in forwards of up to budget tokens (a long input in chunks): the same bits
+ * whatever the grouping (the decoder's pass is batch invariant). Called under e->mu. */
+static int dec_last_hidden(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *out,
+                           cdx_err *err)
+{
+    enum { MAXS = 64 };
+    const cdx_hparams *hp = cdx_model_hparams(e->m);
+    const int64_t E = hp->n_embd, B = e->budget;
+    int32_t *tok = malloc((size_t)B * sizeof *tok), *seq = malloc((size_t)B * sizeof *seq);
+    bool *want = malloc((size_t)B * sizeof *want);
+    float *hid = malloc((size_t)MAXS * (size_t)E * sizeof *hid);
+    int rc = tok && seq && want && hid ? CDX_OK : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (int g0 = 0; !rc && g0 < n; g0 += MAXS) {
+        const int gn = n - g0 < MAXS ? n - g0 : MAXS;
+        cdx_kv kv[MAXS];
+        int64_t done[MAXS] = { 0 };
+        int ok = 0;
+        for (; ok < gn && !rc; ok++)
+            rc = cdx_kv_init_model(&kv[ok], e->m, lens[g0 + ok], err);
+        while (!rc) {
+            cdx_kv *kp[MAXS];
+            int who[MAXS], na = 0, rows[MAXS], nr = 0;
+            int64_t nb = 0;
+            for (int s = 0; s < gn && nb < B; s++) {
+                const int64_t left = lens[g0 + s] - done[s];
+                if (left <= 0)
+                    continue;
+                const int64_t take = left < B - nb ? left : B - nb;
+                for (int64_t t = 0; t < take; t++) {
+                    tok[nb + t] = ids[g0 + s][done[s] + t];
+                    seq[nb + t] = na;
+                    want[nb + t] = done[s] + t == lens[g0 + s] - 1;
+                }
+                if (take == left)
+                    rows[nr++] = s;
+                done[s] += take;
+                nb += take;
+                kp[na] = &kv[s];
+                who[na++] = s;
+            }
+            if (!nb)
+                break;
+            (void)who;
+            cdx_batch b = { .n = nb, .tokens = tok, .seq = seq, .want_logits = want, .hidden = hid };
+            if ((rc = cdx_forward(e->fc, kp, na, &b, NULL, err)))
+                break;
+            for (int r = 0; r < nr; r++)
+                memcpy(out + (size_t)(g0 + rows[r]) * (size_t)E, hid + (size_t)r * (size_t)E, (size_t)E * sizeof *hid);
+        }
+        for (int s = 0; s < ok; s++)
+            cdx_kv_free(&kv[s]);
+    }
+    free(tok);
+    free(seq);
+    free(want);
+    free(hid);
+    return rc;
+}
+
+static int check_inputs(const cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, cdx_err *err)
+{
+    const int64_t V = cdx_model_hparams(e->m)->n_vocab;
+    if (n < 1)
+        return cdx_err_set(err, CDX_EINVAL, "no inputs");
+    if (n > CDX_EMBED_MAX_INPUTS)
+        return cdx_err_set(err, CDX_EINVAL, "%d inputs; at most %d in one call", n, CDX_EMBED_MAX_INPUTS);
+    for (int i = 0; i < n; i++) {
+        if (lens[i] < 1)
+            return cdx_err_set(err, CDX_EINVAL, "input %d is empty", i);
+        if (lens[i] > e->max_tokens)
+            return cdx_err_set(err, CDX_EINVAL, "input %d has %lld tokens; the model takes at most %lld", i,
+                               (long long)lens[i], (long long)e->max_tokens);
+        for (int64_t t = 0; t < lens[i]; t++)
+            if (ids[i][t] < 0 || ids[i][t] >= V)
+                return cdx_err_set(err, CDX_EINVAL, "input %d, token %lld: id %d is outside the vocabulary (0..%lld)", i,
+                                   (long long)t, ids[i][t], (long long)V - 1);
+    }
+    return CDX_OK;
+}
+
+int cdx_rerank_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *scores,
+                   float *logits, cdx_err *err)
+{
+    if (e->task != CDX_TASK_RERANK)
+        return cdx_err_set(err, CDX_EINVAL, "the model is served for %s, not rerank", cdx_task_name(e->task));
+    int rc = check_inputs(e, ids, lens, n, err);
+    if (rc)
+        return rc;
+    const int64_t E = e->dim;
+    float *h = malloc((size_t)n * (size_t)E * sizeof *h), *yn = malloc((size_t)n * 2 * sizeof *yn);
+    if (!h || !yn)
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    if (!rc) {
+        pthread_mutex_lock(&e->mu);
+        rc = dec_last_hidden(e, ids, lens, n, h, err);
+        pthread_mutex_unlock(&e->mu);
+    }
+    const int32_t ans[2] = { e->yes_id, e->no_id };
+    if (!rc)
+        rc = cdx_model_head_logits(e->m, h, n, ans, 2, yn, err);
+    for (int i = 0; !rc && i < n; i++) {
+        /* softmax([no, yes])[1] = exp(log_softmax) of yes: 1 / (1 + exp(no - yes)) */
+        scores[i] = (float)(1.0 / (1.0 + exp((double)yn[2 * i + 1] - (double)yn[2 * i])));
+        if (logits) {
+            logits[2 * i] = yn[2 * i];
+            logits[2 * i + 1] = yn[2 * i + 1];
+        }
+    }
+    free(h);
+    free(yn);
+    return rc;
+}
+
+static const char k_rr_prefix[] = "<|im_start|>system\nJudge whether the Document meets the requirements based on the "
+                                  "Query and the Instruct provided. Note that the answer can only be \"yes\" or "
+                                  "\"no\".<|im_end|>\n<|im_start|>user\n";
+static const char k_rr_suffix[] = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+static const char k_rr_instruction[] = "Given a web search query, retrieve relevant passages that answer the query";
+
+int cdx_rerank_texts(cdx_embedder *e, const char *query, const char *const *docs, int n, const char *instruction,
+                     float *scores, cdx_err *err)
+{
+    if (!e->tok)
+        return cdx_err_set(err, CDX_EINVAL, "the model has no tokenizer: give each pair as token ids");
+    if (n < 1 || n > CDX_EMBED_MAX_INPUTS)
+        return cdx_err_set(err, CDX_EINVAL, "%d documents; 1..%d in one call", n, CDX_EMBED_MAX_INPUTS);
+    int32_t *pre = NULL, *suf = NULL, **ids = calloc((size_t)n, sizeof *ids);
+    int64_t *lens = calloc((size_t)n, sizeof *lens);
+    size_t np = 0, ns = 0;
+    int rc = ids && lens ? CDX_OK : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    if (!rc)
+        rc = encode(e->tok, k_rr_prefix, sizeof k_rr_prefix - 1, false, &pre, &np, err);
+    if (!rc)
+        rc = encode(e->tok, k_rr_suffix, sizeof k_rr_suffix - 1, false, &suf, &ns, err);
+    if (!rc && (int64_t)(np + ns) >= e->max_tokens)
+        rc = cdx_err_set(err, CDX_EINVAL, "the reranker's template takes %zu of its %lld tokens", np + ns,
+                         (long long)e->max_tokens);
+    for (int i = 0; !rc && i < n; i++) {
+        const char *ins = instruction ? instruction : k_rr_instruction;
+        size_t len = strlen(ins) + strlen(query) + strlen(docs[i]) + 64, nm = 0;
+        char *mid = malloc(len);
+        int32_t *m = NULL;
+        if (!mid) {
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+            break;
+        }
+        snprintf(mid, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", ins, query, docs[i]);
+        rc = encode(e->tok, mid, strlen(mid), false, &m, &nm, err);
+        free(mid);
+        const size_t keep = nm < (size_t)e->max_tokens - np - ns ? nm : (size_t)e->max_tokens - np - ns;
+        if (!rc && !(ids[i] = malloc((np + keep + ns) * sizeof **ids)))
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        if (!rc) {
+            memcpy(ids[i], pre, np * sizeof *pre);
+            memcpy(ids[i] + np, m, keep * sizeof *m);
+            memcpy(ids[i] + np + keep, suf, ns * sizeof *suf);
+            lens[i] = (int64_t)(np + keep + ns);
+        }
+        free(m);
+    }
+    if (!rc)
+        rc = cdx_rerank_ids(e, (const int32_t *const *)ids, lens, n, scores, NULL, err);
+    for (int i = 0; ids && i < n; i++)
+        free(ids[i]);
+    free(ids);
+    free(lens);
+    free(pre);
+    free(suf);
+    return rc;
+}
+
 int cdx_embed_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *out, cdx_err *err)
 {
+    if (e->task != CDX_TASK_EMBED)
+        return cdx_err_set(err, CDX_EINVAL, "the model is served for %s, not embed", cdx_task_name(e->task));
+    if (e->decoder) {
+        int rc = check_inputs(e, ids, lens, n, err);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&e->mu);
+        rc = dec_last_hidden(e, ids, lens, n, out, err);
+        pthread_mutex_unlock(&e->mu);
+        for (int i = 0; !rc && e->p.normalize && i < n; i++)
+            normalize(out + (size_t)i * (size_t)e->dim, e->dim);
+        return rc;
+    }
     if (n < 1)
         return cdx_err_set(err, CDX_EINVAL, "no inputs to embed");
     const int64_t E = e->dim;

@@ -270,7 +270,15 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
 
 /* ---- safetensors headers: the format layer's reader, headers only ---- */
 
-static bool st_has(const void *ctx, const char *name) { return cdx_st_find(ctx, name) != NULL; }
+/* A base model's tensors without the "model." prefix (Qwen3-Embedding) are read as if prefixed, as the loader does. */
+static bool st_bare(const cdx_safetensors *st)
+{
+    return !cdx_st_find(st, "model.embed_tokens.weight") && cdx_st_find(st, "embed_tokens.weight");
+}
+static bool st_has(const void *ctx, const char *name)
+{
+    return cdx_st_find(ctx, name) != NULL || (!strncmp(name, "model.", 6) && st_bare(ctx) && cdx_st_find(ctx, name + 6));
+}
 
 
 /* The loader's verdict (cdx_model_check: every name, shape and type, no data read) as the refusal,
@@ -408,6 +416,11 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
             if (!strncmp(t, "mtp.", 4) || !strncmp(t, "model.visual.", 13))
                 continue;
             if (x.n && bsearch(&t, x.all, x.n, sizeof *x.all, cmp_str))
+                continue;
+            char pre[512];
+            const char *tp = pre;
+            snprintf(pre, sizeof pre, "model.%s", t);
+            if (x.n && st_bare(st) && bsearch(&tp, x.all, x.n, sizeof *x.all, cmp_str))
                 continue;
             out->n_unused++;
             append_list(out->unused_tensors, sizeof out->unused_tensors, t);

@@ -208,6 +208,10 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         fc->s.seq[i] = s;
         fc->s.pos[i] = b->pos[i];
     }
+    if (b->hidden && (m->dtype == CDX_DTYPE_BF16 || fc->hy))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "hidden states (embeddings) come from the f32 pass of a dense model; "
+                           "this one computes in %s%s", m->dtype == CDX_DTYPE_BF16 ? "bf16" : "f32",
+                           fc->hy ? " with Gated DeltaNet layers" : "");
     if (m->dtype == CDX_DTYPE_BF16) /* forward_bf16.c: transformers' bf16 forward */
         return forward_bf16(m, &fc->s, seqs, n_seq, b, logits, err);
     const cdx_kernels *K = fc->s.k;
@@ -272,7 +276,10 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)
-            model_rmsnorm(fc->s.xn + (n_out++) * E, fc->s.x + i * E, m->out_norm, E, hp->rms_eps);
+            model_rmsnorm((b->hidden ? b->hidden : fc->s.xn) + (n_out++) * E, fc->s.x + i * E, m->out_norm, E,
+                          hp->rms_eps);
+    if (b->hidden) /* the embeddings' last hidden states: no head */
+        return CDX_OK;
     if (n_out)
         cdx_matmul(K, pool, &m->output, fc->s.xn, n_out, logits, fc->s.ws);
     for (int64_t i = 0; hp->logit_div && i < n_out * hp->n_vocab; i++) /* Granite's logits_scaling */
@@ -332,5 +339,39 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
         return rc;
     for (int s = 0; s < n_seq; s++)
         kv[s]->n_past += added[s];
+    return CDX_OK;
+}
+
+int cdx_model_head_logits(const cdx_model *m, const float *h, int64_t n, const int32_t *ids, int n_ids, float *out,
+                          cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    const cdx_mat *w = &m->output;
+    const cdx_type_traits *t = w->data ? cdx_type_get(w->type) : NULL;
+    if (m->enc || !t || !t->to_f32)
+        return cdx_err_set(err, CDX_EINVAL, "the model has no output head of a readable type");
+    const int64_t E = hp->n_embd;
+    float *row = malloc((size_t)E * sizeof *row);
+    if (!row)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (int k = 0; k < n_ids; k++) {
+        if (ids[k] < 0 || ids[k] >= hp->n_vocab) {
+            free(row);
+            return cdx_err_set(err, CDX_EINVAL, "id %d is outside the vocabulary (0..%lld)", ids[k],
+                               (long long)hp->n_vocab - 1);
+        }
+        t->to_f32((const uint8_t *)w->data + (size_t)ids[k] * w->row_bytes, row, E);
+        for (int64_t i = 0; i < n; i++) {
+            double s = 0;
+            for (int64_t c = 0; c < E; c++)
+                s += (double)(row[c] * h[i * E + c]);
+            float v = (float)s;
+            if (hp->logit_div)
+                v /= hp->logit_div;
+            model_softcap(&v, 1, hp->final_softcap);
+            out[i * n_ids + k] = v;
+        }
+    }
+    free(row);
     return CDX_OK;
 }

@@ -157,6 +157,130 @@ static void bert_cls_matches_the_goldens(void) { check_fixture("bert_cls", true)
 static void bert_mean_matches_the_goldens(void) { check_fixture("bert_mean", true); }
 static void xlmr_cls_matches_the_goldens(void) { check_fixture("xlmr_cls", false); }
 
+/* Qwen3-Embedding (qwen3_embed: no "model." prefix, no lm_head; last-token pooling over the appended
+ * EOS, Normalize) from the golden ids; a token budget of 7 makes every input run in chunks and
+ * interleave with the others: the same bits. */
+static void qwen3_embed_matches_the_goldens(void)
+{
+    json_error_t je;
+    json_t *g = json_load_file(FIX "qwen3_embed/golden.json", 0, &je);
+    REQUIRE(g);
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    cdx_st_pipeline p;
+    REQUIRE(cdx_model_open(FIX "qwen3_embed", NULL, &m, &err) == 0);
+    REQUIRE(cdx_st_pipeline_read(FIX "qwen3_embed", &p, &err) == 0);
+    CHECK(p.pooling == CDX_POOL_LAST && p.normalize && cdx_task_declared(m, &p) == CDX_TASK_EMBED);
+    CHECK(cdx_st_pipeline_prompt(&p, "query") && strstr(cdx_st_pipeline_prompt(&p, "query"), "Instruct: "));
+    json_t *inputs = json_object_get(g, "inputs");
+    const int n = (int)json_array_size(inputs);
+    const int64_t D = cdx_model_hparams(m)->n_embd;
+    int32_t *ids[16];
+    int64_t lens[16];
+    REQUIRE(n <= 16);
+    for (int i = 0; i < n; i++)
+        ids[i] = ids_of(json_object_get(json_array_get(inputs, (size_t)i), "input_ids"), &lens[i]);
+    float *alone = malloc((size_t)(n * D) * sizeof *alone), *batch = malloc((size_t)(n * D) * sizeof *batch);
+    for (size_t s = 0; s < sizeof k_isas / sizeof k_isas[0]; s++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[s]);
+        if (!k) {
+            t_skip_isa(k_isas[s]);
+            continue;
+        }
+        cdx_embedder *e = NULL;
+        cdx_embedder_opts eo = { .n_threads = 2, .kernels = k };
+        REQUIRE(cdx_embedder_open(m, NULL, &p, &eo, &e, &err) == 0);
+        for (int i = 0; i < n; i++) {
+            CHECKF(cdx_embed_ids(e, (const int32_t *const *)&ids[i], &lens[i], 1, alone + i * D, &err) == 0, "%s", err.msg);
+            double norm, d = diff(alone + i * D, json_object_get(json_array_get(inputs, (size_t)i), "embedding"), D, &norm);
+            CHECKF(d <= 1e-4, "qwen3_embed [%s] input %d: %.3g", k_isas[s], i, d);
+        }
+        CHECK(cdx_embed_ids(e, (const int32_t *const *)ids, lens, n, batch, &err) == 0);
+        CHECKF(!memcmp(alone, batch, (size_t)(n * D) * sizeof *alone), "qwen3_embed [%s]: batched differs", k_isas[s]);
+        cdx_embedder_close(e);
+        eo.token_budget = 7;
+        eo.n_threads = 3;
+        REQUIRE(cdx_embedder_open(m, NULL, &p, &eo, &e, &err) == 0);
+        CHECK(cdx_embed_ids(e, (const int32_t *const *)ids, lens, n, batch, &err) == 0);
+        CHECKF(!memcmp(alone, batch, (size_t)(n * D) * sizeof *alone), "qwen3_embed [%s]: chunked by 7 differs",
+               k_isas[s]);
+        cdx_embedder_close(e);
+    }
+    for (int i = 0; i < n; i++)
+        free(ids[i]);
+    free(alone);
+    free(batch);
+    cdx_model_close(m);
+    json_decref(g);
+}
+
+/* Qwen3-Reranker (qwen3_rerank): each formatted pair's score within 1e-4 and its yes/no logits within
+ * 1e-3, the ranking exact, alone and batched (the same bits). */
+static void qwen3_rerank_matches_the_goldens(void)
+{
+    json_error_t je;
+    json_t *g = json_load_file(FIX "qwen3_rerank/golden.json", 0, &je);
+    REQUIRE(g);
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(FIX "qwen3_rerank", NULL, &m, &err) == 0);
+    CHECK(cdx_task_declared(m, NULL) == CDX_TASK_GENERATE);
+    json_t *docs = json_object_get(g, "documents");
+    const int n = (int)json_array_size(docs);
+    int32_t *ids[16];
+    int64_t lens[16];
+    REQUIRE(n <= 16);
+    for (int i = 0; i < n; i++)
+        ids[i] = ids_of(json_object_get(json_array_get(docs, (size_t)i), "input_ids"), &lens[i]);
+    float sa[16], sb[16], la[32], lb[32];
+    for (size_t s = 0; s < sizeof k_isas / sizeof k_isas[0]; s++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[s]);
+        if (!k) {
+            t_skip_isa(k_isas[s]);
+            continue;
+        }
+        cdx_embedder *e = NULL;
+        cdx_embedder_opts eo = { .n_threads = 2, .kernels = k, .task = CDX_TASK_RERANK,
+                                 .yes_id = (int32_t)json_integer_value(json_object_get(g, "yes_token_id")),
+                                 .no_id = (int32_t)json_integer_value(json_object_get(g, "no_token_id")) };
+        REQUIRE(cdx_embedder_open(m, NULL, NULL, &eo, &e, &err) == 0);
+        for (int i = 0; i < n; i++) {
+            json_t *d = json_array_get(docs, (size_t)i);
+            CHECKF(cdx_rerank_ids(e, (const int32_t *const *)&ids[i], &lens[i], 1, &sa[i], &la[2 * i], &err) == 0, "%s",
+                   err.msg);
+            CHECK_NEAR(sa[i], json_number_value(json_object_get(d, "score")), 1e-4);
+            CHECK_NEAR(la[2 * i], json_number_value(json_object_get(d, "logit_yes")), 1e-3);
+            CHECK_NEAR(la[2 * i + 1], json_number_value(json_object_get(d, "logit_no")), 1e-3);
+        }
+        CHECK(cdx_rerank_ids(e, (const int32_t *const *)ids, lens, n, sb, lb, &err) == 0);
+        CHECKF(!memcmp(sa, sb, (size_t)n * sizeof *sa) && !memcmp(la, lb, (size_t)n * 2 * sizeof *la),
+               "qwen3_rerank [%s]: batched differs", k_isas[s]);
+        /* the ranking, by name */
+        json_t *rank = json_object_get(g, "ranking_by_score");
+        bool used[16] = { 0 };
+        for (size_t r = 0; r < json_array_size(rank); r++) {
+            int best = -1;
+            for (int i = 0; i < n; i++)
+                if (!used[i] && (best < 0 || sa[i] > sa[best]))
+                    best = i;
+            used[best] = true;
+            CHECKF(!strcmp(json_string_value(json_object_get(json_array_get(docs, (size_t)best), "name")),
+                           json_string_value(json_array_get(rank, r))), "rank %zu", r);
+        }
+        float v[64];
+        CHECK(cdx_embed_ids(e, (const int32_t *const *)ids, lens, 1, v, &err) == CDX_EINVAL && strstr(err.msg, "rerank"));
+        cdx_embedder_close(e);
+    }
+    /* no answer ids and no tokenizer: refused */
+    cdx_embedder *e = NULL;
+    cdx_embedder_opts eo = { .task = CDX_TASK_RERANK };
+    CHECK(cdx_embedder_open(m, NULL, NULL, &eo, &e, &err) == CDX_EINVAL && strstr(err.msg, "yes"));
+    for (int i = 0; i < n; i++)
+        free(ids[i]);
+    cdx_model_close(m);
+    json_decref(g);
+}
+
 static void bad_inputs_are_refused_by_name(void)
 {
     cdx_err err = { 0 };
@@ -218,6 +342,8 @@ int main(void)
     RUN("bert_mean (mean pooling, max_seq_length 20) matches the goldens alone and batched", bert_mean_matches_the_goldens);
     RUN("xlmr_cls (XLM-R positions from pad + 1, CLS + Normalize) matches the goldens alone and batched",
         xlmr_cls_matches_the_goldens);
+    RUN("qwen3_embed (decoder, last token, EOS appended) matches the goldens, chunked or not", qwen3_embed_matches_the_goldens);
+    RUN("qwen3_rerank scores, logits and ranking match the goldens alone and batched", qwen3_rerank_matches_the_goldens);
     RUN("bad inputs are refused by name", bad_inputs_are_refused_by_name);
     return t_done("test_embed");
 }
