@@ -1032,6 +1032,10 @@ static int build_prompt(const sv_model *s, sv_params *p, sv_error *e)
         if (rr)
             return sv_fail(e, 400, "invalid_request_error", "template_error", "messages",
                            "the chat template refused the messages: %s", err.msg);
+        if (p->force && sv_tool_grammar(p, sv_tool_form_of(s->m.tmpl, s->m.tmpl_tokens), e)) {
+            free(text);
+            return -1;
+        }
         if (p->n_img) { /* the processor's expansion of each <image> the parts left in the text */
             char *ex = NULL;
             const int rc = cdx_idefics3_expand(text, p->tiles, p->n_img, s->m.image_proc->image_seq_len, &ex, &err);
@@ -1135,6 +1139,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.on_event = on_event;
     rq.images = j->p.req_img;
     rq.n_images = j->p.n_img;
+    rq.grammar = j->p.grammar;
     k->job = j;
     atomic_fetch_add(&s->n_active, 1); /* until on_completed: cdx_server_stop waits for its last words */
     cdx_err err = {0};

@@ -44,6 +44,8 @@ typedef struct sv_limits {
 
 #define SV_MAX_IMAGES 16
 
+typedef enum { SV_FORCE_NONE, SV_FORCE_REQUIRED, SV_FORCE_NAMED } sv_tool_force;
+
 /* A parsed, validated request. Strings and JSON point into root (owned here). */
 typedef struct sv_params {
     sv_kind kind;
@@ -52,6 +54,9 @@ typedef struct sv_params {
     json_t *messages;        /* a normalized copy (text parts joined); owned */
     json_t *extra;           /* tools and chat_template_kwargs for the template; owned; may be NULL */
     const json_t *tools;     /* the request's tools when the reply is scanned for calls (tool_choice not "none"), else NULL */
+    sv_tool_force force;     /* tool_choice "required" or a named function: the reply is forced to be calls */
+    const char *force_name;  /* the named function (force SV_FORCE_NAMED), in root */
+    bool parallel_tool_calls; /* "required": one call or several (default true) */
     bool add_generation_prompt;
     /* completion, tokenize */
     const char *text;        /* the prompt or content as text, or NULL */
@@ -79,6 +84,11 @@ typedef struct sv_params {
     size_t img_len[SV_MAX_IMAGES];
     char img_param[SV_MAX_IMAGES][128];
     int n_img;
+    /* constrained decoding (docs/api.md, "Structured output"): response_format json_object or
+     * json_schema, llama-server's json_schema or grammar (sv_parse compiles them), or the forced
+     * tool calls' grammar (sv_tool_grammar, once the model is known); owned, NULL: none */
+    struct cdx_grammar *grammar;
+    char grammar_param[64];  /* the field it came from */
     json_t *image_opts;      /* caldrix's extension: processor settings for this request's images (in root) */
     struct cdx_image_tiles *tiles;          /* [n_img], made by the server before submit */
     struct cdx_request_image *req_img;      /* [n_img] */
@@ -95,6 +105,17 @@ int sv_tool_calls(const char *text, size_t len, const json_t *tools, const char 
 /* Streaming: text[0..len) so far may be released up to the returned offset; from there on it may
  * be (the start of) a tool call and is held until the end. */
 size_t sv_tool_hold_from(const char *text, size_t len);
+
+/* The form a chat template gives a model's tool calls, seen by rendering a conversation whose
+ * assistant turn makes one call: SV_FORM_NONE when it shows none of the three forms above. */
+typedef enum { SV_FORM_NONE, SV_FORM_HERMES, SV_FORM_MISTRAL, SV_FORM_LLAMA3 } sv_tool_form;
+sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens);
+extern const char *const sv_tool_form_names[4];
+/* p->grammar for p->force: the reply is one call (named, or "required" without parallel calls)
+ * or one or more calls (required) of the request's tools in form f, each call's arguments valid
+ * under its tool's parameters schema. 0, or -1 with e (400 naming the tool's parameters and the
+ * schema keyword, or the form). */
+int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e);
 
 /* Parses and validates body[0..len) for a route. Returns 0, or -1 with e set (status 400 naming
  * the field). On success free p with sv_params_free (also safe after a failure). */

@@ -417,10 +417,36 @@ static int parse_messages(json_t *root, const sv_limits *lim, sv_params *p, sv_e
     }
     json_t *choice = field(root, "tool_choice");
     const char *cs = json_string_value(choice);
-    if (choice && !(cs && (!strcmp(cs, "auto") || !strcmp(cs, "none"))))
-        return BAD("invalid_value", "tool_choice", "tool_choice must be \"auto\" or \"none\"; forcing a call (\"required\" "
-                   "or a named function) needs constrained decoding, which this server does not do");
-    if (tools && json_array_size(tools) && !(cs && !strcmp(cs, "none")))
+    const size_t n_tools = tools ? json_array_size(tools) : 0;
+    if (choice && cs) {
+        if (!strcmp(cs, "required"))
+            p->force = SV_FORCE_REQUIRED;
+        else if (strcmp(cs, "auto") && strcmp(cs, "none"))
+            return BAD("invalid_value", "tool_choice", "tool_choice is \"%.40s\"; it must be \"auto\", \"none\", "
+                       "\"required\" or {\"type\":\"function\",\"function\":{\"name\":...}}", cs);
+    } else if (choice) {
+        json_t *fn = json_object_get(choice, "function");
+        const char *ty = json_string_value(json_object_get(choice, "type"));
+        json_t *nm = json_object_get(fn, "name");
+        if (!json_is_object(choice) || !ty || strcmp(ty, "function") || !json_is_string(nm))
+            return BAD("invalid_value", "tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or "
+                       "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        p->force = SV_FORCE_NAMED;
+        p->force_name = json_string_value(nm);
+        bool found = false;
+        for (size_t i = 0; i < n_tools && !found; i++)
+            found = !strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"),
+                                                              "name")), p->force_name);
+        if (!found)
+            return BAD("invalid_value", "tool_choice.function.name", "tool_choice.function.name is \"%.60s\"; the "
+                       "request's tools have no function of that name", p->force_name);
+    }
+    if (p->force == SV_FORCE_REQUIRED && !n_tools)
+        return BAD("invalid_value", "tool_choice", "tool_choice is \"required\" but the request has no tools");
+    p->parallel_tool_calls = true;
+    if (get_bool(root, "parallel_tool_calls", &p->parallel_tool_calls, e))
+        return -1;
+    if (n_tools && !(cs && !strcmp(cs, "none")))
         p->tools = tools;
     if (kw && !json_is_object(kw))
         return BAD("invalid_type", "chat_template_kwargs", "chat_template_kwargs must be an object, not %s",
@@ -491,28 +517,101 @@ static int parse_stop(json_t *root, sv_params *p, sv_error *e)
     return 0;
 }
 
-/* response_format: {"type":"text"} is what the server does anyway; json_object and json_schema
- * need constrained decoding, which it does not do yet, so they are refused rather than ignored. */
-static int parse_response_format(json_t *root, sv_error *e)
+/* Compiles a constraint into p->grammar: a JSON Schema (schema NULL: any JSON object) or GBNF
+ * text. A schema keyword that cannot be enforced, a malformed schema or grammar: 400 naming the
+ * field, the place in it (JSON Pointer, or line:column) and why. */
+static int set_grammar(sv_params *p, const char *param, const json_t *schema, const char *gbnf, size_t gbnf_len,
+                       sv_error *e)
+{
+    if (p->grammar)
+        return BAD("invalid_value", param, "%s: the request already constrains the output with %s; give one of "
+                   "response_format (json_object/json_schema), json_schema and grammar", param, p->grammar_param);
+    cdx_err err = { 0 };
+    int rc;
+    if (gbnf)
+        rc = cdx_grammar_from_gbnf(gbnf, gbnf_len, param, &p->grammar, &err);
+    else {
+        char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        if (schema && !text)
+            return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
+        rc = cdx_grammar_from_json_schema(text, text ? strlen(text) : 0, param, &p->grammar, &err);
+        free(text);
+    }
+    if (rc == CDX_ENOMEM)
+        return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory compiling %s", param);
+    if (rc)
+        return BAD(rc == CDX_EUNSUPPORTED ? "unsupported_schema" : gbnf ? "invalid_grammar" : "invalid_schema", param,
+                   "%s", err.msg);
+    snprintf(p->grammar_param, sizeof p->grammar_param, "%s", param);
+    return 0;
+}
+
+/* response_format (OpenAI): {"type":"text"}, {"type":"json_object"} (any JSON object; llama-server
+ * also takes a "schema" beside it), {"type":"json_schema","json_schema":{"name","schema","strict"}}
+ * (the schema enforced whether strict or not). llama-server's top-level json_schema (a schema) and
+ * grammar (GBNF text). At most one of them. */
+static int parse_constraints(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
 {
     json_t *rf = field(root, "response_format");
-    if (!rf)
-        return 0;
-    if (!json_is_object(rf))
-        return BAD("invalid_type", "response_format", "response_format must be an object {\"type\":...}, not %s",
-                   type_name(rf));
-    json_t *t = json_object_get(rf, "type");
-    if (!json_is_string(t))
-        return BAD(t ? "invalid_type" : "missing_required_parameter", "response_format",
-                   "response_format.type must be a string (\"text\", \"json_object\" or \"json_schema\")");
-    const char *type = json_string_value(t);
-    if (!strcmp(type, "text"))
-        return 0;
-    if (!strcmp(type, "json_object") || !strcmp(type, "json_schema"))
-        return BAD("invalid_value", "response_format", "response_format type \"%s\" is not supported: it needs "
-                   "constrained decoding, which this server does not do yet (only \"text\")", type);
-    return BAD("invalid_value", "response_format", "response_format type \"%.40s\" is unknown; it must be \"text\", "
-               "\"json_object\" or \"json_schema\"", type);
+    if (rf) {
+        if (!json_is_object(rf))
+            return BAD("invalid_type", "response_format", "response_format must be an object {\"type\":...}, not %s",
+                       type_name(rf));
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t))
+            return BAD(t ? "invalid_type" : "missing_required_parameter", "response_format.type",
+                       "response_format.type must be a string (\"text\", \"json_object\" or \"json_schema\")");
+        const char *type = json_string_value(t);
+        if (!strcmp(type, "json_object")) {
+            json_t *sch = field(rf, "schema");
+            if (sch && !json_is_object(sch) && !json_is_boolean(sch))
+                return BAD("invalid_type", "response_format.schema", "response_format.schema must be a JSON Schema "
+                           "(an object), not %s", type_name(sch));
+            if (set_grammar(p, sch ? "response_format.schema" : "response_format", sch, NULL, 0, e))
+                return -1;
+        } else if (!strcmp(type, "json_schema")) {
+            json_t *js = field(rf, "json_schema");
+            if (!json_is_object(js))
+                return BAD(js ? "invalid_type" : "missing_required_parameter", "response_format.json_schema",
+                           "response_format.json_schema must be an object {\"name\":...,\"schema\":{...},"
+                           "\"strict\":true}%s", js ? "" : " (it is missing)");
+            json_t *name = field(js, "name"), *strict = field(js, "strict"), *sch = field(js, "schema");
+            if (name && !json_is_string(name))
+                return BAD("invalid_type", "response_format.json_schema.name",
+                           "response_format.json_schema.name must be a string, not %s", type_name(name));
+            if (strict && !json_is_boolean(strict))
+                return BAD("invalid_type", "response_format.json_schema.strict",
+                           "response_format.json_schema.strict must be a boolean, not %s", type_name(strict));
+            if (sch && !json_is_object(sch) && !json_is_boolean(sch))
+                return BAD("invalid_type", "response_format.json_schema.schema",
+                           "response_format.json_schema.schema must be a JSON Schema (an object), not %s",
+                           type_name(sch));
+            /* no schema: any JSON object, as json_object */
+            if (set_grammar(p, "response_format.json_schema.schema", sch, NULL, 0, e))
+                return -1;
+        } else if (strcmp(type, "text"))
+            return BAD("invalid_value", "response_format.type", "response_format type \"%.40s\" is unknown; it must "
+                       "be \"text\", \"json_object\" or \"json_schema\"", type);
+    }
+    json_t *js = field(root, "json_schema");
+    if (js) {
+        if (!json_is_object(js) && !json_is_boolean(js))
+            return BAD("invalid_type", "json_schema", "json_schema must be a JSON Schema (an object), not %s",
+                       type_name(js));
+        if (set_grammar(p, "json_schema", js, NULL, 0, e))
+            return -1;
+    }
+    json_t *g = field(root, "grammar");
+    if (g) {
+        if (!json_is_string(g))
+            return BAD("invalid_type", "grammar", "grammar must be a string of GBNF, not %s", type_name(g));
+        if (set_grammar(p, "grammar", NULL, json_string_value(g), json_string_length(g), e))
+            return -1;
+    }
+    if (p->grammar && !lim->has_tok)
+        return BAD("invalid_value", p->grammar_param, "%s: this model has no tokenizer; constrained decoding needs one",
+                   p->grammar_param);
+    return 0;
 }
 
 /* The generation fields shared by chat and completions. Defaults are OpenAI's: temperature 1,
@@ -600,7 +699,7 @@ static int parse_generation(json_t *root, const sv_limits *lim, sv_params *p, sv
                        "stream_options.include_usage must be a boolean, not %s", type_name(iu));
         p->include_usage = iu && json_is_true(iu);
     }
-    if (parse_response_format(root, e))
+    if (parse_constraints(root, lim, p, e))
         return -1;
     json_t *echo = field(root, "echo");
     if (echo && !json_is_boolean(echo))
@@ -762,6 +861,9 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
     }
     if (parse_generation(root, lim, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
         return -1;
+    if (p->force && p->grammar)
+        return BAD("invalid_value", "tool_choice", "tool_choice forces a tool call, and %s constrains the reply too; "
+                   "give one of them", p->grammar_param);
     p->image_opts = field(root, "image_opts");
     if (p->image_opts && !json_is_object(p->image_opts))
         return BAD("invalid_type", "image_opts", "image_opts must be an object of processor settings, not %s",
@@ -788,6 +890,7 @@ void sv_params_free(sv_params *p)
     }
     free(p->tiles);
     free(p->req_img);
+    cdx_grammar_free(p->grammar);
     *p = (sv_params){0};
 }
 

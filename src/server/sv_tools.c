@@ -3,8 +3,10 @@
  *   Mistral:                   [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
  *   Llama 3.x:                 the whole reply one JSON object {"name": ..., "parameters": {...}}
  * A call counts only when its JSON parses, it names one of the request's tools and its arguments
- * are an object (or a string, passed on as sent); anything else stays text. No grammar constrains
- * the model, so a malformed call is the model's text, never an error. */
+ * are an object (or a string, passed on as sent); anything else stays text. With tool_choice
+ * "auto" no grammar constrains the model, so a malformed call is the model's text, never an error;
+ * with "required" or a named function, sv_tool_grammar's grammar makes the reply calls in the form
+ * the model's template writes them (sv_tool_form_of). */
 #include "server/sv_int.h"
 
 #include <stdlib.h>
@@ -169,4 +171,171 @@ size_t sv_tool_hold_from(const char *text, size_t len)
         if (len >= k2 && !memcmp(text + len - k2, k_open, k2))
             return len - k2;
     return len;
+}
+
+/* ---- forced calls (tool_choice "required" or a named function) ---- */
+
+const char *const sv_tool_form_names[4] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON" };
+
+#define PROBE_USER "caldrix tool-form probe"
+#define PROBE_NAME "caldrix_probe_fn"
+
+sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens)
+{
+    /* the id has Mistral's shape (9 alphanumerics; its template refuses others) */
+    json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:{s:i}}}]}]", "role", "user", "content",
+                             PROBE_USER, "role", "assistant", "content", "", "tool_calls", "id", "abcdef123", "type",
+                             "function", "function", "name", PROBE_NAME, "arguments", "x", 1);
+    json_t *extra = json_pack("{s:[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}}]}", "tools", "type", "function",
+                              "function", "name", PROBE_NAME, "description", "probe", "parameters", "type", "object",
+                              "properties", "x", "type", "integer", "description", "x", "required", "x");
+    char *text = NULL;
+    size_t len = 0;
+    cdx_err err = { 0 };
+    sv_tool_form f = SV_FORM_NONE;
+    if (msgs && extra && t && !cdx_chat_render(t, msgs, false, tokens, extra, &text, &len, &err)) {
+        /* what follows the user's turn: the assistant's call as the template writes it */
+        const char *u = NULL;
+        for (const char *q = text; (q = find(q, len - (size_t)(q - text), PROBE_USER)); q++)
+            u = q;
+        if (u) {
+            const char *a = u + strlen(PROBE_USER);
+            const size_t n = len - (size_t)(a - text);
+            const char *call = find(a, n, PROBE_NAME);
+            /* a JSON call after the marker (Qwen3.5's <tool_call><function=...> XML is another form) */
+            const char *h = find(a, n, k_open), *m = find(a, n, k_mistral);
+            if (h)
+                h += sizeof k_open - 1;
+            if (m)
+                m += sizeof k_mistral - 1;
+            while (h && h < text + len && is_space(*h))
+                h++;
+            while (m && m < text + len && is_space(*m))
+                m++;
+            if (h && h < text + len && *h == '{')
+                f = SV_FORM_HERMES;
+            else if (m && m < text + len && (*m == '[' || *m == '{'))
+                f = SV_FORM_MISTRAL;
+            else if (call && find(call, n - (size_t)(call - a), "\"parameters\""))
+                f = SV_FORM_LLAMA3;
+        }
+    }
+    free(text);
+    json_decref(msgs);
+    json_decref(extra);
+    return f;
+}
+
+/* Rewrites every "$ref": "#..." in s (a copy) to point under prefix ("#/$defs/tI"). */
+static void rebase_refs(json_t *s, const char *prefix)
+{
+    if (json_is_array(s)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(s, i, v) rebase_refs(v, prefix);
+        return;
+    }
+    if (!json_is_object(s))
+        return;
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) {
+        if (!strcmp(k, "$ref") && json_is_string(v) && json_string_value(v)[0] == '#') {
+            char buf[1024];
+            snprintf(buf, sizeof buf, "%s%s", prefix, json_string_value(v) + 1);
+            json_string_set(v, buf);
+        } else
+            rebase_refs(v, prefix);
+    }
+}
+
+#define TBAD(param, ...) sv_fail(e, 400, "invalid_request_error", "invalid_value", param, __VA_ARGS__)
+
+int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
+{
+    if (f == SV_FORM_NONE)
+        return TBAD("tool_choice", "tool_choice forces a tool call, but this model's chat template writes its calls in "
+                    "none of the forms caldrix can force (Hermes <tool_call>, Mistral [TOOL_CALLS], Llama 3 JSON)");
+    const char *argkey = f == SV_FORM_LLAMA3 ? "parameters" : "arguments";
+    json_t *alts = json_array(), *defs = json_object(), *schema = json_pack("{s:o,s:o}", "anyOf", alts, "$defs", defs);
+    if (!schema)
+        return sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory");
+    size_t i;
+    json_t *tool;
+    json_array_foreach(p->tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (p->force == SV_FORCE_NAMED && strcmp(name, p->force_name))
+            continue;
+        char param[96], def[32];
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        snprintf(def, sizeof def, "t%zu", i);
+        json_t *ps = json_object_get(fn, "parameters");
+        if (ps && !json_is_null(ps) && !json_is_object(ps)) {
+            json_decref(schema);
+            return TBAD(param, "%s must be a JSON Schema (an object)", param);
+        }
+        /* each tool's schema alone first: a keyword it cannot enforce is named with its own path */
+        char *text = ps && !json_is_null(ps) ? json_dumps(ps, JSON_COMPACT) : strdup("{\"type\":\"object\"}");
+        char *g = NULL;
+        cdx_err err = { 0 };
+        int rc = text ? cdx_json_schema_to_gbnf(text, strlen(text), param, &g, &err) : CDX_ENOMEM;
+        free(text);
+        free(g);
+        if (rc) {
+            json_decref(schema);
+            if (rc == CDX_ENOMEM)
+                return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
+            return sv_fail(e, 400, "invalid_request_error", rc == CDX_EUNSUPPORTED ? "unsupported_schema" : "invalid_schema",
+                           param, "tool_choice forces a call, so the tool's parameters are enforced: %s", err.msg);
+        }
+        json_t *copy = ps && !json_is_null(ps) ? json_deep_copy(ps) : json_pack("{s:s}", "type", "object");
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "#/$defs/%s", def);
+        rebase_refs(copy, prefix);
+        json_object_set_new(defs, def, copy);
+        json_array_append_new(alts, json_pack("{s:s,s:{s:{s:s},s:{s:s}},s:[s,s],s:b}", "type", "object", "properties",
+                                              "name", "const", name, argkey, "$ref", prefix, "required", "name", argkey,
+                                              "additionalProperties", 0));
+    }
+    char *text = json_dumps(schema, JSON_COMPACT), *g = NULL;
+    json_decref(schema);
+    cdx_err err = { 0 };
+    int rc = text ? cdx_json_schema_to_gbnf(text, strlen(text), "tools", &g, &err) : CDX_ENOMEM;
+    free(text);
+    if (rc) {
+        if (rc == CDX_ENOMEM)
+            return sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory");
+        return sv_fail(e, 400, "invalid_request_error", "invalid_schema", "tools", "the tools' call grammar: %s", err.msg);
+    }
+    /* the schema's start rule is its last line, "root ::= ..." (grammar_schema.c): it becomes the
+     * rule of one call, and root wraps the calls in the model's form */
+    char *r = strstr(g, "root ::= ");
+    while (r && r != g && r[-1] != '\n')
+        r = strstr(r + 1, "root ::= ");
+    const bool many = p->force == SV_FORCE_REQUIRED && p->parallel_tool_calls && f != SV_FORM_LLAMA3;
+    static const char *const k_root[4][2] = {
+        [SV_FORM_HERMES] = { "\"<tool_call>\\n\" tool-call \"\\n</tool_call>\"",
+                             " (\"\\n<tool_call>\\n\" tool-call \"\\n</tool_call>\")*" },
+        [SV_FORM_MISTRAL] = { "\"[TOOL_CALLS]\" \" \"? \"[\" tool-call", " (\", \" tool-call)*" },
+        [SV_FORM_LLAMA3] = { "tool-call", "" },
+    };
+    const size_t head = r ? (size_t)(r - g) : 0;
+    if (r && g[strlen(g) - 1] == '\n')
+        g[strlen(g) - 1] = 0;
+    const size_t cap = strlen(g) + 512;
+    char *full = r ? malloc(cap) : NULL;
+    if (full)
+        snprintf(full, cap, "%.*stool-call ::= %s\nroot ::= %s%s%s\n", (int)head, g, r + 9 /* "root ::= " */,
+                 k_root[f][0], many ? k_root[f][1] : "", f == SV_FORM_MISTRAL ? " \"]\"" : "");
+    free(g);
+    if (!full)
+        return sv_fail(e, 500, "server_error", "internal_error", "tools", "cannot build the tool calls' grammar");
+    rc = cdx_grammar_from_gbnf(full, strlen(full), "tools", &p->grammar, &err);
+    free(full);
+    if (rc)
+        return sv_fail(e, rc == CDX_ENOMEM ? 500 : 400, rc == CDX_ENOMEM ? "server_error" : "invalid_request_error",
+                       "invalid_schema", "tools", "the tools' call grammar: %s", err.msg);
+    snprintf(p->grammar_param, sizeof p->grammar_param, "tool_choice");
+    return 0;
 }

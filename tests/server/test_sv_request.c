@@ -338,34 +338,93 @@ static void tool_fields_are_checked(void)
     sv_params_free(&p);
 }
 
-/* Issue 35 item 3: refused, not ignored, until structured output exists; "text" is what we do anyway. */
-static void response_format_is_refused_not_ignored(void)
+/* Structured output (issue 40): response_format json_object/json_schema, llama-server's json_schema and
+ * grammar compile into p.grammar; bad ones are 400s naming the field, the place and the reason. */
+static void structured_output_fields(void)
 {
-    static const char *const cases[][2] = {
-        { "\"response_format\":{\"type\":\"json_object\"}", "json_object" },
-        { "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}", "json_schema" },
-        { "\"response_format\":{\"type\":\"bogus\"}", "bogus" },
-        { "\"response_format\":{}", "type" },
-        { "\"response_format\":\"json\"", "object" },
+    static const char *const ok_cases[][2] = {
+        { "\"response_format\":{\"type\":\"json_object\"}", "response_format" },
+        { "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,\"schema\":"
+          "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}", "response_format.json_schema.schema" },
+        { "\"response_format\":{\"type\":\"json_object\",\"schema\":{\"type\":\"array\"}}", "response_format.schema" },
+        { "\"json_schema\":{\"type\":\"string\",\"maxLength\":5}", "json_schema" },
+        { "\"grammar\":\"root ::= [a-z]+\"", "grammar" },
     };
-    char body[512];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", cases[i][0]);
-        refused(body, SV_CHAT, 400, "response_format");
-        snprintf(body, sizeof body, "{\"prompt\":\"x\",%s}", cases[i][0]);
-        refused(body, SV_COMPLETION, 400, "response_format");
-        sv_params p;
-        sv_error e;
-        if (parse(body, SV_COMPLETION, &p, &e))
-            CHECKF(strstr(e.message, cases[i][1]) != NULL, "message names %s: %s", cases[i][1], e.message);
-        sv_params_free(&p);
-    }
+    char body[768];
     sv_params p;
     sv_error e;
-    CHECK(parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}", SV_COMPLETION, &p, &e) == 0);
+    for (size_t i = 0; i < sizeof ok_cases / sizeof ok_cases[0]; i++)
+        for (int chat = 0; chat < 2; chat++) {
+            snprintf(body, sizeof body, chat ? "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}"
+                                             : "{\"prompt\":\"x\",%s}", ok_cases[i][0]);
+            int rc = parse(body, chat ? SV_CHAT : SV_COMPLETION, &p, &e);
+            CHECKF(rc == 0 && p.grammar && !strcmp(p.grammar_param, ok_cases[i][1]), "%s: rc %d, %s", body, rc,
+                   rc ? e.message : p.grammar_param);
+            sv_params_free(&p);
+        }
+    /* refusals: body, param, a part of the message */
+    static const char *const bad[][3] = {
+        { "\"response_format\":{\"type\":\"bogus\"}", "response_format.type", "\"bogus\" is unknown" },
+        { "\"response_format\":{}", "response_format.type", "must be a string" },
+        { "\"response_format\":\"json\"", "response_format", "must be an object" },
+        { "\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema", "is missing" },
+        { "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":"
+          "{\"a\":{\"type\":\"integer\",\"multipleOf\":3}}}}}", "response_format.json_schema.schema",
+          "#/properties/a: keyword \"multipleOf\" is not supported" },
+        { "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"strict\":1}}",
+          "response_format.json_schema.strict", "must be a boolean" },
+        { "\"json_schema\":{\"$ref\":\"#/$defs/nowhere\"}", "json_schema", "nowhere" },
+        { "\"json_schema\":{\"type\":\"string\",\"maxLength\":100000}", "json_schema", "maxLength" },
+        { "\"json_schema\":[1]", "json_schema", "must be a JSON Schema" },
+        { "\"grammar\":\"root ::= (\\\"a\\\" | \\\"b\\\"\"", "grammar", "grammar:1:10: unbalanced '('" },
+        { "\"grammar\":\"root ::= item\"", "grammar", "undefined rule 'item'" },
+        { "\"grammar\":7", "grammar", "must be a string" },
+        { "\"json_schema\":{\"type\":\"string\"},\"grammar\":\"root ::= \\\"a\\\"\"", "grammar", "already constrains" },
+        { "\"response_format\":{\"type\":\"json_object\"},\"json_schema\":{}", "json_schema", "already constrains" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",%s}", bad[i][0]);
+        refused(body, SV_COMPLETION, 400, bad[i][1]);
+        if (parse(body, SV_COMPLETION, &p, &e))
+            CHECKF(strstr(e.message, bad[i][2]) != NULL, "%s: message names \"%s\": %s", body, bad[i][2], e.message);
+        sv_params_free(&p);
+    }
+    CHECK(parse("{\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}", SV_COMPLETION, &p, &e) == 0 && !p.grammar);
     sv_params_free(&p);
-    CHECK(parse("{\"prompt\":\"x\",\"response_format\":null}", SV_COMPLETION, &p, &e) == 0);
+    CHECK(parse("{\"prompt\":\"x\",\"response_format\":null,\"grammar\":null}", SV_COMPLETION, &p, &e) == 0 && !p.grammar);
     sv_params_free(&p);
+}
+
+/* tool_choice "required" and a named function force calls (the grammar is built once the model's
+ * form is known); a name not among the tools, "required" without tools, another constraint beside it: 400. */
+static void tool_choice_forcing(void)
+{
+    const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    char body[768];
+    sv_params p;
+    sv_error e;
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":\"required\"}", m, tools);
+    REQUIRE(parse(body, SV_CHAT, &p, &e) == 0);
+    CHECK(p.force == SV_FORCE_REQUIRED && p.tools && p.parallel_tool_calls && !p.grammar);
+    sv_params_free(&p);
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},"
+             "\"parallel_tool_calls\":false}", m, tools);
+    REQUIRE(parse(body, SV_CHAT, &p, &e) == 0);
+    CHECK(p.force == SV_FORCE_NAMED && !strcmp(p.force_name, "g") && !p.parallel_tool_calls);
+    sv_params_free(&p);
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"h\"}}}", m, tools);
+    refused(body, SV_CHAT, 400, "tool_choice.function.name");
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":{\"type\":\"function\"}}", m, tools);
+    refused(body, SV_CHAT, 400, "tool_choice");
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":\"always\"}", m, tools);
+    refused(body, SV_CHAT, 400, "tool_choice");
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", m,
+             tools);
+    refused(body, SV_CHAT, 400, "tool_choice");
+    snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":\"required\",\"parallel_tool_calls\":1}", m, tools);
+    refused(body, SV_CHAT, 400, "parallel_tool_calls");
 }
 
 /* Issue 35 item 8: a role outside OpenAI's list is a 400 naming it; jansson's flag names stay inside. */
@@ -517,8 +576,9 @@ int main(void)
     RUN("UTF-8 sanitizing and the metrics text", sanitize_and_metrics);
     RUN("tool calls are found in every form, streamed or whole", tool_calls_are_found_in_every_form);
     RUN("tools and tool_choice are checked", tool_fields_are_checked);
-    RUN("response_format json_object/json_schema/unknown is a 400 naming it; text is accepted",
-        response_format_is_refused_not_ignored);
+    RUN("response_format, json_schema and grammar compile; bad ones are 400s naming field, place and reason",
+        structured_output_fields);
+    RUN("tool_choice required / named force calls; bad ones are 400s naming the field", tool_choice_forcing);
     RUN("unknown message roles are 400s; JSON errors name no library flag", roles_and_json_messages);
     RUN("request heads: bad Content-Length, request line, headers, encodings are refused with their status",
         request_heads_are_checked);
