@@ -123,6 +123,11 @@ typedef struct cdx_engine_opts {
      * it does not pay. A hybrid model (recurrent state) cannot roll back and is refused (CDX_EINVAL). */
     int spec;                   /* cdx_spec: CDX_SPEC_OFF (0, the default), _LOOKUP, _AUTO */
     int draft_max, draft_min;   /* 0: the defaults (8 and 1) */
+    const struct cdx_model *draft; /* a draft model (borrowed, outlives the engine), or NULL: with spec
+                                   auto (or a draft given with spec off: auto) the proposer is this
+                                   model's greedy continuation. It must share the target's token ids
+                                   (the caller checks the texts; the engine refuses a recurrent state
+                                   and a vocabulary more than 1/8 apart in size) */
     bool spec_keep_on;          /* the turn-off rule never turns it off, nor cuts a draft for its cost
                                    (measurements and tests: then what is proposed depends on nothing
                                    but the tokens) */
@@ -130,7 +135,7 @@ typedef struct cdx_engine_opts {
 
 /* The proposers: prompt lookup continues the latest earlier occurrence of the text's last n-gram
  * (n = 4 down to 2) in the prompt and the generated tokens; auto picks the best one the engine
- * has (lookup until a draft model is given). */
+ * has: the draft model when opts.draft is set, else lookup. */
 typedef enum cdx_spec {
     CDX_SPEC_OFF = 0,
     CDX_SPEC_LOOKUP,

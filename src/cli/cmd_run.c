@@ -78,6 +78,9 @@ static const char k_run_options[] =
     "  --draft-max K          the longest draft (default 8); the length adapts per request\n"
     "  --draft-min K          the shortest draft (default 1)\n"
     "  --spec-keep-on         never turn speculation off (for measurements)\n"
+    "  --draft MODEL          a draft model (any reference run takes) proposes its greedy continuation\n"
+    "                         (implies --spec auto). It must share the model's token ids (text and\n"
+    "                         special tokens; padding may differ), be no bigger, dense and text-only\n"
     "  --image FILE           a PNG or JPEG for a vision model (repeat for more): each <image> in -p marks\n"
     "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
     "                         given (already expanded) and the images fill the image-token positions\n"
@@ -132,6 +135,7 @@ typedef struct {
     cdx_dtype dtype;
     long n_gen, ctx, threads, top_logits, draft_max, draft_min;
     int spec;                                 /* --spec (cdx_spec) */
+    const char *draft;                        /* --draft MODEL */
     bool json, ignore_eos, chat, interactive, n_gen_set, seed_set, top_logits_set, spec_keep_on;
     cdx_sampler_params sp;
     int32_t *ids;  /* --prompt-ids, parsed */
@@ -253,6 +257,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
                 fprintf(stderr, "caldrix run: --spec is \"%s\"; expected lookup, auto or off\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--draft")) {
+            NEED_VALUE();
+            o->draft = v;
         } else if (!strcmp(a, "--spec-keep-on")) {
             o->spec_keep_on = true;
         } else if (!strcmp(a, "--draft-max")) {
@@ -330,6 +337,12 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         fprintf(stderr, "caldrix run: --draft-min %ld is more than --draft-max %ld\n", o->draft_min, o->draft_max);
         return 2;
     }
+    if (o->draft && o->spec == CDX_SPEC_LOOKUP) {
+        fprintf(stderr, "caldrix run: --draft %s with --spec lookup: lookup uses no draft (give --spec auto)\n", o->draft);
+        return 2;
+    }
+    if (o->draft && o->spec == CDX_SPEC_OFF)
+        o->spec = CDX_SPEC_AUTO; /* a draft given is a draft used */
     if ((o->draft_min || o->draft_max || o->spec_keep_on) && !o->spec) {
         fprintf(stderr, "caldrix run: --draft-max, --draft-min and --spec-keep-on shape speculative decoding; add "
                         "--spec lookup\n");
@@ -797,7 +810,7 @@ int cmd_run(int argc, char **argv)
         return rc;
     }
     cdx_err err = {0};
-    cdx_loaded *ld = NULL;
+    cdx_loaded *ld = NULL, *dld = NULL;
     id_list prompt = {0};
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
@@ -870,11 +883,48 @@ int cmd_run(int argc, char **argv)
     lo.engine = &eo;
     lo.kv_type_set = o.kv_type_set;
     cdx_load_stage at;
+    if (o.draft) {
+        /* the draft first (the engine scores its guesses): refused by name before the model loads */
+        cdx_load_opts dl = cli_load_opts(&ho, o.dtype, 0);
+        if ((rc = cdx_load(o.draft, &dl, &dld, NULL, &err))) {
+            fprintf(stderr, "caldrix run: --draft %s: %s\n", o.draft, err.msg);
+            goto done;
+        }
+        const cdx_hparams *dh = cdx_model_hparams(dld->model);
+        cdx_vision_info dvi;
+        const char *why = dh->n_expert > 0 ? "a mixture of experts" : cdx_model_vision(dld->model, &dvi) ? "a vision model"
+                        : NULL;
+        if (why) {
+            fprintf(stderr, "caldrix run: --draft %s is %s (%s): a draft is a small dense text model\n", o.draft, why,
+                    dh->arch_name ? dh->arch_name : "?");
+            status = 2;
+            goto done;
+        }
+        eo.draft = dld->model;
+    }
     if ((rc = cdx_load(o.model, &lo, &ld, &at, &err))) {
-        fprintf(stderr, "caldrix: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
-        if (at == CDX_LOAD_ENGINE && o.spec && rc == CDX_EINVAL && strstr(err.msg, "--spec"))
-            status = 2; /* a model that cannot speculate: bad input, as a bad option is */
+        if (at == CDX_LOAD_ENGINE && o.draft)
+            fprintf(stderr, "caldrix run: --draft %s for %s: %s\n", o.draft, o.model ? o.model : "the bundled model",
+                    err.msg);
+        else
+            fprintf(stderr, "caldrix: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
+        if (at == CDX_LOAD_ENGINE && o.spec && rc == CDX_EINVAL && (strstr(err.msg, "--spec") || strstr(err.msg, "--draft")))
+            status = 2; /* a model that cannot speculate, a draft that cannot draft: bad input, as a bad option is */
         goto done;
+    }
+    if (dld) {
+        double dh = 0, th = 0;
+        const double dm = cdx_model_matmul_macs(dld->model, &dh), tm = cdx_model_matmul_macs(ld->model, &th);
+        if ((status = cli_check_draft_vocab("caldrix run", ld->tok, o.model ? o.model : "the bundled model", dld->tok,
+                                            o.draft)))
+            goto done;
+        if (dm > tm) {
+            fprintf(stderr, "caldrix run: --draft %s is bigger than the model %s (%.3g against %.3g multiply-adds a "
+                            "token): it cannot save time\n", o.draft, o.model ? o.model : "(bundled)", dm, tm);
+            status = 2;
+            goto done;
+        }
+        status = 1;
     }
     o.model = ld->path;
     const cdx_model *m = ld->model;
@@ -1084,6 +1134,7 @@ done:
     free(o.ids);
     cdx_grammar_free(o.grammar);
     cdx_load_close(ld);
+    cdx_load_close(dld); /* after the engine that borrowed it */
     json_decref(o.chat_kwargs);
     free(chat_text);
     free(input_text);

@@ -106,6 +106,21 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
                            eo.draft_min, eo.draft_max);
     if (!*cdx_spec_name(eo.spec))
         return cdx_err_set(err, CDX_EINVAL, "spec is %d; expected off, lookup or auto (--spec)", eo.spec);
+    if (eo.draft && eo.spec == CDX_SPEC_OFF)
+        eo.spec = CDX_SPEC_AUTO; /* a draft given is a draft used */
+    if (eo.draft && eo.spec == CDX_SPEC_LOOKUP)
+        return cdx_err_set(err, CDX_EINVAL, "--spec lookup with a draft model: lookup uses none (give --spec auto)");
+    if (eo.draft) {
+        const cdx_hparams *dh = cdx_model_hparams(eo.draft);
+        if (cdx_model_state_bytes(eo.draft))
+            return cdx_err_set(err, CDX_EINVAL, "the draft model (%s) carries a recurrent state, which cannot be cut "
+                               "back to the kept tokens: it cannot draft (--draft)", dh->arch_name ? dh->arch_name : "?");
+        const int64_t lo = dh->n_vocab < hp->n_vocab ? dh->n_vocab : hp->n_vocab,
+                      hi = dh->n_vocab < hp->n_vocab ? hp->n_vocab : dh->n_vocab;
+        if (hi - lo > hi / 8)
+            return cdx_err_set(err, CDX_EINVAL, "the draft model has %lld token ids and the model %lld: not one "
+                               "vocabulary (--draft)", (long long)dh->n_vocab, (long long)hp->n_vocab);
+    }
     if (eo.spec != CDX_SPEC_OFF && cdx_model_state_bytes(m))
         return cdx_err_set(err, CDX_EINVAL, "speculative decoding (--spec %s) needs a model whose cache can be cut "
                            "back to the kept tokens; this model (%s) carries a recurrent state that advances over "
@@ -180,7 +195,20 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
         e->n_buckets *= 2;
     e->buckets = malloc(e->n_buckets * sizeof *e->buckets);
     const size_t B = (size_t)eo.token_budget, S = (size_t)eo.max_batch;
-    e->proposer = eo.spec != CDX_SPEC_OFF ? &eng_proposer_lookup : NULL;
+    e->proposer = eo.spec == CDX_SPEC_OFF ? NULL : eo.draft ? &eng_proposer_draft : &eng_proposer_lookup;
+    e->draft = eo.draft;
+    if (eo.draft) {
+        e->draft_vocab = cdx_model_hparams(eo.draft)->n_vocab;
+        if (!(e->draft_logits = malloc((size_t)e->draft_vocab * sizeof(float)))) {
+            cdx_engine_free(e);
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        }
+        if ((rc = cdx_forward_ctx_create_on(eo.draft, eo.token_budget, eo.n_threads, cdx_forward_ctx_pool(e->fc),
+                                            eo.kernels, &e->draft_fc, err))) {
+            cdx_engine_free(e);
+            return rc;
+        }
+    }
     e->max_logits = (int64_t)S * (e->proposer ? 1 + eo.draft_max : 1);
     if (e->max_logits > eo.token_budget && e->max_logits > (int64_t)S)
         e->max_logits = eo.token_budget > (int64_t)S ? eo.token_budget : (int64_t)S; /* rows are tokens */
@@ -255,6 +283,8 @@ void cdx_engine_free(cdx_engine *e)
     free(e->logits);
     free(e->cancels);
     eng_grammar_free(&e->eg);
+    cdx_forward_ctx_free(e->draft_fc);
+    free(e->draft_logits);
     cdx_forward_ctx_free(e->fc);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

@@ -47,6 +47,8 @@ typedef struct eng_spec_state {
     double acc, prop;          /* decayed counts of accepted and proposed draft tokens */
     int64_t proposed, accepted;/* totals (the events') */
     int64_t off_at;            /* n_gen when it was turned off (lookup probes every SPEC_PROBE tokens) */
+    cdx_kv *dkv;               /* the draft model's cache of this request (made on its first draft) */
+    int32_t *dtoks;            /* [n_ctx] the tokens whose K/V it holds (dkv->n_past of them) */
 } eng_spec_state;
 
 typedef struct seq {
@@ -161,6 +163,11 @@ struct cdx_engine {
     uint64_t t_prompt, t_cached, t_generated, t_preempt, t_rounds, t_store_r, t_store_w;
     /* speculative decoding */
     const struct eng_proposer *proposer; /* NULL: off */
+    const cdx_model *draft;    /* the draft model (borrowed), or NULL */
+    cdx_forward_ctx *draft_fc; /* its forward pass (the engine's threads) */
+    float *draft_logits;       /* [draft n_vocab] */
+    int64_t draft_vocab;
+    double draft_ms, draft_n;  /* decayed time spent drafting, and tokens drafted (the rule's draft cost) */
     int64_t max_logits;        /* logits rows a round may ask for: max_batch · (1 + draft_max) with a proposer */
     int *b_logit_rows;         /* [max_logits] at a sequence's first row: how many rows are its own */
     double cm_s0, cm_sx, cm_sxx, cm_sy, cm_sxy; /* decayed sums of (tokens, ms) per round: the cost model */
@@ -172,10 +179,12 @@ struct cdx_engine {
 /* A proposer: up to k_max tokens guessed to follow s's tokens, into draft; returns how many. */
 typedef struct eng_proposer {
     const char *name;
-    int (*propose)(cdx_engine *e, const seq *s, int32_t *draft, int k_max);
+    int (*propose)(cdx_engine *e, seq *s, int32_t *draft, int k_max);
 } eng_proposer;
 
-extern const eng_proposer eng_proposer_lookup;
+extern const eng_proposer eng_proposer_lookup, eng_proposer_draft;
+/* Frees s's per-request state. */
+void eng_spec_free(seq *s);
 
 /* Makes s's per-request state (at submit); CDX_OK or CDX_ENOMEM. */
 int eng_spec_init(cdx_engine *e, seq *s, bool opted_out);

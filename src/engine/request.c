@@ -35,7 +35,7 @@ void eng_seq_free(seq *s)
     }
     free(s->img);
     free(s->img_row);
-    free(s->sp.draft);
+    eng_spec_free(s);
     free(s);
 }
 

@@ -24,7 +24,7 @@
 /* The latest earlier occurrence of the last n tokens (n from LOOKUP_NGRAM_MAX down), and what
  * followed it; a continuation that runs into the text's end goes on with the draft itself, so a
  * repeating loop is proposed whole. */
-static int lookup_propose(cdx_engine *e, const seq *s, int32_t *draft, int k_max)
+static int lookup_propose(cdx_engine *e, seq *s, int32_t *draft, int k_max)
 {
     const int32_t *t = s->toks;
     const int64_t n = s->n_toks;
@@ -48,6 +48,81 @@ static int lookup_propose(cdx_engine *e, const seq *s, int32_t *draft, int k_max
 
 const eng_proposer eng_proposer_lookup = { "lookup", lookup_propose };
 
+/* ---- a draft model ---- */
+
+/* The draft model's greedy continuation (argmax, lowest id on a tie). Its cache keeps the tokens it
+ * has seen: each round it is cut back to what it shares with the request's tokens (a guess not
+ * kept is dropped there), takes the tokens it lacks in chunks, then drafts one token a pass. A
+ * guess outside the target's vocabulary ends the draft. Sampling at any temperature stays exact:
+ * a guess is kept only where the target's own sampler draws it (scheduler.c). */
+static int draft_propose(cdx_engine *e, seq *s, int32_t *draft, int k_max)
+{
+    eng_spec_state *sp = &s->sp;
+    cdx_err err = { 0 };
+    if (!sp->dkv) {
+        cdx_kv *kv = calloc(1, sizeof *kv);
+        int32_t *dt = malloc((size_t)e->o.n_ctx * sizeof *dt);
+        if (!kv || !dt || cdx_kv_init_model(kv, e->draft, e->o.n_ctx, &err)) {
+            free(kv);
+            free(dt);
+            return 0; /* no memory for a draft cache: this round goes without */
+        }
+        sp->dkv = kv;
+        sp->dtoks = dt;
+    }
+    cdx_kv *kv = sp->dkv;
+    int64_t c = 0;
+    while (c < kv->n_past && c < s->n_toks && sp->dtoks[c] == s->toks[c])
+        c++;
+    if (c == s->n_toks)
+        c--; /* the last token again: its logits are the first guess's */
+    kv->n_past = c;
+    const double t0 = cdx_time_ms();
+    cdx_kv *const kvs[1] = { kv };
+    for (int64_t p = c; p < s->n_toks;) {
+        int64_t n = s->n_toks - p;
+        if (n > e->o.token_budget)
+            n = e->o.token_budget;
+        const cdx_batch b = { .n = n, .tokens = s->toks + p };
+        if (cdx_forward(e->draft_fc, kvs, 1, &b, e->draft_logits, &err)) {
+            kv->n_past = 0;
+            return 0;
+        }
+        memcpy(sp->dtoks + p, s->toks + p, (size_t)n * sizeof *sp->dtoks);
+        p += n;
+    }
+    int k = 0;
+    while (k < k_max) {
+        const int32_t t = cdx_argmax(e->draft_logits, e->draft_vocab);
+        if (t >= e->hp->n_vocab)
+            break;
+        draft[k++] = t;
+        if (k == k_max || kv->n_past >= e->o.n_ctx - 1)
+            break;
+        const cdx_batch b = { .n = 1, .tokens = &draft[k - 1] };
+        sp->dtoks[kv->n_past] = t;
+        if (cdx_forward(e->draft_fc, kvs, 1, &b, e->draft_logits, &err)) {
+            kv->n_past = 0;
+            break;
+        }
+    }
+    e->draft_ms = e->draft_ms * COST_DECAY + (cdx_time_ms() - t0);
+    e->draft_n = e->draft_n * COST_DECAY + k;
+    return k;
+}
+
+const eng_proposer eng_proposer_draft = { "draft", draft_propose };
+
+void eng_spec_free(seq *s)
+{
+    if (s->sp.dkv) {
+        cdx_kv_free(s->sp.dkv);
+        free(s->sp.dkv);
+    }
+    free(s->sp.dtoks);
+    free(s->sp.draft);
+}
+
 /* ---- the turn-off rule ---- */
 
 void eng_spec_round(cdx_engine *e, int64_t n, double ms)
@@ -58,6 +133,19 @@ void eng_spec_round(cdx_engine *e, int64_t n, double ms)
     e->cm_sxx = e->cm_sxx * COST_DECAY + x * x;
     e->cm_sy = e->cm_sy * COST_DECAY + y;
     e->cm_sxy = e->cm_sxy * COST_DECAY + x * y;
+}
+
+/* The predicted ms of a round of n tokens, a + b·n (0: not measured yet). */
+static double round_ms(const cdx_engine *e, int64_t n)
+{
+    const double s0 = e->cm_s0, det = s0 * e->cm_sxx - e->cm_sx * e->cm_sx;
+    if (s0 < 1)
+        return 0;
+    if (s0 < 3 || det <= 1e-6 * s0 * s0)
+        return e->cm_sy / s0;
+    const double b = (s0 * e->cm_sxy - e->cm_sx * e->cm_sy) / det, a = (e->cm_sy - b * e->cm_sx) / s0;
+    const double ms = a + b * (double)n;
+    return ms > 0 ? ms : e->cm_sy / s0;
 }
 
 /* The share of a round of n tokens that its tokens' own compute takes, b·n / (a + b·n) with the
@@ -131,7 +219,12 @@ int eng_spec_draft(cdx_engine *e, seq *s, int64_t spare)
     if (k <= 0)
         return 0;
     if (!e->o.spec_keep_on) {
-        const double p = (sp->acc + 0.5) / (sp->prop + 1), need = cost_share(e, e->n_running);
+        const double p = (sp->acc + 0.5) / (sp->prop + 1);
+        double need = cost_share(e, e->n_running);
+        /* a draft model's own time per guess, as a share of the round it saves */
+        const double rm = round_ms(e, e->n_running);
+        if (e->draft && e->draft_n > 0 && rm > 0)
+            need += e->draft_ms / e->draft_n / rm;
         const double bar = need > SPEC_MIN_ACC ? need : SPEC_MIN_ACC;
         if (p < bar) {
             sp->off = sp->turned_off = true;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Speculative decoding through the CLI (issue 39): llama.cpp's greedy goldens for stories260K
 # (../shared/fixtures/llamacpp/stories260K.json) still come out with --spec lookup at k = 1, 3 and
-# 8; --json's timings.draft and the stderr summary; refusals (bad --spec/--draft-max/--draft-min,
-# a hybrid model) exit 2 naming the field.
+# 8, and with a draft model (its own Q8_0 copy, and itself); --json's timings.draft and the stderr
+# summary; refusals (bad --spec/--draft-max/--draft-min, a hybrid model, a mixture of experts or
+# another vocabulary as draft) exit 2 naming the field or the models.
 set -u
 CALDRIX=${CALDRIX:-build/caldrix}
 pass=0; fail=0
@@ -54,6 +55,32 @@ check "--draft-max without --spec: exit 2" '[ $rc -eq 2 ] && grep -q "add --spec
 "$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --prompt-ids 1,2,3 -n 4 --spec lookup >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "Qwen3.5 (recurrent state) with --spec: refused with the reason, exit 2" \
     '[ $rc -eq 2 ] && grep -q "recurrent state" "$tmp/err" && grep -q "\-\-spec off" "$tmp/err"'
+
+# a draft model: stories260K's own Q8_0 copy (caldrix quantize), then stories260K for itself
+"$CALDRIX" quantize "$M" "$tmp/q8.gguf" Q8_0 >/dev/null 2>&1
+for D in "$tmp/q8.gguf" "$M"; do
+    good=0
+    for i in 0 1 2 3 4; do
+        ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['cases'][$i]['prompt_ids'])))")
+        "$CALDRIX" run "$M" --prompt-ids "$ids" -n 32 --temp 0 --ignore-eos --json --draft "$D" --spec-keep-on \
+            >"$tmp/out" 2>"$tmp/err"
+        python3 - "$GOLD" "$i" "$tmp/out" <<'PY' && good=$((good+1))
+import json, sys
+c = json.load(open(sys.argv[1]))['cases'][int(sys.argv[2])]
+o = json.load(open(sys.argv[3]))
+d = o['timings']['draft']
+sys.exit(not (o['tokens'] == c['tokens'] and d['proposer'] == 'draft' and 0 < d['accepted'] <= d['proposed']))
+PY
+    done
+    check "--draft $(basename "$D"): llama.cpp's 32 greedy tokens for all 5 cases, guesses kept" '[ $good -eq 5 ]'
+done
+"$CALDRIX" run "$M" -p hi -n 4 --draft ../shared/fixtures/hf/qwen3_moe >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "a mixture of experts as draft: refused by name, exit 2" '[ $rc -eq 2 ] && grep -q "is a mixture of experts" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi -n 4 --draft ../shared/fixtures/hf/llama >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "a draft of another vocabulary: refused naming both models, exit 2" \
+    '[ $rc -eq 2 ] && grep -q "\-\-draft ../shared/fixtures/hf/llama for" "$tmp/err" && grep -q "not one vocabulary" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi -n 4 --draft "$M" --spec lookup >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--draft with --spec lookup: exit 2" '[ $rc -eq 2 ] && grep -q "give --spec auto" "$tmp/err"'
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
