@@ -42,6 +42,7 @@ extern "C" {
     X(GEMMA3)      /* Gemma3ForCausalLM (model_type gemma3_text) */                                      \
     X(BERT)        /* BertModel (an encoder: embeddings) */                                              \
     X(XLM_ROBERTA) /* XLMRobertaModel (an encoder: embeddings) */                                        \
+    X(PHI3)        /* Phi3ForCausalLM */                                                                 \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -133,6 +134,10 @@ typedef struct cdx_hf_arch_row {
     bool pos_after_pad;  /* an encoder's position ids start at pad_token_id + 1 (XLM-R's
                             create_position_ids_from_input_ids); else at 0 */
     int64_t type_vocab;  /* an encoder's type_vocab_size default */
+    double partial_rotary;          /* the class reads partial_rotary_factor, with this default (Phi3: 1); 0: it
+                                       rotates the whole head */
+    bool orig_max_pos_key;          /* the class has original_max_position_embeddings at the top level (Phi3Config),
+                                       which longrope reads when rope_scaling does not say it */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -157,7 +162,18 @@ enum {
     CDX_HF_LAYER_NOPE = 8,    /* SmolLM3: no rotary embedding on this layer's q and k */
 };
 
-typedef enum cdx_hf_rope_type { CDX_HF_ROPE_DEFAULT = 0, CDX_HF_ROPE_LLAMA3 = 1, CDX_HF_ROPE_LINEAR = 2 } cdx_hf_rope_type;
+/* rope_scaling's kinds (transformers' modeling_rope_utils.ROPE_INIT_FUNCTIONS that caldrix computes). */
+typedef enum cdx_hf_rope_type {
+    CDX_HF_ROPE_DEFAULT = 0,
+    CDX_HF_ROPE_LLAMA3 = 1,   /* _compute_llama3_parameters */
+    CDX_HF_ROPE_LINEAR = 2,   /* _compute_linear_scaling_rope_parameters: inv_freq / factor */
+    CDX_HF_ROPE_DYNAMIC = 3,  /* _compute_dynamic_ntk_parameters: the base grows with the sequence past
+                                 max_position_embeddings (per forward pass) */
+    CDX_HF_ROPE_YARN = 4,     /* _compute_yarn_parameters: ramped interpolation, cos/sin × attention factor */
+    CDX_HF_ROPE_LONGROPE = 5, /* _compute_longrope_parameters ("su" too): per-pair short/long factors, the long
+                                 ones once the sequence passes original_max_position_embeddings */
+} cdx_hf_rope_type;
+#define CDX_HF_MAX_ROPE_FACTORS 512 /* longrope factors: one per rotated pair (head_dim <= 1024) */
 
 /* A vision-language checkpoint's vision_config and the connector settings (Idefics3: SigLIP-style
  * tower, pixel shuffle by scale_factor, a projection); present false for text models. Defaults are
@@ -178,10 +194,15 @@ typedef struct cdx_hf_config {
     int64_t max_position_embeddings;
     double rms_norm_eps;
     double rope_theta;
-    /* rope_scaling (rope_type "llama3", or "linear": inv_freq / factor); CDX_HF_ROPE_DEFAULT for null / "default" */
+    /* rope_scaling (its rope_type or type); CDX_HF_ROPE_DEFAULT for null / "default" */
     cdx_hf_rope_type rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int64_t rope_original_max_position;
+    double rope_attn_factor;       /* yarn / longrope: attention_factor as given; 0: the rule's (get_mscale, ...) */
+    double rope_beta_fast, rope_beta_slow, rope_mscale, rope_mscale_all_dim; /* yarn (0: absent) */
+    bool rope_truncate;            /* yarn: truncate (default true) */
+    int n_rope_factors;            /* longrope: entries of each list (n_rot / 2) */
+    double rope_short[CDX_HF_MAX_ROPE_FACTORS], rope_long[CDX_HF_MAX_ROPE_FACTORS];
     bool tie_word_embeddings;
     /* Sliding window: config values and the effective window (0 = none). A layer uses it iff
      * layer_flags[l] & CDX_HF_LAYER_SLIDING. */

@@ -148,6 +148,13 @@ CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const cha
     X(SLIDING_WINDOW, "attention.sliding_window")                               \
     X(SLIDING_WINDOW_PATTERN, "attention.sliding_window_pattern")               \
     X(ROPE_FREQ_BASE_SWA, "rope.freq_base_swa")                                 \
+    X(ROPE_SCALING_ATTN_FACTOR, "rope.scaling.attn_factor")                     \
+    X(ROPE_SCALING_ORIG_CTX_LEN, "rope.scaling.original_context_length")        \
+    X(ROPE_SCALING_YARN_LOG_MUL, "rope.scaling.yarn_log_multiplier")            \
+    X(ROPE_SCALING_YARN_EXT_FACTOR, "rope.scaling.yarn_ext_factor")             \
+    X(ROPE_SCALING_YARN_ATTN_FACTOR, "rope.scaling.yarn_attn_factor")           \
+    X(ROPE_SCALING_YARN_BETA_FAST, "rope.scaling.yarn_beta_fast")               \
+    X(ROPE_SCALING_YARN_BETA_SLOW, "rope.scaling.yarn_beta_slow")               \
     X(ROPE_SCALING_TYPE, "rope.scaling.type")                                   \
     X(ROPE_SCALING_FACTOR, "rope.scaling.factor")
 

@@ -38,6 +38,7 @@ extern "C" {
     X(GEMMA2, gemma2)       /* Gemma2: + post norms, softcaps, query_pre_attn_scalar, windows on even layers */ \
     X(GEMMA3, gemma3)       /* Gemma3 (text): + q/k norms, 5:1 windows, the sliding layers' own RoPE base */ \
     X(BERT, bert)           /* BERT and XLM-RoBERTa encoders (embeddings): src/model/encoder.c */           \
+    X(PHI3, phi3)           /* Phi-3: fused qkv and gate|up, partial rotary, LongRoPE */                   \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -102,7 +103,22 @@ typedef struct cdx_hparams {
     bool encoder;
     int64_t n_type_vocab;          /* token_type_embeddings rows (type 0 is added to every token) */
     int64_t pos_offset;            /* the position id of an input's first token (XLM-R: pad_token_id + 1) */
+    /* RoPE scaling that depends on the pass (transformers' dynamic_rope_update), on top of the
+     * frequencies scaled at load (linear, llama3, yarn; src/model/rope.c); 0: none */
+    int rope_pass;                 /* CDX_ROPE_PASS_*: how a sequence's length T (its last position in the
+                                      pass + 1) picks its frequencies */
+    int64_t rope_pass_ctx;         /* dynamic: max_position_embeddings; longrope: original_max_position_embeddings */
+    double rope_pass_factor;       /* dynamic: rope_scaling.factor */
+    float rope_attn_factor;        /* cos and sin × this (YaRN's, LongRoPE's attention factor); 0: 1 */
 } cdx_hparams;
+
+enum {
+    CDX_ROPE_PASS_NONE = 0,
+    CDX_ROPE_PASS_DYNAMIC,   /* NTK: past rope_pass_ctx the base grows with T (_compute_dynamic_ntk_parameters) */
+    CDX_ROPE_PASS_LONGROPE,  /* the long factors once T > rope_pass_ctx, for every position: the cached keys
+                                are re-rotated when a sequence first passes it (Phi3's generation drops its
+                                cache there and recomputes) */
+};
 
 /* The window layer l attends over: sliding_window on a sliding layer, else 0 (every position). */
 static inline int64_t cdx_hparams_window(const cdx_hparams *hp, int64_t l)
@@ -262,6 +278,11 @@ typedef struct cdx_kv_seq {
      * hold the sequence's next positions from there, ascending; the pass advances it. NULL for
      * models without one. KV layers of a hybrid model are its full-attention layers only. */
     void *state;
+    /* The sequence's length for a RoPE scaling that depends on it (hp.rope_pass: dynamic NTK,
+     * LongRoPE), as transformers' seq_len of a pass over the whole sequence: the engine gives the
+     * tokens it knows, so a prompt computed in chunks rotates as in one pass; 0: the sequence's last
+     * position in the batch + 1. */
+    int64_t rope_len;
 } cdx_kv_seq;
 
 /* A contiguous KV cache of one sequence (K and V for every layer, positions [0, n_ctx)), for
@@ -275,6 +296,12 @@ typedef struct cdx_kv {
     void **tab;      /* seq's pointers */
     void *state;     /* a hybrid model's recurrent state (seq.state), or NULL */
 } cdx_kv;
+
+/* Whether the positions of a sequence cached when it was cached_len long must be computed again
+ * before a pass at length len: LongRoPE's factor set of every position changes when the length
+ * passes original_max_position_embeddings (Phi3ForCausalLM.prepare_inputs_for_generation drops its
+ * cache there and recomputes). False for every other model. */
+CDX_API bool cdx_model_rope_restart(const cdx_model *m, int64_t cached_len, int64_t len);
 
 CDX_API int cdx_kv_init(cdx_kv *kv, const cdx_hparams *hp, int64_t n_ctx, cdx_err *err);
 /* The same for a model with a recurrent state (allocated and reset here too). */

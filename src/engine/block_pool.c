@@ -234,6 +234,8 @@ void eng_seq_release_blocks(cdx_engine *e, seq *s)
  * its block; ours stays private). */
 void eng_seq_register_blocks(cdx_engine *e, seq *s)
 {
+    if (e->hp->rope_pass) /* its keys depend on the whole sequence's length: never shared */
+        return;
     const int64_t full = s->n_done / CDX_KV_BLOCK;
     if (full <= s->n_registered)
         return;

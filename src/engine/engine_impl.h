@@ -59,6 +59,7 @@ typedef struct seq {
     int64_t n_toks, n_prompt;
     size_t cap_toks;
     int64_t n_done;            /* positions with K/V in the blocks */
+    int64_t rope_len;          /* the sequence's length when they were computed (cdx_model_rope_restart) */
     int32_t *blk;              /* block table (pool indices) */
     void **ktab, **vtab;       /* the same as pointers, for the forward pass */
     int64_t n_blk, cap_blk;

@@ -129,7 +129,7 @@ static bool admit_one(cdx_engine *e)
         cdx_model_state_reset(e->m, s->state);
     }
     int64_t reuse = 0;
-    if (!eng_seq_make_keys(s)) {
+    if (!e->hp->rope_pass && !eng_seq_make_keys(s)) { /* (a RoPE scaling by length: no prefix is shared) */
         const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
         for (int64_t i = 0; i < usable; i++) {
             if (i >= s->n_keys) {
@@ -281,6 +281,9 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             dec_left += s->n_toks - s->n_done == 1; /* decoding sequences still to place: drafts leave them room */
         for (seq *s = e->running; s && budget > 0;) {
             seq *next = s->next;
+            /* LongRoPE past the original length: every cached position is computed again */
+            if (s->n_done > 0 && cdx_model_rope_restart(e->m, s->rope_len, s->n_toks))
+                eng_seq_release_blocks(e, s);
             const int64_t left = s->n_toks - s->n_done;
             const bool decoding = left == 1;
             if (left <= 0 || decoding != (pass == 0)) {
@@ -336,7 +339,8 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             e->b_seqs[si] = s;
             e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
                                         .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
-                                        .type = e->o.kv_type, .state = s->state };
+                                        .type = e->o.kv_type, .state = s->state, .rope_len = s->n_toks };
+            s->rope_len = s->n_toks;
             for (int64_t p = s->n_done; p < last; p++) {
                 if (eng_seq_image_row(e, s, p, &e->b_embd[n], err)) {
                     /* the image cannot be encoded: this request ends, the batch is built again */

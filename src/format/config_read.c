@@ -26,7 +26,7 @@ static const cdx_hf_rule k_rules[] = {
     { "mlp_bias", "mlp_bias", "an MLP bias." },
     { "attention_bias", "attention_bias", "an attention bias on o_proj (attention_bias true where the class applies it to q, k, v and o; Qwen2 and Qwen2-MoE have q, k, v biases of their own, which caldrix runs)." },
     { "rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE." },
-    { "rope_scaling", "rope_scaling / rope_parameters", "any rope_scaling other than Llama 3's (rope_type \"llama3\") or linear, or a default one with a factor other than 1." },
+    { "rope_scaling", "rope_scaling / rope_parameters", "a rope_scaling kind other than linear, dynamic, yarn, longrope (su) and llama3, a default one with a factor other than 1, or one without the keys its kind needs." },
     { "sliding_window", "sliding_window, use_sliding_window, max_window_layers, layer_types", "a sliding window over some layers only (caldrix applies one window to every layer), except for Gemma2 and Gemma3, whose windows are per layer." },
     { "dimensions", "hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, vocab_size, max_position_embeddings", "dimensions missing, out of bounds or inconsistent with each other (kv heads that do not divide the heads, an odd head_dim); absent keys take the transformers class defaults." },
     { "experts", "num_experts / num_local_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers", "for a mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE, OLMoE, Granite MoE): no experts, more experts per token than experts, expert widths out of bounds, layer lists out of range." },
@@ -433,7 +433,46 @@ static int find_arch(ctx *c, cdx_hf_config *cfg, const arch_row **row)
                   what, list);
 }
 
-static int read_rope(ctx *c, cdx_hf_config *cfg)
+/* A number of rope_scaling (shown as "<rs_name>.<key>"); *present says whether it was there. */
+static int rope_num(ctx *c, json_t *rs, const char *rs_name, const char *key, double lo, double hi, double *out,
+                    bool *present)
+{
+    char shown[96];
+    snprintf(shown, sizeof shown, "%s.%s", rs_name, key);
+    return get_num_in(c, rs, key, shown, lo, hi, out, present);
+}
+
+static int rope_missing(ctx *c, const char *rs_name, const char *key, const char *type)
+{
+    return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s.%s is missing; %s rope scaling needs it", c->name, rs_name, key,
+                       type);
+}
+
+/* longrope's short_factor / long_factor: lists of positive numbers of one length (the rotated pairs;
+ * the loader checks it against n_rot / 2). */
+static int rope_factor_list(ctx *c, json_t *rs, const char *rs_name, const char *key, double *out, int *n)
+{
+    json_t *v = field(rs, key);
+    if (!v)
+        return rope_missing(c, rs_name, key, "longrope");
+    char shown[96];
+    snprintf(shown, sizeof shown, "%s.%s", rs_name, key);
+    if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > CDX_HF_MAX_ROPE_FACTORS)
+        return type_err(c, shown, v, "a list of 1..512 positive numbers");
+    if (*n && (int)json_array_size(v) != *n)
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s has %zu entries and short_factor %d; they must be as long",
+                           c->name, shown, json_array_size(v), *n);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_number(x) || !isfinite(json_number_value(x)) || !(json_number_value(x) > 0))
+            return type_err(c, shown, v, "a list of positive numbers");
+        out[i] = json_number_value(x);
+    }
+    *n = (int)json_array_size(v);
+    return CDX_OK;
+}
+
+static int read_rope(ctx *c, cdx_hf_config *cfg, const arch_row *row)
 {
     int rc;
     /* transformers v5 writes rope_parameters {rope_type, rope_theta, ...}; older configs write
@@ -469,46 +508,94 @@ static int read_rope(ctx *c, cdx_hf_config *cfg)
     if (!type || !strcmp(type, "default")) {
         char b[48];
         show(factor, b, sizeof b);
-        return REFUSE(c, "%s: %s.factor is %s with the default rope type; only Llama 3's rope scaling (rope_type "
-                      "\"llama3\") and the default (factor 1) are supported", c->name, rs_name, b);
+        return REFUSE(c, "%s: %s.factor is %s with the default rope type; name the scaling (rope_type \"linear\", "
+                      "\"dynamic\", \"yarn\", \"longrope\" or \"llama3\") or leave the factor at 1", c->name, rs_name, b);
     }
-    if (!strcmp(type, "linear")) { /* _compute_linear_scaling_rope_parameters: inv_freq / factor */
-        bool present;
-        char fs[64];
-        snprintf(fs, sizeof fs, "%s.factor", rs_name);
-        if ((rc = get_num_in(c, rs, "factor", fs, 1e-6, 1e6, &cfg->rope_factor, &present)))
+    static const struct { const char *name; cdx_hf_rope_type t; } kinds[] = {
+        { "linear", CDX_HF_ROPE_LINEAR }, { "llama3", CDX_HF_ROPE_LLAMA3 }, { "dynamic", CDX_HF_ROPE_DYNAMIC },
+        { "yarn", CDX_HF_ROPE_YARN },     { "longrope", CDX_HF_ROPE_LONGROPE }, { "su", CDX_HF_ROPE_LONGROPE },
+    };
+    cfg->rope_type = CDX_HF_ROPE_DEFAULT;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (!strcmp(type, kinds[i].name))
+            cfg->rope_type = kinds[i].t;
+    if (cfg->rope_type == CDX_HF_ROPE_DEFAULT)
+        return REFUSE(c, "%s: %s is \"%.40s\"; caldrix computes the rope scalings \"linear\", \"dynamic\", \"yarn\", "
+                      "\"longrope\" (\"su\") and \"llama3\" (modeling_rope_utils), not this one", c->name, shown, type);
+    bool present;
+    const char *tn = type;
+    /* original_max_position_embeddings: rope_scaling's, else the config's own (Phi3Config) */
+    if ((rc = get_int_in(c, rs, "original_max_position_embeddings",
+                         params ? "rope_parameters.original_max_position_embeddings"
+                                : "rope_scaling.original_max_position_embeddings",
+                         1, (int64_t)1 << 30, &cfg->rope_original_max_position, &present)))
+        return rc;
+    if (!present && row->orig_max_pos_key &&
+        (rc = get_int(c, "original_max_position_embeddings", 1, (int64_t)1 << 30, &cfg->rope_original_max_position,
+                      &present)))
+        return rc;
+    const bool has_orig = present;
+    bool has_factor;
+    if ((rc = rope_num(c, rs, rs_name, "factor", 0, 1e6, &cfg->rope_factor, &has_factor)))
+        return rc;
+    switch (cfg->rope_type) {
+    case CDX_HF_ROPE_LINEAR: /* inv_freq / factor */
+    case CDX_HF_ROPE_DYNAMIC: /* the base × ((factor·T/max_pos) - (factor - 1))^(d/(d-2)) past max_pos */
+        if (!has_factor)
+            return rope_missing(c, rs_name, "factor", tn);
+        return CDX_OK;
+    case CDX_HF_ROPE_LLAMA3: { /* _compute_llama3_parameters needs all four */
+        if (!has_factor)
+            return rope_missing(c, rs_name, "factor", tn);
+        if ((rc = rope_num(c, rs, rs_name, "low_freq_factor", 0, 1e6, &cfg->rope_low_freq_factor, &present)))
             return rc;
         if (!present)
-            return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; linear rope scaling needs it", c->name, fs);
-        cfg->rope_type = CDX_HF_ROPE_LINEAR;
+            return rope_missing(c, rs_name, "low_freq_factor", tn);
+        if ((rc = rope_num(c, rs, rs_name, "high_freq_factor", 0, 1e6, &cfg->rope_high_freq_factor, &present)))
+            return rc;
+        if (!present)
+            return rope_missing(c, rs_name, "high_freq_factor", tn);
+        if (cfg->rope_high_freq_factor <= cfg->rope_low_freq_factor)
+            return cdx_err_set(c->err, CDX_ERANGE, "%s: %s.high_freq_factor is %g; it must exceed low_freq_factor %g",
+                               c->name, rs_name, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+        if (!has_orig)
+            return rope_missing(c, rs_name, "original_max_position_embeddings", tn);
         return CDX_OK;
     }
-    if (strcmp(type, "llama3"))
-        return REFUSE(c, "%s: %s is \"%.40s\"; only Llama 3's rope scaling (rope_type \"llama3\"), \"linear\" and the "
-                      "default are supported", c->name, shown, type);
-    cfg->rope_type = CDX_HF_ROPE_LLAMA3;
-    /* _compute_llama3_parameters needs all four. */
-    static const char *const keys[] = { "factor", "low_freq_factor", "high_freq_factor" };
-    double *dst[] = { &cfg->rope_factor, &cfg->rope_low_freq_factor, &cfg->rope_high_freq_factor };
-    for (int i = 0; i < 3; i++) {
-        bool present;
-        snprintf(shown, sizeof shown, "%s.%s", rs_name, keys[i]);
-        if ((rc = get_num_in(c, rs, keys[i], shown, 0, 1e6, dst[i], &present)))
+    case CDX_HF_ROPE_YARN:
+    case CDX_HF_ROPE_LONGROPE:
+        /* transformers v5: original_max_position_embeddings defaults to max_position_embeddings, and an
+         * absent factor is max_position_embeddings / original_max_position_embeddings */
+        if (!has_orig)
+            cfg->rope_original_max_position = cfg->max_position_embeddings;
+        if (!has_factor)
+            cfg->rope_factor = (double)cfg->max_position_embeddings / (double)cfg->rope_original_max_position;
+        if ((rc = rope_num(c, rs, rs_name, "attention_factor", 0, 1e6, &cfg->rope_attn_factor, NULL)))
             return rc;
-        if (!present)
-            return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; llama3 rope scaling needs it", c->name, shown);
+        if (cfg->rope_type == CDX_HF_ROPE_LONGROPE) {
+            cfg->n_rope_factors = 0;
+            if ((rc = rope_factor_list(c, rs, rs_name, "short_factor", cfg->rope_short, &cfg->n_rope_factors)) ||
+                (rc = rope_factor_list(c, rs, rs_name, "long_factor", cfg->rope_long, &cfg->n_rope_factors)))
+                return rc;
+            return CDX_OK;
+        }
+        if ((rc = rope_num(c, rs, rs_name, "beta_fast", 0, 1e6, &cfg->rope_beta_fast, NULL)) ||
+            (rc = rope_num(c, rs, rs_name, "beta_slow", 0, 1e6, &cfg->rope_beta_slow, NULL)) ||
+            (rc = rope_num(c, rs, rs_name, "mscale", 0, 1e6, &cfg->rope_mscale, NULL)) ||
+            (rc = rope_num(c, rs, rs_name, "mscale_all_dim", 0, 1e6, &cfg->rope_mscale_all_dim, NULL)))
+            return rc;
+        cfg->rope_truncate = true;
+        json_t *tr = field(rs, "truncate");
+        if (tr && !json_is_boolean(tr)) {
+            snprintf(shown, sizeof shown, "%s.truncate", rs_name);
+            return type_err(c, shown, tr, "true or false");
+        }
+        if (tr)
+            cfg->rope_truncate = json_is_true(tr);
+        return CDX_OK;
+    default:
+        return CDX_OK;
     }
-    if (cfg->rope_high_freq_factor <= cfg->rope_low_freq_factor)
-        return cdx_err_set(c->err, CDX_ERANGE, "%s: %s.high_freq_factor is %g; it must exceed low_freq_factor %g", c->name,
-                           rs_name, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
-    bool present;
-    snprintf(shown, sizeof shown, "%s.original_max_position_embeddings", rs_name);
-    if ((rc = get_int_in(c, rs, "original_max_position_embeddings", shown, 1, (int64_t)1 << 30,
-                         &cfg->rope_original_max_position, &present)))
-        return rc;
-    if (!present)
-        return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s is missing; llama3 rope scaling needs it", c->name, shown);
-    return CDX_OK;
 }
 
 /* SmolLM3Config: no_rope_layers (1: the layer rotates q and k, 0: a NoPE layer; at least one entry per
@@ -928,7 +1015,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if (row->layout == CDX_HF_ENCODER && (rc = read_encoder(&c, cfg, row)))
         goto out;
     cfg->rope_theta = row->rope_theta;
-    if ((rc = read_rope(&c, cfg)))
+    if ((rc = read_rope(&c, cfg, row)))
         goto out;
 
     if ((rc = read_act(&c, cfg, row, objs, obj_names)))
@@ -1015,6 +1102,19 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
             goto out;
     }
     cfg->partial_rotary_factor = 1.0;
+    if (row->partial_rotary > 0) { /* Phi3Config, StableLmConfig: the rotated share of head_dim */
+        cfg->partial_rotary_factor = row->partial_rotary;
+        if ((rc = get_num_in(&c, root, "partial_rotary_factor", "partial_rotary_factor", 0, 1,
+                             &cfg->partial_rotary_factor, NULL)))
+            goto out;
+        const int64_t n_rot = (int64_t)((double)cfg->head_dim * cfg->partial_rotary_factor); /* int(), as transformers */
+        if (n_rot < 2 || n_rot % 2) {
+            rc = cdx_err_set(err, CDX_ERANGE, "%s: partial_rotary_factor %g of head_dim %lld gives %lld rotated "
+                             "dimensions; expected an even count of at least 2", c.name, cfg->partial_rotary_factor,
+                             (long long)cfg->head_dim, (long long)n_rot);
+            goto out;
+        }
+    }
     if (qwen35 && (rc = read_qwen35(&c, cfg)))
         goto out;
     if (cfg->text_config) { /* the top level's tie_word_embeddings and dtype win (the reference reads them first) */

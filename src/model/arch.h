@@ -64,6 +64,10 @@ typedef struct arch_desc {
                                    else by the softmax over all (renormalised as norm_topk_prob says) */
     bool hf_experts_fused;      /* HF experts stacked: a [E, 2·I, H] gate|up tensor and an [E, H, I] down tensor
                                    (Granite MoE's input_linear / output_linear), split at load */
+    bool fused_qkv;             /* q, k and v are one matrix (rows q | k | v: Phi3's qkv_proj, llama.cpp's attn_qkv),
+                                   bound as ROLE_WQKV and split at load */
+    bool fused_gate_up;         /* gate and up are one matrix (rows gate | up: Phi3's gate_up_proj, llama.cpp's
+                                   2·n_ff-row ffn_up), bound as ROLE_GATE_UP and split at load */
     bool embd_sqrt;             /* the embeddings × sqrt(n_embd), a number held in the compute type (Gemma's
                                    normalizer: torch.tensor(hidden_size**0.5, dtype)) */
     /* convert (llama.cpp's convert_hf_to_gguf.py) */
@@ -78,6 +82,7 @@ typedef struct arch_desc {
                                    the converter writes them, adds 1 to the norms and drops lm_head */
     int gguf_swa_period;        /* sliding_window_pattern's default: layer l slides iff l % p < p - 1 */
     int64_t gguf_swa_default;   /* attention.sliding_window when absent (Gemma2: 4096); 0: no window */
+    bool gguf_swa_all;          /* attention.sliding_window (0: none) over every layer; convert writes it */
     int64_t gguf_scale_layers;  /* llama.cpp's 27B rule: at this block count the softmax scale is
                                    (n_embd / n_head)^-½ (Gemma2/3-27B's query_pre_attn_scalar), else head_dim^-½ */
     const role_name *names;     /* its own tensor names, or NULL */
@@ -98,12 +103,13 @@ void arch_titles(bool (*pick)(const arch_desc *d), char *out, size_t cap);
  * cdx_model_tensor_specs follow): per layer the norm, attention or Gated DeltaNet, the FFN norm, the MLP. */
 typedef enum {
     ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUTPUT, ROLE_ROPE_FREQS,
-    ROLE_ATTN_NORM, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_QNORM, ROLE_KNORM,
+    ROLE_ROPE_LONG, ROLE_ROPE_SHORT, /* GGUF LongRoPE factors (llama.cpp's rope_factors_long / _short) */
+    ROLE_ATTN_NORM, ROLE_WQKV, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_QNORM, ROLE_KNORM,
     /* Gated DeltaNet (Qwen3.5 linear attention) */
     ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_NORM,
     ROLE_SSM_OUT,
     ROLE_ATTN_POST_NORM, /* arch_desc.post_norms: the attention output's norm */
-    ROLE_FFN_NORM, ROLE_GATE, ROLE_UP, ROLE_DOWN,
+    ROLE_FFN_NORM, ROLE_GATE_UP, ROLE_GATE, ROLE_UP, ROLE_DOWN,
     ROLE_FFN_POST_NORM,  /* arch_desc.post_norms: the MLP output's norm */
     ROLE_COUNT
 } tensor_role;
@@ -162,6 +168,7 @@ struct cdx_model {
     float *out_norm;                    /* [n_embd] */
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     float *inv_freq_swa;                /* [n_rot/2]: the sliding layers' (hp.rope_theta_swa), or NULL */
+    float *inv_freq_long;               /* [n_rot/2]: LongRoPE's long factors (inv_freq holds the short), or NULL */
     uint8_t *swa_layers;                /* [n_layer] (hp.swa_layers) or NULL */
     layer_weights *layers;              /* [n_layer] */
     cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */
@@ -199,6 +206,26 @@ struct cdx_model {
 int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_err *err);
 void encoder_free(struct encoder_model *e);
 void encoder_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
+/* ---- RoPE frequencies (rope.c) ---- */
+
+/* A model's RoPE scaling, from config.json's rope_scaling or a GGUF file's rope.scaling.* keys. */
+typedef struct rope_scaling {
+    cdx_hf_rope_type type;
+    double factor, low_freq_factor, high_freq_factor;
+    double attn_factor;                 /* yarn, longrope: as given; 0: the kind's rule */
+    double beta_fast, beta_slow, mscale, mscale_all_dim; /* yarn; 0: absent */
+    bool truncate;                      /* yarn */
+    int64_t orig_ctx;                   /* original_max_position_embeddings */
+    int64_t max_pos;                    /* max_position_embeddings (dynamic) */
+    const float *short_f, *long_f;      /* longrope: [n_rot/2] each */
+} rope_scaling;
+
+/* m->inv_freq (and inv_freq_long, inv_freq_swa) for m->hp, divided by freq_factors ([n_rot/2], GGUF's
+ * rope_freqs.weight) where given, scaled as rs says (NULL: not), and hp's per-pass fields and attention
+ * factor set; the kinds refused here are named. */
+int rope_init(cdx_model *m, const float *freq_factors, const rope_scaling *rs, const char *path, cdx_err *err);
+/* Dynamic NTK: the frequencies of a pass whose sequence is T positions long ([n_rot/2] into out). */
+void rope_dynamic_freqs(const cdx_hparams *hp, int64_t T, float *out);
 
 /* ---- the vision tower (vision.c) ---- */
 

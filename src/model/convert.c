@@ -532,6 +532,31 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         cdx_gguf_writer_set_str(w, K(ROPE_SCALING_TYPE), "linear");
         cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_FACTOR), (float)cfg->rope_factor);
     }
+    const int64_t n_rot = (int64_t)((double)cfg->head_dim * cfg->partial_rotary_factor);
+    if (n_rot != cfg->head_dim && !d->hybrid) /* partial rotary (Phi3MiniModel: int(rot_pct·n_embd) // n_head) */
+        cdx_gguf_writer_set_u32(w, K(ROPE_DIM_COUNT), (uint32_t)n_rot);
+    if (cfg->rope_type == CDX_HF_ROPE_YARN) { /* TextModel.set_gguf_parameters */
+        cdx_gguf_writer_set_str(w, K(ROPE_SCALING_TYPE), "yarn");
+        cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_FACTOR), (float)cfg->rope_factor);
+        cdx_gguf_writer_set_u32(w, K(ROPE_SCALING_ORIG_CTX_LEN), (uint32_t)cfg->rope_original_max_position);
+        if (cfg->rope_attn_factor > 0)
+            cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_YARN_ATTN_FACTOR), (float)cfg->rope_attn_factor);
+        if (cfg->rope_beta_fast > 0)
+            cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_YARN_BETA_FAST), (float)cfg->rope_beta_fast);
+        if (cfg->rope_beta_slow > 0)
+            cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_YARN_BETA_SLOW), (float)cfg->rope_beta_slow);
+    }
+    if (cfg->rope_type == CDX_HF_ROPE_LONGROPE) { /* Phi3MiniModel: the original length and the attention factor
+                                                     (the factors are tensors); the type as TextModel writes it */
+        const double scale = (double)cfg->max_position_embeddings / (double)cfg->rope_original_max_position;
+        const double att = cfg->rope_attn_factor > 0 ? cfg->rope_attn_factor
+                           : scale > 1.0 ? sqrt(1 + log(scale) / log((double)cfg->rope_original_max_position)) : 1.0;
+        cdx_gguf_writer_set_str(w, K(ROPE_SCALING_TYPE), "longrope");
+        cdx_gguf_writer_set_u32(w, K(ROPE_SCALING_ORIG_CTX_LEN), (uint32_t)cfg->rope_original_max_position);
+        cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_ATTN_FACTOR), (float)att);
+    }
+    if (d->gguf_swa_all) /* Phi3MiniModel: 0 for none */
+        cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW), (uint32_t)(cfg->sliding_window > 0 ? cfg->sliding_window : 0));
     if (d->hybrid) { /* Qwen3NextModel / _Qwen35MRopeMixin.set_gguf_parameters */
         cdx_gguf_writer_set_u32(w, K(SSM_CONV_KERNEL), (uint32_t)cfg->linear_conv_kernel);
         cdx_gguf_writer_set_u32(w, K(SSM_STATE_SIZE), (uint32_t)cfg->linear_k_dim);
@@ -631,7 +656,7 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
                              d->gguf_name);
             goto fail;
         }
-    } else if (cfg->sliding_window > 0)
+    } else if (cfg->sliding_window > 0 && !d->gguf_swa_all)
         snprintf(c->notes, sizeof c->notes, "sliding_window %lld is not written: GGUF \"%s\" has no key for it, so "
                  "llama.cpp attends to the whole context\n", (long long)cfg->sliding_window, d->gguf_name);
     if ((rc = cdx_st_open(dir, &c->st, err)))
@@ -680,6 +705,25 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         llama3_factors(cfg, cfg->head_dim, freqs);
         n_params += (uint64_t)(cfg->head_dim / 2);
     }
+    /* rope scalings llama.cpp's GGUF cannot say: refused by name rather than written as another */
+    if (cfg->rope_type == CDX_HF_ROPE_DYNAMIC) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: rope_scaling \"dynamic\" (NTK) has no GGUF form "
+                         "llama.cpp reads; run the checkpoint itself", dir);
+        goto fail;
+    }
+    if (cfg->rope_type == CDX_HF_ROPE_YARN &&
+        (!cfg->rope_truncate || (!(cfg->rope_attn_factor > 0) && (cfg->rope_mscale > 0 || cfg->rope_mscale_all_dim > 0)))) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: rope_scaling yarn with %s has no GGUF key; run the "
+                         "checkpoint itself", dir, !cfg->rope_truncate ? "truncate false" : "mscale / mscale_all_dim");
+        goto fail;
+    }
+    const int64_t n_lr = cfg->rope_type == CDX_HF_ROPE_LONGROPE ? cfg->n_rope_factors : 0;
+    if (n_lr && n_lr != (int64_t)((double)cfg->head_dim * cfg->partial_rotary_factor) / 2) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: rope_scaling's factor lists have %lld entries; longrope "
+                         "needs one per rotated pair", dir, (long long)n_lr);
+        goto fail;
+    }
+    n_params += 2 * (uint64_t)n_lr;
     if ((rc = write_metadata(c, w, dir, d, &o, ft->llama_ftype, n_params)) < 0) {
         rc = cdx_err_set(err, rc, "%s: out of memory writing metadata", dir);
         goto fail;
@@ -687,6 +731,15 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
     if (has_freqs) {
         uint64_t ne[1] = { (uint64_t)(cfg->head_dim / 2) };
         if ((rc = add_tensor(c, w, "rope_freqs.weight", CDX_TYPE_F32, 1, ne, freqs, NULL, err)))
+            goto fail;
+    }
+    for (int k = 0; k < 2 && n_lr; k++) { /* Phi3MiniModel.generate_extra_tensors: long, then short, f32 */
+        float lf[CDX_HF_MAX_ROPE_FACTORS];
+        for (int64_t i = 0; i < n_lr; i++)
+            lf[i] = (float)(k ? cfg->rope_short[i] : cfg->rope_long[i]);
+        uint64_t ne[1] = { (uint64_t)n_lr };
+        if ((rc = add_tensor(c, w, k ? "rope_factors_short.weight" : "rope_factors_long.weight", CDX_TYPE_F32, 1, ne,
+                             lf, NULL, err)))
             goto fail;
     }
     for (size_t i = 0; i < n_src; i++) {

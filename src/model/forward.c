@@ -32,6 +32,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->s.x); free(fc->s.xn); free(fc->s.q); free(fc->s.kk); free(fc->s.vv); free(fc->s.attn);
     free(fc->s.ffn_g); free(fc->s.ffn_u); free(fc->s.pos); free(fc->s.seq); free(fc->s.ws);
     free(fc->s.arows);
+    free(fc->s.rope_f); free(fc->s.rope_buf);
     free(fc->s.router); free(fc->s.xg); free(fc->s.yg); free(fc->s.moe); free(fc->s.sel_w); free(fc->s.grp_w);
     free(fc->s.sel_e); free(fc->s.grp_tok);
     hybrid_ctx_free(fc->hy);
@@ -111,13 +112,19 @@ int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_thre
     fc->s.pos = malloc(n * sizeof(int64_t));
     fc->s.seq = malloc(n * sizeof(int32_t));
     fc->s.arows = malloc(n * sizeof *fc->s.arows);
+    bool rope_ok = true;
+    if (hp->rope_pass) { /* per-pass RoPE frequencies (dynamic NTK, LongRoPE) */
+        fc->s.rope_f = malloc(n * sizeof *fc->s.rope_f);
+        fc->s.rope_buf = malloc(n * (size_t)(hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1) * sizeof(float));
+        rope_ok = fc->s.rope_f && fc->s.rope_buf;
+    }
     size_t ws = 0;
     for (size_t i = 0; i < m->n_mats; i++) {
         size_t b = cdx_matmul_ws_bytes(m->mats[i], max_tokens, cdx_pool_size(fc->s.pool));
         ws = b > ws ? b : ws;
     }
     fc->s.ws = malloc(ws ? ws : 1);
-    if (!moe_ok || !fc->s.x || !fc->s.xn || !fc->s.q || !fc->s.kk || !fc->s.vv || !fc->s.attn || !fc->s.ffn_g || !fc->s.ffn_u || !fc->s.pos ||
+    if (!moe_ok || !rope_ok || !fc->s.x || !fc->s.xn || !fc->s.q || !fc->s.kk || !fc->s.vv || !fc->s.attn || !fc->s.ffn_g || !fc->s.ffn_u || !fc->s.pos ||
         !fc->s.seq || !fc->s.ws || !fc->s.arows) {
         cdx_forward_ctx_free(fc);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
@@ -168,9 +175,11 @@ static void qkv_part(void *arg, int ith, int nth)
         }
         if (!hp->nope_layer || !hp->nope_layer[j->l]) { /* SmolLM3's NoPE layers rotate nothing */
             /* Gemma3: the sliding layers rotate with their own base */
-            const float *f = m->inv_freq_swa && cdx_hparams_window(hp, j->l) ? m->inv_freq_swa : m->inv_freq;
-            model_rope(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode);
-            model_rope(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode);
+            const bool swa = m->inv_freq_swa && cdx_hparams_window(hp, j->l);
+            const float *f = swa ? m->inv_freq_swa : fc->s.rope_f ? fc->s.rope_f[i] : m->inv_freq;
+            const float att = swa ? 0 : hp->rope_attn_factor; /* YaRN's / LongRoPE's attention factor */
+            model_rope_att(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
+            model_rope_att(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
         }
         model_kv_store(&j->seqs[fc->s.seq[i]], j->l, fc->s.pos[i], kvd, k, v);
     }
@@ -232,6 +241,8 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
                                ashape.kv_type, seqs[s].type);
     if (fc->hy)
         return hybrid_forward(fc->hy, m, &fc->s, seqs, n_seq, b, logits, err);
+    if (hp->rope_pass) /* each sequence's frequencies for this pass; LongRoPE's re-rotation */
+        model_rope_pass(m, &fc->s, seqs, n);
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];

@@ -51,6 +51,9 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     const cdx_kernels *K = s->k;
     cdx_pool *pool = s->pool;
+    if (hp->rope_pass || hp->rope_attn_factor || hp->n_rot != hd)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: this model's RoPE (partial rotary, or dynamic, YaRN "
+                           "or LongRoPE scaling) is computed in f32 only; use --dtype f32");
     if (hp->rope_mode != CDX_ROPE_HALVES || hd > 512)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: rope pairing %d, head_dim %lld; it runs "
                            "transformers' rotate_half with head_dim <= 512", (int)hp->rope_mode, (long long)hd);

@@ -16,9 +16,9 @@
 /* ---- tensor roles ---- */
 
 typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE,
-               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2 } dim_kind;
+               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2, D_QKV, D_FF2 } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
-               NEED_POST_NORM } need_kind;
+               NEED_POST_NORM, NEED_SPLIT_QKV, NEED_FUSED_QKV, NEED_SPLIT_FFN, NEED_FUSED_FFN } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -31,10 +31,13 @@ static const struct role_desc {
     [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
     [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
     [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
+    [ROLE_ROPE_LONG]  = { "rope_factors_long.weight",   NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
+    [ROLE_ROPE_SHORT] = { "rope_factors_short.weight",  NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
     [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_PRE_NORM, CDX_TENSOR_NORM },
-    [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_QG,    D_EMBD, NEED_ALWAYS },
-    [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
-    [ROLE_WV]         = { "blk.%d.attn_v.weight",       "model.layers.%d.self_attn.v_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_ALWAYS },
+    [ROLE_WQKV]       = { "blk.%d.attn_qkv.weight",     "model.layers.%d.self_attn.qkv_proj.weight",   true,  true,  D_QKV,   D_EMBD, NEED_FUSED_QKV },
+    [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_QG,    D_EMBD, NEED_SPLIT_QKV },
+    [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_SPLIT_QKV },
+    [ROLE_WV]         = { "blk.%d.attn_v.weight",       "model.layers.%d.self_attn.v_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_SPLIT_QKV },
     [ROLE_WO]         = { "blk.%d.attn_output.weight",  "model.layers.%d.self_attn.o_proj.weight",     true,  true,  D_EMBD,  D_Q,    NEED_ALWAYS },
     [ROLE_BQ]         = { "blk.%d.attn_q.bias",         "model.layers.%d.self_attn.q_proj.bias",       true,  false, D_Q,     D_NONE, NEED_QKV_BIAS },
     [ROLE_BK]         = { "blk.%d.attn_k.bias",         "model.layers.%d.self_attn.k_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
@@ -43,8 +46,9 @@ static const struct role_desc {
     [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_KN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
     [ROLE_ATTN_POST_NORM] = { "blk.%d.post_attention_norm.weight", "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
     [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_PRE_NORM, CDX_TENSOR_NORM },
-    [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
-    [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_ALWAYS },
+    [ROLE_GATE_UP]    = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.gate_up_proj.weight",     true,  true,  D_FF2,   D_EMBD, NEED_FUSED_FFN },
+    [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_SPLIT_FFN },
+    [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_SPLIT_FFN },
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
     [ROLE_FFN_POST_NORM] = { "blk.%d.post_ffw_norm.weight", "model.layers.%d.post_feedforward_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
     /* Gated DeltaNet (Qwen3.5 linear_attn; GGUF names as llama.cpp's qwen35, whose ssm_a is -exp(A_log)) */
@@ -88,6 +92,10 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
     case NEED_QK_NORM: return qk_norm;
     case NEED_PRE_NORM: return !d->no_pre_norms;
     case NEED_POST_NORM: return d->post_norms;
+    case NEED_SPLIT_QKV: return !d->fused_qkv;
+    case NEED_FUSED_QKV: return d->fused_qkv;
+    case NEED_SPLIT_FFN: return !d->fused_gate_up;
+    case NEED_FUSED_FFN: return d->fused_gate_up;
     default: return true;
     }
 }
@@ -100,8 +108,10 @@ const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool
         *per_layer = k_roles[r].per_layer;
     /* a norm the family's layers do not have names nothing (OLMo 2's post_attention_layernorm is the
      * attention output's norm, not the MLP's input norm) */
-    if (d && (k_roles[r].need == NEED_PRE_NORM || k_roles[r].need == NEED_POST_NORM) &&
-        !role_in_family(d, k_roles[r].need, false, false))
+    const need_kind nk = k_roles[r].need;
+    if (d && (nk == NEED_PRE_NORM || nk == NEED_POST_NORM || nk == NEED_SPLIT_QKV || nk == NEED_FUSED_QKV ||
+              nk == NEED_SPLIT_FFN || nk == NEED_FUSED_FFN) &&
+        !role_in_family(d, nk, false, false))
         return NULL;
     return gguf ? role_gguf_name(d, r) : role_hf_name(d, r);
 }
@@ -126,6 +136,8 @@ static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
     case D_SSM_DV: return hp->ssm_d_v;
     case D_SSM_K: return hp->ssm_conv_k;
     case D_FFE2: return 2 * hp->n_ff_expert;
+    case D_QKV: return (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
+    case D_FF2: return 2 * hp->n_ff;
     case D_QN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head : 1);
     case D_KN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head_kv : 1);
     default: return 1;
@@ -476,11 +488,11 @@ static void walk(const walker *w)
         const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
         for (int r = 0; r < ROLE_COUNT; r++) {
             const struct role_desc *rd = &k_roles[r];
-            if (!rd->per_layer || (sparse && (r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN)))
+            const bool mlp = r == ROLE_GATE_UP || r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN;
+            if (!rd->per_layer || (sparse && mlp))
                 continue;
             /* a Gated DeltaNet layer has its norms, linear_attn.* and the MLP; the others no linear_attn.* */
-            const bool shared = r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || r == ROLE_GATE || r == ROLE_UP ||
-                                r == ROLE_DOWN;
+            const bool shared = r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || mlp;
             if ((rd->need == NEED_LINEAR) != linear && !shared)
                 continue;
             if (!role_in_family(d, rd->need, bias, d->qk_norm))
@@ -512,6 +524,8 @@ static void walk(const walker *w)
     /* the head: required when the plan says the model has its own; else an optional tie-breaker */
     emit_role(w, d, ROLE_OUTPUT, 0, p->untied);
     emit_role(w, d, ROLE_ROPE_FREQS, 0, false);
+    emit_role(w, d, ROLE_ROPE_LONG, 0, false);
+    emit_role(w, d, ROLE_ROPE_SHORT, 0, false);
 }
 
 typedef struct { void (*fn)(void *ctx, const char *name, bool required); void *ctx; } names_fwd;
@@ -575,62 +589,6 @@ static int collect_mats(cdx_model *m, cdx_err *err)
     return CDX_OK;
 }
 
-/* ---- RoPE frequencies ---- */
-
-static int rope_init(cdx_model *m, const float *freq_factors, const cdx_hf_config *scaling, const char *path, cdx_err *err)
-{
-    cdx_hparams *hp = &m->hp;
-    int64_t half = hp->n_rot / 2;
-    m->inv_freq = malloc((size_t)half * sizeof(float));
-    if (!m->inv_freq)
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    for (int64_t i = 0; i < half; i++) {
-        /* transformers: 1 / base^(2i/d), computed in float32 */
-        float e = (float)(2 * i) / (float)hp->n_rot;
-        m->inv_freq[i] = (float)(1.0 / pow(hp->rope_theta, (double)e));
-        if (freq_factors)
-            m->inv_freq[i] /= freq_factors[i];
-    }
-    if (hp->rope_theta_swa > 0) { /* Gemma3's sliding layers: their own base, the default rotation */
-        if (!(m->inv_freq_swa = malloc((size_t)half * sizeof(float))))
-            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-        for (int64_t i = 0; i < half; i++)
-            m->inv_freq_swa[i] = (float)(1.0 / pow(hp->rope_theta_swa, (double)((float)(2 * i) / (float)hp->n_rot)));
-    }
-    if (scaling && scaling->rope_type == CDX_HF_ROPE_LINEAR) {
-        /* _compute_linear_scaling_rope_parameters: inv_freq / factor (f32) */
-        for (int64_t i = 0; i < half; i++)
-            m->inv_freq[i] /= (float)scaling->rope_factor;
-        snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
-                 "linear rope scaling applied (factor %g)\n", scaling->rope_factor);
-    } else if (scaling) {
-        /* Llama 3 (modeling_rope_utils._compute_llama3_parameters) */
-        double factor = scaling->rope_factor, low = scaling->rope_low_freq_factor;
-        double high = scaling->rope_high_freq_factor, orig = (double)scaling->rope_original_max_position;
-        if (!(factor > 0) || !(low > 0) || !(high > low) || !(orig > 0))
-            return cdx_err_set(err, CDX_EFORMAT,
-                               "%s: rope_scaling (llama3) needs factor, low_freq_factor < high_freq_factor and "
-                               "original_max_position_embeddings, all positive", path);
-        double low_wl = orig / low, high_wl = orig / high;
-        for (int64_t i = 0; i < half; i++) {
-            double f = m->inv_freq[i], wl = 2 * M_PI / f;
-            double nf;
-            if (wl < high_wl)
-                nf = f;
-            else if (wl > low_wl)
-                nf = f / factor;
-            else {
-                double s = (orig / wl - low) / (high - low);
-                nf = (1 - s) * f / factor + s * f;
-            }
-            m->inv_freq[i] = (float)nf;
-        }
-        snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
-                 "llama3 rope scaling applied (factor %g)\n", factor);
-    }
-    return CDX_OK;
-}
-
 /* ---- common binding ---- */
 
 static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *path, cdx_err *err)
@@ -652,9 +610,9 @@ static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *
     if (hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rotary dimension count is %lld; expected an even count in 2..%lld "
                            "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
-    if (!hp->linear_layer && (hp->n_rot != hp->head_dim || hp->n_rot % 2))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope dimension count is %lld; caldrix needs it equal to head_dim (%lld)",
-                           path, (long long)hp->n_rot, (long long)hp->head_dim);
+    if (!hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: rope dimension count is %lld; expected an even count in 2..%lld "
+                           "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
                            (double)hp->rms_eps, hp->rope_theta);
@@ -707,7 +665,19 @@ static int bind_linear_layer(binder *b, int il, layer_weights *L, cdx_err *err)
     return CDX_OK;
 }
 
-static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
+/* A fused matrix (rows a | b [| c]) as views of its row ranges. */
+static void split_rows(const cdx_mat *f, cdx_mat *const *out, const int64_t *rows, int n)
+{
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        *out[i] = *f;
+        out[i]->rows = rows[i];
+        out[i]->data = (const uint8_t *)f->data + off;
+        off += (size_t)rows[i] * f->row_bytes;
+    }
+}
+
+static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
 {
     cdx_model *m = b->m;
     cdx_hparams *hp = &m->hp;
@@ -717,12 +687,14 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    bool has_output = false, has_freqs = false;
-    float *freqs = NULL;
+    bool has_output = false, has_freqs = false, has_long = false, has_short = false;
+    float *freqs = NULL, *f_long = NULL, *f_short = NULL;
     if ((rc = bind_role(b, ROLE_TOK_EMBD, 0, &m->tok_embd, NULL, NULL, err)) ||
         (rc = bind_role(b, ROLE_OUT_NORM, 0, NULL, &m->out_norm, NULL, err)) ||
         (rc = bind_role(b, ROLE_OUTPUT, 0, &m->output, NULL, &has_output, err)) ||
-        (rc = bind_role(b, ROLE_ROPE_FREQS, 0, NULL, &freqs, &has_freqs, err)))
+        (rc = bind_role(b, ROLE_ROPE_FREQS, 0, NULL, &freqs, &has_freqs, err)) ||
+        (rc = bind_role(b, ROLE_ROPE_LONG, 0, NULL, &f_long, &has_long, err)) ||
+        (rc = bind_role(b, ROLE_ROPE_SHORT, 0, NULL, &f_short, &has_short, err)))
         goto out;
     if (!has_output) {
         if (!b->gguf && !hp->tied_embeddings) {
@@ -746,10 +718,18 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
                 goto out;
             continue;
         }
+        if (m->desc->fused_qkv) { /* one q | k | v matrix (Phi3's qkv_proj), its row ranges as wq, wk, wv */
+            cdx_mat f;
+            if ((rc = bind_role(b, ROLE_WQKV, il, &f, NULL, NULL, err)))
+                goto out;
+            const int64_t r[3] = { hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim,
+                                   hp->n_head_kv * hp->head_dim };
+            split_rows(&f, (cdx_mat *const[]){ &L->wq, &L->wk, &L->wv }, r, 3);
+        } else if ((rc = bind_role(b, ROLE_WQ, il, &L->wq, NULL, NULL, err)) ||
+                   (rc = bind_role(b, ROLE_WK, il, &L->wk, NULL, NULL, err)) ||
+                   (rc = bind_role(b, ROLE_WV, il, &L->wv, NULL, NULL, err)))
+            goto out;
         if ((rc = bind_role(b, ROLE_ATTN_NORM, il, NULL, &L->attn_norm, NULL, err)) ||
-            (rc = bind_role(b, ROLE_WQ, il, &L->wq, NULL, NULL, err)) ||
-            (rc = bind_role(b, ROLE_WK, il, &L->wk, NULL, NULL, err)) ||
-            (rc = bind_role(b, ROLE_WV, il, &L->wv, NULL, NULL, err)) ||
             (rc = bind_role(b, ROLE_WO, il, &L->wo, NULL, NULL, err)) ||
             (rc = bind_role(b, ROLE_BQ, il, NULL, &L->bq, NULL, err)) ||
             (rc = bind_role(b, ROLE_BK, il, NULL, &L->bk, NULL, err)) ||
@@ -772,7 +752,13 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
         }
         if (sparse)
             rc = bind_moe_layer(b, il, L, err);
-        else if (!(rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) &&
+        else if (m->desc->fused_gate_up) { /* one gate | up matrix (Phi3's gate_up_proj, llama.cpp's ffn_up) */
+            cdx_mat f;
+            if (!(rc = bind_role(b, ROLE_GATE_UP, il, &f, NULL, NULL, err))) {
+                split_rows(&f, (cdx_mat *const[]){ &L->gate, &L->up }, (const int64_t[]){ hp->n_ff, hp->n_ff }, 2);
+                rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err);
+            }
+        } else if (!(rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) &&
                  !(rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)))
             rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err);
         if (rc)
@@ -802,15 +788,29 @@ static int bind_all(binder *b, const cdx_hf_config *rope_scaling, cdx_err *err)
                              b->tensors[i].name, hp->arch_name);
             goto out;
         }
-    if (has_freqs && rope_scaling) {
-        rc = cdx_err_set(err, CDX_EFORMAT, "%s: both rope_freqs.weight and rope_scaling are given", b->path);
+    if (has_freqs && rs && rs->type != CDX_HF_ROPE_DEFAULT) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: both rope_freqs.weight and rope scaling \"%s\" are given", b->path,
+                         rs->type == CDX_HF_ROPE_LONGROPE ? "longrope" : "of another kind");
         goto out;
     }
     if (has_freqs)
         snprintf(m->notes + strlen(m->notes), sizeof m->notes - strlen(m->notes),
                  "rope frequencies scaled by rope_freqs.weight\n");
-    rc = rope_init(m, freqs, rope_scaling, b->path, err);
+    if (has_long != has_short || ((has_long || has_short) && (!rs || rs->type != CDX_HF_ROPE_LONGROPE))) {
+        rc = cdx_err_set(err, CDX_EFORMAT, "%s: rope_factors_long.weight and rope_factors_short.weight come as a pair, "
+                         "with LongRoPE scaling (this file has %s)", b->path,
+                         has_long && has_short ? "both, without its keys" : has_long ? "only the long factors"
+                                                                                  : "only the short factors");
+        goto out;
+    }
+    if (has_long) {
+        rs->long_f = f_long;
+        rs->short_f = f_short;
+    }
+    rc = rope_init(m, freqs, rs, b->path, err);
 out:
+    free(f_long);
+    free(f_short);
     free(freqs);
     free(b->by_name);
     b->by_name = NULL;
@@ -932,6 +932,83 @@ static int hybrid_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
     hp->linear_layer = m->linear_layer;
     hp->attn_gate = true;
     hp->ssm_v_tiled = true;
+    return CDX_OK;
+}
+
+/* A GGUF file's RoPE scaling (llama.cpp's rope.scaling.* keys, TextModel.set_gguf_parameters and
+ * Phi3MiniModel's): "linear" (the factor; Gemma3: the full-attention layers only), "yarn" (the factor,
+ * original_context_length, yarn_beta_fast / _slow, yarn_attn_factor: transformers' attention_factor),
+ * "longrope" or llama.cpp's Phi3 layout without a type (rope_factors_long / _short tensors,
+ * original_context_length, attn_factor), and "dynamic" (caldrix's reading: the factor over
+ * context_length; llama.cpp has no dynamic NTK). Computed as transformers computes them (rope.c). */
+static int gguf_rope_scaling(const cdx_gguf *g, const char *a, const cdx_hparams *hp, rope_scaling *rs, cdx_err *err)
+{
+    const char *path = g->path;
+    char key[160];
+    cdx_gguf_str st = { 0 };
+    const bool has_type = cdx_gguf_get_str(g, cdx_gguf_key_name(CDX_GK_ROPE_SCALING_TYPE, a, key, sizeof key), &st);
+    const bool factors = cdx_gguf_tensor_find(g, "rope_factors_long.weight") != NULL;
+    char type[32] = "none";
+    if (has_type)
+        snprintf(type, sizeof type, "%.*s", (int)(st.len < 31 ? st.len : 31), st.ptr);
+    if (!has_type && factors)
+        snprintf(type, sizeof type, "longrope");
+    static const struct { const char *name; cdx_hf_rope_type t; } kinds[] = {
+        { "none", CDX_HF_ROPE_DEFAULT }, { "linear", CDX_HF_ROPE_LINEAR }, { "yarn", CDX_HF_ROPE_YARN },
+        { "longrope", CDX_HF_ROPE_LONGROPE }, { "dynamic", CDX_HF_ROPE_DYNAMIC },
+    };
+    size_t k = 0;
+    while (k < sizeof kinds / sizeof kinds[0] && strcmp(type, kinds[k].name))
+        k++;
+    if (k == sizeof kinds / sizeof kinds[0])
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is \"%s\"; caldrix computes the rope scalings none, linear, "
+                           "yarn, longrope and dynamic", path, key, type);
+    rs->type = kinds[k].t;
+    if (rs->type == CDX_HF_ROPE_DEFAULT)
+        return CDX_OK;
+    double f;
+    uint64_t v;
+    rs->max_pos = hp->n_ctx_train;
+    rs->orig_ctx = cdx_gguf_get_arch_u64(g, a, CDX_GK_ROPE_SCALING_ORIG_CTX_LEN, &v) && v >= 1 && v <= ((uint64_t)1 << 31)
+                       ? (int64_t)v : hp->n_ctx_train;
+    if (cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_FACTOR, &f)) {
+        if (!(f > 0) || !(f < 1e6))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.scaling.factor is %g; expected a factor in (0, 1e6)", path,
+                               a, f);
+        rs->factor = f;
+    } else if (rs->type == CDX_HF_ROPE_LONGROPE) /* Phi3MiniModel writes none: context_length / the original */
+        rs->factor = (double)hp->n_ctx_train / (double)rs->orig_ctx;
+    else
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.scaling.factor is missing; rope scaling \"%s\" needs it", path,
+                           a, type);
+    static const struct { cdx_gguf_key k; size_t off; } nums[] = {
+        { CDX_GK_ROPE_SCALING_YARN_BETA_FAST, offsetof(rope_scaling, beta_fast) },
+        { CDX_GK_ROPE_SCALING_YARN_BETA_SLOW, offsetof(rope_scaling, beta_slow) },
+    };
+    if (rs->type == CDX_HF_ROPE_YARN) {
+        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+            if (cdx_gguf_get_arch_f64(g, a, nums[i].k, &f)) {
+                if (!(f > 0) || !(f < 1e6))
+                    return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a positive number", path, a,
+                                       cdx_gguf_key_suffix(nums[i].k), f);
+                *(double *)((char *)rs + nums[i].off) = f;
+            }
+        if (cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_YARN_ATTN_FACTOR, &f) && f > 0)
+            rs->attn_factor = f;
+        if ((cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_YARN_LOG_MUL, &f) && f != 0) ||
+            (cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_YARN_EXT_FACTOR, &f) && f != 1))
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.rope.scaling.yarn_log_multiplier or yarn_ext_factor is "
+                               "set; caldrix computes transformers' YaRN, which has neither", path, a);
+        rs->truncate = true;
+    }
+    if (rs->type == CDX_HF_ROPE_LONGROPE && cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_ATTN_FACTOR, &f)) {
+        if (!(f > 0) || !(f < 1e6))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.scaling.attn_factor is %g; expected a positive factor",
+                               path, a, f);
+        rs->attn_factor = f;
+    }
+    if (rs->type == CDX_HF_ROPE_LONGROPE && !factors)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s is \"longrope\" but rope_factors_long.weight is missing", path, key);
     return CDX_OK;
 }
 
@@ -1066,18 +1143,16 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         if (rc)
             return rc;
     }
-    /* rope.scaling.type linear (TextModel.set_gguf_parameters): positions × 1/factor, that is inv_freq /
-     * factor (Gemma3: the full-attention layers only). Other types are not read here (as before). */
-    double rope_linear = 0;
-    cdx_gguf_str rst;
-    char rkey[160];
-    cdx_gguf_key_name(CDX_GK_ROPE_SCALING_TYPE, a, rkey, sizeof rkey);
-    if (cdx_gguf_get_str(g, rkey, &rst) && rst.len == 6 && !memcmp(rst.ptr, "linear", 6)) {
-        if (!cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_SCALING_FACTOR, &rope_linear) || !(rope_linear > 0) ||
-            !(rope_linear < 1e6))
-            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.scaling.factor is missing or out of range (0, 1e6)", path,
-                               a);
+    if (d->gguf_swa_all && cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW)) { /* Phi3: every layer, 0: none */
+        if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_SLIDING_WINDOW, &v) || v > ((uint64_t)1 << 30))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.attention.sliding_window is not an unsigned integer up to 2^30",
+                               path, a);
+        hp->sliding_window = (int64_t)v;
     }
+    rope_scaling rs = { 0 };
+    int rc = gguf_rope_scaling(g, a, hp, &rs, err);
+    if (rc)
+        return rc;
     const cdx_gguf_tensor *emb = cdx_gguf_tensor_find(g, "token_embd.weight");
     hp->n_vocab = emb && emb->n_dims == 2 ? (int64_t)emb->ne[1] : 0;
     int64_t id;
@@ -1101,7 +1176,6 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         free(b.used);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
-    int rc = CDX_OK;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const cdx_gguf_tensor *t = &g->tensors[i];
         if (t->n_dims > 3 && t->ne[3] != 1) {
@@ -1113,9 +1187,7 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
                                      (int64_t)t->ne[0], (int64_t)t->ne[2], t->data, t->n_bytes };
     }
     if (!rc)
-        rc = bind_all(&b, NULL, err);
-    for (int64_t i = 0; !rc && rope_linear > 0 && i < hp->n_rot / 2; i++) /* the full-attention layers' */
-        m->inv_freq[i] /= (float)rope_linear;
+        rc = bind_all(&b, &rs, err);
     free(b.tensors);
     free(b.used);
     return rc;
@@ -1178,7 +1250,9 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->n_ctx_train = cfg->max_position_embeddings;
     hp->rms_eps = (float)cfg->rms_norm_eps;
     hp->rope_theta = cfg->rope_theta;
-    hp->n_rot = hp->head_dim;
+    /* partial rotary (Phi3, StableLM): int(head_dim · partial_rotary_factor) dims, the config reader
+     * checked it is even */
+    hp->n_rot = (int64_t)((double)hp->head_dim * cfg->partial_rotary_factor);
     hp->rope_mode = CDX_ROPE_HALVES; /* transformers' rotate_half */
     hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
@@ -1308,8 +1382,30 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
      * b's indices are the file's) */
     if (!rc && d->vision)
         rc = vision_bind(m, cfg, m->st, b.used, err);
+    /* rope_scaling (the config reader read its keys; rope.c computes it) */
+    rope_scaling rs = { .type = cfg->rope_type, .factor = cfg->rope_factor, .low_freq_factor = cfg->rope_low_freq_factor,
+                        .high_freq_factor = cfg->rope_high_freq_factor, .attn_factor = cfg->rope_attn_factor,
+                        .beta_fast = cfg->rope_beta_fast, .beta_slow = cfg->rope_beta_slow, .mscale = cfg->rope_mscale,
+                        .mscale_all_dim = cfg->rope_mscale_all_dim, .truncate = cfg->rope_truncate,
+                        .orig_ctx = cfg->rope_original_max_position, .max_pos = cfg->max_position_embeddings };
+    float *lr = NULL;
+    if (!rc && cfg->rope_type == CDX_HF_ROPE_LONGROPE) { /* torch.tensor(short_factor / long_factor, float32) */
+        if (cfg->n_rope_factors != hp->n_rot / 2)
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: rope_scaling.short_factor and long_factor have %d "
+                             "entries; longrope needs one per rotated pair, %lld", dir, cfg->n_rope_factors,
+                             (long long)(hp->n_rot / 2));
+        else if (!(lr = malloc(2 * (size_t)cfg->n_rope_factors * sizeof *lr)))
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        for (int i = 0; !rc && i < cfg->n_rope_factors; i++) {
+            lr[i] = (float)cfg->rope_short[i];
+            lr[cfg->n_rope_factors + i] = (float)cfg->rope_long[i];
+        }
+        rs.short_f = lr;
+        rs.long_f = lr + cfg->n_rope_factors;
+    }
     if (!rc)
-        rc = bind_all(&b, cfg->rope_type != CDX_HF_ROPE_DEFAULT ? cfg : NULL, err);
+        rc = bind_all(&b, &rs, err);
+    free(lr);
     for (size_t i = 0; bare && i < m->st->n_tensors; i++)
         free(bare[i]);
     free(bare);
@@ -1347,6 +1443,7 @@ void cdx_model_close(cdx_model *m)
     free(m->out_norm);
     free(m->inv_freq);
     free(m->inv_freq_swa);
+    free(m->inv_freq_long);
     free(m->swa_layers);
     vision_free(m->vision);
     encoder_free(m->enc);
@@ -1529,6 +1626,13 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
             EVP_DigestUpdate(c, hp->swa_layers, (size_t)hp->n_layer);
         if (m->inv_freq_swa)
             EVP_DigestUpdate(c, m->inv_freq_swa, (size_t)(hp->n_rot / 2) * sizeof(float));
+    }
+    if (hp->rope_pass || hp->rope_attn_factor) { /* the scalings of rope.c beyond inv_freq */
+        const double r[4] = { (double)hp->rope_pass, (double)hp->rope_pass_ctx, hp->rope_pass_factor,
+                              (double)hp->rope_attn_factor };
+        EVP_DigestUpdate(c, r, sizeof r);
+        if (m->inv_freq_long)
+            EVP_DigestUpdate(c, m->inv_freq_long, (size_t)(hp->n_rot / 2) * sizeof(float));
     }
     EVP_DigestUpdate(c, m->out_norm, (size_t)hp->n_embd * sizeof(float));
     if (m->dtype == CDX_DTYPE_BF16) /* the same mapped bf16 weights compute otherwise than in f32 */

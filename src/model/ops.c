@@ -85,13 +85,17 @@ void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, f
 
 /* ---- RoPE ---- */
 
-void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
-                cdx_rope_mode mode)
+void model_rope_att(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                    cdx_rope_mode mode, float att)
 {
     const int64_t half = n_rot / 2;
     for (int64_t i = 0; i < half; i++) {
         const float ang = (float)pos * inv_freq[i];
-        const float c = cosf(ang), s = sinf(ang);
+        float c = cosf(ang), s = sinf(ang);
+        if (att) { /* cos = cos * attention_scaling; sin = sin * attention_scaling */
+            c *= att;
+            s *= att;
+        }
         const int64_t a = mode == CDX_ROPE_ADJACENT ? 2 * i : i, b = mode == CDX_ROPE_ADJACENT ? 2 * i + 1 : i + half;
         for (int64_t h = 0; h < n_heads; h++) {
             float *p = v + h * hd;
@@ -99,6 +103,45 @@ void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t po
             p[a] = x0 * c - x1 * s;
             p[b] = x0 * s + x1 * c;
         }
+    }
+}
+
+void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                cdx_rope_mode mode)
+{
+    model_rope_att(v, n_heads, hd, n_rot, pos, inv_freq, mode, 0);
+}
+
+void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n)
+{
+    const cdx_hparams *hp = &m->hp;
+    const int64_t half = hp->n_rot / 2;
+    for (int64_t i = 0; i < n; i++) {
+        /* the sequence's first token in the batch works for all of its tokens */
+        int64_t first = 0;
+        while (first < i && s->seq[first] != s->seq[i])
+            first++;
+        if (first < i) {
+            s->rope_f[i] = s->rope_f[first];
+            continue;
+        }
+        int64_t hi = s->pos[i];
+        for (int64_t j = i + 1; j < n; j++)
+            if (s->seq[j] == s->seq[i] && s->pos[j] > hi)
+                hi = s->pos[j];
+        /* seq_len = max(position_ids) + 1, or the sequence's whole length where the caller gives it
+         * (a prompt in chunks is computed as transformers computes it in one pass) */
+        const int64_t len = seqs[s->seq[i]].rope_len, T = len > hi + 1 ? len : hi + 1;
+        if (hp->rope_pass == CDX_ROPE_PASS_DYNAMIC) {
+            if (T <= hp->rope_pass_ctx)
+                s->rope_f[i] = m->inv_freq; /* the base unchanged up to max_position_embeddings */
+            else {
+                float *f = s->rope_buf + i * half;
+                rope_dynamic_freqs(hp, T, f);
+                s->rope_f[i] = f;
+            }
+        } else
+            s->rope_f[i] = T > hp->rope_pass_ctx ? m->inv_freq_long : m->inv_freq;
     }
 }
 

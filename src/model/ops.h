@@ -29,6 +29,8 @@ typedef struct fwd_scratch {
     int64_t *pos;              /* [n] */
     int32_t *seq;              /* [n] */
     cdx_attn_row *arows;       /* [n] */
+    const float **rope_f;      /* [n]: each token's RoPE frequencies this pass (hp.rope_pass), or NULL */
+    float *rope_buf;           /* [n][n_rot/2]: dynamic NTK's per-sequence frequencies (hp.rope_pass) */
     void *ws;                  /* matmul workspace */
 } fwd_scratch;
 
@@ -55,6 +57,15 @@ void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, f
  * pairs (2i, 2i+1) for CDX_ROPE_ADJACENT, (i, i + n_rot/2) for CDX_ROPE_HALVES (rotate_half). */
 void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
                 cdx_rope_mode mode);
+/* model_rope with cos and sin × att (YaRN's and LongRoPE's attention factor, as transformers scales
+ * them in f32); att 0: model_rope. */
+void model_rope_att(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                    cdx_rope_mode mode, float att);
+/* hp.rope_pass: s->rope_f[i] for each of the n tokens, by its sequence's length T in this pass (its
+ * rope_len, or its last position here + 1): dynamic NTK's frequencies for T (s->rope_buf), or
+ * LongRoPE's short or long factors. The caller recomputes a sequence whose factor set changed
+ * (cdx_model_rope_restart). */
+void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n);
 /* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7);
  * hd <= 512. */
 void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);

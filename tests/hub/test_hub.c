@@ -283,8 +283,10 @@ static void each_refusal_names_the_field_and_the_value(void)
         { "{" BASE ",\"mlp_bias\":true}", CDX_EUNSUPPORTED, "mlp_bias is true", NULL },
         { "{" BASE ",\"attention_bias\":true}", CDX_EUNSUPPORTED, "attention_bias is true", "Qwen2" },
         { "{" BASE ",\"rope_interleaved\":true}", CDX_EUNSUPPORTED, "rope_interleaved is true", NULL },
-        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"yarn\"", "llama3" },
-        { "{" BASE ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}", CDX_EUNSUPPORTED, "dynamic", NULL },
+        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"proportional\",\"factor\":4}}", CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"proportional\"", "longrope" },
+        { "{" BASE ",\"rope_scaling\":{\"type\":\"dynamic\"}}", CDX_EFORMAT, "rope_scaling.factor is missing", "dynamic" },
+        { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", 0, NULL, NULL },
+        { "{" BASE ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}", 0, NULL, NULL },
         /* Llama 3 scaling needs all four of its keys: the loader's reader says so before the download */
         { "{" BASE ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", CDX_EFORMAT,
           "rope_scaling.low_freq_factor is missing", NULL },

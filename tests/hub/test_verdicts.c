@@ -248,7 +248,7 @@ static const vcase k_cases[] = {
     { "mlp_bias", "llama", false, "{\"mlp_bias\":true}", NULL, NULL, NULL, 0, "mlp_bias is true" },
     { "attention_bias", "llama", false, "{\"attention_bias\":true}", NULL, NULL, NULL, 0, "attention_bias is true" },
     { "rope_interleaved", "qwen2", false, "{\"rope_interleaved\":true}", NULL, NULL, NULL, 0, "rope_interleaved is true" },
-    { "rope_scaling", "llama", false, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", NULL, NULL, NULL, 0, "yarn" },
+    { "rope_scaling", "llama", false, "{\"rope_scaling\":{\"rope_type\":\"proportional\",\"factor\":4}}", NULL, NULL, NULL, 0, "proportional" },
     { "rope_scaling", "llama", false, "{\"rope_scaling\":{\"rope_type\":\"default\",\"factor\":2}}", NULL, NULL, NULL, 0, "rope_scaling.factor is 2" },
     { "sliding_window", "qwen2", false, "{\"use_sliding_window\":true,\"sliding_window\":16,\"layer_types\":"
       "[\"full_attention\",\"sliding_attention\",\"sliding_attention\"]}", NULL, NULL, NULL, 0, "some layers only" },
