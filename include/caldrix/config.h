@@ -43,6 +43,9 @@ extern "C" {
     X(BERT)        /* BertModel (an encoder: embeddings) */                                              \
     X(XLM_ROBERTA) /* XLMRobertaModel (an encoder: embeddings) */                                        \
     X(PHI3)        /* Phi3ForCausalLM */                                                                 \
+    X(STABLELM)    /* StableLmForCausalLM */                                                             \
+    X(STARCODER2)  /* Starcoder2ForCausalLM */                                                           \
+    X(COHERE)      /* CohereForCausalLM (Command R) */                                                   \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -76,7 +79,9 @@ typedef enum cdx_hf_bias {
     CDX_HF_B_ATTN,    /* attention_bias on q, k, v and o (Llama, Qwen3, Qwen3-MoE) */
     CDX_HF_B_NONE,    /* no attention bias (Mistral, Mixtral) */
     CDX_HF_B_QKV,     /* q, k, v always biased, o never (Qwen2) */
-    CDX_HF_B_QKV_KEY  /* q, k, v biased when qkv_bias (default true), o never (Qwen2-MoE) */
+    CDX_HF_B_QKV_KEY, /* q, k, v biased when qkv_bias (default true), o never (Qwen2-MoE) */
+    CDX_HF_B_USE_QKV, /* q, k, v biased when use_qkv_bias (default false), o never (StableLM) */
+    CDX_HF_B_USE_BIAS /* q, k, v, o and the MLP's linears biased when use_bias (default true) (Starcoder2) */
 } cdx_hf_bias;
 
 /* Where the text model's keys are and what else the reader reads. */
@@ -100,6 +105,7 @@ typedef enum cdx_hf_scale {
     CDX_HF_SCALE_QUERY_PRE_ATTN, /* the softmax scale is this^-½ (Gemma2/3's query_pre_attn_scalar) */
     CDX_HF_SCALE_ATTN_SOFTCAP,   /* scores = cap·tanh(scores/cap) before the mask (attn_logit_softcapping) */
     CDX_HF_SCALE_FINAL_SOFTCAP,  /* logits = cap·tanh(logits/cap) (final_logit_softcapping) */
+    CDX_HF_SCALE_LOGIT_MUL,      /* the logits × this (Cohere's logit_scale) */
     CDX_HF_SCALE_COUNT
 } cdx_hf_scale;
 
@@ -138,6 +144,12 @@ typedef struct cdx_hf_arch_row {
                                        rotates the whole head */
     bool orig_max_pos_key;          /* the class has original_max_position_embeddings at the top level (Phi3Config),
                                        which longrope reads when rope_scaling does not say it */
+    const char *eps_key;  /* the norms' epsilon (LayerNorm families: layer_norm_eps, norm_epsilon); NULL: rms_norm_eps */
+    const char *parallel_key; /* a bool: attention and MLP read one norm's output, x + attn + mlp
+                                 (StableLM's use_parallel_residual); NULL: the class default below */
+    bool parallel;            /* that default (Cohere: always) */
+    const char *qk_norm_key;  /* a bool naming per-head q/k LayerNorms (use_qk_norm, qk_layernorm); caldrix does
+                                 not run them yet and refuses true by name; NULL: the class has none */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -247,6 +259,8 @@ typedef struct cdx_hf_config {
     bool encoder;
     int64_t type_vocab_size;       /* rows of token_type_embeddings */
     int64_t pos_offset;            /* the first real token's position id (XLM-R: pad_token_id + 1); 0 for BERT */
+    bool parallel_residual;        /* x + attn(norm(x)) + mlp(norm(x)): one norm per layer (Cohere, StableLM's
+                                      use_parallel_residual) */
 } cdx_hf_config;
 
 /* path: a checkpoint folder (reads config.json and, when present, generation_config.json) or a

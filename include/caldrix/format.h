@@ -121,6 +121,8 @@ CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const cha
     X(KEY_LENGTH, "attention.key_length")                                       \
     X(VALUE_LENGTH, "attention.value_length")                                   \
     X(RMS_EPS, "attention.layer_norm_rms_epsilon")                              \
+    X(LN_EPS, "attention.layer_norm_epsilon")                                   \
+    X(PARALLEL_RESIDUAL, "use_parallel_residual")                               \
     X(CLAMP_KQV, "attention.clamp_kqv")                                         \
     X(RECURRENT_LAYERS, "attention.recurrent_layers")                           \
     X(ROPE_FREQ_BASE, "rope.freq_base")                                         \

@@ -39,6 +39,9 @@ extern "C" {
     X(GEMMA3, gemma3)       /* Gemma3 (text): + q/k norms, 5:1 windows, the sliding layers' own RoPE base */ \
     X(BERT, bert)           /* BERT and XLM-RoBERTa encoders (embeddings): src/model/encoder.c */           \
     X(PHI3, phi3)           /* Phi-3: fused qkv and gate|up, partial rotary, LongRoPE */                   \
+    X(STABLELM, stablelm)   /* StableLM: LayerNorms with bias, partial rotary, optional parallel block */  \
+    X(STARCODER2, starcoder2) /* Starcoder2: LayerNorms, biases on every linear, plain GELU MLP, a window */  \
+    X(COHERE, cohere)       /* Cohere (Command R): LayerNorms, the parallel block, interleaved RoPE, logit_scale */ \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -110,6 +113,14 @@ typedef struct cdx_hparams {
     int64_t rope_pass_ctx;         /* dynamic: max_position_embeddings; longrope: original_max_position_embeddings */
     double rope_pass_factor;       /* dynamic: rope_scaling.factor */
     float rope_attn_factor;        /* cos and sin × this (YaRN's, LongRoPE's attention factor); 0: 1 */
+    /* the LayerNorm families' hooks (0: the common decoder's) */
+    bool layer_norm;               /* the norms are LayerNorms (mean subtracted; a bias where the model has one),
+                                      rms_eps their epsilon */
+    bool parallel_residual;        /* x + attn(norm(x)) + mlp(norm(x)): no FFN norm (Cohere, StableLM's
+                                      use_parallel_residual) */
+    bool linear_bias;              /* o_proj and the MLP's linears add biases (Starcoder2's use_bias) */
+    bool mlp_plain;                /* the MLP is down(act(up(x))): no gate (Starcoder2) */
+    float logit_scale;             /* logits = head(x) · logit_scale (Cohere); 0: none */
 } cdx_hparams;
 
 enum {
@@ -146,6 +157,7 @@ typedef struct cdx_tensor_plan {
     bool untied;             /* the output head is a tensor of its own, required */
     int64_t n_vision_layer;  /* vision-language models: the tower's layers (vision_config.num_hidden_layers) */
     bool text_config;        /* HF: the text model's tensors are under model.language_model. (Qwen3.5 VL) */
+    bool parallel;           /* one norm per layer (config.json's use_parallel_residual): no FFN norm */
 } cdx_tensor_plan;
 
 /* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Makes tests/golden/families-b-variants.json: PyTorch float32 greedy goldens of the "families B" fixtures'
 weights (../shared/fixtures/hf/<family>) under config.json settings the fixtures do not use (another NoPE
-pattern, OLMoE's clip_qkv and norm_topk_prob, other Granite-MoE multipliers), so a test can show caldrix
+pattern, OLMoE's clip_qkv and norm_topk_prob, other Granite-MoE multipliers, StableLM's rotary share,
+Starcoder2's window), so a test can show caldrix
 follows each setting rather than the fixture's values.
 
 The forward pass is the fixtures' own reference, shared/tools/fixtures/hf/hf_reference_families_b.py
@@ -36,6 +37,11 @@ VARIANTS = [
     # GraniteMoeConfig: other multipliers
     ("granitemoe", "other multipliers", {"attention_multiplier": 0.1, "embedding_multiplier": 6.0,
                                          "residual_multiplier": 0.3, "logits_scaling": 4.0}),
+    # StableLmConfig: another rotated share of head_dim
+    ("stablelm", "partial_rotary_factor 0.5", {"partial_rotary_factor": 0.5}),
+    # Starcoder2Config: no window, and a wider one
+    ("starcoder2", "sliding_window null", {"sliding_window": None}),
+    ("starcoder2", "sliding_window 16", {"sliding_window": 16}),
 ]
 
 

@@ -22,7 +22,7 @@ static const cdx_hf_rule k_rules[] = {
     { "architecture", "architectures", "config.json must declare exactly one architecture, one of the accepted list; every other architecture is refused by name." },
     { "dtype", "torch_dtype / dtype", "a torch_dtype other than bfloat16, float32 or float16." },
     { "quantized", "quantization_config", "a quantized safetensors checkpoint (quantization_config present); use the unquantized release or a quantized Ollama tag." },
-    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU (Gemma's families: other than gelu_pytorch_tanh or SiLU in hidden_activation; the encoders BERT and XLM-RoBERTa: other than gelu)." },
+    { "activation", "hidden_act / hidden_activation", "an activation other than SiLU (Gemma's families and Starcoder2: other than gelu_pytorch_tanh or SiLU in hidden_activation, Starcoder2's hidden_act; the encoders BERT and XLM-RoBERTa: other than gelu)." },
     { "mlp_bias", "mlp_bias", "an MLP bias." },
     { "attention_bias", "attention_bias", "an attention bias on o_proj (attention_bias true where the class applies it to q, k, v and o; Qwen2 and Qwen2-MoE have q, k, v biases of their own, which caldrix runs)." },
     { "rope_interleaved", "rope_interleaved / rotary_interleaved", "interleaved RoPE." },
@@ -1008,7 +1008,10 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     cfg->rms_norm_eps = row->rms_eps;
     {
-        const char *eps_key = row->layout == CDX_HF_ENCODER ? "layer_norm_eps" : "rms_norm_eps";
+        /* the norms' epsilon, under the family's key */
+        const char *eps_key = row->eps_key                     ? row->eps_key
+                              : row->layout == CDX_HF_ENCODER ? "layer_norm_eps"
+                                                              : "rms_norm_eps";
         if ((rc = get_num_in(&c, root, eps_key, eps_key, 0, 1, &cfg->rms_norm_eps, NULL)))
             goto out;
     }
@@ -1035,12 +1038,23 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         if ((rc = get_bool(&c, "qkv_bias", &cfg->attn_qkv_bias, NULL)))
             goto out;
         break;
+    case CDX_HF_B_USE_QKV:
+        cfg->attn_qkv_bias = false;
+        if ((rc = get_bool(&c, "use_qkv_bias", &cfg->attn_qkv_bias, NULL)))
+            goto out;
+        break;
+    case CDX_HF_B_USE_BIAS: /* the o_proj and MLP biases go with the family's row (Starcoder2) */
+        cfg->attn_qkv_bias = true;
+        if ((rc = get_bool(&c, "use_bias", &cfg->attn_qkv_bias, NULL)))
+            goto out;
+        cfg->attn_o_bias = cfg->mlp_bias = cfg->attn_qkv_bias;
+        break;
     }
     /* the forward pass has q, k, v biases (Qwen2's) and no o_proj or MLP bias (Qwen3.5 says why itself) */
-    if (cfg->attn_o_bias && !qwen35)
+    if (cfg->attn_o_bias && !qwen35 && row->bias != CDX_HF_B_USE_BIAS)
         REFUSE(&c, "%s: attention_bias is true; caldrix runs %s without attention biases (only Qwen2 and Qwen2-MoE "
                "have theirs, on q, k and v)", c.name, cfg->architecture);
-    if (cfg->mlp_bias)
+    if (cfg->mlp_bias && row->bias != CDX_HF_B_USE_BIAS)
         REFUSE(&c, "%s: mlp_bias is true; caldrix's MLP has no bias", c.name);
 
     const char *dt = NULL;
@@ -1115,6 +1129,15 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
             goto out;
         }
     }
+    cfg->parallel_residual = row->parallel;
+    if (row->parallel_key && (rc = get_bool(&c, row->parallel_key, &cfg->parallel_residual, NULL)))
+        goto out;
+    bool qk_ln = false;
+    if (row->qk_norm_key && (rc = get_bool(&c, row->qk_norm_key, &qk_ln, NULL)))
+        goto out;
+    if (qk_ln)
+        REFUSE(&c, "%s: %s is true; caldrix does not run %s's per-head q/k LayerNorms yet", c.name, row->qk_norm_key,
+               cfg->architecture);
     if (qwen35 && (rc = read_qwen35(&c, cfg)))
         goto out;
     if (cfg->text_config) { /* the top level's tie_word_embeddings and dtype win (the reference reads them first) */

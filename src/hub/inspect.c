@@ -398,7 +398,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         }
         cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = cfg->n_layers, .n_expert = cfg->n_experts,
                                  .sparse = sparse, .qkv_bias = cfg->attn_qkv_bias, .untied = !tied, .linear = linear,
-                                 .text_config = cfg->text_config, .n_vision_layer = cfg->vision.n_layers };
+                                 .text_config = cfg->text_config, .n_vision_layer = cfg->vision.n_layers,
+                                 .parallel = cfg->parallel_residual };
         names_ctx x = { .keep = true };
         check_required(out, &plan, st_has, st, &x);
         free(sparse);

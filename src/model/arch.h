@@ -70,6 +70,20 @@ typedef struct arch_desc {
                                    2·n_ff-row ffn_up), bound as ROLE_GATE_UP and split at load */
     bool embd_sqrt;             /* the embeddings × sqrt(n_embd), a number held in the compute type (Gemma's
                                    normalizer: torch.tensor(hidden_size**0.5, dtype)) */
+    bool layer_norm;            /* LayerNorms (mean subtracted), eps from the row's eps_key / GGUF
+                                   attention.layer_norm_epsilon (StableLM, Starcoder2, Cohere) */
+    bool norm_bias;             /* the LayerNorms have biases (input_layernorm.bias ...; GGUF attn_norm.bias ...) */
+    bool linear_bias;           /* o_proj and the MLP's linears have biases when config.json says (Starcoder2's
+                                   use_bias; GGUF attn_output.bias, ffn_up.bias, ffn_down.bias) */
+    bool mlp_plain;             /* the MLP is down(act(up(x))), no gate (Starcoder2's c_fc / c_proj) */
+    bool gguf_window;           /* a GGUF file's attention.sliding_window applies to every layer (caldrix's convert
+                                   writes it; llama.cpp's starcoder2 has no window) */
+    bool hf_rope_adjacent;      /* transformers rotates interleaved pairs (2i, 2i+1) (Cohere's rotate_half), as
+                                   ggml's normal RoPE: the converter does not permute q/k */
+    bool gguf_logit_mul;        /* a GGUF file's logit_scale multiplies the logits (llama.cpp's command-r; granite's
+                                   gguf_scales divide by it) */
+    bool gguf_optional;         /* llama.cpp loads its q/k/v biases and FFN norm as optional tensors (StableLM): a
+                                   GGUF file's layer 0 says whether it has biases, and no FFN norm = parallel */
     /* convert (llama.cpp's convert_hf_to_gguf.py) */
     bool gguf_vocab_rope_keys;  /* LlamaModel.set_gguf_parameters: <arch>.vocab_size, rope.dimension_count */
     bool gguf_rope_freqs;       /* LlamaModel: rope_freqs.weight for rope_scaling llama3 */
@@ -102,14 +116,15 @@ void arch_titles(bool (*pick)(const arch_desc *d), char *out, size_t cap);
 /* In the order a layer's tensors are written (llama.cpp's converter order, which synth and
  * cdx_model_tensor_specs follow): per layer the norm, attention or Gated DeltaNet, the FFN norm, the MLP. */
 typedef enum {
-    ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUTPUT, ROLE_ROPE_FREQS,
+    ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUT_NORM_B, ROLE_OUTPUT, ROLE_ROPE_FREQS,
     ROLE_ROPE_LONG, ROLE_ROPE_SHORT, /* GGUF LongRoPE factors (llama.cpp's rope_factors_long / _short) */
-    ROLE_ATTN_NORM, ROLE_WQKV, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_QNORM, ROLE_KNORM,
+    ROLE_ATTN_NORM, ROLE_ATTN_NORM_B, ROLE_WQKV, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_BO,
+    ROLE_QNORM, ROLE_KNORM,
     /* Gated DeltaNet (Qwen3.5 linear attention) */
     ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_NORM,
     ROLE_SSM_OUT,
     ROLE_ATTN_POST_NORM, /* arch_desc.post_norms: the attention output's norm */
-    ROLE_FFN_NORM, ROLE_GATE_UP, ROLE_GATE, ROLE_UP, ROLE_DOWN,
+    ROLE_FFN_NORM, ROLE_FFN_NORM_B, ROLE_GATE_UP, ROLE_GATE, ROLE_UP, ROLE_UP_B, ROLE_DOWN, ROLE_DOWN_B,
     ROLE_FFN_POST_NORM,  /* arch_desc.post_norms: the MLP output's norm */
     ROLE_COUNT
 } tensor_role;
@@ -136,6 +151,9 @@ bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies; NULL where arch_desc.no_pre_norms */
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] (arch_desc.post_norms) or NULL */
+    float *attn_norm_b, *ffn_norm_b;    /* [n_embd] the LayerNorms' biases (arch_desc.norm_bias) or NULL */
+    float *bo, *b_up, *b_down;          /* [n_embd], [n_ff], [n_embd]: o_proj's and the MLP's biases (hp.linear_bias)
+                                           or NULL */
     float *bq, *bk, *bv;                /* [n_head*hd], [n_head_kv*hd] or NULL */
     float *q_norm, *k_norm;             /* [head_dim] or NULL; [n_head·head_dim], [n_head_kv·head_dim] when
                                            hp.qk_norm_full */
@@ -166,6 +184,7 @@ struct cdx_model {
     cdx_mat tok_embd;                   /* [n_vocab × n_embd] */
     cdx_mat output;                     /* [n_vocab × n_embd] (tok_embd when tied) */
     float *out_norm;                    /* [n_embd] */
+    float *out_norm_b;                  /* [n_embd] its bias (arch_desc.norm_bias) or NULL */
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     float *inv_freq_swa;                /* [n_rot/2]: the sliding layers' (hp.rope_theta_swa), or NULL */
     float *inv_freq_long;               /* [n_rot/2]: LongRoPE's long factors (inv_freq holds the short), or NULL */

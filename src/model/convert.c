@@ -345,7 +345,7 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; expected F32, F16 or BF16", dir,
                            t->name, cdx_type_name(t->type));
     uint32_t type = d->hybrid && role == ROLE_SSM_CONV ? CDX_TYPE_F32 : tensor_type(want, name, n_dims, ne[0]);
-    bool permute = d->gguf_rope == CDX_ROPE_ADJACENT &&
+    bool permute = d->gguf_rope == CDX_ROPE_ADJACENT && !d->hf_rope_adjacent &&
                    (role == ROLE_WQ || role == ROLE_WK || role == ROLE_BQ || role == ROLE_BK);
     /* the norms stored as offsets get theirs added (GemmaModel.modify_tensors: norm.weight + 1) */
     const bool shift = d->hf_norm_offset != 0 && !d->hybrid && arch_role_is_norm(role);
@@ -478,7 +478,16 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     cdx_gguf_writer_set_u32(w, K(HEAD_COUNT), (uint32_t)cfg->n_heads);
     cdx_gguf_writer_set_u32(w, K(HEAD_COUNT_KV), (uint32_t)cfg->n_kv_heads);
     cdx_gguf_writer_set_f32(w, K(ROPE_FREQ_BASE), (float)cfg->rope_theta);
-    cdx_gguf_writer_set_f32(w, K(RMS_EPS), (float)cfg->rms_norm_eps);
+    if (d->layer_norm) /* StableLMModel / CommandR2Model / StarCoder2Model: add_layer_norm_eps */
+        cdx_gguf_writer_set_f32(w, K(LN_EPS), (float)cfg->rms_norm_eps);
+    else
+        cdx_gguf_writer_set_f32(w, K(RMS_EPS), (float)cfg->rms_norm_eps);
+    if (d->gguf_logit_mul && cfg->scale[CDX_HF_SCALE_LOGIT_MUL] > 0) /* CommandR2Model: add_logit_scale */
+        cdx_gguf_writer_set_f32(w, K(LOGIT_SCALE), (float)cfg->scale[CDX_HF_SCALE_LOGIT_MUL]);
+    if (d->gguf_window && cfg->sliding_window > 0) /* caldrix's key for llama.cpp's windowless starcoder2 */
+        cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW), (uint32_t)cfg->sliding_window);
+    if (d->hf[0].cfg.parallel_key) /* StableLMModel: add_parallel_residual (llama.cpp reads the tensors instead) */
+        cdx_gguf_writer_set_bool(w, K(PARALLEL_RESIDUAL), cfg->parallel_residual);
     if (config_has(dir, "head_dim") || d->hybrid || d->gguf_gemma) {
         cdx_gguf_writer_set_u32(w, K(KEY_LENGTH), (uint32_t)cfg->head_dim);
         cdx_gguf_writer_set_u32(w, K(VALUE_LENGTH), (uint32_t)cfg->head_dim);

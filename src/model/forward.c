@@ -29,7 +29,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
 {
     if (!fc)
         return;
-    free(fc->s.x); free(fc->s.xn); free(fc->s.q); free(fc->s.kk); free(fc->s.vv); free(fc->s.attn);
+    free(fc->s.x); free(fc->s.xn); free(fc->s.xp); free(fc->s.q); free(fc->s.kk); free(fc->s.vv); free(fc->s.attn);
     free(fc->s.ffn_g); free(fc->s.ffn_u); free(fc->s.pos); free(fc->s.seq); free(fc->s.ws);
     free(fc->s.arows);
     free(fc->s.rope_f); free(fc->s.rope_buf);
@@ -87,6 +87,7 @@ int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_thre
     size_t n = (size_t)max_tokens, q = (size_t)(hp->n_head * hp->head_dim), kvd = (size_t)(hp->n_head_kv * hp->head_dim);
     fc->s.x = malloc(n * (size_t)hp->n_embd * sizeof(float));
     fc->s.xn = malloc(n * (size_t)hp->n_embd * sizeof(float));
+    fc->s.xp = hp->parallel_residual ? malloc(n * (size_t)hp->n_embd * sizeof(float)) : NULL;
     fc->s.q = malloc(n * q * sizeof(float));
     fc->s.kk = malloc(n * kvd * sizeof(float));
     fc->s.vv = malloc(n * kvd * sizeof(float));
@@ -124,7 +125,7 @@ int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_thre
         ws = b > ws ? b : ws;
     }
     fc->s.ws = malloc(ws ? ws : 1);
-    if (!moe_ok || !rope_ok || !fc->s.x || !fc->s.xn || !fc->s.q || !fc->s.kk || !fc->s.vv || !fc->s.attn || !fc->s.ffn_g || !fc->s.ffn_u || !fc->s.pos ||
+    if (!moe_ok || !rope_ok || !fc->s.x || !fc->s.xn || (hp->parallel_residual && !fc->s.xp) || !fc->s.q || !fc->s.kk || !fc->s.vv || !fc->s.attn || !fc->s.ffn_g || !fc->s.ffn_u || !fc->s.pos ||
         !fc->s.seq || !fc->s.ws || !fc->s.arows) {
         cdx_forward_ctx_free(fc);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
@@ -249,7 +250,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         /* a branch reads the normed stream, or the stream itself where the family has no pre-norms */
         const float *in = L->attn_norm ? fc->s.xn : fc->s.x;
         if (L->attn_norm)
-            model_norm_rows(pool, fc->s.xn, fc->s.x, L->attn_norm, n, E, hp->rms_eps);
+            model_norm_rows_of(pool, hp->layer_norm, fc->s.xn, fc->s.x, L->attn_norm, L->attn_norm_b, n, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in, n,
                          (float *[]){ fc->s.q, fc->s.kk, fc->s.vv }, fc->s.ws);
         qkv_job qj = { fc, L, seqs, l, n };
@@ -261,40 +262,57 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         int rc = cdx_attn(K, pool, &ashape, fc->s.arows, n, err);
         if (rc)
             return rc;
-        cdx_matmul(K, pool, &L->wo, fc->s.attn, n, fc->s.xn, fc->s.ws);
+        /* a parallel block (Cohere, StableLM): the MLP reads the attention's input norm, so the attention's
+         * output waits in xp and x += attn, then x += mlp (transformers' residual + attn + mlp) */
+        float *attn_out = hp->parallel_residual ? fc->s.xp : fc->s.xn;
+        cdx_matmul(K, pool, &L->wo, fc->s.attn, n, attn_out, fc->s.ws);
+        model_add_bias(attn_out, L->bo, n, E); /* Starcoder2's o_proj bias */
         if (L->attn_post_norm) /* OLMo 2: x += rms(attn(x))·w */
             model_norm_rows(pool, fc->s.xn, fc->s.xn, L->attn_post_norm, n, E, hp->rms_eps);
-        model_residual(fc->s.x, fc->s.xn, n * E, hp->residual_scale);
+        if (!hp->parallel_residual)
+            model_residual(fc->s.x, fc->s.xn, n * E, hp->residual_scale);
         if (L->ffn_norm)
-            model_norm_rows(pool, fc->s.xn, fc->s.x, L->ffn_norm, n, E, hp->rms_eps);
-        in = L->ffn_norm ? fc->s.xn : fc->s.x;
+            model_norm_rows_of(pool, hp->layer_norm, fc->s.xn, fc->s.x, L->ffn_norm, L->ffn_norm_b, n, E, hp->rms_eps);
+        in = L->ffn_norm || hp->parallel_residual ? fc->s.xn : fc->s.x;
         float *out = fc->s.xn;
         if (L->moe) {
             if ((rc = model_moe(m, &fc->s, l, L, in, n, fc->s.moe, err)))
                 return rc;
             out = fc->s.moe;
+        } else if (hp->mlp_plain) { /* Starcoder2: c_proj(act(c_fc(x))), with their biases */
+            cdx_matmul(K, pool, &L->up, in, n, fc->s.ffn_g, fc->s.ws);
+            model_add_bias(fc->s.ffn_g, L->b_up, n, hp->n_ff);
+            model_act(pool, hp->act, m->gelu_f16, fc->s.ffn_g, n * hp->n_ff);
+            cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
+            model_add_bias(fc->s.xn, L->b_down, n, E);
         } else {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
                              (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
+            model_add_bias(fc->s.ffn_u, L->b_up, n, hp->n_ff);
             model_glu(pool, K, hp->act, m->gelu_f16, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff);
             cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
+            model_add_bias(fc->s.xn, L->b_down, n, E);
         }
         if (L->ffn_post_norm)
             model_norm_rows(pool, out, out, L->ffn_post_norm, n, E, hp->rms_eps);
+        if (hp->parallel_residual)
+            model_residual(fc->s.x, attn_out, n * E, hp->residual_scale);
         model_residual(fc->s.x, out, n * E, hp->residual_scale);
     }
 
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)
-            model_rmsnorm((b->hidden ? b->hidden : fc->s.xn) + (n_out++) * E, fc->s.x + i * E, m->out_norm, E,
-                          hp->rms_eps);
+            model_norm_rows_of(NULL, hp->layer_norm, (b->hidden ? b->hidden : fc->s.xn) + (n_out++) * E, fc->s.x + i * E,
+                               m->out_norm, m->out_norm_b, 1, E, hp->rms_eps);
     if (b->hidden) /* the embeddings' last hidden states: no head */
         return CDX_OK;
     if (n_out)
         cdx_matmul(K, pool, &m->output, fc->s.xn, n_out, logits, fc->s.ws);
     for (int64_t i = 0; hp->logit_div && i < n_out * hp->n_vocab; i++) /* Granite's logits_scaling */
         logits[i] /= hp->logit_div;
+    for (int64_t i = 0; hp->logit_scale && i < n_out * hp->n_vocab; i++) /* Cohere's logit_scale */
+        logits[i] *= hp->logit_scale;
     model_softcap(logits, n_out * hp->n_vocab, hp->final_softcap); /* Gemma2's final_logit_softcapping */
     return CDX_OK;
 }

@@ -18,7 +18,8 @@
 typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE,
                D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2, D_QKV, D_FF2 } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
-               NEED_POST_NORM, NEED_SPLIT_QKV, NEED_FUSED_QKV, NEED_SPLIT_FFN, NEED_FUSED_FFN } need_kind;
+               NEED_POST_NORM, NEED_SPLIT_QKV, NEED_FUSED_QKV, NEED_SPLIT_FFN, NEED_FUSED_FFN,
+               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -29,11 +30,13 @@ static const struct role_desc {
 } k_roles[ROLE_COUNT] = {
     [ROLE_TOK_EMBD]   = { "token_embd.weight",          "model.embed_tokens.weight",                   false, true,  D_VOCAB, D_EMBD, NEED_ALWAYS },
     [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
+    [ROLE_OUT_NORM_B] = { "output_norm.bias",           "model.norm.bias",                             false, false, D_EMBD,  D_NONE, NEED_NORM_B },
     [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
     [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
     [ROLE_ROPE_LONG]  = { "rope_factors_long.weight",   NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
     [ROLE_ROPE_SHORT] = { "rope_factors_short.weight",  NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
     [ROLE_ATTN_NORM]  = { "blk.%d.attn_norm.weight",    "model.layers.%d.input_layernorm.weight",      true,  false, D_EMBD,  D_NONE, NEED_PRE_NORM, CDX_TENSOR_NORM },
+    [ROLE_ATTN_NORM_B] = { "blk.%d.attn_norm.bias",     "model.layers.%d.input_layernorm.bias",        true,  false, D_EMBD,  D_NONE, NEED_NORM_B },
     [ROLE_WQKV]       = { "blk.%d.attn_qkv.weight",     "model.layers.%d.self_attn.qkv_proj.weight",   true,  true,  D_QKV,   D_EMBD, NEED_FUSED_QKV },
     [ROLE_WQ]         = { "blk.%d.attn_q.weight",       "model.layers.%d.self_attn.q_proj.weight",     true,  true,  D_QG,    D_EMBD, NEED_SPLIT_QKV },
     [ROLE_WK]         = { "blk.%d.attn_k.weight",       "model.layers.%d.self_attn.k_proj.weight",     true,  true,  D_KV,    D_EMBD, NEED_SPLIT_QKV },
@@ -42,14 +45,18 @@ static const struct role_desc {
     [ROLE_BQ]         = { "blk.%d.attn_q.bias",         "model.layers.%d.self_attn.q_proj.bias",       true,  false, D_Q,     D_NONE, NEED_QKV_BIAS },
     [ROLE_BK]         = { "blk.%d.attn_k.bias",         "model.layers.%d.self_attn.k_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
     [ROLE_BV]         = { "blk.%d.attn_v.bias",         "model.layers.%d.self_attn.v_proj.bias",       true,  false, D_KV,    D_NONE, NEED_QKV_BIAS },
+    [ROLE_BO]         = { "blk.%d.attn_output.bias",    "model.layers.%d.self_attn.o_proj.bias",       true,  false, D_EMBD,  D_NONE, NEED_LINEAR_BIAS },
     [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_QN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
     [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_KN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
     [ROLE_ATTN_POST_NORM] = { "blk.%d.post_attention_norm.weight", "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
-    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_PRE_NORM, CDX_TENSOR_NORM },
+    [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_FFN_NORM, CDX_TENSOR_NORM },
+    [ROLE_FFN_NORM_B] = { "blk.%d.ffn_norm.bias",       "model.layers.%d.post_attention_layernorm.bias", true, false, D_EMBD, D_NONE, NEED_FFN_NORM_B },
     [ROLE_GATE_UP]    = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.gate_up_proj.weight",     true,  true,  D_FF2,   D_EMBD, NEED_FUSED_FFN },
-    [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_SPLIT_FFN },
+    [ROLE_GATE]       = { "blk.%d.ffn_gate.weight",     "model.layers.%d.mlp.gate_proj.weight",        true,  true,  D_FF,    D_EMBD, NEED_GATE },
     [ROLE_UP]         = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.up_proj.weight",          true,  true,  D_FF,    D_EMBD, NEED_SPLIT_FFN },
+    [ROLE_UP_B]       = { "blk.%d.ffn_up.bias",         "model.layers.%d.mlp.up_proj.bias",            true,  false, D_FF,    D_NONE, NEED_LINEAR_BIAS },
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
+    [ROLE_DOWN_B]     = { "blk.%d.ffn_down.bias",       "model.layers.%d.mlp.down_proj.bias",          true,  false, D_EMBD,  D_NONE, NEED_LINEAR_BIAS },
     [ROLE_FFN_POST_NORM] = { "blk.%d.post_ffw_norm.weight", "model.layers.%d.post_feedforward_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
     /* Gated DeltaNet (Qwen3.5 linear_attn; GGUF names as llama.cpp's qwen35, whose ssm_a is -exp(A_log)) */
     [ROLE_SSM_QKV]    = { "blk.%d.attn_qkv.weight",     "model.layers.%d.linear_attn.in_proj_qkv.weight", true, true,  D_SSM_CH, D_EMBD, NEED_LINEAR },
@@ -84,11 +91,15 @@ static const char *role_hf_name(const arch_desc *d, tensor_role r)
     return own ? own : k_roles[r].hf;
 }
 
-/* Whether family d's layers have role r's kind of tensor at all (the biases: as qkv_bias says). */
-static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bool qk_norm)
+/* Whether family d's layers have role r's kind of tensor at all (the biases: as qkv_bias says; the FFN
+ * norm: not in a parallel block). */
+static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bool qk_norm, bool parallel,
+                           bool lin_bias)
 {
     switch (need) {
     case NEED_QKV_BIAS: return qkv_bias;
+    case NEED_LINEAR_BIAS: return d->linear_bias && lin_bias;
+    case NEED_GATE: return !d->mlp_plain && !d->fused_gate_up;
     case NEED_QK_NORM: return qk_norm;
     case NEED_PRE_NORM: return !d->no_pre_norms;
     case NEED_POST_NORM: return d->post_norms;
@@ -96,8 +107,17 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
     case NEED_FUSED_QKV: return d->fused_qkv;
     case NEED_SPLIT_FFN: return !d->fused_gate_up;
     case NEED_FUSED_FFN: return d->fused_gate_up;
+    case NEED_FFN_NORM: return !d->no_pre_norms && !parallel;
+    case NEED_NORM_B: return d->norm_bias;
+    case NEED_FFN_NORM_B: return d->norm_bias && !parallel;
     default: return true;
     }
+}
+
+/* Roles that are norms or their biases: a family without them names nothing. */
+static bool need_is_norm(need_kind n)
+{
+    return n == NEED_PRE_NORM || n == NEED_POST_NORM || n == NEED_FFN_NORM || n == NEED_NORM_B || n == NEED_FFN_NORM_B;
 }
 
 const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
@@ -110,8 +130,8 @@ const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool
      * attention output's norm, not the MLP's input norm) */
     const need_kind nk = k_roles[r].need;
     if (d && (nk == NEED_PRE_NORM || nk == NEED_POST_NORM || nk == NEED_SPLIT_QKV || nk == NEED_FUSED_QKV ||
-              nk == NEED_SPLIT_FFN || nk == NEED_FUSED_FFN) &&
-        !role_in_family(d, nk, false, false))
+              nk == NEED_SPLIT_FFN || nk == NEED_FUSED_FFN || need_is_norm(nk)) &&
+        !role_in_family(d, nk, false, false, false, false))
         return NULL;
     return gguf ? role_gguf_name(d, r) : role_hf_name(d, r);
 }
@@ -223,7 +243,8 @@ static int bind_role(binder *b, tensor_role role, int layer, cdx_mat *mat, float
     const struct role_desc *rd = &k_roles[role];
     const cdx_hparams *hp = &b->m->hp;
     const char *fmt = b->gguf ? role_gguf_name(b->m->desc, role) : role_hf_name(b->m->desc, role);
-    bool needed = rd->need != NEED_OPTIONAL && role_in_family(b->m->desc, rd->need, hp->qkv_bias, hp->qk_norm);
+    bool needed = rd->need != NEED_OPTIONAL &&
+                  role_in_family(b->m->desc, rd->need, hp->qkv_bias, hp->qk_norm, hp->parallel_residual, hp->linear_bias);
     if (present)
         *present = false;
     if (!fmt)
@@ -495,9 +516,15 @@ static void walk(const walker *w)
             const bool shared = r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || mlp;
             if ((rd->need == NEED_LINEAR) != linear && !shared)
                 continue;
-            if (!role_in_family(d, rd->need, bias, d->qk_norm))
+            const bool opt_bias = p->gguf && d->gguf_optional;
+            const bool parallel = p->parallel || d->hf[0].cfg.parallel; /* Cohere's block always */
+            if (!role_in_family(d, rd->need, bias || opt_bias, d->qk_norm, parallel, bias || opt_bias))
                 continue;
-            emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL);
+            /* llama.cpp's optional tensors of the family (StableLM's biases and FFN norm) */
+            const bool optional = p->gguf && d->gguf_optional &&
+                                  (rd->need == NEED_QKV_BIAS || rd->need == NEED_LINEAR_BIAS ||
+                                   rd->need == NEED_FFN_NORM || rd->need == NEED_FFN_NORM_B);
+            emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL && !optional);
         }
         for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
             const struct moe_role_desc *rd = &k_moe_roles[r];
@@ -521,6 +548,8 @@ static void walk(const walker *w)
         }
     }
     emit_role(w, d, ROLE_OUT_NORM, 0, true);
+    if (d->norm_bias)
+        emit_role(w, d, ROLE_OUT_NORM_B, 0, true);
     /* the head: required when the plan says the model has its own; else an optional tie-breaker */
     emit_role(w, d, ROLE_OUTPUT, 0, p->untied);
     emit_role(w, d, ROLE_ROPE_FREQS, 0, false);
@@ -607,12 +636,15 @@ static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *
     if (hp->n_head % hp->n_head_kv)
         return cdx_err_set(err, CDX_EFORMAT, "%s: %lld attention heads is not a multiple of %lld kv heads", path,
                            (long long)hp->n_head, (long long)hp->n_head_kv);
-    if (hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
-        return cdx_err_set(err, CDX_EFORMAT, "%s: rotary dimension count is %lld; expected an even count in 2..%lld "
+    if (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: rope dimension count is %lld; expected an even count in 2..%lld "
                            "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
     if (!hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rope dimension count is %lld; expected an even count in 2..%lld "
                            "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
+    if (hp->n_rot != hp->head_dim && d->bf16 && !hp->linear_layer) /* forward_bf16.c rotates all of head_dim */
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope dimension count is %lld; caldrix's %s needs it equal to "
+                           "head_dim (%lld)", path, (long long)hp->n_rot, hp->arch_name, (long long)hp->head_dim);
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
                            (double)hp->rms_eps, hp->rope_theta);
@@ -691,6 +723,7 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
     float *freqs = NULL, *f_long = NULL, *f_short = NULL;
     if ((rc = bind_role(b, ROLE_TOK_EMBD, 0, &m->tok_embd, NULL, NULL, err)) ||
         (rc = bind_role(b, ROLE_OUT_NORM, 0, NULL, &m->out_norm, NULL, err)) ||
+        (rc = bind_role(b, ROLE_OUT_NORM_B, 0, NULL, &m->out_norm_b, NULL, err)) ||
         (rc = bind_role(b, ROLE_OUTPUT, 0, &m->output, NULL, &has_output, err)) ||
         (rc = bind_role(b, ROLE_ROPE_FREQS, 0, NULL, &freqs, &has_freqs, err)) ||
         (rc = bind_role(b, ROLE_ROPE_LONG, 0, NULL, &f_long, &has_long, err)) ||
@@ -730,14 +763,17 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
                    (rc = bind_role(b, ROLE_WV, il, &L->wv, NULL, NULL, err)))
             goto out;
         if ((rc = bind_role(b, ROLE_ATTN_NORM, il, NULL, &L->attn_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_ATTN_NORM_B, il, NULL, &L->attn_norm_b, NULL, err)) ||
             (rc = bind_role(b, ROLE_WO, il, &L->wo, NULL, NULL, err)) ||
             (rc = bind_role(b, ROLE_BQ, il, NULL, &L->bq, NULL, err)) ||
             (rc = bind_role(b, ROLE_BK, il, NULL, &L->bk, NULL, err)) ||
             (rc = bind_role(b, ROLE_BV, il, NULL, &L->bv, NULL, err)) ||
+            (rc = bind_role(b, ROLE_BO, il, NULL, &L->bo, NULL, err)) ||
             (rc = bind_role(b, ROLE_QNORM, il, NULL, &L->q_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_KNORM, il, NULL, &L->k_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_ATTN_POST_NORM, il, NULL, &L->attn_post_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_FFN_NORM_B, il, NULL, &L->ffn_norm_b, NULL, err)) ||
             (rc = bind_role(b, ROLE_FFN_POST_NORM, il, NULL, &L->ffn_post_norm, NULL, err)))
             goto out;
         /* sparse: config.json says so per layer (mlp_only_layers, decoder_sparse_step); a GGUF by its router */
@@ -759,8 +795,10 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
                 rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err);
             }
         } else if (!(rc = bind_role(b, ROLE_GATE, il, &L->gate, NULL, NULL, err)) &&
-                 !(rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)))
-            rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err);
+                 !(rc = bind_role(b, ROLE_UP, il, &L->up, NULL, NULL, err)) &&
+                 !(rc = bind_role(b, ROLE_UP_B, il, NULL, &L->b_up, NULL, err)) &&
+                 !(rc = bind_role(b, ROLE_DOWN, il, &L->down, NULL, NULL, err)))
+            rc = bind_role(b, ROLE_DOWN_B, il, NULL, &L->b_down, NULL, err);
         if (rc)
             goto out;
     }
@@ -1050,7 +1088,8 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->n_ctx_train = cdx_gguf_get_arch_u64(g, a, CDX_GK_CONTEXT_LENGTH, &v) && v <= ((uint64_t)1 << 31) ? (int64_t)v : 4096;
     char key[160];
     double f;
-    hp->rms_eps = cdx_gguf_get_arch_f64(g, a, CDX_GK_RMS_EPS, &f) ? (float)f : 1e-5f;
+    hp->layer_norm = d->layer_norm; /* llama.cpp's LLM_NORM: attention.layer_norm_epsilon */
+    hp->rms_eps = cdx_gguf_get_arch_f64(g, a, d->layer_norm ? CDX_GK_LN_EPS : CDX_GK_RMS_EPS, &f) ? (float)f : 1e-5f;
     hp->rope_theta = cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_FREQ_BASE, &f) ? f : 10000.0;
     /* mixtures of experts: qwen2moe / qwen3moe, and "llama" with an expert_count (Mixtral) */
     uint64_t n_exp = 0;
@@ -1100,7 +1139,22 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         hp->norm_topk_prob = cdx_gguf_get_arch_bool(g, a, CDX_GK_EXPERT_WEIGHTS_NORM, &norm) ? norm : d->norm_topk;
     }
     hp->rope_mode = d->gguf_rope;
+    hp->mlp_plain = d->mlp_plain;
+    hp->act = d->hf[0].cfg.act;                         /* the family's activation (Gemma's rows also set it) */
+    m->gelu_f16 = hp->act == CDX_HF_ACT_GELU_TANH;      /* llama.cpp's GELU: ggml's f16 table (ops.h) */
+    if (d->gguf_window && cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW)) {
+        if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_SLIDING_WINDOW, &v) || v > ((uint64_t)1 << 30))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.attention.sliding_window is not an unsigned integer up to 2^30",
+                               path, a);
+        hp->sliding_window = (int64_t)v;
+    }
     hp->qkv_bias = d->qkv_bias;
+    hp->parallel_residual = d->hf[0].cfg.parallel;
+    if (d->gguf_optional) { /* llama.cpp's TENSOR_NOT_REQUIRED: layer 0 says what the layers have */
+        hp->qkv_bias = cdx_gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
+        hp->linear_bias = d->linear_bias && cdx_gguf_tensor_find(g, "blk.0.attn_output.bias") != NULL;
+        hp->parallel_residual = cdx_gguf_tensor_find(g, "blk.0.ffn_norm.weight") == NULL;
+    }
     hp->qk_norm = d->qk_norm;
     hp->qk_norm_full = d->qk_norm_full;
     hp->moe_topk_softmax = d->moe_topk_softmax;
@@ -1117,6 +1171,11 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         for (int64_t l = 0; l < hp->n_layer; l++)
             m->nope_layer[l] = (l + 1) % d->gguf_nope_step == 0;
         hp->nope_layer = m->nope_layer;
+    }
+    if (d->gguf_logit_mul && cdx_gguf_get_arch_f64(g, a, CDX_GK_LOGIT_SCALE, &f)) { /* llama.cpp's command-r */
+        if (!(f >= 0) || !(f < 1e9))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.logit_scale is %g; expected a scale >= 0 (0: none)", path, a, f);
+        hp->logit_scale = (float)f;
     }
     if (d->gguf_scales) { /* llama.cpp's granite keys (src/models/granite.cpp): 0 where absent */
         static const cdx_gguf_key sk[4] = { CDX_GK_EMBEDDING_SCALE, CDX_GK_RESIDUAL_SCALE, CDX_GK_ATTENTION_SCALE,
@@ -1254,6 +1313,12 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
      * checked it is even */
     hp->n_rot = (int64_t)((double)hp->head_dim * cfg->partial_rotary_factor);
     hp->rope_mode = CDX_ROPE_HALVES; /* transformers' rotate_half */
+    hp->rope_mode = d->hf_rope_adjacent ? CDX_ROPE_ADJACENT : CDX_ROPE_HALVES; /* transformers' rotate_half */
+    hp->logit_scale = (float)cfg->scale[CDX_HF_SCALE_LOGIT_MUL];
+    hp->layer_norm = d->layer_norm;
+    hp->parallel_residual = cfg->parallel_residual;
+    hp->linear_bias = d->linear_bias && cfg->attn_o_bias;
+    hp->mlp_plain = d->mlp_plain;
     hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
     hp->qk_norm_full = d->qk_norm_full;
@@ -1431,7 +1496,8 @@ void cdx_model_close(cdx_model *m)
         for (int64_t l = 0; l < m->hp.n_layer; l++) {
             layer_weights *L = &m->layers[l];
             free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
-            free(L->attn_post_norm); free(L->ffn_post_norm);
+            free(L->attn_post_norm); free(L->ffn_post_norm); free(L->attn_norm_b); free(L->ffn_norm_b);
+            free(L->bo); free(L->b_up); free(L->b_down);
             free(L->q_norm); free(L->k_norm);
             free(L->exp_gate); free(L->exp_up); free(L->exp_down);
             free(L->ssm_conv); free(L->ssm_dt); free(L->ssm_a_neg); free(L->ssm_norm);
@@ -1440,7 +1506,7 @@ void cdx_model_close(cdx_model *m)
     free(m->nope_layer);
     free(m->layers);
     free(m->mats);
-    free(m->out_norm);
+    free(m->out_norm); free(m->out_norm_b);
     free(m->inv_freq);
     free(m->inv_freq_swa);
     free(m->inv_freq_long);

@@ -39,7 +39,7 @@ void model_layernorm(float *out, const float *x, const float *w, const float *b,
     const float rstd = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
     const float mf = (float)mean;
     for (int64_t i = 0; i < n; i++)
-        out[i] = (x[i] - mf) * rstd * w[i] + b[i];
+        out[i] = b ? (x[i] - mf) * rstd * w[i] + b[i] : (x[i] - mf) * rstd * w[i]; /* b NULL: no bias (Cohere) */
 }
 
 /* The per-token steps between the matrices, a slice of the batch's tokens per thread: each token's
@@ -47,21 +47,31 @@ void model_layernorm(float *out, const float *x, const float *w, const float *b,
  * split. One thread doing them kept the other waiting (~3 % of a Qwen3 prefill). */
 typedef struct {
     float *out;
-    const float *x, *w;
+    const float *x, *w, *b;
     int64_t n, E;
     float eps;
+    bool layer;
 } norm_job;
 
 static void norm_part(void *arg, int ith, int nth)
 {
     const norm_job *j = arg;
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++)
-        model_rmsnorm(j->out + i * j->E, j->x + i * j->E, j->w, j->E, j->eps);
+        if (j->layer)
+            model_layernorm(j->out + i * j->E, j->x + i * j->E, j->w, j->b, j->E, j->eps);
+        else
+            model_rmsnorm(j->out + i * j->E, j->x + i * j->E, j->w, j->E, j->eps);
 }
 
 void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps)
 {
-    norm_job j = { out, x, w, n, E, eps };
+    model_norm_rows_of(pool, false, out, x, w, NULL, n, E, eps);
+}
+
+void model_norm_rows_of(cdx_pool *pool, bool layer, float *out, const float *x, const float *w, const float *b,
+                        int64_t n, int64_t E, float eps)
+{
+    norm_job j = { out, x, w, b, n, E, eps, layer };
     if (n >= 4)
         cdx_pool_run(pool, norm_part, &j);
     else
@@ -270,13 +280,15 @@ static void geglu_part(void *arg, int ith, int nth)
         const float x = j->g[i];
         if (!j->f16) {
             const float inner = beta * (x + kappa * (x * x * x));
-            j->g[i] = 0.5f * x * (1.0f + tanhf(inner)) * j->u[i];
+            const float y = 0.5f * x * (1.0f + tanhf(inner));
+            j->g[i] = j->u ? y * j->u[i] : y; /* u NULL: the plain GELU */
             continue;
         }
         /* ggml_vec_geglu_f32 with GGML_GELU_FP16: ggml_gelu_f32 tabulated at f16 inputs, stored as f16 */
         const float h = cdx_f16_to_f32(cdx_f32_to_f16(x));
         const float t = 0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
-        j->g[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x * j->u[i] : cdx_f16_to_f32(cdx_f32_to_f16(t)) * j->u[i];
+        const float y = x >= 10.0f ? x : cdx_f16_to_f32(cdx_f32_to_f16(t));
+        j->g[i] = x <= -10.0f ? 0.0f : j->u ? y * j->u[i] : y; /* ggml_vec_gelu_f32 when u is NULL */
     }
 }
 
@@ -287,6 +299,16 @@ void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16)
         cdx_pool_run(pool, geglu_part, &j);
     else
         geglu_part(&j, 0, 1);
+}
+
+void model_act(cdx_pool *pool, cdx_hf_act act, bool gelu_f16, float *g, int64_t n)
+{
+    if (act == CDX_HF_ACT_GELU_TANH) {
+        model_geglu(pool, g, NULL, n, gelu_f16);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        g[i] = model_silu(g[i]);
 }
 
 /* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the

@@ -20,6 +20,7 @@ typedef struct fwd_scratch {
     const cdx_kernels *k;
     cdx_pool *pool;
     float *x, *xn, *q, *kk, *vv, *attn, *ffn_g, *ffn_u;
+    float *xp;                 /* [n][n_embd]: a parallel block's attention output (hp.parallel_residual), or NULL */
     /* sparse layers (NULL for dense models) */
     float *router;             /* [n][n_expert] */
     float *xg, *yg, *moe;      /* [n][n_embd]: gathered rows, an expert's outputs, the layer's sum */
@@ -46,8 +47,11 @@ void model_rmsnorm(float *out, const float *x, const float *w, int64_t n, float 
 void model_norm_rows(cdx_pool *pool, float *out, const float *x, const float *w, int64_t n, int64_t E, float eps);
 /* torch's layer_norm over n values: mean and biased variance, then (x - mean) · rsqrt(var + eps) · w + b.
  * Sums in double (one rounding of the mean and variance to float) keep it within a few ulp of torch.
- * The vision tower's and the encoders' norm. */
+ * The vision tower's, the encoders' and the LayerNorm families' norm; b NULL: no bias. */
 void model_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
+/* model_norm_rows with the norm kind: a LayerNorm with bias b (may be NULL) when layer, else RMSNorm (b unused). */
+void model_norm_rows_of(cdx_pool *pool, bool layer, float *out, const float *x, const float *w, const float *b,
+                        int64_t n, int64_t E, float eps);
 /* LlamaRMSNorm.forward on a bf16 input (bf16 compute, forward_bf16.c's #3, #5). */
 void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps);
 
@@ -123,6 +127,16 @@ static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act ac
         model_geglu(pool, g, u, n, gelu_f16);
     else
         model_swiglu(pool, k, g, u, n, false);
+}
+/* The plain MLP's activation in place (Starcoder2's c_fc output): gelu_pytorch_tanh (gelu_f16: ggml's
+ * f16 table, a GGUF file) or SiLU, over n values. */
+void model_act(cdx_pool *pool, cdx_hf_act act, bool gelu_f16, float *g, int64_t n);
+/* x[i][j] += b[j] over n rows of d values; b NULL: nothing. */
+static inline void model_add_bias(float *x, const float *b, int64_t n, int64_t d)
+{
+    for (int64_t i = 0; b && i < n; i++)
+        for (int64_t j = 0; j < d; j++)
+            x[i * d + j] += b[j];
 }
 /* logits = cap·tanh(logits/cap) over n values (Gemma2's final_logit_softcapping); cap 0: unchanged. */
 static inline void model_softcap(float *x, int64_t n, float cap)

@@ -824,6 +824,11 @@ int main(void)
         { "../shared/fixtures/hf/granitemoe", "../shared/fixtures/hf/granitemoe/golden.json", "", "" },
         /* Phi-3: LongRoPE's switch to the long factors recomputes the sequence (cdx_model_rope_restart) */
         { "../shared/fixtures/hf/phi3", "../shared/fixtures/hf/phi3/golden.json", "", "" },
+        /* LayerNorm families: partial rotary (StableLM); biases everywhere, plain GELU MLP, a window (Starcoder2);
+         * the parallel block, interleaved RoPE, logit_scale (Cohere) */
+        { "../shared/fixtures/hf/stablelm", "../shared/fixtures/hf/stablelm/golden.json", "", "" },
+        { "../shared/fixtures/hf/starcoder2", "../shared/fixtures/hf/starcoder2/golden.json", "", "" },
+        { "../shared/fixtures/hf/cohere", "../shared/fixtures/hf/cohere/golden.json", "", "" },
         /* --dtype bf16 with a bf16 cache: PyTorch's bf16 greedy tokens, the same invariance */
         { "../shared/fixtures/hf/llama_bf16", "../shared/fixtures/hf/llama_bf16/golden_bf16.json", "", "bf16" },
         { "../shared/fixtures/hf/llama_f16", "../shared/fixtures/hf/llama_f16/golden_bf16.json", "", "bf16" },
