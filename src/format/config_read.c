@@ -271,6 +271,17 @@ static int qwen35_keys(ctx *c, json_t *obj, const char *prefix)
 static int read_qwen35(ctx *c, cdx_hf_config *cfg)
 {
     int rc;
+    /* qwen35.c rotates with the plain frequencies and no attention factor: a scaling is refused */
+    if (cfg->rope_type != CDX_HF_ROPE_DEFAULT) {
+        json_t *rp = field(c->root, "rope_parameters");
+        const char *key = rp ? "rope_parameters" : "rope_scaling";
+        json_t *rs = rp ? rp : field(c->root, "rope_scaling");
+        json_t *t = rs ? field(rs, "rope_type") : NULL;
+        if (!t && rs)
+            t = field(rs, "type");
+        REFUSE(c, "%s: %s.%s is \"%.40s\"; caldrix computes Qwen3.5 with its default rotation only", c->name, key,
+               t && field(rs, "rope_type") ? "rope_type" : "type", t && json_is_string(t) ? json_string_value(t) : "?");
+    }
     /* Qwen3NextConfig / Qwen3_5TextConfig defaults */
     cfg->linear_conv_kernel = 4;
     cfg->linear_k_dim = 128;

@@ -557,8 +557,8 @@ static const struct {
       CDX_EUNSUPPORTED, "dtype is \"float8_e4m3fn\"" },
     { "an activation other than SiLU", "{" CFG_LLAMA ",\"hidden_act\":\"gelu\"}", CDX_EUNSUPPORTED,
       "hidden_act is \"gelu\"" },
-    { "rope_scaling other than Llama 3's", "{" CFG_LLAMA ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
-      CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"yarn\"" },
+    { "rope_scaling of a kind transformers lacks", "{" CFG_LLAMA ",\"rope_scaling\":{\"rope_type\":\"xpos\",\"factor\":4}}",
+      CDX_EUNSUPPORTED, "rope_scaling.rope_type is \"xpos\"" },
     { "odd head_dim", "{" CFG_LLAMA ",\"head_dim\":15}", CDX_ERANGE, "head_dim is 15" },
     { "kv heads that do not divide the heads", "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
       "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":3,"

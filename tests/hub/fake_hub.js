@@ -109,7 +109,7 @@ const FAMILIES = [
   { arch: 'MistralForCausalLM', mt: 'mistral', gguf: 'llama', org: 'mistralai', stem: 'Mistral', vocab: 32768 },
   { arch: 'Qwen3MoeForCausalLM', mt: 'qwen3_moe', gguf: 'qwen3moe', org: 'Qwen', stem: 'Qwen3-MoE', vocab: 151936, moe: true },
   { arch: 'GPT2LMHeadModel', mt: 'gpt2', gguf: 'gpt2', org: 'openai-community', stem: 'gpt2', vocab: 50257 },
-  { arch: 'Starcoder2ForCausalLM', mt: 'starcoder2', gguf: 'starcoder2', org: 'bigcode', stem: 'starcoder2', vocab: 49152 },
+  { arch: 'BloomForCausalLM', mt: 'bloom', gguf: 'bloom', org: 'bigscience', stem: 'bloom', vocab: 250880 },
 ];
 const SIZES = [
   { tag: '0.5B', hidden: 896, layers: 24, heads: 14, kv: 2, ffn: 4864 },
@@ -200,9 +200,9 @@ function makeCatalogue(spec) {
         big: { 'model.safetensors': p.params * 2 },
         tags: ['transformers', 'safetensors', 'mergekit', f.mt, `base_model:${p.id}`, `base_model:merge:${p.id}`] }, common));
     } else {
-      add({ id: `${user}/bert-${word}-${k}`, kind: 'other', params: 110000000, downloads: dl,
-            files: { 'config.json': JSON.stringify({ architectures: ['BertModel'], model_type: 'bert' }) },
-            big: { 'model.safetensors': 440000000 }, tags: ['transformers', 'bert', word], card: {} });
+      add({ id: `${user}/t5-${word}-${k}`, kind: 'other', params: 110000000, downloads: dl,
+            files: { 'config.json': JSON.stringify({ architectures: ['T5ForConditionalGeneration'], model_type: 't5' }) },
+            big: { 'model.safetensors': 440000000 }, tags: ['transformers', 't5', word], card: {} });
     }
   }
   // later generations: K repos re-dated and re-shaed, K new ones, all newer than the rest
@@ -248,7 +248,7 @@ function getCatalogue() {
   if (!catalogue || st.mtimeMs !== catalogueMtime) {
     catalogue = makeCatalogue(JSON.parse(fs.readFileSync(p, 'utf8')));
     catalogueMtime = st.mtimeMs;
-    const dump = catalogue.repos.map((r) => ({ id: r.id, kind: r.kind, parent: r.parent || null, arch: r.family ? r.family.arch : 'BertModel',
+    const dump = catalogue.repos.map((r) => ({ id: r.id, kind: r.kind, parent: r.parent || null, arch: r.family ? r.family.arch : 'T5ForConditionalGeneration',
       gguf_arch: r.gguf ? r.gguf.architecture : null, params: r.params, downloads: r.downloads, lastModified: r.lastModified,
       sha: r.sha, tags: r.tags, gated: !!r.gated, alpha: r.alpha === undefined ? null : r.alpha,
       tokenizer: r.files['tokenizer.json'] || null, config: r.files['config.json'] || null, card: r.card || {}, files: Object.assign(
