@@ -52,6 +52,8 @@ typedef struct cdx_embedder_opts {
     cdx_task task;                 /* GENERATE (0) is taken as EMBED */
     int32_t yes_id, no_id;         /* a reranker's answer tokens; -1 (or 0 for both): the tokenizer's "yes" / "no" */
     int64_t token_budget;          /* a decoder's tokens per forward (0: 512); longer inputs run in chunks */
+    struct cdx_pool *pool;         /* NULL: its own pool of n_threads. Else the caller's (borrowed), which must
+                                    * never run two passes at once (the server's one engine thread) */
 } cdx_embedder_opts;
 
 /* An embedder over m (borrowed; an encoder, or a dense decoder computing in f32: Qwen3-Embedding with
@@ -77,6 +79,8 @@ CDX_API int cdx_embed_tokenize(const cdx_embedder *e, const char *text, size_t l
  * outside the vocabulary (naming the input). Thread-safe: calls are serialised. */
 CDX_API int cdx_embed_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *out,
                           cdx_err *err);
+/* Matryoshka truncation: out[0..k) = v[0..k) renormalised (x / max(‖x‖₂, 1e-12)); out may be v. */
+CDX_API void cdx_embed_truncate(const float *v, int64_t k, float *out);
 /* cdx_embed_tokenize then cdx_embed_ids; n_tokens[n] (may be NULL) gets each input's token count. */
 CDX_API int cdx_embed_texts(cdx_embedder *e, const char *const *texts, int n, float *out, int64_t *n_tokens,
                             cdx_err *err);
@@ -89,6 +93,12 @@ CDX_API int cdx_embed_texts(cdx_embedder *e, const char *const *texts, int n, fl
  * another task. */
 CDX_API int cdx_rerank_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *scores,
                            float *logits, cdx_err *err);
+/* One query-document pair as the model card's format_instruction makes it: prefix +
+ * "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}" (its tokens cut from the right to fit
+ * max_tokens) + suffix, tokenized. *ids (heap) gets *n tokens; *n_full (may be NULL) the count before the
+ * cut. CDX_EINVAL without a tokenizer. */
+CDX_API int cdx_rerank_format(const cdx_embedder *e, const char *query, const char *doc, const char *instruction,
+                              int32_t **ids, int64_t *n, int64_t *n_full, cdx_err *err);
 /* The model card's format_instruction: prefix + "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}"
  * (cut from the right to fit max_tokens) + suffix, tokenized, then cdx_rerank_ids. instruction NULL: the
  * card's default ("Given a web search query, retrieve relevant passages that answer the query"). */

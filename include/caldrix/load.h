@@ -17,6 +17,7 @@
 #define CALDRIX_LOAD_H
 
 #include "caldrix/base.h"
+#include "caldrix/embed.h"
 #include "caldrix/engine.h"
 #include "caldrix/hub.h"
 #include "caldrix/image.h"
@@ -66,6 +67,13 @@ typedef struct cdx_load_opts {
     const cdx_engine_opts *engine; /* NULL: no engine. Its kv_type is used when kv_type_set, else the
                                       model's default (cdx_model_kv_type_default) */
     bool kv_type_set;
+    /* What the model is served for: task_set false takes what the folder declares (cdx_task_declared:
+     * an encoder or a folder with modules.json embeds, anything else generates). An embed or rerank
+     * model computes in f32 when dtype is AUTO, gets no chat template, and with engine set gets an
+     * embedder (on engine->pool and n_threads) instead of an engine. */
+    bool task_set;
+    cdx_task task;
+    int32_t yes_id, no_id;       /* a reranker's answer tokens (cdx_embedder_opts; 0, 0: the tokenizer's) */
 } cdx_load_opts;
 
 CDX_API cdx_load_opts cdx_load_defaults(void); /* tokenizer on, everything else off */
@@ -81,7 +89,10 @@ typedef struct cdx_loaded {
     bool has_image_proc;
     uint64_t weight_budget;      /* the budget the weights opened under (0: none) */
     uint32_t kv_type;            /* the KV cache's storage type */
-    cdx_engine *engine;          /* NULL unless opts.engine */
+    cdx_engine *engine;          /* NULL unless opts.engine and the task is generate */
+    cdx_task task;               /* what it is served for */
+    cdx_st_pipeline pipe;        /* the folder's sentence-transformers files (present false: none) */
+    cdx_embedder *embedder;      /* an embed or rerank task with opts.engine; else NULL */
 } cdx_loaded;
 
 /* Loads ref (a path, an alias, owner/name[@rev], ollama:name[:tag]; NULL: opts.default_gguf).

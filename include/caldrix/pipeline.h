@@ -27,6 +27,7 @@ typedef enum cdx_pooling {
 CDX_API const char *cdx_pooling_name(cdx_pooling p); /* "cls", "mean", ...; "?" out of range */
 
 #define CDX_ST_MAX_PROMPTS 8
+#define CDX_ST_MAX_MRL_DIMS 16
 
 /* What a sentence-transformers folder declares (modules.json, 1_Pooling/config.json,
  * sentence_bert_config.json, config_sentence_transformers.json). Plain data. */
@@ -41,9 +42,15 @@ typedef struct cdx_st_pipeline {
     int n_prompts;                 /* config_sentence_transformers.json's prompts */
     char prompt_name[CDX_ST_MAX_PROMPTS][32];
     char prompt[CDX_ST_MAX_PROMPTS][512];
+    /* Matryoshka truncation, as config.json declares it (vLLM's keys): "is_matryoshka": true, or
+     * "matryoshka_dimensions": [...] (then only those sizes). The server's "dimensions" needs it. */
+    bool matryoshka;
+    int n_mrl_dims;                /* 0: any size up to the model's */
+    int64_t mrl_dims[CDX_ST_MAX_MRL_DIMS];
 } cdx_st_pipeline;
 
-/* Reads dir's sentence-transformers files. A folder without modules.json gives present false and 0.
+/* Reads dir's sentence-transformers files (and config.json's Matryoshka keys). A folder without
+ * modules.json gives present false and 0.
  * A module caldrix does not implement (Dense, WordEmbeddings, ...), a pooling mode it does not compute
  * (mean_sqrt_len, weightedmean) or more than one mode: CDX_EUNSUPPORTED naming the file and the module
  * or key. Malformed JSON or values: CDX_EFORMAT naming the file and the field. */

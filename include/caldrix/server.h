@@ -19,6 +19,7 @@
 #define CALDRIX_SERVER_H
 
 #include "caldrix/base.h"
+#include "caldrix/embed.h"
 #include "caldrix/engine.h"
 
 #ifdef __cplusplus
@@ -81,6 +82,9 @@ typedef struct cdx_server_model {
     int64_t n_ctx;                 /* context per sequence */
     int32_t bos_id;                /* -1: none */
     const struct cdx_image_proc *image_proc; /* a vision model's processor settings; NULL: no images */
+    cdx_task task;                 /* GENERATE: engine runs it; EMBED / RERANK: embedder does (engine NULL) */
+    cdx_embedder *embedder;        /* owned by the caller; the server's engine thread is its only caller */
+    const struct cdx_st_pipeline *pipe; /* the embedder's folder files (Matryoshka sizes, prompts); may be NULL */
 } cdx_server_model;
 
 /* The routes the server answers (its one route table), for --help and docs: *n rows, static storage. */
@@ -116,7 +120,8 @@ typedef struct cdx_server_models {
     const cdx_server_entry *entries; /* copied */
     int n_entries;
     const struct cdx_load_opts *load; /* how each loads (copied; its strings, engine options' strings and
-                                        * image_opts are borrowed until cdx_server_stop) */
+                                        * image_opts are borrowed until cdx_server_stop); its task_set
+                                        * serves every model for that task, else each for what it declares */
     const struct json_t *tmpl_kwargs; /* as cdx_server_model's, for every model; borrowed */
     bool autoload;                 /* load on a request's first use (else only POST /models/load) */
     bool allow_unknown;            /* run models whose compatibility is unknown */

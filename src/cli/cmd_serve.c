@@ -42,6 +42,11 @@ static const char k_serve_usage[] =
     "  --allow-unknown-models  serve models whose compatibility inspect cannot decide (never an\n"
     "                       incompatible one, never past --memory)\n"
     "\n"
+    "  --task embed|rerank|generate  what the model is served for (default: what its folder declares: an\n"
+    "                       encoder or a sentence-transformers folder (modules.json) embeds, anything else\n"
+    "                       generates; a reranker such as Qwen3-Reranker is a causal LM on disk: name it\n"
+    "                       with --task rerank). With several models: every one of them\n"
+    "  --yes-id N, --no-id N  a reranker's answer tokens (default: the tokenizer's \"yes\" and \"no\")\n"
     "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
     "  --port P             TCP port (default 8080; 0 = any free port, printed on stderr)\n"
     "  --max-batch N        sequences decoded at once (default 8)\n"
@@ -273,6 +278,21 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
     return 0;
 }
 
+/* --task, --yes-id, --no-id */
+typedef struct {
+    bool set;
+    cdx_task task;
+    int32_t yes_id, no_id;
+} load_task;
+
+static void set_task(cdx_load_opts *lo, const load_task *lt)
+{
+    lo->task_set = lt->set;
+    lo->task = lt->task;
+    lo->yes_id = lt->yes_id;
+    lo->no_id = lt->no_id;
+}
+
 /* Waits for SIGINT or SIGTERM. */
 static void wait_for_signal(void)
 {
@@ -303,7 +323,7 @@ static void say_listening(const cdx_server_opts *so, cdx_server *srv)
 
 static int serve_models(const reg_args *rg, const char *model, const cdx_server_opts *so, cdx_engine_opts *eo,
                         cdx_dtype dtype, uint64_t budget, const char *chat_template, json_t *chat_kwargs,
-                        bool kv_type_set)
+                        bool kv_type_set, const load_task *lt)
 {
     cdx_server_entry ent[MAX_MODELS + 1];
     char **own = NULL;
@@ -328,6 +348,7 @@ static int serve_models(const reg_args *rg, const char *model, const cdx_server_
     lo.images = CDX_LOAD_IMAGES_IF_VISION;
     lo.engine = eo;
     lo.kv_type_set = kv_type_set;
+    set_task(&lo, lt);
     const cdx_server_models sm = { .entries = ent, .n_entries = n, .load = &lo, .tmpl_kwargs = chat_kwargs,
                                    .autoload = !rg->no_autoload, .allow_unknown = rg->allow_unknown,
                                    .max_loaded = rg->max, .idle_unload_s = rg->idle_s, .memory_bytes = memory };
@@ -370,7 +391,9 @@ int cmd_serve(int argc, char **argv)
     json_t *chat_kwargs = NULL; /* --chat-template-kwargs */
     uint64_t budget = 0;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
-    bool kv_type_set = false;
+    bool kv_type_set = false, task_set = false;
+    cdx_task task = CDX_TASK_GENERATE;
+    int32_t yes_id = -1, no_id = -1;
     long l;
     so.api_key = getenv("CALDRIX_API_KEY");
     so.page = cdx_embedded_page;
@@ -386,7 +409,8 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--chat-template-kwargs") || !strcmp(a, "--model") || !strcmp(a, "--models-dir") ||
                      !strcmp(a, "--preload") || !strcmp(a, "--pin") || !strcmp(a, "--models-max") ||
                      !strcmp(a, "--idle-unload") || !strcmp(a, "--memory") || !strcmp(a, "--spec") ||
-                     !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min");
+                     !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min") || !strcmp(a, "--task") ||
+                     !strcmp(a, "--yes-id") || !strcmp(a, "--no-id");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             cli_print_engine_ranges(stdout, k_serve_engine_opts,
@@ -415,6 +439,15 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
             L->v[L->n++] = v;
+        } else if (!strcmp(a, "--task")) {
+            if (cdx_task_from_name(v, &task)) {
+                fprintf(stderr, "caldrix serve: --task is \"%s\"; expected embed, rerank or generate\n", v);
+                return 2;
+            }
+            task_set = true;
+        } else if (!strcmp(a, "--yes-id") || !strcmp(a, "--no-id")) {
+            if (cli_parse_int(a, v, 0, INT32_MAX, &l)) return 2;
+            *(a[2] == 'y' ? &yes_id : &no_id) = (int32_t)l;
         } else if (!strcmp(a, "--models-dir")) {
             rg.dir = v;
         } else if (!strcmp(a, "--models-autoload") || !strcmp(a, "--no-models-autoload")) {
@@ -515,8 +548,14 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
 
+    if ((yes_id < 0) != (no_id < 0)) {
+        fprintf(stderr, "caldrix serve: give both --yes-id and --no-id, or neither\n");
+        json_decref(chat_kwargs);
+        return 2;
+    }
+    const load_task lt = { task_set, task, yes_id, no_id };
     if (rg.refs.n || rg.dir)
-        return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set);
+        return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt);
     if (rg.preload.n || rg.pin.n || rg.max || rg.idle_s || rg.memory || rg.no_autoload || rg.allow_unknown) {
         fprintf(stderr, "caldrix serve: --preload, --pin, --models-max, --idle-unload, --memory, --no-models-autoload "
                         "and --allow-unknown-models are for several models: give them with --model or --models-dir\n");
@@ -549,6 +588,7 @@ int cmd_serve(int argc, char **argv)
     lo.images = CDX_LOAD_IMAGES_IF_VISION;
     lo.engine = &eo;
     lo.kv_type_set = kv_type_set;
+    set_task(&lo, &lt);
     cdx_load_stage at;
     int rc = cdx_load(model, &lo, &ld, &at, &err);
     if (rc) {
@@ -564,6 +604,30 @@ int cmd_serve(int argc, char **argv)
     if (eo.n_ctx && hp->n_ctx_train > 0 && eo.n_ctx > hp->n_ctx_train)
         fprintf(stderr, "caldrix serve: warning: --ctx %lld is more than the %lld positions %s was trained for; output "
                         "past them may degrade\n", (long long)eo.n_ctx, (long long)hp->n_ctx_train, name);
+    if (ld->task != CDX_TASK_GENERATE) {
+        /* an embed or rerank model: its embedder, no engine */
+        const int64_t mt = cdx_embedder_max_tokens(ld->embedder);
+        if (!ld->tok)
+            fprintf(stderr, "caldrix serve: %s has no tokenizer: token-id inputs only\n", name);
+        cdx_server_model sm = { .tok = ld->tok, .name = name, .n_vocab = hp->n_vocab, .n_ctx = mt, .bos_id = hp->bos_id,
+                                .task = ld->task, .embedder = ld->embedder, .pipe = &ld->pipe };
+        if ((rc = cdx_server_start(&so, &srv, &err))) {
+            fprintf(stderr, "caldrix serve: %s\n", err.msg);
+            status = rc == CDX_EINVAL ? 2 : 1;
+            goto done;
+        }
+        if (cdx_server_ready(srv, &sm, &err)) {
+            fprintf(stderr, "caldrix serve: %s\n", err.msg);
+            goto done;
+        }
+        fprintf(stderr, "caldrix serve: ready: %s for %s (%s), %lld dimensions, at most %lld tokens an input%s\n", name,
+                cdx_task_name(ld->task), ld->task == CDX_TASK_RERANK ? "/v1/rerank" : "/v1/embeddings",
+                (long long)cdx_embedder_dim(ld->embedder), (long long)mt, so.api_key ? ", API key required" : "");
+        say_listening(&so, srv);
+        wait_for_signal();
+        status = 0;
+        goto done;
+    }
     if (!ld->tok)
         fprintf(stderr, "caldrix serve: %s has no tokenizer: only token-id prompts on /v1/completions\n", name);
     /* the chat template, by run --chat's rule: --chat-template, else the model's, else ChatML

@@ -116,8 +116,8 @@ int cdx_embedder_open(const cdx_model *m, const cdx_tok *tok, const cdx_st_pipel
         cdx_embedder_close(e);
         return rc;
     }
-    rc = cdx_forward_ctx_create(m, e->decoder ? e->budget : 1, opts && opts->n_threads > 0 ? opts->n_threads : 1, opts ? opts->kernels : NULL,
-                                    &e->fc, err);
+    rc = cdx_forward_ctx_create_on(m, e->decoder ? e->budget : 1, opts && opts->n_threads > 0 ? opts->n_threads : 1,
+                                   opts ? opts->pool : NULL, opts ? opts->kernels : NULL, &e->fc, err);
     if (rc) {
         cdx_embedder_close(e);
         return rc;
@@ -433,6 +433,50 @@ static const char k_rr_prefix[] = "<|im_start|>system\nJudge whether the Documen
 static const char k_rr_suffix[] = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
 static const char k_rr_instruction[] = "Given a web search query, retrieve relevant passages that answer the query";
 
+int cdx_rerank_format(const cdx_embedder *e, const char *query, const char *doc, const char *instruction,
+                      int32_t **ids, int64_t *n, int64_t *n_full, cdx_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!e->tok)
+        return cdx_err_set(err, CDX_EINVAL, "the model has no tokenizer: give each pair as token ids");
+    int32_t *pre = NULL, *suf = NULL, *m = NULL;
+    size_t np = 0, ns = 0, nm = 0;
+    char *mid = NULL;
+    int rc = encode(e->tok, k_rr_prefix, sizeof k_rr_prefix - 1, false, &pre, &np, err);
+    if (!rc)
+        rc = encode(e->tok, k_rr_suffix, sizeof k_rr_suffix - 1, false, &suf, &ns, err);
+    if (!rc && (int64_t)(np + ns) >= e->max_tokens)
+        rc = cdx_err_set(err, CDX_EINVAL, "the reranker's template takes %zu of its %lld tokens", np + ns,
+                         (long long)e->max_tokens);
+    const char *ins = instruction ? instruction : k_rr_instruction;
+    const size_t len = strlen(ins) + strlen(query) + strlen(doc) + 64;
+    if (!rc && !(mid = malloc(len)))
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    if (!rc) {
+        snprintf(mid, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", ins, query, doc);
+        rc = encode(e->tok, mid, strlen(mid), false, &m, &nm, err);
+    }
+    if (!rc) {
+        const size_t room = (size_t)e->max_tokens - np - ns, keep = nm < room ? nm : room;
+        if (!(*ids = malloc((np + keep + ns) * sizeof **ids)))
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        else {
+            memcpy(*ids, pre, np * sizeof *pre);
+            memcpy(*ids + np, m, keep * sizeof *m);
+            memcpy(*ids + np + keep, suf, ns * sizeof *suf);
+            *n = (int64_t)(np + keep + ns);
+            if (n_full)
+                *n_full = (int64_t)(np + nm + ns);
+        }
+    }
+    free(mid);
+    free(m);
+    free(pre);
+    free(suf);
+    return rc;
+}
+
 int cdx_rerank_texts(cdx_embedder *e, const char *query, const char *const *docs, int n, const char *instruction,
                      float *scores, cdx_err *err)
 {
@@ -440,49 +484,25 @@ int cdx_rerank_texts(cdx_embedder *e, const char *query, const char *const *docs
         return cdx_err_set(err, CDX_EINVAL, "the model has no tokenizer: give each pair as token ids");
     if (n < 1 || n > CDX_EMBED_MAX_INPUTS)
         return cdx_err_set(err, CDX_EINVAL, "%d documents; 1..%d in one call", n, CDX_EMBED_MAX_INPUTS);
-    int32_t *pre = NULL, *suf = NULL, **ids = calloc((size_t)n, sizeof *ids);
+    int32_t **ids = calloc((size_t)n, sizeof *ids);
     int64_t *lens = calloc((size_t)n, sizeof *lens);
-    size_t np = 0, ns = 0;
     int rc = ids && lens ? CDX_OK : cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    if (!rc)
-        rc = encode(e->tok, k_rr_prefix, sizeof k_rr_prefix - 1, false, &pre, &np, err);
-    if (!rc)
-        rc = encode(e->tok, k_rr_suffix, sizeof k_rr_suffix - 1, false, &suf, &ns, err);
-    if (!rc && (int64_t)(np + ns) >= e->max_tokens)
-        rc = cdx_err_set(err, CDX_EINVAL, "the reranker's template takes %zu of its %lld tokens", np + ns,
-                         (long long)e->max_tokens);
-    for (int i = 0; !rc && i < n; i++) {
-        const char *ins = instruction ? instruction : k_rr_instruction;
-        size_t len = strlen(ins) + strlen(query) + strlen(docs[i]) + 64, nm = 0;
-        char *mid = malloc(len);
-        int32_t *m = NULL;
-        if (!mid) {
-            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-            break;
-        }
-        snprintf(mid, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", ins, query, docs[i]);
-        rc = encode(e->tok, mid, strlen(mid), false, &m, &nm, err);
-        free(mid);
-        const size_t keep = nm < (size_t)e->max_tokens - np - ns ? nm : (size_t)e->max_tokens - np - ns;
-        if (!rc && !(ids[i] = malloc((np + keep + ns) * sizeof **ids)))
-            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-        if (!rc) {
-            memcpy(ids[i], pre, np * sizeof *pre);
-            memcpy(ids[i] + np, m, keep * sizeof *m);
-            memcpy(ids[i] + np + keep, suf, ns * sizeof *suf);
-            lens[i] = (int64_t)(np + keep + ns);
-        }
-        free(m);
-    }
+    for (int i = 0; !rc && i < n; i++)
+        rc = cdx_rerank_format(e, query, docs[i], instruction, &ids[i], &lens[i], NULL, err);
     if (!rc)
         rc = cdx_rerank_ids(e, (const int32_t *const *)ids, lens, n, scores, NULL, err);
     for (int i = 0; ids && i < n; i++)
         free(ids[i]);
     free(ids);
     free(lens);
-    free(pre);
-    free(suf);
     return rc;
+}
+
+void cdx_embed_truncate(const float *v, int64_t k, float *out)
+{
+    if (out != v)
+        memmove(out, v, (size_t)k * sizeof *out);
+    normalize(out, k);
 }
 
 int cdx_embed_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *lens, int n, float *out, cdx_err *err)

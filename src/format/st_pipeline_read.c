@@ -138,6 +138,37 @@ static int read_pooling(json_t *o, const char *path, cdx_st_pipeline *p, cdx_err
     return CDX_OK;
 }
 
+/* config.json: "is_matryoshka" (bool) or "matryoshka_dimensions" (sizes), as vLLM reads them. */
+static int read_matryoshka(const char *dir, cdx_st_pipeline *p, cdx_err *err)
+{
+    char path[4096];
+    json_t *j = NULL;
+    int rc = load(dir, "config.json", path, sizeof path, &j, err);
+    if (rc || !j)
+        return rc;
+    rc = get_bool(path, j, "is_matryoshka", &p->matryoshka, err);
+    json_t *d = json_object_get(j, "matryoshka_dimensions");
+    if (!rc && d && !json_is_null(d)) {
+        if (!json_is_array(d) || json_array_size(d) > CDX_ST_MAX_MRL_DIMS)
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: matryoshka_dimensions is not an array of up to %d sizes", path,
+                             CDX_ST_MAX_MRL_DIMS);
+        size_t i;
+        json_t *v;
+        json_array_foreach(rc ? NULL : d, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 20)) {
+                rc = cdx_err_set(err, CDX_EFORMAT, "%s: matryoshka_dimensions[%zu] is not an integer in 1..1048576",
+                                 path, i);
+                break;
+            }
+            p->mrl_dims[p->n_mrl_dims++] = (int64_t)json_integer_value(v);
+        }
+        if (!rc && p->n_mrl_dims)
+            p->matryoshka = true;
+    }
+    json_decref(j);
+    return rc;
+}
+
 int cdx_st_pipeline_read(const char *dir, cdx_st_pipeline *p, cdx_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -203,5 +234,5 @@ int cdx_st_pipeline_read(const char *dir, cdx_st_pipeline *p, cdx_err *err)
         }
         json_decref(j);
     }
-    return rc;
+    return rc ? rc : read_matryoshka(dir, p, err);
 }

@@ -59,6 +59,7 @@ void cdx_load_close(cdx_loaded *l)
 {
     if (!l)
         return;
+    cdx_embedder_close(l->embedder);
     cdx_engine_free(l->engine);
     cdx_chat_setup_close(&l->chat);
     cdx_tok_close(l->tok);
@@ -103,7 +104,14 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
         if ((rc = resolve(ref, o, l, err)))
             goto fail;
         *at = CDX_LOAD_MODEL;
-        const cdx_model_opts mo = { .weight_budget = l->weight_budget, .dtype = o->dtype };
+        struct stat st;
+        if (stat(l->path, &st) == 0 && S_ISDIR(st.st_mode) && (rc = cdx_st_pipeline_read(l->path, &l->pipe, err)))
+            goto fail; /* a module caldrix does not implement is refused by name */
+        l->task = o->task_set ? o->task : l->pipe.present ? CDX_TASK_EMBED : CDX_TASK_GENERATE;
+        /* sentence-transformers and the rerankers' cards run in float32, whatever the stored type */
+        const cdx_model_opts mo = { .weight_budget = l->weight_budget,
+                                    .dtype = l->task != CDX_TASK_GENERATE && o->dtype == CDX_DTYPE_AUTO ? CDX_DTYPE_F32
+                                                                                                 : o->dtype };
         rc = cdx_model_open(l->path, &mo, &l->model, err);
     } else {
         *at = CDX_LOAD_MODEL;
@@ -118,11 +126,13 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     }
     if (rc)
         goto fail;
+    if (!o->task_set && l->task == CDX_TASK_GENERATE)
+        l->task = cdx_task_declared(l->model, &l->pipe);
     *at = CDX_LOAD_TOKENIZER;
     if (o->tokenizer && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
         goto fail;
     *at = CDX_LOAD_CHAT;
-    if (o->chat && l->tok && (rc = cdx_chat_setup_open(l->path, o->chat_template, l->tok, &l->chat, err)))
+    if (o->chat && l->tok && l->task == CDX_TASK_GENERATE && (rc = cdx_chat_setup_open(l->path, o->chat_template, l->tok, &l->chat, err)))
         goto fail;
     *at = CDX_LOAD_IMAGES;
     if (o->images == CDX_LOAD_IMAGES_REQUIRED || (o->images == CDX_LOAD_IMAGES_IF_VISION && cdx_model_vision(l->model, NULL))) {
@@ -133,7 +143,13 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     }
     *at = CDX_LOAD_ENGINE;
     l->kv_type = o->engine && o->kv_type_set ? o->engine->kv_type : cdx_model_kv_type_default(l->model);
-    if (o->engine) {
+    if (o->engine && l->task != CDX_TASK_GENERATE) {
+        const cdx_embedder_opts eo = { .n_threads = o->engine->n_threads, .kernels = o->engine->kernels,
+                                       .task = l->task, .yes_id = o->yes_id, .no_id = o->no_id,
+                                       .pool = o->engine->pool };
+        if ((rc = cdx_embedder_open(l->model, l->tok, l->pipe.present ? &l->pipe : NULL, &eo, &l->embedder, err)))
+            goto fail;
+    } else if (o->engine) {
         cdx_engine_opts eo = *o->engine;
         eo.kv_type = l->kv_type;
         if ((rc = cdx_engine_create(l->model, l->tok, &eo, &l->engine, err)))

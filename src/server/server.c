@@ -808,6 +808,7 @@ static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const 
 static enum MHD_Result route_metrics(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_admin(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_page(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_embed(sv_conn *k, struct MHD_Connection *c, const char *url);
 static const route_def k_routes[] = {
 #define SV_X_(id, path, alias, post, handler, help) { path, alias, post, SV_R_##id, handler },
     SV_ROUTES(SV_X_)
@@ -1222,7 +1223,7 @@ static char *metrics_text(cdx_server *s, size_t *n)
     pthread_mutex_lock(&s->reg.mu);
     for (int i = 0; i < s->reg.n; i++) {
         const sv_model *m = &s->reg.models[i];
-        if (m->state != SV_LOADED)
+        if (m->state != SV_LOADED || !m->m.engine)
             continue;
         cdx_engine_stats st;
         cdx_engine_get_stats(m->m.engine, &st);
@@ -1404,6 +1405,25 @@ static enum MHD_Result route_metrics(sv_conn *k, struct MHD_Connection *c, const
     return t ? reply(k, c, 200, t, "text/plain; version=0.0.4", NULL) : MHD_NO;
 }
 
+/* /v1/embeddings and /v1/rerank, on the model the body names (sv_embed.c). */
+static enum MHD_Result route_embed(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    sv_error e;
+    const int picked = pick_model(k, &e);
+    char *body = NULL;
+    if (picked < 0)
+        return reply_error(k, c, &e);
+    if (!picked && sv_embed_answer(&k->s->reg, k->mdl, k->route == SV_R_RERANK, k->body, k->n, &body, &e))
+        return reply_error(k, c, &e);
+    if (picked) { /* not a JSON object: the parser says so */
+        if (!sv_embed_answer(&k->s->reg, &k->s->reg.models[0], k->route == SV_R_RERANK, k->body, k->n, &body, &e))
+            sv_fail(&e, 400, "invalid_request_error", "invalid_json", NULL, "the body must be a JSON object");
+        free(body);
+        return reply_error(k, c, &e);
+    }
+    return reply(k, c, 200, body, "application/json", NULL);
+}
+
 /* The routes whose body sv_parse reads, on the model the body names. */
 static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const char *url)
 {
@@ -1415,8 +1435,14 @@ static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const 
     static const sv_kind kinds[] = { [SV_R_CHAT] = SV_CHAT, [SV_R_COMPLETIONS] = SV_COMPLETION,
                                      [SV_R_TOKENIZE] = SV_TOKENIZE, [SV_R_DETOKENIZE] = SV_DETOKENIZE };
     cdx_engine_stats est = { .max_queue = 1 };
-    if (md)
+    if (md && md->m.engine)
         cdx_engine_get_stats(md->m.engine, &est);
+    if (md && md->task != CDX_TASK_GENERATE && (k->route == SV_R_CHAT || k->route == SV_R_COMPLETIONS)) {
+        sv_fail(&e, 400, "invalid_request_error", "invalid_model_task", "model", "model \"%s\" is served for %s, not "
+                "generate: use %s", md->name, cdx_task_name(md->task),
+                md->task == CDX_TASK_RERANK ? "/v1/rerank" : "/v1/embeddings");
+        return reply_error(k, c, &e);
+    }
     sv_limits lim = { .n_vocab = md ? md->m.n_vocab : 1, .has_tok = md && md->m.tok != NULL,
                       .images = md && md->m.image_proc != NULL, .max_n = est.max_queue };
     sv_params p;
@@ -1702,8 +1728,8 @@ static int start_engine_thread(cdx_server *s, cdx_err *err)
 
 int cdx_server_ready(cdx_server *s, const cdx_server_model *m, cdx_err *err)
 {
-    if (!m || !m->engine)
-        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: no engine");
+    if (!m || (!m->engine && !m->embedder) || (m->embedder && m->task == CDX_TASK_GENERATE))
+        return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: no engine (or an embedder without its task)");
     if (atomic_load(&s->ready) || s->reg.inited)
         return cdx_err_set(err, CDX_EINVAL, "cdx_server_ready: already ready");
     int rc = sv_reg_init_one(&s->reg, m, err);

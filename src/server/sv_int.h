@@ -143,6 +143,10 @@ void sv_printable(char *s);
     X(COMPLETIONS, "/v1/completions", "/completions", true, route_parsed, "text completion (streamed or not)") \
     X(TOKENIZE, "/tokenize", NULL, true, route_parsed, "text to token ids")                                   \
     X(DETOKENIZE, "/detokenize", NULL, true, route_parsed, "token ids to text")                               \
+    X(EMBEDDINGS, "/v1/embeddings", "/embedding", true, route_embed,                                           \
+      "vectors of an embed model (OpenAI's shape; float or base64)")                                          \
+    X(RERANK, "/v1/rerank", "/rerank", true, route_embed,                                                     \
+      "relevance scores of a rerank model: query, documents, top_n -> results")                                \
     X(METRICS, "/metrics", NULL, false, route_metrics, "Prometheus text")                                     \
     X(MODELS_LOAD, "/models/load", NULL, true, route_admin, "{\"model\": NAME}: load it (several models)")     \
     X(MODELS_UNLOAD, "/models/unload", NULL, true, route_admin, "{\"model\": NAME}: unload it")          \
@@ -247,6 +251,24 @@ void sv_gate_free(sv_gate *g); /* stops first; NULL: no-op */
 typedef enum { SV_UNLOADED, SV_LOADING, SV_LOADED, SV_UNLOADING, SV_FAILED } sv_state;
 typedef enum { SV_COMPATIBLE, SV_INCOMPATIBLE, SV_UNKNOWN } sv_compat;
 
+/* One request's inputs for an embed or rerank model, queued for the engine thread, which packs the
+ * inputs of every queued request into forwards of up to SV_EMB_BUDGET tokens (an input's vector is
+ * the same bits whatever else is in the pass). The connection owns it and waits until done. */
+#define SV_EMB_BUDGET 8192
+typedef struct sv_emb_job {
+    struct sv_emb_job *next;
+    int n;                      /* inputs */
+    int32_t **ids;              /* [n] */
+    int64_t *lens;              /* [n] */
+    float *out;                 /* embed: [n][dim]; rerank: [n] scores */
+    float *logits;              /* rerank: [n][2] {yes, no} */
+    int taken;                  /* inputs handed to a pass so far (engine thread, under mu) */
+    int finished;               /* inputs whose results are in out */
+    int rc;                     /* a failed pass: CDX_E* and msg */
+    char msg[512];
+    bool done;
+} sv_emb_job;
+
 /* One model the server knows: the array never moves once the server is ready. */
 typedef struct sv_model {
     char *name;
@@ -254,6 +276,8 @@ typedef struct sv_model {
     bool external;              /* the caller's model (cdx_server_ready): never unloaded */
     bool pinned, preload;
     sv_compat compat;           /* inspect's verdict, before any load */
+    cdx_task task;              /* what it is served for (known before a load: the option, modules.json,
+                                 * an encoder's architecture; the load's own finding replaces it) */
     char reason[1024];          /* why not compatible */
     sv_state state;
     char error[1024];           /* the last load's failure (state FAILED) */
@@ -269,6 +293,7 @@ typedef struct sv_model {
     uint64_t resident_bytes;    /* what it took when last loaded (0: never loaded) */
     uint64_t held_bytes;        /* what the ledger holds for it now */
     uint64_t loads, unloads;
+    sv_emb_job *emb_head, *emb_tail; /* embed/rerank requests waiting for a pass (mu) */
     uint64_t requests[SV_N_ROUTES][16]; /* answered, by route and the status's slot in sv_metrics.codes (mu) */
     _Atomic uint64_t finished[5];       /* generations by cdx_finish */
 } sv_model;
@@ -277,6 +302,7 @@ typedef struct sv_registry {
     bool inited;
     pthread_mutex_t mu;         /* states, counts, the ledger */
     pthread_cond_t cv;          /* a state changed, a request was submitted */
+    pthread_cond_t emb_cv;      /* an embed or rerank request's pass is done */
     pthread_mutex_t run_mu;     /* the shared pool: one round, load or unload at a time */
     sv_model *models;
     int n;
@@ -310,8 +336,14 @@ int sv_reg_unload(sv_registry *r, sv_model *m, sv_error *e);
 sv_model *sv_reg_next(sv_registry *r);
 void sv_reg_step(sv_registry *r, sv_model *m);
 void sv_reg_kick(sv_registry *r);
+/* Queues j on m (an embed or rerank model, acquired) and waits until its every input is done. */
+void sv_reg_emb_run(sv_registry *r, sv_model *m, sv_emb_job *j);
 /* Waits up to ms for work; unloads models idle past --idle-unload. */
 void sv_reg_idle(sv_registry *r, int ms);
+/* /v1/embeddings (is_rerank false) or /v1/rerank on m (acquired): *out (heap) the JSON answer, or -1 with e
+ * (400 naming the field; 400 invalid_model_task for a model served for another task). sv_embed.c. */
+int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *body, size_t len, char **out,
+                    sv_error *e);
 json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created);
 void sv_reg_ledger(sv_registry *r, uint64_t *used, uint64_t *budget, int *n_loaded);
 const char *sv_state_name(sv_state s);

@@ -24,7 +24,23 @@ const char *sv_state_name(sv_state s) { return k_state_names[s]; }
 /* ---- compatibility: inspect's verdict (cdx_hub_inspect_path, whose refusal is cdx_model_check's),
  * no weight read ---- */
 
-static void judge(sv_model *m)
+/* What a model is served for before it loads: the option, else an encoder's architecture or a folder
+ * with modules.json (cdx_task_declared's rule, read from the headers). */
+static cdx_task task_before_load(const sv_registry *r, const sv_model *m, const cdx_hub_report *rep)
+{
+    if (r->lo.task_set)
+        return r->lo.task;
+    cdx_st_pipeline p;
+    cdx_err err = { 0 };
+    if (m->path && cdx_st_pipeline_read(m->path, &p, &err) == 0 && p.present)
+        return CDX_TASK_EMBED;
+    cdx_arch a;
+    if (rep && cdx_model_arch_of(rep->architecture, !strcmp(rep->format, "gguf"), false, &a) && a == CDX_ARCH_BERT)
+        return CDX_TASK_EMBED;
+    return CDX_TASK_GENERATE;
+}
+
+static void judge(const sv_registry *r, sv_model *m)
 {
     if (!m->path) {
         m->compat = SV_COMPATIBLE; /* the bundled model */
@@ -52,6 +68,7 @@ static void judge(sv_model *m)
     } else {
         m->compat = SV_COMPATIBLE;
     }
+    m->task = task_before_load(r, m, rep);
     m->ctx_hint = rep->kv_ctx;
     m->est_bytes = rep->weight_bytes + rep->kv_bytes; /* one sequence of KV; scaled at load by the pool */
     m->est_kv_seq = rep->kv_bytes;
@@ -64,6 +81,7 @@ static int reg_alloc(sv_registry *r, int n, cdx_err *err)
 {
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
+    pthread_cond_init(&r->emb_cv, NULL);
     pthread_mutex_init(&r->run_mu, NULL);
     r->inited = true;
     r->models = calloc((size_t)n, sizeof *r->models);
@@ -78,6 +96,11 @@ static int set_view(sv_model *m, const cdx_server_model *v, cdx_err *err)
 {
     m->m = *v;
     m->m.name = m->name;
+    m->task = v->task;
+    if (v->embedder) { /* an embed or rerank model: no engine, no KV, no chat */
+        m->n_room = m->m.n_ctx = cdx_embedder_max_tokens(v->embedder);
+        return CDX_OK;
+    }
     cdx_engine_stats st;
     cdx_engine_get_stats(v->engine, &st);
     m->n_room = st.n_blocks * CDX_KV_BLOCK < st.n_ctx ? st.n_blocks * CDX_KV_BLOCK : st.n_ctx;
@@ -120,6 +143,8 @@ static uint64_t resident_bytes(const cdx_loaded *l)
     uint64_t w = (uint64_t)dense + (uint64_t)experts;
     if (l->weight_budget && l->weight_budget < w)
         w = l->weight_budget;
+    if (!l->engine)
+        return w;
     cdx_engine_stats st;
     cdx_engine_get_stats(l->engine, &st);
     return w + st.kv_pool_bytes;
@@ -182,7 +207,7 @@ int sv_reg_init(sv_registry *r, const cdx_server_models *o, cdx_err *err)
             return cdx_err_set(err, CDX_ENOMEM, "out of memory");
         m->pinned = x->pinned;
         m->preload = x->preload;
-        judge(m);
+        judge(r, m);
     }
     return CDX_OK;
 }
@@ -209,6 +234,7 @@ void sv_reg_free(sv_registry *r)
     cdx_pool_destroy(r->pool);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->emb_cv);
     pthread_mutex_destroy(&r->run_mu);
     memset(r, 0, sizeof *r);
 }
@@ -242,10 +268,15 @@ int sv_reg_not_found(sv_registry *r, const char *name, sv_error *e)
 
 /* ---- the ledger and eviction (mu held) ---- */
 
+/* The engine thread has something to do for m (mu held). */
+static bool has_work(const sv_model *m)
+{
+    return m->state == SV_LOADED && (m->emb_head || (m->m.engine && cdx_engine_busy(m->m.engine)));
+}
+
 static bool evictable(const sv_model *m)
 {
-    return m->state == SV_LOADED && !m->pinned && !m->external && m->inflight == 0 && !m->stepping &&
-           !(m->m.engine && cdx_engine_busy(m->m.engine));
+    return m->state == SV_LOADED && !m->pinned && !m->external && m->inflight == 0 && !m->stepping && !has_work(m);
 }
 
 /* Unloads m (mu held on entry and exit; released meanwhile). */
@@ -339,7 +370,8 @@ static int load_locked(sv_registry *r, sv_model *m, sv_error *e)
         const cdx_server_model v = { .engine = ld->engine, .tok = ld->tok, .tmpl = ld->chat.tmpl,
                                      .tmpl_tokens = ld->chat.tokens, .tmpl_chatml = ld->chat.chatml,
                                      .tmpl_kwargs = r->tmpl_kwargs, .name = m->name, .n_vocab = hp->n_vocab,
-                                     .bos_id = hp->bos_id, .image_proc = ld->has_image_proc ? &ld->image_proc : NULL };
+                                     .bos_id = hp->bos_id, .image_proc = ld->has_image_proc ? &ld->image_proc : NULL,
+                                     .task = ld->task, .embedder = ld->embedder, .pipe = &ld->pipe };
         m->ld = ld;
         rc = set_view(m, &v, &err);
         if (rc)
@@ -465,7 +497,7 @@ sv_model *sv_reg_next(sv_registry *r)
     sv_model *pick = NULL;
     for (int i = 0; i < r->n && !pick; i++) {
         sv_model *m = &r->models[(r->rr + (size_t)i) % (size_t)r->n];
-        if (m->state == SV_LOADED && cdx_engine_busy(m->m.engine)) {
+        if (has_work(m)) {
             pick = m;
             r->rr = (r->rr + (size_t)i + 1) % (size_t)r->n; /* next time the search starts after it */
         }
@@ -476,8 +508,91 @@ sv_model *sv_reg_next(sv_registry *r)
     return pick;
 }
 
+/* One pass of an embed or rerank model: the inputs of the queued requests, in order, up to SV_EMB_BUDGET
+ * tokens (at least one input), as one call. */
+static void emb_step(sv_registry *r, sv_model *m)
+{
+    enum { MAXIN = CDX_EMBED_MAX_INPUTS };
+    static __thread const int32_t *ids[MAXIN];
+    static __thread int64_t lens[MAXIN];
+    static __thread sv_emb_job *who[MAXIN];
+    static __thread int at[MAXIN];
+    int n = 0;
+    int64_t toks = 0;
+    pthread_mutex_lock(&r->mu);
+    for (sv_emb_job *j = m->emb_head; j && n < MAXIN; j = j->next)
+        while (j->taken < j->n && n < MAXIN && (n == 0 || toks + j->lens[j->taken] <= SV_EMB_BUDGET)) {
+            ids[n] = j->ids[j->taken];
+            lens[n] = j->lens[j->taken];
+            who[n] = j;
+            at[n++] = j->taken++;
+            toks += j->lens[j->taken - 1];
+        }
+    pthread_mutex_unlock(&r->mu);
+    if (!n)
+        return;
+    const bool rerank = m->m.task == CDX_TASK_RERANK;
+    const int64_t D = rerank ? 1 : cdx_embedder_dim(m->m.embedder);
+    float *out = malloc((size_t)n * (size_t)D * sizeof *out), *lg = malloc((size_t)n * 2 * sizeof *lg);
+    cdx_err err = { 0 };
+    int rc = out && lg ? CDX_OK : cdx_err_set(&err, CDX_ENOMEM, "out of memory for %d inputs", n);
+    if (!rc) {
+        pthread_mutex_lock(&r->run_mu);
+        rc = rerank ? cdx_rerank_ids(m->m.embedder, ids, lens, n, out, lg, &err)
+                    : cdx_embed_ids(m->m.embedder, ids, lens, n, out, &err);
+        pthread_mutex_unlock(&r->run_mu);
+    }
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < n; i++) {
+        sv_emb_job *j = who[i];
+        if (rc && !j->rc) {
+            j->rc = rc;
+            snprintf(j->msg, sizeof j->msg, "%.500s", err.msg);
+        }
+        if (!rc) {
+            memcpy(j->out + (size_t)at[i] * (size_t)D, out + (size_t)i * (size_t)D, (size_t)D * sizeof *out);
+            if (rerank && j->logits)
+                memcpy(j->logits + (size_t)at[i] * 2, lg + (size_t)i * 2, 2 * sizeof *lg);
+        }
+        j->finished++;
+    }
+    while (m->emb_head && m->emb_head->finished == m->emb_head->n) { /* requests leave the queue in order */
+        m->emb_head->done = true;
+        m->emb_head = m->emb_head->next;
+    }
+    if (!m->emb_head)
+        m->emb_tail = NULL;
+    pthread_cond_broadcast(&r->emb_cv);
+    pthread_mutex_unlock(&r->mu);
+    free(out);
+    free(lg);
+}
+
+void sv_reg_emb_run(sv_registry *r, sv_model *m, sv_emb_job *j)
+{
+    pthread_mutex_lock(&r->mu);
+    j->next = NULL;
+    if (m->emb_tail)
+        m->emb_tail->next = j;
+    else
+        m->emb_head = j;
+    m->emb_tail = j;
+    r->kick++;
+    pthread_cond_broadcast(&r->cv);
+    while (!j->done)
+        pthread_cond_wait(&r->emb_cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
 void sv_reg_step(sv_registry *r, sv_model *m)
 {
+    if (m->m.embedder) {
+        emb_step(r, m);
+        pthread_mutex_lock(&r->mu);
+        m->stepping = false;
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
     cdx_err err = { 0 };
     pthread_mutex_lock(&r->run_mu);
     cdx_engine_step(m->m.engine, &err); /* a failed round ended its requests with an error event */
@@ -499,7 +614,7 @@ void sv_reg_idle(sv_registry *r, int ms)
 {
     if (!r->multi) { /* one model: its engine's own wait, as before the registry */
         pthread_mutex_lock(&r->mu);
-        cdx_engine *e = r->models[0].state == SV_LOADED ? r->models[0].m.engine : NULL;
+        cdx_engine *e = r->models[0].state == SV_LOADED && !r->models[0].m.embedder ? r->models[0].m.engine : NULL;
         pthread_mutex_unlock(&r->mu);
         if (e) {
             cdx_engine_wait(e, ms);
@@ -517,7 +632,7 @@ void sv_reg_idle(sv_registry *r, int ms)
     const uint64_t k = r->kick;
     bool any_busy = false;
     for (int i = 0; i < r->n && !any_busy; i++)
-        any_busy = r->models[i].state == SV_LOADED && cdx_engine_busy(r->models[i].m.engine);
+        any_busy = has_work(&r->models[i]);
     if (!any_busy && k == r->kick)
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     /* --idle-unload: a model nobody used for that long goes (never a pinned or busy one) */
@@ -542,11 +657,11 @@ json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created)
     const bool loaded = m->state == SV_LOADED;
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:[s]}", "id", m->name, "object", "model", "created",
                           (json_int_t)created, "owned_by", "caldrix", "compatibility", k_compat_names[m->compat],
-                          "state", k_state_names[m->state], "tasks", "generate");
+                          "state", k_state_names[m->state], "tasks", cdx_task_name(m->task));
     if (o && m->compat != SV_COMPATIBLE)
         json_object_set_new(o, "compatibility_reason", json_string(m->reason));
     if (o && loaded) {
-        json_object_set_new(o, "chat_template", json_boolean(!m->m.tmpl_chatml));
+        json_object_set_new(o, "chat_template", json_boolean(m->m.tmpl && !m->m.tmpl_chatml));
         json_object_set_new(o, "context_length", json_integer((json_int_t)m->m.n_ctx));
         json_object_set_new(o, "n_vocab", json_integer((json_int_t)m->m.n_vocab));
         if (!m->external)
