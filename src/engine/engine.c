@@ -86,7 +86,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     const cdx_hparams *hp = cdx_model_hparams(m);
     if (cdx_model_is_encoder(m))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "the model is an encoder (%s): it embeds text and generates none; use "
-                           "caldrix embed (caldrix serve has no /v1/embeddings route yet)", hp->arch_name);
+                           "caldrix embed, or caldrix serve (its /v1/embeddings)", hp->arch_name);
     cdx_engine_opts eo = o ? *o : cdx_engine_defaults();
     if (eo.max_batch <= 0)
         eo.max_batch = 8;

@@ -88,7 +88,7 @@ void xc_model_sizes(const cdx_model *m, xc_sizes *s)
         total += m->gguf->tensors[i].n_bytes;
     for (uint64_t i = 0; m->st && i < m->st->n_tensors; i++)
         total += m->st->tensors[i].n_bytes;
-    for (int64_t l = 0; l < hp->n_layer; l++) {
+    for (int64_t l = 0; m->layers && l < hp->n_layer; l++) { /* an encoder keeps its layers elsewhere: no experts */
         const layer_weights *L = &m->layers[l];
         for (int64_t e = 0; L->moe && e < hp->n_expert; e++) {
             const cdx_mat *w[3] = { &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e] };

@@ -1245,6 +1245,24 @@ static char *metrics_text(cdx_server *s, size_t *n)
     }
     pthread_mutex_unlock(&s->reg.mu);
     char *t = sv_metrics_text(&s->met, &sum, true, n);
+    pthread_mutex_lock(&s->reg.mu);
+    const uint64_t ep = s->reg.emb_passes, ei = s->reg.emb_inputs, er = s->reg.emb_requests;
+    pthread_mutex_unlock(&s->reg.mu);
+    char em[512];
+    const int en = snprintf(em, sizeof em,
+                            "# HELP caldrix_embed_requests_total Embed and rerank requests queued.\n"
+                            "# TYPE caldrix_embed_requests_total counter\ncaldrix_embed_requests_total %llu\n"
+                            "# HELP caldrix_embed_passes_total Embed and rerank passes run (the inputs of every queued "
+                            "request packed).\n# TYPE caldrix_embed_passes_total counter\ncaldrix_embed_passes_total %llu\n"
+                            "# HELP caldrix_embed_inputs_total Inputs embedded or scored.\n"
+                            "# TYPE caldrix_embed_inputs_total counter\ncaldrix_embed_inputs_total %llu\n",
+                            (unsigned long long)er, (unsigned long long)ep, (unsigned long long)ei);
+    char *t2 = t && en > 0 && (size_t)en < sizeof em ? realloc(t, *n + (size_t)en + 1) : NULL;
+    if (t2) {
+        memcpy(t2 + *n, em, (size_t)en + 1);
+        *n += (size_t)en;
+        t = t2;
+    }
     if (!t || !s->reg.multi)
         return t;
     uint64_t used, budget;

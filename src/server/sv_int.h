@@ -317,6 +317,7 @@ typedef struct sv_registry {
     int n_loaded;               /* loaded or loading */
     uint64_t kick;
     size_t rr;                  /* where the round-robin looks first */
+    uint64_t emb_passes, emb_inputs, emb_requests; /* embed/rerank passes run, inputs in them, requests (mu) */
 } sv_registry;
 
 int sv_reg_init_one(sv_registry *r, const cdx_server_model *m, cdx_err *err);

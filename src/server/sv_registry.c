@@ -556,6 +556,8 @@ static void emb_step(sv_registry *r, sv_model *m)
         }
         j->finished++;
     }
+    r->emb_passes++;
+    r->emb_inputs += (uint64_t)n;
     while (m->emb_head && m->emb_head->finished == m->emb_head->n) { /* requests leave the queue in order */
         m->emb_head->done = true;
         m->emb_head = m->emb_head->next;
@@ -577,6 +579,7 @@ void sv_reg_emb_run(sv_registry *r, sv_model *m, sv_emb_job *j)
     else
         m->emb_head = j;
     m->emb_tail = j;
+    r->emb_requests++;
     r->kick++;
     pthread_cond_broadcast(&r->cv);
     while (!j->done)
