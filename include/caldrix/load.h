@@ -67,10 +67,12 @@ typedef struct cdx_load_opts {
     const cdx_engine_opts *engine; /* NULL: no engine. Its kv_type is used when kv_type_set, else the
                                       model's default (cdx_model_kv_type_default) */
     bool kv_type_set;
-    /* What the model is served for: task_set false takes what the folder declares (cdx_task_declared:
-     * an encoder or a folder with modules.json embeds, anything else generates). An embed or rerank
-     * model computes in f32 when dtype is AUTO, gets no chat template, and with engine set gets an
-     * embedder (on engine->pool and n_threads) instead of an engine. */
+    /* tasks: the caller serves embed and rerank models too (serve). Then the task is task when task_set,
+     * else what the folder declares (cdx_task_declared: an encoder or a folder with modules.json embeds,
+     * anything else generates); an embed or rerank model computes in f32 when dtype is AUTO, gets no chat
+     * template, and with engine set gets an embedder (on engine->pool and n_threads) instead of an engine.
+     * tasks false: always generate (an encoder is then refused by the engine). */
+    bool tasks;
     bool task_set;
     cdx_task task;
     int32_t yes_id, no_id;       /* a reranker's answer tokens (cdx_embedder_opts; 0, 0: the tokenizer's) */

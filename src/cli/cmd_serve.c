@@ -287,6 +287,7 @@ typedef struct {
 
 static void set_task(cdx_load_opts *lo, const load_task *lt)
 {
+    lo->tasks = true;
     lo->task_set = lt->set;
     lo->task = lt->task;
     lo->yes_id = lt->yes_id;

@@ -105,9 +105,10 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
             goto fail;
         *at = CDX_LOAD_MODEL;
         struct stat st;
-        if (stat(l->path, &st) == 0 && S_ISDIR(st.st_mode) && (rc = cdx_st_pipeline_read(l->path, &l->pipe, err)))
+        if (o->tasks && stat(l->path, &st) == 0 && S_ISDIR(st.st_mode) && (rc = cdx_st_pipeline_read(l->path, &l->pipe, err)))
             goto fail; /* a module caldrix does not implement is refused by name */
-        l->task = o->task_set ? o->task : l->pipe.present ? CDX_TASK_EMBED : CDX_TASK_GENERATE;
+        l->task = !o->tasks ? CDX_TASK_GENERATE : o->task_set ? o->task : l->pipe.present ? CDX_TASK_EMBED
+                                                                                           : CDX_TASK_GENERATE;
         /* sentence-transformers and the rerankers' cards run in float32, whatever the stored type */
         const cdx_model_opts mo = { .weight_budget = l->weight_budget,
                                     .dtype = l->task != CDX_TASK_GENERATE && o->dtype == CDX_DTYPE_AUTO ? CDX_DTYPE_F32
@@ -115,6 +116,7 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
         rc = cdx_model_open(l->path, &mo, &l->model, err);
     } else {
         *at = CDX_LOAD_MODEL;
+        l->task = o->tasks && o->task_set ? o->task : CDX_TASK_GENERATE;
         if (!o->default_gguf)
             rc = cdx_err_set(err, CDX_EINVAL, "no model was named and none is bundled");
         else if (o->dtype == CDX_DTYPE_BF16)
@@ -126,7 +128,7 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     }
     if (rc)
         goto fail;
-    if (!o->task_set && l->task == CDX_TASK_GENERATE)
+    if (o->tasks && !o->task_set && l->task == CDX_TASK_GENERATE)
         l->task = cdx_task_declared(l->model, &l->pipe);
     *at = CDX_LOAD_TOKENIZER;
     if (o->tokenizer && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
