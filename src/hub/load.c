@@ -1,5 +1,6 @@
 /* cdx_load: the one load sequence of run, bench and serve (caldrix/load.h). */
 #include "caldrix/load.h"
+#include "caldrix/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,7 +147,7 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     *at = CDX_LOAD_ENGINE;
     l->kv_type = o->engine && o->kv_type_set ? o->engine->kv_type : cdx_model_kv_type_default(l->model);
     if (o->engine && l->task != CDX_TASK_GENERATE) {
-        const cdx_embedder_opts eo = { .n_threads = o->engine->n_threads, .kernels = o->engine->kernels,
+        const cdx_embedder_opts eo = { .n_threads = o->engine->n_threads > 0 ? o->engine->n_threads : cdx_cpu_count(), .kernels = o->engine->kernels,
                                        .task = l->task, .yes_id = o->yes_id, .no_id = o->no_id,
                                        .pool = o->engine->pool };
         if ((rc = cdx_embedder_open(l->model, l->tok, l->pipe.present ? &l->pipe : NULL, &eo, &l->embedder, err)))
