@@ -809,6 +809,7 @@ static enum MHD_Result route_metrics(sv_conn *k, struct MHD_Connection *c, const
 static enum MHD_Result route_admin(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_page(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_embed(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_chunk(sv_conn *k, struct MHD_Connection *c, const char *url);
 static const route_def k_routes[] = {
 #define SV_X_(id, path, alias, post, handler, help) { path, alias, post, SV_R_##id, handler },
     SV_ROUTES(SV_X_)
@@ -1439,6 +1440,24 @@ static enum MHD_Result route_embed(sv_conn *k, struct MHD_Connection *c, const c
         free(body);
         return reply_error(k, c, &e);
     }
+    return reply(k, c, 200, body, "application/json", NULL);
+}
+
+/* POST /chunk, on the model the body names (its tokenizer; sv_embed.c). */
+static enum MHD_Result route_chunk(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    sv_error e;
+    char *body = NULL;
+    const int picked = pick_model(k, &e);
+    if (picked < 0)
+        return reply_error(k, c, &e);
+    if (picked) { /* not a JSON object: the parser says so */
+        sv_fail(&e, 400, "invalid_request_error", "invalid_json", NULL, "the body must be a JSON object with text, "
+                "target_tokens and overlap_tokens");
+        return reply_error(k, c, &e);
+    }
+    if (sv_chunk_answer(k->mdl, k->body, k->n, &body, &e))
+        return reply_error(k, c, &e);
     return reply(k, c, 200, body, "application/json", NULL);
 }
 

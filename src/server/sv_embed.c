@@ -456,3 +456,147 @@ int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *bod
     json_decref(root);
     return rc;
 }
+
+/* ---- /chunk ---- */
+
+/* Whether a chunk may start at token i: a word starts there (its piece begins with white space, or the
+ * one before ends with it); *sentence: a sentence or a line ended just before. */
+static bool boundary(char *const *pc, const int *pl, int64_t i, bool *sentence)
+{
+    *sentence = false;
+    if (i == 0)
+        return *sentence = true;
+    const char *a = pc[i - 1], *b = pc[i];
+    const int na = pl[i - 1], nb = pl[i];
+    const bool ws_a = na && (a[na - 1] == ' ' || a[na - 1] == '\n' || a[na - 1] == '\t' || a[na - 1] == '\r');
+    const bool ws_b = nb && (b[0] == ' ' || b[0] == '\n' || b[0] == '\t' || b[0] == '\r');
+    int k = na - 1;
+    while (k >= 0 && (a[k] == ' ' || a[k] == '\t'))
+        k--;
+    *sentence = (k >= 0 && (a[k] == '.' || a[k] == '!' || a[k] == '?' || a[k] == '\n')) || (nb && b[0] == '\n');
+    *sentence = *sentence && (ws_a || ws_b);
+    return ws_a || ws_b;
+}
+
+int sv_chunk_answer(sv_model *m, const char *body, size_t len, char **out, sv_error *e)
+{
+    *out = NULL;
+    json_t *root = parse_body(body ? body : "", len, e);
+    if (!root)
+        return -1;
+    const json_t *tx = json_object_get(root, "text"), *tt = json_object_get(root, "target_tokens"),
+                 *ot = json_object_get(root, "overlap_tokens");
+    int rc = 0;
+    int64_t target = 0, overlap = 0;
+    if (!tx || json_is_null(tx))
+        rc = BAD("missing_required_parameter", "text", "text is required");
+    else if (!json_is_string(tx))
+        rc = BAD("invalid_type", "text", "text must be a string, not %s", type_name(tx));
+    else if (!json_string_length(tx))
+        rc = BAD("invalid_value", "text", "text is an empty string");
+    else if (!m->m.tok)
+        rc = BAD("invalid_value", "model", "model \"%s\" has no tokenizer to chunk with", m->name);
+    else if (!tt || json_is_null(tt))
+        rc = BAD("missing_required_parameter", "target_tokens", "target_tokens is required");
+    else if (!json_is_integer(tt) || json_integer_value(tt) < 1 || json_integer_value(tt) > (1 << 20))
+        rc = BAD("invalid_value", "target_tokens", "target_tokens must be an integer in 1..1048576");
+    else if (ot && !json_is_null(ot) && (!json_is_integer(ot) || json_integer_value(ot) < 0))
+        rc = BAD("invalid_value", "overlap_tokens", "overlap_tokens must be an integer of at least 0");
+    if (!rc) {
+        target = (int64_t)json_integer_value(tt);
+        overlap = ot && json_is_integer(ot) ? (int64_t)json_integer_value(ot) : 0;
+        if (overlap >= target)
+            rc = sv_fail(e, 400, "invalid_request_error", "InvalidChunkOverlap", "overlap_tokens",
+                         "overlap_tokens (%lld) must be smaller than target_tokens (%lld): each chunk must move on",
+                         (long long)overlap, (long long)target);
+    }
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    char **pc = NULL;
+    int *pl = NULL;
+    if (!rc) {
+        cdx_err err = { 0 };
+        size_t need = 0;
+        const char *t = json_string_value(tx);
+        const size_t tl = json_string_length(tx);
+        if (cdx_tok_encode(m->m.tok, t, tl, false, false, NULL, 0, &need, &err) ||
+            !(ids = malloc((need + 1) * sizeof *ids)) ||
+            cdx_tok_encode(m->m.tok, t, tl, false, false, ids, need, &need, &err))
+            rc = ids || err.msg[0] ? BAD("invalid_value", "text", "text: %s", err.msg)
+                                   : sv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        n = (int64_t)need;
+    }
+    if (!rc && n == 0)
+        rc = BAD("invalid_value", "text", "text has no tokens");
+    if (!rc && (!(pc = calloc((size_t)n, sizeof *pc)) || !(pl = calloc((size_t)n, sizeof *pl))))
+        rc = sv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    for (int64_t i = 0; !rc && i < n; i++) { /* each token's bytes in the text, for the boundaries */
+        char buf[256];
+        const int k = cdx_tok_piece(m->m.tok, ids[i], i == 0, false, buf, sizeof buf);
+        pl[i] = k < 0 ? 0 : k > (int)sizeof buf ? (int)sizeof buf : k;
+        if (!(pc[i] = malloc((size_t)pl[i] + 1)))
+            rc = sv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        else
+            memcpy(pc[i], buf, (size_t)pl[i]);
+    }
+    json_t *chunks = rc ? NULL : json_array();
+    for (int64_t a = 0; !rc && a < n;) {
+        int64_t b = a + target < n ? a + target : n;
+        bool s;
+        if (b < n) { /* the last sentence end past half the target, else the last word start, else the cut */
+            int64_t word = -1, sent = -1;
+            for (int64_t i = b; i > a + overlap; i--)
+                if (boundary(pc, pl, i, &s)) {
+                    if (word < 0)
+                        word = i;
+                    if (s && i - a >= (target + 1) / 2) {
+                        sent = i;
+                        break;
+                    }
+                }
+            b = sent > 0 ? sent : word > 0 ? word : b;
+        }
+        size_t need = 0;
+        cdx_err err = { 0 };
+        char *text = NULL;
+        if (cdx_tok_decode(m->m.tok, ids + a, (size_t)(b - a), false, NULL, 0, &need, &err) ||
+            !(text = malloc(need + 1)) ||
+            cdx_tok_decode(m->m.tok, ids + a, (size_t)(b - a), false, text, need + 1, &need, &err)) {
+            free(text);
+            rc = sv_fail(e, 500, "server_error", "internal_error", NULL, "cannot decode chunk tokens %lld..%lld",
+                         (long long)a, (long long)b);
+            break;
+        }
+        json_array_append_new(chunks, json_pack("{s:I,s:s%,s:I,s:I,s:I}", "index", (json_int_t)json_array_size(chunks),
+                                                "text", text, need, "start_token", (json_int_t)a, "end_token",
+                                                (json_int_t)b, "n_tokens", (json_int_t)(b - a)));
+        free(text);
+        if (b >= n)
+            break;
+        /* the next chunk takes back at most overlap tokens, from a word start where there is one */
+        int64_t next = b - overlap;
+        for (int64_t i = next; overlap && i < b; i++)
+            if (boundary(pc, pl, i, &s)) {
+                next = i;
+                break;
+            }
+        a = next > a ? next : b;
+    }
+    if (!rc) {
+        json_t *o = json_pack("{s:s,s:s,s:o,s:{s:I}}", "object", "list", "model", m->name, "chunks", chunks, "usage",
+                              "prompt_tokens", (json_int_t)n);
+        chunks = NULL;
+        *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (!*out)
+            rc = sv_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    }
+    json_decref(chunks);
+    for (int64_t i = 0; pc && i < n; i++)
+        free(pc[i]);
+    free(pc);
+    free(pl);
+    free(ids);
+    json_decref(root);
+    return rc;
+}

@@ -147,6 +147,8 @@ void sv_printable(char *s);
       "vectors of an embed model (OpenAI's shape; float or base64)")                                          \
     X(RERANK, "/v1/rerank", "/rerank", true, route_embed,                                                     \
       "relevance scores of a rerank model: query, documents, top_n -> results")                                \
+    X(CHUNK, "/chunk", NULL, true, route_chunk,                                                               \
+      "a text cut into chunks of at most target_tokens tokens (overlap_tokens) on the model's tokenizer")     \
     X(METRICS, "/metrics", NULL, false, route_metrics, "Prometheus text")                                     \
     X(MODELS_LOAD, "/models/load", NULL, true, route_admin, "{\"model\": NAME}: load it (several models)")     \
     X(MODELS_UNLOAD, "/models/unload", NULL, true, route_admin, "{\"model\": NAME}: unload it")          \
@@ -345,6 +347,9 @@ void sv_reg_idle(sv_registry *r, int ms);
  * (400 naming the field; 400 invalid_model_task for a model served for another task). sv_embed.c. */
 int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *body, size_t len, char **out,
                     sv_error *e);
+/* POST /chunk on m (acquired; any task, with a tokenizer): *out (heap) the JSON answer, or -1 with e
+ * (400 InvalidChunkOverlap when overlap_tokens >= target_tokens). sv_embed.c. */
+int sv_chunk_answer(sv_model *m, const char *body, size_t len, char **out, sv_error *e);
 json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created);
 void sv_reg_ledger(sv_registry *r, uint64_t *used, uint64_t *budget, int *n_loaded);
 const char *sv_state_name(sv_state s);

@@ -140,6 +140,34 @@ curl -s "$EURL/v1/models" >"$tmp/models.json"
 check "/v1/models after the loads: tasks [\"embed\"], context_length is max_seq_length" \
     [ "$(jv "$tmp/models.json" "[[m['tasks'], m.get('context_length')] for m in d['data']]")" = '[[["embed"], 64], [["embed"], 20], [["embed"], 32], [["embed"], 32]]' ]
 
+# ---- /chunk on bert_cls's tokenizer, judged by the Rust tokenizers' ids of the fixture's long text ----
+python3 -c "import json; t=json.load(open('$F/bert_cls/golden.json'))['inputs'][-1]['text']; print(json.dumps({'model':'bert_cls','text':t*3,'target_tokens':16,'overlap_tokens':4}))" >"$tmp/ch.json"
+st=$(post /chunk "@$tmp/ch.json" "$tmp/ch_ans.json")
+r=$(python3 - "$F/bert_cls" "$tmp/ch_ans.json" <<'PY'
+import json, sys
+d, a = sys.argv[1], json.load(open(sys.argv[2]))
+g = json.load(open(d + '/golden.json'))['inputs'][-1]
+vocab = open(d + '/vocab.txt', encoding='utf-8').read().split('\n')
+one = g['untruncated_input_ids'][1:-1]          # [CLS] ... [SEP] of the text, from the Rust tokenizers
+ref = one * 3                                   # the text three times: WordPiece splits at the spaces between
+c = a['chunks']
+why = []
+if a['usage']['prompt_tokens'] != len(ref): why.append('%d tokens, reference %d' % (a['usage']['prompt_tokens'], len(ref)))
+if c[0]['start_token'] != 0 or c[-1]['end_token'] != len(ref): why.append('the chunks do not cover the text')
+for k, x in enumerate(c):
+    if not 0 < x['end_token'] - x['start_token'] == x['n_tokens'] <= 16: why.append('chunk %d has %d tokens' % (k, x['n_tokens']))
+    if k and not (c[k-1]['start_token'] < x['start_token'] and c[k-1]['end_token'] - 4 <= x['start_token'] <= c[k-1]['end_token']):
+        why.append('chunk %d overlaps wrongly' % k)
+    if x['end_token'] < len(ref) and vocab[ref[x['end_token']]].startswith('##'): why.append('chunk %d ends inside a word' % k)
+    if k and vocab[ref[x['start_token']]].startswith('##'): why.append('chunk %d starts inside a word' % k)
+print('ok' if not why else '; '.join(why[:3]))
+PY
+)
+check "/chunk: chunks of at most target_tokens, overlap at most overlap_tokens, covering the text, cut between words (the Rust tokenizers' WordPiece ids) ($st $r)" [ "$st/$r" = 200/ok ]
+st=$(post /chunk '{"model":"bert_cls","text":"a b c","target_tokens":4,"overlap_tokens":8}' "$tmp/o.json")
+check "/chunk: overlap_tokens over target_tokens is a 400 InvalidChunkOverlap ($st)" \
+    [ "$st/$(jv "$tmp/o.json" "[d['error']['code'], d['error']['param']]")" = '400/["InvalidChunkOverlap", "overlap_tokens"]' ]
+
 # ---- /v1/rerank on qwen3_rerank (no tokenizer: whole formatted pairs as ids, no query) ----
 start_server rerank "$F/qwen3_rerank" --task rerank --yes-id 269 --no-id 104 --threads 1 || bad "the rerank server starts"
 python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'model':'r','documents':[d['input_ids'] for d in g['documents']]}))" >"$tmp/rr.json"
