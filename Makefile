@@ -15,6 +15,15 @@ OPT     ?= -O2 -g
 endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# Open MPI, for a model split across ranks (src/engine/split.c; docs/models.md): built in when
+# pkg-config finds ompi-c, else split.c compiles without it and says so when asked to split.
+# `make MPI=0` leaves it out where it is installed.
+ifneq ($(MPI),0)
+ifeq ($(shell pkg-config --exists ompi-c 2>/dev/null && echo yes),yes)
+PKG_CFLAGS += $(shell pkg-config --cflags ompi-c) -DCDX_HAVE_MPI
+PKG_LIBS   += $(shell pkg-config --libs ompi-c)
+endif
+endif
 CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -fPIC -pthread -Wall -Wextra -Wno-unused-parameter \
            -Iinclude -Isrc $(PKG_CFLAGS)
 LDFLAGS += $(filter -fsanitize=%,$(OPT)) -pthread

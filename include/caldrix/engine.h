@@ -131,6 +131,12 @@ typedef struct cdx_engine_opts {
     bool spec_keep_on;          /* the turn-off rule never turns it off, nor cuts a draft for its cost
                                    (measurements and tests: then what is proposed depends on nothing
                                    but the tokens) */
+    /* A model split by layers (docs/models.md, "One model over several machines"): this engine
+     * computes the stage's layers (the first: layer0 0) and its KV blocks hold only those; the stage's
+     * next hands the hidden rows on, with each sequence's block ids, so that a later stage keeps the
+     * same blocks in a pool of its own (n_blocks of them). Copied at create; NULL: the whole model.
+     * Not with kv_store (refused: the store would hold a slice of the layers). */
+    const struct cdx_stage *stage;
 } cdx_engine_opts;
 
 /* The proposers: prompt lookup continues the latest earlier occurrence of the text's last n-gram
@@ -299,6 +305,7 @@ typedef struct cdx_engine_stats {
     double image_encode_ms;                  /* time spent in it */
     uint64_t spec_proposed, spec_accepted;   /* draft tokens proposed, and kept (totals) */
     uint64_t spec_verifies;                  /* request-rounds that scored a draft */
+    int64_t token_budget;                    /* tokens a round's pass takes at most (configuration) */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */
 CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);

@@ -295,6 +295,9 @@ typedef struct cdx_kv_seq {
      * tokens it knows, so a prompt computed in chunks rotates as in one pass; 0: the sequence's last
      * position in the batch + 1. */
     int64_t rope_len;
+    /* The engine's ids of the blocks k and v point to (n_blocks of them), or NULL: what a split model's
+     * next stage needs to find the same blocks in its own pool (cdx_stage). */
+    const int32_t *ids;
 } cdx_kv_seq;
 
 /* A contiguous KV cache of one sequence (K and V for every layer, positions [0, n_ctx)), for
@@ -363,6 +366,8 @@ typedef struct cdx_batch {
     float *hidden;              /* NULL, or: for each token with want_logits, its final-normed hidden state
                                    (n_embd floats) is written here, in order, and no logits are computed
                                    (logits may be NULL). f32 compute of a dense model only (embeddings) */
+    const float *x_in;          /* NULL, or [n][n_embd]: the hidden state entering the context's first layer
+                                   (a later stage of a split model, cdx_stage); tokens and embd unused */
 } cdx_batch;
 
 CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
@@ -370,6 +375,37 @@ CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_
 /* The same over contiguous caches; on success each sequence's n_past advances. */
 CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits,
                         cdx_err *err);
+
+/* ---- a model split by layers (a pipeline stage) ----
+ * A context computes only layers [layer0, layer1) of the model; its KV cache holds those layers only
+ * (slot l - layer0 of each block: layer_stride × (layer1 - layer0) elements a block). layer0 > 0: a
+ * batch brings its hidden rows in cdx_batch.x_in instead of tokens. layer1 < n_layer: after its layers
+ * the pass calls next with the hidden rows, which must write the batch's logits (the later stages
+ * compute them; the last stage applies the output norm and head as a whole model does), and returns
+ * what next returns. The bits of every row are those of the whole model (the same ops in the same
+ * order; only where the rows are computed differs). Dense and mixture-of-experts models, in f32 or
+ * bf16 compute; a recurrent state (Qwen3.5) and encoders are refused by name. */
+typedef struct cdx_stage_batch {
+    int64_t n, n_out;          /* tokens, and rows of logits wanted (want_logits, or the last) */
+    int n_seq;
+    const float *x;            /* [n][n_embd]: the hidden state after layer1 - 1 */
+    const int64_t *pos;        /* [n] */
+    const int32_t *seq;        /* [n] */
+    const bool *want_logits;   /* [n], or NULL: only the last token */
+    const cdx_kv_seq *seqs;    /* [n_seq], with their block ids */
+} cdx_stage_batch;
+
+typedef struct cdx_stage {
+    int64_t layer0, layer1;    /* 0 <= layer0 < layer1 <= n_layer */
+    /* layer1 < n_layer: hands the hidden rows on; writes n_out rows of n_vocab logits */
+    int (*next)(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err);
+    void *user;
+} cdx_stage;
+
+/* Makes fc compute the layers of st (copied; NULL: the whole model again). CDX_EINVAL for a range
+ * outside the model or layer1 < n_layer without next; CDX_EUNSUPPORTED (naming why) for a recurrent
+ * state or an encoder. */
+CDX_API int cdx_forward_ctx_set_stage(cdx_forward_ctx *fc, const cdx_stage *st, cdx_err *err);
 
 /* The head's logits of the given vocabulary ids for n hidden states h[n][n_embd] (cdx_batch.hidden):
  * out[n][n_ids], each the dot product of the head's row with the state (f32 products, double sum), then

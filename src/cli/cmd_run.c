@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli_image.h"
+#include "cli_split.h"
 
 static const char k_run_usage[] =
     "usage: caldrix run [MODEL] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
@@ -85,6 +86,7 @@ static const char k_run_options[] =
     "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
     "                         given (already expanded) and the images fill the image-token positions\n"
     "  --image-opt KEY=JSON   override a preprocessor setting (e.g. do_image_splitting=false)\n"
+    CLI_SPLIT_HELP
     "  --json                 print one JSON object instead of streaming text, with finish_reason: stop (an\n"
     "                         end-of-generation token), length (-n reached) or context (the context filled\n"
     "                         first); with -i one line per turn, {\"turn\",\"prompt\",\"reused\",\"tokens\",\n"
@@ -145,6 +147,7 @@ typedef struct {
     const cdx_request_image *req_images;      /* the loaded images, for the request */
     int n_req_images;
     const cdx_model *m;                       /* for -i's /image */
+    cli_split_opts split;                     /* --allow-split, --nodes, --split-layers, --split-timeout */
 } run_opts;
 
 static int parse_ids(const char *s, int32_t **out, size_t *n_out)
@@ -322,6 +325,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--grammar") || !strcmp(a, "--json-schema")) {
             NEED_VALUE();
             *(a[2] == 'g' ? &o->grammar_file : &o->schema_file) = v;
+        } else if (!strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
+                   !strcmp(a, "--split-timeout")) {
+            if (cli_split_parse("caldrix run", argc, argv, &i, &o->split))
+                return 2;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "caldrix run: unknown option \"%s\" (caldrix run --help)\n", a);
             return 2;
@@ -829,6 +836,27 @@ int cmd_run(int argc, char **argv)
         json_decref(st.steps);
         return 2;
     }
+    /* a split across mpirun's ranks: planned, or refused, before any rank loads a byte */
+    cdx_split *split = NULL;
+    cdx_stage stage;
+    int64_t split_l0 = 0, split_l1 = 0;
+    if ((status = cli_split_begin("caldrix run", &o.split, o.model, &split, &split_l0, &split_l1))) {
+        free(o.ids);
+        json_decref(st.steps);
+        return status;
+    }
+    status = 1;
+    if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 is done */
+        status = cli_split_stage("caldrix run", split, o.model, o.dtype, (int)o.threads, k);
+        cdx_split_end(split);
+        free(o.ids);
+        json_decref(st.steps);
+        return status;
+    }
+    if (split && (rc = cdx_split_stage_of(split, &stage, &err))) {
+        fprintf(stderr, "caldrix run: %s\n", err.msg);
+        goto done;
+    }
     if (o.grammar_file || o.schema_file) {
         /* compiled before the model loads: a bad grammar costs nothing */
         const char *path = o.grammar_file ? o.grammar_file : o.schema_file;
@@ -874,6 +902,7 @@ int cmd_run(int argc, char **argv)
     eo.draft_max = (int)o.draft_max;
     eo.draft_min = (int)o.draft_min;
     eo.spec_keep_on = o.spec_keep_on;
+    eo.stage = split ? &stage : NULL;
     cdx_load_opts lo = cli_load_opts(&ho, o.dtype, o.weight_budget);
     lo.chat = o.chat;
     lo.chat_template = o.chat_template;
@@ -925,6 +954,18 @@ int cmd_run(int argc, char **argv)
             goto done;
         }
         status = 1;
+    }
+    if (split) { /* every rank checks rank 0's model fingerprint and makes its pool */
+        cdx_engine_stats es;
+        cdx_engine_get_stats(ld->engine, &es);
+        if ((rc = cdx_split_start(split, ld->model, es.n_blocks, es.token_budget, ld->kv_type, &err))) {
+            fprintf(stderr, "caldrix run: --allow-split: %s\n", err.msg);
+            status = rc == CDX_EINVAL ? 2 : 1;
+            goto done;
+        }
+        if (!o.json)
+            fprintf(stderr, "caldrix: split over %d ranks: layers 0-%lld here, the rest on ranks 1-%d\n",
+                    cdx_split_size(split), (long long)split_l1 - 1, cdx_split_size(split) - 1);
     }
     o.model = ld->path;
     const cdx_model *m = ld->model;
@@ -1101,6 +1142,15 @@ int cmd_run(int argc, char **argv)
             json_object_set_new(tm, "image_tiles", json_integer((json_int_t)es.image_tiles_encoded));
             json_object_set_new(tm, "image_encode_ms", json_real(es.image_encode_ms));
         }
+        if (split) { /* the split: its ranks, this rank's layers, what crossed and how long MPI waited */
+            uint64_t sent = 0, recv = 0;
+            double wait = 0;
+            cdx_split_stats(split, &sent, &recv, &wait);
+            json_object_set_new(json_object_get(root, "timings"), "split",
+                                json_pack("{s:i,s:I,s:I,s:I,s:f}", "ranks", cdx_split_size(split), "layers_rank0",
+                                          (json_int_t)(split_l1 - split_l0), "bytes_sent", (json_int_t)sent,
+                                          "bytes_received", (json_int_t)recv, "mpi_wait_ms", wait));
+        }
         if (st.proposer) /* speculative decoding: what was proposed, kept, and whether the rule turned it off */
             json_object_set_new(json_object_get(root, "timings"), "draft",
                                 json_pack("{s:s,s:I,s:I,s:b}", "proposer", st.proposer, "proposed",
@@ -1135,6 +1185,10 @@ done:
     cdx_grammar_free(o.grammar);
     cdx_load_close(ld);
     cdx_load_close(dld); /* after the engine that borrowed it */
+    if (split) {
+        cdx_split_stop(split);
+        cdx_split_end(split);
+    }
     json_decref(o.chat_kwargs);
     free(chat_text);
     free(input_text);

@@ -138,7 +138,15 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
         return rc; /* --ctx x --max-batch over the pool's row */
     if (eo.n_blocks <= 0)
         eo.n_blocks = per_seq * eo.max_batch;
-    const uint64_t block_bytes = 2 * (uint64_t)cdx_hparams_kv_layers(hp) * CDX_KV_BLOCK *
+    if (eo.stage && eo.kv_store)
+        return cdx_err_set(err, CDX_EINVAL, "a prefix store (--kv-store %s) with a model split by layers: the store would "
+                           "hold this stage's layers only", eo.kv_store);
+    if (eo.stage && (eo.stage->layer0 != 0 || eo.stage->layer1 <= 0 || eo.stage->layer1 > hp->n_layer))
+        return cdx_err_set(err, CDX_EINVAL, "the engine runs the first stage of a split model: layers 0..%lld of %lld "
+                           "asked, layers 0..k wanted", (long long)eo.stage->layer1 - 1, (long long)hp->n_layer);
+    /* the layers whose K/V this engine's blocks hold: the stage's, else the model's */
+    const int64_t kv_layers = eo.stage ? eo.stage->layer1 - eo.stage->layer0 : cdx_hparams_kv_layers(hp);
+    const uint64_t block_bytes = 2 * (uint64_t)kv_layers * CDX_KV_BLOCK *
                                  (uint64_t)(hp->n_head_kv * hp->head_dim) * (eo.kv_type == CDX_TYPE_F32 ? 4 : 2);
     if (eo.kv_bytes_max && (uint64_t)eo.n_blocks > eo.kv_bytes_max / (block_bytes ? block_bytes : 1))
         return cdx_err_set(err, CDX_EINVAL, "n_blocks is %lld (--kv-blocks; by default --max-batch sequences of --ctx): "
@@ -157,7 +165,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->o = eo;
     e->o.kv_store = NULL; /* the caller's string: e->store is ours */
     e->kv_dim = hp->n_head_kv * hp->head_dim;
-    e->block_floats = (size_t)cdx_hparams_kv_layers(hp) * CDX_KV_BLOCK * (size_t)e->kv_dim;
+    e->block_floats = (size_t)kv_layers * CDX_KV_BLOCK * (size_t)e->kv_dim;
     e->state_bytes = cdx_model_state_bytes(m);
     /* snapshots: 1 GiB of them, and never fewer than two per running sequence */
     e->max_snaps = e->state_bytes ? (int64_t)(((size_t)1 << 30) / e->state_bytes) : 0;
@@ -174,7 +182,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     unsigned int kn = KEY_LEN;
     EVP_Digest(fp, sizeof fp, e->root_key, &kn, EVP_sha256(), NULL);
 
-    e->shape = (kv_store_shape){ .positions = CDX_KV_BLOCK, .n_layer = (uint64_t)cdx_hparams_kv_layers(hp),
+    e->shape = (kv_store_shape){ .positions = CDX_KV_BLOCK, .n_layer = (uint64_t)kv_layers,
                                  .kv_dim = (uint64_t)e->kv_dim, .n_elems = e->block_floats,
                                  .elem_bytes = (uint32_t)e->elem_bytes, .state_bytes = e->state_bytes };
     memcpy(e->shape.root, e->root_key, KEY_LEN);
@@ -183,6 +191,8 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
     if (!rc)
         rc = cdx_forward_ctx_create_on(m, eo.token_budget, eo.n_threads, eo.pool, eo.kernels, &e->fc, err);
+    if (!rc && eo.stage)
+        rc = cdx_forward_ctx_set_stage(e->fc, eo.stage, err);
     if (rc) {
         cdx_engine_free(e);
         return rc;
@@ -240,7 +250,8 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->n_free = nb;
     e->lru_head = e->lru_tail = NONE;
     e->stats = (cdx_engine_stats){ .n_ctx = eo.n_ctx, .n_blocks = nb, .blocks_free = nb, .max_batch = eo.max_batch,
-                                   .max_queue = eo.max_queue, .kv_pool_bytes = (uint64_t)nb * block_bytes };
+                                   .max_queue = eo.max_queue, .kv_pool_bytes = (uint64_t)nb * block_bytes,
+                                   .token_budget = eo.token_budget };
     *out = e;
     return CDX_OK;
 }

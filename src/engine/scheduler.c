@@ -339,7 +339,8 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
             e->b_seqs[si] = s;
             e->b_kv[si] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
                                         .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim,
-                                        .type = e->o.kv_type, .state = s->state, .rope_len = s->n_toks };
+                                        .type = e->o.kv_type, .state = s->state, .rope_len = s->n_toks,
+                                        .ids = s->blk };
             s->rope_len = s->n_toks;
             for (int64_t p = s->n_done; p < last; p++) {
                 if (eng_seq_image_row(e, s, p, &e->b_embd[n], err)) {

@@ -294,8 +294,8 @@ void model_pack_free(cdx_model *m);
 struct fwd_scratch; /* ops.h */
 
 /* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
-int forward_bf16(const cdx_model *m, const struct fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
-                 float *logits, cdx_err *err);
+int forward_bf16(const cdx_model *m, const struct fwd_scratch *s, const cdx_stage *st, const cdx_kv_seq *seqs, int n_seq,
+                 const cdx_batch *b, float *logits, cdx_err *err);
 
 /* ---- the hybrid forward pass (qwen35.c) ---- */
 typedef struct hybrid_ctx hybrid_ctx;

@@ -23,6 +23,7 @@ struct cdx_forward_ctx {
     fwd_scratch s;         /* what the passes compute in (ops.h) */
     hybrid_ctx *hy;        /* a hybrid model's (Qwen3.5) own buffers, qwen35.c; NULL otherwise */
     bool pool_borrowed;    /* s.pool is the caller's (cdx_forward_ctx_create_on) */
+    cdx_stage st;          /* the layers it computes (a split model's stage); whole: 0..n_layer, no next */
 };
 
 void cdx_forward_ctx_free(cdx_forward_ctx *fc)
@@ -70,6 +71,7 @@ int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_thre
     if (!fc)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     fc->m = m;
+    fc->st = (cdx_stage){ .layer0 = 0, .layer1 = hp->n_layer };
     fc->s.k = k ? k : cdx_kernels_best();
     fc->max_tokens = max_tokens;
     fc->pool_borrowed = pool != NULL;
@@ -134,6 +136,29 @@ int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_thre
     return CDX_OK;
 }
 
+int cdx_forward_ctx_set_stage(cdx_forward_ctx *fc, const cdx_stage *st, cdx_err *err)
+{
+    const cdx_hparams *hp = &fc->m->hp;
+    if (!st) {
+        fc->st = (cdx_stage){ .layer0 = 0, .layer1 = hp->n_layer };
+        return CDX_OK;
+    }
+    if (st->layer0 < 0 || st->layer0 >= st->layer1 || st->layer1 > hp->n_layer)
+        return cdx_err_set(err, CDX_EINVAL, "layers %lld..%lld are not a slice of the model's %lld layers (0..%lld)",
+                           (long long)st->layer0, (long long)st->layer1 - 1, (long long)hp->n_layer,
+                           (long long)hp->n_layer - 1);
+    if (st->layer1 < hp->n_layer && !st->next)
+        return cdx_err_set(err, CDX_EINVAL, "a stage ending before the last layer (%lld of %lld) needs a next stage",
+                           (long long)st->layer1, (long long)hp->n_layer);
+    if (fc->m->enc)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s is an encoder: it is not split by layers", hp->arch_name);
+    if (fc->hy)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s carries a recurrent state (Gated DeltaNet layers): splitting it by "
+                           "layers is not done yet", hp->arch_name);
+    fc->st = *st;
+    return CDX_OK;
+}
+
 /* ---- the dense pass ---- */
 
 /* q, k, v of each token after the projections: biases, the per-head q/k norms, rope, and the store
@@ -142,7 +167,7 @@ typedef struct {
     const cdx_forward_ctx *fc;
     const layer_weights *L;
     const cdx_kv_seq *seqs;
-    int64_t l, n;
+    int64_t l, slot, n;     /* the layer, and its slot in the KV blocks (l - the stage's first layer) */
 } qkv_job;
 
 static void qkv_part(void *arg, int ith, int nth)
@@ -182,7 +207,7 @@ static void qkv_part(void *arg, int ith, int nth)
             model_rope_att(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
             model_rope_att(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
         }
-        model_kv_store(&j->seqs[fc->s.seq[i]], j->l, fc->s.pos[i], kvd, k, v);
+        model_kv_store(&j->seqs[fc->s.seq[i]], j->slot, fc->s.pos[i], kvd, k, v);
     }
 }
 
@@ -207,7 +232,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         int32_t s = b->seq ? b->seq[i] : 0;
         if (s < 0 || s >= n_seq)
             return cdx_err_set(err, CDX_EINVAL, "batch token %lld names sequence %d of %d", (long long)i, s, n_seq);
-        int32_t tok = b->tokens[i];
+        int32_t tok = b->x_in ? 0 : b->tokens[i];
         if (tok < 0 || tok >= hp->n_vocab)
             return cdx_err_set(err, CDX_EINVAL, "token id %d is outside the vocabulary (0..%lld)", tok,
                                (long long)hp->n_vocab - 1);
@@ -222,14 +247,24 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         return cdx_err_set(err, CDX_EUNSUPPORTED, "hidden states (embeddings) come from the f32 pass of a dense model; "
                            "this one computes in %s%s", m->dtype == CDX_DTYPE_BF16 ? "bf16" : "f32",
                            fc->hy ? " with Gated DeltaNet layers" : "");
+    const int64_t l0 = fc->st.layer0, l1 = fc->st.layer1;
+    if ((l0 > 0) != (b->x_in != NULL))
+        return cdx_err_set(err, CDX_EINVAL, "a pass from layer %lld takes %s", (long long)l0,
+                           l0 > 0 ? "the hidden rows of the stage before (x_in)" : "tokens, not hidden rows");
+    if (b->hidden && l1 < hp->n_layer)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "hidden states (embeddings) of a model split by layers");
     if (m->dtype == CDX_DTYPE_BF16) /* forward_bf16.c: transformers' bf16 forward */
-        return forward_bf16(m, &fc->s, seqs, n_seq, b, logits, err);
+        return forward_bf16(m, &fc->s, &fc->st, seqs, n_seq, b, logits, err);
     const cdx_kernels *K = fc->s.k;
     cdx_pool *pool = fc->s.pool;
-    model_embed(&m->tok_embd, b->tokens, b->embd, n, E, fc->s.x);
-    if (hp->embd_scale) /* Granite's embedding_multiplier, Gemma's sqrt(hidden) */
-        for (int64_t i = 0; i < n * E; i++)
-            fc->s.x[i] *= hp->embd_scale;
+    if (b->x_in) /* a later stage: the stage before computed the embedding and its layers */
+        memcpy(fc->s.x, b->x_in, (size_t)(n * E) * sizeof(float));
+    else {
+        model_embed(&m->tok_embd, b->tokens, b->embd, n, E, fc->s.x);
+        if (hp->embd_scale) /* Granite's embedding_multiplier, Gemma's sqrt(hidden) */
+            for (int64_t i = 0; i < n * E; i++)
+                fc->s.x[i] *= hp->embd_scale;
+    }
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block, .scale = hp->attn_scale ? hp->attn_scale : 1.0f / sqrtf((float)hd),
                               .softcap = hp->attn_softcap, .kv_type = seqs[0].type };
@@ -245,7 +280,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
     if (hp->rope_pass) /* each sequence's frequencies for this pass; LongRoPE's re-rotation */
         model_rope_pass(m, &fc->s, seqs, n);
 
-    for (int64_t l = 0; l < hp->n_layer; l++) {
+    for (int64_t l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
         /* a branch reads the normed stream, or the stream itself where the family has no pre-norms */
         const float *in = L->attn_norm ? fc->s.xn : fc->s.x;
@@ -253,12 +288,12 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
             model_norm_rows_of(pool, hp->layer_norm, fc->s.xn, fc->s.x, L->attn_norm, L->attn_norm_b, n, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in, n,
                          (float *[]){ fc->s.q, fc->s.kk, fc->s.vv }, fc->s.ws);
-        qkv_job qj = { fc, L, seqs, l, n };
+        qkv_job qj = { fc, L, seqs, l, l - l0, n };
         if (n >= 4)
             cdx_pool_run(pool, qkv_part, &qj);
         else
             qkv_part(&qj, 0, 1);
-        model_attn_rows(&fc->s, seqs, n, fc->s.q, fc->s.attn, qd, l, cdx_hparams_window(hp, l));
+        model_attn_rows(&fc->s, seqs, n, fc->s.q, fc->s.attn, qd, l - l0, cdx_hparams_window(hp, l));
         int rc = cdx_attn(K, pool, &ashape, fc->s.arows, n, err);
         if (rc)
             return rc;
@@ -300,6 +335,14 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         model_residual(fc->s.x, out, n * E, hp->residual_scale);
     }
 
+    if (l1 < hp->n_layer) { /* the later stages compute the rest, and the logits */
+        int64_t n_want = 0;
+        for (int64_t i = 0; i < n; i++)
+            n_want += b->want_logits ? b->want_logits[i] : i == n - 1;
+        const cdx_stage_batch sb = { .n = n, .n_out = n_want, .n_seq = n_seq, .x = fc->s.x, .pos = fc->s.pos,
+                                     .seq = fc->s.seq, .want_logits = b->want_logits, .seqs = seqs };
+        return fc->st.next(fc->st.user, &sb, logits, err);
+    }
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)

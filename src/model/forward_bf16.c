@@ -43,8 +43,8 @@ static void add_bf16(float *x, const float *d, int64_t n)
         x[i] = bf(x[i] + d[i]);
 }
 
-int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
-                 float *logits, cdx_err *err)
+int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, const cdx_kv_seq *seqs, int n_seq,
+                 const cdx_batch *b, float *logits, cdx_err *err)
 {
     const cdx_hparams *hp = &m->hp;
     const int64_t n = b->n, E = hp->n_embd, hd = hp->head_dim, F = hp->n_ff;
@@ -73,9 +73,13 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
         if (m->layers[l].moe)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: layer %lld is a mixture of experts", (long long)l);
 
-    model_embed(&m->tok_embd, b->tokens, NULL, n, E, s->x);
+    const int64_t l0 = st->layer0, l1 = st->layer1; /* a split model's stage: its layers (cdx_stage) */
+    if (b->x_in) /* a later stage: the stage before computed the embedding and its layers */
+        memcpy(s->x, b->x_in, (size_t)(n * E) * sizeof(float));
+    else
+        model_embed(&m->tok_embd, b->tokens, NULL, n, E, s->x);
 
-    for (int64_t l = 0; l < hp->n_layer; l++) {
+    for (int64_t l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
         for (int64_t i = 0; i < n; i++)
             model_rmsnorm_bf16(s->xn + i * E, s->x + i * E, L->attn_norm, E, hp->rms_eps);
@@ -94,9 +98,9 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
             }
             model_rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
             model_rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
-            model_kv_store(&seqs[s->seq[i]], l, s->pos[i], kvd, k, v);
+            model_kv_store(&seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }
-        model_attn_rows(s, seqs, n, s->q, s->attn, qd, l, hp->sliding_window);
+        model_attn_rows(s, seqs, n, s->q, s->attn, qd, l - l0, hp->sliding_window);
         int rc = cdx_attn_bf16(pool, &ashape, s->arows, n, err);
         if (rc)
             return rc;
@@ -113,6 +117,14 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seq
         add_bf16(s->x, s->xn, n * E);
     }
 
+    if (l1 < hp->n_layer) { /* the later stages compute the rest, and the logits */
+        int64_t n_want = 0;
+        for (int64_t i = 0; i < n; i++)
+            n_want += b->want_logits ? b->want_logits[i] : i == n - 1;
+        const cdx_stage_batch sb = { .n = n, .n_out = n_want, .n_seq = n_seq, .x = s->x, .pos = s->pos, .seq = s->seq,
+                                     .want_logits = b->want_logits, .seqs = seqs };
+        return st->next(st->user, &sb, logits, err);
+    }
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)

@@ -1,0 +1,43 @@
+/* --allow-split, --nodes, --split-layers, --split-timeout: a model split by layers over the ranks of
+ * an Open MPI job (docs/models.md, "One model over several machines"). Shared by run (and later
+ * serve and bench). */
+#ifndef CDX_CLI_SPLIT_H
+#define CDX_CLI_SPLIT_H
+
+#include "caldrix/split.h"
+
+#include <stdbool.h>
+
+typedef struct cli_split_opts {
+    bool allow;             /* --allow-split */
+    long nodes;             /* --nodes N (0: not given) */
+    const char *layers;     /* --split-layers SPEC */
+    double timeout_s;       /* --split-timeout S (0: the default) */
+} cli_split_opts;
+
+#define CLI_SPLIT_HELP \
+    "  --allow-split          under mpirun, split the model by layers across the ranks: rank 0 runs this\n" \
+    "                         command with the first layers, every other rank a slice after it (only the\n" \
+    "                         hidden state crosses); with one rank the model runs whole\n" \
+    "  --nodes N              the ranks to split over (needs --allow-split; mpirun -np N starts them)\n" \
+    "  --split-layers SPEC    the slices by hand, one range per rank: 0-3,4-7 (default: contiguous slices\n" \
+    "                         in proportion to the memory each rank has)\n" \
+    "  --split-timeout S      seconds rank 0 waits for the other ranks before it fails (default 120; a\n" \
+    "                         rank on this host that is gone is named at once)\n"
+
+/* Parses one of the options at argv[*i] (advancing *i past its value). 1: not one of them; 0: taken;
+ * 2: bad value (said on stderr). */
+int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_opts *so);
+
+/* Before loading. Returns 0 with *sp NULL: run whole; 0 with *sp set: a split, this process is rank
+ * cdx_split_rank(*sp) and its slice is *l0..*l1; else the exit status, after saying why (rank 0
+ * says it; the other ranks exit quietly when rank 0 refused). model: the MODEL argument. */
+int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model, cdx_split **sp, int64_t *l0,
+                    int64_t *l1);
+
+/* A rank > 0: loads model as run would (dtype, threads, kernels) and runs its stage loop until rank 0
+ * stops it. Returns the exit status. */
+int cli_split_stage(const char *cmd, cdx_split *sp, const char *model, cdx_dtype dtype, int n_threads,
+                    const cdx_kernels *k);
+
+#endif

@@ -1,0 +1,801 @@
+/* A model split by layers across the ranks of an Open MPI job (include/caldrix/split.h).
+ * Placement (parsing --split-layers, proportional slices) needs no MPI and is always built; the job
+ * itself is compiled only where the build found Open MPI (CDX_HAVE_MPI, from pkg-config ompi-c), and
+ * otherwise every call of it says that this build has none. MPI is called only after cdx_split_init. */
+#include "caldrix/split.h"
+#include "caldrix/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- placement ---- */
+
+static int parse_num(const char **p, int64_t *out)
+{
+    const char *s = *p;
+    if (*s < '0' || *s > '9')
+        return -1;
+    int64_t v = 0;
+    while (*s >= '0' && *s <= '9') {
+        if (v > (int64_t)1 << 40)
+            return -1;
+        v = v * 10 + (*s++ - '0');
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+int cdx_split_parse_layers(const char *spec, int64_t n_layer, int n_ranks, int64_t *bounds, cdx_err *err)
+{
+    const char *p = spec;
+    int r = 0;
+    int64_t next = 0; /* the first layer the next range must start at */
+    while (*p) {
+        const char *item = p;
+        int64_t a, b;
+        if (parse_num(&p, &a))
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": \"%s\" is not a layer range a-b (whole layers, "
+                               "from 0)", spec, item);
+        b = a;
+        if (*p == '-') {
+            p++;
+            if (parse_num(&p, &b))
+                return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": \"%s\" is not a layer range a-b (whole "
+                                   "layers, from 0)", spec, item);
+        }
+        if (*p && *p != ',')
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": \"%s\" is not a layer range a-b (whole layers, "
+                               "from 0)", spec, item);
+        const int len = (int)(p - item);
+        if (*p == ',')
+            p++;
+        if (b < a)
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": range %.*s ends before it starts", spec, len, item);
+        if (b >= n_layer)
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": range %.*s names layer %lld; the model has "
+                               "layers 0-%lld", spec, len, item, (long long)b, (long long)n_layer - 1);
+        if (a < next)
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": range %.*s overlaps the one before (layer %lld "
+                               "is in both)", spec, len, item, (long long)a);
+        if (a > next)
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\": range %.*s leaves a gap (layer%s %lld%s%.0lld in "
+                               "no range)", spec, len, item, a - next > 1 ? "s" : "", (long long)next,
+                               a - next > 1 ? "-" : "", a - next > 1 ? (long long)a - 1 : 0LL);
+        if (r >= n_ranks)
+            return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\" gives more ranges than the %d ranks mpirun "
+                               "started", spec, n_ranks);
+        bounds[r++] = a;
+        next = b + 1;
+    }
+    if (r == 0)
+        return cdx_err_set(err, CDX_EINVAL, "--split-layers is empty");
+    if (next < n_layer)
+        return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\" leaves layers %lld-%lld in no range (the model has "
+                           "layers 0-%lld)", spec, (long long)next, (long long)n_layer - 1, (long long)n_layer - 1);
+    if (r != n_ranks)
+        return cdx_err_set(err, CDX_EINVAL, "--split-layers \"%s\" gives %d ranges for the %d ranks mpirun started",
+                           spec, r, n_ranks);
+    bounds[n_ranks] = n_layer;
+    return CDX_OK;
+}
+
+int cdx_split_plan(int64_t n_layer, const uint64_t *mem, int n_ranks, int64_t *bounds, cdx_err *err)
+{
+    if (n_ranks < 1)
+        return cdx_err_set(err, CDX_EINVAL, "%d ranks", n_ranks);
+    if (n_ranks > n_layer)
+        return cdx_err_set(err, CDX_EINVAL, "%d ranks for a model of %lld layers: each rank needs at least one layer "
+                           "(start at most %lld)", n_ranks, (long long)n_layer, (long long)n_layer);
+    double total = 0;
+    for (int r = 0; r < n_ranks; r++)
+        total += (double)mem[r];
+    bounds[0] = 0;
+    double cum = 0;
+    for (int r = 1; r < n_ranks; r++) {
+        cum += total > 0 ? (double)mem[r - 1] : 1;
+        int64_t b = (int64_t)(cum / (total > 0 ? total : n_ranks) * (double)n_layer + 0.5);
+        /* at least one layer for this rank and for each after it */
+        if (b < bounds[r - 1] + 1)
+            b = bounds[r - 1] + 1;
+        if (b > n_layer - (n_ranks - r))
+            b = n_layer - (n_ranks - r);
+        bounds[r] = b;
+    }
+    bounds[n_ranks] = n_layer;
+    return CDX_OK;
+}
+
+#ifndef CDX_HAVE_MPI
+
+/* ---- a build without Open MPI ---- */
+
+#define NO_MPI(err) cdx_err_set(err, CDX_EUNSUPPORTED, "this build of caldrix has no Open MPI (pkg-config ompi-c was not " \
+                                "found when it was built): install libopenmpi-dev (scripts/deps) and rebuild to split a model")
+
+bool cdx_split_built(void) { return false; }
+int cdx_split_init(cdx_split **out, cdx_err *err) { *out = NULL; return NO_MPI(err); }
+int cdx_split_rank(const cdx_split *sp) { return 0; }
+int cdx_split_size(const cdx_split *sp) { return 1; }
+void cdx_split_set_timeout(cdx_split *sp, double seconds) {}
+void cdx_split_end(cdx_split *sp) {}
+int cdx_split_hello(cdx_split *sp, const uint8_t build_id[32], uint64_t mem, cdx_split_peer *peers, cdx_err *err)
+{
+    return NO_MPI(err);
+}
+int cdx_split_send_plan(cdx_split *sp, int status, const int64_t *bounds, const char *why, cdx_err *err) { return NO_MPI(err); }
+int cdx_split_recv_plan(cdx_split *sp, int *status, int64_t *bounds, char *why, size_t cap, cdx_err *err)
+{
+    return NO_MPI(err);
+}
+int cdx_split_stage_of(cdx_split *sp, cdx_stage *out, cdx_err *err) { return NO_MPI(err); }
+int cdx_split_start(cdx_split *sp, const cdx_model *m, int64_t n_blocks, int64_t max_tokens, uint32_t kv_type, cdx_err *err)
+{
+    return NO_MPI(err);
+}
+int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const cdx_kernels *k, cdx_err *err)
+{
+    return NO_MPI(err);
+}
+void cdx_split_stop(cdx_split *sp) {}
+void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_recv, double *wait_ms)
+{
+    *bytes_sent = *bytes_recv = 0;
+    *wait_ms = 0;
+}
+
+#else
+
+#include <mpi.h>
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the job ---- */
+
+enum { TAG_HELLO = 1, TAG_PLAN, TAG_START, TAG_START_ACK, TAG_BATCH, TAG_LOGITS, TAG_ERR };
+enum { MAX_RANKS = 256, WHY_LEN = 512 };
+
+struct cdx_split {
+    int rank, size;
+    double timeout_s;
+    int64_t bounds[MAX_RANKS + 1];
+    cdx_split_peer peers[MAX_RANKS];   /* rank 0: what each rank said at hello */
+    bool have_peers, started;
+    char host[64];
+    uint8_t *buf;                      /* a batch message being built or read */
+    size_t cap;
+    int64_t n_vocab, n_embd;
+    uint64_t bytes_sent, bytes_recv;
+    double wait_ms;
+};
+
+bool cdx_split_built(void) { return true; }
+
+static int mpi_fail(cdx_err *err, int rc, const char *what)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    return cdx_err_set(err, CDX_EIO, "MPI: %s: %.*s", what, len, s);
+}
+
+int cdx_split_init(cdx_split **out, cdx_err *err)
+{
+    *out = NULL;
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (inited)
+        return cdx_err_set(err, CDX_EINVAL, "MPI is already initialised in this process");
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Init_thread");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    cdx_split *sp = calloc(1, sizeof *sp);
+    if (!sp) {
+        MPI_Finalize();
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &sp->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &sp->size);
+    sp->timeout_s = 120;
+    gethostname(sp->host, sizeof sp->host - 1);
+    if (sp->size > MAX_RANKS) {
+        int n = sp->size;
+        cdx_split_end(sp);
+        return cdx_err_set(err, CDX_EINVAL, "%d ranks; a split takes at most %d", n, MAX_RANKS);
+    }
+    *out = sp;
+    return CDX_OK;
+}
+
+int cdx_split_rank(const cdx_split *sp) { return sp ? sp->rank : 0; }
+int cdx_split_size(const cdx_split *sp) { return sp ? sp->size : 1; }
+void cdx_split_set_timeout(cdx_split *sp, double seconds) { sp->timeout_s = seconds > 0 ? seconds : 120; }
+
+void cdx_split_end(cdx_split *sp)
+{
+    if (!sp)
+        return;
+    free(sp->buf);
+    free(sp);
+    MPI_Finalize();
+}
+
+void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_recv, double *wait_ms)
+{
+    *bytes_sent = sp->bytes_sent;
+    *bytes_recv = sp->bytes_recv;
+    *wait_ms = sp->wait_ms;
+}
+
+/* Whether rank r's process is gone: known only for a rank on this host (its pid is gone or a zombie). */
+static bool rank_gone(const cdx_split *sp, int r)
+{
+    if (!sp->have_peers || strcmp(sp->peers[r].host, sp->host) != 0 || sp->peers[r].pid <= 0)
+        return false;
+    char path[64], st[256];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)sp->peers[r].pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return kill((pid_t)sp->peers[r].pid, 0) != 0 && errno == ESRCH;
+    size_t n = fread(st, 1, sizeof st - 1, f);
+    fclose(f);
+    st[n] = 0;
+    const char *close = strrchr(st, ')'); /* "pid (comm) S ..." */
+    return close && (close[2] == 'Z' || close[2] == 'X');
+}
+
+/* Names the ranks that are gone (or, with none known, all that could be) into err. */
+static int lost(cdx_split *sp, const char *waiting, cdx_err *err)
+{
+    char names[256] = "";
+    size_t o = 0;
+    for (int r = 1; r < sp->size; r++)
+        if (rank_gone(sp, r) && o < sizeof names - 32)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%d (pid %lld)", o ? ", " : "", r,
+                                  (long long)sp->peers[r].pid);
+    if (o)
+        return cdx_err_set(err, CDX_EIO, "split_rank_lost: rank %s of the split is gone while %s", names, waiting);
+    return cdx_err_set(err, CDX_EIO, "split_rank_lost: no answer from ranks 1-%d of the split within %.0f s while %s "
+                       "(a rank stopped answering)", sp->size - 1, sp->timeout_s, waiting);
+}
+
+static void nap(int spins)
+{
+    if (spins < 2000)
+        return;
+    struct timespec ts = { 0, spins < 20000 ? 20000 : 200000 };
+    nanosleep(&ts, NULL);
+}
+
+/* Waits for a message from src with tag (MPI_ANY_*), and on rank 0 gives up past the timeout or when
+ * a rank is gone. */
+static int wait_msg(cdx_split *sp, int src, int tag, MPI_Status *status, const char *waiting, cdx_err *err)
+{
+    const double t0 = cdx_time_ms();
+    double t_check = t0;
+    for (int spins = 0;; spins++) {
+        int flag = 0, rc = MPI_Iprobe(src, tag, MPI_COMM_WORLD, &flag, status);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, waiting);
+        if (flag)
+            break;
+        nap(spins);
+        if (sp->rank == 0 && (spins & 63) == 0) {
+            const double t = cdx_time_ms();
+            if (t - t_check > 50) {
+                t_check = t;
+                for (int r = 1; r < sp->size; r++)
+                    if (rank_gone(sp, r))
+                        return lost(sp, waiting, err);
+            }
+            if (t - t0 > sp->timeout_s * 1000)
+                return lost(sp, waiting, err);
+        }
+    }
+    if (sp->rank == 0)
+        sp->wait_ms += cdx_time_ms() - t0;
+    return CDX_OK;
+}
+
+/* A send that gives up as wait_msg does (a large message waits for its receiver). */
+static int send_msg(cdx_split *sp, const void *data, size_t n, int dst, int tag, const char *what, cdx_err *err)
+{
+    if (n > INT32_MAX)
+        return cdx_err_set(err, CDX_ERANGE, "a message of %zu bytes to rank %d", n, dst);
+    MPI_Request rq;
+    int rc = MPI_Isend(data, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, what);
+    const double t0 = cdx_time_ms();
+    for (int spins = 0;; spins++) {
+        int flag = 0;
+        if ((rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return mpi_fail(err, rc, what);
+        if (flag)
+            break;
+        nap(spins);
+        if (sp->rank == 0 && (spins & 63) == 0 &&
+            (cdx_time_ms() - t0 > sp->timeout_s * 1000 || rank_gone(sp, dst))) {
+            MPI_Cancel(&rq);
+            return lost(sp, what, err);
+        }
+    }
+    if (sp->rank == 0)
+        sp->wait_ms += cdx_time_ms() - t0;
+    sp->bytes_sent += n;
+    return CDX_OK;
+}
+
+/* Receives the probed message into sp->buf; *n its bytes. */
+static int recv_probed(cdx_split *sp, const MPI_Status *st, size_t *n, cdx_err *err)
+{
+    int count = 0;
+    MPI_Get_count(st, MPI_BYTE, &count);
+    if ((size_t)count + 1 > sp->cap) {
+        uint8_t *g = realloc(sp->buf, (size_t)count + 1);
+        if (!g)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for a message of %d bytes", count);
+        sp->buf = g;
+        sp->cap = (size_t)count + 1;
+    }
+    int rc = MPI_Recv(sp->buf, count, MPI_BYTE, st->MPI_SOURCE, st->MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "receiving");
+    sp->buf[count] = 0;
+    *n = (size_t)count;
+    sp->bytes_recv += (size_t)count;
+    return CDX_OK;
+}
+
+int cdx_split_hello(cdx_split *sp, const uint8_t build_id[32], uint64_t mem, cdx_split_peer *peers, cdx_err *err)
+{
+    cdx_split_peer me = { .mem = mem, .pid = (int64_t)getpid() };
+    memcpy(me.build_id, build_id, 32);
+    memcpy(me.host, sp->host, sizeof me.host);
+    if (sp->rank != 0)
+        return send_msg(sp, &me, sizeof me, 0, TAG_HELLO, "saying hello to rank 0", err);
+    sp->peers[0] = me;
+    for (int r = 1; r < sp->size; r++) {
+        MPI_Status st;
+        size_t n = 0;
+        int rc = wait_msg(sp, r, TAG_HELLO, &st, "waiting for the ranks to start", err);
+        if (!rc)
+            rc = recv_probed(sp, &st, &n, err);
+        if (rc)
+            return rc;
+        if (n != sizeof me)
+            return cdx_err_set(err, CDX_EINVAL, "rank %d said hello in %zu bytes, not %zu: another build of caldrix", r,
+                               n, sizeof me);
+        memcpy(&sp->peers[r], sp->buf, sizeof me);
+        sp->peers[r].host[sizeof me.host - 1] = 0;
+    }
+    sp->have_peers = true;
+    if (peers)
+        memcpy(peers, sp->peers, (size_t)sp->size * sizeof *peers);
+    for (int r = 1; r < sp->size; r++)
+        if (memcmp(sp->peers[r].build_id, build_id, 32) != 0)
+            return cdx_err_set(err, CDX_EINVAL, "rank %d (host %s, pid %lld) runs another build of caldrix than rank 0: "
+                               "every rank must run the same binary", r, sp->peers[r].host, (long long)sp->peers[r].pid);
+    return CDX_OK;
+}
+
+int cdx_split_send_plan(cdx_split *sp, int status, const int64_t *bounds, const char *why, cdx_err *err)
+{
+    struct { int64_t status; int64_t bounds[MAX_RANKS + 1]; char why[WHY_LEN]; } msg = { .status = status };
+    if (!status)
+        memcpy(msg.bounds, bounds, (size_t)(sp->size + 1) * sizeof *bounds);
+    snprintf(msg.why, sizeof msg.why, "%s", why ? why : "");
+    if (!status)
+        memcpy(sp->bounds, bounds, (size_t)(sp->size + 1) * sizeof *bounds);
+    for (int r = 1; r < sp->size; r++) {
+        int rc = send_msg(sp, &msg, sizeof msg, r, TAG_PLAN, "sending the plan", err);
+        if (rc)
+            return rc;
+    }
+    return CDX_OK;
+}
+
+int cdx_split_recv_plan(cdx_split *sp, int *status, int64_t *bounds, char *why, size_t cap, cdx_err *err)
+{
+    struct { int64_t status; int64_t bounds[MAX_RANKS + 1]; char why[WHY_LEN]; } msg;
+    MPI_Status st;
+    size_t n = 0;
+    int rc = wait_msg(sp, 0, TAG_PLAN, &st, "waiting for the plan", err);
+    if (!rc)
+        rc = recv_probed(sp, &st, &n, err);
+    if (rc)
+        return rc;
+    if (n != sizeof msg)
+        return cdx_err_set(err, CDX_EINVAL, "rank 0 sent a plan of %zu bytes: another build of caldrix", n);
+    memcpy(&msg, sp->buf, sizeof msg);
+    msg.why[WHY_LEN - 1] = 0;
+    *status = (int)msg.status;
+    if (why && cap)
+        snprintf(why, cap, "%s", msg.why);
+    if (!msg.status) {
+        memcpy(sp->bounds, msg.bounds, (size_t)(sp->size + 1) * sizeof *bounds);
+        memcpy(bounds, msg.bounds, (size_t)(sp->size + 1) * sizeof *bounds);
+    }
+    return CDX_OK;
+}
+
+/* ---- batches ---- */
+
+/* A batch message: int64 header[8] = { kind (1 batch, 0 stop), n, n_out, n_seq, n_ids, has_want },
+ * int64 pos[n], int64 per sequence { n_blocks, rope_len }, int32 seq[n], int32 ids[n_ids] (padded
+ * to 8 bytes), uint8 want[n] (padded), float x[n][n_embd]. */
+typedef struct {
+    size_t pos, seqinfo, seq, ids, want, x, end;
+} layout;
+
+static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static layout layout_of(int64_t n, int64_t n_seq, int64_t n_ids, int64_t E)
+{
+    layout l;
+    l.pos = 64;
+    l.seqinfo = l.pos + (size_t)n * 8;
+    l.seq = l.seqinfo + (size_t)n_seq * 16;
+    l.ids = l.seq + (size_t)n * 4;
+    l.want = pad8(l.ids + (size_t)n_ids * 4);
+    l.x = pad8(l.want + (size_t)n);
+    l.end = l.x + (size_t)n * (size_t)E * 4;
+    return l;
+}
+
+static int grow(cdx_split *sp, size_t n, cdx_err *err)
+{
+    if (n <= sp->cap)
+        return CDX_OK;
+    uint8_t *g = realloc(sp->buf, n);
+    if (!g)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a message of %zu bytes", n);
+    sp->buf = g;
+    sp->cap = n;
+    return CDX_OK;
+}
+
+/* The batch sb as a message in sp->buf; *n its bytes. */
+static int pack(cdx_split *sp, const cdx_stage_batch *sb, size_t *n_bytes, cdx_err *err)
+{
+    int64_t n_ids = 0;
+    for (int s = 0; s < sb->n_seq; s++) {
+        if (!sb->seqs[s].ids)
+            return cdx_err_set(err, CDX_EINVAL, "sequence %d of the batch has no block ids for the next stage", s);
+        n_ids += sb->seqs[s].n_blocks;
+    }
+    const layout l = layout_of(sb->n, sb->n_seq, n_ids, sp->n_embd);
+    int rc = grow(sp, l.end, err);
+    if (rc)
+        return rc;
+    uint8_t *b = sp->buf;
+    const int64_t hdr[8] = { 1, sb->n, sb->n_out, sb->n_seq, n_ids, sb->want_logits != NULL, 0, 0 };
+    memcpy(b, hdr, sizeof hdr);
+    memcpy(b + l.pos, sb->pos, (size_t)sb->n * 8);
+    int64_t *si = (int64_t *)(b + l.seqinfo);
+    int32_t *ids = (int32_t *)(b + l.ids);
+    for (int s = 0; s < sb->n_seq; s++) {
+        si[2 * s] = sb->seqs[s].n_blocks;
+        si[2 * s + 1] = sb->seqs[s].rope_len;
+        memcpy(ids, sb->seqs[s].ids, (size_t)sb->seqs[s].n_blocks * 4);
+        ids += sb->seqs[s].n_blocks;
+    }
+    memcpy(b + l.seq, sb->seq, (size_t)sb->n * 4);
+    for (int64_t i = 0; i < sb->n; i++)
+        b[l.want + (size_t)i] = sb->want_logits ? sb->want_logits[i] : i == sb->n - 1;
+    memcpy(b + l.x, sb->x, (size_t)(sb->n * sp->n_embd) * 4);
+    *n_bytes = l.end;
+    return CDX_OK;
+}
+
+/* Rank 0's next: the rows go to rank 1; the logits come back from the last rank (or an error from any). */
+static int next_rank0(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err)
+{
+    cdx_split *sp = user;
+    size_t n = 0;
+    int rc = pack(sp, sb, &n, err);
+    if (!rc)
+        rc = send_msg(sp, sp->buf, n, 1, TAG_BATCH, "sending a batch to rank 1", err);
+    if (rc)
+        return rc;
+    MPI_Status st;
+    if ((rc = wait_msg(sp, MPI_ANY_SOURCE, MPI_ANY_TAG, &st, "waiting for the logits of a batch", err)) ||
+        (rc = recv_probed(sp, &st, &n, err)))
+        return rc;
+    if (st.MPI_TAG == TAG_ERR)
+        return cdx_err_set(err, CDX_EIO, "rank %d of the split: %s", st.MPI_SOURCE, (const char *)sp->buf);
+    const size_t want = (size_t)sb->n_out * (size_t)sp->n_vocab * sizeof(float);
+    if (st.MPI_TAG != TAG_LOGITS || st.MPI_SOURCE != sp->size - 1 || n != want)
+        return cdx_err_set(err, CDX_EIO, "rank %d of the split answered a batch with %zu bytes (tag %d); %zu bytes of "
+                           "logits from rank %d expected", st.MPI_SOURCE, n, st.MPI_TAG, want, sp->size - 1);
+    memcpy(logits, sp->buf, n);
+    return CDX_OK;
+}
+
+int cdx_split_stage_of(cdx_split *sp, cdx_stage *out, cdx_err *err)
+{
+    if (sp->rank != 0)
+        return cdx_err_set(err, CDX_EINVAL, "rank %d runs a stage loop (cdx_split_stage_run), not the front end", sp->rank);
+    *out = (cdx_stage){ .layer0 = sp->bounds[0], .layer1 = sp->bounds[1], .next = sp->size > 1 ? next_rank0 : NULL,
+                        .user = sp };
+    return CDX_OK;
+}
+
+/* The start message: the pool and the model's fingerprint. */
+typedef struct {
+    int64_t n_blocks, max_tokens;
+    uint32_t kv_type, pad;
+    uint8_t fingerprint[32];
+} start_msg;
+
+int cdx_split_start(cdx_split *sp, const cdx_model *m, int64_t n_blocks, int64_t max_tokens, uint32_t kv_type,
+                    cdx_err *err)
+{
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    sp->n_vocab = hp->n_vocab;
+    sp->n_embd = hp->n_embd;
+    start_msg msg = { .n_blocks = n_blocks, .max_tokens = max_tokens, .kv_type = kv_type };
+    cdx_model_fingerprint(m, msg.fingerprint);
+    for (int r = 1; r < sp->size; r++) {
+        int rc = send_msg(sp, &msg, sizeof msg, r, TAG_START, "starting the stages", err);
+        if (rc)
+            return rc;
+    }
+    sp->started = true; /* from here a stop goes to the ranks' loops */
+    for (int r = 1; r < sp->size; r++) {
+        MPI_Status st;
+        size_t n = 0;
+        int rc = wait_msg(sp, r, TAG_START_ACK, &st, "waiting for the ranks to load their slices", err);
+        if (!rc)
+            rc = recv_probed(sp, &st, &n, err);
+        if (rc)
+            return rc;
+        if (n > 0 && sp->buf[0])
+            return cdx_err_set(err, CDX_EINVAL, "rank %d (host %s): %s", r, sp->peers[r].host, (const char *)sp->buf);
+    }
+    return CDX_OK;
+}
+
+void cdx_split_stop(cdx_split *sp)
+{
+    if (!sp || sp->rank != 0 || sp->size < 2)
+        return;
+    const int64_t hdr[8] = { 0 };
+    const start_msg msg = { 0 };
+    for (int r = 1; r < sp->size; r++) { /* to each rank: one that failed must not hold up the others */
+        cdx_err err = { 0 };
+        if (sp->started) /* every rank is in its loop (or has left it) */
+            send_msg(sp, hdr, sizeof hdr, r, TAG_BATCH, "stopping the stages", &err);
+        else /* every rank waits for its start message; a start of no blocks ends it */
+            send_msg(sp, &msg, sizeof msg, r, TAG_START, "stopping the stages", &err);
+    }
+    sp->started = false;
+}
+
+/* ---- a later stage ---- */
+
+typedef struct {
+    cdx_split *sp;
+    const cdx_model *m;
+    bool last;
+    int64_t n_blocks;
+    uint32_t kv_type;
+    size_t block_bytes;
+    void **kb, **vb;         /* [n_blocks], allocated on first use */
+    void **tab;              /* the batch's block pointers: K then V per sequence */
+    size_t tab_cap;
+    cdx_kv_seq *seqs;
+    float *logits;
+    size_t logits_cap;
+    uint8_t *out;            /* a later stage's own message to the next rank */
+} stage_rt;
+
+/* A middle stage's next: the rows go on to the next rank; the logits come from the last one. */
+static int next_middle(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err)
+{
+    stage_rt *rt = user;
+    cdx_split *sp = rt->sp;
+    /* sp->buf still holds the batch this stage read (sb points into it): build the message apart */
+    uint8_t *in = sp->buf;
+    const size_t in_cap = sp->cap;
+    sp->buf = rt->out;
+    sp->cap = 0;
+    size_t n = 0;
+    int rc = pack(sp, sb, &n, err);
+    if (!rc)
+        rc = send_msg(sp, sp->buf, n, sp->rank + 1, TAG_BATCH, "sending a batch on", err);
+    rt->out = sp->buf;
+    sp->buf = in;
+    sp->cap = in_cap;
+    return rc;
+}
+
+static int stage_batch(stage_rt *rt, size_t n_bytes, cdx_forward_ctx *fc, int64_t max_tokens, cdx_err *err)
+{
+    cdx_split *sp = rt->sp;
+    const uint8_t *b = sp->buf;
+    int64_t hdr[8];
+    if (n_bytes < sizeof hdr)
+        return cdx_err_set(err, CDX_EINVAL, "a batch message of %zu bytes", n_bytes);
+    memcpy(hdr, b, sizeof hdr);
+    const int64_t n = hdr[1], n_out = hdr[2], n_seq = hdr[3], n_ids = hdr[4];
+    if (n <= 0 || n > max_tokens || n_seq <= 0 || n_seq > n || n_out < 0 || n_out > n || n_ids < 0 ||
+        n_ids > n_seq * rt->n_blocks)
+        return cdx_err_set(err, CDX_EINVAL, "a batch of %lld tokens, %lld sequences, %lld block ids (this stage takes "
+                           "1..%lld tokens and %lld blocks a sequence)", (long long)n, (long long)n_seq,
+                           (long long)n_ids, (long long)max_tokens, (long long)rt->n_blocks);
+    const layout l = layout_of(n, n_seq, n_ids, sp->n_embd);
+    if (l.end != n_bytes)
+        return cdx_err_set(err, CDX_EINVAL, "a batch message of %zu bytes; its header says %zu", n_bytes, l.end);
+    const int64_t *si = (const int64_t *)(b + l.seqinfo);
+    const int32_t *ids = (const int32_t *)(b + l.ids);
+    for (int64_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= rt->n_blocks)
+            return cdx_err_set(err, CDX_EINVAL, "block id %d; the pool has %lld", ids[i], (long long)rt->n_blocks);
+    if ((size_t)n_ids * 2 > rt->tab_cap || (size_t)n_seq > rt->tab_cap) {
+        size_t c = (size_t)(n_ids * 2 > n_seq ? n_ids * 2 : n_seq) + 16;
+        void **t = realloc(rt->tab, c * sizeof *t);
+        cdx_kv_seq *s = t ? realloc(rt->seqs, c * sizeof *s) : NULL;
+        if (t)
+            rt->tab = t;
+        if (s)
+            rt->seqs = s;
+        if (!t || !s)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        rt->tab_cap = c;
+    }
+    const cdx_hparams *hp = cdx_model_hparams(rt->m);
+    const int64_t kvd = hp->n_head_kv * hp->head_dim;
+    int64_t o = 0;
+    for (int64_t s = 0; s < n_seq; s++) {
+        const int64_t nb = si[2 * s];
+        if (nb < 0 || o + nb > n_ids)
+            return cdx_err_set(err, CDX_EINVAL, "sequence %lld names %lld blocks", (long long)s, (long long)nb);
+        void **kt = rt->tab + 2 * o, **vt = kt + nb;
+        for (int64_t i = 0; i < nb; i++) {
+            const int32_t id = ids[o + i];
+            if (!rt->kb[id] && (!(rt->kb[id] = malloc(rt->block_bytes)) || !(rt->vb[id] = malloc(rt->block_bytes))))
+                return cdx_err_set(err, CDX_ENOMEM, "out of memory for KV block %d", id);
+            kt[i] = rt->kb[id];
+            vt[i] = rt->vb[id];
+        }
+        rt->seqs[s] = (cdx_kv_seq){ .k = kt, .v = vt, .n_blocks = nb, .block = CDX_KV_BLOCK,
+                                    .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)kvd, .type = rt->kv_type,
+                                    .rope_len = si[2 * s + 1], .ids = ids + o };
+        o += nb;
+    }
+    if (o != n_ids)
+        return cdx_err_set(err, CDX_EINVAL, "the sequences name %lld blocks of %lld", (long long)o, (long long)n_ids);
+    const int32_t *seq = (const int32_t *)(b + l.seq);
+    const bool *want = hdr[5] ? (const bool *)(b + l.want) : NULL;
+    for (int64_t i = 0; want && i < n; i++)
+        if (b[l.want + (size_t)i] > 1)
+            return cdx_err_set(err, CDX_EINVAL, "want_logits of token %lld is %u", (long long)i, b[l.want + (size_t)i]);
+    if (rt->last) {
+        const size_t need = (size_t)(n_out > 0 ? n_out : 1) * (size_t)hp->n_vocab;
+        if (need > rt->logits_cap) {
+            float *g = realloc(rt->logits, need * sizeof *g);
+            if (!g)
+                return cdx_err_set(err, CDX_ENOMEM, "out of memory for %lld rows of logits", (long long)n_out);
+            rt->logits = g;
+            rt->logits_cap = need;
+        }
+    }
+    const cdx_batch bt = { .n = n, .seq = seq, .pos = (const int64_t *)(b + l.pos), .want_logits = want,
+                           .x_in = (const float *)(b + l.x) };
+    int rc = cdx_forward_seqs(fc, rt->seqs, (int)n_seq, &bt, rt->last ? rt->logits : NULL, err);
+    if (rc || !rt->last)
+        return rc;
+    return send_msg(sp, rt->logits, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float), 0, TAG_LOGITS,
+                    "sending the logits to rank 0", err);
+}
+
+static void stage_rt_free(stage_rt *rt)
+{
+    for (int64_t i = 0; rt->kb && i < rt->n_blocks; i++) {
+        free(rt->kb[i]);
+        free(rt->vb[i]);
+    }
+    free(rt->kb);
+    free(rt->vb);
+    free(rt->tab);
+    free(rt->seqs);
+    free(rt->logits);
+    free(rt->out);
+}
+
+/* Tells rank 0 what failed here (best effort: rank 0 may be gone). */
+static void tell_rank0(cdx_split *sp, int tag, const char *msg)
+{
+    cdx_err e2 = { 0 };
+    send_msg(sp, msg, strlen(msg) + 1, 0, tag, "telling rank 0", &e2);
+}
+
+int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const cdx_kernels *k, cdx_err *err)
+{
+    if (sp->rank == 0)
+        return cdx_err_set(err, CDX_EINVAL, "rank 0 is the front end: it runs no stage loop");
+    char why[WHY_LEN] = "";
+    if (!m) /* the model did not load here: rank 0 hears why when it starts the stages */
+        snprintf(why, sizeof why, "%.500s", err->msg);
+    const cdx_hparams *hp = m ? cdx_model_hparams(m) : NULL;
+    sp->n_vocab = hp ? hp->n_vocab : 0;
+    sp->n_embd = hp ? hp->n_embd : 0;
+    MPI_Status st;
+    size_t n = 0;
+    int rc = wait_msg(sp, 0, TAG_START, &st, "waiting for rank 0 to start", err);
+    if (!rc)
+        rc = recv_probed(sp, &st, &n, err);
+    if (rc)
+        return rc;
+    start_msg msg;
+    if (n != sizeof msg) {
+        tell_rank0(sp, TAG_START_ACK, "a start message of another build of caldrix");
+        return cdx_err_set(err, CDX_EINVAL, "rank 0 sent a start message of %zu bytes: another build of caldrix", n);
+    }
+    memcpy(&msg, sp->buf, sizeof msg);
+    if (msg.n_blocks == 0) /* rank 0 stopped before it started */
+        return *why ? CDX_EINVAL : CDX_OK;
+    if (*why) {
+        tell_rank0(sp, TAG_START_ACK, why);
+        return CDX_EINVAL;
+    }
+    uint8_t fp[32];
+    cdx_model_fingerprint(m, fp);
+    stage_rt rt = { .sp = sp, .m = m, .last = sp->rank == sp->size - 1, .n_blocks = msg.n_blocks, .kv_type = msg.kv_type };
+    const int64_t l0 = sp->bounds[sp->rank], l1 = sp->bounds[sp->rank + 1];
+    const cdx_stage stage = { .layer0 = l0, .layer1 = l1, .next = rt.last ? NULL : next_middle, .user = &rt };
+    const size_t elem = msg.kv_type == CDX_TYPE_F32 ? 4 : 2;
+    rt.block_bytes = (size_t)(l1 - l0) * CDX_KV_BLOCK * (size_t)(hp->n_head_kv * hp->head_dim) * elem;
+    cdx_forward_ctx *fc = NULL;
+    if (memcmp(fp, msg.fingerprint, 32) != 0)
+        snprintf(why, sizeof why, "its model is not rank 0's (the model fingerprints differ): every rank must open the "
+                 "same model");
+    else if (msg.n_blocks < 0 || msg.n_blocks > (1 << 24) || msg.max_tokens <= 0 ||
+             (msg.kv_type != CDX_TYPE_F32 && msg.kv_type != CDX_TYPE_F16 && msg.kv_type != CDX_TYPE_BF16))
+        snprintf(why, sizeof why, "a pool of %lld blocks, batches of %lld tokens, KV type %u: not a pool this stage makes",
+                 (long long)msg.n_blocks, (long long)msg.max_tokens, msg.kv_type);
+    else if (!(rt.kb = calloc((size_t)msg.n_blocks, sizeof *rt.kb)) || !(rt.vb = calloc((size_t)msg.n_blocks, sizeof *rt.vb)))
+        snprintf(why, sizeof why, "out of memory for a pool of %lld blocks", (long long)msg.n_blocks);
+    else if ((rc = cdx_forward_ctx_create(m, msg.max_tokens, n_threads, k, &fc, err)) ||
+             (rc = cdx_forward_ctx_set_stage(fc, &stage, err)))
+        snprintf(why, sizeof why, "%.500s", err->msg);
+    tell_rank0(sp, TAG_START_ACK, why);
+    if (*why) {
+        cdx_forward_ctx_free(fc);
+        stage_rt_free(&rt);
+        return cdx_err_set(err, CDX_EINVAL, "%s", why);
+    }
+    for (;;) {
+        /* batches come from the rank before; the stop from rank 0, to every rank, once no batch is on its way */
+        if ((rc = wait_msg(sp, MPI_ANY_SOURCE, TAG_BATCH, &st, "waiting for a batch", err)) ||
+            (rc = recv_probed(sp, &st, &n, err)))
+            break;
+        int64_t kind = 0;
+        if (n >= 8)
+            memcpy(&kind, sp->buf, 8);
+        if (kind == 0 && st.MPI_SOURCE == 0)
+            break;
+        if (st.MPI_SOURCE != sp->rank - 1) {
+            char e[160];
+            snprintf(e, sizeof e, "a batch from rank %d; batches come from rank %d", st.MPI_SOURCE, sp->rank - 1);
+            tell_rank0(sp, TAG_ERR, e);
+            continue;
+        }
+        if ((rc = stage_batch(&rt, n, fc, msg.max_tokens, err))) {
+            char e[600];
+            snprintf(e, sizeof e, "%.590s", err->msg);
+            tell_rank0(sp, TAG_ERR, e);
+            rc = CDX_OK; /* rank 0 fails that batch's requests; the stage goes on */
+        }
+    }
+    cdx_forward_ctx_free(fc);
+    stage_rt_free(&rt);
+    return rc;
+}
+
+#endif /* CDX_HAVE_MPI */

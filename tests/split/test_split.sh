@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# One model split by layers over Open MPI ranks (issue 41; docs/models.md, "One model over several
+# machines"), on this machine's loopback: stories260K's tokens and top-5 logits are the same float
+# bits whole and split over 2 and 3 ranks (and by --split-layers); the refusals (--nodes without
+# --allow-split, mpirun without it, bad --split-layers, more ranks than layers, another build or
+# another model on a rank) come from rank 0 before anything runs; a rank killed with kill -9 makes
+# rank 0 fail naming the rank, in bounded time. Where mpirun is missing (or the build has no Open
+# MPI) the split cases are skipped, and the result line says so.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/split/split_lib.sh
+trap '' PIPE
+M=models/stories260K.gguf
+L=../shared/fixtures/hf/llama
+
+# ---- without mpirun ----
+"$CALDRIX" run "$M" -p hi -n 2 --nodes 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--nodes 2 without --allow-split: exit 2 naming the flag" '[ $rc -eq 2 ] && grep -q "add --allow-split" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi -n 2 --split-layers 0-4 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--split-layers without --allow-split: exit 2 naming the flag" '[ $rc -eq 2 ] && grep -q "add --allow-split" "$tmp/err"'
+"$CALDRIX" run "$M" -p "Once upon a time" -n 24 --temp 0 --json --top-logits 5 >"$tmp/whole.json" 2>"$tmp/err"
+"$CALDRIX" run "$M" -p "Once upon a time" -n 24 --temp 0 --json --top-logits 5 --allow-split >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--allow-split in one process runs whole: the same bits, no split in --json" \
+    '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && ! grep -q "\"split\"" "$tmp/out"'
+
+if [ "$HAVE_SPLIT" != 1 ]; then
+    echo "skipped: the split over mpirun ranks: $WHY_NO_SPLIT"
+    echo "$pass passed, $fail failed, 1 skipped"
+    [ "$fail" -eq 0 ]; exit
+fi
+
+# ---- whole vs split ----
+for np in 2 3; do
+    timeout 60 $MPIRUN -np $np "$CALDRIX" run "$M" --allow-split --threads 1 -p "Once upon a time" -n 24 --temp 0 --json \
+        --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
+    check "stories260K over $np ranks: tokens and top-5 logits the same float bits as whole (24 steps)" \
+        '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && python3 -c "import json,sys; s=json.load(open(sys.argv[1]))[\"timings\"][\"split\"]; sys.exit(not (s[\"ranks\"] == $np and s[\"bytes_sent\"] > 0))" "$tmp/out"'
+done
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --split-layers 0-0,1-4 --threads 1 -p "Once upon a time" -n 24 \
+    --temp 0 --json --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--split-layers 0-0,1-4 by hand: rank 0 holds 1 layer, the same bits" \
+    '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && grep -q "\"layers_rank0\":1" "$tmp/out"'
+
+# ---- refusals, from rank 0 before loading ----
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "mpirun -np 2 without --allow-split: refused naming the flag" '[ $rc -ne 0 ] && grep -q "add --allow-split to split" "$tmp/err"'
+refuse() { # $1: what, $2: -np, $3: --split-layers spec or "", $4: model, $5: expected text
+    local extra=() want="$5"; [ -n "$3" ] && extra=(--split-layers "$3")
+    timeout 60 $MPIRUN -np "$2" "$CALDRIX" run "$4" --allow-split "${extra[@]}" --prompt-ids 5,6,7 -n 2 >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    check "$1: exit 2, saying \"$5\"" '[ $rc -eq 2 ] && grep -qF -- "$want" "$tmp/err" && [ $(grep -c "caldrix run:" "$tmp/err") -eq 1 ]'
+}
+refuse "--split-layers 0-2,2-4 (overlap)" 2 0-2,2-4 "$M" "range 2-4 overlaps the one before (layer 2 is in both)"
+refuse "--split-layers 0-1,3-4 (a gap)" 2 0-1,3-4 "$M" "range 3-4 leaves a gap (layer 2 in no range)"
+refuse "--split-layers 0-2,3-7 (no such layer)" 2 0-2,3-7 "$M" "range 3-7 names layer 7; the model has layers 0-4"
+refuse "--split-layers 0-1.5,2-4 (inside a layer)" 2 0-1.5,2-4 "$M" "is not a layer range a-b"
+refuse "--split-layers 0-4 for 2 ranks" 2 0-4 "$M" "gives 1 ranges for the 2 ranks"
+refuse "4 ranks for a 3-layer model" 4 "" "$L" "4 ranks for a model of 3 layers"
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --nodes 3 -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--nodes 3 under mpirun -np 2: exit 2 naming both" '[ $rc -eq 2 ] && grep -q "\-\-nodes 3, but mpirun started 2 ranks" "$tmp/err"'
+# another build on rank 1: the same binary with another GNU build id
+cp "$CALDRIX" "$tmp/caldrix2"
+python3 - "$tmp/caldrix2" "$(readelf -n "$CALDRIX" | sed -n 's/.*Build ID: //p')" <<'PY'
+import sys
+p, bid = sys.argv[1], bytes.fromhex(sys.argv[2])
+b = bytearray(open(p, 'rb').read()); i = b.find(bid); b[i] ^= 0xff; open(p, 'wb').write(b)
+PY
+timeout 60 $MPIRUN -np 1 "$CALDRIX" run "$M" --allow-split -p hi -n 2 : -np 1 "$tmp/caldrix2" run "$M" --allow-split -p hi -n 2 \
+    >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "another build on rank 1: refused before loading, naming rank 1" \
+    '[ $rc -eq 2 ] && grep -q "rank 1 (host .*) runs another build of caldrix than rank 0" "$tmp/err"'
+timeout 60 $MPIRUN -np 1 "$CALDRIX" run "$L" --allow-split --prompt-ids 5,6 -n 2 : -np 1 "$CALDRIX" run "${L}_f16" --allow-split \
+    --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "another model on rank 1 (its fingerprint): refused naming rank 1" \
+    '[ $rc -ne 0 ] && grep -q "rank 1 (host .*): its model is not rank 0.s (the model fingerprints differ)" "$tmp/err"'
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --allow-split --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "Qwen3.5 (recurrent state): refused by name, no hang" '[ $rc -ne 0 ] && grep -q "recurrent state.*not done yet" "$tmp/err"'
+
+# ---- a rank killed (kill -9) between two turns of run -i: rank 0 names it, nothing hangs ----
+kill_rank1() { # $1: extra mpirun flags; sets elapsed
+    rm -f "$tmp/fifo"; mkfifo "$tmp/fifo"
+    ( timeout 40 $MPIRUN $1 -np 2 "$CALDRIX" run "$M" --allow-split -i --json -n 8 --temp 0 --threads 1 --split-timeout 20 \
+        <"$tmp/fifo" >"$tmp/out" 2>"$tmp/err"; echo $? >"$tmp/rc" ) &
+    local bg=$! p pid="" i
+    exec 7>"$tmp/fifo"
+    echo "Once upon a time" >&7
+    for i in $(seq 200); do [ -s "$tmp/out" ] && break; sleep 0.1; done
+    # rank 1: the caldrix under this test's mpirun whose OMPI_COMM_WORLD_RANK is 1
+    for i in $(seq 50); do
+        for p in $(pgrep -P "$(pgrep -P "$(pgrep -P $bg)")" 2>/dev/null); do
+            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$p
+        done
+        [ -n "$pid" ] && break; sleep 0.1
+    done
+    local t0=$SECONDS
+    [ -n "$pid" ] && kill -9 "$pid"
+    sleep 0.5
+    echo "The end" >&7 2>/dev/null
+    exec 7>&-
+    wait $bg
+    elapsed=$((SECONDS - t0))
+}
+kill_rank1 "--enable-recovery"
+check "mpirun --enable-recovery, rank 1 killed: rank 0 fails the next turn with split_rank_lost naming rank 1 and its pid, in ${elapsed} s" \
+    '[ $elapsed -lt 30 ] && grep -q "^caldrix: split_rank_lost: rank 1 (pid [0-9]*) of the split is gone" "$tmp/err" && [ $(wc -l <"$tmp/out") -eq 1 ]'
+kill_rank1 ""
+check "plain mpirun, rank 1 killed: the job ends non-zero naming rank 1 (mpirun aborts it), in ${elapsed} s" \
+    '[ $elapsed -lt 30 ] && [ "$(cat "$tmp/rc")" -ne 0 ] && grep -q "process rank 1 .*signal 9" "$tmp/err"'
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
