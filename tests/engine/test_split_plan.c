@@ -1,0 +1,96 @@
+/* A split's placement without MPI (src/engine/split.c): --split-layers parsed into slices and its
+ * refusals naming the range, slices in proportion to each rank's memory, and the forward context's
+ * stage range checks. The split itself runs in tests/split/ (it needs mpirun). */
+#include "caldrix/split.h"
+#include "test.h"
+
+static cdx_err err;
+
+static void parse_good(void)
+{
+    int64_t b[4];
+    CHECK(cdx_split_parse_layers("0-3,4-7", 8, 2, b, &err) == CDX_OK);
+    CHECK(b[0] == 0 && b[1] == 4 && b[2] == 8);
+    CHECK(cdx_split_parse_layers("0,1-5,6-7", 8, 3, b, &err) == CDX_OK);
+    CHECK(b[0] == 0 && b[1] == 1 && b[2] == 6 && b[3] == 8);
+    CHECK(cdx_split_parse_layers("0-7", 8, 1, b, &err) == CDX_OK && b[1] == 8);
+}
+
+static void refused(const char *spec, int64_t n_layer, int n_ranks, const char *want)
+{
+    int64_t b[8];
+    err.msg[0] = 0;
+    const int rc = cdx_split_parse_layers(spec, n_layer, n_ranks, b, &err);
+    CHECKF(rc == CDX_EINVAL && strstr(err.msg, want), "\"%s\": rc %d, \"%s\"; wanted \"%s\"", spec, rc, err.msg, want);
+}
+
+static void parse_refusals(void)
+{
+    refused("0-3,3-7", 8, 2, "range 3-7 overlaps the one before (layer 3 is in both)");
+    refused("0-2,4-7", 8, 2, "range 4-7 leaves a gap (layer 3 in no range)");
+    refused("0-1,4-7", 8, 2, "leaves a gap (layers 2-3 in no range)");
+    refused("0-3,4-8", 8, 2, "range 4-8 names layer 8; the model has layers 0-7");
+    refused("0-3", 8, 1, "leaves layers 4-7 in no range");
+    refused("1-7", 8, 1, "range 1-7 leaves a gap (layer 0 in no range)");
+    refused("0-3.5,4-7", 8, 2, "is not a layer range a-b");
+    refused("0-3,,4-7", 8, 2, "is not a layer range a-b");
+    refused("0-3,-4", 8, 2, "is not a layer range a-b");
+    refused("5-2,3-7", 8, 2, "range 5-2 ends before it starts");
+    refused("0-3,4-7", 8, 3, "gives 2 ranges for the 3 ranks");
+    refused("0-1,2-3,4-7", 8, 2, "gives more ranges than the 2 ranks");
+    refused("", 8, 1, "--split-layers is empty");
+    refused("99999999999999999999-1", 8, 1, "is not a layer range a-b");
+}
+
+static void plan(void)
+{
+    int64_t b[5];
+    CHECK(cdx_split_plan(8, (const uint64_t[]){ 1, 3 }, 2, b, &err) == CDX_OK);
+    CHECK(b[0] == 0 && b[1] == 2 && b[2] == 8);
+    CHECK(cdx_split_plan(6, (const uint64_t[]){ 0, 0, 0 }, 3, b, &err) == CDX_OK); /* unknown memory: equal */
+    CHECK(b[1] == 2 && b[2] == 4 && b[3] == 6);
+    CHECK(cdx_split_plan(3, (const uint64_t[]){ 100, 1, 1 }, 3, b, &err) == CDX_OK); /* one layer each at least */
+    CHECK(b[1] == 1 && b[2] == 2 && b[3] == 3);
+    CHECK(cdx_split_plan(4, (const uint64_t[]){ 1, 1, 1, 100 }, 4, b, &err) == CDX_OK);
+    CHECK(b[1] == 1 && b[2] == 2 && b[3] == 3 && b[4] == 4);
+    CHECK(cdx_split_plan(2, (const uint64_t[]){ 1, 1, 1 }, 3, b, &err) == CDX_EINVAL);
+    CHECK(strstr(err.msg, "3 ranks for a model of 2 layers") != NULL);
+}
+
+static void stage_range(void)
+{
+    cdx_model *m = NULL;
+    cdx_forward_ctx *fc = NULL;
+    REQUIRE(cdx_model_open("models/stories260K.gguf", NULL, &m, &err) == CDX_OK);
+    REQUIRE(cdx_forward_ctx_create(m, 4, 1, NULL, &fc, &err) == CDX_OK);
+    const int64_t L = cdx_model_hparams(m)->n_layer;
+    CHECK(cdx_forward_ctx_set_stage(fc, &(cdx_stage){ .layer0 = 0, .layer1 = L + 1 }, &err) == CDX_EINVAL);
+    CHECK(strstr(err.msg, "not a slice of the model's") != NULL);
+    CHECK(cdx_forward_ctx_set_stage(fc, &(cdx_stage){ .layer0 = 2, .layer1 = 2 }, &err) == CDX_EINVAL);
+    CHECK(cdx_forward_ctx_set_stage(fc, &(cdx_stage){ .layer0 = 0, .layer1 = 2 }, &err) == CDX_EINVAL);
+    CHECK(strstr(err.msg, "needs a next stage") != NULL);
+    CHECK(cdx_forward_ctx_set_stage(fc, &(cdx_stage){ .layer0 = 2, .layer1 = L }, &err) == CDX_OK);
+    /* a later stage takes hidden rows, not tokens */
+    cdx_kv kv;
+    REQUIRE(cdx_kv_init(&kv, cdx_model_hparams(m), 16, &err) == CDX_OK);
+    cdx_kv *kvs[1] = { &kv };
+    float *logits = malloc((size_t)cdx_model_hparams(m)->n_vocab * sizeof(float));
+    const int32_t tok[1] = { 1 };
+    CHECK(cdx_forward(fc, kvs, 1, &(cdx_batch){ .n = 1, .tokens = tok }, logits, &err) == CDX_EINVAL);
+    CHECK(strstr(err.msg, "takes the hidden rows of the stage before") != NULL);
+    CHECK(cdx_forward_ctx_set_stage(fc, NULL, &err) == CDX_OK);
+    CHECK(cdx_forward(fc, kvs, 1, &(cdx_batch){ .n = 1, .tokens = tok }, logits, &err) == CDX_OK);
+    free(logits);
+    cdx_kv_free(&kv);
+    cdx_forward_ctx_free(fc);
+    cdx_model_close(m);
+}
+
+int main(void)
+{
+    RUN("--split-layers: one range per rank, in order, covering every layer", parse_good);
+    RUN("--split-layers refusals name the range: overlap, gap, missing layer, part of a layer, count", parse_refusals);
+    RUN("slices in proportion to memory, one layer each at least; more ranks than layers refused", plan);
+    RUN("a forward context's stage: range checks, hidden rows in, whole again", stage_range);
+    return t_done("split_plan");
+}
