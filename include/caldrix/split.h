@@ -83,6 +83,9 @@ CDX_API int cdx_split_start(cdx_split *sp, const cdx_model *m, int64_t n_blocks,
 CDX_API int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const cdx_kernels *k, cdx_err *err);
 /* Rank 0: every rank's stage loop ends (sent to each), or, before start, each rank's wait for it. */
 CDX_API void cdx_split_stop(cdx_split *sp);
+/* Rank 0: NULL, or why a rank was lost ("split_rank_lost: ..."); from then on every batch fails at
+ * once with that message. Any thread may ask. */
+CDX_API const char *cdx_split_lost(const cdx_split *sp);
 /* Bytes rank 0 sent and received for batches, and ms it spent waiting in MPI for them. */
 CDX_API void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_recv, double *wait_ms);
 

@@ -2,6 +2,7 @@
  * parses flags, loads the model as `run` does, and waits for a signal. */
 #include "cli.h"
 #include "cli_hub.h"
+#include "cli_split.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -56,6 +57,7 @@ static const char k_serve_usage[] =
     "  --kv-blocks N        KV cache pool in blocks of 16 positions (default max-batch sequences of --ctx)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --isa NAME           force a kernel set: avx512, avx2 or scalar\n"
+    CLI_SPLIT_HELP
     "  --dtype auto|f32|bf16  compute type (default auto: bf16 for bf16/f16 checkpoints; caldrix run --help)\n"
     "  --weight-budget BYTES memory the weights may hold (8G, 512M): a mixture of experts larger than\n"
     "                       that keeps its dense weights resident and reads experts from the file when\n"
@@ -295,13 +297,23 @@ static void set_task(cdx_load_opts *lo, const load_task *lt)
 }
 
 /* Waits for SIGINT or SIGTERM. */
-static void wait_for_signal(void)
+/* A split's rank 0: lost ranks end the server (no whole copy of the model is here to go on with). */
+static const cdx_split *g_split;
+
+/* Until SIGINT/SIGTERM (0), or a split's rank is lost (1, said). */
+static int wait_for_signal(void)
 {
     while (!g_stop) {
         struct timespec t = { 0, 100 * 1000000L };
         nanosleep(&t, NULL);
+        const char *lost = cdx_split_lost(g_split);
+        if (lost) {
+            fprintf(stderr, "caldrix serve: %s; stopping (this rank holds only a slice of the model)\n", lost);
+            return 1;
+        }
     }
     fprintf(stderr, "caldrix serve: stopping (signal %d)\n", (int)g_stop);
+    return 0;
 }
 
 static void on_signals(void)
@@ -372,8 +384,7 @@ static int serve_models(const reg_args *rg, const char *model, const cdx_server_
     fprintf(stderr, "), memory budget %s%s%s\n", mem, rg->max ? ", --models-max set" : "",
             so->api_key ? ", API key required" : "");
     say_listening(so, srv);
-    wait_for_signal();
-    status = 0;
+    status = wait_for_signal();
 done:
     cdx_server_stop(srv);
     for (int i = 0; i < n_own; i++)
@@ -396,6 +407,7 @@ int cmd_serve(int argc, char **argv)
     cdx_task task = CDX_TASK_GENERATE;
     int32_t yes_id = -1, no_id = -1;
     long l;
+    cli_split_opts split_o = { 0 }; /* --allow-split, --nodes, --split-layers, --split-timeout */
     so.api_key = getenv("CALDRIX_API_KEY");
     so.page = cdx_embedded_page;
     so.page_len = (size_t)(cdx_embedded_page_end - cdx_embedded_page);
@@ -412,6 +424,12 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--idle-unload") || !strcmp(a, "--memory") || !strcmp(a, "--spec") ||
                      !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min") || !strcmp(a, "--task") ||
                      !strcmp(a, "--yes-id") || !strcmp(a, "--no-id");
+        if (!strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
+            !strcmp(a, "--split-timeout")) {
+            if (cli_split_parse("caldrix serve", argc, argv, &i, &split_o))
+                return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(k_serve_usage, stdout);
             cli_print_engine_ranges(stdout, k_serve_engine_opts,
@@ -555,6 +573,12 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     const load_task lt = { task_set, task, yes_id, no_id };
+    if ((rg.refs.n || rg.dir) && (split_o.allow || split_o.nodes || split_o.layers)) {
+        fprintf(stderr, "caldrix serve: --allow-split serves one model split across mpirun's ranks; it does not go with "
+                        "--model or --models-dir (several models)\n");
+        json_decref(chat_kwargs);
+        return 2;
+    }
     if (rg.refs.n || rg.dir)
         return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt);
     if (rg.preload.n || rg.pin.n || rg.max || rg.idle_s || rg.memory || rg.no_autoload || rg.allow_unknown) {
@@ -563,12 +587,32 @@ int cmd_serve(int argc, char **argv)
         json_decref(chat_kwargs);
         return 2;
     }
+    /* a split across mpirun's ranks: planned, or refused, before any rank loads a byte */
+    cdx_split *split = NULL;
+    cdx_stage stage;
+    int64_t split_l0 = 0, split_l1 = 0;
+    int status = cli_split_begin("caldrix serve", &split_o, model, &split, &split_l0, &split_l1);
+    if (status) {
+        json_decref(chat_kwargs);
+        return status;
+    }
+    if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 stops */
+        status = cli_split_stage("caldrix serve", split, model, dtype, eo.n_threads, eo.kernels);
+        cdx_split_end(split);
+        json_decref(chat_kwargs);
+        return status;
+    }
     cdx_err err = {0};
     cdx_server *srv = NULL;
     cdx_loaded *ld = NULL;
     char *name = model_name(model);
-    int status = 1;
+    status = 1;
     on_signals();
+    if (split && cdx_split_stage_of(split, &stage, &err)) {
+        fprintf(stderr, "caldrix serve: %s\n", err.msg);
+        goto done;
+    }
+    eo.stage = split ? &stage : NULL;
 
     /* everything that can fail is done before the server listens: a script that waits for
      * "listening on" never sees the server die after it */
@@ -597,6 +641,23 @@ int cmd_serve(int argc, char **argv)
         if (at == CDX_LOAD_ENGINE)
             status = rc == CDX_EINVAL ? 2 : 1; /* options that do not go together (or with this model) */
         goto done;
+    }
+    if (split && !ld->engine) {
+        fprintf(stderr, "caldrix serve: --allow-split: %s is served for %s, which is not split (a generating model is)\n",
+                name, cdx_task_name(ld->task));
+        status = 2;
+        goto done;
+    }
+    if (split) { /* every rank checks rank 0's model fingerprint and makes its pool */
+        cdx_engine_stats es;
+        cdx_engine_get_stats(ld->engine, &es);
+        if ((rc = cdx_split_start(split, ld->model, es.n_blocks, es.token_budget, ld->kv_type, &err))) {
+            fprintf(stderr, "caldrix serve: --allow-split: %s\n", err.msg);
+            status = rc == CDX_EINVAL ? 2 : 1;
+            goto done;
+        }
+        fprintf(stderr, "caldrix serve: split over %d ranks: layers 0-%lld here, the rest on ranks 1-%d\n",
+                cdx_split_size(split), (long long)split_l1 - 1, cdx_split_size(split) - 1);
     }
     const cdx_model *m = ld->model;
     if (*cdx_model_notes(m))
@@ -661,11 +722,15 @@ int cmd_serve(int argc, char **argv)
             (long long)st.n_ctx, (long long)st.n_blocks, st.max_batch, st.max_queue,
             so.api_key ? ", API key required" : "");
     say_listening(&so, srv);
-    wait_for_signal();
-    status = 0;
+    g_split = split;
+    status = wait_for_signal();
 done:
     cdx_server_stop(srv);
     cdx_load_close(ld);
+    if (split) {
+        cdx_split_stop(split);
+        cdx_split_end(split);
+    }
     json_decref(chat_kwargs);
     free(name);
     return status;

@@ -139,6 +139,7 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
     return NO_MPI(err);
 }
 void cdx_split_stop(cdx_split *sp) {}
+const char *cdx_split_lost(const cdx_split *sp) { return NULL; }
 void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_recv, double *wait_ms)
 {
     *bytes_sent = *bytes_recv = 0;
@@ -149,6 +150,7 @@ void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_
 
 #include <mpi.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -170,6 +172,8 @@ struct cdx_split {
     int64_t n_vocab, n_embd;
     uint64_t bytes_sent, bytes_recv;
     double wait_ms;
+    _Atomic int lost;                  /* rank 0: a rank was lost; every later batch fails at once */
+    char lost_msg[400];                /* why (written before lost is set) */
 };
 
 bool cdx_split_built(void) { return true; }
@@ -258,10 +262,18 @@ static int lost(cdx_split *sp, const char *waiting, cdx_err *err)
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%d (pid %lld)", o ? ", " : "", r,
                                   (long long)sp->peers[r].pid);
     if (o)
-        return cdx_err_set(err, CDX_EIO, "split_rank_lost: rank %s of the split is gone while %s", names, waiting);
-    return cdx_err_set(err, CDX_EIO, "split_rank_lost: no answer from ranks 1-%d of the split within %.0f s while %s "
-                       "(a rank stopped answering)", sp->size - 1, sp->timeout_s, waiting);
+        cdx_err_set(err, CDX_EIO, "split_rank_lost: rank %s of the split is gone while %s", names, waiting);
+    else
+        cdx_err_set(err, CDX_EIO, "split_rank_lost: no answer from ranks 1-%d of the split within %.0f s while %s "
+                    "(a rank stopped answering)", sp->size - 1, sp->timeout_s, waiting);
+    if (sp->rank == 0 && !sp->lost) {
+        snprintf(sp->lost_msg, sizeof sp->lost_msg, "%.390s", err->msg);
+        sp->lost = 1;
+    }
+    return CDX_EIO;
 }
+
+const char *cdx_split_lost(const cdx_split *sp) { return sp && sp->lost ? sp->lost_msg : NULL; }
 
 static void nap(int spins)
 {
@@ -321,6 +333,7 @@ static int send_msg(cdx_split *sp, const void *data, size_t n, int dst, int tag,
         if (sp->rank == 0 && (spins & 63) == 0 &&
             (cdx_time_ms() - t0 > sp->timeout_s * 1000 || rank_gone(sp, dst))) {
             MPI_Cancel(&rq);
+            MPI_Request_free(&rq);
             return lost(sp, what, err);
         }
     }
@@ -496,6 +509,8 @@ static int pack(cdx_split *sp, const cdx_stage_batch *sb, size_t *n_bytes, cdx_e
 static int next_rank0(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err)
 {
     cdx_split *sp = user;
+    if (sp->lost) /* the pipeline is broken: no batch goes through it again */
+        return cdx_err_set(err, CDX_EIO, "%s", sp->lost_msg);
     size_t n = 0;
     int rc = pack(sp, sb, &n, err);
     if (!rc)
@@ -568,6 +583,8 @@ void cdx_split_stop(cdx_split *sp)
     const start_msg msg = { 0 };
     for (int r = 1; r < sp->size; r++) { /* to each rank: one that failed must not hold up the others */
         cdx_err err = { 0 };
+        if (sp->lost && rank_gone(sp, r))
+            continue;
         if (sp->started) /* every rank is in its loop (or has left it) */
             send_msg(sp, hdr, sizeof hdr, r, TAG_BATCH, "stopping the stages", &err);
         else /* every rank waits for its start message; a start of no blocks ends it */

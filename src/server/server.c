@@ -596,14 +596,24 @@ static void out_error_event(sv_job *j, const sv_error *e)
     }
 }
 
+/* A request the engine failed: 503 split_rank_lost when a rank of a split model was lost (the engine's
+ * message starts with that name, src/engine/split.c), else 500 generation_failed. */
+static void generation_failed(sv_error *e, const sv_job *j)
+{
+    const char *msg = j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed";
+    if (!strncmp(msg, "split_rank_lost:", 16))
+        sv_fail(e, 503, "server_error", "split_rank_lost", NULL, "%s", msg);
+    else
+        sv_fail(e, 500, "server_error", "generation_failed", NULL, "%s", msg);
+}
+
 /* A choice's end: its last logprobs, held text or tool calls, and its finish chunk; or, when it
  * failed, the error event (then true: the stream ends). */
 static bool out_tail(sv_job *j)
 {
     if (j->finish == CDX_FINISH_ERROR || j->oom) {
         sv_error e;
-        sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
-                j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed");
+        generation_failed(&e, j);
         out_error_event(j, &e);
         return true;
     } else {
@@ -1205,8 +1215,7 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     for (int i = 0; i < j->n_sib; i++) {
         const sv_job *q = j->sib[i];
         if (q->finish == CDX_FINISH_ERROR || q->oom) {
-            sv_fail(&e, 500, "server_error", "generation_failed", NULL, "%s",
-                    q->oom ? "out of memory for the generated text" : q->message ? q->message : "generation failed");
+            generation_failed(&e, q);
             return reply_error(k, c, &e);
         }
     }

@@ -8,6 +8,10 @@ bad() { fail=$((fail+1)); echo "not ok - $1"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1"; echo "  out: $(head -c 400 "$tmp/out")"; echo "  err: $(head -c 600 "$tmp/err")"; fi; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp"
+# Under the sanitizer build (CALDRIX=build-san/caldrix) the ranks run without LeakSanitizer: Open
+# MPI 4.1 and its components leave their own allocations at MPI_Finalize, in frames it cannot name.
+# The single-process runs keep it; ASan and UBSan stay on in every rank.
+MPIRUN="env ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS} $MPIRUN"
 HAVE_SPLIT=0; WHY_NO_SPLIT=""
 if ! command -v mpirun >/dev/null 2>&1; then
     WHY_NO_SPLIT="mpirun is not installed (scripts/deps installs openmpi-bin)"
@@ -30,7 +34,14 @@ sys.exit(not (a['tokens'] == b['tokens'] and len(a['tokens']) > 0 and bits(a) ==
 PY
 }
 
-# The prompt ids of a fixture's longest golden case (longer than any sliding window of the fixtures).
+# The prompt ids of a fixture's longest golden case without image tokens (longer than any sliding
+# window of the fixtures; a vision model's text-only case).
 prompt_of() {
-    python3 -c "import json,sys; c=max(json.load(open(sys.argv[1]))['cases'], key=lambda c: len(c['prompt_ids'])); print(','.join(map(str, c['prompt_ids'])))" "$1/golden.json"
+    python3 - "$1/golden.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+img = g.get('image_token_id')
+c = max((c for c in g['cases'] if img is None or img not in c['prompt_ids']), key=lambda c: len(c['prompt_ids']))
+print(','.join(map(str, c['prompt_ids'])))
+PY
 }

@@ -77,17 +77,18 @@ timeout 60 $MPIRUN -np 2 "$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --allow-sp
 check "Qwen3.5 (recurrent state): refused by name, no hang" '[ $rc -ne 0 ] && grep -q "recurrent state.*not done yet" "$tmp/err"'
 
 # ---- a rank killed (kill -9) between two turns of run -i: rank 0 names it, nothing hangs ----
+descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 kill_rank1() { # $1: extra mpirun flags; sets elapsed
     rm -f "$tmp/fifo"; mkfifo "$tmp/fifo"
-    ( timeout 40 $MPIRUN $1 -np 2 "$CALDRIX" run "$M" --allow-split -i --json -n 8 --temp 0 --threads 1 --split-timeout 20 \
+    ( timeout 90 $MPIRUN $1 -np 2 "$CALDRIX" run "$M" --allow-split -i --json -n 8 --temp 0 --threads 1 --split-timeout 20 \
         <"$tmp/fifo" >"$tmp/out" 2>"$tmp/err"; echo $? >"$tmp/rc" ) &
     local bg=$! p pid="" i
     exec 7>"$tmp/fifo"
     echo "Once upon a time" >&7
-    for i in $(seq 200); do [ -s "$tmp/out" ] && break; sleep 0.1; done
+    for i in $(seq 600); do [ -s "$tmp/out" ] && break; sleep 0.1; done # the first turn answered: every rank is up
     # rank 1: the caldrix under this test's mpirun whose OMPI_COMM_WORLD_RANK is 1
     for i in $(seq 50); do
-        for p in $(pgrep -P "$(pgrep -P "$(pgrep -P $bg)")" 2>/dev/null); do
+        for p in $(descendants $bg); do
             tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$p
         done
         [ -n "$pid" ] && break; sleep 0.1
