@@ -76,6 +76,7 @@ typedef struct cdx_load_opts {
     bool task_set;
     cdx_task task;
     int32_t yes_id, no_id;       /* a reranker's answer tokens (cdx_embedder_opts; 0, 0: the tokenizer's) */
+    int64_t layer0, layer1;      /* a split model's stage: cdx_model_opts.layer0/layer1 (0, 0: every layer) */
 } cdx_load_opts;
 
 CDX_API cdx_load_opts cdx_load_defaults(void); /* tokenizer on, everything else off */

@@ -230,6 +230,11 @@ typedef struct cdx_model_opts {
      * Below the dense weights plus top-k experts of one layer, the open is refused with both numbers. */
     uint64_t weight_budget;
     cdx_dtype dtype;         /* AUTO (0): the format's default for the stored type */
+    /* A split model's stage (cdx_stage): only the matrices of layers [layer0, layer1), and the output
+     * head where layer0 is 0, are packed or copied into memory of the process's own (the rest stay
+     * mapped and unread but for the fingerprint's samples); the weight sizes count those. 0, 0: every
+     * layer. Not with weight_budget (refused). */
+    int64_t layer0, layer1;
 } cdx_model_opts;
 
 /* path: a .gguf file or a Hugging Face checkpoint directory (config.json + safetensors).
@@ -368,6 +373,9 @@ typedef struct cdx_batch {
                                    (logits may be NULL). f32 compute of a dense model only (embeddings) */
     const float *x_in;          /* NULL, or [n][n_embd]: the hidden state entering the context's first layer
                                    (a later stage of a split model, cdx_stage); tokens and embd unused */
+    float *x_out;               /* NULL, or: for each token with want_logits, its hidden state after the
+                                   context's last layer, before the output norm (n_embd floats), in order;
+                                   no logits (a split model's last stage gives these back to the first) */
 } cdx_batch;
 
 CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
@@ -380,9 +388,10 @@ CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const
  * A context computes only layers [layer0, layer1) of the model; its KV cache holds those layers only
  * (slot l - layer0 of each block: layer_stride × (layer1 - layer0) elements a block). layer0 > 0: a
  * batch brings its hidden rows in cdx_batch.x_in instead of tokens. layer1 < n_layer: after its layers
- * the pass calls next with the hidden rows, which must write the batch's logits (the later stages
- * compute them; the last stage applies the output norm and head as a whole model does), and returns
- * what next returns. The bits of every row are those of the whole model (the same ops in the same
+ * the pass calls next with the hidden rows, which must write back, for each token that wants logits,
+ * its hidden state after the model's last layer (the later stages compute it; the last one's pass
+ * takes cdx_batch.x_out); this pass then applies the output norm and head to them, as a whole model
+ * does: the head stays with the embedding, so n_embd floats a token come back, not n_vocab. The bits of every row are those of the whole model (the same ops in the same
  * order; only where the rows are computed differs). Dense and mixture-of-experts models, in f32 or
  * bf16 compute; a recurrent state (Qwen3.5) and encoders are refused by name. */
 typedef struct cdx_stage_batch {
@@ -397,8 +406,10 @@ typedef struct cdx_stage_batch {
 
 typedef struct cdx_stage {
     int64_t layer0, layer1;    /* 0 <= layer0 < layer1 <= n_layer */
-    /* layer1 < n_layer: hands the hidden rows on; writes n_out rows of n_vocab logits */
-    int (*next)(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err);
+    /* layer1 < n_layer: hands the hidden rows on; writes n_out rows of n_embd floats to x_out, the
+     * wanted tokens' hidden states after the last layer */
+    int (*next)(void *user, const cdx_stage_batch *sb, float *x_out, cdx_err *err);
+    bool relay;                /* next only hands the rows on (a middle stage): the pass ends after it */
     void *user;
 } cdx_stage;
 

@@ -2,7 +2,7 @@
  * model over several machines"). Rank 0 is the front end and computes the first slice through an
  * engine made with cdx_engine_opts.stage; every other rank runs cdx_split_stage_run for its slice.
  * Only the hidden rows of a batch cross (with their positions, sequences and block ids), and the
- * last rank sends the logits back to rank 0.
+ * last rank sends the wanted tokens' rows after the last layer back to rank 0, which has the head.
  *
  *   cdx_split *sp;  cdx_split_init(&sp, &err);                 // MPI_Init: only when asked
  *   cdx_split_hello(sp, build_id, mem, peers, &err);             // every rank, before loading
@@ -70,7 +70,7 @@ CDX_API int cdx_split_send_plan(cdx_split *sp, int status, const int64_t *bounds
 /* On rank k > 0: the plan. *status != 0: rank 0 refused (why, cap bytes, says what). */
 CDX_API int cdx_split_recv_plan(cdx_split *sp, int *status, int64_t *bounds, char *why, size_t cap, cdx_err *err);
 
-/* Rank 0's stage: its layers, and a next that sends the rows on and waits for the logits. */
+/* Rank 0's stage: its layers, and a next that sends the rows on and waits for the last rank's rows. */
 CDX_API int cdx_split_stage_of(cdx_split *sp, cdx_stage *out, cdx_err *err);
 /* Rank 0, once its engine exists: tells every rank the pool (n_blocks blocks, a batch of up to
  * max_tokens tokens, kv_type) and m's fingerprint; each rank checks the fingerprint against its own

@@ -207,10 +207,12 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
 }
 
 int cli_split_stage(const char *cmd, cdx_split *sp, const char *model, cdx_dtype dtype, int n_threads,
-                    const cdx_kernels *k)
+                    const cdx_kernels *k, int64_t l0, int64_t l1)
 {
     cdx_load_opts lo = cdx_load_defaults();
     lo.dtype = dtype;
+    lo.layer0 = l0; /* only its slice is packed or copied */
+    lo.layer1 = l1;
     lo.paths_only = true;
     lo.tokenizer = false;
     cdx_loaded *ld = NULL;

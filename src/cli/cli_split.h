@@ -38,6 +38,6 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
 /* A rank > 0: loads model as run would (dtype, threads, kernels) and runs its stage loop until rank 0
  * stops it. Returns the exit status. */
 int cli_split_stage(const char *cmd, cdx_split *sp, const char *model, cdx_dtype dtype, int n_threads,
-                    const cdx_kernels *k);
+                    const cdx_kernels *k, int64_t l0, int64_t l1);
 
 #endif

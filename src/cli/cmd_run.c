@@ -847,7 +847,7 @@ int cmd_run(int argc, char **argv)
     }
     status = 1;
     if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 is done */
-        status = cli_split_stage("caldrix run", split, o.model, o.dtype, (int)o.threads, k);
+        status = cli_split_stage("caldrix run", split, o.model, o.dtype, (int)o.threads, k, split_l0, split_l1);
         cdx_split_end(split);
         free(o.ids);
         json_decref(st.steps);
@@ -904,6 +904,8 @@ int cmd_run(int argc, char **argv)
     eo.spec_keep_on = o.spec_keep_on;
     eo.stage = split ? &stage : NULL;
     cdx_load_opts lo = cli_load_opts(&ho, o.dtype, o.weight_budget);
+    lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
+    lo.layer1 = split_l1;
     lo.chat = o.chat;
     lo.chat_template = o.chat_template;
     lo.images = o.n_images || o.n_image_opts ? CDX_LOAD_IMAGES_REQUIRED : CDX_LOAD_IMAGES_NO;

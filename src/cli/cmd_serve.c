@@ -597,7 +597,7 @@ int cmd_serve(int argc, char **argv)
         return status;
     }
     if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 stops */
-        status = cli_split_stage("caldrix serve", split, model, dtype, eo.n_threads, eo.kernels);
+        status = cli_split_stage("caldrix serve", split, model, dtype, eo.n_threads, eo.kernels, split_l0, split_l1);
         cdx_split_end(split);
         json_decref(chat_kwargs);
         return status;
@@ -633,6 +633,8 @@ int cmd_serve(int argc, char **argv)
     lo.images = CDX_LOAD_IMAGES_IF_VISION;
     lo.engine = &eo;
     lo.kv_type_set = kv_type_set;
+    lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
+    lo.layer1 = split_l1;
     set_task(&lo, &lt);
     cdx_load_stage at;
     int rc = cdx_load(model, &lo, &ld, &at, &err);

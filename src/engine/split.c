@@ -157,7 +157,7 @@ void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_
 
 /* ---- the job ---- */
 
-enum { TAG_HELLO = 1, TAG_PLAN, TAG_START, TAG_START_ACK, TAG_BATCH, TAG_LOGITS, TAG_ERR };
+enum { TAG_HELLO = 1, TAG_PLAN, TAG_START, TAG_START_ACK, TAG_BATCH, TAG_OUT, TAG_ERR };
 enum { MAX_RANKS = 256, WHY_LEN = 512 };
 
 struct cdx_split {
@@ -505,8 +505,9 @@ static int pack(cdx_split *sp, const cdx_stage_batch *sb, size_t *n_bytes, cdx_e
     return CDX_OK;
 }
 
-/* Rank 0's next: the rows go to rank 1; the logits come back from the last rank (or an error from any). */
-static int next_rank0(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err)
+/* Rank 0's next: the rows go to rank 1; the wanted rows after the last layer come back from the last
+ * rank (or an error from any). */
+static int next_rank0(void *user, const cdx_stage_batch *sb, float *x_out, cdx_err *err)
 {
     cdx_split *sp = user;
     if (sp->lost) /* the pipeline is broken: no batch goes through it again */
@@ -518,16 +519,16 @@ static int next_rank0(void *user, const cdx_stage_batch *sb, float *logits, cdx_
     if (rc)
         return rc;
     MPI_Status st;
-    if ((rc = wait_msg(sp, MPI_ANY_SOURCE, MPI_ANY_TAG, &st, "waiting for the logits of a batch", err)) ||
+    if ((rc = wait_msg(sp, MPI_ANY_SOURCE, MPI_ANY_TAG, &st, "waiting for a batch's last hidden states", err)) ||
         (rc = recv_probed(sp, &st, &n, err)))
         return rc;
     if (st.MPI_TAG == TAG_ERR)
         return cdx_err_set(err, CDX_EIO, "rank %d of the split: %s", st.MPI_SOURCE, (const char *)sp->buf);
-    const size_t want = (size_t)sb->n_out * (size_t)sp->n_vocab * sizeof(float);
-    if (st.MPI_TAG != TAG_LOGITS || st.MPI_SOURCE != sp->size - 1 || n != want)
+    const size_t want = (size_t)sb->n_out * (size_t)sp->n_embd * sizeof(float);
+    if (st.MPI_TAG != TAG_OUT || st.MPI_SOURCE != sp->size - 1 || n != want)
         return cdx_err_set(err, CDX_EIO, "rank %d of the split answered a batch with %zu bytes (tag %d); %zu bytes of "
-                           "logits from rank %d expected", st.MPI_SOURCE, n, st.MPI_TAG, want, sp->size - 1);
-    memcpy(logits, sp->buf, n);
+                           "hidden states from rank %d expected", st.MPI_SOURCE, n, st.MPI_TAG, want, sp->size - 1);
+    memcpy(x_out, sp->buf, n);
     return CDX_OK;
 }
 
@@ -606,13 +607,13 @@ typedef struct {
     void **tab;              /* the batch's block pointers: K then V per sequence */
     size_t tab_cap;
     cdx_kv_seq *seqs;
-    float *logits;
-    size_t logits_cap;
+    float *x_out;            /* the last stage's wanted rows for rank 0 */
+    size_t x_out_cap;
     uint8_t *out;            /* a later stage's own message to the next rank */
 } stage_rt;
 
-/* A middle stage's next: the rows go on to the next rank; the logits come from the last one. */
-static int next_middle(void *user, const cdx_stage_batch *sb, float *logits, cdx_err *err)
+/* A middle stage's next: the rows go on to the next rank; the last one answers rank 0. */
+static int next_middle(void *user, const cdx_stage_batch *sb, float *x_out, cdx_err *err)
 {
     stage_rt *rt = user;
     cdx_split *sp = rt->sp;
@@ -693,22 +694,27 @@ static int stage_batch(stage_rt *rt, size_t n_bytes, cdx_forward_ctx *fc, int64_
         if (b[l.want + (size_t)i] > 1)
             return cdx_err_set(err, CDX_EINVAL, "want_logits of token %lld is %u", (long long)i, b[l.want + (size_t)i]);
     if (rt->last) {
-        const size_t need = (size_t)(n_out > 0 ? n_out : 1) * (size_t)hp->n_vocab;
-        if (need > rt->logits_cap) {
-            float *g = realloc(rt->logits, need * sizeof *g);
+        const size_t need = (size_t)(n_out > 0 ? n_out : 1) * (size_t)hp->n_embd;
+        if (need > rt->x_out_cap) {
+            float *g = realloc(rt->x_out, need * sizeof *g);
             if (!g)
-                return cdx_err_set(err, CDX_ENOMEM, "out of memory for %lld rows of logits", (long long)n_out);
-            rt->logits = g;
-            rt->logits_cap = need;
+                return cdx_err_set(err, CDX_ENOMEM, "out of memory for %lld hidden rows", (long long)n_out);
+            rt->x_out = g;
+            rt->x_out_cap = need;
         }
     }
+    int64_t n_want = 0;
+    for (int64_t i = 0; i < n; i++)
+        n_want += want ? want[i] : i == n - 1;
+    if (n_want != n_out)
+        return cdx_err_set(err, CDX_EINVAL, "a batch of %lld wanted rows says %lld", (long long)n_want, (long long)n_out);
     const cdx_batch bt = { .n = n, .seq = seq, .pos = (const int64_t *)(b + l.pos), .want_logits = want,
-                           .x_in = (const float *)(b + l.x) };
-    int rc = cdx_forward_seqs(fc, rt->seqs, (int)n_seq, &bt, rt->last ? rt->logits : NULL, err);
+                           .x_in = (const float *)(b + l.x), .x_out = rt->last ? rt->x_out : NULL };
+    int rc = cdx_forward_seqs(fc, rt->seqs, (int)n_seq, &bt, NULL, err);
     if (rc || !rt->last)
         return rc;
-    return send_msg(sp, rt->logits, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float), 0, TAG_LOGITS,
-                    "sending the logits to rank 0", err);
+    return send_msg(sp, rt->x_out, (size_t)n_out * (size_t)hp->n_embd * sizeof(float), 0, TAG_OUT,
+                    "sending the last hidden states to rank 0", err);
 }
 
 static void stage_rt_free(stage_rt *rt)
@@ -721,7 +727,7 @@ static void stage_rt_free(stage_rt *rt)
     free(rt->vb);
     free(rt->tab);
     free(rt->seqs);
-    free(rt->logits);
+    free(rt->x_out);
     free(rt->out);
 }
 
@@ -765,7 +771,8 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
     cdx_model_fingerprint(m, fp);
     stage_rt rt = { .sp = sp, .m = m, .last = sp->rank == sp->size - 1, .n_blocks = msg.n_blocks, .kv_type = msg.kv_type };
     const int64_t l0 = sp->bounds[sp->rank], l1 = sp->bounds[sp->rank + 1];
-    const cdx_stage stage = { .layer0 = l0, .layer1 = l1, .next = rt.last ? NULL : next_middle, .user = &rt };
+    const cdx_stage stage = { .layer0 = l0, .layer1 = l1, .next = rt.last ? NULL : next_middle, .user = &rt,
+                              .relay = !rt.last };
     const size_t elem = msg.kv_type == CDX_TYPE_F32 ? 4 : 2;
     rt.block_bytes = (size_t)(l1 - l0) * CDX_KV_BLOCK * (size_t)(hp->n_head_kv * hp->head_dim) * elem;
     cdx_forward_ctx *fc = NULL;

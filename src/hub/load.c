@@ -111,7 +111,7 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
         l->task = !o->tasks ? CDX_TASK_GENERATE : o->task_set ? o->task : l->pipe.present ? CDX_TASK_EMBED
                                                                                            : CDX_TASK_GENERATE;
         /* sentence-transformers and the rerankers' cards run in float32, whatever the stored type */
-        const cdx_model_opts mo = { .weight_budget = l->weight_budget,
+        const cdx_model_opts mo = { .weight_budget = l->weight_budget, .layer0 = o->layer0, .layer1 = o->layer1,
                                     .dtype = l->task != CDX_TASK_GENERATE && o->dtype == CDX_DTYPE_AUTO ? CDX_DTYPE_F32
                                                                                                  : o->dtype };
         rc = cdx_model_open(l->path, &mo, &l->model, err);

@@ -335,17 +335,30 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         model_residual(fc->s.x, out, n * E, hp->residual_scale);
     }
 
-    if (l1 < hp->n_layer) { /* the later stages compute the rest, and the logits */
+    /* rows: which rows of x go through the output norm and head (all: the first n_want, from the stages after) */
+    bool all = false;
+    if (l1 < hp->n_layer) { /* the later stages compute the rest, and give back the wanted rows */
         int64_t n_want = 0;
         for (int64_t i = 0; i < n; i++)
             n_want += b->want_logits ? b->want_logits[i] : i == n - 1;
         const cdx_stage_batch sb = { .n = n, .n_out = n_want, .n_seq = n_seq, .x = fc->s.x, .pos = fc->s.pos,
                                      .seq = fc->s.seq, .want_logits = b->want_logits, .seqs = seqs };
-        return fc->st.next(fc->st.user, &sb, logits, err);
+        int rc = fc->st.next(fc->st.user, &sb, fc->s.xn, err);
+        if (rc || fc->st.relay) /* a middle stage: nothing comes back here */
+            return rc;
+        memcpy(fc->s.x, fc->s.xn, (size_t)(n_want * E) * sizeof(float));
+        n = n_want;
+        all = true;
     }
     int64_t n_out = 0;
+    if (b->x_out) { /* a split model's last stage: the wanted rows go back to the first, which has the head */
+        for (int64_t i = 0; i < n; i++)
+            if (b->want_logits ? b->want_logits[i] : i == n - 1)
+                memcpy(b->x_out + (n_out++) * E, fc->s.x + i * E, (size_t)E * sizeof(float));
+        return CDX_OK;
+    }
     for (int64_t i = 0; i < n; i++)
-        if (b->want_logits ? b->want_logits[i] : i == n - 1)
+        if (all || (b->want_logits ? b->want_logits[i] : i == n - 1))
             model_norm_rows_of(NULL, hp->layer_norm, (b->hidden ? b->hidden : fc->s.xn) + (n_out++) * E, fc->s.x + i * E,
                                m->out_norm, m->out_norm_b, 1, E, hp->rms_eps);
     if (b->hidden) /* the embeddings' last hidden states: no head */

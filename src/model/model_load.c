@@ -589,17 +589,20 @@ void cdx_model_tensor_specs(const cdx_tensor_plan *p, const cdx_hparams *hp,
 }
 
 /* Every weight matrix in one list (m->mats): packing, workspace sizing and the fingerprint walk it. */
-static int collect_mats(cdx_model *m, cdx_err *err)
+/* m->mats: the matrices of layers [l0, l1), and the output head when l0 is 0 (a split model's later
+ * stage has no head: the first stage applies it) */
+static int collect_mats(cdx_model *m, int64_t l0, int64_t l1, cdx_err *err)
 {
     const cdx_hparams *hp = &m->hp;
     size_t cap = 1;
     for (int64_t l = 0; l < hp->n_layer; l++)
         cap += 18 + (m->layers[l].moe ? 3 * (size_t)hp->n_expert + 4 : 0);
+    free(m->mats);
     m->mats = calloc(cap, sizeof *m->mats);
     if (!m->mats)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     size_t n = 0;
-    for (int64_t l = 0; l < hp->n_layer; l++) {
+    for (int64_t l = l0; l < l1; l++) {
         layer_weights *L = &m->layers[l];
         cdx_mat *att[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down,
                            &L->router, &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down,
@@ -613,7 +616,8 @@ static int collect_mats(cdx_model *m, cdx_err *err)
             m->mats[n++] = &L->exp_down[e];
         }
     }
-    m->mats[n++] = &m->output;
+    if (l0 == 0)
+        m->mats[n++] = &m->output;
     m->n_mats = n;
     return CDX_OK;
 }
@@ -802,7 +806,7 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
         if (rc)
             goto out;
     }
-    if ((rc = collect_mats(m, err)))
+    if ((rc = collect_mats(m, 0, m->hp.n_layer, err)))
         goto out;
     const float off = m->desc->hf_norm_offset;
     if (off != 0 && !b->gguf) {
@@ -1584,6 +1588,17 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
         rc = xc_open(m, opts->weight_budget, path, err);
     if (!rc)
         rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !dir, path, err);
+    const int64_t l0 = opts ? opts->layer0 : 0, l1 = opts ? opts->layer1 : 0;
+    if (!rc && (l0 || l1) && !(l0 == 0 && l1 == m->hp.n_layer)) { /* a split model's stage: its slice only */
+        if (l0 < 0 || l0 >= l1 || l1 > m->hp.n_layer)
+            rc = cdx_err_set(err, CDX_EINVAL, "layers %lld-%lld are not a slice of %s's %lld layers", (long long)l0,
+                             (long long)l1 - 1, path, (long long)m->hp.n_layer);
+        else if (opts->weight_budget)
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "a weight budget (--weight-budget) on a slice of a split model is "
+                             "not done yet");
+        else
+            rc = collect_mats(m, l0, l1, err);
+    }
     return finish(m, rc, out);
 }
 

@@ -86,11 +86,40 @@ static void stage_range(void)
     cdx_model_close(m);
 }
 
+static void model_slice(void)
+{
+    cdx_model *whole = NULL, *a = NULL, *b = NULL, *bad = NULL;
+    const char *path = "models/stories260K.gguf";
+    REQUIRE(cdx_model_open(path, NULL, &whole, &err) == CDX_OK);
+    const int64_t L = cdx_model_hparams(whole)->n_layer;
+    REQUIRE(cdx_model_open(path, &(cdx_model_opts){ .layer0 = 0, .layer1 = 2 }, &a, &err) == CDX_OK);
+    REQUIRE(cdx_model_open(path, &(cdx_model_opts){ .layer0 = 2, .layer1 = L }, &b, &err) == CDX_OK);
+    /* each slice holds its layers' matrices, the head with the first: together the whole */
+    const size_t w = cdx_model_weight_bytes(whole), wa = cdx_model_weight_bytes(a), wb = cdx_model_weight_bytes(b);
+    CHECKF(wa < w && wb < w && wa + wb == w, "whole %zu, slices %zu + %zu", w, wa, wb);
+    uint8_t f0[32], f1[32], f2[32];
+    cdx_model_fingerprint(whole, f0);
+    cdx_model_fingerprint(a, f1);
+    cdx_model_fingerprint(b, f2);
+    CHECK(!memcmp(f0, f1, 32) && !memcmp(f0, f2, 32)); /* one model, whatever the slice */
+    CHECK(cdx_model_open(path, &(cdx_model_opts){ .layer0 = 3, .layer1 = L + 1 }, &bad, &err) == CDX_EINVAL);
+    CHECK(strstr(err.msg, "are not a slice of") != NULL);
+    cdx_model_close(bad);
+    bad = NULL;
+    CHECK(cdx_model_open(path, &(cdx_model_opts){ .layer0 = 1, .layer1 = 2, .weight_budget = 1 << 30 }, &bad, &err) ==
+          CDX_EUNSUPPORTED);
+    cdx_model_close(bad);
+    cdx_model_close(a);
+    cdx_model_close(b);
+    cdx_model_close(whole);
+}
+
 int main(void)
 {
     RUN("--split-layers: one range per rank, in order, covering every layer", parse_good);
     RUN("--split-layers refusals name the range: overlap, gap, missing layer, part of a layer, count", parse_refusals);
     RUN("slices in proportion to memory, one layer each at least; more ranks than layers refused", plan);
     RUN("a forward context's stage: range checks, hidden rows in, whole again", stage_range);
+    RUN("a model opened as a slice sizes its own layers (and the head with the first), same fingerprint", model_slice);
     return t_done("split_plan");
 }
