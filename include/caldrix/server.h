@@ -115,6 +115,8 @@ typedef struct cdx_server_entry {
     const char *path;              /* a .gguf file or a checkpoint folder (references resolved by the caller) */
     bool pinned;                   /* loaded at start and never unloaded */
     bool preload;                  /* loaded at start */
+    bool task_set;                 /* served for task (else load->task_set's, else what it declares) */
+    cdx_task task;
 } cdx_server_entry;
 typedef struct cdx_server_models {
     const cdx_server_entry *entries; /* copied */

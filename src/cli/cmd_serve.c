@@ -43,10 +43,11 @@ static const char k_serve_usage[] =
     "  --allow-unknown-models  serve models whose compatibility inspect cannot decide (never an\n"
     "                       incompatible one, never past --memory)\n"
     "\n"
-    "  --task embed|rerank|generate  what the model is served for (default: what its folder declares: an\n"
-    "                       encoder or a sentence-transformers folder (modules.json) embeds, anything else\n"
-    "                       generates; a reranker such as Qwen3-Reranker is a causal LM on disk: name it\n"
-    "                       with --task rerank). With several models: every one of them\n"
+    "  --task [NAME=]embed|rerank|generate  what the model is served for (default: what its folder\n"
+    "                       declares: an encoder or a sentence-transformers folder (modules.json) embeds,\n"
+    "                       anything else generates; a reranker such as Qwen3-Reranker is a causal LM on\n"
+    "                       disk: name it with --task rerank). With several models: every one of them, or\n"
+    "                       with NAME= the one of that name (repeat)\n"
     "  --yes-id N, --no-id N  a reranker's answer tokens (default: the tokenizer's \"yes\" and \"no\")\n"
     "  --host H             address to bind (default 127.0.0.1: this machine only)\n"
     "  --port P             TCP port (default 8080; 0 = any free port, printed on stderr)\n"
@@ -152,7 +153,7 @@ static char *model_name(const char *ref)
 #define MAX_MODELS 64
 typedef struct { const char *v[MAX_MODELS]; int n; } reg_list;
 typedef struct {
-    reg_list refs, preload, pin;
+    reg_list refs, preload, pin, task; /* task: --task NAME=TASK */
     const char *dir;
     bool no_autoload, allow_unknown;
     int max, idle_s;
@@ -255,21 +256,28 @@ static int build_entries(const reg_args *rg, const char *model, cdx_server_entry
                         ent[i].name, ent[k].path, ent[i].path);
                 return 2;
             }
-    const reg_list *lists[2] = { &rg->preload, &rg->pin };
-    for (int l = 0; l < 2; l++)
+    const reg_list *lists[3] = { &rg->preload, &rg->pin, &rg->task };
+    static const char *const opt[3] = { "--preload", "--pin", "--task" };
+    for (int l = 0; l < 3; l++)
         for (int i = 0; i < lists[l]->n; i++) {
+            const char *want = lists[l]->v[i], *eq = l == 2 ? strrchr(want, '=') : NULL;
+            const size_t wl = eq ? (size_t)(eq - want) : strlen(want);
             int k = 0;
-            while (k < n && strcmp(ent[k].name, lists[l]->v[i]))
+            while (k < n && (strlen(ent[k].name) != wl || strncmp(ent[k].name, want, wl)))
                 k++;
+            if (k < n && l == 2) {
+                ent[k].task_set = true;
+                cdx_task_from_name(eq + 1, &ent[k].task); /* checked when parsed */
+                continue;
+            }
             if (k == n) {
-                fprintf(stderr, "caldrix serve: %s %s: no model has that name (", l ? "--pin" : "--preload",
-                        lists[l]->v[i]);
+                fprintf(stderr, "caldrix serve: %s %s: no model has that name (", opt[l], want);
                 for (int j = 0; j < n; j++)
                     fprintf(stderr, "%s%s", j ? ", " : "", ent[j].name);
                 fprintf(stderr, ")\n");
                 return 2;
             }
-            *(l ? &ent[k].pinned : &ent[k].preload) = true;
+            *(l == 1 ? &ent[k].pinned : &ent[k].preload) = true;
         }
     if (!n) {
         fprintf(stderr, "caldrix serve: --models-dir %s holds no model (.gguf files, folders with a config.json)\n",
@@ -458,6 +466,13 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
             L->v[L->n++] = v;
+        } else if (!strcmp(a, "--task") && strchr(v, '=')) { /* --task NAME=TASK: one of several models */
+            cdx_task t;
+            if (cdx_task_from_name(strrchr(v, '=') + 1, &t) || rg.task.n == MAX_MODELS) {
+                fprintf(stderr, "caldrix serve: --task \"%s\"; expected [NAME=]embed, rerank or generate\n", v);
+                return 2;
+            }
+            rg.task.v[rg.task.n++] = v;
         } else if (!strcmp(a, "--task")) {
             if (cdx_task_from_name(v, &task)) {
                 fprintf(stderr, "caldrix serve: --task is \"%s\"; expected embed, rerank or generate\n", v);
@@ -581,6 +596,12 @@ int cmd_serve(int argc, char **argv)
     }
     if (rg.refs.n || rg.dir)
         return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt);
+    if (rg.task.n && !(rg.refs.n || rg.dir)) {
+        fprintf(stderr, "caldrix serve: --task NAME=TASK names one of several models (--model, --models-dir); serve one "
+                        "with --task TASK\n");
+        json_decref(chat_kwargs);
+        return 2;
+    }
     if (rg.preload.n || rg.pin.n || rg.max || rg.idle_s || rg.memory || rg.no_autoload || rg.allow_unknown) {
         fprintf(stderr, "caldrix serve: --preload, --pin, --models-max, --idle-unload, --memory, --no-models-autoload "
                         "and --allow-unknown-models are for several models: give them with --model or --models-dir\n");

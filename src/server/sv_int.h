@@ -277,6 +277,8 @@ typedef struct sv_model {
     char *path;                 /* what cdx_load opens (NULL: the caller's model, or the bundled one) */
     bool external;              /* the caller's model (cdx_server_ready): never unloaded */
     bool pinned, preload;
+    bool task_set;              /* --task NAME=TASK: this model's own task */
+    cdx_task task_want;
     sv_compat compat;           /* inspect's verdict, before any load */
     cdx_task task;              /* what it is served for (known before a load: the option, modules.json,
                                  * an encoder's architecture; the load's own finding replaces it) */

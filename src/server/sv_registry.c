@@ -28,6 +28,8 @@ const char *sv_state_name(sv_state s) { return k_state_names[s]; }
  * with modules.json (cdx_task_declared's rule, read from the headers). */
 static cdx_task task_before_load(const sv_registry *r, const sv_model *m, const cdx_hub_report *rep)
 {
+    if (m->task_set)
+        return m->task_want;
     if (r->lo.task_set)
         return r->lo.task;
     cdx_st_pipeline p;
@@ -207,6 +209,8 @@ int sv_reg_init(sv_registry *r, const cdx_server_models *o, cdx_err *err)
             return cdx_err_set(err, CDX_ENOMEM, "out of memory");
         m->pinned = x->pinned;
         m->preload = x->preload;
+        m->task_set = x->task_set;
+        m->task_want = x->task;
         judge(r, m);
     }
     return CDX_OK;
@@ -364,7 +368,12 @@ static int load_locked(sv_registry *r, sv_model *m, sv_error *e)
     cdx_loaded *ld = NULL;
     cdx_load_stage at;
     pthread_mutex_lock(&r->run_mu);
-    int rc = cdx_load(m->path, &r->lo, &ld, &at, &err);
+    cdx_load_opts lo = r->lo;
+    if (m->task_set) {
+        lo.task_set = true;
+        lo.task = m->task_want;
+    }
+    int rc = cdx_load(m->path, &lo, &ld, &at, &err);
     if (!rc) {
         const cdx_hparams *hp = cdx_model_hparams(ld->model);
         const cdx_server_model v = { .engine = ld->engine, .tok = ld->tok, .tmpl = ld->chat.tmpl,

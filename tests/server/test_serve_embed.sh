@@ -18,14 +18,18 @@ c = json.load(open(sys.argv[1])); c['matryoshka_dimensions'] = [16, 32, 64]
 json.dump(c, open(sys.argv[1], 'w'), indent=2)
 PY
 
+# one server for every task: four embedders (declared by their folders), a reranker (--task NAME=rerank)
+# and a generation model
 start_server embed --threads 1 --model "$F/bert_cls" --model "$F/bert_mean" --model "$F/xlmr_cls" \
-    --model "$tmp/qwen3_mrl=qwen3_embed" || { bad "the embedding server starts"; echo "$pass passed, $fail failed"; exit 1; }
+    --model "$tmp/qwen3_mrl=qwen3_embed" --model "$F/qwen3_rerank" --task qwen3_rerank=rerank --yes-id 269 --no-id 104 \
+    --model ../shared/models/stories260K/stories260K.gguf ||
+    { bad "the server starts"; echo "$pass passed, $fail failed"; exit 1; }
 EURL=$URL
 
 # ---- /v1/models: tasks before and after a load ----
 curl -s "$EURL/v1/models" >"$tmp/models.json"
-check "/v1/models: every model of the embedding server reports tasks [\"embed\"] before its load" \
-    [ "$(jv "$tmp/models.json" "[m['tasks'] for m in d['data']]")" = '[["embed"], ["embed"], ["embed"], ["embed"]]' ]
+check "/v1/models before any load: tasks [\"embed\"] x4 (folders), [\"rerank\"] (--task qwen3_rerank=rerank), [\"generate\"]" \
+    [ "$(jv "$tmp/models.json" "[m['tasks'] for m in d['data']]")" = '[["embed"], ["embed"], ["embed"], ["embed"], ["rerank"], ["generate"]]' ]
 
 # ---- the openai client: goldens, float and base64, Matryoshka, refusals, 16 clients at once ----
 python3 - "$F" "$tmp/spec.json" <<'PY'
@@ -138,7 +142,7 @@ check "llama-server's /embedding with content gives the golden vector" \
     [ "$st/$(python3 -c "import json; a=json.load(open('$tmp/o.json'))['data'][0]['embedding']; g=json.load(open('$F/bert_cls/golden.json'))['inputs'][0]['embedding']; print(max(abs(x-y) for x,y in zip(a,g)) <= 1e-4)")" = 200/True ]
 curl -s "$EURL/v1/models" >"$tmp/models.json"
 check "/v1/models after the loads: tasks [\"embed\"], context_length is max_seq_length" \
-    [ "$(jv "$tmp/models.json" "[[m['tasks'], m.get('context_length')] for m in d['data']]")" = '[[["embed"], 64], [["embed"], 20], [["embed"], 32], [["embed"], 32]]' ]
+    [ "$(jv "$tmp/models.json" "[[m['tasks'], m.get('context_length')] for m in d['data'][:4]]")" = '[[["embed"], 64], [["embed"], 20], [["embed"], 32], [["embed"], 32]]' ]
 
 # ---- /chunk on bert_cls's tokenizer, judged by the Rust tokenizers' ids of the fixture's long text ----
 python3 -c "import json; t=json.load(open('$F/bert_cls/golden.json'))['inputs'][-1]['text']; print(json.dumps({'model':'bert_cls','text':t*3,'target_tokens':16,'overlap_tokens':4}))" >"$tmp/ch.json"
@@ -169,8 +173,7 @@ check "/chunk: overlap_tokens over target_tokens is a 400 InvalidChunkOverlap ($
     [ "$st/$(jv "$tmp/o.json" "[d['error']['code'], d['error']['param']]")" = '400/["InvalidChunkOverlap", "overlap_tokens"]' ]
 
 # ---- /v1/rerank on qwen3_rerank (no tokenizer: whole formatted pairs as ids, no query) ----
-start_server rerank "$F/qwen3_rerank" --task rerank --yes-id 269 --no-id 104 --threads 1 || bad "the rerank server starts"
-python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'model':'r','documents':[d['input_ids'] for d in g['documents']]}))" >"$tmp/rr.json"
+python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'model':'qwen3_rerank','documents':[d['input_ids'] for d in g['documents']]}))" >"$tmp/rr.json"
 st=$(post /v1/rerank "@$tmp/rr.json" "$tmp/rr_ans.json")
 r=$(python3 - "$F/qwen3_rerank/golden.json" "$tmp/rr_ans.json" <<'PY'
 import json, sys
@@ -182,30 +185,42 @@ print('ok' if rk == g['ranking_by_score'] and d <= 1e-4 else 'ranking %s, max di
 PY
 )
 check "/v1/rerank: the golden scores within 1e-4 and the ranking exact ($st $r)" [ "$st/$r" = 200/ok ]
-python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'documents':[d['input_ids'] for d in g['documents']],'top_n':2,'return_documents':False}))" >"$tmp/rr2.json"
+python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'model':'qwen3_rerank','documents':[d['input_ids'] for d in g['documents']],'top_n':2,'return_documents':False}))" >"$tmp/rr2.json"
 st=$(post /rerank "@$tmp/rr2.json" "$tmp/o.json")
 check "top_n 2 and return_documents false: the two best, no document ($st)" \
     [ "$st/$(jv "$tmp/o.json" "[len(d['results']), any('document' in x for x in d['results']), d['results'][0]['index'] == json.load(open('$tmp/rr_ans.json'))['results'][0]['index']]")" = '200/[2, false, true]' ]
 # one document alone gives the same score bits as in the batch of five
-python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'documents':[g['documents'][2]['input_ids']]}))" >"$tmp/rr1.json"
+python3 -c "import json; g=json.load(open('$F/qwen3_rerank/golden.json')); print(json.dumps({'model':'qwen3_rerank','documents':[g['documents'][2]['input_ids']]}))" >"$tmp/rr1.json"
 st=$(post /v1/rerank "@$tmp/rr1.json" "$tmp/o.json")
 check "a document scored alone has the same score as in the batch" \
     [ "$(python3 -c "import json; a=json.load(open('$tmp/o.json'))['results'][0]['relevance_score']; b=[x for x in json.load(open('$tmp/rr_ans.json'))['results'] if x['index']==2][0]['relevance_score']; print(a==b)")" = True ]
-st=$(post /v1/rerank '{"query":"q","documents":["a document"]}' "$tmp/o.json")
+st=$(post /v1/rerank '{"model":"qwen3_rerank","query":"q","documents":["a document"]}' "$tmp/o.json")
 check "text documents for a reranker without a tokenizer are a 400 ($st)" [ "$st/$(jv "$tmp/o.json" "d['error']['param']")" = '400/"documents[0]"' ]
-st=$(post /v1/rerank '{"documents":[]}' "$tmp/o.json")
+st=$(post /v1/rerank '{"model":"qwen3_rerank","documents":[]}' "$tmp/o.json")
 check "no documents is a 400 ($st)" [ "$st" = 400 ]
-st=$(post /v1/embeddings '{"input":[[1,2,3]]}' "$tmp/o.json")
+st=$(post /v1/embeddings '{"model":"qwen3_rerank","input":[[1,2,3]]}' "$tmp/o.json")
 check "an embeddings request to a rerank model is a 400 naming its task ($st)" \
     [ "$st/$(jv "$tmp/o.json" "'served for rerank' in d['error']['message']")" = '400/true' ]
-check "/v1/models: tasks [\"rerank\"]" [ "$(curl -s "$URL/v1/models" | python3 -c "import json,sys; print(json.load(sys.stdin)['data'][0]['tasks'])")" = "['rerank']" ]
+st=$(post /v1/rerank '{"model":"bert_cls","query":"q","documents":["a"]}' "$tmp/o.json")
+check "a rerank request to an embedding model is a 400 naming its task ($st)" \
+    [ "$st/$(jv "$tmp/o.json" "'served for embed' in d['error']['message']")" = '400/true' ]
 
-# ---- a generation model refuses the embedding routes, naming its task ----
-start_server gen --threads 1 || bad "the bundled model's server starts"
-st=$(post /v1/embeddings '{"input":"Once upon a time"}' "$tmp/o.json")
+# ---- a generation model refuses the embedding routes, naming its task; --task NAME= for no model ----
+st=$(post /v1/embeddings '{"model":"stories260K","input":"Once upon a time"}' "$tmp/o.json")
 check "an embeddings request to a generation model is a 400 naming its task ($st)" \
     [ "$st/$(jv "$tmp/o.json" "[d['error']['code'], 'served for generate' in d['error']['message']]")" = '400/["invalid_model_task", true]' ]
-check "/v1/models: the bundled model's tasks are [\"generate\"]" [ "$(curl -s "$URL/v1/models" | python3 -c "import json,sys; print(json.load(sys.stdin)['data'][0]['tasks'])")" = "['generate']" ]
+st=$(post /v1/completions '{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"temperature":0}' "$tmp/o.json")
+check "... and it still generates beside the embedders ($st)" [ "$st/$(jv "$tmp/o.json" "d['usage']['completion_tokens']")" = 200/4 ]
+st=$(post /chunk '{"model":"stories260K","text":"Once upon a time there was a cat. It was big.","target_tokens":6,"overlap_tokens":2}' "$tmp/o.json")
+check "/chunk on a generation model's tokenizer (SentencePiece): ranges cover its tokens ($st)" \
+    [ "$st/$(jv "$tmp/o.json" "[d['chunks'][0]['start_token'] == 0, d['chunks'][-1]['end_token'] == d['usage']['prompt_tokens'], all(c['n_tokens'] <= 6 for c in d['chunks'])]")" = '200/[true, true, true]' ]
+curl -s "$URL/v1/models" >"$tmp/models.json"
+check "/v1/models after the loads: [\"rerank\"] and [\"generate\"] stay" \
+    [ "$(jv "$tmp/models.json" "[[m['tasks'], m['state']] for m in d['data'][4:]]")" = '[[["rerank"], "loaded"], [["generate"], "loaded"]]' ]
+
+"$CALDRIX" serve --model "$F/bert_cls" --task nosuch=rerank --port 0 >/dev/null 2>"$tmp/err"; rc=$?
+check "--task NAME=TASK for a name no model has exits 2 naming the option ($rc)" \
+    sh -c "[ $rc = 2 ] && grep -q -- '--task nosuch=rerank: no model has that name' '$tmp/err'"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
