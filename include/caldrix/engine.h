@@ -306,6 +306,7 @@ typedef struct cdx_engine_stats {
     uint64_t spec_proposed, spec_accepted;   /* draft tokens proposed, and kept (totals) */
     uint64_t spec_verifies;                  /* request-rounds that scored a draft */
     int64_t token_budget;                    /* tokens a round's pass takes at most (configuration) */
+    const char *spec_proposer;               /* "lookup", "draft" (static), or NULL: no speculation */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */
 CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);

@@ -38,6 +38,8 @@ typedef enum cdx_load_stage {
     CDX_LOAD_IMAGES = 4,    /* the image processor */
     CDX_LOAD_ENGINE = 5,
     CDX_LOAD_DONE = 6,
+    CDX_LOAD_DRAFT = 7,     /* the draft model (opts.draft): its reference, weights or tokenizer */
+    CDX_LOAD_DRAFT_REFUSED = 8, /* the draft cannot draft for this model (bad input, as a bad option is) */
 } cdx_load_stage;
 
 typedef enum cdx_load_images {
@@ -77,6 +79,19 @@ typedef struct cdx_load_opts {
     cdx_task task;
     int32_t yes_id, no_id;       /* a reranker's answer tokens (cdx_embedder_opts; 0, 0: the tokenizer's) */
     int64_t layer0, layer1;      /* a split model's stage: cdx_model_opts.layer0/layer1 (0, 0: every layer) */
+    /* Speculative decoding with a draft model (docs/engine.md): a reference resolved as ref is (same
+     * hub options, dtype, paths_only), opened first with its tokenizer, and given to the engine as
+     * engine->draft (which turns spec off into auto). Refused (CDX_EINVAL at CDX_LOAD_DRAFT_REFUSED,
+     * naming both models) before the model loads: a mixture of experts, a vision model or a recurrent
+     * state as draft; after it: a vocabulary size more than 1/8 apart, a token text or special-token
+     * kind that differs at an id both have (the first such id and both texts; padding may differ, as
+     * Qwen's sizes do), other BOS/EOS ids, a draft with more multiply-adds a token than the model, a
+     * model that cannot speculate. Needs engine; the model's tokenizer is opened for the check. */
+    const char *draft;
+    /* Speculation where the model can (serve: one --spec for several models): a model whose cache
+     * cannot be cut back (a recurrent state) gets its engine without speculation, and spec_note says
+     * why, instead of the engine's refusal. A draft given is still refused for it. */
+    bool spec_if_able;
 } cdx_load_opts;
 
 CDX_API cdx_load_opts cdx_load_defaults(void); /* tokenizer on, everything else off */
@@ -96,6 +111,8 @@ typedef struct cdx_loaded {
     cdx_task task;               /* what it is served for */
     cdx_st_pipeline pipe;        /* the folder's sentence-transformers files (present false: none) */
     cdx_embedder *embedder;      /* an embed or rerank task with opts.engine; else NULL */
+    struct cdx_loaded *draft;    /* opts.draft's model and tokenizer (no engine), freed after the engine */
+    char spec_note[256];         /* opts.spec_if_able turned speculation off for this model: why ("": not) */
 } cdx_loaded;
 
 /* Loads ref (a path, an alias, owner/name[@rev], ollama:name[:tag]; NULL: opts.default_gguf).

@@ -85,6 +85,8 @@ typedef struct cdx_server_model {
     cdx_task task;                 /* GENERATE: engine runs it; EMBED / RERANK: embedder does (engine NULL) */
     cdx_embedder *embedder;        /* owned by the caller; the server's engine thread is its only caller */
     const struct cdx_st_pipeline *pipe; /* the embedder's folder files (Matryoshka sizes, prompts); may be NULL */
+    const char *spec_off_reason;   /* the server's --spec that this model cannot take (cdx_loaded.spec_note):
+                                    * /v1/models says it as speculation_off_reason; NULL: none */
 } cdx_server_model;
 
 /* The routes the server answers (its one route table), for --help and docs: *n rows, static storage. */

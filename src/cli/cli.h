@@ -54,10 +54,6 @@ int cli_parse_json_object(const char *cmd, const char *opt, const char *s, json_
 /* An engine option (--threads, --ctx, --max-batch, ...): cli_parse_int over the range of its row in
  * the engine's table (cdx_engine_opt_range), so a command accepts exactly what the engine takes. */
 int cli_parse_engine_opt(const char *opt, const char *s, cdx_engine_opt_id id, long *out);
-/* --draft: whether draft d may draft for t: the same text and the same special-token kind for every
- * id both have (a vocabulary only padded differently passes), the same BOS and EOS. Returns 0, or
- * 2 after printing (cmd: "caldrix run") the first id that differs, naming both models. */
-int cli_check_draft_vocab(const char *cmd, const cdx_tok *t, const char *tname, const cdx_tok *d, const char *dname);
 /* The --help line that gives those options' ranges from the same table:
  * "ranges: --ctx 1..16777216, --threads 1..8 (4 x the 2 cores this process may use, at most 1024)" */
 void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n);

@@ -65,33 +65,6 @@ int cli_parse_engine_opt(const char *opt, const char *s, cdx_engine_opt_id id, l
     return cli_parse_int(opt, s, (long)r.lo, (long)r.hi, out);
 }
 
-int cli_check_draft_vocab(const char *cmd, const cdx_tok *t, const char *tname, const cdx_tok *d, const char *dname)
-{
-    if (!t || !d) {
-        fprintf(stderr, "%s: --draft %s: %s has no tokenizer to compare vocabularies with\n", cmd, dname,
-                t ? dname : tname);
-        return 2;
-    }
-    const uint32_t nt = cdx_tok_n_vocab(t), nd = cdx_tok_n_vocab(d), n = nt < nd ? nt : nd;
-    for (uint32_t id = 0; id < n; id++) {
-        size_t lt = 0, ld = 0;
-        const char *a = cdx_tok_text(t, (int32_t)id, &lt), *b = cdx_tok_text(d, (int32_t)id, &ld);
-        const bool ca = cdx_tok_attr(t, (int32_t)id) & CDX_TOK_CONTROL, cb = cdx_tok_attr(d, (int32_t)id) & CDX_TOK_CONTROL;
-        if (lt != ld || (lt && memcmp(a, b, lt)) || ca != cb) {
-            fprintf(stderr, "%s: --draft %s does not share %s's vocabulary: token %u is \"%.*s\"%s in the draft and "
-                            "\"%.*s\"%s in the model\n", cmd, dname, tname, id, (int)(ld > 64 ? 64 : ld), b ? b : "",
-                    cb ? " (special)" : "", (int)(lt > 64 ? 64 : lt), a ? a : "", ca ? " (special)" : "");
-            return 2;
-        }
-    }
-    if (cdx_tok_bos(t) != cdx_tok_bos(d) || cdx_tok_eos(t) != cdx_tok_eos(d)) {
-        fprintf(stderr, "%s: --draft %s: its BOS/EOS ids are %d/%d, the model's (%s) %d/%d\n", cmd, dname, cdx_tok_bos(d),
-                cdx_tok_eos(d), tname, cdx_tok_bos(t), cdx_tok_eos(t));
-        return 2;
-    }
-    return 0;
-}
-
 void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n)
 {
     fputs("ranges:", f);

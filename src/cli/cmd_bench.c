@@ -44,7 +44,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
                "                     [--parallel N] [--prefix-hit] [--isa NAME] [--dtype auto|f32|bf16]\n"
                "                     [--mem-bw GB/s] [--weight-budget BYTES] [--spec lookup|auto|off]\n"
-               "                     [--draft-max K] [--draft-min K] [--spec-keep-on] [--json]\n\n"
+               "                     [--draft DRAFT] [--draft-max K] [--draft-min K] [--spec-keep-on] [--json]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
@@ -60,7 +60,8 @@ static void usage(FILE *f)
                "is made in the background after it (AVX2: Q8_0, Q4_0, IQ4_NL) are waited for before the\n"
                "runs (pack_ms). --spec, --draft-max, --draft-min, --spec-keep-on: speculative decoding as\n"
                "caldrix run takes it; the draft tokens proposed and kept are reported (spec_proposed,\n"
-               "spec_accepted).\n");
+               "spec_accepted). --draft DRAFT: a draft model (a file or folder; implies --spec auto),\n"
+               "loaded and refused as caldrix run's --draft (exit 2).\n");
     cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS, CDX_OPT_DRAFT_MAX, CDX_OPT_DRAFT_MIN }, 3);
 }
 
@@ -153,7 +154,7 @@ static int bench_batch(cdx_engine *e, int32_t *const *prompts, int n, int64_t n_
 
 int cmd_bench(int argc, char **argv)
 {
-    const char *path = NULL, *isa = NULL;
+    const char *path = NULL, *isa = NULL, *draft = NULL;
     long threads = 0, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1;
     double mem_bw = 0;
     uint64_t budget = 0;
@@ -195,6 +196,8 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--draft-min") && has) {
             if (cli_parse_engine_opt(a, argv[++i], CDX_OPT_DRAFT_MIN, &draft_min))
                 return 2;
+        } else if (!strcmp(a, "--draft") && has) {
+            draft = argv[++i];
         } else if (!strcmp(a, "--spec-keep-on")) {
             spec_keep_on = true;
         } else if (!strcmp(a, "--prefix-hit")) {
@@ -233,6 +236,12 @@ int cmd_bench(int argc, char **argv)
     }
     if (threads == 0)
         threads = cdx_cpu_count();
+    if (draft && spec == CDX_SPEC_LOOKUP) {
+        fprintf(stderr, "caldrix bench: --draft %s with --spec lookup: lookup uses no draft (give --spec auto)\n", draft);
+        return 2;
+    }
+    if (draft)
+        spec = CDX_SPEC_AUTO; /* a draft given is a draft used */
 
     if (prefix_hit && n_prompt < 2 * CDX_KV_BLOCK + 1) {
         fprintf(stderr, "caldrix bench: --prefix-hit needs -p of at least %d tokens\n", 2 * CDX_KV_BLOCK + 1);
@@ -263,8 +272,12 @@ int cmd_bench(int argc, char **argv)
     lo.dtype = dtype;
     lo.weight_budget = budget;
     lo.engine = &eo;
-    if (cdx_load(path, &lo, &ld, NULL, &err) < 0) {
+    lo.draft = draft;
+    cdx_load_stage at;
+    if (cdx_load(path, &lo, &ld, &at, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s\n", err.msg);
+        if (at == CDX_LOAD_DRAFT_REFUSED)
+            rc = 2; /* a draft that cannot draft for this model: bad input */
         goto done;
     }
     const cdx_model *m = ld->model;
@@ -383,6 +396,7 @@ int cmd_bench(int argc, char **argv)
         cdx_engine_stats es;
         cdx_engine_get_stats(eng, &es);
         json_object_set_new(o, "spec", json_string(cdx_spec_name(spec)));
+        json_object_set_new(o, "draft", draft ? json_string(draft) : json_null());
         json_object_set_new(o, "spec_proposed", json_integer((json_int_t)es.spec_proposed));
         json_object_set_new(o, "spec_accepted", json_integer((json_int_t)es.spec_accepted));
         uint64_t x_hits, x_misses;
@@ -445,8 +459,8 @@ int cmd_bench(int argc, char **argv)
         cdx_engine_stats es;
         cdx_engine_get_stats(eng, &es);
         if (spec)
-            printf("spec     %s: %llu draft tokens proposed, %llu kept (%.0f %%), every run and the warm-up\n",
-                   cdx_spec_name(spec), (unsigned long long)es.spec_proposed, (unsigned long long)es.spec_accepted,
+            printf("spec     %s%s%s: %llu draft tokens proposed, %llu kept (%.0f %%), every run and the warm-up\n",
+                   cdx_spec_name(spec), draft ? ", draft " : "", draft ? draft : "", (unsigned long long)es.spec_proposed, (unsigned long long)es.spec_accepted,
                    es.spec_proposed ? 100.0 * (double)es.spec_accepted / (double)es.spec_proposed : 0.0);
         if (prefix_hit)
             printf("prefix   first token after %.1f ms cold, %.1f ms with %lld of %ld prompt tokens cached\n",

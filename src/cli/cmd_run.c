@@ -817,7 +817,7 @@ int cmd_run(int argc, char **argv)
         return rc;
     }
     cdx_err err = {0};
-    cdx_loaded *ld = NULL, *dld = NULL;
+    cdx_loaded *ld = NULL;
     id_list prompt = {0};
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
@@ -914,48 +914,19 @@ int cmd_run(int argc, char **argv)
     lo.engine = &eo;
     lo.kv_type_set = o.kv_type_set;
     cdx_load_stage at;
-    if (o.draft) {
-        /* the draft first (the engine scores its guesses): refused by name before the model loads */
-        cdx_load_opts dl = cli_load_opts(&ho, o.dtype, 0);
-        if ((rc = cdx_load(o.draft, &dl, &dld, NULL, &err))) {
-            fprintf(stderr, "caldrix run: --draft %s: %s\n", o.draft, err.msg);
-            goto done;
-        }
-        const cdx_hparams *dh = cdx_model_hparams(dld->model);
-        cdx_vision_info dvi;
-        const char *why = dh->n_expert > 0 ? "a mixture of experts" : cdx_model_vision(dld->model, &dvi) ? "a vision model"
-                        : NULL;
-        if (why) {
-            fprintf(stderr, "caldrix run: --draft %s is %s (%s): a draft is a small dense text model\n", o.draft, why,
-                    dh->arch_name ? dh->arch_name : "?");
-            status = 2;
-            goto done;
-        }
-        eo.draft = dld->model;
-    }
+    lo.draft = o.draft; /* loaded first, refused (exit 2) by what it is and by the model's vocabulary and size */
     if ((rc = cdx_load(o.model, &lo, &ld, &at, &err))) {
-        if (at == CDX_LOAD_ENGINE && o.draft)
+        if (at == CDX_LOAD_DRAFT || at == CDX_LOAD_DRAFT_REFUSED)
+            fprintf(stderr, "caldrix run: %s\n", err.msg);
+        else if (at == CDX_LOAD_ENGINE && o.draft)
             fprintf(stderr, "caldrix run: --draft %s for %s: %s\n", o.draft, o.model ? o.model : "the bundled model",
                     err.msg);
         else
             fprintf(stderr, "caldrix: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
-        if (at == CDX_LOAD_ENGINE && o.spec && rc == CDX_EINVAL && (strstr(err.msg, "--spec") || strstr(err.msg, "--draft")))
+        if (at == CDX_LOAD_DRAFT_REFUSED ||
+            (at == CDX_LOAD_ENGINE && o.spec && rc == CDX_EINVAL && (strstr(err.msg, "--spec") || strstr(err.msg, "--draft"))))
             status = 2; /* a model that cannot speculate, a draft that cannot draft: bad input, as a bad option is */
         goto done;
-    }
-    if (dld) {
-        double dh = 0, th = 0;
-        const double dm = cdx_model_matmul_macs(dld->model, &dh), tm = cdx_model_matmul_macs(ld->model, &th);
-        if ((status = cli_check_draft_vocab("caldrix run", ld->tok, o.model ? o.model : "the bundled model", dld->tok,
-                                            o.draft)))
-            goto done;
-        if (dm > tm) {
-            fprintf(stderr, "caldrix run: --draft %s is bigger than the model %s (%.3g against %.3g multiply-adds a "
-                            "token): it cannot save time\n", o.draft, o.model ? o.model : "(bundled)", dm, tm);
-            status = 2;
-            goto done;
-        }
-        status = 1;
     }
     if (split) { /* every rank checks rank 0's model fingerprint and makes its pool */
         cdx_engine_stats es;
@@ -1186,7 +1157,6 @@ done:
     free(o.ids);
     cdx_grammar_free(o.grammar);
     cdx_load_close(ld);
-    cdx_load_close(dld); /* after the engine that borrowed it */
     if (split) {
         cdx_split_stop(split);
         cdx_split_end(split);

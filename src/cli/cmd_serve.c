@@ -76,6 +76,11 @@ static const char k_serve_usage[] =
     "                       not pay; a request's \"speculative\": false opts out; usage gains\n"
     "                       completion_tokens_details.accepted/rejected_prediction_tokens, /metrics\n"
     "                       caldrix_spec_*_total\n"
+    "                       A model that cannot speculate (Qwen3.5's recurrent state) is served without\n"
+    "                       it, and says why (stderr; /v1/models speculation_off_reason)\n"
+    "  --draft MODEL        a draft model for the served model (one MODEL only; any reference run\n"
+    "                       takes; implies --spec auto): loaded with it and refused as caldrix run\n"
+    "                       refuses it (exit 2); /metrics caldrix_model_spec_*_total{proposer=\"draft\"}\n"
     "  --draft-max K, --draft-min K   the draft length's bounds (default 8 and 1)\n"
     "  --spec-keep-on       never turn speculation off (for measurements)\n"
     "  --max-connections N  open connections at once (default 256)\n"
@@ -370,6 +375,7 @@ static int serve_models(const reg_args *rg, const char *model, const cdx_server_
     lo.engine = eo;
     lo.kv_type_set = kv_type_set;
     set_task(&lo, lt);
+    lo.spec_if_able = true; /* one --spec for every model: one that cannot take it is served without */
     const cdx_server_models sm = { .entries = ent, .n_entries = n, .load = &lo, .tmpl_kwargs = chat_kwargs,
                                    .autoload = !rg->no_autoload, .allow_unknown = rg->allow_unknown,
                                    .max_loaded = rg->max, .idle_unload_s = rg->idle_s, .memory_bytes = memory };
@@ -407,7 +413,7 @@ int cmd_serve(int argc, char **argv)
     reg_args rg = { 0 };
     cdx_server_opts so = cdx_server_defaults();
     cdx_engine_opts eo = cdx_engine_defaults();
-    const char *model = NULL, *isa = NULL, *kv_store = NULL, *chat_template = NULL;
+    const char *model = NULL, *isa = NULL, *kv_store = NULL, *chat_template = NULL, *draft = NULL;
     json_t *chat_kwargs = NULL; /* --chat-template-kwargs */
     uint64_t budget = 0;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
@@ -431,7 +437,7 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--preload") || !strcmp(a, "--pin") || !strcmp(a, "--models-max") ||
                      !strcmp(a, "--idle-unload") || !strcmp(a, "--memory") || !strcmp(a, "--spec") ||
                      !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min") || !strcmp(a, "--task") ||
-                     !strcmp(a, "--yes-id") || !strcmp(a, "--no-id");
+                     !strcmp(a, "--yes-id") || !strcmp(a, "--no-id") || !strcmp(a, "--draft");
         if (!strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
             !strcmp(a, "--split-timeout")) {
             if (cli_split_parse("caldrix serve", argc, argv, &i, &split_o))
@@ -521,6 +527,8 @@ int cmd_serve(int argc, char **argv)
                 fprintf(stderr, "caldrix serve: --spec is \"%s\"; expected lookup, auto or off\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--draft")) {
+            draft = v;
         } else if (!strcmp(a, "--spec-keep-on")) {
             eo.spec_keep_on = true;
         } else if (!strcmp(a, "--draft-max")) {
@@ -594,6 +602,19 @@ int cmd_serve(int argc, char **argv)
         json_decref(chat_kwargs);
         return 2;
     }
+    if (draft && eo.spec == CDX_SPEC_LOOKUP) {
+        fprintf(stderr, "caldrix serve: --draft %s with --spec lookup: lookup uses no draft (give --spec auto)\n", draft);
+        json_decref(chat_kwargs);
+        return 2;
+    }
+    if (draft && (rg.refs.n || rg.dir)) {
+        fprintf(stderr, "caldrix serve: --draft %s is for one served model (caldrix serve MODEL --draft DRAFT), not "
+                        "with --model or --models-dir\n", draft);
+        json_decref(chat_kwargs);
+        return 2;
+    }
+    if (draft)
+        eo.spec = CDX_SPEC_AUTO; /* a draft given is a draft used */
     if (rg.refs.n || rg.dir)
         return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt);
     if (rg.task.n && !(rg.refs.n || rg.dir)) {
@@ -657,12 +678,16 @@ int cmd_serve(int argc, char **argv)
     lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
     lo.layer1 = split_l1;
     set_task(&lo, &lt);
+    lo.draft = draft;
+    lo.spec_if_able = true;
     cdx_load_stage at;
     int rc = cdx_load(model, &lo, &ld, &at, &err);
     if (rc) {
         fprintf(stderr, "caldrix serve: %s%s\n", at == CDX_LOAD_CHAT ? "--chat-template: " : "", err.msg);
         if (at == CDX_LOAD_ENGINE)
             status = rc == CDX_EINVAL ? 2 : 1; /* options that do not go together (or with this model) */
+        else if (at == CDX_LOAD_DRAFT_REFUSED)
+            status = 2; /* a draft that cannot draft for this model: bad input, as a bad option is */
         goto done;
     }
     if (split && !ld->engine) {
@@ -682,6 +707,10 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "caldrix serve: split over %d ranks: layers 0-%lld here, the rest on ranks 1-%d\n",
                 cdx_split_size(split), (long long)split_l1 - 1, cdx_split_size(split) - 1);
     }
+    if (ld->spec_note[0])
+        fprintf(stderr, "caldrix serve: %s\n", ld->spec_note);
+    if (ld->draft)
+        fprintf(stderr, "caldrix serve: draft model %s (%s)\n", draft, ld->draft->path ? ld->draft->path : "");
     const cdx_model *m = ld->model;
     if (*cdx_model_notes(m))
         fprintf(stderr, "caldrix: %s", cdx_model_notes(m));
@@ -730,7 +759,8 @@ int cmd_serve(int argc, char **argv)
     cdx_server_model sm = { .engine = ld->engine, .tok = ld->tok, .tmpl = ld->chat.tmpl, .tmpl_tokens = ld->chat.tokens,
                             .tmpl_chatml = ld->chat.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
                             .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id,
-                            .image_proc = ld->has_image_proc ? &ld->image_proc : NULL };
+                            .image_proc = ld->has_image_proc ? &ld->image_proc : NULL,
+                            .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL };
     rc = cdx_server_start(&so, &srv, &err);
     if (rc) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);

@@ -251,7 +251,8 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->lru_head = e->lru_tail = NONE;
     e->stats = (cdx_engine_stats){ .n_ctx = eo.n_ctx, .n_blocks = nb, .blocks_free = nb, .max_batch = eo.max_batch,
                                    .max_queue = eo.max_queue, .kv_pool_bytes = (uint64_t)nb * block_bytes,
-                                   .token_budget = eo.token_budget };
+                                   .token_budget = eo.token_budget,
+                                   .spec_proposer = e->proposer ? e->proposer->name : NULL };
     *out = e;
     return CDX_OK;
 }

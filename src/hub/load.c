@@ -62,6 +62,7 @@ void cdx_load_close(cdx_loaded *l)
         return;
     cdx_embedder_close(l->embedder);
     cdx_engine_free(l->engine);
+    cdx_load_close(l->draft); /* after the engine that borrowed it */
     cdx_chat_setup_close(&l->chat);
     cdx_tok_close(l->tok);
     cdx_model_close(l->model);
@@ -90,6 +91,65 @@ static int resolve(const char *ref, const cdx_load_opts *o, cdx_loaded *l, cdx_e
     return (l->path = strdup(l->resolved)) ? CDX_OK : cdx_err_set(err, CDX_ENOMEM, "out of memory");
 }
 
+/* ---- a draft model (opts.draft) ---- */
+
+/* What refuses a draft by itself, before the model loads: a mixture of experts, a vision model, a
+ * recurrent state (which cannot be cut back to the kept tokens). */
+static int draft_refused_alone(const char *dname, const cdx_model *d, cdx_err *err)
+{
+    const cdx_hparams *dh = cdx_model_hparams(d);
+    const char *arch = dh->arch_name ? dh->arch_name : "?";
+    cdx_vision_info vi;
+    if (dh->n_expert > 0 || cdx_model_vision(d, &vi))
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s is %s (%s): a draft is a small dense text model", dname,
+                           dh->n_expert > 0 ? "a mixture of experts" : "a vision model", arch);
+    if (cdx_model_state_bytes(d))
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s (%s) carries a recurrent state, which cannot be cut back to "
+                           "the kept tokens: it cannot draft", dname, arch);
+    return CDX_OK;
+}
+
+/* Whether draft d may draft for model t: one vocabulary (sizes within 1/8: padding may differ, as
+ * Qwen's do; the same text and special-token kind at every id both have; the same BOS and EOS), no
+ * more multiply-adds a token, a model that can speculate. */
+static int draft_refused_for(const char *dname, const cdx_loaded *d, const char *tname, const cdx_loaded *t,
+                             cdx_err *err)
+{
+    const cdx_hparams *th = cdx_model_hparams(t->model), *dh = cdx_model_hparams(d->model);
+    if (cdx_model_state_bytes(t->model))
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s for %s: the model (%s) carries a recurrent state, which cannot "
+                           "be cut back to the kept tokens: it cannot speculate", dname, tname,
+                           th->arch_name ? th->arch_name : "?");
+    const int64_t nt = th->n_vocab, nd = dh->n_vocab, gap = nt > nd ? nt - nd : nd - nt;
+    if (gap * 8 > nt)
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s for %s: the draft model has %lld token ids and the model %lld: "
+                           "not one vocabulary", dname, tname, (long long)nd, (long long)nt);
+    if (!t->tok || !d->tok)
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s for %s: %s has no tokenizer to compare vocabularies with", dname,
+                           tname, t->tok ? dname : tname);
+    const uint32_t vt = cdx_tok_n_vocab(t->tok), vd = cdx_tok_n_vocab(d->tok), n = vt < vd ? vt : vd;
+    for (uint32_t id = 0; id < n; id++) {
+        size_t lt = 0, ld = 0;
+        const char *a = cdx_tok_text(t->tok, (int32_t)id, &lt), *b = cdx_tok_text(d->tok, (int32_t)id, &ld);
+        const bool ca = cdx_tok_attr(t->tok, (int32_t)id) & CDX_TOK_CONTROL;
+        const bool cb = cdx_tok_attr(d->tok, (int32_t)id) & CDX_TOK_CONTROL;
+        if (lt != ld || (lt && memcmp(a, b, lt)) || ca != cb)
+            return cdx_err_set(err, CDX_EINVAL, "--draft %s does not share %s's vocabulary: token %u is \"%.*s\"%s in the "
+                               "draft and \"%.*s\"%s in the model", dname, tname, id, (int)(ld > 64 ? 64 : ld),
+                               b ? b : "", cb ? " (special)" : "", (int)(lt > 64 ? 64 : lt), a ? a : "",
+                               ca ? " (special)" : "");
+    }
+    if (cdx_tok_bos(t->tok) != cdx_tok_bos(d->tok) || cdx_tok_eos(t->tok) != cdx_tok_eos(d->tok))
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s: its BOS/EOS ids are %d/%d, the model's (%s) %d/%d", dname,
+                           cdx_tok_bos(d->tok), cdx_tok_eos(d->tok), tname, cdx_tok_bos(t->tok), cdx_tok_eos(t->tok));
+    double hd = 0, ht = 0;
+    const double md = cdx_model_matmul_macs(d->model, &hd), mt = cdx_model_matmul_macs(t->model, &ht);
+    if (md > mt)
+        return cdx_err_set(err, CDX_EINVAL, "--draft %s is bigger than the model %s (%.3g against %.3g multiply-adds a "
+                           "token): it cannot save time", dname, tname, md, mt);
+    return CDX_OK;
+}
+
 int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_load_stage *stage, cdx_err *err)
 {
     *out = NULL;
@@ -101,6 +161,30 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     l->weight_budget = o->weight_budget;
     int rc;
+    const char *tname = ref ? ref : o->default_name ? o->default_name : "the bundled model";
+    if (o->draft) {
+        /* the draft first: refused by what it is before the model's weights are read */
+        *at = CDX_LOAD_DRAFT;
+        if (!o->engine) {
+            rc = cdx_err_set(err, CDX_EINVAL, "--draft %s: a draft model needs an engine to draft for", o->draft);
+            goto fail;
+        }
+        cdx_load_opts dl = cdx_load_defaults();
+        dl.dtype = o->dtype;
+        dl.paths_only = o->paths_only;
+        dl.hub = o->hub;
+        if ((rc = cdx_load(o->draft, &dl, &l->draft, NULL, err))) {
+            char m[sizeof err->msg];
+            snprintf(m, sizeof m, "%s", err->msg);
+            cdx_err_set(err, rc, "--draft %s: %s", o->draft, m);
+            goto fail;
+        }
+        if ((rc = draft_refused_alone(o->draft, l->draft->model, err))) {
+            *at = CDX_LOAD_DRAFT_REFUSED;
+            goto fail;
+        }
+        *at = CDX_LOAD_RESOLVE;
+    }
     if (ref) {
         if ((rc = resolve(ref, o, l, err)))
             goto fail;
@@ -132,8 +216,12 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     if (o->tasks && !o->task_set && l->task == CDX_TASK_GENERATE)
         l->task = cdx_task_declared(l->model, &l->pipe);
     *at = CDX_LOAD_TOKENIZER;
-    if (o->tokenizer && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
+    if ((o->tokenizer || l->draft) && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
         goto fail;
+    if (l->draft && (rc = draft_refused_for(o->draft, l->draft, tname, l, err))) {
+        *at = CDX_LOAD_DRAFT_REFUSED;
+        goto fail;
+    }
     *at = CDX_LOAD_CHAT;
     if (o->chat && l->tok && l->task == CDX_TASK_GENERATE && (rc = cdx_chat_setup_open(l->path, o->chat_template, l->tok, &l->chat, err)))
         goto fail;
@@ -155,6 +243,15 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     } else if (o->engine) {
         cdx_engine_opts eo = *o->engine;
         eo.kv_type = l->kv_type;
+        if (l->draft)
+            eo.draft = l->draft->model;
+        if (o->spec_if_able && eo.spec != CDX_SPEC_OFF && !l->draft && cdx_model_state_bytes(l->model)) {
+            const cdx_hparams *h = cdx_model_hparams(l->model);
+            snprintf(l->spec_note, sizeof l->spec_note, "no speculative decoding (--spec %s) for %s: its recurrent "
+                     "state (%s) is updated at every scored position and cannot be cut back to the kept tokens",
+                     cdx_spec_name(eo.spec), tname, h->arch_name ? h->arch_name : "?");
+            eo.spec = CDX_SPEC_OFF;
+        }
         if ((rc = cdx_engine_create(l->model, l->tok, &eo, &l->engine, err)))
             goto fail;
     }

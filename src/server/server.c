@@ -1225,6 +1225,51 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     return reply(k, c, 200, body, "application/json", NULL);
 }
 
+/* Speculative decoding by model: each loaded model whose engine speculates, with its proposer
+ * ("lookup" or "draft"), appended to t[0..*n) (realloc'd; NULL: no memory, t freed). */
+static char *spec_metrics(cdx_server *s, char *t, size_t *n)
+{
+    static const char *const names[2] = { "caldrix_model_spec_draft_tokens_total",
+                                          "caldrix_model_spec_accepted_tokens_total" };
+    static const char *const helps[2] = { "Draft tokens proposed by speculative decoding, by model and proposer.",
+                                          "Draft tokens kept (the model drew the same token), by model and proposer." };
+    size_t cap = 1024 + (size_t)s->reg.n * 512, w = 0;
+    char *x = malloc(cap);
+    if (!x) {
+        free(t);
+        return NULL;
+    }
+#define PUT(...) (w += (size_t)snprintf(x + w, w < cap ? cap - w : 0, __VA_ARGS__))
+    for (int k = 0; k < 2; k++) {
+        PUT("# HELP %s %s\n# TYPE %s counter\n", names[k], helps[k], names[k]);
+        pthread_mutex_lock(&s->reg.mu);
+        for (int i = 0; i < s->reg.n && w < cap; i++) {
+            const sv_model *m = &s->reg.models[i];
+            if (m->state != SV_LOADED || !m->m.engine) /* an embedder speculates on nothing */
+                continue;
+            cdx_engine_stats st;
+            cdx_engine_get_stats(m->m.engine, &st);
+            if (st.spec_proposer)
+                PUT("%s{model=\"%s\",proposer=\"%s\"} %llu\n", names[k], m->name, st.spec_proposer,
+                    (unsigned long long)(k ? st.spec_accepted : st.spec_proposed));
+        }
+        pthread_mutex_unlock(&s->reg.mu);
+    }
+#undef PUT
+    char *g = w < cap ? realloc(t, *n + w + 1) : t; /* more models than the estimate: left out, never cut */
+    if (!g) {
+        free(x);
+        free(t);
+        return NULL;
+    }
+    if (w < cap) {
+        memcpy(g + *n, x, w + 1);
+        *n += w;
+    }
+    free(x);
+    return g;
+}
+
 /* The engines' statistics summed over the loaded models (one model: its own), and the registry's
  * gauges after them. */
 static char *metrics_text(cdx_server *s, size_t *n)
@@ -1273,6 +1318,8 @@ static char *metrics_text(cdx_server *s, size_t *n)
         *n += (size_t)en;
         t = t2;
     }
+    if (t && !(t = spec_metrics(s, t, n)))
+        return NULL;
     if (!t || !s->reg.multi)
         return t;
     uint64_t used, budget;

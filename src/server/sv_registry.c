@@ -380,7 +380,8 @@ static int load_locked(sv_registry *r, sv_model *m, sv_error *e)
                                      .tmpl_tokens = ld->chat.tokens, .tmpl_chatml = ld->chat.chatml,
                                      .tmpl_kwargs = r->tmpl_kwargs, .name = m->name, .n_vocab = hp->n_vocab,
                                      .bos_id = hp->bos_id, .image_proc = ld->has_image_proc ? &ld->image_proc : NULL,
-                                     .task = ld->task, .embedder = ld->embedder, .pipe = &ld->pipe };
+                                     .task = ld->task, .embedder = ld->embedder, .pipe = &ld->pipe,
+                                     .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL };
         m->ld = ld;
         rc = set_view(m, &v, &err);
         if (rc)
@@ -678,6 +679,8 @@ json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created)
         json_object_set_new(o, "n_vocab", json_integer((json_int_t)m->m.n_vocab));
         if (!m->external)
             json_object_set_new(o, "resident_bytes", json_integer((json_int_t)m->held_bytes));
+        if (m->m.spec_off_reason) /* --spec that this model cannot take: served without it */
+            json_object_set_new(o, "speculation_off_reason", json_string(m->m.spec_off_reason));
     } else if (o) {
         json_object_set_new(o, "chat_template", json_null()); /* known once loaded */
         json_object_set_new(o, "context_length",
