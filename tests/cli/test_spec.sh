@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speculative decoding through the CLI (issue 39): llama.cpp's greedy goldens for stories260K
 # (../shared/fixtures/llamacpp/stories260K.json) still come out with --spec lookup at k = 1, 3 and
-# 8, and with a draft model (its own Q8_0 copy, and itself); --json's timings.draft and the stderr
+# 8, and with a draft model (its own Q8_0 copy, and itself; bench --draft too); --json's timings.draft and the stderr
 # summary; refusals (bad --spec/--draft-max/--draft-min, a hybrid model, a mixture of experts or
 # another vocabulary as draft) exit 2 naming the field or the models.
 set -u
@@ -74,6 +74,11 @@ PY
     done
     check "--draft $(basename "$D"): llama.cpp's 32 greedy tokens for all 5 cases, guesses kept" '[ $good -eq 5 ]'
 done
+"$CALDRIX" bench "$M" --draft "$tmp/q8.gguf" --spec-keep-on -t 1 -p 16 -n 16 -r 1 --json >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "bench --draft: the draft named in --json, its guesses scored and kept" \
+    '[ $rc -eq 0 ] && python3 -c "import json,sys; o=json.load(open(sys.argv[1])); sys.exit(not (o[\"spec\"] == \"auto\" and o[\"draft\"] == sys.argv[2] and 0 < o[\"spec_accepted\"] <= o[\"spec_proposed\"]))" "$tmp/out" "$tmp/q8.gguf"'
+"$CALDRIX" bench "$M" --draft ../shared/fixtures/hf/qwen3_moe -t 1 -r 1 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "bench: a mixture of experts as draft refused by name, exit 2" '[ $rc -eq 2 ] && grep -q "is a mixture of experts" "$tmp/err"'
 "$CALDRIX" run "$M" -p hi -n 4 --draft ../shared/fixtures/hf/qwen3_moe >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "a mixture of experts as draft: refused by name, exit 2" '[ $rc -eq 2 ] && grep -q "is a mixture of experts" "$tmp/err"'
 "$CALDRIX" run "$M" -p hi -n 4 --draft ../shared/fixtures/hf/llama >"$tmp/out" 2>"$tmp/err"; rc=$?
