@@ -88,6 +88,14 @@ typedef struct cdx_load_opts {
      * Qwen's sizes do), other BOS/EOS ids, a draft with more multiply-adds a token than the model, a
      * model that cannot speculate. Needs engine; the model's tokenizer is opened for the check. */
     const char *draft;
+    /* --draft auto (draft NULL): candidates on disk (files or folders: the caches' models, which the
+     * caller lists), tried after the model loads, those reading the most weight bytes a token first
+     * (inspect's estimate, no weights read), passing over the model itself, a candidate inspect
+     * refuses and one reading more than half the model's weight bytes a token (decode reads every
+     * weight once: a draft reading more cannot pay); the first that passes draft's checks is the
+     * draft. draft_note says which, or that none did and why each was passed over (then no draft). */
+    const char *const *draft_candidates;
+    int n_draft_candidates;
     /* Speculation where the model can (serve: one --spec for several models): a model whose cache
      * cannot be cut back (a recurrent state) gets its engine without speculation, and spec_note says
      * why, instead of the engine's refusal. A draft given is still refused for it. */
@@ -113,6 +121,7 @@ typedef struct cdx_loaded {
     cdx_embedder *embedder;      /* an embed or rerank task with opts.engine; else NULL */
     struct cdx_loaded *draft;    /* opts.draft's model and tokenizer (no engine), freed after the engine */
     char spec_note[256];         /* opts.spec_if_able turned speculation off for this model: why ("": not) */
+    char draft_note[2048];       /* opts.draft_candidates: the draft chosen, or why none was */
 } cdx_loaded;
 
 /* Loads ref (a path, an alias, owner/name[@rev], ollama:name[:tag]; NULL: opts.default_gguf).

@@ -54,6 +54,12 @@ int cli_parse_json_object(const char *cmd, const char *opt, const char *s, json_
 /* An engine option (--threads, --ctx, --max-batch, ...): cli_parse_int over the range of its row in
  * the engine's table (cdx_engine_opt_range), so a command accepts exactly what the engine takes. */
 int cli_parse_engine_opt(const char *opt, const char *s, cdx_engine_opt_id id, long *out);
+/* Every model in the caches (Hugging Face snapshots, Ollama tags), as caldrix models list shows
+ * them: rows {ref, where, path, bytes, complete, runs, problem} (inspect's verdict, no weight read). */
+json_t *cli_models_cached(const cdx_hub_env *env);
+/* --draft auto's candidates: the paths of the complete cached models (heap, n of them, NULL-ended;
+ * free each and the array). 0, or 1 after printing why (cmd: "caldrix run"). */
+int cli_draft_candidates(const char *cmd, char ***paths, int *n);
 /* The --help line that gives those options' ranges from the same table:
  * "ranges: --ctx 1..16777216, --threads 1..8 (4 x the 2 cores this process may use, at most 1024)" */
 void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n);

@@ -897,20 +897,12 @@ static void list_ollama(const char *dir, const char *rel, int depth, json_t *out
     closedir(d);
 }
 
-static int cmd_list(int argc, char **argv)
+json_t *cli_models_cached(const cdx_hub_env *envp)
 {
-    bool json = false;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else { fprintf(stderr, "caldrix models list: unexpected argument \"%s\" (caldrix models --help)\n", argv[i]); return 2; }
-    }
-    cdx_hub_env env;
-    cdx_err err = { 0 };
-    if (cdx_hub_env_load(&env, &err) < 0) {
-        fprintf(stderr, "caldrix: %s\n", err.msg);
-        return 1;
-    }
+    const cdx_hub_env env = *envp;
     json_t *out = json_array();
+    if (!out)
+        return NULL;
     DIR *d = opendir(env.hf_cache);
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -953,6 +945,54 @@ static int cmd_list(int argc, char **argv)
     char mp[4200];
     snprintf(mp, sizeof mp, "%s/ollama/manifests", env.caldrix_cache);
     list_ollama(mp, "", 0, out);
+    return out;
+}
+
+int cli_draft_candidates(const char *cmd, char ***paths, int *n)
+{
+    *paths = NULL;
+    *n = 0;
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "%s: --draft auto: %s\n", cmd, err.msg);
+        return 1;
+    }
+    json_t *rows = cli_models_cached(&env);
+    cdx_hub_env_free(&env);
+    const size_t nr = json_array_size(rows);
+    char **p = calloc(nr + 1, sizeof *p);
+    if (!p) {
+        json_decref(rows);
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        return 1;
+    }
+    int k = 0;
+    for (size_t i = 0; i < nr; i++) {
+        json_t *r = json_array_get(rows, i);
+        if (json_is_true(json_object_get(r, "complete")) && (p[k] = strdup(json_string_value(json_object_get(r, "path")))))
+            k++;
+    }
+    json_decref(rows);
+    *paths = p;
+    *n = k;
+    return 0;
+}
+
+static int cmd_list(int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else { fprintf(stderr, "caldrix models list: unexpected argument \"%s\" (caldrix models --help)\n", argv[i]); return 2; }
+    }
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0) {
+        fprintf(stderr, "caldrix: %s\n", err.msg);
+        return 1;
+    }
+    json_t *out = cli_models_cached(&env);
     cdx_hub_env_free(&env);
     if (json) {
         print_json(out);

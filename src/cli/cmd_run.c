@@ -79,9 +79,12 @@ static const char k_run_options[] =
     "  --draft-max K          the longest draft (default 8); the length adapts per request\n"
     "  --draft-min K          the shortest draft (default 1)\n"
     "  --spec-keep-on         never turn speculation off (for measurements)\n"
-    "  --draft MODEL          a draft model (any reference run takes) proposes its greedy continuation\n"
+    "  --draft MODEL|auto     a draft model (any reference run takes) proposes its greedy continuation\n"
     "                         (implies --spec auto). It must share the model's token ids (text and\n"
-    "                         special tokens; padding may differ), be no bigger, dense and text-only\n"
+    "                         special tokens; padding may differ), be no bigger, dense and text-only.\n"
+    "                         auto: the cached model (caldrix models list) reading the most weight bytes\n"
+    "                         a token, at most half the model's, that passes those checks (stderr says\n"
+    "                         which, or why none did: then prompt lookup)\n"
     "  --image FILE           a PNG or JPEG for a vision model (repeat for more): each <image> in -p marks\n"
     "                         where one goes (else they come first); with --prompt-ids the ids are used as\n"
     "                         given (already expanded) and the images fill the image-token positions\n"
@@ -818,6 +821,8 @@ int cmd_run(int argc, char **argv)
     }
     cdx_err err = {0};
     cdx_loaded *ld = NULL;
+    char **cands = NULL; /* --draft auto */
+    int n_cands = 0;
     id_list prompt = {0};
     run_state st = { .stream = !o.json, .steps = o.json ? json_array() : NULL };
     char *chat_text = NULL, *input_text = NULL;
@@ -915,6 +920,16 @@ int cmd_run(int argc, char **argv)
     lo.kv_type_set = o.kv_type_set;
     cdx_load_stage at;
     lo.draft = o.draft; /* loaded first, refused (exit 2) by what it is and by the model's vocabulary and size */
+    if (o.draft && !strcmp(o.draft, "auto")) {
+        lo.draft = NULL; /* the first cached model that passes the same checks */
+        if (cli_draft_candidates("caldrix run", &cands, &n_cands))
+            goto done;
+        lo.draft_candidates = (const char *const *)cands;
+        lo.n_draft_candidates = n_cands;
+        if (!n_cands)
+            fprintf(stderr, "caldrix run: --draft auto: the caches hold no model to draft with; speculating by prompt "
+                            "lookup\n");
+    }
     if ((rc = cdx_load(o.model, &lo, &ld, &at, &err))) {
         if (at == CDX_LOAD_DRAFT || at == CDX_LOAD_DRAFT_REFUSED)
             fprintf(stderr, "caldrix run: %s\n", err.msg);
@@ -940,6 +955,8 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "caldrix: split over %d ranks: layers 0-%lld here, the rest on ranks 1-%d\n",
                     cdx_split_size(split), (long long)split_l1 - 1, cdx_split_size(split) - 1);
     }
+    if (ld->draft_note[0])
+        fprintf(stderr, "caldrix run: %s%s\n", ld->draft_note, ld->draft ? "" : "; speculating by prompt lookup");
     o.model = ld->path;
     const cdx_model *m = ld->model;
     const cdx_tok *tok = ld->tok;
@@ -1161,6 +1178,9 @@ done:
         cdx_split_stop(split);
         cdx_split_end(split);
     }
+    for (int i = 0; i < n_cands; i++)
+        free(cands[i]);
+    free(cands);
     json_decref(o.chat_kwargs);
     free(chat_text);
     free(input_text);

@@ -78,9 +78,10 @@ static const char k_serve_usage[] =
     "                       caldrix_spec_*_total\n"
     "                       A model that cannot speculate (Qwen3.5's recurrent state) is served without\n"
     "                       it, and says why (stderr; /v1/models speculation_off_reason)\n"
-    "  --draft MODEL        a draft model for the served model (one MODEL only; any reference run\n"
+    "  --draft MODEL|auto   a draft model for the served model (one MODEL only; any reference run\n"
     "                       takes; implies --spec auto): loaded with it and refused as caldrix run\n"
-    "                       refuses it (exit 2); /metrics caldrix_model_spec_*_total{proposer=\"draft\"}\n"
+    "                       refuses it (exit 2); /metrics caldrix_model_spec_*_total{proposer=\"draft\"};\n"
+    "                       auto: as caldrix run --draft auto picks one from the caches\n"
     "  --draft-max K, --draft-min K   the draft length's bounds (default 8 and 1)\n"
     "  --spec-keep-on       never turn speculation off (for measurements)\n"
     "  --max-connections N  open connections at once (default 256)\n"
@@ -647,6 +648,8 @@ int cmd_serve(int argc, char **argv)
     cdx_err err = {0};
     cdx_server *srv = NULL;
     cdx_loaded *ld = NULL;
+    char **cands = NULL; /* --draft auto */
+    int n_cands = 0;
     char *name = model_name(model);
     status = 1;
     on_signals();
@@ -680,6 +683,16 @@ int cmd_serve(int argc, char **argv)
     set_task(&lo, &lt);
     lo.draft = draft;
     lo.spec_if_able = true;
+    if (draft && !strcmp(draft, "auto")) {
+        lo.draft = NULL; /* the first cached model that passes run's checks */
+        if (cli_draft_candidates("caldrix serve", &cands, &n_cands))
+            goto done;
+        lo.draft_candidates = (const char *const *)cands;
+        lo.n_draft_candidates = n_cands;
+        if (!n_cands)
+            fprintf(stderr, "caldrix serve: --draft auto: the caches hold no model to draft with; speculating by "
+                            "prompt lookup\n");
+    }
     cdx_load_stage at;
     int rc = cdx_load(model, &lo, &ld, &at, &err);
     if (rc) {
@@ -709,7 +722,9 @@ int cmd_serve(int argc, char **argv)
     }
     if (ld->spec_note[0])
         fprintf(stderr, "caldrix serve: %s\n", ld->spec_note);
-    if (ld->draft)
+    if (ld->draft_note[0])
+        fprintf(stderr, "caldrix serve: %s%s\n", ld->draft_note, ld->draft ? "" : "; speculating by prompt lookup");
+    else if (ld->draft)
         fprintf(stderr, "caldrix serve: draft model %s (%s)\n", draft, ld->draft->path ? ld->draft->path : "");
     const cdx_model *m = ld->model;
     if (*cdx_model_notes(m))
@@ -784,6 +799,9 @@ done:
         cdx_split_stop(split);
         cdx_split_end(split);
     }
+    for (int i = 0; i < n_cands; i++)
+        free(cands[i]);
+    free(cands);
     json_decref(chat_kwargs);
     free(name);
     return status;

@@ -2,6 +2,8 @@
 #include "caldrix/load.h"
 #include "caldrix/pool.h"
 
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +152,115 @@ static int draft_refused_for(const char *dname, const cdx_loaded *d, const char 
     return CDX_OK;
 }
 
+/* ---- --draft auto ---- */
+
+typedef struct draft_cand {
+    const char *path;
+    uint64_t bytes;   /* inspect's weight bytes */
+} draft_cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const draft_cand *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : strcmp(x->path, y->path);
+}
+
+static void note_add(char *note, size_t cap, const char *fmt, ...) CDX_PRINTF(3, 4);
+static void note_add(char *note, size_t cap, const char *fmt, ...)
+{
+    const size_t n = strlen(note);
+    if (n + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The first candidate that passes draft's checks for t (t->draft set), or none (t->draft NULL);
+ * t->draft_note says which, or why each was passed over. Only running out of memory fails. */
+static int draft_auto(const cdx_load_opts *o, const char *tname, cdx_loaded *t, cdx_err *err)
+{
+    const int n = o->n_draft_candidates;
+    char *note = t->draft_note;
+    const size_t cap = sizeof t->draft_note;
+    draft_cand *c = calloc((size_t)n, sizeof *c);
+    cdx_hub_report *r = malloc(sizeof *r);
+    if (!c || !r) {
+        free(c);
+        free(r);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    char self[4096] = "", why[1200];
+    if (t->path && !realpath(t->path, self))
+        self[0] = 0;
+    int m = 0, passed = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = o->draft_candidates[i];
+        char rp[4096];
+        cdx_err e = { 0 };
+        if (self[0] && realpath(p, rp) && !strcmp(rp, self))
+            continue; /* the model itself */
+        memset(r, 0, sizeof *r);
+        why[0] = 0;
+        if (cdx_hub_inspect_path(p, r, &e) < 0)
+            snprintf(why, sizeof why, "%s", e.msg);
+        else if (r->refusal[0])
+            snprintf(why, sizeof why, "%s", r->refusal);
+        else if (strcmp(r->missing_required_tensors, "none"))
+            snprintf(why, sizeof why, "missing tensors: %s", r->missing_required_tensors);
+        else if (r->n_expert > 0)
+            snprintf(why, sizeof why, "a mixture of experts (%s)", r->architecture);
+        if (why[0]) {
+            note_add(note, cap, "%s%s: %.200s", passed++ ? "; " : "", p, why);
+            continue;
+        }
+        c[m++] = (draft_cand){ p, r->weight_bytes };
+    }
+    free(r);
+    qsort(c, (size_t)m, sizeof *c, cand_cmp);
+    const uint64_t tb = cdx_model_weight_bytes(t->model);
+    int rc = CDX_OK;
+    for (int i = 0; i < m && !t->draft; i++) {
+        cdx_load_opts dl = cdx_load_defaults();
+        dl.dtype = o->dtype;
+        dl.paths_only = true;
+        cdx_loaded *d = NULL;
+        cdx_err e = { 0 };
+        if ((rc = cdx_load(c[i].path, &dl, &d, NULL, &e)) == CDX_ENOMEM)
+            break;
+        rc = CDX_OK;
+        if (!d)
+            snprintf(why, sizeof why, "%s", e.msg);
+        else if (cdx_model_weight_bytes(d->model) * 2 > tb)
+            snprintf(why, sizeof why, "reads %zu weight bytes a token, more than half the model's %llu",
+                     cdx_model_weight_bytes(d->model), (unsigned long long)tb);
+        else if (draft_refused_alone(c[i].path, d->model, &e) || draft_refused_for(c[i].path, d, tname, t, &e))
+            snprintf(why, sizeof why, "%s", e.msg);
+        else {
+            t->draft = d;
+            char rest[sizeof t->draft_note];
+            snprintf(rest, sizeof rest, "%s", note);
+            snprintf(note, cap, "--draft auto chose %.1000s (%zu weight bytes a token against the model's %llu) among %d "
+                     "candidate%s", c[i].path, cdx_model_weight_bytes(d->model), (unsigned long long)tb, n,
+                     n == 1 ? "" : "s");
+            if (rest[0])
+                note_add(note, cap, "; passed over: %.1700s", rest);
+            break;
+        }
+        cdx_load_close(d);
+        note_add(note, cap, "%s%s: %.300s", passed++ ? "; " : "", c[i].path, why);
+    }
+    free(c);
+    if (!t->draft && rc == CDX_OK) {
+        char rest[sizeof t->draft_note];
+        snprintf(rest, sizeof rest, "%s", note);
+        snprintf(note, cap, "--draft auto found no draft for %.200s among %d candidate%s%s%.1700s", tname, n, n == 1 ? "" : "s",
+                 rest[0] ? ": " : " (no cached model other than it)", rest);
+    }
+    return rc == CDX_ENOMEM ? cdx_err_set(err, CDX_ENOMEM, "out of memory") : CDX_OK;
+}
+
 int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_load_stage *stage, cdx_err *err)
 {
     *out = NULL;
@@ -216,8 +327,14 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     if (o->tasks && !o->task_set && l->task == CDX_TASK_GENERATE)
         l->task = cdx_task_declared(l->model, &l->pipe);
     *at = CDX_LOAD_TOKENIZER;
-    if ((o->tokenizer || l->draft) && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
+    const bool draft_auto_ = !o->draft && o->n_draft_candidates > 0 && o->engine;
+    if ((o->tokenizer || l->draft || draft_auto_) && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))
         goto fail;
+    if (draft_auto_) {
+        *at = CDX_LOAD_DRAFT;
+        if ((rc = draft_auto(o, tname, l, err)))
+            goto fail;
+    }
     if (l->draft && (rc = draft_refused_for(o->draft, l->draft, tname, l, err))) {
         *at = CDX_LOAD_DRAFT_REFUSED;
         goto fail;

@@ -3,7 +3,8 @@
 # (../shared/fixtures/llamacpp/stories260K.json) still come out with --spec lookup at k = 1, 3 and
 # 8, and with a draft model (its own Q8_0 copy, and itself; bench --draft too); --json's timings.draft and the stderr
 # summary; refusals (bad --spec/--draft-max/--draft-min, a hybrid model, a mixture of experts or
-# another vocabulary as draft) exit 2 naming the field or the models.
+# another vocabulary as draft) exit 2 naming the field or the models; --draft auto picks from a fake
+# Ollama cache, or says none fits.
 set -u
 CALDRIX=${CALDRIX:-build/caldrix}
 pass=0; fail=0
@@ -86,6 +87,37 @@ check "a draft of another vocabulary: refused naming both models, exit 2" \
     '[ $rc -eq 2 ] && grep -q "\-\-draft ../shared/fixtures/hf/llama for" "$tmp/err" && grep -q "not one vocabulary" "$tmp/err"'
 "$CALDRIX" run "$M" -p hi -n 4 --draft "$M" --spec lookup >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "--draft with --spec lookup: exit 2" '[ $rc -eq 2 ] && grep -q "give --spec auto" "$tmp/err"'
+
+# --draft auto: the cached models (a fake Ollama cache, offline) that read at most half the model's
+# weight bytes a token and pass --draft's checks, the one reading the most first
+put_ollama() { # CACHE NAME GGUF: a complete Ollama tag, as caldrix pull leaves it
+    local cache=$1 name=$2 f=$3 hex size
+    hex=$(sha256sum "$f" | cut -d' ' -f1); size=$(stat -c %s "$f")
+    mkdir -p "$cache/ollama/blobs" "$cache/ollama/manifests/registry.ollama.ai/library/$name"
+    cp "$f" "$cache/ollama/blobs/sha256-$hex"
+    printf '{"schemaVersion":2,"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:%s","size":%s}]}' \
+        "$hex" "$size" >"$cache/ollama/manifests/registry.ollama.ai/library/$name/latest"
+}
+"$CALDRIX" quantize "$M" "$tmp/q4.gguf" Q4_0 >/dev/null 2>&1
+mkdir -p "$tmp/hf"
+put_ollama "$tmp/c1" storiesq4 "$tmp/q4.gguf"; put_ollama "$tmp/c1" storiesq8 "$tmp/q8.gguf"; put_ollama "$tmp/c1" storiesf32 "$M"
+ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['cases'][0]['prompt_ids'])))")
+auto_run() { # CACHE: run --draft auto on case 0
+    CALDRIX_CACHE=$1 HF_HUB_CACHE=$tmp/hf CALDRIX_OFFLINE=1 "$CALDRIX" run "$M" --prompt-ids "$ids" -n 32 --temp 0 \
+        --ignore-eos --json --draft auto --spec-keep-on >"$tmp/out" 2>"$tmp/err"
+}
+golden0() { python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['cases'][0]; o=json.load(open(sys.argv[2])); sys.exit(not (o['tokens'] == g['tokens'] and o['timings']['draft']['proposer'] == sys.argv[3]))" "$GOLD" "$tmp/out" "$1"; }
+auto_run "$tmp/c1"; rc=$?
+check "--draft auto: the Q8_0 copy (the most bytes within half the model's), the full copy passed over; llama.cpp's tokens" \
+    '[ $rc -eq 0 ] && grep -q "draft auto chose .*/storiesq8/latest/model.gguf" "$tmp/err" && grep -q "passed over: .*storiesf32.*more than half" "$tmp/err" && golden0 draft'
+rm -rf "$tmp/c2"; put_ollama "$tmp/c2" storiesf32 "$M"
+auto_run "$tmp/c2"; rc=$?
+check "--draft auto with no fit draft: says none was found and why, prompt lookup instead (llama.cpp's tokens)" \
+    '[ $rc -eq 0 ] && grep -q "draft auto found no draft for .* among 1 candidate: .*more than half.*; speculating by prompt lookup" "$tmp/err" && golden0 lookup'
+mkdir -p "$tmp/c3"
+auto_run "$tmp/c3"; rc=$?
+check "--draft auto with empty caches: says so, prompt lookup instead" \
+    '[ $rc -eq 0 ] && grep -q "the caches hold no model to draft with; speculating by prompt lookup" "$tmp/err" && golden0 lookup'
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -6,7 +6,7 @@
 # speculation; "speculative": false opts out; /metrics counts the draft's tokens by model and
 # proposer. Refusals exit 2 before "listening on", as caldrix run's: a mixture of experts or another
 # vocabulary as draft, --draft with several models or with --spec lookup, a draft for a model that
-# cannot speculate. Qwen3.5 with --spec lookup is served without speculation and says why.
+# cannot speculate. --draft auto picks the Q8_0 copy from a fake Ollama cache.
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh
@@ -76,6 +76,19 @@ check "/metrics: draft tokens by model and proposer ($drafted proposed, $mkept k
     [ "${drafted:-0}" -gt 0 -a "${mkept:-0}" -le "${drafted:-0}" -a "${mkept:-0}" -ge "$kept" ]
 curl -s -m 5 "$URL/metrics" -o "$tmp/metrics2"
 check "/metrics without speculation: no per-model draft series" bash -c "! grep -q '^caldrix_model_spec_draft_tokens_total{' '$tmp/metrics2'"
+stop_servers
+
+# --draft auto: the Q8_0 copy from a fake Ollama cache (offline), said on stderr; llama.cpp's tokens
+mkdir -p "$tmp/hf" "$tmp/cache/ollama/blobs" "$tmp/cache/ollama/manifests/registry.ollama.ai/library/storiesq8"
+hex=$(sha256sum "$tmp/q8.gguf" | cut -d' ' -f1)
+cp "$tmp/q8.gguf" "$tmp/cache/ollama/blobs/sha256-$hex"
+printf '{"schemaVersion":2,"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:%s","size":%s}]}' \
+    "$hex" "$(stat -c %s "$tmp/q8.gguf")" >"$tmp/cache/ollama/manifests/registry.ollama.ai/library/storiesq8/latest"
+CALDRIX_CACHE=$tmp/cache HF_HUB_CACHE=$tmp/hf CALDRIX_OFFLINE=1 start_server auto "$S260" --threads 1 --draft auto --spec-keep-on
+check "serve --draft auto: the cached Q8_0 copy chosen, said on stderr" grep -q "draft auto chose .*/storiesq8/latest/model.gguf" "$tmp/auto.log"
+ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['cases'][1]['prompt_ids'])))")
+post /v1/completions "{\"prompt\":[$ids],\"max_tokens\":32,\"temperature\":0,\"ignore_eos\":true,\"return_tokens\":true}" "$tmp/auto.json" >/dev/null
+check "... llama.cpp's 32 greedy tokens, draft tokens kept" python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['cases'][1]; d=json.load(open(sys.argv[2])); sys.exit(not (d['choices'][0]['tokens'] == c['tokens'] and d['usage']['completion_tokens_details']['accepted_prediction_tokens'] > 0))" "$GOLD" "$tmp/auto.json"
 stop_servers
 
 # refusals: exit 2 before listening, as caldrix run's
