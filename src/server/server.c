@@ -746,6 +746,7 @@ typedef struct sv_conn {
     bool too_big;
     int status;
     sv_job *job;
+    int64_t emb_tokens;             /* an embed or rerank answer's input tokens (0: none) */
     sv_model *mdl;                  /* acquired: released when the connection completes */
 } sv_conn;
 
@@ -1488,14 +1489,16 @@ static enum MHD_Result route_embed(sv_conn *k, struct MHD_Connection *c, const c
     char *body = NULL;
     if (picked < 0)
         return reply_error(k, c, &e);
-    if (!picked && sv_embed_answer(&k->s->reg, k->mdl, k->route == SV_R_RERANK, k->body, k->n, &body, &e))
+    int64_t nt = -1;
+    if (!picked && sv_embed_answer(&k->s->reg, k->mdl, k->route == SV_R_RERANK, k->body, k->n, &body, &nt, &e))
         return reply_error(k, c, &e);
     if (picked) { /* not a JSON object: the parser says so */
-        if (!sv_embed_answer(&k->s->reg, &k->s->reg.models[0], k->route == SV_R_RERANK, k->body, k->n, &body, &e))
+        if (!sv_embed_answer(&k->s->reg, &k->s->reg.models[0], k->route == SV_R_RERANK, k->body, k->n, &body, &nt, &e))
             sv_fail(&e, 400, "invalid_request_error", "invalid_json", NULL, "the body must be a JSON object");
         free(body);
         return reply_error(k, c, &e);
     }
+    k->emb_tokens = nt;
     return reply(k, c, 200, body, "application/json", NULL);
 }
 
@@ -1668,6 +1671,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
                                   .completion_tokens = -1, .ms = cdx_time_ms() - k->t0_ms };
     if (k->mdl)
         rl.model = k->mdl->name;
+    if (k->emb_tokens > 0) { /* an embed or rerank request: its inputs' tokens, nothing generated */
+        rl.prompt_tokens = k->emb_tokens;
+        rl.completion_tokens = 0;
+    }
     if (k->job) {
         sv_job *j = k->job;
         pthread_mutex_lock(&j->mu);

@@ -247,7 +247,7 @@ static int run(sv_registry *r, sv_model *m, inputs *in, float *out, float *logit
     return 0;
 }
 
-static int embeddings(sv_registry *r, sv_model *m, json_t *root, char **body, sv_error *e)
+static int embeddings(sv_registry *r, sv_model *m, json_t *root, char **body, int64_t *n_tokens, sv_error *e)
 {
     inputs in = { 0 };
     float *vec = NULL;
@@ -311,6 +311,7 @@ static int embeddings(sv_registry *r, sv_model *m, json_t *root, char **body, sv
                 (long long)in.n_tokens, (long long)in.n_tokens);
         free(nm);
         json_decref(name);
+        *n_tokens = in.n_tokens;
         if (fclose(f) || rc) {
             free(*body);
             *body = NULL;
@@ -335,7 +336,7 @@ static int by_score(const void *a, const void *b)
     return x->score < y->score ? 1 : x->score > y->score ? -1 : x->index - y->index;
 }
 
-static int rerank(sv_registry *r, sv_model *m, json_t *root, char **body, sv_error *e)
+static int rerank(sv_registry *r, sv_model *m, json_t *root, char **body, int64_t *n_tokens, sv_error *e)
 {
     const json_t *q = json_object_get(root, "query"), *docs = json_object_get(root, "documents");
     const char *dfield = "documents";
@@ -426,6 +427,7 @@ static int rerank(sv_registry *r, sv_model *m, json_t *root, char **body, sv_err
         }
         json_t *out = json_pack("{s:s,s:s,s:o,s:{s:I,s:I}}", "object", "list", "model", m->name, "results", res, "usage",
                                 "prompt_tokens", (json_int_t)in.n_tokens, "total_tokens", (json_int_t)in.n_tokens);
+        *n_tokens = in.n_tokens;
         *body = out ? json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
         json_decref(out);
         if (!*body)
@@ -439,7 +441,7 @@ static int rerank(sv_registry *r, sv_model *m, json_t *root, char **body, sv_err
 }
 
 int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *body, size_t len, char **out,
-                    sv_error *e)
+                    int64_t *n_tokens, sv_error *e)
 {
     *out = NULL;
     json_t *root = parse_body(body ? body : "", len, e);
@@ -452,7 +454,7 @@ int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *bod
                  cdx_task_name(m->task), cdx_task_name(want),
                  m->task == CDX_TASK_GENERATE ? " (serve an embedding or rerank model, or name one with --task)" : "");
     else
-        rc = is_rerank ? rerank(r, m, root, out, e) : embeddings(r, m, root, out, e);
+        rc = is_rerank ? rerank(r, m, root, out, n_tokens, e) : embeddings(r, m, root, out, n_tokens, e);
     json_decref(root);
     return rc;
 }

@@ -345,10 +345,11 @@ void sv_reg_kick(sv_registry *r);
 void sv_reg_emb_run(sv_registry *r, sv_model *m, sv_emb_job *j);
 /* Waits up to ms for work; unloads models idle past --idle-unload. */
 void sv_reg_idle(sv_registry *r, int ms);
-/* /v1/embeddings (is_rerank false) or /v1/rerank on m (acquired): *out (heap) the JSON answer, or -1 with e
+/* /v1/embeddings (is_rerank false) or /v1/rerank on m (acquired): *out (heap) the JSON answer and *n_tokens
+ * the inputs' tokens (for the request log), or -1 with e
  * (400 naming the field; 400 invalid_model_task for a model served for another task). sv_embed.c. */
 int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *body, size_t len, char **out,
-                    sv_error *e);
+                    int64_t *n_tokens, sv_error *e);
 /* POST /chunk on m (acquired; any task, with a tokenizer): *out (heap) the JSON answer, or -1 with e
  * (400 InvalidChunkOverlap when overlap_tokens >= target_tokens). sv_embed.c. */
 int sv_chunk_answer(sv_model *m, const char *body, size_t len, char **out, sv_error *e);
