@@ -453,7 +453,7 @@ int cdx_rerank_format(const cdx_embedder *e, const char *query, const char *doc,
     const size_t len = strlen(ins) + strlen(query) + strlen(doc) + 64;
     if (!rc && !(mid = malloc(len)))
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    if (!rc) {
+    if (!rc && mid) {
         snprintf(mid, len, "<Instruct>: %s\n<Query>: %s\n<Document>: %s", ins, query, doc);
         rc = encode(e->tok, mid, strlen(mid), false, &m, &nm, err);
     }
