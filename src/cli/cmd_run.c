@@ -1158,11 +1158,14 @@ int cmd_run(int argc, char **argv)
                 decode_s > 0 ? (double)n_decoded / decode_s : 0.0, cdx_kernels_isa(k),
                 cdx_dtype_name(cdx_model_dtype(m)), cdx_model_dtype_why(m), cdx_type_name(ld->kv_type),
                 (unsigned long long)o.sp.seed);
+        /* the draft's name (the reference given, or the model --draft auto chose), else the proposer's */
+        const char *dname = !st.proposer || strcmp(st.proposer, "draft") || !ld->draft ? st.proposer
+                          : o.draft && strcmp(o.draft, "auto") ? o.draft : ld->draft->path;
         if (st.proposer && st.spec_off)
-            fprintf(stderr, "caldrix: draft %s was turned off (accepted %lld of %lld proposed tokens)\n", st.proposer,
+            fprintf(stderr, "caldrix: draft %s was turned off (accepted %lld of %lld proposed tokens)\n", dname,
                     (long long)st.accepted, (long long)st.proposed);
         else if (st.proposer)
-            fprintf(stderr, "caldrix: draft %s stayed on (accepted %.0f %% of %lld proposed tokens)\n", st.proposer,
+            fprintf(stderr, "caldrix: draft %s stayed on (accepted %.0f %% of %lld proposed tokens)\n", dname,
                     st.proposed ? 100.0 * (double)st.accepted / (double)st.proposed : 0.0, (long long)st.proposed);
     }
     status = 0;

@@ -75,6 +75,9 @@ PY
     done
     check "--draft $(basename "$D"): llama.cpp's 32 greedy tokens for all 5 cases, guesses kept" '[ $good -eq 5 ]'
 done
+"$CALDRIX" run "$M" -p "Once upon a time" -n 16 --temp 0 --draft "$tmp/q8.gguf" >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "the stderr summary names the draft model" \
+    '[ $rc -eq 0 ] && grep -Eq "^caldrix: draft $tmp/q8.gguf (stayed on|was turned off) \(accepted" "$tmp/err"'
 "$CALDRIX" bench "$M" --draft "$tmp/q8.gguf" --spec-keep-on -t 1 -p 16 -n 16 -r 1 --json >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "bench --draft: the draft named in --json, its guesses scored and kept" \
     '[ $rc -eq 0 ] && python3 -c "import json,sys; o=json.load(open(sys.argv[1])); sys.exit(not (o[\"spec\"] == \"auto\" and o[\"draft\"] == sys.argv[2] and 0 < o[\"spec_accepted\"] <= o[\"spec_proposed\"]))" "$tmp/out" "$tmp/q8.gguf"'
