@@ -42,7 +42,7 @@ endif
 ISA_avx2   := -mavx2 -mfma -mf16c $(ISA_OPT)
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2 $(ISA_OPT)
 
-LAYERS  := base format image quant kernel model engine text hub server
+LAYERS  := base format image quant kernel model engine train text hub server
 LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)) $(wildcard src/model/arch/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -21,6 +21,7 @@
 #include "caldrix/model.h"
 #include "caldrix/convert.h"
 #include "caldrix/engine.h"
+#include "caldrix/train.h"
 #include "caldrix/tokenizer.h"
 #include "caldrix/hub.h"
 #include "caldrix/server.h"

@@ -31,6 +31,7 @@ int cmd_doctor(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int synth_vlm(const char *dir, const char *shape, long seed); /* caldrix synth DIR --shape smolvlm-* (2: unknown) */
 
 /* Strict number parsing for options: the whole string must be a number in range.

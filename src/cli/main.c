@@ -25,6 +25,7 @@ static const cli_command k_commands[] = {
     { "bench",    cmd_bench,    "time load, prefill and decode of a model" },
     { "synth",    cmd_synth,    "write a random-weight model with a real model's shapes" },
     { "verify",   cmd_verify,   "ask a model a question it cannot answer by luck; PASS or FAIL" },
+    { "perplexity", cmd_perplexity, "perplexity of a text, and KL divergence against a base (llama-perplexity)" },
 };
 
 static int cmd_version(int argc, char **argv)
@@ -37,7 +38,7 @@ static int cmd_help(int argc, char **argv)
 {
     printf("usage: caldrix COMMAND [ARGS]   (caldrix COMMAND --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-        printf("  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+        printf("  %-11s %s\n", k_commands[i].name, k_commands[i].help);
     return 0;
 }
 
