@@ -360,6 +360,7 @@ CDX_API const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc);
  * been written by earlier batches or come earlier in this one. For every i with want_logits[i]
  * (NULL: only the last token), a row of n_vocab logits is written to logits, in order. Each row's
  * result is the same whatever else is in the batch (batch invariance). */
+typedef struct cdx_lora_set cdx_lora_set;
 typedef struct cdx_batch {
     int64_t n;
     const int32_t *tokens;
@@ -376,6 +377,7 @@ typedef struct cdx_batch {
     float *x_out;               /* NULL, or: for each token with want_logits, its hidden state after the
                                    context's last layer, before the output norm (n_embd floats), in order;
                                    no logits (a split model's last stage gives these back to the first) */
+    const cdx_lora_set *const *lora; /* NULL, or per token NULL or the LoRA adapters on its row (below) */
 } cdx_batch;
 
 CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
@@ -437,6 +439,42 @@ CDX_API bool cdx_model_is_encoder(const cdx_model *m);
  * input, the position and the id). Scratch is allocated per call; fc's max_tokens does not bound it. */
 CDX_API int cdx_encode(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t *lens, int n_in, float *hidden,
                        cdx_err *err);
+
+/* ---- LoRA adapters ----
+ * An adapter is opened against one model and never changes it: its low-rank product is added per
+ * row after each target matrix (y += scale · alpha/r · B (A x)), so rows of one batch may each use
+ * other adapters, or none (cdx_batch.lora). Formats: a PEFT folder (adapter_config.json +
+ * adapter_model.safetensors, PEFT's key names) or a llama.cpp GGUF adapter (general.type
+ * "adapter", adapter.lora.alpha, <tensor>.lora_a/.lora_b). Targets: q, k, v, o, gate, up, down of the
+ * decoder layers. Refused, naming the field or the first mismatch: PEFT options caldrix cannot
+ * honour (use_rslora, use_dora, fan_in_fan_out, bias, rank_pattern, modules_to_save, ...), a tensor
+ * of a module, layer or shape the model does not have, another GGUF architecture; bf16 and hybrid
+ * passes. q/k rows are permuted between transformers' and GGUF's layouts as the converter does. */
+typedef struct cdx_lora cdx_lora; /* immutable once opened; borrows m, which must outlive it */
+CDX_API int cdx_lora_open(const cdx_model *m, const char *path, cdx_lora **out, cdx_err *err);
+CDX_API void cdx_lora_close(cdx_lora *a); /* NULL: no-op */
+typedef struct cdx_lora_info {
+    const char *path, *format;  /* "peft" or "gguf" */
+    int64_t rank;               /* the largest r */
+    double alpha;
+    const char *targets;        /* "q_proj,v_proj" (PEFT) or "attn_q,attn_v" (GGUF) */
+    int64_t n_pairs;            /* (layer, module) pairs */
+} cdx_lora_info;
+CDX_API void cdx_lora_get_info(const cdx_lora *a, cdx_lora_info *info); /* valid while a is open */
+CDX_API const cdx_model *cdx_lora_model(const cdx_lora *a);
+typedef struct cdx_lora_use {
+    const cdx_lora *lora;
+    float scale;                /* the user's multiplier (run --lora DIR:SCALE; 1: as trained) */
+} cdx_lora_use;
+struct cdx_lora_set {
+    const cdx_lora_use *use;    /* applied in this order */
+    int n;
+};
+/* W[rows × cols] (f32, transformers' layout of the model's own file) += scale · alpha/r · B A of
+ * (layer, target: 0..6 = q, k, v, o, gate, up, down), PEFT's merge; 1 when the adapter holds that
+ * pair with those dimensions, else 0 and W is untouched. */
+CDX_API int cdx_lora_merge_into(const cdx_lora *a, float scale, int64_t layer, int target, float *w, int64_t rows,
+                                int64_t cols);
 
 /* ---- the vision tower (vision-language models) ---- */
 

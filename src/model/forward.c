@@ -11,6 +11,7 @@
  *   logits = rmsnorm(x)·w · Woutᵀ
  * In a batch, a sparse layer groups the tokens by expert, so each expert's weights are read once
  * per forward over the gathered rows; a row's result does not depend on which rows are beside it. */
+#include "lora.h"
 #include "ops.h"
 
 #include <math.h>
@@ -253,6 +254,11 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
                            l0 > 0 ? "the hidden rows of the stage before (x_in)" : "tokens, not hidden rows");
     if (b->hidden && l1 < hp->n_layer)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "hidden states (embeddings) of a model split by layers");
+    int lrc = model_lora_check(m, b, err);
+    if (lrc)
+        return lrc;
+    if (b->lora && (m->dtype == CDX_DTYPE_BF16 || fc->hy))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "LoRA adapters run on the f32 dense pass only");
     if (m->dtype == CDX_DTYPE_BF16) /* forward_bf16.c: transformers' bf16 forward */
         return forward_bf16(m, &fc->s, &fc->st, seqs, n_seq, b, logits, err);
     const cdx_kernels *K = fc->s.k;
@@ -288,6 +294,9 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
             model_norm_rows_of(pool, hp->layer_norm, fc->s.xn, fc->s.x, L->attn_norm, L->attn_norm_b, n, E, hp->rms_eps);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in, n,
                          (float *[]){ fc->s.q, fc->s.kk, fc->s.vv }, fc->s.ws);
+        model_lora_add(pool, b, l, LORA_Q, in, n, E, fc->s.q, qd);
+        model_lora_add(pool, b, l, LORA_K, in, n, E, fc->s.kk, kvd);
+        model_lora_add(pool, b, l, LORA_V, in, n, E, fc->s.vv, kvd);
         qkv_job qj = { fc, L, seqs, l, l - l0, n };
         if (n >= 4)
             cdx_pool_run(pool, qkv_part, &qj);
@@ -301,6 +310,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
          * output waits in xp and x += attn, then x += mlp (transformers' residual + attn + mlp) */
         float *attn_out = hp->parallel_residual ? fc->s.xp : fc->s.xn;
         cdx_matmul(K, pool, &L->wo, fc->s.attn, n, attn_out, fc->s.ws);
+        model_lora_add(pool, b, l, LORA_O, fc->s.attn, n, qd, attn_out, E);
         model_add_bias(attn_out, L->bo, n, E); /* Starcoder2's o_proj bias */
         if (L->attn_post_norm) /* OLMo 2: x += rms(attn(x))·w */
             model_norm_rows(pool, fc->s.xn, fc->s.xn, L->attn_post_norm, n, E, hp->rms_eps);
@@ -316,16 +326,21 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
             out = fc->s.moe;
         } else if (hp->mlp_plain) { /* Starcoder2: c_proj(act(c_fc(x))), with their biases */
             cdx_matmul(K, pool, &L->up, in, n, fc->s.ffn_g, fc->s.ws);
+            model_lora_add(pool, b, l, LORA_UP, in, n, E, fc->s.ffn_g, hp->n_ff);
             model_add_bias(fc->s.ffn_g, L->b_up, n, hp->n_ff);
             model_act(pool, hp->act, m->gelu_f16, fc->s.ffn_g, n * hp->n_ff);
             cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
+            model_lora_add(pool, b, l, LORA_DOWN, fc->s.ffn_g, n, hp->n_ff, fc->s.xn, E);
             model_add_bias(fc->s.xn, L->b_down, n, E);
         } else {
             cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
                              (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
+            model_lora_add(pool, b, l, LORA_GATE, in, n, E, fc->s.ffn_g, hp->n_ff);
+            model_lora_add(pool, b, l, LORA_UP, in, n, E, fc->s.ffn_u, hp->n_ff);
             model_add_bias(fc->s.ffn_u, L->b_up, n, hp->n_ff);
             model_glu(pool, K, hp->act, m->gelu_f16, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff);
             cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
+            model_lora_add(pool, b, l, LORA_DOWN, fc->s.ffn_g, n, hp->n_ff, fc->s.xn, E);
             model_add_bias(fc->s.xn, L->b_down, n, E);
         }
         if (L->ffn_post_norm)
