@@ -262,6 +262,12 @@ typedef struct cdx_request {
      * Needs the engine's tokenizer. NULL: unconstrained. */
     const struct cdx_grammar *grammar;
     bool no_speculation;         /* this request never speculates (serve's "speculative": false) */
+    /* LoRA adapters for this request only (caldrix/model.h: opened on the engine's model), applied to
+     * its rows of each batch; other requests in the same batch are unaffected. The set is copied at
+     * submit, the adapters borrowed (they must outlive the request). Its K/V blocks are keyed by the
+     * adapters' fingerprints and scales: prefixes are shared only between requests with the same set.
+     * NULL or n == 0: none. */
+    const struct cdx_lora_set *lora;
 } cdx_request;
 
 typedef struct cdx_request_image {

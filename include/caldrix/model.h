@@ -450,7 +450,7 @@ CDX_API int cdx_encode(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t
  * honour (use_rslora, use_dora, fan_in_fan_out, bias, rank_pattern, modules_to_save, ...), a tensor
  * of a module, layer or shape the model does not have, another GGUF architecture; bf16 and hybrid
  * passes. q/k rows are permuted between transformers' and GGUF's layouts as the converter does. */
-typedef struct cdx_lora cdx_lora; /* immutable once opened; borrows m, which must outlive it */
+typedef struct cdx_lora cdx_lora; /* immutable once opened; borrows m while in use (close may follow m's) */
 CDX_API int cdx_lora_open(const cdx_model *m, const char *path, cdx_lora **out, cdx_err *err);
 CDX_API void cdx_lora_close(cdx_lora *a); /* NULL: no-op */
 typedef struct cdx_lora_info {
@@ -462,6 +462,9 @@ typedef struct cdx_lora_info {
 } cdx_lora_info;
 CDX_API void cdx_lora_get_info(const cdx_lora *a, cdx_lora_info *info); /* valid while a is open */
 CDX_API const cdx_model *cdx_lora_model(const cdx_lora *a);
+/* SHA-256 of what the adapter adds: every pair's position, shape, scale and weights (keys the
+ * engine's prefix cache per adapter set). */
+CDX_API void cdx_lora_fingerprint(const cdx_lora *a, uint8_t out[32]);
 typedef struct cdx_lora_use {
     const cdx_lora *lora;
     float scale;                /* the user's multiplier (run --lora DIR:SCALE; 1: as trained) */

@@ -8,6 +8,7 @@
 #include "caldrix/tokenizer.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,10 @@ static const char k_run_options[] =
     "                         given (already expanded) and the images fill the image-token positions\n"
     "  --image-opt KEY=JSON   override a preprocessor setting (e.g. do_image_splitting=false)\n"
     CLI_SPLIT_HELP
+    "  --lora DIR[:SCALE]     apply a LoRA adapter (a PEFT folder or a llama.cpp GGUF adapter), its\n"
+    "                         product scaled by SCALE (default 1) and added per row, not merged;\n"
+    "                         repeat for more (applied in order). A mismatched adapter or an option\n"
+    "                         caldrix cannot honour (use_rslora, use_dora, ...) is refused by name\n"
     "  --json                 print one JSON object instead of streaming text, with finish_reason: stop (an\n"
     "                         end-of-generation token), length (-n reached) or context (the context filled\n"
     "                         first); with -i one line per turn, {\"turn\",\"prompt\",\"reused\",\"tokens\",\n"
@@ -151,6 +156,12 @@ typedef struct {
     int n_req_images;
     const cdx_model *m;                       /* for -i's /image */
     cli_split_opts split;                     /* --allow-split, --nodes, --split-layers, --split-timeout */
+    const char *lora_path[16];                /* --lora DIR[:SCALE] */
+    float lora_scale[16];
+    int n_lora;
+    cdx_lora *lora[16];
+    cdx_lora_use lora_use[16];
+    cdx_lora_set lora_set;
 } run_opts;
 
 static int parse_ids(const char *s, int32_t **out, size_t *n_out)
@@ -321,6 +332,26 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
                 return 2;
             }
             (opt ? o->image_opts : o->images)[(*n)++] = v;
+        } else if (!strcmp(a, "--lora")) {
+            NEED_VALUE();
+            if (o->n_lora == 16) {
+                fprintf(stderr, "caldrix run: more than 16 --lora options\n");
+                return 2;
+            }
+            /* DIR:SCALE when what follows the last ':' is a number; else the whole is the path */
+            const char *c = strrchr(v, ':');
+            char *end = NULL;
+            double sc = c ? strtod(c + 1, &end) : 1.0;
+            bool has_scale = c && c[1] && end && !*end;
+            if (has_scale && !isfinite(sc)) {
+                fprintf(stderr, "caldrix run: --lora %s: the scale is not a finite number\n", v);
+                return 2;
+            }
+            char *path = has_scale ? strndup(v, (size_t)(c - v)) : strdup(v);
+            if (!path)
+                return 2;
+            o->lora_path[o->n_lora] = path;
+            o->lora_scale[o->n_lora++] = has_scale ? (float)sc : 1.0f;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -581,6 +612,7 @@ static int run_request(cdx_engine *e, const id_list *prompt, int64_t max_tokens,
     r.images = o->req_images;
     r.n_images = o->n_req_images;
     r.grammar = o->grammar;
+    r.lora = o->n_lora ? &o->lora_set : NULL;
     st->finish = CDX_FINISH_NONE;
     uint64_t id;
     int rc = cdx_engine_submit(e, &r, &id, err);
@@ -1027,6 +1059,19 @@ int cmd_run(int argc, char **argv)
             }
         }
     }
+    if (o.n_lora && split) { /* the later ranks run their layers without the adapters */
+        fprintf(stderr, "caldrix run: --lora with a model split over ranks (--allow-split) is not supported\n");
+        status = 2;
+        goto done;
+    }
+    for (int i = 0; i < o.n_lora; i++) {
+        if ((rc = cdx_lora_open(m, o.lora_path[i], &o.lora[i], &err))) {
+            fprintf(stderr, "caldrix: --lora %s: %s\n", o.lora_path[i], err.msg);
+            goto done;
+        }
+        o.lora_use[i] = (cdx_lora_use){ o.lora[i], o.lora_scale[i] };
+        o.lora_set = (cdx_lora_set){ o.lora_use, i + 1 };
+    }
     if (o.n_images || o.n_image_opts) {
         for (int i = 0; i < o.n_images; i++)
             if ((rc = cli_images_add_file(&images, &ld->image_proc, o.images[i], &err))) {
@@ -1184,6 +1229,10 @@ done:
     for (int i = 0; i < n_cands; i++)
         free(cands[i]);
     free(cands);
+    for (int i = 0; i < o.n_lora; i++) {
+        cdx_lora_close(o.lora[i]);
+        free((char *)o.lora_path[i]);
+    }
     json_decref(o.chat_kwargs);
     free(chat_text);
     free(input_text);

@@ -242,7 +242,7 @@ void eng_seq_register_blocks(cdx_engine *e, seq *s)
     if (eng_seq_make_keys(s))
         return; /* no memory for keys: the blocks just stay private */
     for (int64_t i = s->n_keys; i < full; i++)
-        eng_seq_block_key(s, i, i ? s->keys[i - 1] : e->root_key, s->keys[i]);
+        eng_seq_block_key(s, i, i ? s->keys[i - 1] : s->root, s->keys[i]);
     if (full > s->n_keys)
         s->n_keys = full;
     for (int64_t i = s->n_registered; i < full; i++) {

@@ -228,6 +228,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->b_pos = malloc(B * sizeof *e->b_pos);
     e->b_want = malloc(B * sizeof *e->b_want);
     e->b_embd = calloc(B, sizeof *e->b_embd);
+    e->b_lora = calloc(B, sizeof *e->b_lora);
     e->has_vision = cdx_model_vision(m, &e->vis);
     e->b_seqs = malloc(S * sizeof *e->b_seqs);
     e->b_kv = malloc(S * sizeof *e->b_kv);
@@ -236,7 +237,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->b_lse = malloc(L * sizeof *e->b_lse);
     e->b_lse_rows = malloc(L * sizeof *e->b_lse_rows);
     e->logits = malloc(L * (size_t)hp->n_vocab * sizeof(float));
-    if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want || !e->b_embd ||
+    if (!e->blocks || !e->free_stack || !e->buckets || !e->b_tok || !e->b_seq || !e->b_pos || !e->b_want || !e->b_embd || !e->b_lora ||
         !e->b_seqs || !e->b_kv || !e->b_logit_seq || !e->b_logit_rows || !e->b_lse || !e->b_lse_rows || !e->logits) {
         cdx_engine_free(e);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
@@ -284,6 +285,7 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_pos);
     free(e->b_want);
     free(e->b_embd);
+    free(e->b_lora);
     for (int i = 0; i < IMAGE_CACHE; i++)
         free(e->icache[i].feat);
     free(e->b_seqs);

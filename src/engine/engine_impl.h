@@ -74,6 +74,9 @@ typedef struct seq {
     float *top_logits, *top_lp;
     cdx_sampler *smp;
     const cdx_grammar *grammar; /* borrowed from the request, or NULL */
+    cdx_lora_use *lora_use;    /* the request's adapters (copied; the adapters are borrowed) */
+    cdx_lora_set lora;         /* lora.n == 0: none */
+    uint8_t root[KEY_LEN];     /* the parent key of its first block: the engine's, with its adapters */
     cdx_matcher *matcher;      /* its state, made on the first logits */
     char **stop;
     int n_stop;
@@ -136,6 +139,7 @@ struct cdx_engine {
     /* per-round buffers */
     int32_t *b_tok, *b_seq;
     const float **b_embd;      /* [budget]: image features replacing a token's embedding, or NULL */
+    const cdx_lora_set **b_lora; /* [budget]: the adapters of a token's request, or NULL */
     cdx_vision_info vis;       /* when the model takes images (has_vision) */
     bool has_vision;
     uint64_t t_img_tiles;

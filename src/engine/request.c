@@ -27,6 +27,7 @@ void eng_seq_free(seq *s)
     for (int i = 0; i < s->n_stop; i++)
         free(s->stop[i]);
     free(s->stop);
+    free(s->lora_use);
     free(s->text);
     free(s->piece);
     for (int i = 0; i < s->n_img; i++) {
@@ -322,6 +323,12 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
         *id = 0;
     if (!r->prompt || r->n_prompt <= 0)
         return cdx_err_set(err, CDX_EINVAL, "the request has no prompt tokens");
+    for (int i = 0; r->lora && i < r->lora->n; i++)
+        if (!r->lora->use[i].lora || cdx_lora_model(r->lora->use[i].lora) != e->m || !isfinite(r->lora->use[i].scale))
+            return cdx_err_set(err, CDX_EINVAL, "adapter %d of the request %s", i,
+                               !r->lora->use[i].lora ? "is NULL" : !isfinite(r->lora->use[i].scale)
+                                                                         ? "has a scale that is not finite"
+                                                                         : "was opened for another model");
     if (r->grammar && !e->tok)
         return cdx_err_set(err, CDX_EINVAL, "a grammar needs the model's tokenizer (the engine has none)");
     for (int64_t i = 0; i < r->n_prompt; i++)
@@ -407,6 +414,29 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
     s->grammar = r->grammar;
+    memcpy(s->root, e->root_key, KEY_LEN);
+    if (r->lora && r->lora->n > 0) {
+        /* K/V computed under adapters are keyed apart: the root mixes in each adapter's fingerprint
+         * and scale, so a prefix is shared only between requests with the same adapters */
+        if (!(s->lora_use = malloc((size_t)r->lora->n * sizeof *s->lora_use))) {
+            eng_seq_free(s);
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        }
+        memcpy(s->lora_use, r->lora->use, (size_t)r->lora->n * sizeof *s->lora_use);
+        s->lora = (cdx_lora_set){ s->lora_use, r->lora->n };
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        unsigned int kn = KEY_LEN;
+        EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+        EVP_DigestUpdate(c, e->root_key, KEY_LEN);
+        for (int i = 0; i < r->lora->n; i++) {
+            uint8_t fp[32];
+            cdx_lora_fingerprint(r->lora->use[i].lora, fp);
+            EVP_DigestUpdate(c, fp, sizeof fp);
+            EVP_DigestUpdate(c, &r->lora->use[i].scale, sizeof(float));
+        }
+        EVP_DigestFinal_ex(c, s->root, &kn);
+        EVP_MD_CTX_free(c);
+    }
     s->skip_special = r->skip_special;
     s->on_event = r->on_event;
     s->user = r->user;

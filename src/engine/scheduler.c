@@ -105,7 +105,7 @@ static bool block_in_flight(cdx_engine *e, const seq *s, int64_t i)
             if (eng_seq_make_keys(r))
                 continue;
             for (int64_t k = r->n_keys; k <= i; k++)
-                eng_seq_block_key(r, k, k ? r->keys[k - 1] : e->root_key, r->keys[k]);
+                eng_seq_block_key(r, k, k ? r->keys[k - 1] : r->root, r->keys[k]);
             r->n_keys = i + 1;
         }
         if (!memcmp(r->keys[i], s->keys[i], KEY_LEN))
@@ -133,7 +133,7 @@ static bool admit_one(cdx_engine *e)
         const int64_t usable = (s->n_toks - 1) / CDX_KV_BLOCK;
         for (int64_t i = 0; i < usable; i++) {
             if (i >= s->n_keys) {
-                eng_seq_block_key(s, i, i ? s->keys[i - 1] : e->root_key, s->keys[i]);
+                eng_seq_block_key(s, i, i ? s->keys[i - 1] : s->root, s->keys[i]);
                 s->n_keys = i + 1;
             }
             int32_t b = eng_table_find(e, s->keys[i]);
@@ -276,6 +276,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
     /* the batch: decoding sequences first (oldest first), then prompt chunks */
     int64_t n = 0, budget = e->o.token_budget, dec_left = 0;
     int n_seq = 0, n_logits = 0;
+    bool any_lora = false;
     for (int pass = 0; pass < 2; pass++) {
         for (seq *s = e->running; pass == 0 && s; s = s->next)
             dec_left += s->n_toks - s->n_done == 1; /* decoding sequences still to place: drafts leave them room */
@@ -353,6 +354,8 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 }
                 e->b_tok[n] = p < s->n_toks ? s->toks[p] : s->sp.draft[p - s->n_toks];
                 e->b_seq[n] = si;
+                e->b_lora[n] = s->lora.n ? &s->lora : NULL;
+                any_lora |= s->lora.n > 0;
                 e->b_pos[n] = p;
                 e->b_want[n] = p >= s->n_toks - 1; /* the last token, then each guess */
                 if (e->b_want[n]) {
@@ -370,7 +373,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
     const double t_round = e->proposer ? cdx_time_ms() : 0;
     if (n > 0) {
         cdx_batch b = { .n = n, .tokens = e->b_tok, .seq = e->b_seq, .pos = e->b_pos, .want_logits = e->b_want,
-                        .embd = e->has_vision ? e->b_embd : NULL };
+                        .embd = e->has_vision ? e->b_embd : NULL, .lora = any_lora ? e->b_lora : NULL };
         rc = cdx_forward_seqs(e->fc, e->b_kv, n_seq, &b, e->logits, err);
         e->t_rounds++;
         if (rc) {

@@ -9,6 +9,7 @@
 #include "lora.h"
 
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +41,9 @@ struct cdx_lora {
     int64_t rank;        /* the largest r */
     double alpha;
     char targets[160];   /* "q_proj,v_proj" */
-    int64_t n_pairs;
+    int64_t n_pairs, n_layer;
     lora_pair *pairs;    /* [n_layer][LORA_N] */
+    uint8_t fp[32];      /* cdx_lora_fingerprint */
 };
 
 /* PEFT's config fields that change the math, with the value that caldrix honours; anything else is
@@ -389,6 +391,7 @@ int cdx_lora_open(const cdx_model *m, const char *path, cdx_lora **out, cdx_err 
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
     a->m = m;
+    a->n_layer = m->hp.n_layer;
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s/adapter_config.json", path);
     FILE *f = fopen(cfg, "rb");
@@ -410,15 +413,39 @@ int cdx_lora_open(const cdx_model *m, const char *path, cdx_lora **out, cdx_err 
         cdx_lora_close(a);
         return rc;
     }
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned int kn = sizeof a->fp;
+    if (!c) {
+        cdx_lora_close(a);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+    for (int64_t i = 0; i < m->hp.n_layer * LORA_N; i++) {
+        const lora_pair *p = &a->pairs[i];
+        if (!p->a)
+            continue;
+        int64_t head[4] = { i, p->r, p->in, p->out };
+        EVP_DigestUpdate(c, head, sizeof head);
+        EVP_DigestUpdate(c, &p->scale, sizeof p->scale);
+        EVP_DigestUpdate(c, p->a, (size_t)(p->r * p->in) * sizeof *p->a);
+        EVP_DigestUpdate(c, p->b, (size_t)(p->out * p->r) * sizeof *p->b);
+    }
+    EVP_DigestFinal_ex(c, a->fp, &kn);
+    EVP_MD_CTX_free(c);
     *out = a;
     return CDX_OK;
+}
+
+void cdx_lora_fingerprint(const cdx_lora *a, uint8_t out[32])
+{
+    memcpy(out, a->fp, 32);
 }
 
 void cdx_lora_close(cdx_lora *a)
 {
     if (!a)
         return;
-    for (int64_t i = 0; a->pairs && a->m && i < a->m->hp.n_layer * LORA_N; i++) {
+    for (int64_t i = 0; a->pairs && i < a->n_layer * LORA_N; i++) { /* m may be closed already */
         free(a->pairs[i].a);
         free(a->pairs[i].b);
     }
