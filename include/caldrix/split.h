@@ -39,6 +39,14 @@ CDX_API int cdx_split_parse_layers(const char *spec, int64_t n_layer, int n_rank
  * each. CDX_EINVAL when there are more ranks than layers. */
 CDX_API int cdx_split_plan(int64_t n_layer, const uint64_t *mem, int n_ranks, int64_t *bounds, cdx_err *err);
 
+/* The slices for a model of n_layer layers of layer_bytes each (weights and KV cache) over ranks that
+ * can give mem[r] bytes: *whole true (bounds not written) when rank 0 alone holds it and may_whole;
+ * else contiguous slices in proportion to what each rank holds, each within its rank's memory.
+ * CDX_ERESOURCE_LIMIT when it does not fit even split, giving what it needs and what each rank gives;
+ * CDX_EINVAL for more ranks than layers. */
+CDX_API int cdx_split_fit(int64_t n_layer, uint64_t layer_bytes, const uint64_t *mem, int n_ranks, bool may_whole,
+                          bool *whole, int64_t *bounds, cdx_err *err);
+
 /* ---- the job ---- */
 
 typedef struct cdx_split cdx_split;

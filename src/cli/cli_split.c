@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+enum { PLAN_WHOLE = 3 }; /* a plan's status: rank 0 runs the model whole, the others end */
+
 int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_opts *so)
 {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -19,7 +21,7 @@ int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_op
         so->allow = true;
         return 0;
     }
-    if (strcmp(a, "--nodes") && strcmp(a, "--split-layers") && strcmp(a, "--split-timeout"))
+    if (strcmp(a, "--nodes") && strcmp(a, "--split-layers") && strcmp(a, "--split-timeout") && strcmp(a, "--memory"))
         return 1;
     if (!v) {
         fprintf(stderr, "%s: %s needs a value (%s --help)\n", cmd, a, cmd);
@@ -30,6 +32,8 @@ int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_op
         return cli_parse_int(a, v, 1, 256, &so->nodes) ? 2 : 0;
     if (!strcmp(a, "--split-timeout"))
         return cli_parse_float(a, v, 0.1, 86400, &so->timeout_s) ? 2 : 0;
+    if (!strcmp(a, "--memory"))
+        return cli_parse_bytes(a, v, &so->memory) ? 2 : 0;
     so->layers = v;
     return 0;
 }
@@ -95,9 +99,9 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
                             "when you allow it)\n", cmd, so->nodes);
             return 2;
         }
-        if (so->layers || so->timeout_s) {
+        if (so->layers || so->timeout_s || so->memory) {
             fprintf(stderr, "%s: %s shapes a split: add --allow-split\n", cmd,
-                    so->layers ? "--split-layers" : "--split-timeout");
+                    so->layers ? "--split-layers" : so->timeout_s ? "--split-timeout" : "--memory");
             return 2;
         }
         if (world > 1) {
@@ -134,8 +138,9 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
     const int rank = cdx_split_rank(sp), size = cdx_split_size(sp);
     uint8_t id[32];
     build_id(id);
-    uint64_t mem = 0;
-    cdx_hub_mem_available(&mem, &err);
+    uint64_t mem = so->memory; /* --memory, else what this machine has available */
+    if (!mem)
+        cdx_hub_mem_available(&mem, &err);
     cdx_split_peer peers[256];
     int64_t bounds[257];
     int rc = cdx_split_hello(sp, id, mem, rank == 0 ? peers : NULL, &err);
@@ -146,6 +151,10 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
             fprintf(stderr, "%s: rank %d: %s\n", cmd, rank, err.msg);
             cdx_split_end(sp);
             return 1;
+        }
+        if (status == PLAN_WHOLE) { /* rank 0 holds the whole model: nothing to do here */
+            cdx_split_end(sp);
+            return -1;
         }
         if (status) { /* rank 0 says why */
             cdx_split_end(sp);
@@ -159,6 +168,7 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
     /* rank 0: the plan, refused before any rank loads a byte */
     char why[600] = "";
     int status = 0;
+    bool whole = false;
     if (rc) {
         snprintf(why, sizeof why, "%.590s", err.msg);
         status = rc == CDX_EINVAL ? 2 : 1;
@@ -182,11 +192,30 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
             uint64_t mems[256];
             for (int r = 0; r < size; r++)
                 mems[r] = peers[r].mem;
+            /* an even share of the weights and the KV cache (at the default context) a layer */
+            const uint64_t lb = (rep->weight_bytes + rep->kv_bytes) / (uint64_t)rep->n_layer;
             rc = so->layers ? cdx_split_parse_layers(so->layers, rep->n_layer, size, bounds, &err)
-                            : cdx_split_plan(rep->n_layer, mems, size, bounds, &err);
+                            : cdx_split_fit(rep->n_layer, lb, mems, size, !so->nodes, &whole, bounds, &err);
+            for (int r = 0; !rc && !whole && so->layers && r < size; r++) /* a slice by hand must fit its rank */
+                if ((uint64_t)(bounds[r + 1] - bounds[r]) * lb > mems[r]) {
+                    char need[32], one[32], has[32];
+                    cdx_fmt_bytes((uint64_t)(bounds[r + 1] - bounds[r]) * lb, need, sizeof need);
+                    cdx_fmt_bytes(lb, one, sizeof one);
+                    cdx_fmt_bytes(mems[r], has, sizeof has);
+                    rc = cdx_err_set(&err, CDX_ERESOURCE_LIMIT, "--split-layers gives rank %d layers %lld-%lld, %s (%s a "
+                                     "layer, weights and KV cache); it gives %s", r, (long long)bounds[r],
+                                     (long long)bounds[r + 1] - 1, need, one, has);
+                }
             if (rc) {
                 snprintf(why, sizeof why, "%.590s", err.msg);
                 status = 2;
+            } else if (whole) {
+                status = PLAN_WHOLE;
+                char need[32], has[32];
+                cdx_fmt_bytes(lb * (uint64_t)rep->n_layer, need, sizeof need);
+                cdx_fmt_bytes(mems[0], has, sizeof has);
+                snprintf(why, sizeof why, "rank 0 holds the whole model (%s of the %s it gives): it runs whole; "
+                         "--nodes %d splits it anyway", need, has, size);
             }
         }
         free(rep);
@@ -194,6 +223,11 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
     if (cdx_split_send_plan(sp, status, bounds, why, &err) && !status) {
         snprintf(why, sizeof why, "%.590s", err.msg);
         status = 1;
+    }
+    if (status == PLAN_WHOLE) { /* the other ranks end; this one runs the model whole, MPI done */
+        fprintf(stderr, "%s: %s\n", cmd, why);
+        cdx_split_end(sp);
+        return 0;
     }
     if (status) {
         fprintf(stderr, "%s: %s\n", cmd, why);

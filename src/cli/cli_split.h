@@ -13,6 +13,7 @@ typedef struct cli_split_opts {
     long nodes;             /* --nodes N (0: not given) */
     const char *layers;     /* --split-layers SPEC */
     double timeout_s;       /* --split-timeout S (0: the default) */
+    uint64_t memory;        /* --memory BYTES: what this rank gives (0: what the machine has available) */
 } cli_split_opts;
 
 #define CLI_SPLIT_HELP \
@@ -21,7 +22,10 @@ typedef struct cli_split_opts {
     "                         hidden state crosses); with one rank the model runs whole\n" \
     "  --nodes N              the ranks to split over (needs --allow-split; mpirun -np N starts them)\n" \
     "  --split-layers SPEC    the slices by hand, one range per rank: 0-3,4-7 (default: contiguous slices\n" \
-    "                         in proportion to the memory each rank has)\n" \
+    "                         in proportion to the memory each rank gives; a model rank 0 holds whole\n" \
+    "                         runs whole unless --nodes or --split-layers is given)\n" \
+    "  --memory BYTES         with --allow-split, the memory this rank gives (8G; default: what the\n" \
+    "                         machine has available); a model that does not fit even split is refused\n" \
     "  --split-timeout S      seconds rank 0 waits for the other ranks before it fails (default 120; a\n" \
     "                         rank on this host that is gone is named at once)\n"
 
@@ -30,8 +34,9 @@ typedef struct cli_split_opts {
 int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_opts *so);
 
 /* Before loading. Returns 0 with *sp NULL: run whole; 0 with *sp set: a split, this process is rank
- * cdx_split_rank(*sp) and its slice is *l0..*l1; else the exit status, after saying why (rank 0
- * says it; the other ranks exit quietly when rank 0 refused). model: the MODEL argument. */
+ * cdx_split_rank(*sp) and its slice is *l0..*l1; -1: a rank > 0 with nothing to do (rank 0 runs the
+ * model whole): exit 0; else the exit status, after saying why (rank 0 says it; the other ranks exit
+ * quietly when rank 0 refused). model: the MODEL argument. */
 int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model, cdx_split **sp, int64_t *l0,
                     int64_t *l1);
 

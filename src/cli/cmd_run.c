@@ -360,7 +360,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
             NEED_VALUE();
             *(a[2] == 'g' ? &o->grammar_file : &o->schema_file) = v;
         } else if (!strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
-                   !strcmp(a, "--split-timeout")) {
+                   !strcmp(a, "--split-timeout") || !strcmp(a, "--memory")) {
             if (cli_split_parse("caldrix run", argc, argv, &i, &o->split))
                 return 2;
         } else if (a[0] == '-' && a[1]) {
@@ -880,7 +880,7 @@ int cmd_run(int argc, char **argv)
     if ((status = cli_split_begin("caldrix run", &o.split, o.model, &split, &split_l0, &split_l1))) {
         free(o.ids);
         json_decref(st.steps);
-        return status;
+        return status < 0 ? 0 : status;
     }
     status = 1;
     if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 is done */

@@ -616,6 +616,10 @@ int cmd_serve(int argc, char **argv)
     }
     if (draft)
         eo.spec = CDX_SPEC_AUTO; /* a draft given is a draft used */
+    if (split_o.allow && !rg.refs.n && !rg.dir) { /* --memory: what this rank gives the split */
+        split_o.memory = rg.memory;
+        rg.memory = 0;
+    }
     if (rg.refs.n || rg.dir)
         return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt);
     if (rg.task.n && !(rg.refs.n || rg.dir)) {
@@ -637,7 +641,7 @@ int cmd_serve(int argc, char **argv)
     int status = cli_split_begin("caldrix serve", &split_o, model, &split, &split_l0, &split_l1);
     if (status) {
         json_decref(chat_kwargs);
-        return status;
+        return status < 0 ? 0 : status;
     }
     if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 stops */
         status = cli_split_stage("caldrix serve", split, model, dtype, eo.n_threads, eo.kernels, split_l0, split_l1);

@@ -107,6 +107,65 @@ int cdx_split_plan(int64_t n_layer, const uint64_t *mem, int n_ranks, int64_t *b
     return CDX_OK;
 }
 
+static void gib(char *buf, size_t cap, uint64_t b) { cdx_fmt_bytes(b, buf, cap); }
+
+int cdx_split_fit(int64_t n_layer, uint64_t layer_bytes, const uint64_t *mem, int n_ranks, bool may_whole, bool *whole,
+                  int64_t *bounds, cdx_err *err)
+{
+    *whole = false;
+    if (n_ranks < 1 || n_layer < 1)
+        return cdx_err_set(err, CDX_EINVAL, "%d ranks, %lld layers", n_ranks, (long long)n_layer);
+    const uint64_t lb = layer_bytes ? layer_bytes : 1;
+    int64_t cap[256], total_cap = 0;
+    char gives[1024] = "";
+    size_t o = 0;
+    for (int r = 0; r < n_ranks && r < 256; r++) {
+        cap[r] = (int64_t)(mem[r] / lb);
+        if (cap[r] > n_layer)
+            cap[r] = n_layer;
+        total_cap += cap[r];
+        char g[32];
+        gib(g, sizeof g, mem[r]);
+        if (o < sizeof gives - 48)
+            o += (size_t)snprintf(gives + o, sizeof gives - o, "%srank %d %s", r ? ", " : "", r, g);
+    }
+    if (may_whole && cap[0] >= n_layer) {
+        *whole = true;
+        return CDX_OK;
+    }
+    if (n_ranks > n_layer)
+        return cdx_split_plan(n_layer, mem, n_ranks, bounds, err); /* its refusal */
+    char need[32], one[32];
+    gib(need, sizeof need, (uint64_t)n_layer * layer_bytes);
+    gib(one, sizeof one, layer_bytes);
+    for (int r = 0; r < n_ranks; r++)
+        if (cap[r] < 1)
+            return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "the model does not fit even split: it needs %s (%s a layer, "
+                               "weights and KV cache); rank %d gives less than one layer (%s)", need, one, r, gives);
+    if (total_cap < n_layer)
+        return cdx_err_set(err, CDX_ERESOURCE_LIMIT, "the model does not fit even split: it needs %s (%lld layers of %s, "
+                           "weights and KV cache); the %d ranks hold %lld layers together (%s)", need,
+                           (long long)n_layer, one, n_ranks, (long long)total_cap, gives);
+    /* in proportion to what each holds, each within it, at least one layer for every rank after */
+    int64_t rem = n_layer, rem_cap = total_cap;
+    bounds[0] = 0;
+    for (int r = 0; r < n_ranks; r++) {
+        int64_t take = rem;
+        if (r < n_ranks - 1) {
+            take = (int64_t)((double)rem * (double)cap[r] / (double)rem_cap + 0.5);
+            const int64_t lo_t = rem - (rem_cap - cap[r]), hi_t = rem - (n_ranks - 1 - r); /* the rest must fit */
+            take = take > cap[r] ? cap[r] : take;
+            take = take < lo_t ? lo_t : take;
+            take = take > hi_t ? hi_t : take;
+            take = take < 1 ? 1 : take;
+        }
+        bounds[r + 1] = bounds[r] + take;
+        rem -= take;
+        rem_cap -= cap[r];
+    }
+    return CDX_OK;
+}
+
 #ifndef CDX_HAVE_MPI
 
 /* ---- a build without Open MPI ---- */

@@ -57,6 +57,28 @@ static void plan(void)
     CHECK(strstr(err.msg, "3 ranks for a model of 2 layers") != NULL);
 }
 
+static void fit(void)
+{
+    int64_t b[4];
+    bool whole = false;
+    const uint64_t G = 1 << 30;
+    /* 8 layers of 1 GiB: rank 0 holds it all: whole unless a split is asked for */
+    CHECK(cdx_split_fit(8, G, (const uint64_t[]){ 9 * G, 9 * G }, 2, true, &whole, b, &err) == CDX_OK && whole);
+    CHECK(cdx_split_fit(8, G, (const uint64_t[]){ 9 * G, 9 * G }, 2, false, &whole, b, &err) == CDX_OK && !whole);
+    CHECK(b[0] == 0 && b[1] == 4 && b[2] == 8);
+    /* 3 GiB a rank: 3 ranks hold 9 layers, every slice within its rank */
+    CHECK(cdx_split_fit(8, G, (const uint64_t[]){ 3 * G, 3 * G, 3 * G }, 3, true, &whole, b, &err) == CDX_OK && !whole);
+    CHECK(b[1] - b[0] <= 3 && b[2] - b[1] <= 3 && b[3] - b[2] <= 3 && b[3] == 8 && b[1] >= 1 && b[2] > b[1]);
+    /* uneven: 6 and 2 GiB for 8 layers: 6 and 2 */
+    CHECK(cdx_split_fit(8, G, (const uint64_t[]){ 6 * G, 2 * G }, 2, true, &whole, b, &err) == CDX_OK);
+    CHECK(b[1] == 6 && b[2] == 8);
+    CHECK(cdx_split_fit(8, G, (const uint64_t[]){ 3 * G, 3 * G }, 2, true, &whole, b, &err) == CDX_ERESOURCE_LIMIT);
+    CHECKF(strstr(err.msg, "does not fit even split: it needs 8.00 GiB (8 layers of 1.00 GiB") &&
+               strstr(err.msg, "the 2 ranks hold 6 layers together (rank 0 3.00 GiB, rank 1 3.00 GiB)"), "%s", err.msg);
+    CHECK(cdx_split_fit(8, G, (const uint64_t[]){ 8 * G, G / 2 }, 2, false, &whole, b, &err) == CDX_ERESOURCE_LIMIT);
+    CHECK(strstr(err.msg, "rank 1 gives less than one layer") != NULL);
+}
+
 static void stage_range(void)
 {
     cdx_model *m = NULL;
@@ -119,6 +141,7 @@ int main(void)
     RUN("--split-layers: one range per rank, in order, covering every layer", parse_good);
     RUN("--split-layers refusals name the range: overlap, gap, missing layer, part of a layer, count", parse_refusals);
     RUN("slices in proportion to memory, one layer each at least; more ranks than layers refused", plan);
+    RUN("slices within each rank's memory; whole when rank 0 holds it; refusals with both numbers", fit);
     RUN("a forward context's stage: range checks, hidden rows in, whole again", stage_range);
     RUN("a model opened as a slice sizes its own layers (and the head with the first), same fingerprint", model_slice);
     return t_done("split_plan");

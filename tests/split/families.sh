@@ -19,13 +19,13 @@ for dir in "$H"/*/; do
     ids=$(prompt_of "$H/$f")
     nl=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('num_hidden_layers') or c['text_config']['num_hidden_layers'])" "$H/$f/config.json")
     if [ "$nl" -lt "$NP" ]; then
-        timeout 60 $MPIRUN -np "$NP" "$CALDRIX" run "$H/$f" --allow-split --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+        timeout 60 $MPIRUN -np "$NP" "$CALDRIX" run "$H/$f" --allow-split --nodes "$NP" --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
         check "$f ($nl layers) over $NP ranks: refused, naming both counts" '[ $rc -eq 2 ] && grep -q "$NP ranks for a model of $nl layers" "$tmp/err"'
         continue
     fi
     "$CALDRIX" run "$H/$f" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json --top-logits 5 \
         >"$tmp/whole.json" 2>"$tmp/err"
-    timeout 60 $MPIRUN -np "$NP" "$CALDRIX" run "$H/$f" --allow-split --threads 1 --prompt-ids "$ids" -n 16 \
+    timeout 60 $MPIRUN -np "$NP" "$CALDRIX" run "$H/$f" --allow-split --nodes "$NP" --threads 1 --prompt-ids "$ids" -n 16 \
         --temp 0 --ignore-eos --json --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
     check "$f over $NP ranks: the same tokens and top-5 logit bits as whole ($(echo "$ids" | tr , '\n' | wc -l)-token prompt, 16 steps)" \
         '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out"'

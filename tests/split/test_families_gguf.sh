@@ -23,7 +23,7 @@ for dir in "$H"/*/; do
     ids=$(prompt_of "$H/$f")
     "$CALDRIX" run "$tmp/$f.gguf" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json --top-logits 5 \
         >"$tmp/whole.json" 2>"$tmp/err"
-    timeout 60 $MPIRUN -np $np "$CALDRIX" run "$tmp/$f.gguf" --allow-split --threads 1 --prompt-ids "$ids" -n 16 \
+    timeout 60 $MPIRUN -np $np "$CALDRIX" run "$tmp/$f.gguf" --allow-split --nodes $np --threads 1 --prompt-ids "$ids" -n 16 \
         --temp 0 --ignore-eos --json --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
     check "$f as GGUF Q8_0 over $np ranks: the same tokens and top-5 logit bits as whole" \
         '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out"'

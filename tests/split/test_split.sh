@@ -31,7 +31,7 @@ fi
 
 # ---- whole vs split ----
 for np in 2 3; do
-    timeout 60 $MPIRUN -np $np "$CALDRIX" run "$M" --allow-split --threads 1 -p "Once upon a time" -n 24 --temp 0 --json \
+    timeout 60 $MPIRUN -np $np "$CALDRIX" run "$M" --allow-split --nodes $np --threads 1 -p "Once upon a time" -n 24 --temp 0 --json \
         --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
     check "stories260K over $np ranks: tokens and top-5 logits the same float bits as whole (24 steps)" \
         '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && python3 -c "import json,sys; s=json.load(open(sys.argv[1]))[\"timings\"][\"split\"]; sys.exit(not (s[\"ranks\"] == $np and s[\"bytes_sent\"] > 0))" "$tmp/out"'
@@ -41,11 +41,30 @@ timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --split-layers 0-0,1-
 check "--split-layers 0-0,1-4 by hand: rank 0 holds 1 layer, the same bits" \
     '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && grep -q "\"layers_rank0\":1" "$tmp/out"'
 
+# ---- placement by memory: whole when rank 0 holds the model, else slices within each rank's --memory ----
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --threads 1 -p "Once upon a time" -n 24 --temp 0 --json \
+    --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "2 ranks, no --nodes, a model rank 0 holds: it runs whole (said, the same bits, no split in --json)" \
+    '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && ! grep -q "\"split\"" "$tmp/out" && grep -q "rank 0 holds the whole model" "$tmp/err"'
+# stories260K: 3.6 MiB in 5 layers (weights and a 2048-token KV cache), 0.72 MiB a layer; 1536K holds 2
+timeout 60 $MPIRUN -np 3 "$CALDRIX" run "$M" --allow-split --memory 1536K --threads 1 -p "Once upon a time" -n 24 --temp 0 \
+    --json --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--memory 1536K on 3 ranks forces a 3-way split (2, 2 and 1 layers), the same bits" \
+    '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && grep -q "\"ranks\":3,\"layers_rank0\":2" "$tmp/out"'
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --memory 1536K -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--memory 1536K on 2 ranks: refused before loading, it does not fit even split (both numbers, per rank)" \
+    '[ $rc -eq 2 ] && grep -q "does not fit even split: it needs 3.6 MiB (5 layers of 740.8 KiB, weights and KV cache); the 2 ranks hold 4 layers together (rank 0 1.5 MiB, rank 1 1.5 MiB)" "$tmp/err"'
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --memory 1536K --split-layers 0-3,4-4 -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--split-layers 0-3,4-4 with --memory 1536K: refused, the slice of rank 0 does not fit (both numbers)" \
+    '[ $rc -eq 2 ] && grep -q "gives rank 0 layers 0-3, 2.9 MiB (740.8 KiB a layer, weights and KV cache); it gives 1.5 MiB" "$tmp/err"'
+"$CALDRIX" run "$M" -p hi -n 2 --memory 1G >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--memory without --allow-split: exit 2 naming the flag" '[ $rc -eq 2 ] && grep -q "\-\-memory shapes a split: add --allow-split" "$tmp/err"'
+
 # ---- refusals, from rank 0 before loading ----
 timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "mpirun -np 2 without --allow-split: refused naming the flag" '[ $rc -ne 0 ] && grep -q "add --allow-split to split" "$tmp/err"'
 refuse() { # $1: what, $2: -np, $3: --split-layers spec or "", $4: model, $5: expected text
-    local extra=() want="$5"; [ -n "$3" ] && extra=(--split-layers "$3")
+    local extra=(--nodes "$2") want="$5"; [ -n "$3" ] && extra=(--split-layers "$3")
     timeout 60 $MPIRUN -np "$2" "$CALDRIX" run "$4" --allow-split "${extra[@]}" --prompt-ids 5,6,7 -n 2 >"$tmp/out" 2>"$tmp/err"
     rc=$?
     check "$1: exit 2, saying \"$5\"" '[ $rc -eq 2 ] && grep -qF -- "$want" "$tmp/err" && [ $(grep -c "caldrix run:" "$tmp/err") -eq 1 ]'
@@ -55,7 +74,7 @@ refuse "--split-layers 0-1,3-4 (a gap)" 2 0-1,3-4 "$M" "range 3-4 leaves a gap (
 refuse "--split-layers 0-2,3-7 (no such layer)" 2 0-2,3-7 "$M" "range 3-7 names layer 7; the model has layers 0-4"
 refuse "--split-layers 0-1.5,2-4 (inside a layer)" 2 0-1.5,2-4 "$M" "is not a layer range a-b"
 refuse "--split-layers 0-4 for 2 ranks" 2 0-4 "$M" "gives 1 ranges for the 2 ranks"
-refuse "4 ranks for a 3-layer model" 4 "" "$L" "4 ranks for a model of 3 layers"
+refuse "4 ranks for a 3-layer model (--nodes 4)" 4 "" "$L" "4 ranks for a model of 3 layers"
 timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --nodes 3 -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "--nodes 3 under mpirun -np 2: exit 2 naming both" '[ $rc -eq 2 ] && grep -q "\-\-nodes 3, but mpirun started 2 ranks" "$tmp/err"'
 # another build on rank 1: the same binary with another GNU build id
@@ -69,18 +88,18 @@ timeout 60 $MPIRUN -np 1 "$CALDRIX" run "$M" --allow-split -p hi -n 2 : -np 1 "$
     >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "another build on rank 1: refused before loading, naming rank 1" \
     '[ $rc -eq 2 ] && grep -q "rank 1 (host .*) runs another build of caldrix than rank 0" "$tmp/err"'
-timeout 60 $MPIRUN -np 1 "$CALDRIX" run "$L" --allow-split --prompt-ids 5,6 -n 2 : -np 1 "$CALDRIX" run "${L}_f16" --allow-split \
+timeout 60 $MPIRUN -np 1 "$CALDRIX" run "$L" --allow-split --nodes 2 --prompt-ids 5,6 -n 2 : -np 1 "$CALDRIX" run "${L}_f16" --allow-split --nodes 2 \
     --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "another model on rank 1 (its fingerprint): refused naming rank 1" \
     '[ $rc -ne 0 ] && grep -q "rank 1 (host .*): its model is not rank 0.s (the model fingerprints differ)" "$tmp/err"'
-timeout 60 $MPIRUN -np 2 "$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --allow-split --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+timeout 60 $MPIRUN -np 2 "$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --allow-split --nodes 2 --prompt-ids 5,6 -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "Qwen3.5 (recurrent state): refused by name, no hang" '[ $rc -ne 0 ] && grep -q "recurrent state.*not done yet" "$tmp/err"'
 
 # ---- a rank killed (kill -9) between two turns of run -i: rank 0 names it, nothing hangs ----
 descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 kill_rank1() { # $1: extra mpirun flags; sets elapsed
     rm -f "$tmp/fifo"; mkfifo "$tmp/fifo"
-    ( timeout 90 $MPIRUN $1 -np 2 "$CALDRIX" run "$M" --allow-split -i --json -n 8 --temp 0 --threads 1 --split-timeout 20 \
+    ( timeout 90 $MPIRUN $1 -np 2 "$CALDRIX" run "$M" --allow-split --nodes 2 -i --json -n 8 --temp 0 --threads 1 --split-timeout 20 \
         <"$tmp/fifo" >"$tmp/out" 2>"$tmp/err"; echo $? >"$tmp/rc" ) &
     local bg=$! p pid="" i
     exec 7>"$tmp/fifo"

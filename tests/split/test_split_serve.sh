@@ -50,7 +50,7 @@ start whole "$CALDRIX" serve "$M" --threads 1
 burst whole
 kill "$SPID"; wait "$SPID" 2>/dev/null
 
-start split timeout 120 $MPIRUN --enable-recovery -np 2 "$CALDRIX" serve "$M" --allow-split --threads 1 --split-timeout 20
+start split timeout 120 $MPIRUN --enable-recovery -np 2 "$CALDRIX" serve "$M" --allow-split --nodes 2 --threads 1 --split-timeout 20
 MP=$SPID
 burst split
 same=0
