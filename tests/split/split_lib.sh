@@ -24,6 +24,17 @@ else
     fi
 fi
 
+# rank_pid PID R: the pid of rank R of the mpirun under PID (a child of mpirun whose OMPI_COMM_WORLD_RANK is R)
+rank_pid() {
+    local p c
+    for p in $1 $(pgrep -P "$1") $(for c in $(pgrep -P "$1"); do pgrep -P "$c"; done); do
+        [ "$(cat /proc/$p/comm 2>/dev/null)" = mpirun ] || continue
+        for c in $(pgrep -P "$p"); do
+            tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$c"; return; }
+        done
+    done
+}
+
 # same_bits WHOLE.json SPLIT.json: the tokens and every step's top logits as float bits
 same_bits() {
     python3 - "$1" "$2" <<'PY'

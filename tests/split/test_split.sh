@@ -96,7 +96,6 @@ timeout 60 $MPIRUN -np 2 "$CALDRIX" run ../shared/fixtures/hf/qwen3_5 --allow-sp
 check "Qwen3.5 (recurrent state): refused by name, no hang" '[ $rc -ne 0 ] && grep -q "recurrent state.*not done yet" "$tmp/err"'
 
 # ---- a rank killed (kill -9) between two turns of run -i: rank 0 names it, nothing hangs ----
-descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 kill_rank1() { # $1: extra mpirun flags; sets elapsed
     rm -f "$tmp/fifo"; mkfifo "$tmp/fifo"
     ( timeout 90 $MPIRUN $1 -np 2 "$CALDRIX" run "$M" --allow-split --nodes 2 -i --json -n 8 --temp 0 --threads 1 --split-timeout 20 \
@@ -105,13 +104,7 @@ kill_rank1() { # $1: extra mpirun flags; sets elapsed
     exec 7>"$tmp/fifo"
     echo "Once upon a time" >&7
     for i in $(seq 600); do [ -s "$tmp/out" ] && break; sleep 0.1; done # the first turn answered: every rank is up
-    # rank 1: the caldrix under this test's mpirun whose OMPI_COMM_WORLD_RANK is 1
-    for i in $(seq 50); do
-        for p in $(descendants $bg); do
-            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$p
-        done
-        [ -n "$pid" ] && break; sleep 0.1
-    done
+    for i in $(seq 50); do pid=$(rank_pid $bg 1); [ -n "$pid" ] && break; sleep 0.1; done
     local t0=$SECONDS
     [ -n "$pid" ] && kill -9 "$pid"
     sleep 0.5

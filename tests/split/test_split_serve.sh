@@ -67,11 +67,7 @@ check "a repeated prompt over 2 ranks takes its prefix from the cache on every r
     '[ "${cached:-0}" -gt 0 ] && [ -n "$(result "$tmp/long1.json")" ] && [ "$(result "$tmp/long1.json")" = "$(result "$tmp/long2.json")" ]'
 
 # rank 1 killed: the next request fails with 503 split_rank_lost, and the server exits 1
-descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
-pid=""
-for p in $(descendants "$MP"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && pid=$p
-done
+pid=$(rank_pid "$MP" 1)
 [ -n "$pid" ] && kill -9 "$pid"
 t0=$SECONDS
 code=$(post /v1/completions '{"prompt":"Once","max_tokens":4}' "$tmp/lost.json")
