@@ -46,6 +46,7 @@ extern "C" {
     X(STABLELM)    /* StableLmForCausalLM */                                                             \
     X(STARCODER2)  /* Starcoder2ForCausalLM */                                                           \
     X(COHERE)      /* CohereForCausalLM (Command R) */                                                   \
+    X(OLMO)        /* OlmoForCausalLM (OLMo v1: LayerNorms without weight or bias) */                    \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -145,6 +146,7 @@ typedef struct cdx_hf_arch_row {
     bool orig_max_pos_key;          /* the class has original_max_position_embeddings at the top level (Phi3Config),
                                        which longrope reads when rope_scaling does not say it */
     const char *eps_key;  /* the norms' epsilon (LayerNorm families: layer_norm_eps, norm_epsilon); NULL: rms_norm_eps */
+    bool eps_fixed;       /* the class's norms have a fixed epsilon (rms_eps), no key read (OlmoLayerNorm's 1e-5) */
     const char *parallel_key; /* a bool: attention and MLP read one norm's output, x + attn + mlp
                                  (StableLM's use_parallel_residual); NULL: the class default below */
     bool parallel;            /* that default (Cohere: always) */

@@ -42,6 +42,7 @@ extern "C" {
     X(STABLELM, stablelm)   /* StableLM: LayerNorms with bias, partial rotary, optional parallel block */  \
     X(STARCODER2, starcoder2) /* Starcoder2: LayerNorms, biases on every linear, plain GELU MLP, a window */  \
     X(COHERE, cohere)       /* Cohere (Command R): LayerNorms, the parallel block, interleaved RoPE, logit_scale */ \
+    X(OLMO, olmo)           /* OLMo (v1): LayerNorms without weight or bias, clip_qkv */                   \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {

@@ -1023,7 +1023,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         const char *eps_key = row->eps_key                     ? row->eps_key
                               : row->layout == CDX_HF_ENCODER ? "layer_norm_eps"
                                                               : "rms_norm_eps";
-        if ((rc = get_num_in(&c, root, eps_key, eps_key, 0, 1, &cfg->rms_norm_eps, NULL)))
+        if (!row->eps_fixed && (rc = get_num_in(&c, root, eps_key, eps_key, 0, 1, &cfg->rms_norm_eps, NULL)))
             goto out;
     }
     if (row->layout == CDX_HF_ENCODER && (rc = read_encoder(&c, cfg, row)))

@@ -73,6 +73,7 @@ typedef struct arch_desc {
     bool layer_norm;            /* LayerNorms (mean subtracted), eps from the row's eps_key / GGUF
                                    attention.layer_norm_epsilon (StableLM, Starcoder2, Cohere) */
     bool norm_bias;             /* the LayerNorms have biases (input_layernorm.bias ...; GGUF attn_norm.bias ...) */
+    bool norm_none;             /* the norms have no weight (nor bias): no norm tensors, x·1 (OLMo's OlmoLayerNorm) */
     bool linear_bias;           /* o_proj and the MLP's linears have biases when config.json says (Starcoder2's
                                    use_bias; GGUF attn_output.bias, ffn_up.bias, ffn_down.bias) */
     bool mlp_plain;             /* the MLP is down(act(up(x))), no gate (Starcoder2's c_fc / c_proj) */

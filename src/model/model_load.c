@@ -19,7 +19,7 @@ typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D
                D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2, D_QKV, D_FF2 } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
                NEED_POST_NORM, NEED_SPLIT_QKV, NEED_FUSED_QKV, NEED_SPLIT_FFN, NEED_FUSED_FFN,
-               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE } need_kind;
+               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE, NEED_OUT_NORM } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -29,7 +29,7 @@ static const struct role_desc {
     cdx_tensor_kind kind;   /* what its values are (a norm's scale, a decay): a fresh model's init */
 } k_roles[ROLE_COUNT] = {
     [ROLE_TOK_EMBD]   = { "token_embd.weight",          "model.embed_tokens.weight",                   false, true,  D_VOCAB, D_EMBD, NEED_ALWAYS },
-    [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_ALWAYS, CDX_TENSOR_NORM },
+    [ROLE_OUT_NORM]   = { "output_norm.weight",         "model.norm.weight",                           false, false, D_EMBD,  D_NONE, NEED_OUT_NORM, CDX_TENSOR_NORM },
     [ROLE_OUT_NORM_B] = { "output_norm.bias",           "model.norm.bias",                             false, false, D_EMBD,  D_NONE, NEED_NORM_B },
     [ROLE_OUTPUT]     = { "output.weight",              "lm_head.weight",                              false, true,  D_VOCAB, D_EMBD, NEED_OPTIONAL },
     [ROLE_ROPE_FREQS] = { "rope_freqs.weight",          NULL,                                          false, false, D_ROT2,  D_NONE, NEED_OPTIONAL },
@@ -101,13 +101,14 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
     case NEED_LINEAR_BIAS: return d->linear_bias && lin_bias;
     case NEED_GATE: return !d->mlp_plain && !d->fused_gate_up;
     case NEED_QK_NORM: return qk_norm;
-    case NEED_PRE_NORM: return !d->no_pre_norms;
+    case NEED_PRE_NORM: return !d->no_pre_norms && !d->norm_none;
+    case NEED_OUT_NORM: return !d->norm_none;
     case NEED_POST_NORM: return d->post_norms;
     case NEED_SPLIT_QKV: return !d->fused_qkv;
     case NEED_FUSED_QKV: return d->fused_qkv;
     case NEED_SPLIT_FFN: return !d->fused_gate_up;
     case NEED_FUSED_FFN: return d->fused_gate_up;
-    case NEED_FFN_NORM: return !d->no_pre_norms && !parallel;
+    case NEED_FFN_NORM: return !d->no_pre_norms && !d->norm_none && !parallel;
     case NEED_NORM_B: return d->norm_bias;
     case NEED_FFN_NORM_B: return d->norm_bias && !parallel;
     default: return true;
@@ -117,7 +118,8 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
 /* Roles that are norms or their biases: a family without them names nothing. */
 static bool need_is_norm(need_kind n)
 {
-    return n == NEED_PRE_NORM || n == NEED_POST_NORM || n == NEED_FFN_NORM || n == NEED_NORM_B || n == NEED_FFN_NORM_B;
+    return n == NEED_PRE_NORM || n == NEED_POST_NORM || n == NEED_FFN_NORM || n == NEED_NORM_B || n == NEED_FFN_NORM_B ||
+           n == NEED_OUT_NORM;
 }
 
 const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
@@ -547,7 +549,8 @@ static void walk(const walker *w)
             }
         }
     }
-    emit_role(w, d, ROLE_OUT_NORM, 0, true);
+    if (!d->norm_none)
+        emit_role(w, d, ROLE_OUT_NORM, 0, true);
     if (d->norm_bias)
         emit_role(w, d, ROLE_OUT_NORM_B, 0, true);
     /* the head: required when the plan says the model has its own; else an optional tie-breaker */
@@ -808,6 +811,21 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
     }
     if ((rc = collect_mats(m, 0, m->hp.n_layer, err)))
         goto out;
+    if (m->desc->norm_none) { /* OLMo's OlmoLayerNorm has no weight: x·1, exact */
+        float **const vs[] = { &m->out_norm, NULL };
+        for (int64_t l = -1; l < hp->n_layer; l++) {
+            float **const ls[] = { &m->layers[l < 0 ? 0 : l].attn_norm, &m->layers[l < 0 ? 0 : l].ffn_norm };
+            for (int v = 0; v < (l < 0 ? 1 : 2); v++) {
+                float **p = l < 0 ? vs[v] : ls[v];
+                if (!(*p = malloc((size_t)hp->n_embd * sizeof **p))) {
+                    rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+                    goto out;
+                }
+                for (int64_t i = 0; i < hp->n_embd; i++)
+                    (*p)[i] = 1.0f;
+            }
+        }
+    }
     const float off = m->desc->hf_norm_offset;
     if (off != 0 && !b->gguf) {
         /* the norms scale by (off + w) (Qwen3_5RMSNorm: 1 + w): the checkpoint stores w (llama.cpp's

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Tiny random-weight Hugging Face checkpoints for the families that have no fixture in ../shared
+(OLMo v1, GPT-OSS), written at test time: config.json (the keys published checkpoints write) and
+model.safetensors (float32, transformers' tensor names). Python's standard library only, so the tests
+need no PyTorch; deterministic: the same family always gives the same bytes.
+
+Weights: element i of tensor NAME is u·scale with u = (z >> 40) / 2^23 - 1 in [-1, 1), z the
+splitmix64 output of state fnv1a64(NAME) + (i + 1)·0x9E3779B97F4A7C15 (exact in float32, since scale is a
+power of two).
+
+    python3 scripts/goldens/tiny_fixtures.py FAMILY OUT_DIR [JSON_CONFIG_OVERRIDES]
+
+scripts/goldens/torch-families-c.py reads the same files to make the PyTorch goldens.
+"""
+import json
+import os
+import struct
+import sys
+
+M64 = (1 << 64) - 1
+
+
+def fnv1a64(s):
+    h = 0xCBF29CE484222325
+    for c in s.encode():
+        h = ((h ^ c) * 0x100000001B3) & M64
+    return h
+
+
+def values(name, n, scale):
+    st = fnv1a64(name)
+    out = [0.0] * n
+    for i in range(n):
+        z = (st + (i + 1) * 0x9E3779B97F4A7C15) & M64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        z ^= z >> 31
+        out[i] = ((z >> 40) / 8388608.0 - 1.0) * scale
+    return out
+
+
+def olmo(over):
+    cfg = {"architectures": ["OlmoForCausalLM"], "model_type": "olmo", "vocab_size": 320, "hidden_size": 64,
+           "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "hidden_act": "silu", "max_position_embeddings": 256, "rope_theta": 10000.0, "rope_scaling": None,
+           "attention_bias": False, "attention_dropout": 0.0, "clip_qkv": 1.0, "tie_word_embeddings": False,
+           "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 2, "torch_dtype": "float32",
+           "initializer_range": 0.02, "use_cache": True}
+    cfg.update(over)
+    E, F, H, L, V = (cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                      "num_hidden_layers", "vocab_size"))
+    KV = cfg["num_key_value_heads"] or H
+    hd = E // H
+    t = [("model.embed_tokens.weight", (V, E), 1.0)]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "self_attn.q_proj.weight", (H * hd, E), 0.25), (p + "self_attn.k_proj.weight", (KV * hd, E), 0.25),
+              (p + "self_attn.v_proj.weight", (KV * hd, E), 0.25), (p + "self_attn.o_proj.weight", (E, H * hd), 0.125),
+              (p + "mlp.gate_proj.weight", (F, E), 0.25), (p + "mlp.up_proj.weight", (F, E), 0.25),
+              (p + "mlp.down_proj.weight", (E, F), 0.125)]
+    t.append(("lm_head.weight", (V, E), 0.25))
+    return cfg, t
+
+
+FAMILIES = {"olmo": olmo}
+
+
+def tensors(family, cfg_over=None):
+    """(config dict, [(name, shape, flat values)]) of a family."""
+    cfg, spec = FAMILIES[family](cfg_over or {})
+    out = []
+    for name, shape, scale in spec:
+        n = 1
+        for d in shape:
+            n *= d
+        out.append((name, shape, values(name, n, scale)))
+    return cfg, out
+
+
+def write(family, folder, cfg_over=None):
+    cfg, ts = tensors(family, cfg_over)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    ts = sorted(ts, key=lambda x: x[0])
+    head, off = {}, 0
+    for name, shape, v in ts:
+        head[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + 4 * len(v)]}
+        off += 4 * len(v)
+    head["__metadata__"] = {"format": "pt"}
+    hb = json.dumps(head, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for _, _, v in ts:
+            f.write(struct.pack("<%df" % len(v), *v))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in FAMILIES:
+        sys.exit("usage: tiny_fixtures.py {%s} OUT_DIR [JSON_CONFIG_OVERRIDES]" % ",".join(FAMILIES))
+    write(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]) if len(sys.argv) > 3 else None)

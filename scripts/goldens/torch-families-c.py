@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Makes tests/golden/families-c.json: PyTorch float32 greedy goldens of the families without a fixture
+in ../shared (scripts/goldens/tiny_fixtures.py writes their tiny random-weight checkpoints at test time),
+each under the config.json settings listed in VARIANTS. The forward passes below follow transformers'
+modeling code line by line (sources named per block); batch size 1, the whole sequence recomputed at every
+step (no KV cache), float32 throughout.
+
+  olmo  modular_olmo.py / modeling_olmo.py (OlmoLayerNorm, OlmoAttention, LlamaMLP, LlamaDecoderLayer) and
+        configuration_olmo.py, huggingface/transformers @ 00a98e7125fde87191ae8bb9ce137237fd90637b /
+        008e574391258935f3ecc3035c882e73bbcac419
+
+    /usr/bin/python3 scripts/goldens/torch-families-c.py [tests/golden/families-c.json]
+
+(system python with Debian's python3-torch). Deterministic: a rerun writes the same bytes.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny_fixtures  # noqa: E402
+
+torch.set_num_threads(1)
+TOPK, STEPS, GAP = 5, 16, 0.02
+LENGTHS = [("short", 5), ("medium", 20), ("long", 40)]
+
+VARIANTS = [
+    ("olmo", "fixture (clip_qkv 1.0)", {}),
+    ("olmo", "clip_qkv null", {"clip_qkv": None}),
+    ("olmo", "clip_qkv 0.5, 4 kv heads", {"clip_qkv": 0.5, "num_key_value_heads": 4}),
+]
+
+
+def weights(family, over):
+    cfg, ts = tiny_fixtures.tensors(family, over)
+    return cfg, {n: torch.tensor(v, dtype=torch.float32).view(*s) for n, s, v in ts}
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(dim, base, T):
+    # _compute_default_rope_parameters; LlamaRotaryEmbedding.forward (attention_scaling 1.0)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    freqs = (inv_freq[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[0], emb.sin()[0]
+
+
+def eager_attention(q, k, v, scaling, window=None):
+    # eager_attention_forward: repeat_kv, q·kᵀ·scaling + causal (and sliding) mask, f32 softmax, ·v
+    nh, T, hd = q.shape
+    rep = nh // k.shape[0]
+    k = k.repeat_interleave(rep, dim=0)
+    v = v.repeat_interleave(rep, dim=0)
+    qi, ki = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = ki <= qi
+    if window is not None:
+        allowed = allowed & (ki > qi - window)
+    a = torch.matmul(q, k.transpose(1, 2)) * scaling
+    a = a + torch.where(allowed, 0.0, torch.finfo(torch.float32).min)[None]
+    a = F.softmax(a, dim=-1, dtype=torch.float32)
+    return torch.matmul(a, v).transpose(0, 1).reshape(T, -1)
+
+
+def olmo_forward(W, cfg, ids):
+    E, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads") or nh
+    hd = E // nh
+    T = len(ids)
+
+    def ln(x):  # OlmoLayerNorm.forward: no weight, no bias, eps 1e-5 whatever the config says
+        return F.layer_norm(x.to(torch.float32), (E,), None, None, eps=1e-5)
+
+    def lin(x, name):
+        return x @ W[name + ".weight"].t()
+
+    cos, sin = rope_cos_sin(hd, cfg["rope_theta"], T)
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = ln(x)  # input_layernorm
+        # OlmoAttention.forward
+        q, k, v = lin(h, p + "self_attn.q_proj"), lin(h, p + "self_attn.k_proj"), lin(h, p + "self_attn.v_proj")
+        c = cfg.get("clip_qkv")
+        if c is not None:
+            q, k, v = q.clamp(min=-c, max=c), k.clamp(min=-c, max=c), v.clamp(min=-c, max=c)
+        q = q.view(T, nh, hd).transpose(0, 1)
+        k = k.view(T, nkv, hd).transpose(0, 1)
+        v = v.view(T, nkv, hd).transpose(0, 1)
+        q = q * cos[None] + rotate_half(q) * sin[None]  # apply_rotary_pos_emb
+        k = k * cos[None] + rotate_half(k) * sin[None]
+        a = eager_attention(q, k, v, hd ** -0.5)
+        x = x + lin(a, p + "self_attn.o_proj")
+        h = ln(x)  # post_attention_layernorm
+        x = x + lin(F.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+    return lin(ln(x), "lm_head")  # model.norm, lm_head
+
+
+FORWARD = {"olmo": olmo_forward}
+
+
+def greedy(fw, W, cfg, prompt):
+    ids, toks, steps, gap = list(prompt), [], [], float("inf")
+    for _ in range(STEPS):
+        logits = fw(W, cfg, ids)[-1]
+        vals, idx = torch.topk(logits, TOPK)
+        gap = min(gap, float(vals[0] - vals[1]))
+        steps.append({"token": int(idx[0]), "top": [[int(i), float(v)] for i, v in zip(idx, vals)]})
+        toks.append(int(idx[0]))
+        ids.append(int(idx[0]))
+    return toks, steps, gap
+
+
+def prompt_for(fw, W, cfg, n, seed):
+    """The first prompt of n ids (3..vocab-1, from a seeded generator) whose 16 steps keep top-1 and top-2
+    at least GAP apart, so float32 rounding cannot change a token."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(200):
+        p = torch.randint(3, cfg["vocab_size"], (n,), generator=g).tolist()
+        toks, steps, gap = greedy(fw, W, cfg, p)
+        if gap >= GAP:
+            return p, toks, steps, gap
+    raise SystemExit("no prompt of %d ids with a gap of %g" % (n, GAP))
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/families-c.json"
+    res = []
+    for vi, (fam, name, over) in enumerate(VARIANTS):
+        cfg, W = weights(fam, over)
+        fw = FORWARD[fam]
+        cases = []
+        for ci, (cname, n) in enumerate(LENGTHS):
+            p, toks, steps, gap = prompt_for(fw, W, cfg, n, 1000 * vi + ci)
+            cases.append({"name": cname, "prompt_ids": p, "tokens": toks, "steps": steps, "min_gap": gap})
+            print("%s / %s / %s: min gap %.4f" % (fam, name, cname, gap), file=sys.stderr)
+        res.append({"family": fam, "variant": name, "config": over, "cases": cases})
+    with open(out, "w") as f:
+        json.dump({"reference": "PyTorch %s float32, transformers' modeling code transcribed in "
+                   "scripts/goldens/torch-families-c.py; weights from scripts/goldens/tiny_fixtures.py; %d greedy "
+                   "steps, whole sequence recomputed per step" % (torch.__version__, STEPS),
+                   "variants": res}, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+/* The families without a fixture in ../shared (OLMo v1): their tiny random-weight checkpoints are written
+ * at test time by scripts/goldens/tiny_fixtures.py (Python's standard library only), and
+ * tests/golden/families-c.json holds PyTorch's float32 goldens of them (scripts/goldens/torch-families-c.py,
+ * transformers' modeling code transcribed line by line) under each config.json variant. For every variant:
+ * every case's 16 greedy tokens and every golden top-5 logit within 1e-3, from the checkpoint on every
+ * kernel set, with the three cases as one batch of three sequences, and from its conversion to GGUF
+ * (caldrix convert, llama.cpp's names and keys). Then each rule the family adds to the common decoder is
+ * switched off in turn, and the goldens must break every time. */
+#include "caldrix.h"
+#include "caldrix/convert.h"
+#include "caldrix/engine.h"
+#include "caldrix/model.h"
+#include "caldrix/tokenizer.h"
+#include "model/arch.h"
+#include "test.h"
+
+#include <jansson.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *what;
+    void (*flip)(cdx_model *m, bool on);
+} rule;
+
+typedef struct {
+    const char *name;
+    rule rules[6];
+} family;
+
+/* OLMo: q, k, v not clamped; RMSNorm in place of the LayerNorm; rotate_half's halves read as adjacent pairs */
+static void flip_clip(cdx_model *m, bool on)
+{
+    static float keep;
+    if (!on)
+        keep = m->hp.clip_qkv;
+    m->hp.clip_qkv = on ? keep : 0;
+}
+static void flip_layer_norm(cdx_model *m, bool on) { m->hp.layer_norm = on; }
+static void flip_rope_pairs(cdx_model *m, bool on) { m->hp.rope_mode = on ? CDX_ROPE_HALVES : CDX_ROPE_ADJACENT; }
+
+static const family k_families[] = {
+    { "olmo", { { "clip_qkv", flip_clip },
+                { "the LayerNorm (RMSNorm instead)", flip_layer_norm },
+                { "rotate_half's pairs (adjacent pairs instead)", flip_rope_pairs } } },
+};
+
+static const family *g_fam;
+static json_t *g_var; /* the variant: config, cases */
+static char g_dir[128], g_gguf[160];
+
+/* Greedy over every case, one sequence at a time: the number of cases that differ; *worst the largest
+ * top-5 logit error. */
+static int decode(cdx_model *m, const char *isa, double *worst, bool quiet, const char *what)
+{
+    cdx_err e = { 0 };
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    cdx_forward_ctx *fc = NULL;
+    if (cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(isa), &fc, &e))
+        return 99;
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    int bad = 0;
+    *worst = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(json_object_get(g_var, "cases"), ci, c) {
+        json_t *prompt = json_object_get(c, "prompt_ids"), *toks = json_object_get(c, "tokens"),
+               *steps = json_object_get(c, "steps");
+        cdx_kv kv;
+        if (cdx_kv_init(&kv, hp, 256, &e)) {
+            bad++;
+            break;
+        }
+        cdx_kv *kvp = &kv;
+        int32_t ids[64];
+        size_t np = json_array_size(prompt);
+        for (size_t i = 0; i < np && i < 64; i++)
+            ids[i] = (int32_t)json_integer_value(json_array_get(prompt, i));
+        cdx_batch b = { .n = (int64_t)np, .tokens = ids };
+        bool ok = cdx_forward(fc, &kvp, 1, &b, logits, &e) == 0;
+        double cw = 0;
+        for (size_t s = 0; ok && s < json_array_size(toks); s++) {
+            int32_t want = (int32_t)json_integer_value(json_array_get(toks, s));
+            json_t *top = json_object_get(json_array_get(steps, s), "top");
+            for (size_t k = 0; k < json_array_size(top); k++) {
+                json_t *pair = json_array_get(top, k);
+                double d = fabs(logits[json_integer_value(json_array_get(pair, 0))] -
+                                json_number_value(json_array_get(pair, 1)));
+                cw = d > cw ? d : cw;
+            }
+            ok = cdx_argmax(logits, hp->n_vocab) == want && cw <= 1e-3;
+            cdx_batch nb = { .n = 1, .tokens = &want };
+            ok = ok && cdx_forward(fc, &kvp, 1, &nb, logits, &e) == 0;
+        }
+        *worst = cw > *worst ? cw : *worst;
+        bad += !ok;
+        if (!quiet)
+            printf("  %s %s [%s] case %s: %s, max |logit - golden| = %.2e\n", g_fam->name, what, isa,
+                   json_string_value(json_object_get(c, "name")), ok ? "tokens match" : "MISMATCH", cw);
+        cdx_kv_free(&kv);
+    }
+    free(logits);
+    cdx_forward_ctx_free(fc);
+    return bad;
+}
+
+/* The cases as one batch: the prompts together, then one token of each sequence per step. */
+static int decode_batched(cdx_model *m, double *worst)
+{
+    enum { NS = 3 };
+    cdx_err e = { 0 };
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    json_t *cases = json_object_get(g_var, "cases");
+    if (json_array_size(cases) != NS)
+        return 99;
+    cdx_forward_ctx *fc = NULL;
+    if (cdx_forward_ctx_create(m, 128, 2, cdx_kernels_by_isa("scalar"), &fc, &e))
+        return 99;
+    cdx_kv kv[NS];
+    cdx_kv *kvp[NS];
+    int32_t ids[128], seq[128];
+    bool want[128];
+    int64_t n = 0;
+    for (int s = 0; s < NS; s++) {
+        cdx_kv_init(&kv[s], hp, 256, &e);
+        kvp[s] = &kv[s];
+        json_t *p = json_object_get(json_array_get(cases, s), "prompt_ids");
+        for (size_t i = 0; i < json_array_size(p); i++, n++) {
+            ids[n] = (int32_t)json_integer_value(json_array_get(p, i));
+            seq[n] = s;
+            want[n] = i + 1 == json_array_size(p);
+        }
+    }
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab * NS);
+    int bad = 0;
+    *worst = 0;
+    cdx_batch b = { .n = n, .tokens = ids, .seq = seq, .want_logits = want };
+    bool ok = cdx_forward(fc, kvp, NS, &b, logits, &e) == 0;
+    for (size_t st = 0; ok && st < 16; st++) {
+        for (int s = 0; s < NS; s++) {
+            json_t *c = json_array_get(cases, s);
+            int32_t tok = (int32_t)json_integer_value(json_array_get(json_object_get(c, "tokens"), st));
+            json_t *top = json_object_get(json_array_get(json_object_get(c, "steps"), st), "top");
+            for (size_t k = 0; k < json_array_size(top); k++) {
+                json_t *pair = json_array_get(top, k);
+                double d = fabs(logits[s * hp->n_vocab + json_integer_value(json_array_get(pair, 0))] -
+                                json_number_value(json_array_get(pair, 1)));
+                *worst = d > *worst ? d : *worst;
+            }
+            bad += cdx_argmax(logits + s * hp->n_vocab, hp->n_vocab) != tok;
+            ids[s] = tok;
+            seq[s] = s;
+            want[s] = true;
+        }
+        cdx_batch nb = { .n = NS, .tokens = ids, .seq = seq, .want_logits = want };
+        ok = cdx_forward(fc, kvp, NS, &nb, logits, &e) == 0;
+    }
+    for (int s = 0; s < NS; s++)
+        cdx_kv_free(&kv[s]);
+    free(logits);
+    cdx_forward_ctx_free(fc);
+    return ok ? bad + (*worst > 1e-3) : 99;
+}
+
+static void run_checkpoint(void)
+{
+    cdx_err e = { 0 };
+    cdx_model *m = NULL;
+    int rc = cdx_model_open(g_dir, &(cdx_model_opts){ .dtype = CDX_DTYPE_F32 }, &m, &e);
+    CHECKF(rc == 0, "%s: %s", g_dir, e.msg);
+    if (rc)
+        return;
+    const char *isas[] = { "scalar", "avx2", "avx512" };
+    for (int s = 0; s < 3; s++) {
+        if (!cdx_kernels_by_isa(isas[s]))
+            continue;
+        double worst = 0;
+        const int bad = decode(m, isas[s], &worst, false, "checkpoint");
+        CHECKF(bad == 0, "%s [%s]: %d cases differ from PyTorch's (worst %.3g)", g_dir, isas[s], bad, worst);
+    }
+    double worst = 0;
+    const int bad = decode_batched(m, &worst);
+    CHECKF(bad == 0, "%s as one batch of three sequences: %d differences (worst %.3g)", g_dir, bad, worst);
+    printf("  %s checkpoint, the three cases as one batch: %s (worst top-5 logit error %.2e)\n", g_fam->name,
+           bad ? "MISMATCH" : "tokens match", worst);
+    cdx_model_close(m);
+}
+
+static void run_gguf(void)
+{
+    cdx_err e = { 0 };
+    cdx_gguf_writer *w = NULL;
+    cdx_convert *c = NULL;
+    REQUIRE(cdx_gguf_writer_new(&w, &e) == 0);
+    int rc = cdx_convert_hf(g_dir, &(cdx_convert_opts){ .type = CDX_TYPE_F32 }, w, &c, &e);
+    CHECKF(rc == 0, "convert %s: %s", g_dir, e.msg);
+    rc = rc ? rc : cdx_tok_export_gguf_dummy(w, 320, 1, 2, &e);
+    rc = rc ? rc : cdx_gguf_writer_write(w, g_gguf, &e);
+    CHECKF(rc == 0, "writing %s: %s", g_gguf, e.msg);
+    cdx_convert_free(c);
+    cdx_gguf_writer_free(w);
+    cdx_model *m = NULL;
+    rc = rc ? rc : cdx_model_open(g_gguf, &(cdx_model_opts){ .dtype = CDX_DTYPE_F32 }, &m, &e);
+    CHECKF(rc == 0, "%s: %s", g_gguf, e.msg);
+    if (!rc) {
+        double worst = 0;
+        const int bad = decode(m, "scalar", &worst, false, "converted GGUF");
+        CHECKF(bad == 0, "%s: %d cases differ from PyTorch's (worst %.3g)", g_gguf, bad, worst);
+        cdx_model_close(m);
+    }
+    unlink(g_gguf);
+}
+
+static void run_each_rule_matters(void)
+{
+    cdx_err e = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(g_dir, NULL, &m, &e) == 0);
+    for (const rule *r = g_fam->rules; r->what; r++) {
+        r->flip(m, false);
+        double worst = 0;
+        const int bad = decode(m, "scalar", &worst, true, "");
+        CHECKF(bad > 0, "%s without %s: the goldens still pass (worst %.3g)", g_fam->name, r->what, worst);
+        printf("  %s without %s: %d of 3 cases break (worst top-5 logit error %.3g)\n", g_fam->name, r->what, bad,
+               worst);
+        r->flip(m, true);
+    }
+    double worst = 0;
+    CHECKF(decode(m, "scalar", &worst, true, "") == 0, "%s with every rule back: the goldens pass", g_fam->name);
+    cdx_model_close(m);
+}
+
+static int write_fixture(const char *fam, json_t *over, const char *dir)
+{
+    char *o = json_dumps(over, JSON_COMPACT);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "python3 scripts/goldens/tiny_fixtures.py %s %s '%s'", fam, dir, o ? o : "{}");
+    free(o);
+    return system(cmd);
+}
+
+int main(void)
+{
+    json_error_t je;
+    json_t *all = json_load_file("tests/golden/families-c.json", 0, &je);
+    if (!all) {
+        printf("tests/golden/families-c.json: %s\nfamilies_c: 0 passed, 1 failed\n", je.text);
+        return 1;
+    }
+    static char names[64][256];
+    int k = 0;
+    size_t vi;
+    json_t *v;
+    json_array_foreach(json_object_get(all, "variants"), vi, v) {
+        const char *fam = json_string_value(json_object_get(v, "family"));
+        g_fam = NULL;
+        for (size_t f = 0; f < sizeof k_families / sizeof k_families[0]; f++)
+            if (!strcmp(k_families[f].name, fam))
+                g_fam = &k_families[f];
+        if (!g_fam)
+            continue;
+        g_var = v;
+        snprintf(g_dir, sizeof g_dir, "/tmp/cdx_fc_%s_%d_%zu", fam, (int)getpid(), vi);
+        snprintf(g_gguf, sizeof g_gguf, "%s.gguf", g_dir);
+        const char *vname = json_string_value(json_object_get(v, "variant"));
+        if (write_fixture(fam, json_object_get(v, "config"), g_dir) != 0) {
+            printf("  could not write the %s fixture\n", fam);
+            t_failed++;
+            continue;
+        }
+        snprintf(names[k], sizeof names[k], "%s (%s): the checkpoint gives PyTorch's goldens on every kernel set, "
+                 "alone and batched", fam, vname);
+        RUN(names[k], run_checkpoint);
+        k++;
+        snprintf(names[k], sizeof names[k], "%s (%s): its conversion to GGUF gives them too", fam, vname);
+        RUN(names[k], run_gguf);
+        k++;
+        if (vi == 0 || strcmp(fam, json_string_value(json_object_get(json_array_get(json_object_get(all, "variants"),
+                                                                                       vi - 1), "family")))) {
+            snprintf(names[k], sizeof names[k], "%s: each of its rules is needed for the goldens", fam);
+            RUN(names[k], run_each_rule_matters);
+            k++;
+        }
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", g_dir);
+    }
+    json_decref(all);
+    return t_done("families_c");
+}
