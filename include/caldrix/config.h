@@ -47,6 +47,7 @@ extern "C" {
     X(STARCODER2)  /* Starcoder2ForCausalLM */                                                           \
     X(COHERE)      /* CohereForCausalLM (Command R) */                                                   \
     X(OLMO)        /* OlmoForCausalLM (OLMo v1: LayerNorms without weight or bias) */                    \
+    X(GPT_OSS)     /* GptOssForCausalLM */                                                               \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -147,6 +148,8 @@ typedef struct cdx_hf_arch_row {
                                        which longrope reads when rope_scaling does not say it */
     const char *eps_key;  /* the norms' epsilon (LayerNorm families: layer_norm_eps, norm_epsilon); NULL: rms_norm_eps */
     bool eps_fixed;       /* the class's norms have a fixed epsilon (rms_eps), no key read (OlmoLayerNorm's 1e-5) */
+    bool attn_bias_on;    /* attention_bias defaults to true and biases q, k, v and o (GptOssConfig) */
+    bool swiglu_oai;      /* the experts' clamped SwiGLU: reads swiglu_limit (7.0) and swiglu_alpha (1.702) (GPT-OSS) */
     const char *parallel_key; /* a bool: attention and MLP read one norm's output, x + attn + mlp
                                  (StableLM's use_parallel_residual); NULL: the class default below */
     bool parallel;            /* that default (Cohere: always) */
@@ -256,6 +259,7 @@ typedef struct cdx_hf_config {
     double rope_theta_swa;         /* the sliding layers' RoPE base (rope_local_base_freq), without rope_scaling;
                                       0: they rotate as the others */
     double clip_qkv;               /* OLMoE's clip_qkv; 0: none (null or absent) */
+    double swiglu_limit, swiglu_alpha; /* GPT-OSS's clamped SwiGLU (swiglu_limit, swiglu_alpha); 0: none */
     int64_t sliding_window_pattern; /* Gemma3's (6 when absent); 0 elsewhere */
     /* an encoder (layout CDX_HF_ENCODER); rms_norm_eps holds its layer_norm_eps */
     bool encoder;

@@ -106,6 +106,8 @@ typedef struct cdx_attn_shape {
     float scale;                      /* usually 1/sqrt(head_dim) */
     float softcap;                    /* 0, or each score s = scale·q·k becomes softcap·tanh(s/softcap) before the
                                          softmax (Gemma2's attn_logit_softcapping; the sets' fused rows are not used) */
+    const float *sinks;               /* NULL, or [n_head]: each head's sink logit, a score with no value that joins
+                                         the softmax's denominator (GPT-OSS's sinks; the fused rows are not used) */
     uint32_t kv_type;                 /* CDX_TYPE_F32 (0) or CDX_TYPE_F16: K/V stored as halves, and
                                          then q and the softmax weights rounded to f16 as ggml's
                                          matmuls with an F16 cache round them */

@@ -43,6 +43,7 @@ extern "C" {
     X(STARCODER2, starcoder2) /* Starcoder2: LayerNorms, biases on every linear, plain GELU MLP, a window */  \
     X(COHERE, cohere)       /* Cohere (Command R): LayerNorms, the parallel block, interleaved RoPE, logit_scale */ \
     X(OLMO, olmo)           /* OLMo (v1): LayerNorms without weight or bias, clip_qkv */                   \
+    X(GPT_OSS, gpt_oss)     /* GPT-OSS: attention sinks, biased experts with a clamped SwiGLU, windows */  \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -94,6 +95,8 @@ typedef struct cdx_hparams {
     bool qk_norm_full;             /* q/k norms over the whole projection before the head split (OLMo 2,
                                       OLMoE), else per head (Qwen3) */
     float clip_qkv;                /* q, k, v clamped to ±clip_qkv after the q/k norms (OLMoE); 0: none */
+    float swiglu_limit, swiglu_alpha; /* GPT-OSS's experts: gate clamped above and up to ±limit, then
+                                      (up + 1)·gate·sigmoid(alpha·gate); 0: SwiGLU */
     bool moe_topk_softmax;         /* experts weighed by a softmax over the k largest router logits (Granite
                                       MoE), else the softmax over all, renormalised when norm_topk_prob */
     /* Gemma's hooks (0 / NULL: the common decoder's) */

@@ -62,7 +62,38 @@ def olmo(over):
     return cfg, t
 
 
-FAMILIES = {"olmo": olmo}
+def gpt_oss(over):
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": 320, "hidden_size": 64,
+           "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "hidden_act": "silu", "max_position_embeddings": 256, "rope_theta": 150000.0,
+           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                            "truncate": False, "original_max_position_embeddings": 64},
+           "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"], "attention_bias": True,
+           "attention_dropout": 0.0, "num_local_experts": 4, "num_experts_per_tok": 2, "experts_per_token": 2,
+           "swiglu_limit": 7.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "router_aux_loss_coef": 0.9,
+           "output_router_logits": False, "initial_context_length": 64, "pad_token_id": 1, "eos_token_id": 2,
+           "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True}
+    cfg.update(over)
+    E, I, H, KV, L, V, X = (cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                             "num_key_value_heads", "num_hidden_layers", "vocab_size",
+                                             "num_local_experts"))
+    hd = cfg["head_dim"]
+    t = [("model.embed_tokens.weight", (V, E), 1.0), ("model.norm.weight", (E,), 1.0), ("lm_head.weight", (V, E), 0.25)]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "input_layernorm.weight", (E,), 1.0), (p + "post_attention_layernorm.weight", (E,), 1.0),
+              (p + "self_attn.q_proj.weight", (H * hd, E), 0.25), (p + "self_attn.q_proj.bias", (H * hd,), 0.25),
+              (p + "self_attn.k_proj.weight", (KV * hd, E), 0.25), (p + "self_attn.k_proj.bias", (KV * hd,), 0.25),
+              (p + "self_attn.v_proj.weight", (KV * hd, E), 0.25), (p + "self_attn.v_proj.bias", (KV * hd,), 0.25),
+              (p + "self_attn.o_proj.weight", (E, H * hd), 0.125), (p + "self_attn.o_proj.bias", (E,), 0.25),
+              (p + "self_attn.sinks", (H,), 2.0),
+              (p + "mlp.router.weight", (X, E), 0.5), (p + "mlp.router.bias", (X,), 0.5),
+              (p + "mlp.experts.gate_up_proj", (X, E, 2 * I), 0.25), (p + "mlp.experts.gate_up_proj_bias", (X, 2 * I), 0.5),
+              (p + "mlp.experts.down_proj", (X, I, E), 0.25), (p + "mlp.experts.down_proj_bias", (X, E), 0.25)]
+    return cfg, t
+
+
+FAMILIES = {"olmo": olmo, "gpt_oss": gpt_oss}
 
 
 def tensors(family, cfg_over=None):

@@ -8,12 +8,17 @@ step (no KV cache), float32 throughout.
   olmo  modular_olmo.py / modeling_olmo.py (OlmoLayerNorm, OlmoAttention, LlamaMLP, LlamaDecoderLayer) and
         configuration_olmo.py, huggingface/transformers @ 00a98e7125fde87191ae8bb9ce137237fd90637b /
         008e574391258935f3ecc3035c882e73bbcac419
+  gpt_oss  modeling_gpt_oss.py @ 00d4b3d2142cb4ced2f51b90614b5d26bc045015 (GptOssRMSNorm, GptOssExperts'
+        inference branch, GptOssTopKRouter, eager_attention_forward with sinks, _apply_rotary_emb) and
+        configuration_gpt_oss.py @ 02b8f42b4240dddea1b27c45d2dc95fb2682f841; YaRN as modeling_rope_utils'
+        _compute_yarn_parameters (cos and sin × the attention factor)
 
     /usr/bin/python3 scripts/goldens/torch-families-c.py [tests/golden/families-c.json]
 
 (system python with Debian's python3-torch). Deterministic: a rerun writes the same bytes.
 """
 import json
+import math
 import os
 import sys
 
@@ -31,6 +36,9 @@ VARIANTS = [
     ("olmo", "fixture (clip_qkv 1.0)", {}),
     ("olmo", "clip_qkv null", {"clip_qkv": None}),
     ("olmo", "clip_qkv 0.5, 4 kv heads", {"clip_qkv": 0.5, "num_key_value_heads": 4}),
+    ("gpt_oss", "fixture (window 8 on layer 0, YaRN, limit 7)", {}),
+    ("gpt_oss", "swiglu_limit 0.5, window 4, full layer first", {"swiglu_limit": 0.5, "sliding_window": 4,
+                                                                "layer_types": ["full_attention", "sliding_attention"]}),
 ]
 
 
@@ -103,7 +111,106 @@ def olmo_forward(W, cfg, ids):
     return lin(ln(x), "lm_head")  # model.norm, lm_head
 
 
-FORWARD = {"olmo": olmo_forward}
+def yarn(cfg):
+    # modeling_rope_utils._compute_yarn_parameters (as scripts/goldens/torch-rope-scaling.py transcribes it)
+    rs = cfg["rope_scaling"]
+    base, dim = cfg["rope_theta"], cfg["head_dim"]
+    factor = rs.get("factor")
+    attention_factor = rs.get("attention_factor")
+    orig = rs.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+    if factor is None:
+        factor = cfg["max_position_embeddings"] / orig
+
+    def get_mscale(scale, mscale=1):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    if attention_factor is None:
+        attention_factor = get_mscale(factor)
+    beta_fast = rs.get("beta_fast") or 32
+    beta_slow = rs.get("beta_slow") or 1
+
+    def find_correction_dim(num_rotations):
+        return (dim * math.log(orig / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = find_correction_dim(beta_fast), find_correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    extra, inter = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    ef = 1 - ramp.to(dtype=torch.float)
+    return inter * (1 - ef) + extra * ef, attention_factor
+
+
+def gpt_oss_forward(W, cfg, ids):
+    # modeling_gpt_oss.py: GptOssRMSNorm, GptOssAttention + eager_attention_forward (sinks), GptOssTopKRouter,
+    # GptOssExperts (inference branch), GptOssDecoderLayer, GptOssModel, GptOssRotaryEmbedding (YaRN)
+    E, nh, nkv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    nx, k, eps = cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["rms_norm_eps"]
+    limit, alpha = cfg.get("swiglu_limit", 7.0), cfg.get("swiglu_alpha", 1.702)
+    T = len(ids)
+
+    def rms(x, w):
+        v = x.pow(2).mean(-1, keepdim=True)
+        return w * (x * torch.rsqrt(v + eps))
+
+    def lin(x, name):
+        y = x @ W[name + ".weight"].t()
+        return y + W[name + ".bias"] if (name + ".bias") in W else y
+
+    inv_freq, att = yarn(cfg)
+    freqs = (inv_freq[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)[0]
+    cos, sin = freqs.cos() * att, freqs.sin() * att  # [T, hd/2]
+
+    def rot(x):  # _apply_rotary_emb
+        a, b = torch.chunk(x, 2, dim=-1)
+        return torch.cat((a * cos[None] - b * sin[None], b * cos[None] + a * sin[None]), dim=-1)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        window = cfg["sliding_window"] if cfg["layer_types"][l] == "sliding_attention" else None
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = rot(lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1))
+        kk = rot(lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1))
+        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+        rep = nh // nkv
+        kk, v = kk.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
+        qi, ki = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        allowed = ki <= qi
+        if window is not None:
+            allowed = allowed & (ki > qi - window)
+        a = torch.matmul(q, kk.transpose(1, 2)) * hd ** -0.5
+        a = a + torch.where(allowed, 0.0, torch.finfo(torch.float32).min)[None]
+        sinks = W[p + "self_attn.sinks"].reshape(-1, 1, 1).expand(-1, T, -1)
+        comb = torch.cat([a, sinks], dim=-1)
+        comb = comb - comb.max(dim=-1, keepdim=True).values
+        probs = F.softmax(comb, dim=-1, dtype=comb.dtype)[..., :-1]
+        o = torch.matmul(probs, v).transpose(0, 1).reshape(T, -1)
+        x = x + lin(o, p + "self_attn.o_proj")
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        # GptOssTopKRouter
+        logits = F.linear(h, W[p + "mlp.router.weight"], W[p + "mlp.router.bias"])
+        top_v, top_i = torch.topk(logits, k, dim=-1)
+        top_v = F.softmax(top_v, dim=1, dtype=top_v.dtype)
+        scores = torch.zeros_like(logits).scatter_(1, top_i, top_v)
+        # GptOssExperts, inference branch
+        hs = h.repeat(nx, 1).view(nx, -1, E)
+        gu = torch.bmm(hs, W[p + "mlp.experts.gate_up_proj"]) + W[p + "mlp.experts.gate_up_proj_bias"][..., None, :]
+        gate, up = gu[..., ::2], gu[..., 1::2]
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        glu = gate * torch.sigmoid(gate * alpha)
+        ns = torch.bmm((up + 1) * glu, W[p + "mlp.experts.down_proj"]) + W[p + "mlp.experts.down_proj_bias"][..., None, :]
+        ns = ns * scores.transpose(0, 1)[..., None]
+        x = x + ns.sum(dim=0)
+    return rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].t()
+
+
+FORWARD = {"olmo": olmo_forward, "gpt_oss": gpt_oss_forward}
 
 
 def greedy(fw, W, cfg, prompt):

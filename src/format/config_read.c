@@ -493,6 +493,9 @@ static int read_rope(ctx *c, cdx_hf_config *cfg, const arch_row *row)
     const char *rs_name = params ? "rope_parameters" : "rope_scaling";
     if ((rc = get_num_in(c, c->root, "rope_theta", "rope_theta", 0, 1e12, &cfg->rope_theta, NULL)))
         return rc;
+    if (!rs && row->swiglu_oai) /* GptOssConfig.__post_init__ supplies a YaRN when the file names none */
+        return REFUSE(c, "%s: rope_scaling is absent; GptOssConfig then applies its default YaRN (factor 32 over "
+                      "4096 positions), which caldrix does not supply: write it in config.json", c->name);
     if (!rs)
         return CDX_OK;
     if (!json_is_object(rs))
@@ -1035,6 +1038,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     if ((rc = read_act(&c, cfg, row, objs, obj_names)))
         goto out;
     cfg->tie_word_embeddings = row->tied;
+    cfg->attention_bias = row->attn_bias_on;
     if ((rc = get_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, NULL)) ||
         (rc = get_bool(&c, "attention_bias", &cfg->attention_bias, NULL)))
         goto out;
@@ -1062,7 +1066,7 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         break;
     }
     /* the forward pass has q, k, v biases (Qwen2's) and no o_proj or MLP bias (Qwen3.5 says why itself) */
-    if (cfg->attn_o_bias && !qwen35 && row->bias != CDX_HF_B_USE_BIAS)
+    if (cfg->attn_o_bias && !qwen35 && row->bias != CDX_HF_B_USE_BIAS && !row->attn_bias_on)
         REFUSE(&c, "%s: attention_bias is true; caldrix runs %s without attention biases (only Qwen2 and Qwen2-MoE "
                "have theirs, on q, k and v)", c.name, cfg->architecture);
     if (cfg->mlp_bias && row->bias != CDX_HF_B_USE_BIAS)
@@ -1100,6 +1104,13 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     if (row->clip_qkv_key && (rc = get_num_in(&c, root, "clip_qkv", "clip_qkv", 0, 1e9, &cfg->clip_qkv, NULL)))
         goto out;
+    if (row->swiglu_oai) { /* GptOssExperts: alpha 1.702, limit 7.0 (the later classes read both keys) */
+        cfg->swiglu_limit = 7.0;
+        cfg->swiglu_alpha = 1.702;
+        if ((rc = get_num_in(&c, root, "swiglu_limit", "swiglu_limit", 1e-6, 1e9, &cfg->swiglu_limit, NULL)) ||
+            (rc = get_num_in(&c, root, "swiglu_alpha", "swiglu_alpha", 1e-6, 1e9, &cfg->swiglu_alpha, NULL)))
+            goto out;
+    }
     /* a window over some layers only is computed for the classes whose rule is per layer (Gemma2/3) */
     const bool per_layer_sw = row->sw == CDX_HF_SW_EVEN || row->sw == CDX_HF_SW_PATTERN;
     for (int64_t l = 0; l < cfg->n_layers && cfg->sliding_window && !per_layer_sw; l++)

@@ -137,9 +137,9 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
     float acc[ATTN_MAX_GROUP][ATTN_MAX_DIM];
     float sc[ATTN_MAX_GROUP][ATTN_BLOCK];
     float mx[ATTN_MAX_GROUP], sum[ATTN_MAX_GROUP];
-    for (int h = 0; h < group; h++) {
-        mx[h] = -INFINITY;
-        sum[h] = 0;
+    for (int h = 0; h < group; h++) { /* a sink starts the online softmax: its exp(sink - max) is in the sum */
+        mx[h] = s->sinks ? s->sinks[h0 + h] : -INFINITY;
+        sum[h] = s->sinks ? 1.0f : 0;
         for (int d = 0; d < hd; d++)
             acc[h][d] = 0;
     }
@@ -200,7 +200,9 @@ static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const c
         const float sc = attn_score(s, v->dot(q, row, hd));
         mx = sc > mx ? sc : mx;
     }
-    double sum = 0;
+    if (s->sinks && s->sinks[h] > mx)
+        mx = s->sinks[h];
+    double sum = s->sinks ? expf(s->sinks[h] - mx) : 0;
     for (int64_t p = r->lo; p <= r->hi; p++) {
         const uint16_t *k = KV16(r->k, p);
         for (int d = 0; d < hd; d++)
@@ -227,7 +229,7 @@ static void attn_rows(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn
 {
     const int group = s->n_head / s->n_kv_head;
     /* the set's fused rows (the same bits as attn_heads with its primitives), where it takes the shape */
-    if (s->kv_type == CDX_TYPE_F32 && k && k->attn_f32 && !s->softcap) {
+    if (s->kv_type == CDX_TYPE_F32 && k && k->attn_f32 && !s->softcap && !s->sinks) {
         bool done = true;
         for (int h = 0; h < group && done; h += ATTN_MAX_GROUP)
             done = k->attn_f32(s, r, nr, g, g * group + h, group - h < ATTN_MAX_GROUP ? group - h : ATTN_MAX_GROUP);

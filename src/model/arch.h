@@ -74,6 +74,11 @@ typedef struct arch_desc {
                                    attention.layer_norm_epsilon (StableLM, Starcoder2, Cohere) */
     bool norm_bias;             /* the LayerNorms have biases (input_layernorm.bias ...; GGUF attn_norm.bias ...) */
     bool norm_none;             /* the norms have no weight (nor bias): no norm tensors, x·1 (OLMo's OlmoLayerNorm) */
+    bool attn_sinks;            /* each head's sink logit joins the softmax's denominator (GPT-OSS's self_attn.sinks;
+                                   GGUF attn_sinks.weight: ROLE_SINKS) */
+    bool moe_oai;               /* GPT-OSS's experts: a router bias, biases on every expert matrix, the clamped SwiGLU
+                                   (hp.swiglu_limit); HF stacks them as mlp.experts.gate_up_proj [E, H, 2I] (gate and
+                                   up columns interleaved) and down_proj [E, I, H], transposed at load */
     bool linear_bias;           /* o_proj and the MLP's linears have biases when config.json says (Starcoder2's
                                    use_bias; GGUF attn_output.bias, ffn_up.bias, ffn_down.bias) */
     bool mlp_plain;             /* the MLP is down(act(up(x))), no gate (Starcoder2's c_fc / c_proj) */
@@ -120,7 +125,7 @@ typedef enum {
     ROLE_TOK_EMBD, ROLE_OUT_NORM, ROLE_OUT_NORM_B, ROLE_OUTPUT, ROLE_ROPE_FREQS,
     ROLE_ROPE_LONG, ROLE_ROPE_SHORT, /* GGUF LongRoPE factors (llama.cpp's rope_factors_long / _short) */
     ROLE_ATTN_NORM, ROLE_ATTN_NORM_B, ROLE_WQKV, ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_BQ, ROLE_BK, ROLE_BV, ROLE_BO,
-    ROLE_QNORM, ROLE_KNORM,
+    ROLE_QNORM, ROLE_KNORM, ROLE_SINKS,
     /* Gated DeltaNet (Qwen3.5 linear attention) */
     ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_NORM,
     ROLE_SSM_OUT,
@@ -166,6 +171,11 @@ typedef struct layer_weights {
     cdx_mat *exp_gate, *exp_up, *exp_down; /* [n_expert] each: [n_ff_expert × n_embd] ×2, [n_embd × n_ff_expert] */
     cdx_mat sh_gate, sh_up, sh_down;    /* shared expert: [n_ff_shared × n_embd] ×2, [n_embd × n_ff_shared] */
     cdx_mat sh_router;                  /* [1 × n_embd]: the shared expert's sigmoid gate */
+    float *sinks;                       /* [n_head] attention sink logits (arch_desc.attn_sinks) or NULL */
+    float *router_b;                    /* [n_expert] the router's bias (arch_desc.moe_oai) or NULL */
+    float *exp_b_gate, *exp_b_up, *exp_b_down; /* [n_expert][n_ff_expert] ×2, [n_expert][n_embd] (moe_oai) or NULL */
+    void *exp_own;                      /* the experts' transposed copies (moe_oai, HF) or NULL */
+    size_t exp_own_bytes;
     /* a Gated DeltaNet layer (Qwen3.5): wq..wo, q_norm, k_norm unused */
     bool linear;
     cdx_mat ssm_qkv;                    /* [2·nk·dk + nv·dv × n_embd]: rows q | k | v (the conv's channels) */
@@ -285,6 +295,11 @@ static inline bool model_owns_data(const cdx_model *m, const void *p)
     for (size_t i = 0; i < m->n_bf16_bufs; i++)
         if (m->bf16_bufs[i] == p)
             return true;
+    for (int64_t l = 0; m->layers && l < m->hp.n_layer; l++) { /* GPT-OSS's transposed experts */
+        const uint8_t *o = (const uint8_t *)m->layers[l].exp_own;
+        if (o && (const uint8_t *)p >= o && (const uint8_t *)p < o + m->layers[l].exp_own_bytes)
+            return true;
+    }
     return false;
 }
 /* 64-byte aligned memory, on 2 MiB pages where the kernel offers them (model_pack.c); free() frees it. */

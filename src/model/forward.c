@@ -303,6 +303,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         else
             qkv_part(&qj, 0, 1);
         model_attn_rows(&fc->s, seqs, n, fc->s.q, fc->s.attn, qd, l - l0, cdx_hparams_window(hp, l));
+        ashape.sinks = L->sinks; /* GPT-OSS */
         int rc = cdx_attn(K, pool, &ashape, fc->s.arows, n, err);
         if (rc)
             return rc;

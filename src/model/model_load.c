@@ -16,10 +16,10 @@
 /* ---- tensor roles ---- */
 
 typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D_FFE, D_FFS, D_ONE,
-               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2, D_QKV, D_FF2 } dim_kind;
+               D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2, D_QKV, D_FF2, D_HEADS } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
                NEED_POST_NORM, NEED_SPLIT_QKV, NEED_FUSED_QKV, NEED_SPLIT_FFN, NEED_FUSED_FFN,
-               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE, NEED_OUT_NORM } need_kind;
+               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE, NEED_OUT_NORM, NEED_SINKS } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -48,6 +48,7 @@ static const struct role_desc {
     [ROLE_BO]         = { "blk.%d.attn_output.bias",    "model.layers.%d.self_attn.o_proj.bias",       true,  false, D_EMBD,  D_NONE, NEED_LINEAR_BIAS },
     [ROLE_QNORM]      = { "blk.%d.attn_q_norm.weight",  "model.layers.%d.self_attn.q_norm.weight",     true,  false, D_QN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
     [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_KN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
+    [ROLE_SINKS]      = { "blk.%d.attn_sinks.weight",   "model.layers.%d.self_attn.sinks",             true,  false, D_HEADS, D_NONE, NEED_SINKS },
     [ROLE_ATTN_POST_NORM] = { "blk.%d.post_attention_norm.weight", "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
     [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_FFN_NORM, CDX_TENSOR_NORM },
     [ROLE_FFN_NORM_B] = { "blk.%d.ffn_norm.bias",       "model.layers.%d.post_attention_layernorm.bias", true, false, D_EMBD, D_NONE, NEED_FFN_NORM_B },
@@ -103,6 +104,7 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
     case NEED_QK_NORM: return qk_norm;
     case NEED_PRE_NORM: return !d->no_pre_norms && !d->norm_none;
     case NEED_OUT_NORM: return !d->norm_none;
+    case NEED_SINKS: return d->attn_sinks;
     case NEED_POST_NORM: return d->post_norms;
     case NEED_SPLIT_QKV: return !d->fused_qkv;
     case NEED_FUSED_QKV: return d->fused_qkv;
@@ -160,6 +162,7 @@ static int64_t dim_value(const cdx_hparams *hp, dim_kind d)
     case D_FFE2: return 2 * hp->n_ff_expert;
     case D_QKV: return (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
     case D_FF2: return 2 * hp->n_ff;
+    case D_HEADS: return hp->n_head;
     case D_QN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head : 1);
     case D_KN: return hp->head_dim * (hp->qk_norm_full ? hp->n_head_kv : 1);
     default: return 1;
@@ -399,6 +402,134 @@ static int bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, int
     return CDX_OK;
 }
 
+/* A vector or [n × len] matrix tensor as an owned f32 copy, checked: name's rows × cols. */
+static int bind_vec(binder *b, const char *name, int64_t rows, int64_t cols, float **out, cdx_err *err)
+{
+    int64_t idx = -1;
+    const src_tensor *t = find_tensor(b, name, &idx);
+    if (!t)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; the %s architecture needs it", b->path, name,
+                           b->m->hp.arch_name);
+    if (t->n_mat != 1 || t->rows * t->cols != rows * cols || (rows > 1 && t->rows != rows))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld]; the model's hyperparameters "
+                           "need [%lld, %lld]", b->path, name, (long long)t->rows, (long long)t->cols, (long long)rows,
+                           (long long)cols);
+    b->used[idx] = true;
+    return to_f32_copy(b, t, out, err);
+}
+
+/* GPT-OSS's experts (arch_desc.moe_oai). GGUF (llama.cpp's gpt-oss): ffn_gate_inp.{weight,bias}, and
+ * ffn_{gate,up,down}_exps.{weight,bias} stacked. HF (GptOssMLP): mlp.router.{weight,bias} and
+ * mlp.experts.gate_up_proj [E, H, 2I] (x @ W: gate columns 2j, up columns 2j+1), gate_up_proj_bias [E, 2I],
+ * down_proj [E, I, H], down_proj_bias [E, H]: the matrices transposed into f32 copies, gate and up apart. */
+static int bind_moe_oai(binder *b, int layer, layer_weights *L, cdx_err *err)
+{
+    cdx_model *m = b->m;
+    const cdx_hparams *hp = &m->hp;
+    const int64_t ne = hp->n_expert, H = hp->n_embd, I = hp->n_ff_expert;
+    char name[192];
+    int rc;
+    float *gub = NULL;
+#define NM(...) (snprintf(name, sizeof name, __VA_ARGS__), name)
+    if (b->gguf) {
+        if ((rc = bind_mat(b, NM("blk.%d.ffn_gate_inp.weight", layer), ne, H, 1, &L->router, err)) ||
+            (rc = bind_vec(b, NM("blk.%d.ffn_gate_inp.bias", layer), 1, ne, &L->router_b, err)) ||
+            (rc = bind_mat(b, NM("blk.%d.ffn_gate_exps.weight", layer), I, H, ne, L->exp_gate, err)) ||
+            (rc = bind_mat(b, NM("blk.%d.ffn_up_exps.weight", layer), I, H, ne, L->exp_up, err)) ||
+            (rc = bind_mat(b, NM("blk.%d.ffn_down_exps.weight", layer), H, I, ne, L->exp_down, err)) ||
+            (rc = bind_vec(b, NM("blk.%d.ffn_gate_exps.bias", layer), ne, I, &L->exp_b_gate, err)) ||
+            (rc = bind_vec(b, NM("blk.%d.ffn_up_exps.bias", layer), ne, I, &L->exp_b_up, err)) ||
+            (rc = bind_vec(b, NM("blk.%d.ffn_down_exps.bias", layer), ne, H, &L->exp_b_down, err)))
+            return rc;
+        return CDX_OK;
+    }
+    if ((rc = bind_mat(b, NM("model.layers.%d.mlp.router.weight", layer), ne, H, 1, &L->router, err)) ||
+        (rc = bind_vec(b, NM("model.layers.%d.mlp.router.bias", layer), 1, ne, &L->router_b, err)) ||
+        (rc = bind_vec(b, NM("model.layers.%d.mlp.experts.gate_up_proj_bias", layer), ne, 2 * I, &gub, err)) ||
+        (rc = bind_vec(b, NM("model.layers.%d.mlp.experts.down_proj_bias", layer), ne, H, &L->exp_b_down, err)))
+        goto out;
+    L->exp_b_gate = malloc((size_t)(ne * I) * sizeof(float));
+    L->exp_b_up = malloc((size_t)(ne * I) * sizeof(float));
+    if (!L->exp_b_gate || !L->exp_b_up) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < ne * I; i++) {
+        L->exp_b_gate[i] = gub[2 * i];
+        L->exp_b_up[i] = gub[2 * i + 1];
+    }
+    const char *fmt[2] = { "model.layers.%d.mlp.experts.gate_up_proj", "model.layers.%d.mlp.experts.down_proj" };
+    const int64_t rows[2] = { H, I }, cols[2] = { 2 * I, H };
+    const src_tensor *t[2];
+    for (int k = 0; k < 2; k++) {
+        int64_t idx = -1;
+        t[k] = find_tensor(b, NM(fmt[k], layer), &idx);
+        if (!t[k]) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; the %s architecture needs it", b->path,
+                             name, hp->arch_name);
+            goto out;
+        }
+        if (t[k]->n_mat != ne || t[k]->rows != rows[k] || t[k]->cols != cols[k]) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%lld, %lld, %lld]; the model's "
+                             "hyperparameters need [%lld, %lld, %lld] (experts × in × out)", b->path, name,
+                             (long long)t[k]->n_mat, (long long)t[k]->rows, (long long)t[k]->cols, (long long)ne,
+                             (long long)rows[k], (long long)cols[k]);
+            goto out;
+        }
+        const cdx_type_traits *tr = cdx_type_get(t[k]->type);
+        if (!tr || !tr->to_f32) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; caldrix cannot read it as floats",
+                             b->path, name, cdx_type_name(t[k]->type));
+            goto out;
+        }
+        b->used[idx] = true;
+    }
+    /* the transposed copies: per expert gate [I][H], up [I][H], down [H][I] */
+    const size_t per = (size_t)(3 * I * H);
+    float *own = b->m->check_only ? NULL : malloc((size_t)ne * per * sizeof(float));
+    float *row = malloc((size_t)(2 * I > H ? 2 * I : H) * sizeof(float));
+    if ((!own && !b->m->check_only) || !row) {
+        free(own);
+        free(row);
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory for the experts of layer %d", layer);
+        goto out;
+    }
+    L->exp_own = own;
+    L->exp_own_bytes = own ? (size_t)ne * per * sizeof(float) : 0;
+    size_t rb;
+    cdx_type_row_bytes(CDX_TYPE_F32, (uint64_t)H, &rb, NULL);
+    size_t rbi;
+    cdx_type_row_bytes(CDX_TYPE_F32, (uint64_t)I, &rbi, NULL);
+    for (int64_t e = 0; e < ne; e++) {
+        float *g = own ? own + (size_t)e * per : NULL, *u = g ? g + I * H : NULL, *dn = u ? u + I * H : NULL;
+        for (int k = 0; own && k < 2; k++) {
+            const cdx_type_traits *tr = cdx_type_get(t[k]->type);
+            size_t srb;
+            cdx_type_row_bytes(t[k]->type, (uint64_t)cols[k], &srb, NULL);
+            for (int64_t r = 0; r < rows[k]; r++) {
+                tr->to_f32((const uint8_t *)t[k]->data + (size_t)(e * rows[k] + r) * srb, row, cols[k]);
+                if (k == 0)
+                    for (int64_t j = 0; j < I; j++) {
+                        g[j * H + r] = row[2 * j];
+                        u[j * H + r] = row[2 * j + 1];
+                    }
+                else
+                    for (int64_t j = 0; j < H; j++)
+                        dn[j * I + r] = row[j];
+            }
+        }
+        L->exp_gate[e] = (cdx_mat){ .type = CDX_TYPE_F32, .data = g, .rows = I, .cols = H, .row_bytes = rb };
+        L->exp_up[e] = (cdx_mat){ .type = CDX_TYPE_F32, .data = u, .rows = I, .cols = H, .row_bytes = rb };
+        L->exp_down[e] = (cdx_mat){ .type = CDX_TYPE_F32, .data = dn, .rows = H, .cols = I, .row_bytes = rbi };
+    }
+    free(row);
+    rc = CDX_OK;
+out:
+#undef NM
+    free(gub);
+    return rc;
+}
+
 static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
 {
     cdx_model *m = b->m;
@@ -410,6 +541,8 @@ static int bind_moe_layer(binder *b, int layer, layer_weights *L, cdx_err *err)
     L->exp_down = calloc(ne, sizeof(cdx_mat));
     if (!L->exp_gate || !L->exp_up || !L->exp_down)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    if (m->desc->moe_oai)
+        return bind_moe_oai(b, layer, L, err);
     cdx_mat *dst[MOE_ROLE_COUNT] = { &L->router, L->exp_gate, L->exp_up, L->exp_down,
                                      &L->sh_router, &L->sh_gate, &L->sh_up, &L->sh_down };
     char name[192];
@@ -511,7 +644,8 @@ static void walk(const walker *w)
         const bool bias = p->qkv_bias < 0 ? d->qkv_bias : p->qkv_bias > 0;
         for (int r = 0; r < ROLE_COUNT; r++) {
             const struct role_desc *rd = &k_roles[r];
-            const bool mlp = r == ROLE_GATE_UP || r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN;
+            const bool mlp = r == ROLE_GATE_UP || r == ROLE_GATE || r == ROLE_UP || r == ROLE_DOWN ||
+                             r == ROLE_UP_B || r == ROLE_DOWN_B;
             if (!rd->per_layer || (sparse && mlp))
                 continue;
             /* a Gated DeltaNet layer has its norms, linear_attn.* and the MLP; the others no linear_attn.* */
@@ -528,7 +662,37 @@ static void walk(const walker *w)
                                    rd->need == NEED_FFN_NORM || rd->need == NEED_FFN_NORM_B);
             emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL && !optional);
         }
-        for (int r = 0; sparse && r < MOE_ROLE_COUNT; r++) {
+        if (sparse && d->moe_oai) { /* GPT-OSS's experts (bind_moe_oai's names) */
+            static const struct { const char *gguf, *hf; dim_kind rows, cols; bool stack, mat; } k_oai[] = {
+                { "blk.%d.ffn_gate_inp.weight", "model.layers.%d.mlp.router.weight", D_NEXP, D_EMBD, false, true },
+                { "blk.%d.ffn_gate_inp.bias", "model.layers.%d.mlp.router.bias", D_NEXP, D_NONE, false, false },
+                { "blk.%d.ffn_gate_exps.weight", "model.layers.%d.mlp.experts.gate_up_proj", D_FFE, D_EMBD, true, true },
+                { "blk.%d.ffn_up_exps.weight", "model.layers.%d.mlp.experts.gate_up_proj_bias", D_FFE, D_EMBD, true, true },
+                { "blk.%d.ffn_down_exps.weight", "model.layers.%d.mlp.experts.down_proj", D_EMBD, D_FFE, true, true },
+                { "blk.%d.ffn_gate_exps.bias", "model.layers.%d.mlp.experts.down_proj_bias", D_NEXP, D_FFE, false, false },
+                { "blk.%d.ffn_up_exps.bias", NULL, D_NEXP, D_FFE, false, false },
+                { "blk.%d.ffn_down_exps.bias", NULL, D_NEXP, D_EMBD, false, false },
+            };
+            for (size_t i = 0; i < sizeof k_oai / sizeof k_oai[0]; i++) {
+                const char *fmt = p->gguf ? k_oai[i].gguf : k_oai[i].hf;
+                if (!fmt)
+                    continue;
+                char name[192];
+                snprintf(name, sizeof name, fmt, (int)l);
+                dim_kind rows = k_oai[i].rows, cols = k_oai[i].cols;
+                bool mat = k_oai[i].mat, stack = k_oai[i].stack;
+                if (!p->gguf) { /* HF's shapes: [E, H, 2I], [E, 2I], [E, I, H], [E, H] */
+                    static const dim_kind hr[] = { D_NEXP, D_NEXP, D_EMBD, D_NEXP, D_FFE, D_NEXP };
+                    static const dim_kind hc[] = { D_EMBD, D_NONE, D_FFE2, D_FFE2, D_EMBD, D_EMBD };
+                    rows = hr[i];
+                    cols = hc[i];
+                    stack = i == 2 || i == 4;
+                    mat = i != 1;
+                }
+                emit(w, name, NULL, rows, cols, stack ? p->n_expert : 1, mat, true, CDX_TENSOR_WEIGHT);
+            }
+        }
+        for (int r = 0; sparse && !d->moe_oai && r < MOE_ROLE_COUNT; r++) {
             const struct moe_role_desc *rd = &k_moe_roles[r];
             const char *fmt = arch_moe_name_of(d, (moe_role)r, p->gguf);
             if (!fmt || (rd->shared && !d->shared_expert))
@@ -778,6 +942,7 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
             (rc = bind_role(b, ROLE_BO, il, NULL, &L->bo, NULL, err)) ||
             (rc = bind_role(b, ROLE_QNORM, il, NULL, &L->q_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_KNORM, il, NULL, &L->k_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_SINKS, il, NULL, &L->sinks, NULL, err)) ||
             (rc = bind_role(b, ROLE_ATTN_POST_NORM, il, NULL, &L->attn_post_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_FFN_NORM_B, il, NULL, &L->ffn_norm_b, NULL, err)) ||
@@ -1180,6 +1345,10 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->qk_norm = d->qk_norm;
     hp->qk_norm_full = d->qk_norm_full;
     hp->moe_topk_softmax = d->moe_topk_softmax;
+    if (d->moe_oai) { /* llama.cpp's LLM_FFN_SWIGLU_OAI_MOE: alpha 1.702, limit 7 (no key) */
+        hp->swiglu_limit = 7.0f;
+        hp->swiglu_alpha = 1.702f;
+    }
     if (cdx_gguf_get_arch_f64(g, a, CDX_GK_CLAMP_KQV, &f)) {
         if (!(f > 0) || !(f < 1e9))
             return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a positive bound", path, a,
@@ -1346,6 +1515,8 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->qk_norm_full = d->qk_norm_full;
     hp->moe_topk_softmax = d->moe_topk_softmax;
     hp->clip_qkv = (float)cfg->clip_qkv;
+    hp->swiglu_limit = (float)cfg->swiglu_limit;
+    hp->swiglu_alpha = (float)cfg->swiglu_alpha;
     hp->tied_embeddings = cfg->tie_word_embeddings;
     /* the scalings outside the layers, as transformers applies them (f32 ops with the float value) */
     hp->embd_scale = (float)cfg->scale[CDX_HF_SCALE_EMBD];
@@ -1456,7 +1627,7 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
             rows = (int64_t)t->shape[0];
         }
         int64_t n_mat = 1;
-        if (d->hf_experts_fused && n_dims == 3) { /* a stack of experts' matrices [E, rows, cols] */
+        if ((d->hf_experts_fused || d->moe_oai) && n_dims == 3) { /* a stack of experts' matrices [E, rows, cols] */
             n_mat = (int64_t)t->shape[0];
             rows = (int64_t)t->shape[1];
         } else if ((n_dims < 1 || n_dims > 2) && !(d->vision && !strncmp(name, "model.vision_model.", 19)))
@@ -1522,6 +1693,8 @@ void cdx_model_close(cdx_model *m)
             free(L->bo); free(L->b_up); free(L->b_down);
             free(L->q_norm); free(L->k_norm);
             free(L->exp_gate); free(L->exp_up); free(L->exp_down);
+            free(L->sinks); free(L->router_b); free(L->exp_b_gate); free(L->exp_b_up); free(L->exp_b_down);
+            free(L->exp_own);
             free(L->ssm_conv); free(L->ssm_dt); free(L->ssm_a_neg); free(L->ssm_norm);
         }
     free(m->linear_layer);
@@ -1711,6 +1884,10 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         EVP_DigestUpdate(c, &hp->clip_qkv, sizeof hp->clip_qkv);
         if (hp->nope_layer)
             EVP_DigestUpdate(c, hp->nope_layer, (size_t)hp->n_layer);
+    }
+    if (hp->swiglu_limit) {
+        EVP_DigestUpdate(c, &hp->swiglu_limit, sizeof hp->swiglu_limit);
+        EVP_DigestUpdate(c, &hp->swiglu_alpha, sizeof hp->swiglu_alpha);
     }
     if (hp->embd_scale || hp->residual_scale || hp->attn_scale || hp->logit_div) {
         const float sc[4] = { hp->embd_scale, hp->residual_scale, hp->attn_scale, hp->logit_div };

@@ -355,6 +355,7 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
     cdx_pool *pool = s->pool;
     const int64_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
     cdx_matmul(K, pool, &L->router, xn, n, s->router, s->ws);
+    model_add_bias(s->router, L->router_b, n, ne); /* GPT-OSS's router bias */
     for (int64_t i = 0; i < n; i++)
         route(s->router + i * ne, ne, k, hp->norm_topk_prob, hp->moe_topk_softmax, s->sel_e + i * k, s->sel_w + i * k);
     memset(out, 0, (size_t)(n * E) * sizeof(float));
@@ -382,8 +383,17 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
         const int64_t F = xw[0].rows;
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &xw[0], &xw[1] }, 2, s->xg, c,
                          (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
-        cdx_swiglu(K, s->ffn_g, s->ffn_u, c * F);
+        if (L->exp_b_gate) { /* GPT-OSS: biased experts */
+            model_add_bias(s->ffn_g, L->exp_b_gate + e * F, c, F);
+            model_add_bias(s->ffn_u, L->exp_b_up + e * F, c, F);
+        }
+        if (hp->swiglu_limit)
+            model_swiglu_oai(s->ffn_g, s->ffn_u, c * F, hp->swiglu_limit, hp->swiglu_alpha);
+        else
+            cdx_swiglu(K, s->ffn_g, s->ffn_u, c * F);
         cdx_matmul(K, pool, &xw[2], s->ffn_g, c, s->yg, s->ws);
+        if (L->exp_b_down)
+            model_add_bias(s->yg, L->exp_b_down + e * E, c, E);
         if (slot >= 0)
             xc_release(m, slot);
         for (int64_t j = 0; j < c; j++) {

@@ -138,6 +138,17 @@ static inline void model_add_bias(float *x, const float *b, int64_t n, int64_t d
         for (int64_t j = 0; j < d; j++)
             x[i * d + j] += b[j];
 }
+/* GPT-OSS's clamped SwiGLU in place over n values (GptOssExperts): g = min(g, limit), u = clamp(u, ±limit),
+ * g = (u + 1)·g·sigmoid(alpha·g). */
+static inline void model_swiglu_oai(float *g, const float *u, int64_t n, float limit, float alpha)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] > limit ? limit : g[i];
+        const float y = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        const float glu = x * (1.0f / (1.0f + expf(-(x * alpha))));
+        g[i] = (y + 1.0f) * glu;
+    }
+}
 /* logits = cap·tanh(logits/cap) over n values (Gemma2's final_logit_softcapping); cap 0: unchanged. */
 static inline void model_softcap(float *x, int64_t n, float cap)
 {
