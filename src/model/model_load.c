@@ -1775,7 +1775,11 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     int rc = open_bound(path, false, &dir, &m, err);
     if (!m)
         return rc;
-    if (!rc && opts && opts->weight_budget)
+    if (!rc && opts && opts->weight_budget && m->desc->moe_oai) /* its experts are copies, not the file's */
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: a weight budget (--weight-budget) streams experts from the file; "
+                         "caldrix holds %s's experts transposed in memory, so it does not take one", path,
+                         m->hp.arch_name);
+    else if (!rc && opts && opts->weight_budget)
         rc = xc_open(m, opts->weight_budget, path, err);
     if (!rc)
         rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !dir, path, err);
