@@ -394,12 +394,18 @@ CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const
  * A context computes only layers [layer0, layer1) of the model; its KV cache holds those layers only
  * (slot l - layer0 of each block: layer_stride × (layer1 - layer0) elements a block). layer0 > 0: a
  * batch brings its hidden rows in cdx_batch.x_in instead of tokens. layer1 < n_layer: after its layers
- * the pass calls next with the hidden rows, which must write back, for each token that wants logits,
- * its hidden state after the model's last layer (the later stages compute it; the last one's pass
- * takes cdx_batch.x_out); this pass then applies the output norm and head to them, as a whole model
- * does: the head stays with the embedding, so n_embd floats a token come back, not n_vocab. The bits of every row are those of the whole model (the same ops in the same
- * order; only where the rows are computed differs). Dense and mixture-of-experts models, in f32 or
- * bf16 compute; a recurrent state (Qwen3.5) and encoders are refused by name. */
+ * the pass hands the rows on with send, and a later stage's pass (layer0 > 0) ends there. The first
+ * stage (layer0 0) then takes back with recv, for each token that wants logits, its hidden state after
+ * the model's last layer (the later stages compute it; the last one's pass takes cdx_batch.x_out) and
+ * applies the output norm and head to them, as a whole model does: the head stays with the embedding,
+ * so n_embd floats a token come back, not n_vocab.
+ * Micro-batches: the first stage cuts a batch of several sequences, at sequence boundaries, into up to
+ * n_micro micro-batches of about equal tokens; it computes and sends each in turn (the next stage
+ * computes micro-batch 1 while this one computes 2), then takes the answers back in order, applying
+ * the head to each as it comes. The bits of every row are those of the whole model (the same ops in
+ * the same order, each row's sums independent of the rows beside it; only where and beside which rows
+ * they are computed differs). Dense and mixture-of-experts models, in f32 or bf16 compute; a recurrent
+ * state (Qwen3.5) and encoders are refused by name. */
 typedef struct cdx_stage_batch {
     int64_t n, n_out;          /* tokens, and rows of logits wanted (want_logits, or the last) */
     int n_seq;
@@ -412,16 +418,19 @@ typedef struct cdx_stage_batch {
 
 typedef struct cdx_stage {
     int64_t layer0, layer1;    /* 0 <= layer0 < layer1 <= n_layer */
-    /* layer1 < n_layer: hands the hidden rows on; writes n_out rows of n_embd floats to x_out, the
-     * wanted tokens' hidden states after the last layer */
-    int (*next)(void *user, const cdx_stage_batch *sb, float *x_out, cdx_err *err);
-    bool relay;                /* next only hands the rows on (a middle stage): the pass ends after it */
+    /* layer1 < n_layer: hands the batch's hidden rows on to the next stage. sb and its arrays are the
+     * pass's: send copies what it keeps before it returns (the rows travel while this stage computes). */
+    int (*send)(void *user, const cdx_stage_batch *sb, cdx_err *err);
+    /* the first stage, layer1 < n_layer: writes the n_out rows of n_embd floats (the wanted tokens'
+     * hidden states after the last layer) of the oldest batch sent and not yet taken back */
+    int (*recv)(void *user, int64_t n_out, float *x_out, cdx_err *err);
+    int n_micro;               /* the first stage: micro-batches in flight at most (0 or 1: the batch whole) */
     void *user;
 } cdx_stage;
 
 /* Makes fc compute the layers of st (copied; NULL: the whole model again). CDX_EINVAL for a range
- * outside the model or layer1 < n_layer without next; CDX_EUNSUPPORTED (naming why) for a recurrent
- * state or an encoder. */
+ * outside the model, layer1 < n_layer without send, or such a first stage without recv;
+ * CDX_EUNSUPPORTED (naming why) for a recurrent state or an encoder. */
 CDX_API int cdx_forward_ctx_set_stage(cdx_forward_ctx *fc, const cdx_stage *st, cdx_err *err);
 
 /* The head's logits of the given vocabulary ids for n hidden states h[n][n_embd] (cdx_batch.hidden):

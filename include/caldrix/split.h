@@ -78,7 +78,9 @@ CDX_API int cdx_split_send_plan(cdx_split *sp, int status, const int64_t *bounds
 /* On rank k > 0: the plan. *status != 0: rank 0 refused (why, cap bytes, says what). */
 CDX_API int cdx_split_recv_plan(cdx_split *sp, int *status, int64_t *bounds, char *why, size_t cap, cdx_err *err);
 
-/* Rank 0's stage: its layers, and a next that sends the rows on and waits for the last rank's rows. */
+/* Rank 0's stage: its layers, a send that hands the rows to rank 1 without waiting (MPI_Isend of a
+ * copy), a recv that takes the last rank's rows back in order, and n_micro = the ranks: a batch of
+ * several sequences goes through in as many micro-batches, so the ranks compute at the same time. */
 CDX_API int cdx_split_stage_of(cdx_split *sp, cdx_stage *out, cdx_err *err);
 /* Rank 0, once its engine exists: tells every rank the pool (n_blocks blocks, a batch of up to
  * max_tokens tokens, kv_type) and m's fingerprint; each rank checks the fingerprint against its own

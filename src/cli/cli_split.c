@@ -14,6 +14,12 @@
 
 enum { PLAN_WHOLE = 3 }; /* a plan's status: rank 0 runs the model whole, the others end */
 
+bool cli_split_is_opt(const char *a)
+{
+    return !strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
+           !strcmp(a, "--split-timeout") || !strcmp(a, "--split-micro") || !strcmp(a, "--memory");
+}
+
 int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_opts *so)
 {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -21,7 +27,7 @@ int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_op
         so->allow = true;
         return 0;
     }
-    if (strcmp(a, "--nodes") && strcmp(a, "--split-layers") && strcmp(a, "--split-timeout") && strcmp(a, "--memory"))
+    if (!cli_split_is_opt(a))
         return 1;
     if (!v) {
         fprintf(stderr, "%s: %s needs a value (%s --help)\n", cmd, a, cmd);
@@ -34,6 +40,8 @@ int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_op
         return cli_parse_float(a, v, 0.1, 86400, &so->timeout_s) ? 2 : 0;
     if (!strcmp(a, "--memory"))
         return cli_parse_bytes(a, v, &so->memory) ? 2 : 0;
+    if (!strcmp(a, "--split-micro"))
+        return cli_parse_int(a, v, 1, 64, &so->micro) ? 2 : 0;
     so->layers = v;
     return 0;
 }
@@ -99,9 +107,9 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
                             "when you allow it)\n", cmd, so->nodes);
             return 2;
         }
-        if (so->layers || so->timeout_s || so->memory) {
+        if (so->layers || so->timeout_s || so->memory || so->micro) {
             fprintf(stderr, "%s: %s shapes a split: add --allow-split\n", cmd,
-                    so->layers ? "--split-layers" : so->timeout_s ? "--split-timeout" : "--memory");
+                    so->layers ? "--split-layers" : so->timeout_s ? "--split-timeout" : so->micro ? "--split-micro" : "--memory");
             return 2;
         }
         if (world > 1) {

@@ -14,6 +14,7 @@ typedef struct cli_split_opts {
     const char *layers;     /* --split-layers SPEC */
     double timeout_s;       /* --split-timeout S (0: the default) */
     uint64_t memory;        /* --memory BYTES: what this rank gives (0: what the machine has available) */
+    long micro;             /* --split-micro N: micro-batches in flight (0: as many as ranks) */
 } cli_split_opts;
 
 #define CLI_SPLIT_HELP \
@@ -27,7 +28,12 @@ typedef struct cli_split_opts {
     "  --memory BYTES         with --allow-split, the memory this rank gives (8G; default: what the\n" \
     "                         machine has available); a model that does not fit even split is refused\n" \
     "  --split-timeout S      seconds rank 0 waits for the other ranks before it fails (default 120; a\n" \
-    "                         rank on this host that is gone is named at once)\n"
+    "                         rank on this host that is gone is named at once)\n" \
+    "  --split-micro N        rank 0 cuts a batch of several sequences into up to N micro-batches, each\n" \
+    "                         sent on as soon as its layers are done (default: as many as ranks; 1: none)\n"
+
+/* Whether a is one of the options (cli_split_parse takes it). */
+bool cli_split_is_opt(const char *a);
 
 /* Parses one of the options at argv[*i] (advancing *i past its value). 1: not one of them; 0: taken;
  * 2: bad value (said on stderr). */

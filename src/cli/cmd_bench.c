@@ -11,6 +11,7 @@
  */
 #include "cli.h"
 #include "caldrix/engine.h"
+#include "cli_split.h"
 #include "caldrix/model.h"
 
 #include <jansson.h>
@@ -44,7 +45,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
                "                     [--parallel N] [--prefix-hit] [--isa NAME] [--dtype auto|f32|bf16]\n"
                "                     [--mem-bw GB/s] [--weight-budget BYTES] [--spec lookup|auto|off]\n"
-               "                     [--draft DRAFT] [--draft-max K] [--draft-min K] [--spec-keep-on] [--json]\n\n"
+               "                     [--draft DRAFT] [--draft-max K] [--draft-min K] [--spec-keep-on] [--json]\n"
+               "                     [--allow-split [--nodes N] [--split-layers SPEC] [--split-micro N] ...]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
@@ -61,7 +63,11 @@ static void usage(FILE *f)
                "runs (pack_ms). --spec, --draft-max, --draft-min, --spec-keep-on: speculative decoding as\n"
                "caldrix run takes it; the draft tokens proposed and kept are reported (spec_proposed,\n"
                "spec_accepted). --draft DRAFT: a draft model (a file or folder; implies --spec auto),\n"
-               "loaded and refused as caldrix run's --draft (exit 2).\n");
+               "loaded and refused as caldrix run's --draft (exit 2).\n"
+               "Under mpirun with --allow-split, the model is split by layers across the ranks as run and\n"
+               "serve split it; rank 0 times it and adds what crossed during the timed runs (split: bytes\n"
+               "sent and received, the tokens they carried, ms rank 0 waited in MPI).\n\n"
+               CLI_SPLIT_HELP);
     cli_print_engine_ranges(f, (const cdx_engine_opt_id[]){ CDX_OPT_THREADS, CDX_OPT_DRAFT_MAX, CDX_OPT_DRAFT_MIN }, 3);
 }
 
@@ -162,6 +168,7 @@ int cmd_bench(int argc, char **argv)
     long draft_max = 0, draft_min = 0;
     int spec = CDX_SPEC_OFF;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
+    cli_split_opts so = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -210,6 +217,9 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--dtype") && has) {
             if (cli_parse_dtype("caldrix bench", argv[++i], &dtype))
                 return 2;
+        } else if (cli_split_is_opt(a)) {
+            if (cli_split_parse("caldrix bench", argc, argv, &i, &so))
+                return 2;
         } else if (!strcmp(a, "--mem-bw") && has) {
             if (cli_parse_float(a, argv[++i], 1e-3, 1e6, &mem_bw))
                 return 2;
@@ -247,7 +257,28 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "caldrix bench: --prefix-hit needs -p of at least %d tokens\n", 2 * CDX_KV_BLOCK + 1);
         return 2;
     }
+    /* a split across mpirun's ranks: planned, or refused, before any rank loads a byte */
+    cdx_split *split = NULL;
+    cdx_stage stage;
+    int64_t split_l0 = 0, split_l1 = 0;
+    int status = cli_split_begin("caldrix bench", &so, path, &split, &split_l0, &split_l1);
+    if (status)
+        return status < 0 ? 0 : status;
+    if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 is done */
+        status = cli_split_stage("caldrix bench", split, path, dtype, (int)threads, kern, split_l0, split_l1);
+        cdx_split_end(split);
+        return status;
+    }
     cdx_err err = {0};
+    if (split && cdx_split_stage_of(split, &stage, &err)) {
+        fprintf(stderr, "caldrix bench: %s\n", err.msg);
+        cdx_split_end(split);
+        return 1;
+    }
+    if (split && so.micro)
+        stage.n_micro = (int)so.micro;
+    uint64_t split_sent0 = 0, split_recv0 = 0, split_sent = 0, split_recv = 0;
+    double split_wait0 = 0, split_wait = 0;
     cdx_loaded *ld = NULL;
     int32_t *ids = NULL, *prompts[MAX_PAR];
     double *tp = NULL, *td = NULL, *ta = NULL, *ts = NULL, *tcold = NULL, *thot = NULL;
@@ -266,7 +297,10 @@ int cmd_bench(int argc, char **argv)
     eo.draft_max = (int)draft_max;
     eo.draft_min = (int)draft_min;
     eo.spec_keep_on = spec_keep_on;
+    eo.stage = split ? &stage : NULL;
     cdx_load_opts lo = cdx_load_defaults();
+    lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
+    lo.layer1 = split_l1;
     lo.paths_only = true; /* bench takes a file or a folder, never a reference */
     lo.tokenizer = false; /* synthetic ids */
     lo.dtype = dtype;
@@ -279,6 +313,15 @@ int cmd_bench(int argc, char **argv)
         if (at == CDX_LOAD_DRAFT_REFUSED)
             rc = 2; /* a draft that cannot draft for this model: bad input */
         goto done;
+    }
+    if (split) { /* every rank checks rank 0's model fingerprint and makes its pool */
+        cdx_engine_stats es;
+        cdx_engine_get_stats(ld->engine, &es);
+        if ((status = cdx_split_start(split, ld->model, es.n_blocks, es.token_budget, ld->kv_type, &err))) {
+            fprintf(stderr, "caldrix bench: --allow-split: %s\n", err.msg);
+            rc = status == CDX_EINVAL ? 2 : 1;
+            goto done;
+        }
     }
     const cdx_model *m = ld->model;
     cdx_engine *eng = ld->engine;
@@ -315,6 +358,8 @@ int cmd_bench(int argc, char **argv)
         goto done;
     }
     double best_p = 0, best_d = 0;
+    if (split)
+        cdx_split_stats(split, &split_sent0, &split_recv0, &split_wait0);
     for (long r = 0; r < runs; r++) {
         FRESH_PROMPTS();
         if (r == runs - 1) /* greedy_tokens come from this run: its first prompt is exactly the ids */
@@ -351,6 +396,12 @@ int cmd_bench(int argc, char **argv)
             thot[r] = (hot.t_first - hot.t_submit) * 1e3;
             hit_cached = hot.n_cached;
         }
+    }
+    if (split) { /* what crossed during the timed runs (the prefix-hit runs too, when asked) */
+        cdx_split_stats(split, &split_sent, &split_recv, &split_wait);
+        split_sent -= split_sent0;
+        split_recv -= split_recv0;
+        split_wait -= split_wait0;
     }
     json_t *runs_p = json_array(), *runs_d = json_array();
     for (long r = 0; r < runs; r++) {
@@ -416,6 +467,13 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "rss_bytes", json_integer((json_int_t)rss));
         json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
+        if (split)
+            json_object_set_new(o, "split", json_pack("{s:i,s:I,s:i,s:I,s:I,s:I,s:f}", "ranks", cdx_split_size(split),
+                                                      "layers_rank0", (json_int_t)(split_l1 - split_l0), "micro",
+                                                      stage.n_micro, "bytes_sent", (json_int_t)split_sent,
+                                                      "bytes_received", (json_int_t)split_recv, "tokens",
+                                                      (json_int_t)(runs * parallel * (n_prompt + n_gen)),
+                                                      "mpi_wait_ms", split_wait));
         if (mem_bw > 0) {
             json_object_set_new(o, "mem_bw_gb_s", json_real(mem_bw));
             json_object_set_new(o, "decode_ceiling_tok_s", json_real(mem_bw * 1e9 / (double)wbytes));
@@ -462,6 +520,11 @@ int cmd_bench(int argc, char **argv)
             printf("spec     %s%s%s: %llu draft tokens proposed, %llu kept (%.0f %%), every run and the warm-up\n",
                    cdx_spec_name(spec), draft ? ", draft " : "", draft ? draft : "", (unsigned long long)es.spec_proposed, (unsigned long long)es.spec_accepted,
                    es.spec_proposed ? 100.0 * (double)es.spec_accepted / (double)es.spec_proposed : 0.0);
+        if (split)
+            printf("split    %d ranks, layers 0-%lld here: %.0f bytes sent and %.0f received a token, rank 0 waited "
+                   "%.0f ms in MPI (the timed runs)\n", cdx_split_size(split), (long long)split_l1 - 1,
+                   (double)split_sent / (double)(runs * parallel * (n_prompt + n_gen)),
+                   (double)split_recv / (double)(runs * parallel * (n_prompt + n_gen)), split_wait);
         if (prefix_hit)
             printf("prefix   first token after %.1f ms cold, %.1f ms with %lld of %ld prompt tokens cached\n",
                    median(tcold, (int)runs), median(thot, (int)runs), (long long)hit_cached, n_prompt);
@@ -479,5 +542,9 @@ done:
     free(thot);
     free(ids);
     cdx_load_close(ld);
+    if (split) {
+        cdx_split_stop(split);
+        cdx_split_end(split);
+    }
     return rc;
 }

@@ -359,8 +359,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--grammar") || !strcmp(a, "--json-schema")) {
             NEED_VALUE();
             *(a[2] == 'g' ? &o->grammar_file : &o->schema_file) = v;
-        } else if (!strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
-                   !strcmp(a, "--split-timeout") || !strcmp(a, "--memory")) {
+        } else if (cli_split_is_opt(a)) {
             if (cli_split_parse("caldrix run", argc, argv, &i, &o->split))
                 return 2;
         } else if (a[0] == '-' && a[1]) {
@@ -894,6 +893,8 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "caldrix run: %s\n", err.msg);
         goto done;
     }
+    if (split && o.split.micro)
+        stage.n_micro = (int)o.split.micro;
     if (o.grammar_file || o.schema_file) {
         /* compiled before the model loads: a bad grammar costs nothing */
         const char *path = o.grammar_file ? o.grammar_file : o.schema_file;

@@ -439,8 +439,7 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--idle-unload") || !strcmp(a, "--memory") || !strcmp(a, "--spec") ||
                      !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min") || !strcmp(a, "--task") ||
                      !strcmp(a, "--yes-id") || !strcmp(a, "--no-id") || !strcmp(a, "--draft");
-        if (!strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
-            !strcmp(a, "--split-timeout")) {
+        if (strcmp(a, "--memory") && cli_split_is_opt(a)) { /* serve's --memory is the registry's budget */
             if (cli_split_parse("caldrix serve", argc, argv, &i, &split_o))
                 return 2;
             continue;
@@ -661,6 +660,8 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;
     }
+    if (split && split_o.micro)
+        stage.n_micro = (int)split_o.micro;
     eo.stage = split ? &stage : NULL;
 
     /* everything that can fail is done before the server listens: a script that waits for

@@ -217,7 +217,16 @@ void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_
 /* ---- the job ---- */
 
 enum { TAG_HELLO = 1, TAG_PLAN, TAG_START, TAG_START_ACK, TAG_BATCH, TAG_OUT, TAG_ERR };
-enum { MAX_RANKS = 256, WHY_LEN = 512 };
+enum { MAX_RANKS = 256, WHY_LEN = 512, N_OUTBOX = 16 };
+
+/* A message on its way (MPI_Isend): its own copy, kept until the send completes, so the stage computes
+ * on while it travels (rank 0 its next micro-batch, a later rank its next batch). */
+typedef struct {
+    uint8_t *buf;
+    size_t cap;
+    MPI_Request rq;        /* MPI_REQUEST_NULL: free */
+    int dst;
+} outbox;
 
 struct cdx_split {
     int rank, size;
@@ -231,6 +240,8 @@ struct cdx_split {
     int64_t n_vocab, n_embd;
     uint64_t bytes_sent, bytes_recv;
     double wait_ms;
+    outbox out[N_OUTBOX];              /* messages on their way, used in turn */
+    int out_next;
     _Atomic int lost;                  /* rank 0: a rank was lost; every later batch fails at once */
     char lost_msg[400];                /* why (written before lost is set) */
 };
@@ -264,6 +275,8 @@ int cdx_split_init(cdx_split **out, cdx_err *err)
     MPI_Comm_rank(MPI_COMM_WORLD, &sp->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &sp->size);
     sp->timeout_s = 120;
+    for (int i = 0; i < N_OUTBOX; i++)
+        sp->out[i].rq = MPI_REQUEST_NULL;
     gethostname(sp->host, sizeof sp->host - 1);
     if (sp->size > MAX_RANKS) {
         int n = sp->size;
@@ -283,6 +296,8 @@ void cdx_split_end(cdx_split *sp)
     if (!sp)
         return;
     free(sp->buf);
+    for (int i = 0; i < N_OUTBOX; i++)
+        free(sp->out[i].buf);
     free(sp);
     MPI_Finalize();
 }
@@ -372,34 +387,107 @@ static int wait_msg(cdx_split *sp, int src, int tag, MPI_Status *status, const c
     return CDX_OK;
 }
 
-/* A send that gives up as wait_msg does (a large message waits for its receiver). */
-static int send_msg(cdx_split *sp, const void *data, size_t n, int dst, int tag, const char *what, cdx_err *err)
+/* Waits for the send rq to dst to complete; rank 0 gives up as wait_msg does (a large message waits
+ * for its receiver). */
+static int complete(cdx_split *sp, MPI_Request *rq, int dst, const char *what, cdx_err *err)
 {
-    if (n > INT32_MAX)
-        return cdx_err_set(err, CDX_ERANGE, "a message of %zu bytes to rank %d", n, dst);
-    MPI_Request rq;
-    int rc = MPI_Isend(data, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, &rq);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, what);
     const double t0 = cdx_time_ms();
     for (int spins = 0;; spins++) {
-        int flag = 0;
-        if ((rc = MPI_Test(&rq, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+        int flag = 0, rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
             return mpi_fail(err, rc, what);
         if (flag)
             break;
         nap(spins);
         if (sp->rank == 0 && (spins & 63) == 0 &&
             (cdx_time_ms() - t0 > sp->timeout_s * 1000 || rank_gone(sp, dst))) {
-            MPI_Cancel(&rq);
-            MPI_Request_free(&rq);
+            MPI_Cancel(rq);
+            MPI_Request_free(rq);
             return lost(sp, what, err);
         }
     }
     if (sp->rank == 0)
         sp->wait_ms += cdx_time_ms() - t0;
+    return CDX_OK;
+}
+
+static int post(cdx_split *sp, const void *data, size_t n, int dst, int tag, MPI_Request *rq, const char *what,
+                cdx_err *err)
+{
+    if (n > INT32_MAX)
+        return cdx_err_set(err, CDX_ERANGE, "a message of %zu bytes to rank %d", n, dst);
+    int rc = MPI_Isend(data, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD, rq);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, what);
     sp->bytes_sent += n;
     return CDX_OK;
+}
+
+/* A send that returns once the message is gone. */
+static int send_msg(cdx_split *sp, const void *data, size_t n, int dst, int tag, const char *what, cdx_err *err)
+{
+    MPI_Request rq;
+    int rc = post(sp, data, n, dst, tag, &rq, what, err);
+    return rc ? rc : complete(sp, &rq, dst, what, err);
+}
+
+/* The next outbox, its last message gone, with room for n bytes. */
+static int outbox_take(cdx_split *sp, size_t n, outbox **ob, cdx_err *err)
+{
+    outbox *o = &sp->out[sp->out_next];
+    int rc = o->rq != MPI_REQUEST_NULL ? complete(sp, &o->rq, o->dst, "sending on", err) : CDX_OK;
+    if (rc)
+        return rc;
+    if (n > o->cap) {
+        uint8_t *g = realloc(o->buf, n);
+        if (!g)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for a message of %zu bytes", n);
+        o->buf = g;
+        o->cap = n;
+    }
+    sp->out_next = (sp->out_next + 1) % N_OUTBOX;
+    *ob = o;
+    return CDX_OK;
+}
+
+static int outbox_post(cdx_split *sp, outbox *o, size_t n, int dst, int tag, const char *what, cdx_err *err)
+{
+    o->dst = dst;
+    return post(sp, o->buf, n, dst, tag, &o->rq, what, err);
+}
+
+/* Every message on its way gone (rank 0 gives up on a lost rank's); a rank past its loop waits at most
+ * 2 s for each, then lets it go (its receiver may be gone). */
+static void outbox_drain(cdx_split *sp)
+{
+    for (int i = 0; i < N_OUTBOX; i++) {
+        outbox *o = &sp->out[i];
+        if (o->rq == MPI_REQUEST_NULL)
+            continue;
+        cdx_err e = { 0 };
+        if (sp->rank == 0) {
+            if (sp->lost && rank_gone(sp, o->dst)) {
+                MPI_Cancel(&o->rq);
+                MPI_Request_free(&o->rq);
+            } else
+                complete(sp, &o->rq, o->dst, "sending on", &e);
+            o->rq = MPI_REQUEST_NULL;
+            continue;
+        }
+        const double t0 = cdx_time_ms();
+        for (int spins = 0;; spins++) {
+            int flag = 0;
+            if (MPI_Test(&o->rq, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag)
+                break;
+            nap(spins);
+            if (cdx_time_ms() - t0 > 2000) {
+                MPI_Cancel(&o->rq);
+                MPI_Request_free(&o->rq);
+                break;
+            }
+        }
+        o->rq = MPI_REQUEST_NULL;
+    }
 }
 
 /* Receives the probed message into sp->buf; *n its bytes. */
@@ -519,20 +607,8 @@ static layout layout_of(int64_t n, int64_t n_seq, int64_t n_ids, int64_t E)
     return l;
 }
 
-static int grow(cdx_split *sp, size_t n, cdx_err *err)
-{
-    if (n <= sp->cap)
-        return CDX_OK;
-    uint8_t *g = realloc(sp->buf, n);
-    if (!g)
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory for a message of %zu bytes", n);
-    sp->buf = g;
-    sp->cap = n;
-    return CDX_OK;
-}
-
-/* The batch sb as a message in sp->buf; *n its bytes. */
-static int pack(cdx_split *sp, const cdx_stage_batch *sb, size_t *n_bytes, cdx_err *err)
+/* The batch sb as a message in a fresh outbox; *n its bytes. */
+static int pack(cdx_split *sp, const cdx_stage_batch *sb, outbox **ob, size_t *n_bytes, cdx_err *err)
 {
     int64_t n_ids = 0;
     for (int s = 0; s < sb->n_seq; s++) {
@@ -541,10 +617,10 @@ static int pack(cdx_split *sp, const cdx_stage_batch *sb, size_t *n_bytes, cdx_e
         n_ids += sb->seqs[s].n_blocks;
     }
     const layout l = layout_of(sb->n, sb->n_seq, n_ids, sp->n_embd);
-    int rc = grow(sp, l.end, err);
+    int rc = outbox_take(sp, l.end, ob, err);
     if (rc)
         return rc;
-    uint8_t *b = sp->buf;
+    uint8_t *b = (*ob)->buf;
     const int64_t hdr[8] = { 1, sb->n, sb->n_out, sb->n_seq, n_ids, sb->want_logits != NULL, 0, 0 };
     memcpy(b, hdr, sizeof hdr);
     memcpy(b + l.pos, sb->pos, (size_t)sb->n * 8);
@@ -564,26 +640,34 @@ static int pack(cdx_split *sp, const cdx_stage_batch *sb, size_t *n_bytes, cdx_e
     return CDX_OK;
 }
 
-/* Rank 0's next: the rows go to rank 1; the wanted rows after the last layer come back from the last
- * rank (or an error from any). */
-static int next_rank0(void *user, const cdx_stage_batch *sb, float *x_out, cdx_err *err)
+/* Rank 0's send: the rows go to rank 1, and travel while rank 0 computes on. */
+static int send_rank0(void *user, const cdx_stage_batch *sb, cdx_err *err)
 {
     cdx_split *sp = user;
     if (sp->lost) /* the pipeline is broken: no batch goes through it again */
         return cdx_err_set(err, CDX_EIO, "%s", sp->lost_msg);
+    outbox *o = NULL;
     size_t n = 0;
-    int rc = pack(sp, sb, &n, err);
-    if (!rc)
-        rc = send_msg(sp, sp->buf, n, 1, TAG_BATCH, "sending a batch to rank 1", err);
-    if (rc)
-        return rc;
+    int rc = pack(sp, sb, &o, &n, err);
+    return rc ? rc : outbox_post(sp, o, n, 1, TAG_BATCH, "sending a batch to rank 1", err);
+}
+
+/* Rank 0's recv: the answer to the oldest batch sent: its wanted rows after the last layer, from the
+ * last rank (or an error from any rank: each batch gets one answer). */
+static int recv_rank0(void *user, int64_t n_out, float *x_out, cdx_err *err)
+{
+    cdx_split *sp = user;
+    if (sp->lost)
+        return cdx_err_set(err, CDX_EIO, "%s", sp->lost_msg);
     MPI_Status st;
+    size_t n = 0;
+    int rc;
     if ((rc = wait_msg(sp, MPI_ANY_SOURCE, MPI_ANY_TAG, &st, "waiting for a batch's last hidden states", err)) ||
         (rc = recv_probed(sp, &st, &n, err)))
         return rc;
     if (st.MPI_TAG == TAG_ERR)
         return cdx_err_set(err, CDX_EIO, "rank %d of the split: %s", st.MPI_SOURCE, (const char *)sp->buf);
-    const size_t want = (size_t)sb->n_out * (size_t)sp->n_embd * sizeof(float);
+    const size_t want = (size_t)n_out * (size_t)sp->n_embd * sizeof(float);
     if (st.MPI_TAG != TAG_OUT || st.MPI_SOURCE != sp->size - 1 || n != want)
         return cdx_err_set(err, CDX_EIO, "rank %d of the split answered a batch with %zu bytes (tag %d); %zu bytes of "
                            "hidden states from rank %d expected", st.MPI_SOURCE, n, st.MPI_TAG, want, sp->size - 1);
@@ -595,8 +679,8 @@ int cdx_split_stage_of(cdx_split *sp, cdx_stage *out, cdx_err *err)
 {
     if (sp->rank != 0)
         return cdx_err_set(err, CDX_EINVAL, "rank %d runs a stage loop (cdx_split_stage_run), not the front end", sp->rank);
-    *out = (cdx_stage){ .layer0 = sp->bounds[0], .layer1 = sp->bounds[1], .next = sp->size > 1 ? next_rank0 : NULL,
-                        .user = sp };
+    *out = (cdx_stage){ .layer0 = sp->bounds[0], .layer1 = sp->bounds[1], .send = sp->size > 1 ? send_rank0 : NULL,
+                        .recv = sp->size > 1 ? recv_rank0 : NULL, .n_micro = sp->size, .user = sp };
     return CDX_OK;
 }
 
@@ -641,6 +725,7 @@ void cdx_split_stop(cdx_split *sp)
         return;
     const int64_t hdr[8] = { 0 };
     const start_msg msg = { 0 };
+    outbox_drain(sp); /* the stop follows the last batch on each line */
     for (int r = 1; r < sp->size; r++) { /* to each rank: one that failed must not hold up the others */
         cdx_err err = { 0 };
         if (sp->lost && rank_gone(sp, r))
@@ -668,27 +753,16 @@ typedef struct {
     cdx_kv_seq *seqs;
     float *x_out;            /* the last stage's wanted rows for rank 0 */
     size_t x_out_cap;
-    uint8_t *out;            /* a later stage's own message to the next rank */
 } stage_rt;
 
-/* A middle stage's next: the rows go on to the next rank; the last one answers rank 0. */
-static int next_middle(void *user, const cdx_stage_batch *sb, float *x_out, cdx_err *err)
+/* A middle stage's send: the rows go on to the next rank (sb points into the message this stage read). */
+static int send_middle(void *user, const cdx_stage_batch *sb, cdx_err *err)
 {
     stage_rt *rt = user;
-    cdx_split *sp = rt->sp;
-    /* sp->buf still holds the batch this stage read (sb points into it): build the message apart */
-    uint8_t *in = sp->buf;
-    const size_t in_cap = sp->cap;
-    sp->buf = rt->out;
-    sp->cap = 0;
+    outbox *o = NULL;
     size_t n = 0;
-    int rc = pack(sp, sb, &n, err);
-    if (!rc)
-        rc = send_msg(sp, sp->buf, n, sp->rank + 1, TAG_BATCH, "sending a batch on", err);
-    rt->out = sp->buf;
-    sp->buf = in;
-    sp->cap = in_cap;
-    return rc;
+    int rc = pack(rt->sp, sb, &o, &n, err);
+    return rc ? rc : outbox_post(rt->sp, o, n, rt->sp->rank + 1, TAG_BATCH, "sending a batch on", err);
 }
 
 static int stage_batch(stage_rt *rt, size_t n_bytes, cdx_forward_ctx *fc, int64_t max_tokens, cdx_err *err)
@@ -772,8 +846,12 @@ static int stage_batch(stage_rt *rt, size_t n_bytes, cdx_forward_ctx *fc, int64_
     int rc = cdx_forward_seqs(fc, rt->seqs, (int)n_seq, &bt, NULL, err);
     if (rc || !rt->last)
         return rc;
-    return send_msg(sp, rt->x_out, (size_t)n_out * (size_t)hp->n_embd * sizeof(float), 0, TAG_OUT,
-                    "sending the last hidden states to rank 0", err);
+    const size_t out_bytes = (size_t)n_out * (size_t)hp->n_embd * sizeof(float);
+    outbox *ob = NULL;
+    if ((rc = outbox_take(sp, out_bytes, &ob, err)))
+        return rc;
+    memcpy(ob->buf, rt->x_out, out_bytes);
+    return outbox_post(sp, ob, out_bytes, 0, TAG_OUT, "sending the last hidden states to rank 0", err);
 }
 
 static void stage_rt_free(stage_rt *rt)
@@ -787,7 +865,6 @@ static void stage_rt_free(stage_rt *rt)
     free(rt->tab);
     free(rt->seqs);
     free(rt->x_out);
-    free(rt->out);
 }
 
 /* Tells rank 0 what failed here (best effort: rank 0 may be gone). */
@@ -830,8 +907,7 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
     cdx_model_fingerprint(m, fp);
     stage_rt rt = { .sp = sp, .m = m, .last = sp->rank == sp->size - 1, .n_blocks = msg.n_blocks, .kv_type = msg.kv_type };
     const int64_t l0 = sp->bounds[sp->rank], l1 = sp->bounds[sp->rank + 1];
-    const cdx_stage stage = { .layer0 = l0, .layer1 = l1, .next = rt.last ? NULL : next_middle, .user = &rt,
-                              .relay = !rt.last };
+    const cdx_stage stage = { .layer0 = l0, .layer1 = l1, .send = rt.last ? NULL : send_middle, .user = &rt };
     const size_t elem = msg.kv_type == CDX_TYPE_F32 ? 4 : 2;
     rt.block_bytes = (size_t)(l1 - l0) * CDX_KV_BLOCK * (size_t)(hp->n_head_kv * hp->head_dim) * elem;
     cdx_forward_ctx *fc = NULL;
@@ -876,6 +952,7 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
             rc = CDX_OK; /* rank 0 fails that batch's requests; the stage goes on */
         }
     }
+    outbox_drain(sp);
     cdx_forward_ctx_free(fc);
     stage_rt_free(&rt);
     return rc;

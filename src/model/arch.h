@@ -313,6 +313,11 @@ struct fwd_scratch; /* ops.h */
 int forward_bf16(const cdx_model *m, const struct fwd_scratch *s, const cdx_stage *st, const cdx_kv_seq *seqs, int n_seq,
                  const cdx_batch *b, float *logits, cdx_err *err);
 
+/* After the layers of a stage that ends before the model's last: hands the rows (s->x, s->pos, s->seq)
+ * on with st->send (forward.c). */
+int forward_stage_send(const cdx_stage *st, const struct fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq,
+                       const cdx_batch *b, cdx_err *err);
+
 /* ---- the hybrid forward pass (qwen35.c) ---- */
 typedef struct hybrid_ctx hybrid_ctx;
 int hybrid_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k, hybrid_ctx **out,

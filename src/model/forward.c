@@ -24,7 +24,15 @@ struct cdx_forward_ctx {
     fwd_scratch s;         /* what the passes compute in (ops.h) */
     hybrid_ctx *hy;        /* a hybrid model's (Qwen3.5) own buffers, qwen35.c; NULL otherwise */
     bool pool_borrowed;    /* s.pool is the caller's (cdx_forward_ctx_create_on) */
-    cdx_stage st;          /* the layers it computes (a split model's stage); whole: 0..n_layer, no next */
+    cdx_stage st;          /* the layers it computes (a split model's stage); whole: 0..n_layer, no send */
+    /* a split model's first stage: what cutting a batch into micro-batches needs ([max_tokens] each) */
+    int64_t *mb_last;      /* per sequence: its last token in the batch */
+    int32_t *mb_local;     /* per sequence: its index in the micro-batch, or -1 */
+    int32_t *mb_seq;       /* per token of a micro-batch: its sequence there */
+    cdx_kv_seq *mb_seqs;   /* a micro-batch's sequences */
+    int64_t *hd_pos;       /* the head pass over the rows that came back: their positions, */
+    int32_t *hd_seq;       /* sequences */
+    bool *hd_want;         /* and all true */
 };
 
 void cdx_forward_ctx_free(cdx_forward_ctx *fc)
@@ -37,6 +45,8 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->s.rope_f); free(fc->s.rope_buf);
     free(fc->s.router); free(fc->s.xg); free(fc->s.yg); free(fc->s.moe); free(fc->s.sel_w); free(fc->s.grp_w);
     free(fc->s.sel_e); free(fc->s.grp_tok);
+    free(fc->mb_last); free(fc->mb_local); free(fc->mb_seq); free(fc->mb_seqs); free(fc->hd_pos); free(fc->hd_seq);
+    free(fc->hd_want);
     hybrid_ctx_free(fc->hy);
     if (!fc->pool_borrowed)
         cdx_pool_destroy(fc->s.pool);
@@ -148,14 +158,28 @@ int cdx_forward_ctx_set_stage(cdx_forward_ctx *fc, const cdx_stage *st, cdx_err 
         return cdx_err_set(err, CDX_EINVAL, "layers %lld..%lld are not a slice of the model's %lld layers (0..%lld)",
                            (long long)st->layer0, (long long)st->layer1 - 1, (long long)hp->n_layer,
                            (long long)hp->n_layer - 1);
-    if (st->layer1 < hp->n_layer && !st->next)
-        return cdx_err_set(err, CDX_EINVAL, "a stage ending before the last layer (%lld of %lld) needs a next stage",
-                           (long long)st->layer1, (long long)hp->n_layer);
+    if (st->layer1 < hp->n_layer && (!st->send || (st->layer0 == 0 && !st->recv)))
+        return cdx_err_set(err, CDX_EINVAL, "a stage ending before the last layer (%lld of %lld) needs a next stage "
+                           "(send%s)", (long long)st->layer1, (long long)hp->n_layer, st->layer0 == 0 ? " and recv" : "");
     if (fc->m->enc)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s is an encoder: it is not split by layers", hp->arch_name);
     if (fc->hy)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s carries a recurrent state (Gated DeltaNet layers): splitting it by "
                            "layers is not done yet", hp->arch_name);
+    if (st->layer0 == 0 && st->layer1 < hp->n_layer && !fc->mb_last) {
+        const size_t n = (size_t)fc->max_tokens;
+        fc->mb_last = malloc(n * sizeof *fc->mb_last);
+        fc->mb_local = malloc(n * sizeof *fc->mb_local);
+        fc->mb_seq = malloc(n * sizeof *fc->mb_seq);
+        fc->mb_seqs = malloc(n * sizeof *fc->mb_seqs);
+        fc->hd_pos = malloc(n * sizeof *fc->hd_pos);
+        fc->hd_seq = malloc(n * sizeof *fc->hd_seq);
+        fc->hd_want = malloc(n * sizeof *fc->hd_want);
+        if (!fc->mb_last || !fc->mb_local || !fc->mb_seq || !fc->mb_seqs || !fc->hd_pos || !fc->hd_seq || !fc->hd_want)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for a first stage's micro-batches");
+        for (size_t i = 0; i < n; i++)
+            fc->hd_want[i] = true;
+    }
     fc->st = *st;
     return CDX_OK;
 }
@@ -212,8 +236,24 @@ static void qkv_part(void *arg, int ith, int nth)
     }
 }
 
-static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
-                     cdx_err *err)
+/* After the layers of a stage that ends before the model's last: the rows go on to the next stage,
+ * and this pass ends (forward_first_stage takes the rows back). */
+int forward_stage_send(const cdx_stage *st, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq,
+                       const cdx_batch *b, cdx_err *err)
+{
+    int64_t n_want = 0;
+    for (int64_t i = 0; i < b->n; i++)
+        n_want += b->want_logits ? b->want_logits[i] : i == b->n - 1;
+    const cdx_stage_batch sb = { .n = b->n, .n_out = n_want, .n_seq = n_seq, .x = s->x, .pos = s->pos, .seq = s->seq,
+                                 .want_logits = b->want_logits, .seqs = seqs };
+    return st->send(st->user, &sb, err);
+}
+
+/* One pass over the layers of st: from the tokens (layer0 0) or b->x_in, to the next stage (layer1 <
+ * n_layer), to b->x_out, or through the output norm and head into logits. A pass over no layers
+ * (layer0 = layer1 = n_layer, rows in x_in) is the head alone. */
+static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_stage *st, const cdx_kv_seq *seqs, int n_seq,
+                            const cdx_batch *b, float *logits, cdx_err *err)
 {
     const cdx_model *m = fc->m;
     const cdx_hparams *hp = &m->hp;
@@ -248,7 +288,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         return cdx_err_set(err, CDX_EUNSUPPORTED, "hidden states (embeddings) come from the f32 pass of a dense model; "
                            "this one computes in %s%s", m->dtype == CDX_DTYPE_BF16 ? "bf16" : "f32",
                            fc->hy ? " with Gated DeltaNet layers" : "");
-    const int64_t l0 = fc->st.layer0, l1 = fc->st.layer1;
+    const int64_t l0 = st->layer0, l1 = st->layer1;
     if ((l0 > 0) != (b->x_in != NULL))
         return cdx_err_set(err, CDX_EINVAL, "a pass from layer %lld takes %s", (long long)l0,
                            l0 > 0 ? "the hidden rows of the stage before (x_in)" : "tokens, not hidden rows");
@@ -260,7 +300,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
     if (b->lora && (m->dtype == CDX_DTYPE_BF16 || fc->hy))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "LoRA adapters run on the f32 dense pass only");
     if (m->dtype == CDX_DTYPE_BF16) /* forward_bf16.c: transformers' bf16 forward */
-        return forward_bf16(m, &fc->s, &fc->st, seqs, n_seq, b, logits, err);
+        return forward_bf16(m, &fc->s, st, seqs, n_seq, b, logits, err);
     const cdx_kernels *K = fc->s.k;
     cdx_pool *pool = fc->s.pool;
     if (b->x_in) /* a later stage: the stage before computed the embedding and its layers */
@@ -351,21 +391,8 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         model_residual(fc->s.x, out, n * E, hp->residual_scale);
     }
 
-    /* rows: which rows of x go through the output norm and head (all: the first n_want, from the stages after) */
-    bool all = false;
-    if (l1 < hp->n_layer) { /* the later stages compute the rest, and give back the wanted rows */
-        int64_t n_want = 0;
-        for (int64_t i = 0; i < n; i++)
-            n_want += b->want_logits ? b->want_logits[i] : i == n - 1;
-        const cdx_stage_batch sb = { .n = n, .n_out = n_want, .n_seq = n_seq, .x = fc->s.x, .pos = fc->s.pos,
-                                     .seq = fc->s.seq, .want_logits = b->want_logits, .seqs = seqs };
-        int rc = fc->st.next(fc->st.user, &sb, fc->s.xn, err);
-        if (rc || fc->st.relay) /* a middle stage: nothing comes back here */
-            return rc;
-        memcpy(fc->s.x, fc->s.xn, (size_t)(n_want * E) * sizeof(float));
-        n = n_want;
-        all = true;
-    }
+    if (l1 < hp->n_layer) /* the later stages compute the rest */
+        return forward_stage_send(st, &fc->s, seqs, n_seq, b, err);
     int64_t n_out = 0;
     if (b->x_out) { /* a split model's last stage: the wanted rows go back to the first, which has the head */
         for (int64_t i = 0; i < n; i++)
@@ -374,7 +401,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
         return CDX_OK;
     }
     for (int64_t i = 0; i < n; i++)
-        if (all || (b->want_logits ? b->want_logits[i] : i == n - 1))
+        if (b->want_logits ? b->want_logits[i] : i == n - 1)
             model_norm_rows_of(NULL, hp->layer_norm, (b->hidden ? b->hidden : fc->s.xn) + (n_out++) * E, fc->s.x + i * E,
                                m->out_norm, m->out_norm_b, 1, E, hp->rms_eps);
     if (b->hidden) /* the embeddings' last hidden states: no head */
@@ -389,6 +416,105 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_s
     return CDX_OK;
 }
 
+/* ---- a split model's first stage: micro-batches in flight ---- */
+
+enum { MAX_MICRO = 64 };
+
+/* Where to cut b into at most m_max micro-batches: cut[0] = 0 < cut[1] < ... < cut[m] = n, each cut
+ * between two tokens with every sequence's tokens on one side of it, at the first such place past
+ * each k·n/m_max. Returns m (1: the batch whole: one sequence, no want_logits, or no place to cut). */
+static int micro_cuts(cdx_forward_ctx *fc, int n_seq, const cdx_batch *b, int m_max, int64_t *cut)
+{
+    const int64_t n = b->n;
+    int m = 0;
+    cut[0] = 0;
+    bool ok = m_max > 1 && n_seq > 1 && n_seq <= fc->max_tokens && b->seq && b->want_logits && n <= fc->max_tokens;
+    for (int64_t i = 0; ok && i < n; i++)
+        ok = b->seq[i] >= 0 && b->seq[i] < n_seq; /* else one pass, which says what is wrong */
+    if (ok) {
+        for (int s = 0; s < n_seq; s++)
+            fc->mb_last[s] = -1;
+        for (int64_t i = 0; i < n; i++)
+            fc->mb_last[b->seq[i]] = i;
+        int64_t reach = 0; /* the last token of every sequence met so far */
+        for (int64_t i = 0; i + 1 < n && m + 1 < m_max; i++) {
+            if (fc->mb_last[b->seq[i]] > reach)
+                reach = fc->mb_last[b->seq[i]];
+            if (reach == i && (i + 1) * m_max >= n * (m + 1))
+                cut[++m] = i + 1;
+        }
+    }
+    cut[++m] = n;
+    return m;
+}
+
+/* The first stage of a split model: its layers over each micro-batch in turn, each sent on as it is
+ * done (the next stage computes one while this one computes the next); then each micro-batch's
+ * wanted rows taken back in order, through the head as they come (a pass over no layers). A failure
+ * still takes back every answer sent for, so the next batch's answers are its own. */
+static int forward_first_stage(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
+                               float *logits, cdx_err *err)
+{
+    const cdx_hparams *hp = &fc->m->hp;
+    const cdx_stage *st = &fc->st;
+    int64_t cut[MAX_MICRO + 1], n_out[MAX_MICRO];
+    const int m = micro_cuts(fc, n_seq, b, st->n_micro < MAX_MICRO ? st->n_micro : MAX_MICRO, cut);
+    int sent = 0, rc = CDX_OK;
+    for (int k = 0; k < m && !rc; k++) {
+        const int64_t a = cut[k], c = cut[k + 1];
+        n_out[k] = 0;
+        for (int64_t i = a; i < c; i++)
+            n_out[k] += b->want_logits ? b->want_logits[i] : i == b->n - 1;
+        if (m == 1) {
+            rc = forward_seqs_run(fc, st, seqs, n_seq, b, NULL, err);
+        } else { /* tokens a..c-1, their sequences renumbered from 0 */
+            cdx_batch mb = *b;
+            mb.n = c - a;
+            mb.tokens = b->tokens ? b->tokens + a : NULL;
+            mb.pos = b->pos ? b->pos + a : NULL;
+            mb.want_logits = b->want_logits + a;
+            mb.embd = b->embd ? b->embd + a : NULL;
+            mb.lora = b->lora ? b->lora + a : NULL;
+            mb.seq = fc->mb_seq;
+            int mb_n_seq = 0;
+            for (int64_t i = a; i < c; i++)
+                fc->mb_local[b->seq[i]] = -1;
+            for (int64_t i = a; i < c; i++) {
+                int32_t *l = &fc->mb_local[b->seq[i]];
+                if (*l < 0) {
+                    *l = mb_n_seq;
+                    fc->mb_seqs[mb_n_seq++] = seqs[b->seq[i]];
+                }
+                fc->mb_seq[i - a] = *l;
+            }
+            rc = forward_seqs_run(fc, st, fc->mb_seqs, mb_n_seq, &mb, NULL, err);
+        }
+        sent += !rc;
+    }
+    int64_t row = 0; /* logits rows written */
+    for (int k = 0; k < sent; k++) {
+        cdx_err drained = { 0 };
+        cdx_err *ek = rc ? &drained : err; /* after a failure the answers are only taken off the line */
+        int r = st->recv(st->user, n_out[k], fc->s.xn, ek);
+        if (!r && !rc && n_out[k] > 0) {
+            int64_t j = 0;
+            for (int64_t i = cut[k]; i < cut[k + 1]; i++)
+                if (b->want_logits ? b->want_logits[i] : i == b->n - 1) {
+                    fc->hd_pos[j] = b->pos[i];
+                    fc->hd_seq[j++] = b->seq ? b->seq[i] : 0;
+                }
+            const cdx_stage head = { .layer0 = hp->n_layer, .layer1 = hp->n_layer };
+            const cdx_batch hb = { .n = n_out[k], .seq = fc->hd_seq, .pos = fc->hd_pos, .want_logits = fc->hd_want,
+                                   .x_in = fc->s.xn };
+            r = forward_seqs_run(fc, &head, seqs, n_seq, &hb, logits + row * hp->n_vocab, ek);
+            row += n_out[k];
+        }
+        if (!rc)
+            rc = r;
+    }
+    return rc;
+}
+
 int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
                      cdx_err *err)
 {
@@ -396,7 +522,9 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
         return cdx_err_set(err, CDX_EINVAL, "%s is an encoder (embeddings): it has no decoder pass and no KV cache; "
                            "cdx_encode runs it", fc->m->hp.arch_name);
     model_use_begin(fc->m); /* installs background packs between passes (model_load.c) */
-    const int rc = forward_seqs_run(fc, seqs, n_seq, b, logits, err);
+    const bool first = fc->st.layer0 == 0 && fc->st.layer1 < fc->m->hp.n_layer;
+    const int rc = first ? forward_first_stage(fc, seqs, n_seq, b, logits, err)
+                         : forward_seqs_run(fc, &fc->st, seqs, n_seq, b, logits, err);
     model_use_end(fc->m);
     return rc;
 }

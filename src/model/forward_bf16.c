@@ -117,21 +117,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         add_bf16(s->x, s->xn, n * E);
     }
 
-    int64_t n_rows = n;
-    bool all = false; /* the rows are the first n_want, from the stages after */
-    if (l1 < hp->n_layer) { /* the later stages compute the rest, and give back the wanted rows */
-        int64_t n_want = 0;
-        for (int64_t i = 0; i < n; i++)
-            n_want += b->want_logits ? b->want_logits[i] : i == n - 1;
-        const cdx_stage_batch sb = { .n = n, .n_out = n_want, .n_seq = n_seq, .x = s->x, .pos = s->pos, .seq = s->seq,
-                                     .want_logits = b->want_logits, .seqs = seqs };
-        int rc = st->next(st->user, &sb, s->xn, err);
-        if (rc || st->relay) /* a middle stage: nothing comes back here */
-            return rc;
-        memcpy(s->x, s->xn, (size_t)(n_want * E) * sizeof(float));
-        n_rows = n_want;
-        all = true;
-    }
+    if (l1 < hp->n_layer) /* the later stages compute the rest */
+        return forward_stage_send(st, s, seqs, n_seq, b, err);
     int64_t n_out = 0;
     if (b->x_out) { /* a split model's last stage: the wanted rows go back to the first, which has the head */
         for (int64_t i = 0; i < n; i++)
@@ -139,8 +126,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                 memcpy(b->x_out + (n_out++) * E, s->x + i * E, (size_t)E * sizeof(float));
         return CDX_OK;
     }
-    for (int64_t i = 0; i < n_rows; i++)
-        if (all || (b->want_logits ? b->want_logits[i] : i == n - 1))
+    for (int64_t i = 0; i < n; i++)
+        if (b->want_logits ? b->want_logits[i] : i == n - 1)
             model_rmsnorm_bf16(s->xn + (n_out++) * E, s->x + i * E, m->out_norm, E, hp->rms_eps);
     if (n_out) {
         cdx_matmul(K, pool, &m->output, s->xn, n_out, logits, s->ws);
