@@ -400,7 +400,8 @@ CDX_API int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const
  * applies the output norm and head to them, as a whole model does: the head stays with the embedding,
  * so n_embd floats a token come back, not n_vocab.
  * Micro-batches: the first stage cuts a batch of several sequences, at sequence boundaries, into up to
- * n_micro micro-batches of about equal tokens; it computes and sends each in turn (the next stage
+ * n_micro micro-batches of about equal tokens, 16 or more each (fewer rows cost a matmul its weight
+ * reads whatever their count); it computes and sends each in turn (the next stage
  * computes micro-batch 1 while this one computes 2), then takes the answers back in order, applying
  * the head to each as it comes. The bits of every row are those of the whole model (the same ops in
  * the same order, each row's sums independent of the rows beside it; only where and beside which rows

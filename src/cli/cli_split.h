@@ -29,8 +29,9 @@ typedef struct cli_split_opts {
     "                         machine has available); a model that does not fit even split is refused\n" \
     "  --split-timeout S      seconds rank 0 waits for the other ranks before it fails (default 120; a\n" \
     "                         rank on this host that is gone is named at once)\n" \
-    "  --split-micro N        rank 0 cuts a batch of several sequences into up to N micro-batches, each\n" \
-    "                         sent on as soon as its layers are done (default: as many as ranks; 1: none)\n"
+    "  --split-micro N        rank 0 cuts a batch of several sequences into up to N micro-batches of 16\n" \
+    "                         tokens or more, each sent on as soon as its layers are done (default: as\n" \
+    "                         many as ranks; 1: none)\n"
 
 /* Whether a is one of the options (cli_split_parse takes it). */
 bool cli_split_is_opt(const char *a);

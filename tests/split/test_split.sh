@@ -43,11 +43,11 @@ timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --split-layers 0-0,1-
 check "--split-layers 0-0,1-4 by hand: rank 0 holds 1 layer, the same bits" \
     '[ $rc -eq 0 ] && same_bits "$tmp/whole.json" "$tmp/out" && grep -q "\"layers_rank0\":1" "$tmp/out"'
 
-# ---- bench over a split: 4 streams in micro-batches ----
+# ---- bench over a split: 4 streams, their prompts in micro-batches ----
 "$CALDRIX" bench "$M" -t 1 -p 8 -n 8 -r 1 --parallel 4 --json >"$tmp/bw.json" 2>"$tmp/err"
 timeout 60 $MPIRUN -np 2 "$CALDRIX" bench "$M" -t 1 --allow-split --nodes 2 -p 8 -n 8 -r 1 --parallel 4 --json \
     >"$tmp/out" 2>"$tmp/err"; rc=$?
-check "bench --parallel 4 over 2 ranks (2 micro-batches): the greedy tokens of whole, what crossed reported" \
+check "bench --parallel 4 over 2 ranks (the 32-token prefill in 2 micro-batches): the greedy tokens of whole, what crossed reported" \
     '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); x=s[\"split\"]; sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and x[\"micro\"] == 2 and x[\"bytes_sent\"] > 0 and x[\"tokens\"] == 64))" "$tmp/bw.json" "$tmp/out"'
 
 # ---- placement by memory: whole when rank 0 holds the model, else slices within each rank's --memory ----
