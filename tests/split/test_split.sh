@@ -50,6 +50,12 @@ timeout 60 $MPIRUN -np 2 "$CALDRIX" bench "$M" -t 1 --allow-split --nodes 2 -p 8
 check "bench --parallel 4 over 2 ranks (the 32-token prefill in 2 micro-batches): the greedy tokens of whole, what crossed reported" \
     '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); x=s[\"split\"]; sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and x[\"micro\"] == 2 and x[\"bytes_sent\"] > 0 and x[\"tokens\"] == 64))" "$tmp/bw.json" "$tmp/out"'
 
+"$CALDRIX" bench "$L" --dtype bf16 -t 1 -p 16 -n 8 -r 1 --parallel 4 --json >"$tmp/bw.json" 2>"$tmp/err"
+timeout 60 $MPIRUN -np 2 "$CALDRIX" bench "$L" --dtype bf16 -t 1 --allow-split --nodes 2 -p 16 -n 8 -r 1 --parallel 4 --json \
+    >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "bench --dtype bf16 --parallel 4 over 2 ranks (fixtures/hf/llama, the 64-token prefill in 2 micro-batches): the greedy tokens of whole" \
+    '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and s[\"dtype\"] == \"bf16\" and s[\"split\"][\"micro\"] == 2))" "$tmp/bw.json" "$tmp/out"'
+
 # ---- placement by memory: whole when rank 0 holds the model, else slices within each rank's --memory ----
 timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --threads 1 -p "Once upon a time" -n 24 --temp 0 --json \
     --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
