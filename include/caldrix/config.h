@@ -160,6 +160,20 @@ typedef struct cdx_hf_arch_row {
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
 CDX_API const cdx_hf_arch_row *cdx_hf_arch_row_get(cdx_hf_arch a);
 
+/* An architecture caldrix knows and does not run yet, with the reason: one table (src/model/arch.c,
+ * beside the family rows). The config reader and the GGUF loader refuse it by name with the reason;
+ * `caldrix models supported --all` and docs/models.md list it. */
+typedef struct cdx_refused_arch {
+    const char *hf;     /* config.json architectures[0]; NULL: a GGUF form only */
+    const char *gguf;   /* llama.cpp's general.architecture; NULL: none refused under this row */
+    const char *family; /* transformers' model_type family */
+    const char *reason; /* what is not computed, and what runs instead where something does */
+} cdx_refused_arch;
+CDX_API const cdx_refused_arch *cdx_refused_archs(size_t *n);
+/* The row naming name (len bytes) as a config.json architecture (gguf false) or a GGUF
+ * general.architecture (gguf true); NULL: none. */
+CDX_API const cdx_refused_arch *cdx_refused_arch_find(const char *name, size_t len, bool gguf);
+
 #define CDX_HF_MAX_LAYERS 1024
 /* The sizes caldrix runs within: the config reader's bounds, which the loader applies to a GGUF
  * file's metadata too (one set of limits). */

@@ -29,7 +29,7 @@ static void usage(FILE *f)
                "       caldrix models list [--json]\n"
                "       caldrix models rm REF\n\n"
                "supported  the aliases, each a Hugging Face repo at a pinned revision (--all: and the accepted\n"
-               "           architectures)\n"
+               "           architectures, and those refused by name with the reason)\n"
                "info       an alias or repo: its pin, what the cache holds (refs, snapshots, completeness) and its\n"
                "           model index entry (files and sizes, the verdict, whether it fits this machine); a repo\n"
                "           the index lacks is asked of the Hub and added, unless offline\n"
@@ -88,6 +88,15 @@ static int cmd_supported(int argc, char **argv)
                 json_array_append_new(aa, json_pack("{s:s,s:s,s:s}", "architecture", ar[i].name, "family",
                                                     ar[i].family, "note", ar[i].note));
             json_object_set_new(o, "architectures", aa);
+            size_t nr;
+            const cdx_refused_arch *rf = cdx_refused_archs(&nr);
+            json_t *ra = json_array();
+            for (size_t i = 0; i < nr; i++)
+                json_array_append_new(ra, json_pack("{s:o,s:o,s:s,s:s}", "architecture",
+                                                    rf[i].hf ? json_string(rf[i].hf) : json_null(), "gguf",
+                                                    rf[i].gguf ? json_string(rf[i].gguf) : json_null(), "family",
+                                                    rf[i].family, "reason", rf[i].reason));
+            json_object_set_new(o, "refused", ra);
         }
         print_json(o);
         return 0;
@@ -101,6 +110,13 @@ static int cmd_supported(int argc, char **argv)
             printf("%-34s %-10s %s\n", ar[i].name, ar[i].family, ar[i].note);
         printf("\nAny owner/name[@revision] of these architectures, and ollama:name[:tag] GGUF models, are accepted "
                "too.\n");
+        size_t nr;
+        const cdx_refused_arch *rf = cdx_refused_archs(&nr);
+        printf("\nREFUSED BY NAME (known, not run yet)\n%-34s %-10s %-10s %s\n", "ARCHITECTURE", "GGUF", "FAMILY",
+               "REASON");
+        for (size_t i = 0; i < nr; i++)
+            printf("%-34s %-10s %-10s %s\n", rf[i].hf ? rf[i].hf : "-", rf[i].gguf ? rf[i].gguf : "-", rf[i].family,
+                   rf[i].reason);
     }
     return 0;
 }

@@ -433,6 +433,10 @@ static int find_arch(ctx *c, cdx_hf_config *cfg, const arch_row **row)
         snprintf(cfg->architecture, sizeof cfg->architecture, "%.60s", name);
     if (name && json_array_size(archs) == 1 && cfg->arch != CDX_HF_ARCH_COUNT)
         return CDX_OK;
+    const cdx_refused_arch *no = name && json_array_size(archs) == 1 ? cdx_refused_arch_find(name, strlen(name), false)
+                                                                      : NULL;
+    if (no)
+        return REFUSE(c, "%s: architectures is [\"%s\"] (%s), refused: %s", c->name, no->hf, no->family, no->reason);
     char list[512] = "", b[96];
     for (int a = 0; a < CDX_HF_ARCH_COUNT; a++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", a ? ", " : "", cdx_hf_arch_row_get((cdx_hf_arch)a)->arch);

@@ -36,6 +36,44 @@ const cdx_hf_arch_row *cdx_hf_arch_row_get(cdx_hf_arch a)
     return (unsigned)a < CDX_HF_ARCH_COUNT && hf_row(a, &h) ? &h->cfg : NULL;
 }
 
+/* The architectures refused by name (issue 36: a family not finished is refused with its reason). */
+static const cdx_refused_arch k_refused[] = {
+    { "BitNetForCausalLM", "bitnet", "bitnet",
+      "BitNet b1.58 is not computed yet: ternary weights with per-token 8-bit activations, the sub-norms before "
+      "o_proj and down_proj (attn_sub_norm, ffn_sub_norm) and the squared-ReLU MLP" },
+    { "BitnetForCausalLM", NULL, "bitnet",
+      "BitNet b1.58 (1bitLLM's remote-code class) is not computed yet: ternary weights with 8-bit activations "
+      "and its sub-norms; caldrix reads the TQ1_0/TQ2_0 tensor types but runs no bitnet layer" },
+    { "Qwen2VLForConditionalGeneration", "qwen2vl", "qwen2_vl",
+      "Qwen2-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section over temporal, "
+      "height and width positions) and the vision tower" },
+    { "Qwen2_5_VLForConditionalGeneration", NULL, "qwen2_5_vl",
+      "Qwen2.5-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section) and the "
+      "windowed vision tower" },
+    { "Gemma3ForConditionalGeneration", NULL, "gemma3",
+      "vision-language Gemma 3 (the vision tower, the text model under language_model) is not run; its text "
+      "model alone, Gemma3ForCausalLM, is" },
+    { NULL, "gpt-oss", "gpt_oss",
+      "GGUF gpt-oss (MXFP4 experts, expert and router biases, attn_sinks) is not read yet; the "
+      "GptOssForCausalLM checkpoint in transformers' unquantized layout runs" },
+};
+
+const cdx_refused_arch *cdx_refused_archs(size_t *n)
+{
+    *n = sizeof k_refused / sizeof k_refused[0];
+    return k_refused;
+}
+
+const cdx_refused_arch *cdx_refused_arch_find(const char *name, size_t len, bool gguf)
+{
+    for (size_t i = 0; name && i < sizeof k_refused / sizeof k_refused[0]; i++) {
+        const char *k = gguf ? k_refused[i].gguf : k_refused[i].hf;
+        if (k && strlen(k) == len && !memcmp(k, name, len))
+            return &k_refused[i];
+    }
+    return NULL;
+}
+
 const arch_desc *arch_by_hf(cdx_hf_arch a) { return (unsigned)a < CDX_HF_ARCH_COUNT ? hf_row(a, NULL) : NULL; }
 
 const char *cdx_model_hf_arch_note(cdx_hf_arch a)

@@ -1244,6 +1244,10 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     if (!cdx_gguf_get_str(g, "general.architecture", &an))
         return cdx_err_set(err, CDX_EFORMAT, "%s: general.architecture is missing or not a string", path);
     const arch_desc *d = arch_by_gguf(an.ptr, an.len, false);
+    const cdx_refused_arch *no = d ? NULL : cdx_refused_arch_find(an.ptr, an.len, true);
+    if (no)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: general.architecture is \"%s\" (%s), refused: %s", path, no->gguf,
+                           no->family, no->reason);
     if (!d) {
         char list[256];
         cdx_model_gguf_archs(list, sizeof list);

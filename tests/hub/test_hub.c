@@ -325,6 +325,15 @@ static void each_refusal_names_the_field_and_the_value(void)
         { "{\"architectures\":[\"Qwen3_5ForConditionalGeneration\"],\"text_config\":{\"hidden_size\":64,"
           "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":100,"
           "\"hidden_act\":\"gelu\"}}", CDX_EUNSUPPORTED, "text_config: hidden_act is \"gelu\"", NULL },
+        /* the architectures refused by name: the reason, not the list of accepted ones */
+        { "{\"architectures\":[\"BitNetForCausalLM\"],\"model_type\":\"bitnet\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+          "\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":100,\"hidden_act\":\"relu2\"}",
+          CDX_EUNSUPPORTED, "architectures is [\"BitNetForCausalLM\"] (bitnet), refused: BitNet b1.58", "squared-ReLU" },
+        { "{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"model_type\":\"qwen2_vl\",\"hidden_size\":64,"
+          "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,\"vocab_size\":100}",
+          CDX_EUNSUPPORTED, "(qwen2_vl), refused: Qwen2-VL", "mrope_section" },
+        { "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"text_config\":{\"hidden_size\":64}}",
+          CDX_EUNSUPPORTED, "(gemma3), refused: vision-language Gemma 3", "Gemma3ForCausalLM" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cdx_err err = { 0 };
@@ -360,6 +369,15 @@ static void the_rule_table_has_ids_fields_and_docs(void)
         char row[256];
         snprintf(row, sizeof row, "| %s | %s | %s |", a[i].name, a[i].family, a[i].note);
         CHECKF(strstr(doc, row), "docs/models.md lacks the row \"%s\"", row);
+    }
+    size_t nr;
+    const cdx_refused_arch *rf = cdx_refused_archs(&nr);
+    CHECK(nr >= 5);
+    for (size_t i = 0; i < nr; i++) { /* the refused rows, each with its reason */
+        char row[512];
+        snprintf(row, sizeof row, "| %s | %s | %s | %s |", rf[i].hf ? rf[i].hf : "-", rf[i].gguf ? rf[i].gguf : "-",
+                 rf[i].family, rf[i].reason);
+        CHECKF(strstr(doc, row), "docs/models.md lacks the refused row \"%s\"", row);
     }
     const char *vars[] = { "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE",
                            "CALDRIX_OFFLINE", "CALDRIX_CACHE", "CALDRIX_OLLAMA_REGISTRY", "CALDRIX_MEM_AVAILABLE" };

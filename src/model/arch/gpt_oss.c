@@ -17,7 +17,7 @@ const arch_desc family_gpt_oss = {
     .family = "gpt_oss",
     /* GptOssConfig's defaults: 8 kv heads, head_dim 64, window 128 on the even layers, 128 experts top-4,
      * attention_bias true, untied */
-    .hf = { { CDX_HF_GPT_OSS, "GPT-OSS", "mixture of experts",
+    .hf = { { CDX_HF_GPT_OSS, "GPT-OSS", "mixture of experts; f32 only (no bf16 pass), no GGUF, not converted",
               { .arch = "GptOssForCausalLM", .model_type = "gpt_oss", .kv_heads = 8, .head_dim = 64, .rms_eps = 1e-5,
                 .rope_theta = 150000.0, .max_pos = 131072, .sliding = 128, .sw = CDX_HF_SW_EVEN, .bos = -1, .eos = -1,
                 .moe = 2, .experts = 128, .per_tok = 4, .bias = CDX_HF_B_ATTN, .attn_bias_on = true,
