@@ -7,7 +7,7 @@
 // goldens. llama.cpp's starcoder2 has no sliding window, so starcoder2 is converted from the fixture's
 // config.json with "sliding_window": null (the same weights; caldrix then computes without one too).
 //
-//   node scripts/goldens/llamacpp-families-ln.mjs --nlc DIR [--caldrix build/caldrix] [--only a,b]
+//   node scripts/goldens/llamacpp-families-ln.mjs --nlc DIR [--caldrix build/caldrix] [--set ln|b] [--only a,b]
 //
 // DIR holds node_modules/node-llama-cpp (3.21.1); settings as llamacpp-lib.mjs's greedy: context 256,
 // batch 256, flash attention off, F32 KV cache, greedy, 16 steps, EOG fed back.
@@ -17,13 +17,19 @@ import os from "node:os";
 import path from "node:path";
 import {caldrix, opt, version, loadLlama, sha256 as sha, greedy, writeGolden} from "./llamacpp-lib.mjs";
 
-export const FAMILIES = [
-    {name: "stablelm"},
-    {name: "starcoder2", config: {sliding_window: null}},
-    {name: "cohere"},
-];
+// --set b: the dense families B whose GGUF llama.cpp runs as transformers does (granite, olmo2, smollm3;
+// olmoe's GQA k_norm llama.cpp cannot load and caldrix convert does not write granitemoe), written to
+// tests/golden/families-b-llamacpp.json; tests/cli/test_families_ln_gguf.sh checks both files.
+const SETS = {
+    ln: {out: "tests/golden/families-ln-llamacpp.json",
+         families: [{name: "stablelm"}, {name: "starcoder2", config: {sliding_window: null}}, {name: "cohere"}]},
+    b: {out: "tests/golden/families-b-llamacpp.json", families: [{name: "granite"}, {name: "olmo2"}, {name: "smollm3"}]},
+};
+const set = SETS[opt("--set", "ln")];
+if (!set) throw new Error("--set is ln or b");
+export const FAMILIES = set.families;
 const only = opt("--only", null);
-const outFile = "tests/golden/families-ln-llamacpp.json";
+const outFile = set.out;
 const tmp = mkdtempSync(path.join(os.tmpdir(), "cdx-ln-"));
 const llama = await loadLlama();
 const run = (args) => execFileSync(caldrix, args, {stdio: ["ignore", "ignore", "inherit"]});

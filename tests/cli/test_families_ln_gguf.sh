@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LayerNorm families (StableLM, Starcoder2, Cohere) as GGUF: `caldrix convert` of each fixture (../shared/fixtures/hf/NAME; Starcoder2's
+# The LayerNorm families (StableLM, Starcoder2, Cohere), and Granite, OLMo 2 and SmolLM3, as GGUF: `caldrix convert` of each fixture (../shared/fixtures/hf/NAME; Starcoder2's
 # with "sliding_window": null, as llama.cpp's starcoder2 has no window) and `caldrix quantize` of it to
 # Q8_0 give the files whose sha256 tests/golden/families-ln-llamacpp.json pins, and caldrix's 16 greedy
 # tokens on each equal llama.cpp's on the same file (node-llama-cpp 3.21.1,
@@ -12,7 +12,8 @@ ok() { pass=$((pass+1)); echo "ok - $1"; }
 bad() { fail=$((fail+1)); echo "not ok - $1"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 HF=../shared/fixtures/hf
-G=tests/golden/families-ln-llamacpp.json
+# families-b-llamacpp.json: granite, olmo2 and smollm3 the same way (llamacpp-families-ln.mjs --set b)
+GS="tests/golden/families-ln-llamacpp.json tests/golden/families-b-llamacpp.json"
 
 cat >"$tmp/cmp.py" <<'PY'
 import json, sys
@@ -44,6 +45,7 @@ run_cases() { # FILE NAME TYPE
 sha() { python3 -c "import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())" "$1"; }
 pinned() { python3 -c "import json; g=json.load(open('$G')); print([m for m in g['models'] if m['name']=='$1' and m['type']=='$2'][0]['sha256'])"; }
 
+for G in $GS; do
 for m in $(python3 -c "import json; print(' '.join(sorted(set(x['name'] for x in json.load(open('$G'))['models']))))"); do
     dir=$HF/$m
     over=$(python3 -c "import json; g=json.load(open('$G')); print(json.dumps([x for x in g['models'] if x['name']=='$m'][0]['config']))")
@@ -66,6 +68,7 @@ for m in $(python3 -c "import json; print(' '.join(sorted(set(x['name'] for x in
             ok "$m $t ($over): llama.cpp's greedy tokens on the same file ($r)"
         else bad "$m $t: llama.cpp's greedy tokens (${r:-run failed})"; fi
     done
+done
 done
 
 # llama.cpp's keys (gguf-py's names) in the converted files
