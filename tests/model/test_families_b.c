@@ -79,6 +79,22 @@ static void flip_residual(cdx_model *m, bool on)
     m->hp.residual_scale = on ? keep : 0;
 }
 
+/* Granite MoE: no embedding_multiplier; no logits_scaling (greedy tokens unchanged: the logits fail) */
+static void flip_embd_scale(cdx_model *m, bool on)
+{
+    static float keep;
+    if (!on)
+        keep = m->hp.embd_scale;
+    m->hp.embd_scale = on ? keep : 0;
+}
+static void flip_logit_div(cdx_model *m, bool on)
+{
+    static float keep;
+    if (!on)
+        keep = m->hp.logit_div;
+    m->hp.logit_div = on ? keep : 0;
+}
+
 /* StableLM: RoPE over all of head_dim instead of its partial_rotary_factor share */
 static void flip_partial_rotary(cdx_model *m, bool on)
 {
@@ -143,7 +159,9 @@ static const family k_families[] = {
                              { "q/k norms over the whole projection (per head instead)", flip_qk_norm_full } } },
     { "granitemoe", false, true, false, { { "its top-k-then-softmax router (softmax over all, not renormalised)", flip_topk_softmax },
                                    { "attention_multiplier (head_dim^-0.5 instead)", flip_attn_scale },
-                                   { "residual_multiplier", flip_residual } } },
+                                   { "residual_multiplier", flip_residual },
+                                   { "embedding_multiplier", flip_embd_scale },
+                                   { "logits_scaling", flip_logit_div } } },
     { "stablelm", true, true, false, { { "partial rotary (RoPE over all of head_dim)", flip_partial_rotary },
                                 { "LayerNorm (RMSNorm instead)", flip_layer_norm } } },
     { "starcoder2", true, true, true, { { "the sliding window", flip_window },
