@@ -4,8 +4,7 @@
  * within INDEX.md's 1e-3. The cases alone are each family's own test (test_hf_golden, test_gemma,
  * test_granite, test_phi3, test_families_b, test_qwen35). Left out, with the reason printed: phi3 (LongRoPE
  * restarts a sequence when it passes original_max_position_embeddings, which the engine does, not one
- * forward pass: test_phi3 checks it through the engine), qwen3_5 (a forward pass needs a recurrent state per
- * sequence, which this test does not set up: not checked batched yet) and idefics3 (its cases carry images). */
+ * forward pass: test_phi3 checks it through the engine) and idefics3 (its cases carry images). */
 #include "caldrix.h"
 #include "caldrix/model.h"
 #include "test.h"
@@ -15,7 +14,7 @@
 
 static const char *const k_fixtures[] = {
     "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral",
-    "qwen2_moe", "gemma", "gemma2", "gemma3", "granite", "cohere", "olmo2", "olmoe", "starcoder2",
+    "qwen2_moe", "qwen3_5", "qwen3_5_vl", "gemma", "gemma2", "gemma3", "granite", "cohere", "olmo2", "olmoe", "starcoder2",
     "stablelm", "smollm3", "granitemoe",
 };
 enum { N_FIX = sizeof k_fixtures / sizeof k_fixtures[0] };
@@ -43,7 +42,7 @@ static int decode_batched(cdx_model *m, json_t *gold, const char *isa, double *w
     int64_t n = 0;
     int ninit = 0, bad = 0;
     for (int s = 0; s < NS; s++) {
-        if (cdx_kv_init(&kv[s], hp, 256, &e))
+        if (cdx_kv_init_model(&kv[s], m, 256, &e)) /* with a hybrid model's recurrent state */
             break;
         kvp[s] = &kv[s];
         ninit++;
@@ -116,7 +115,7 @@ int main(void)
     static char names[N_FIX * 3][160];
     const char *isas[] = { "scalar", "avx2", "avx512" };
     int k = 0;
-    printf("  left out: phi3 (LongRoPE's restart is the engine's: test_phi3), qwen3_5 (recurrent state not set up here), "
+    printf("  left out: phi3 (LongRoPE's restart is the engine's: test_phi3), "
            "idefics3 (its cases carry images)\n");
     for (int s = 0; s < 3; s++) {
         if (!cdx_kernels_by_isa(isas[s])) {
