@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes tests/golden/rope-scaling.json: PyTorch float32 greedy goldens of the llama fixture's weights
 (../shared/fixtures/hf/llama: head_dim 16) under rope_scaling kinds the fixtures do not use ("yarn",
-"dynamic", "longrope" on a Llama), with max_position_embeddings / original_max_position_embeddings
+"linear", "dynamic", "longrope" on a Llama), with max_position_embeddings / original_max_position_embeddings
 small enough (16) that the prompts (20 and 40 ids) pass them and the scaling matters.
 
 The forward pass is the fixtures' own reference, shared/tools/fixtures/hf/hf_reference.py (transformers'
@@ -10,6 +10,7 @@ from modeling_rope_utils.py (v5: _compute_yarn_parameters, _compute_dynamic_ntk_
 _compute_longrope_parameters, dynamic_rope_update) and LlamaRotaryEmbedding.forward (cos/sin x
 attention_scaling):
 
+  linear    inv_freq / factor (_compute_linear_scaling_rope_parameters), attention factor 1.
   yarn      inv_freq and attention factor fixed (factor as given; an absent one is max / original).
   dynamic   what generate() with transformers' cache computes: the prompt in one pass at seq_len = its
             length, then each generated token in a pass of its own at seq_len = position + 1, the cached
@@ -49,6 +50,7 @@ VARIANTS = [
                                       "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                                                        "mscale": 1.0, "mscale_all_dim": 0.5}}),
     ("dynamic factor 2", {"max_position_embeddings": 16, "rope_scaling": {"type": "dynamic", "factor": 2.0}}),
+    ("linear factor 4", {"max_position_embeddings": 64, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
     ("longrope on a Llama", {"max_position_embeddings": 64,
                              "rope_scaling": {"rope_type": "longrope", "original_max_position_embeddings": 16,
                                               "short_factor": SHORT, "long_factor": LONG}}),
@@ -111,6 +113,13 @@ def yarn(cfg):
     return inv_freq, attention_factor
 
 
+def linear(cfg):
+    # _compute_linear_scaling_rope_parameters: the default inv_freq / factor, attention factor 1
+    base, dim = cfg["rope_theta"], dim_of(cfg)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+    return inv_freq / cfg["rope_scaling"]["factor"], 1.0
+
+
 def dynamic(cfg, seq_len):
     # _compute_dynamic_ntk_parameters with seq_len = max(position_ids) + 1 (a tensor, as dynamic_rope_update passes it)
     base, dim = cfg["rope_theta"], dim_of(cfg)
@@ -143,6 +152,8 @@ def cos_sin_rows(cfg, n_prompt, T):
     for p in range(T):
         if kind == "yarn":
             inv_freq, att = yarn(cfg)
+        elif kind == "linear":
+            inv_freq, att = linear(cfg)
         elif kind == "dynamic":
             inv_freq, att = dynamic(cfg, n_prompt if p < n_prompt else p + 1)
         else:
@@ -178,8 +189,8 @@ def main():
         cfg.update(over)
         kind = cfg["rope_scaling"].get("rope_type", cfg["rope_scaling"].get("type"))
         v = {"variant": name, "config": over, "cases": []}
-        if kind == "yarn":
-            f, att = yarn(cfg)
+        if kind in ("yarn", "linear"):
+            f, att = yarn(cfg) if kind == "yarn" else linear(cfg)
             v["inv_freq"] = [float(x) for x in f]
             v["attention_factor"] = float(att)
         elif kind == "longrope":

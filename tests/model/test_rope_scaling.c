@@ -1,7 +1,7 @@
 /* RoPE scaling from config.json and from GGUF keys, one computation for every family (src/model/rope.c):
  * tests/golden/rope-scaling.json (scripts/goldens/torch-rope-scaling.py: the fixtures' PyTorch reference
  * of the llama fixture's weights with transformers' modeling_rope_utils cos/sin) under "yarn" (three
- * settings), "dynamic" and "longrope". For each: the scaled inv_freq and attention factor against
+ * settings), "linear", "dynamic" and "longrope". For each: the scaled inv_freq and attention factor against
  * transformers' formula, then every case's greedy tokens and top-5 logits within 1e-3 decoding with the
  * KV cache (the prompt in two chunks rotated for its whole length, as the engine does; LongRoPE computed
  * again when it passes the original length), from the checkpoint and from caldrix convert's GGUF
@@ -102,9 +102,10 @@ static void check_freqs(const cdx_model *m, const char *name)
         CHECKF(worst < 1e-6, "%s: %s differs from transformers' by %.3g (relative)", name, keys[k], worst);
     }
     json_t *att = json_object_get(g_v, "attention_factor");
+    const double have_att = hp->rope_attn_factor ? hp->rope_attn_factor : 1.0; /* 0: cos and sin unscaled */
     if (att)
-        CHECKF(fabs(hp->rope_attn_factor - json_number_value(att)) < 1e-6, "%s: attention factor %g, transformers %g",
-               name, (double)hp->rope_attn_factor, json_number_value(att));
+        CHECKF(fabs(have_att - json_number_value(att)) < 1e-6, "%s: attention factor %g, transformers %g", name,
+               have_att, json_number_value(att));
 }
 
 static void run_variant(void)
