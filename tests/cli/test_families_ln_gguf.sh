@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LayerNorm families (StableLM, Starcoder2, Cohere), and Granite, OLMo 2 and SmolLM3, as GGUF: `caldrix convert` of each fixture (../shared/fixtures/hf/NAME; Starcoder2's
+# The LayerNorm families (StableLM, Starcoder2, Cohere), and Granite, OLMo 2, SmolLM3, Mixtral and Qwen2-MoE, as GGUF: `caldrix convert` of each fixture (../shared/fixtures/hf/NAME; Starcoder2's
 # with "sliding_window": null, as llama.cpp's starcoder2 has no window) and `caldrix quantize` of it to
 # Q8_0 give the files whose sha256 tests/golden/families-ln-llamacpp.json pins, and caldrix's 16 greedy
 # tokens on each equal llama.cpp's on the same file (node-llama-cpp 3.21.1,
@@ -12,7 +12,7 @@ ok() { pass=$((pass+1)); echo "ok - $1"; }
 bad() { fail=$((fail+1)); echo "not ok - $1"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 HF=../shared/fixtures/hf
-# families-b-llamacpp.json: granite, olmo2 and smollm3 the same way (llamacpp-families-ln.mjs --set b)
+# families-b-llamacpp.json: granite, olmo2, smollm3, mixtral and qwen2_moe the same way (llamacpp-families-ln.mjs --set b)
 GS="tests/golden/families-ln-llamacpp.json tests/golden/families-b-llamacpp.json"
 
 cat >"$tmp/cmp.py" <<'PY'
