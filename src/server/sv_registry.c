@@ -317,15 +317,35 @@ static sv_model *lru_victim(sv_registry *r, const sv_model *except)
  * flight end). */
 static int make_room(sv_registry *r, sv_model *m, uint64_t need, sv_error *e)
 {
+    /* A request that just ended has sent its last byte before its model is idle (the release runs
+     * when the connection's response is done, the engine's last round after that): a client's next
+     * request may come in between. It waits this long for a model to become idle before it is BUSY. */
+    const double grace_ms = 500;
+    const double t0 = cdx_time_ms();
     for (;;) {
         const bool count_ok = !r->max_loaded || r->n_loaded < r->max_loaded;
         const bool bytes_ok = !r->budget || (r->used <= r->budget && need <= r->budget - r->used);
         if (count_ok && bytes_ok)
             return 0;
         sv_model *v = lru_victim(r, m);
-        if (!v)
+        if (v) {
+            unload_locked(r, v);
+            continue;
+        }
+        bool may_idle = false; /* a model that holds room and is not pinned: its requests may end */
+        for (int i = 0; i < r->n; i++)
+            may_idle |= &r->models[i] != m && r->models[i].state == SV_LOADED && !r->models[i].pinned &&
+                        !r->models[i].external;
+        if (!may_idle || cdx_time_ms() - t0 >= grace_ms)
             break;
-        unload_locked(r, v);
+        struct timespec ts; /* the engines do not signal going idle: look again every 10 ms */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     uint64_t fixed = 0;
     int n_fixed = 0;
