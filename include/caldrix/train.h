@@ -77,6 +77,96 @@ CDX_API int cdx_perplexity(const cdx_model *m, const int32_t *tokens, int64_t n_
 CDX_API int cdx_kl_divergence(const cdx_model *m, const char *base_path, const cdx_ppl_opts *o, cdx_ppl_result *r,
                               cdx_err *err);
 
+/* ---- training: LoRA and full fine-tuning, distillation (train.c) ----
+ *
+ *   cdx_train_opts o = cdx_train_defaults();  o.lora_r = 8;  o.lora_alpha = 16;  o.lora_targets = 0x7f;
+ *   cdx_trainer *t;  cdx_trainer_create(model, &o, &t, &err);
+ *   cdx_train_seq seqs[4] = { ... };                        // one optimizer step's sequences
+ *   cdx_train_stats st;  cdx_trainer_step(t, seqs, 4, &st, &err);
+ *   cdx_trainer_save(t, "out", &err);  cdx_trainer_free(t);
+ *
+ * An f32 forward and backward pass of the dense decoders (llama, mistral, qwen2, qwen3: RMSNorm,
+ * attention with RoPE and optional q/k/v biases and per-head q/k norms, SwiGLU MLP) as transformers
+ * computes them, over a step's sequences one at a time, unpadded. The loss is transformers' (>= 4.46)
+ * ForCausalLMLoss with num_items_in_batch: Σ over the step's sequences and positions t whose
+ * labels[t+1] != -100 of -log softmax(logits_t)[labels[t+1]], divided by that count over the whole
+ * step, so micro-batches and gradient accumulation do not change the math. With a teacher:
+ * kd_weight·KD + (1-kd_weight)·CE, KD = Σ KL(softmax(teacher/T) ‖ softmax(student/T)) over the same
+ * positions / count · T². AdamW is torch.optim.AdamW's (decoupled decay first, bias corrections,
+ * eps after the corrected square root), one group holding every trainable tensor. LoRA follows PEFT
+ * v0.20.0: y = x Wᵀ + (alpha/r)·(x Aᵀ) Bᵀ, A [r × in], B [out × r]. Every activation of a sequence is
+ * kept for its backward pass (none recomputed); the weights stay where the model holds them when
+ * they are f32 and frozen. */
+
+/* The linear modules LoRA may target (bits of cdx_train_opts.lora_targets): q_proj, k_proj, v_proj,
+ * o_proj, gate_proj, up_proj, down_proj. */
+enum { CDX_LORA_Q = 1, CDX_LORA_K = 2, CDX_LORA_V = 4, CDX_LORA_O = 8, CDX_LORA_GATE = 16, CDX_LORA_UP = 32,
+       CDX_LORA_DOWN = 64 };
+/* "q_proj,v_proj" → bits; CDX_EINVAL naming an unknown module. */
+CDX_API int cdx_lora_targets_parse(const char *list, unsigned *out, cdx_err *err);
+
+typedef struct cdx_train_opts {
+    bool full;                 /* every tensor trains (embeddings, norms, head); else LoRA */
+    int64_t lora_r;            /* rank (LoRA) */
+    double lora_alpha;         /* scaling = alpha / r */
+    unsigned lora_targets;     /* CDX_LORA_* bits */
+    uint64_t seed;             /* draws LoRA's A (U(-1/sqrt(in), 1/sqrt(in)), B = 0) unless init_adapter */
+    const char *init_adapter;  /* a PEFT folder to start from (its r, alpha and targets are taken; 0 / NULL
+                                  fields above are filled from it, others must agree) */
+    double lr, weight_decay, beta1, beta2, eps;
+    const cdx_model *teacher;  /* distillation: read only (any model caldrix runs), its vocabulary the student's */
+    double temperature, kd_weight;
+    int n_threads;             /* the teacher's forward pass (0: every core) */
+    const char *base_name;     /* adapter_config.json's base_model_name_or_path (NULL: null) */
+} cdx_train_opts;
+
+CDX_API cdx_train_opts cdx_train_defaults(void); /* lr 1e-4, betas (0.9, 0.999), eps 1e-8, T 1, kd 0.5 */
+
+typedef struct cdx_train_seq {
+    const int32_t *ids;        /* [n] input ids */
+    const int32_t *labels;     /* [n] the targets (-100: not scored); position t predicts labels[t+1] */
+    int64_t n;
+} cdx_train_seq;
+
+typedef struct cdx_train_stats {
+    double loss, ce, kd;       /* kd: KD·T² (distillation) */
+    int64_t num_items, tokens; /* scored positions, input tokens */
+} cdx_train_stats;
+
+typedef struct cdx_trainer cdx_trainer;
+/* m: a checkpoint of a dense family in F32/F16/BF16 (borrowed; it must outlive the trainer). A GGUF
+ * file is refused (CDX_EUNSUPPORTED) naming the two ways to trainable weights. */
+CDX_API int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer **out, cdx_err *err);
+CDX_API void cdx_trainer_free(cdx_trainer *t); /* NULL: no-op */
+/* The gradients of one step's loss over seqs (summed into the parameters' gradients, which this
+ * zeroes first), without updating. */
+CDX_API int cdx_trainer_grads(cdx_trainer *t, const cdx_train_seq *seqs, int n_seq, cdx_train_stats *st, cdx_err *err);
+/* AdamW on the gradients of the last cdx_trainer_grads (step k+1). */
+CDX_API void cdx_trainer_apply(cdx_trainer *t);
+/* Both: one optimizer step. */
+CDX_API int cdx_trainer_step(cdx_trainer *t, const cdx_train_seq *seqs, int n_seq, cdx_train_stats *st, cdx_err *err);
+CDX_API int64_t cdx_trainer_steps_done(const cdx_trainer *t);
+
+/* The trainable tensors, in the optimizer's order; names are PEFT's (LoRA) or transformers' (full). */
+typedef struct cdx_train_param {
+    const char *name;
+    int64_t rows, cols;        /* cols 1... a vector is rows = n, cols = 1 written as 1-d */
+    int n_dims;
+    float *w, *g, *m, *v;      /* [rows·cols] each: value, gradient, Adam's moments */
+} cdx_train_param;
+CDX_API int64_t cdx_trainer_n_params(const cdx_trainer *t);
+CDX_API const cdx_train_param *cdx_trainer_param(const cdx_trainer *t, int64_t i);
+
+/* Writes dir/adapter_config.json + adapter_model.safetensors (LoRA: PEFT's format and key names) or
+ * dir/model.safetensors + the model folder's config.json, generation_config.json and tokenizer
+ * files (full); dir is created. */
+CDX_API int cdx_trainer_save(const cdx_trainer *t, const char *dir, cdx_err *err);
+/* A checkpoint: the save above plus dir/optimizer.safetensors (Adam's moments) and dir/trainer_state.json
+ * ({"step": k} and extra, a JSON object text the caller keeps there, or NULL). */
+CDX_API int cdx_trainer_save_checkpoint(const cdx_trainer *t, const char *dir, const char *extra_json, cdx_err *err);
+/* Restores a checkpoint's parameters, moments and step count; its tensors must be this trainer's. */
+CDX_API int cdx_trainer_load_checkpoint(cdx_trainer *t, const char *dir, cdx_err *err);
+
 #ifdef __cplusplus
 }
 #endif

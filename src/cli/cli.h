@@ -32,6 +32,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_finetune(int argc, char **argv);
+int cmd_distill(int argc, char **argv);
 int synth_vlm(const char *dir, const char *shape, long seed); /* caldrix synth DIR --shape smolvlm-* (2: unknown) */
 
 /* Strict number parsing for options: the whole string must be a number in range.

@@ -26,6 +26,8 @@ static const cli_command k_commands[] = {
     { "synth",    cmd_synth,    "write a random-weight model with a real model's shapes" },
     { "verify",   cmd_verify,   "ask a model a question it cannot answer by luck; PASS or FAIL" },
     { "perplexity", cmd_perplexity, "perplexity of a text, and KL divergence against a base (llama-perplexity)" },
+    { "finetune", cmd_finetune, "train a LoRA adapter (PEFT format) or every weight of a checkpoint" },
+    { "distill",  cmd_distill,  "train a student on a teacher's distribution (KD) and the labels" },
 };
 
 static int cmd_version(int argc, char **argv)
