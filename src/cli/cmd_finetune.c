@@ -518,8 +518,9 @@ static int run(int argc, char **argv, bool distill)
             seqs[j] = (cdx_train_seq){ .ids = e->ids, .labels = e->labels, .n = e->n };
         }
         cdx_train_stats st;
-        if (cdx_trainer_step(t, seqs, (int)per_step, &st, &err)) {
-            fprintf(stderr, "%s: step %lld: %s\n", cmd, (long long)k, err.msg);
+        if ((rc = cdx_trainer_step(t, seqs, (int)per_step, &st, &err))) {
+            fprintf(stderr, "%s: %s: step %lld: %s\n", cmd, data, (long long)k, err.msg);
+            status = rc == CDX_EINVAL ? 2 : 1;
             free(seqs);
             goto done;
         }
