@@ -167,6 +167,13 @@ CDX_API int cdx_trainer_save_checkpoint(const cdx_trainer *t, const char *dir, c
 /* Restores a checkpoint's parameters, moments and step count; its tensors must be this trainer's. */
 CDX_API int cdx_trainer_load_checkpoint(cdx_trainer *t, const char *dir, cdx_err *err);
 
+/* PEFT's merge_and_unload into a checkpoint: out_dir/model.safetensors holds model_dir's tensors with
+ * W += scale · alpha/r · B A on every (layer, module) of the adapter (cdx_lora_merge_into, computed in
+ * f32 and stored back in each tensor's own type), every other tensor as it is; the folder's config,
+ * generation config and tokenizer files are copied. out_dir is created. */
+CDX_API int cdx_lora_merge_checkpoint(const char *model_dir, const char *adapter, float scale, const char *out_dir,
+                                      cdx_err *err);
+
 #ifdef __cplusplus
 }
 #endif

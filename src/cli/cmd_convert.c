@@ -11,7 +11,11 @@
 /* %s: the architectures it converts (cdx_convert_archs, from the family rows) */
 static const char k_convert_usage[] =
     "usage: caldrix convert HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0] [--name NAME] [--vocab-only]\n"
+    "       caldrix convert HFDIR OUTDIR --merge-lora ADAPTER[:SCALE]\n"
     "\n"
+    "--merge-lora writes OUTDIR as a checkpoint (model.safetensors + HFDIR's config and tokenizer files)\n"
+    "with the PEFT adapter merged as PEFT's merge_and_unload does: W += SCALE · alpha/r · B A (SCALE\n"
+    "default 1), each tensor in its own type.\n\n"
     "Converts a Hugging Face checkpoint (config.json + safetensors; %s) to\n"
     "GGUF as llama.cpp's convert_hf_to_gguf.py does: its tensor names, the Llama q/k permutation,\n"
     "rope_freqs for Llama-3 scaling, its metadata keys and tokenizer keys.\n"
@@ -89,7 +93,7 @@ static bool has_file(const char *dir, const char *f)
 
 int cmd_convert(int argc, char **argv)
 {
-    const char *pos[2] = { 0 }, *type_name = NULL, *name = NULL;
+    const char *pos[2] = { 0 }, *type_name = NULL, *name = NULL, *merge = NULL;
     int n_pos = 0;
     bool vocab_only = false;
     for (int i = 1; i < argc; i++) {
@@ -103,6 +107,8 @@ int cmd_convert(int argc, char **argv)
             }
             *(!strcmp(argv[i], "--name") ? &name : &type_name) = argv[i + 1];
             i++;
+        } else if (!strcmp(argv[i], "--merge-lora") && i + 1 < argc) {
+            merge = argv[++i];
         } else if (!strcmp(argv[i], "--vocab-only")) {
             vocab_only = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -120,6 +126,31 @@ int cmd_convert(int argc, char **argv)
         return 2;
     }
     const char *dir = pos[0], *out = pos[1];
+    if (merge) {
+        if (type_name || name || vocab_only) {
+            fprintf(stderr, "caldrix convert: --merge-lora writes a checkpoint; --type, --name and --vocab-only are "
+                            "for GGUF output\n");
+            return 2;
+        }
+        char adir[4096];
+        double scale = 1.0;
+        snprintf(adir, sizeof adir, "%s", merge);
+        char *colon = strrchr(adir, ':');
+        struct stat as;
+        if (colon && stat(adir, &as) != 0) {
+            *colon = 0;
+            if (cli_parse_float("--merge-lora SCALE", colon + 1, -1e6, 1e6, &scale))
+                return 2;
+        }
+        cdx_err err = { 0 };
+        int rc = cdx_lora_merge_checkpoint(dir, adir, (float)scale, out, &err);
+        if (rc) {
+            fprintf(stderr, "caldrix convert: %s\n", err.msg);
+            return rc == CDX_EINVAL || rc == CDX_EUNSUPPORTED || rc == CDX_EFORMAT ? 2 : 1;
+        }
+        fprintf(stderr, "caldrix convert: wrote %s (%s merged into %s)\n", out, adir, dir);
+        return 0;
+    }
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "caldrix convert: %s is not a checkpoint directory\n", dir);

@@ -1290,3 +1290,107 @@ done:
     json_decref(c);
     return rc;
 }
+
+/* ---- merging an adapter into a checkpoint (caldrix convert --merge-lora) ---- */
+
+int cdx_lora_merge_checkpoint(const char *model_dir, const char *adapter, float scale, const char *out_dir,
+                              cdx_err *err)
+{
+    cdx_model *m = NULL;
+    cdx_lora *a = NULL;
+    cdx_safetensors *st = NULL;
+    cdx_st_writer *w = NULL;
+    float **bufs = NULL;
+    size_t n_bufs = 0;
+    int rc = cdx_model_open(model_dir, NULL, &m, err);
+    if (rc)
+        return rc;
+    if (m->gguf) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: --merge-lora writes a safetensors checkpoint and needs one "
+                         "(a Hugging Face folder), not a GGUF file", model_dir);
+        goto done;
+    }
+    if ((rc = cdx_lora_open(m, adapter, &a, err)) || (rc = cdx_st_open(model_dir, &st, err)) ||
+        (rc = cdx_st_writer_new(&w, err)) || (rc = mkdir_p(out_dir, err)))
+        goto done;
+    if (!(bufs = calloc(st->n_tensors + 1, sizeof *bufs))) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto done;
+    }
+    int64_t merged = 0;
+    for (uint64_t i = 0; i < st->n_tensors; i++) {
+        const cdx_st_tensor *x = &st->tensors[i];
+        long long l = -1;
+        char mod[64] = "";
+        int target = -1;
+        int off = 0;
+        const size_t nl = strlen(x->name);
+        if (sscanf(x->name, "model.layers.%lld.%n", &l, &off) == 1 && off > 0 && nl > (size_t)off + 7 &&
+            !strcmp(x->name + nl - 7, ".weight") && nl - 7 - (size_t)off < sizeof mod && x->n_dims == 2) {
+            memcpy(mod, x->name + off, nl - 7 - (size_t)off);
+            mod[nl - 7 - (size_t)off] = 0;
+            for (int k = 0; k < N_MOD; k++)
+                if (!strcmp(mod, k_mod_path[k]))
+                    target = k;
+        }
+        const void *data = x->data;
+        if (target >= 0 && (x->type == CDX_TYPE_F32 || x->type == CDX_TYPE_F16 || x->type == CDX_TYPE_BF16)) {
+            const int64_t rows = (int64_t)x->shape[0], cols = (int64_t)x->shape[1];
+            float *f = malloc((size_t)(rows * cols) * sizeof *f);
+            if (!f) {
+                rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+                goto done;
+            }
+            bufs[n_bufs++] = f;
+            if (x->type == CDX_TYPE_F32)
+                memcpy(f, x->data, (size_t)(rows * cols) * sizeof *f);
+            else
+                cdx_type_get(x->type)->to_f32(x->data, f, rows * cols);
+            if (cdx_lora_merge_into(a, scale, l, target, f, rows, cols) == 1) {
+                merged++;
+                if (x->type != CDX_TYPE_F32) /* back to the stored type, rounded to nearest even */
+                    for (int64_t j = 0; j < rows * cols; j++) {
+                        uint16_t h = x->type == CDX_TYPE_F16 ? cdx_f32_to_f16(f[j]) : cdx_f32_to_bf16(f[j]);
+                        memcpy((uint16_t *)f + j, &h, 2);
+                    }
+                data = f;
+            }
+        }
+        if ((rc = cdx_st_writer_add(w, x->name, x->type, x->n_dims, x->shape, data, err)))
+            goto done;
+    }
+    cdx_lora_info info;
+    cdx_lora_get_info(a, &info);
+    if (merged != info.n_pairs) {
+        rc = cdx_err_set(err, CDX_EINVAL, "%s: merged %lld of the adapter's %lld (layer, module) pairs; the "
+                         "checkpoint's tensors do not hold the others", adapter, (long long)merged,
+                         (long long)info.n_pairs);
+        goto done;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    if ((rc = cdx_st_writer_write(w, path, err)))
+        goto done;
+    static const char *const files[] = { "config.json", "generation_config.json", "tokenizer.json",
+                                         "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                                         "chat_template.jinja", "vocab.json", "merges.txt" };
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char from[4200];
+        snprintf(from, sizeof from, "%s/%s", st->dir, files[i]);
+        struct stat sb;
+        if (stat(from, &sb) || !S_ISREG(sb.st_mode))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", out_dir, files[i]);
+        if ((rc = copy_file(from, path, err)))
+            goto done;
+    }
+done:
+    for (size_t i = 0; i < n_bufs; i++)
+        free(bufs[i]);
+    free(bufs);
+    cdx_st_writer_free(w);
+    cdx_st_close(st);
+    cdx_lora_close(a);
+    cdx_model_close(m);
+    return rc;
+}
