@@ -116,7 +116,8 @@ typedef struct cdx_train_opts {
     double lr, weight_decay, beta1, beta2, eps;
     const cdx_model *teacher;  /* distillation: read only (any model caldrix runs), its vocabulary the student's */
     double temperature, kd_weight;
-    int n_threads;             /* the teacher's forward pass (0: every core) */
+    int n_threads;             /* threads of the products and the teacher's pass (0: every core); the results
+                                  do not depend on it */
     const char *base_name;     /* adapter_config.json's base_model_name_or_path (NULL: null) */
 } cdx_train_opts;
 

@@ -55,7 +55,7 @@ static void ft_usage(FILE *f, bool distill)
             "  --log FILE            one line per step: {\"step\", \"loss\", \"tokens\", \"lr\"} (step from 0)\n"
             "  --checkpoint-every N  write DIR/checkpoint-N/ (adapter or model + optimizer state) every N steps\n"
             "  --resume DIR          continue from such a checkpoint, to the same numbers as an uninterrupted run\n"
-            "  -t, --threads N       threads of the teacher's forward pass\n");
+            "  -t, --threads N       threads (default: every core); the numbers do not depend on it\n");
 }
 
 /* ---- the data ---- */

@@ -118,6 +118,7 @@ struct cdx_trainer {
     cdx_forward_ctx *tfc;
     cdx_kv tkv;
     int64_t t_cap;
+    cdx_pool *pool;       /* the products' threads (cdx_train_opts.n_threads) */
 };
 
 /* ---- f32 helpers ---- */
@@ -140,31 +141,67 @@ static inline void axpy(float *y, float a, const float *x, int64_t n)
         y[i] += a * x[i];
 }
 
-/* y[T][out] = x[T][in] · w[out][in]ᵀ (+ b) */
-static void mm_fwd(const float *x, const float *w, const float *b, int64_t T, int64_t in, int64_t out, float *y)
-{
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t o = 0; o < out; o++)
-            y[t * out + o] = dot(x + t * in, w + o * in, in) + (b ? b[o] : 0.0f);
-}
+/* The three products of a linear layer, split over the pool so that every output value is summed in
+ * the same order whatever the thread count (the results do not depend on --threads):
+ *   FWD: y[T][out] = x[T][in] · w[out][in]ᵀ (+ b)      rows of w per thread
+ *   DX:  dx[T][in] += dy[T][out] · w[out][in]          columns of dx per thread
+ *   DW:  gw[out][in] += dy[T][out]ᵀ · x[T][in]         rows of gw per thread */
+enum { MM_FWD, MM_DX, MM_DW };
+typedef struct {
+    int kind;
+    const float *a, *w, *b;
+    float *y;
+    int64_t T, in, out;
+} mm_job;
 
-/* dx[T][in] += dy[T][out] · w[out][in] */
-static void mm_dx(const float *dy, const float *w, int64_t T, int64_t in, int64_t out, float *dx)
+static void mm_range(const mm_job *j, int64_t lo, int64_t hi)
 {
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t o = 0; o < out; o++)
-            if (dy[t * out + o] != 0.0f)
-                axpy(dx + t * in, dy[t * out + o], w + o * in, in);
-}
-
-/* gw[out][in] += dy[T][out]ᵀ · x[T][in] */
-static void mm_dw(const float *dy, const float *x, int64_t T, int64_t in, int64_t out, float *gw)
-{
-    for (int64_t o = 0; o < out; o++)
+    const int64_t T = j->T, in = j->in, out = j->out;
+    if (j->kind == MM_FWD) {
         for (int64_t t = 0; t < T; t++)
-            if (dy[t * out + o] != 0.0f)
-                axpy(gw + o * in, dy[t * out + o], x + t * in, in);
+            for (int64_t o = lo; o < hi; o++)
+                j->y[t * out + o] = dot(j->a + t * in, j->w + o * in, in) + (j->b ? j->b[o] : 0.0f);
+    } else if (j->kind == MM_DX) {
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < out; o++) {
+                const float d = j->a[t * out + o];
+                if (d != 0.0f)
+                    axpy(j->y + t * in + lo, d, j->w + o * in + lo, hi - lo);
+            }
+    } else {
+        for (int64_t o = lo; o < hi; o++)
+            for (int64_t t = 0; t < T; t++) {
+                const float d = j->a[t * out + o];
+                if (d != 0.0f)
+                    axpy(j->y + o * in, d, j->w + t * in, in);
+            }
+    }
 }
+
+static void mm_task(void *ctx, int ith, int nth)
+{
+    const mm_job *j = ctx;
+    const int64_t n = j->kind == MM_DX ? j->in : j->out;
+    const int64_t step = j->kind == MM_DX ? 16 : 1; /* column slices of 16 floats */
+    const int64_t units = (n + step - 1) / step;
+    const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    const int64_t lo = u0 * step, hi = u1 * step < n ? u1 * step : n;
+    if (lo < hi)
+        mm_range(j, lo, hi);
+}
+
+static void mm_run(cdx_pool *pool, mm_job *j)
+{
+    const double work = (double)j->T * (double)j->in * (double)j->out;
+    if (pool && cdx_pool_size(pool) > 1 && work >= 65536.0)
+        cdx_pool_run(pool, mm_task, j);
+    else
+        mm_range(j, 0, j->kind == MM_DX ? j->in : j->out);
+}
+
+#define mm_fwd(x, w, b, T, in, out, y) mm_run(t_pool, &(mm_job){ MM_FWD, (x), (w), (b), (y), (T), (in), (out) })
+#define mm_dx(dy, w, T, in, out, dx) mm_run(t_pool, &(mm_job){ MM_DX, (dy), (w), NULL, (dx), (T), (in), (out) })
+#define mm_dw(dy, x, T, in, out, gw) mm_run(t_pool, &(mm_job){ MM_DW, (dy), (x), NULL, (gw), (T), (in), (out) })
 
 /* out = w · x / sqrt(mean(x²) + eps) (LlamaRMSNorm in f32); *r = the 1/rms */
 static void rms_fwd(const float *x, const float *w, int64_t n, float eps, float *out, float *r)
@@ -192,7 +229,7 @@ static void rms_bwd(const float *x, const float *w, float r, const float *dy, in
             gw[i] += dy[i] * (x[i] * r);
 }
 
-static void lin_fwd(const lin *L, const float *x, int64_t T, float *y, float *xa)
+static void lin_fwd(cdx_pool *t_pool, const lin *L, const float *x, int64_t T, float *y, float *xa)
 {
     mm_fwd(x, L->w, L->b, T, L->in, L->out, y);
     const lora_mod *lo = L->lo;
@@ -205,7 +242,8 @@ static void lin_fwd(const lin *L, const float *x, int64_t T, float *y, float *xa
 }
 
 /* dx[T][in] += the input gradient for upstream dy; the weight, bias and adapter gradients added */
-static void lin_bwd(const lin *L, const float *x, const float *xa, const float *dy, int64_t T, float *dx, float *dxa)
+static void lin_bwd(cdx_pool *t_pool, const lin *L, const float *x, const float *xa, const float *dy, int64_t T,
+                    float *dx, float *dxa)
 {
     mm_dx(dy, L->w, T, L->in, L->out, dx);
     if (L->gw)
@@ -358,6 +396,7 @@ void cdx_trainer_free(cdx_trainer *t)
     cdx_forward_ctx_free(t->tfc);
     if (t->t_cap)
         cdx_kv_free(&t->tkv);
+    cdx_pool_destroy(t->pool);
     free(t);
 }
 
@@ -395,6 +434,8 @@ int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer 
     t->attn_scale = hp->attn_scale ? hp->attn_scale : 1.0f / sqrtf((float)t->hd);
     t->att_factor = hp->rope_attn_factor;
     t->tied = hp->tied_embeddings || m->output.data == m->tok_embd.data;
+    if ((rc = cdx_pool_create(o->n_threads, &t->pool, err)))
+        goto fail;
     t->layers = calloc((size_t)t->L, sizeof *t->layers);
     if (!t->layers) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -657,6 +698,7 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
     const int64_t T = sq->n, E = t->E, QD = t->QD, KD = t->KD, F = t->F, V = t->V, hd = t->hd, Hq = t->Hq,
                   Hk = t->Hk;
     const float eps = t->hp.rms_eps;
+    cdx_pool *t_pool = t->pool;
     int rc = scratch_fit(t, T, err);
     if (rc)
         return rc;
@@ -670,9 +712,9 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         const int64_t window = cdx_hparams_window(&t->hp, l);
         for (int64_t i = 0; i < T; i++)
             rms_fwd(a->x + i * E, TL->attn_norm.w, E, eps, a->h1 + i * E, &a->r1[i]);
-        lin_fwd(&TL->m[0], a->h1, T, a->qp, a->xa[0]);
-        lin_fwd(&TL->m[1], a->h1, T, a->kp, a->xa[1]);
-        lin_fwd(&TL->m[2], a->h1, T, a->v, a->xa[2]);
+        lin_fwd(t_pool, &TL->m[0], a->h1, T, a->qp, a->xa[0]);
+        lin_fwd(t_pool, &TL->m[1], a->h1, T, a->kp, a->xa[1]);
+        lin_fwd(t_pool, &TL->m[2], a->h1, T, a->v, a->xa[2]);
         for (int64_t i = 0; i < T; i++) {
             for (int64_t h = 0; h < Hq; h++) {
                 float *dst = a->q + i * QD + h * hd, *src = a->qp + i * QD + h * hd;
@@ -717,17 +759,17 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
                 }
             }
         }
-        lin_fwd(&TL->m[3], a->o, T, a->xm, a->xa[3]);
+        lin_fwd(t_pool, &TL->m[3], a->o, T, a->xm, a->xa[3]);
         for (int64_t i = 0; i < T * E; i++)
             a->xm[i] += a->x[i];
         for (int64_t i = 0; i < T; i++)
             rms_fwd(a->xm + i * E, TL->ffn_norm.w, E, eps, a->h2 + i * E, &a->r2[i]);
-        lin_fwd(&TL->m[4], a->h2, T, a->g, a->xa[4]);
-        lin_fwd(&TL->m[5], a->h2, T, a->u, a->xa[5]);
+        lin_fwd(t_pool, &TL->m[4], a->h2, T, a->g, a->xa[4]);
+        lin_fwd(t_pool, &TL->m[5], a->h2, T, a->u, a->xa[5]);
         for (int64_t i = 0; i < T * F; i++)
             a->s[i] = a->g[i] / (1.0f + expf(-a->g[i])) * a->u[i];
         float *xo = l + 1 < t->L ? t->a[l + 1].x : t->xf;
-        lin_fwd(&TL->m[6], a->s, T, xo, a->xa[6]);
+        lin_fwd(t_pool, &TL->m[6], a->s, T, xo, a->xa[6]);
         for (int64_t i = 0; i < T * E; i++)
             xo[i] += a->xm[i];
     }
@@ -833,20 +875,20 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         /* MLP: x_out = xm + down(silu(g)·u) */
         float *ds = t->tmp; /* [T][F] */
         memset(ds, 0, (size_t)(T * F) * sizeof(float));
-        lin_bwd(&TL->m[6], a->s, a->xa[6], t->dx, T, ds, t->dxa);
+        lin_bwd(t_pool, &TL->m[6], a->s, a->xa[6], t->dx, T, ds, t->dxa);
         for (int64_t i = 0; i < T * F; i++) {
             const float g = a->g[i], sg = 1.0f / (1.0f + expf(-g)), si = g * sg;
             t->du[i] = ds[i] * si;
             t->dg[i] = ds[i] * a->u[i] * (sg * (1.0f + g * (1.0f - sg)));
         }
         memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
-        lin_bwd(&TL->m[4], a->h2, a->xa[4], t->dg, T, t->dh, t->dxa);
-        lin_bwd(&TL->m[5], a->h2, a->xa[5], t->du, T, t->dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[4], a->h2, a->xa[4], t->dg, T, t->dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[5], a->h2, a->xa[5], t->du, T, t->dh, t->dxa);
         for (int64_t i = 0; i < T; i++)
             rms_bwd(a->xm + i * E, TL->ffn_norm.w, a->r2[i], t->dh + i * E, E, t->dx + i * E, TL->ffn_norm.g);
         /* attention: xm = x + o·Woᵀ */
         memset(t->dob, 0, (size_t)(T * QD) * sizeof(float));
-        lin_bwd(&TL->m[3], a->o, a->xa[3], t->dx, T, t->dob, t->dxa);
+        lin_bwd(t_pool, &TL->m[3], a->o, a->xa[3], t->dx, T, t->dob, t->dxa);
         memset(t->dq, 0, (size_t)(T * QD) * sizeof(float));
         memset(t->dk, 0, (size_t)(T * KD) * sizeof(float));
         memset(t->dv, 0, (size_t)(T * KD) * sizeof(float));
@@ -895,9 +937,9 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
                 }
         }
         memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
-        lin_bwd(&TL->m[0], a->h1, a->xa[0], t->dq, T, t->dh, t->dxa);
-        lin_bwd(&TL->m[1], a->h1, a->xa[1], t->dk, T, t->dh, t->dxa);
-        lin_bwd(&TL->m[2], a->h1, a->xa[2], t->dv, T, t->dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[0], a->h1, a->xa[0], t->dq, T, t->dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[1], a->h1, a->xa[1], t->dk, T, t->dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[2], a->h1, a->xa[2], t->dv, T, t->dh, t->dxa);
         for (int64_t i = 0; i < T; i++)
             rms_bwd(a->x + i * E, TL->attn_norm.w, a->r1[i], t->dh + i * E, E, t->dx + i * E, TL->attn_norm.g);
     }
