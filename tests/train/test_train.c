@@ -211,6 +211,57 @@ static const tcase k_cases[] = {
     { "full_ft_llama", "llama", NULL, "wd0.0", "", true },
     { "distill", "llama", "qwen2", "wd0.0", "", false },
 };
+/* 3 steps of lora_qwen3_all (all seven modules) on nth threads; the adapter's values after them */
+static float *train_threads(int nth, size_t *n_out)
+{
+    cdx_err e = { 0 };
+    cdx_model *m = NULL;
+    if (cdx_model_open(HF "qwen3", NULL, &m, &e))
+        return NULL;
+    cdx_train_opts o = cdx_train_defaults();
+    o.lr = 0.01;
+    o.init_adapter = TR "lora_qwen3_all/adapter_init";
+    o.n_threads = nth;
+    cdx_trainer *t = NULL;
+    int n_ex = 0;
+    ex *data = load_data(TR "lora_qwen3_all/train.jsonl", &n_ex);
+    float *out = NULL;
+    size_t n = 0;
+    if (data && !cdx_trainer_create(m, &o, &t, &e)) {
+        for (int s = 0; s < 3; s++) {
+            cdx_train_seq q[4];
+            for (int i = 0; i < 4; i++)
+                q[i] = (cdx_train_seq){ data[(4 * s + i) % n_ex].ids, data[(4 * s + i) % n_ex].labels,
+                                        data[(4 * s + i) % n_ex].n };
+            cdx_train_stats st;
+            if (cdx_trainer_step(t, q, 4, &st, &e))
+                break;
+        }
+        for (int64_t i = 0; i < cdx_trainer_n_params(t); i++) {
+            const cdx_train_param *p = cdx_trainer_param(t, i);
+            out = realloc(out, (n + (size_t)(p->rows * p->cols)) * sizeof *out);
+            memcpy(out + n, p->w, (size_t)(p->rows * p->cols) * sizeof *out);
+            n += (size_t)(p->rows * p->cols);
+        }
+    }
+    cdx_trainer_free(t);
+    if (data)
+        free_data(data, n_ex);
+    cdx_model_close(m);
+    *n_out = n;
+    return out;
+}
+
+static void threads_fn(void)
+{
+    size_t n1 = 0, n3 = 0;
+    float *a = train_threads(1, &n1), *b = train_threads(3, &n3);
+    REQUIRE(a && b);
+    CHECK(n1 == n3 && n1 > 0 && !memcmp(a, b, n1 * sizeof *a));
+    free(a);
+    free(b);
+}
+
 static int cur;
 static void case_fn(void) { run_case(&k_cases[cur]); }
 
@@ -222,6 +273,7 @@ int main(void)
                  k_cases[cur].run);
         RUN(name, case_fn);
     }
+    RUN("1 and 3 threads train the same adapter bit for bit", threads_fn);
     printf("%d passed, %d failed\n", t_passed, t_failed);
     return t_failed != 0;
 }
