@@ -73,6 +73,10 @@ CDX_API bool cdx_matcher_done(const cdx_matcher *m);
 CDX_API bool cdx_matcher_closed(const cdx_matcher *m);
 /* Bytes accepted so far. */
 CDX_API int64_t cdx_matcher_n_bytes(const cdx_matcher *m);
+/* What the grammar expects here, for messages: the rules on top of the parse and the bytes they may
+ * read next (e.g. `in rule "name" the next byte must be 'a'-'z', '"'`). Writes at most cap bytes
+ * with the NUL (cut with "..."); returns the length written. */
+CDX_API size_t cdx_matcher_expected(const cdx_matcher *m, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@
 
 
 cdx_finish eng_grammar_mask(eng_grammar *eg, const cdx_tok *tok, int64_t n_vocab, const cdx_grammar *g,
-                            cdx_matcher **m, float *logits, const char **msg)
+                            cdx_matcher **m, int64_t n_gen, float *logits, const char **msg)
 {
     cdx_err err = { 0 };
     if (!tok) {
@@ -49,7 +49,13 @@ cdx_finish eng_grammar_mask(eng_grammar *eg, const cdx_tok *tok, int64_t n_vocab
     if (!n_text) {
         if (cdx_matcher_done(*m))
             return CDX_FINISH_STOP;
-        *msg = "the grammar reached a dead end: no token of the vocabulary can continue the output here";
+        char want[300];
+        cdx_matcher_expected(*m, want, sizeof want);
+        snprintf(eg->msg, sizeof eg->msg,
+                 "grammar_dead_end: the grammar reached a dead end at byte %lld of the output (after %lld generated tokens): the "
+                 "output is not complete there and no token of the vocabulary can continue it (%s)",
+                 (long long)cdx_matcher_n_bytes(*m), (long long)n_gen, want);
+        *msg = eg->msg;
         return CDX_FINISH_ERROR;
     }
     for (int64_t w = 0; w < (n_vocab + 31) / 32; w++) {

@@ -182,7 +182,7 @@ cdx_finish eng_seq_on_logits(cdx_engine *e, seq *s, float *logits, double lse, c
     if (s->grammar) {
         /* the row is masked in place (it is this request's own); logprobs are then those of the
          * masked distribution */
-        const cdx_finish f = eng_grammar_mask(&e->eg, e->tok, nv, s->grammar, &s->matcher, logits, msg);
+        const cdx_finish f = eng_grammar_mask(&e->eg, e->tok, nv, s->grammar, &s->matcher, s->n_gen, logits, msg);
         if (f != CDX_FINISH_NONE)
             return f;
         if (s->logprobs)

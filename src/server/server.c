@@ -597,12 +597,17 @@ static void out_error_event(sv_job *j, const sv_error *e)
 }
 
 /* A request the engine failed: 503 split_rank_lost when a rank of a split model was lost (the engine's
- * message starts with that name, src/engine/split.c), else 500 generation_failed. */
+ * message starts with that name, src/engine/split.c); 400 grammar_dead_end when the request's grammar
+ * could not go on and was not complete (src/engine/engine_grammar.c; the field the grammar came from
+ * is the param), else 500 generation_failed. */
 static void generation_failed(sv_error *e, const sv_job *j)
 {
     const char *msg = j->oom ? "out of memory for the generated text" : j->message ? j->message : "generation failed";
     if (!strncmp(msg, "split_rank_lost:", 16))
         sv_fail(e, 503, "server_error", "split_rank_lost", NULL, "%s", msg);
+    else if (!strncmp(msg, "grammar_dead_end: ", 18))
+        sv_fail(e, 400, "invalid_request_error", "grammar_dead_end", j->p.grammar_param[0] ? j->p.grammar_param : NULL,
+                "%s", msg + 18);
     else
         sv_fail(e, 500, "server_error", "generation_failed", NULL, "%s", msg);
 }

@@ -22,6 +22,7 @@
 #include "text/grammar_int.h"
 #include "caldrix/tokenizer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -767,6 +768,79 @@ void cdx_matcher_reset(cdx_matcher *m)
 bool cdx_matcher_done(const cdx_matcher *m) { return m->done; }
 bool cdx_matcher_closed(const cdx_matcher *m) { return m->done && m->n_cur == 0; }
 int64_t cdx_matcher_n_bytes(const cdx_matcher *m) { return m->n_bytes; }
+
+/* One byte for a message: 'c' when printable, else 0xHH. */
+static int put_byte(char *b, size_t n, unsigned v)
+{
+    return v >= 0x20 && v < 0x7F && v != '\'' && v != '\\' ? snprintf(b, n, "'%c'", v) : snprintf(b, n, "0x%02X", v);
+}
+
+size_t cdx_matcher_expected(const cdx_matcher *m, char *buf, size_t cap)
+{
+    if (!cap)
+        return 0;
+    buf[0] = 0;
+    uint8_t want[32] = { 0 };
+    int32_t rules[3];
+    int n_rules = 0, more_rules = 0;
+    for (size_t i = 0; i < m->n_cur; i++) {
+        const gr_state *s = &m->g->st[m->cur[i].st];
+        for (int32_t k = 0; k < s->ne; k++) {
+            const gr_edge *e = &m->g->edges[s->e0 + k];
+            for (unsigned b = e->lo; b <= e->hi; b++)
+                want[b / 8] |= (uint8_t)(1u << (b % 8));
+        }
+        bool seen = false;
+        for (int r = 0; r < n_rules; r++)
+            seen = seen || rules[r] == s->rule;
+        if (!seen && n_rules < 3)
+            rules[n_rules++] = s->rule;
+        else if (!seen)
+            more_rules = 1;
+    }
+    size_t w = 0;
+#define PUT(...)                                                                                                      \
+    do {                                                                                                              \
+        int k_ = snprintf(buf + w, w < cap ? cap - w : 0, __VA_ARGS__);                                               \
+        w += k_ > 0 ? (size_t)k_ : 0;                                                                                 \
+    } while (0)
+    if (!n_rules) {
+        PUT("the grammar is complete and nothing may follow");
+    } else {
+        PUT("in rule%s ", n_rules > 1 ? "s" : "");
+        for (int r = 0; r < n_rules; r++)
+            PUT("%s\"%s\"", r ? ", " : "", m->g->rule_name[rules[r]]);
+        PUT("%s the next byte must be ", more_rules ? ", ..." : "");
+        int n_ranges = 0;
+        for (unsigned b = 0; b < 256;) {
+            if (!(want[b / 8] >> (b % 8) & 1)) {
+                b++;
+                continue;
+            }
+            unsigned e = b;
+            while (e + 1 < 256 && want[(e + 1) / 8] >> ((e + 1) % 8) & 1)
+                e++;
+            if (n_ranges == 8) {
+                PUT(", ...");
+                break;
+            }
+            char lo[8], hi[8];
+            put_byte(lo, sizeof lo, b);
+            put_byte(hi, sizeof hi, e);
+            PUT("%s%s%s%s", n_ranges ? ", " : "", lo, e > b ? "-" : "", e > b ? hi : "");
+            n_ranges++;
+            b = e + 1;
+        }
+    }
+#undef PUT
+    if (w >= cap) { /* cut: end with "..." */
+        if (cap > 4)
+            memcpy(buf + cap - 4, "...", 4);
+        buf[cap - 1] = 0;
+        w = cap - 1;
+    }
+    return w;
+}
 
 int64_t cdx_matcher_mask(cdx_matcher *m, uint32_t *bits, cdx_err *err)
 {

@@ -127,6 +127,23 @@ post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[
 check "tool_choice required on a model without a tool-call template (ChatML) is a 400 naming tool_choice" [ "$(cat "$tmp/code")" = 400 -a "$(jv "$tmp/e5.json" "d['error']['param']")" = '"tool_choice"' ]
 post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}' "$tmp/e6.json" >"$tmp/code"
 check "a named function not in tools is a 400 naming tool_choice.function.name" [ "$(cat "$tmp/code")" = 400 -a "$(jv "$tmp/e6.json" "d['error']['param']")" = '"tool_choice.function.name"' ]
+# ---- dead ends (issue 40 item 5) on a 7-token vocabulary that cannot spell "x" (tests/text/tiny_bpe_model.py):
+# not complete there, a 400 grammar_dead_end (an error event once streaming) naming the byte and what the
+# grammar wanted; complete there, finish_reason stop ----
+python3 tests/text/tiny_bpe_model.py "$tmp/tiny" >/dev/null
+URL0=$URL
+if start_server tiny "$tmp/tiny" --threads 1; then
+    post /v1/completions '{"prompt":"ab","grammar":"root ::= \"ab\" \"x\"","temperature":1,"seed":1,"max_tokens":20}' "$tmp/d1.json" >"$tmp/code"
+    check "a dead end where the grammar is incomplete: 400 grammar_dead_end, param grammar, naming byte 2 and the byte wanted" [ "$(cat "$tmp/code")" = 400 -a "$(jv "$tmp/d1.json" "[d['error']['code'], d['error']['param'], 'dead end at byte 2 of the output' in d['error']['message'] and 'must be \'x\'' in d['error']['message']]")" = '["grammar_dead_end", "grammar", true]' ]
+    post /v1/completions '{"prompt":"ab","grammar":"root ::= \"ab\" \"x\"","temperature":1,"seed":1,"max_tokens":20,"stream":true}' "$tmp/d2.sse" >/dev/null
+    sse "$tmp/d2.sse" >"$tmp/d2.json"
+    check "... streamed: the text so far, then an error event naming the position" [ "$(jv "$tmp/d2.json" "[''.join(c['choices'][0]['text'] for c in d if isinstance(c, dict) and c.get('choices')), [c['error']['code'] for c in d if isinstance(c, dict) and 'error' in c], any('dead end at byte 2' in c['error']['message'] for c in d if isinstance(c, dict) and 'error' in c)]")" = '["ab", ["grammar_dead_end"], true]' ]
+    post /v1/completions '{"prompt":"ab","grammar":"root ::= \"ab\" | \"ab\" \"x\"","temperature":1,"seed":1,"max_tokens":20}' "$tmp/d3.json" >"$tmp/code"
+    check "a dead end where the grammar is complete: finish_reason stop" [ "$(cat "$tmp/code")" = 200 -a "$(jv "$tmp/d3.json" "[d['choices'][0]['text'], d['choices'][0]['finish_reason']]")" = '["ab", "stop"]' ]
+else
+    bad "the server on the 7-token model starts"
+fi
+URL=$URL0
 [ "$fail" -eq 0 ] || { echo "--- the server's log:"; tail -20 "$tmp/bundled.log"; }
 stop_servers
 echo "$pass passed, $fail failed"

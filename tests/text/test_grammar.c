@@ -449,6 +449,36 @@ static void test_schema_languages(void)
     }
 }
 
+/* What the matcher says it expects, for dead-end messages: the rules on top (a leaf rule such as item is
+ * built inline into its caller) and the next bytes. */
+static void test_expected_text(void)
+{
+    cdx_grammar_vocab *v = small_vocab();
+    cdx_grammar *g = gbnf("root ::= \"ab\" item \"!\"\nitem ::= [0-9] | \"x\" | \"\\n\"\n");
+    cdx_matcher *m = NULL;
+    cdx_err err = { 0 };
+    char buf[200];
+    if (!v || !g || cdx_matcher_create(g, v, &m, &err)) {
+        CHECK(false);
+        return;
+    }
+    cdx_matcher_expected(m, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "in rule \"root\" the next byte must be 'a'"), "start: %s", buf);
+    CHECK(!cdx_matcher_accept_bytes(m, "ab", 2, &err));
+    cdx_matcher_expected(m, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "in rule \"root\" the next byte must be 0x0A, '0'-'9', 'x'"), "after ab: %s", buf);
+    CHECK(!cdx_matcher_accept_bytes(m, "7!", 2, &err));
+    cdx_matcher_expected(m, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "the grammar is complete and nothing may follow"), "at the end: %s", buf);
+    char small[12];
+    cdx_matcher_reset(m);
+    const size_t n = cdx_matcher_expected(m, small, sizeof small);
+    CHECKF(n == 11 && !strcmp(small, "in rule ..."), "cut to 12 bytes: %zu \"%s\"", n, small);
+    cdx_matcher_free(m);
+    cdx_grammar_free(g);
+    cdx_grammar_vocab_free(v);
+}
+
 int main(void)
 {
     RUN("a token may span the end of one literal and the next", test_literal_spanning_tokens);
@@ -458,6 +488,7 @@ int main(void)
     RUN("masks across rule calls and recursion agree with stepping each token", test_nested_rules_and_recursion);
     RUN("the matcher follows tokens, refuses others unchanged, and ends when the grammar closes",
         test_matcher_follows_tokens);
+    RUN("the matcher names the rules and bytes it expects (dead-end messages)", test_expected_text);
     RUN("GBNF syntax: comments, multi-line groups, classes, escapes, repetitions", test_gbnf_syntax);
     RUN("malformed GBNF is refused with the place and the reason", test_gbnf_errors);
     RUN("llama.cpp's example grammars compile and accept their language", test_llamacpp_grammars);

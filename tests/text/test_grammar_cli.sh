@@ -53,4 +53,15 @@ err=$("$C" run -p x --grammar "$tmp/words.gbnf" --json-schema "$tmp/s.json" 2>&1
 check "--grammar and --json-schema together exit 2 ($err)" '[ $rc -eq 2 ] && [[ "$err" == *"one of --grammar and --json-schema"* ]]'
 err=$("$C" run -p x --grammar "$tmp/none.gbnf" 2>&1 >/dev/null); rc=$?
 check "a missing grammar file exits 2 naming it ($err)" '[ $rc -eq 2 ] && [[ "$err" == *"none.gbnf"* ]]'
+# dead ends (issue 40 item 5), on a 7-token vocabulary that cannot spell "x" (tests/text/tiny_bpe_model.py):
+# incomplete there, an error naming the position and what the grammar wanted; complete there, a stop
+python3 tests/text/tiny_bpe_model.py "$tmp/tiny" >/dev/null
+printf 'root ::= "ab" "x"\n' > "$tmp/dead.gbnf"
+err=$("$C" run "$tmp/tiny" -p ab --grammar "$tmp/dead.gbnf" --temp 1 --seed 1 -n 20 2>&1 >"$tmp/dead.out"); rc=$?
+check "a dead end where the grammar is not complete exits 1 naming the byte, the token count and the byte wanted ($err)" \
+    '[ $rc -eq 1 ] && [ "$(cat "$tmp/dead.out")" = ab ] && [[ "$err" == *"dead end at byte 2 of the output (after 2 generated tokens)"*"in rule \"root\" the next byte must be '"'x'"'"* ]]'
+printf 'root ::= "ab" | "ab" "x"\n' > "$tmp/done.gbnf"
+"$C" run "$tmp/tiny" -p ab --grammar "$tmp/done.gbnf" --temp 1 --seed 1 -n 20 --json > "$tmp/done.json" 2>/dev/null; rc=$?
+check "a dead end where the grammar is complete ends with finish_reason stop" \
+    '[ $rc -eq 0 ] && [ "$(python3 -c "import json,sys; o=json.load(open(sys.argv[1])); print(o[\"text\"], o[\"finish_reason\"])" "$tmp/done.json")" = "ab stop" ]'
 echo "text/grammar_cli: $pass passed, $fail failed"
