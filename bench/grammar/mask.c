@@ -6,7 +6,12 @@
  * the next generations of the same grammar (the grammar's per-state cache is shared by matchers,
  * as in a server reusing a schema). Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID),
  * so a loaded machine's descheduling is not counted; wall time is printed beside as a check.
- * Prints one table row per tokenizer. */
+ * Prints one table row per tokenizer.
+ *
+ * --trace DIR (first argument): also writes, for tokenizer number A (0, 1, ...) and schema number S,
+ * DIR/A-S.gbnf (the GBNF the schema compiles to) and DIR/A-S.toks (the token ids of each generation,
+ * one line each), so bench/grammar/llama_mask.c can time llama.cpp's grammar sampler on the same
+ * grammars along the same tokens. */
 #include "caldrix.h"
 
 #include <jansson.h>
@@ -79,6 +84,12 @@ int main(int argc, char **argv)
         return 1;
     }
     json_t *schemas = json_object_get(root, "schemas");
+    const char *trace = NULL;
+    if (argc > 2 && !strcmp(argv[1], "--trace")) {
+        trace = argv[2];
+        argv += 2;
+        argc -= 2;
+    }
     printf("| vocabulary | tokens | schemas | masks | cold median µs | cold p99 µs | cold max ms | warm median µs | warm p99 µs | warm max µs | compile median ms | compile max ms |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int a = 1; a < argc; a++) {
@@ -116,6 +127,24 @@ int main(int argc, char **argv)
                 return 1;
             }
             push(&comp, cpu_ms() - t0);
+            FILE *ft = NULL;
+            if (trace) {
+                char path[4096], *gb = NULL;
+                snprintf(path, sizeof path, "%s/%d-%zu.gbnf", trace, a - 1, si);
+                FILE *fg = fopen(path, "w");
+                if (!fg || cdx_json_schema_to_gbnf(s, strlen(s), "schema", &gb, &err)) {
+                    fprintf(stderr, "%s: cannot write\n", path);
+                    return 1;
+                }
+                fputs(gb, fg);
+                fclose(fg);
+                free(gb);
+                snprintf(path, sizeof path, "%s/%d-%zu.toks", trace, a - 1, si);
+                if (!(ft = fopen(path, "w"))) {
+                    fprintf(stderr, "%s: cannot write\n", path);
+                    return 1;
+                }
+            }
             free(s);
             for (int gen = 0; gen < 3; gen++) {
                 cdx_matcher *m = NULL;
@@ -143,13 +172,19 @@ int main(int argc, char **argv)
                     if (eos && (nc == 0 || xr() % 2 == 0))
                         break;
                     int32_t t = ncl && xr() % 2 ? closer[xr() % (uint64_t)ncl] : cand[xr() % (uint64_t)nc];
+                    if (ft)
+                        fprintf(ft, "%d ", (int)t);
                     if (cdx_matcher_accept(m, t, &err)) {
                         fprintf(stderr, "accept: %s\n", err.msg);
                         return 1;
                     }
                 }
                 cdx_matcher_free(m);
+                if (ft)
+                    fputc('\n', ft);
             }
+            if (ft)
+                fclose(ft);
             cdx_grammar_free(g);
         }
         printf("| %s | %lld | %zu | %zu | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", argv[a], (long long)nv,
