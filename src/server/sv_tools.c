@@ -2,6 +2,8 @@
  *   Hermes / Qwen2.5 / Qwen3:  <tool_call>{"name": ..., "arguments": {...}}</tool_call>  (one block a call)
  *   Mistral:                   [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
  *   Llama 3.x:                 the whole reply one JSON object {"name": ..., "parameters": {...}}
+ *   Qwen3.5 (XML):             <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...
+ *                              </function>\n</tool_call>, a string parameter's VALUE raw, others as JSON
  * A call counts only when its JSON parses, it names one of the request's tools and its arguments
  * are an object (or a string, passed on as sent); anything else stays text. With tool_choice
  * "auto" no grammar constrains the model, so a malformed call is the model's text, never an error;
@@ -73,6 +75,89 @@ static const char *find(const char *s, size_t n, const char *needle)
     return NULL;
 }
 
+static const json_t *tool_params(const json_t *tools, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        const char *n = json_string_value(json_object_get(fn, "name"));
+        if (n && !strcmp(n, name))
+            return json_object_get(fn, "parameters");
+    }
+    return NULL;
+}
+
+/* A parameter the XML form writes raw: a string schema (type "string", or strings only by enum/const). */
+static bool xml_raw_string(const json_t *ps)
+{
+    const json_t *ty = json_object_get(ps, "type");
+    if (ty)
+        return json_is_string(ty) && !strcmp(json_string_value(ty), "string");
+    const json_t *en = json_object_get(ps, "enum"), *c = json_object_get(ps, "const");
+    if (c)
+        return json_is_string(c);
+    if (json_is_array(en) && json_array_size(en)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(en, i, v) if (!json_is_string(v)) return false;
+        return true;
+    }
+    return json_object_get(ps, "pattern") || json_object_get(ps, "format") || json_object_get(ps, "minLength") ||
+           json_object_get(ps, "maxLength");
+}
+
+/* Qwen3.5's <function=NAME> <parameter=KEY> VALUE </parameter> ... </function> as {"name", "arguments"}:
+ * a string parameter's value as written (one newline after the opening tag and before the closing one
+ * dropped), another parsed as JSON (kept as a string when it does not parse). NULL: not that form. */
+static json_t *xml_call(const char *b, size_t n, const json_t *tools)
+{
+    static const char fo[] = "<function=", fc[] = "</function>", po[] = "<parameter=", pc[] = "</parameter>";
+    if (n < sizeof fo - 1 || memcmp(b, fo, sizeof fo - 1))
+        return NULL;
+    const char *end = b + n, *p = b + sizeof fo - 1, *gt = memchr(p, '>', (size_t)(end - p));
+    if (!gt)
+        return NULL;
+    json_t *args = json_object(), *o = json_pack("{s:s%,s:o}", "name", p, (size_t)(gt - p), "arguments", args);
+    const char *name = json_string_value(json_object_get(o, "name"));
+    const json_t *props = json_object_get(tool_params(tools, name ? name : ""), "properties");
+    for (p = gt + 1;;) {
+        while (p < end && is_space(*p))
+            p++;
+        if ((size_t)(end - p) >= sizeof fc - 1 && !memcmp(p, fc, sizeof fc - 1)) {
+            p += sizeof fc - 1;
+            while (p < end && is_space(*p))
+                p++;
+            if (p == end)
+                return o;
+            break;
+        }
+        if ((size_t)(end - p) < sizeof po - 1 || memcmp(p, po, sizeof po - 1))
+            break;
+        const char *k = p + sizeof po - 1, *kg = memchr(k, '>', (size_t)(end - k));
+        if (!kg)
+            break;
+        const char *v = kg + 1;
+        const char *ve = find(v, (size_t)(end - v), pc);
+        if (!ve)
+            break;
+        p = ve + sizeof pc - 1;
+        if (v < ve && *v == '\n')
+            v++;
+        if (ve > v && ve[-1] == '\n')
+            ve--;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(kg - k), k);
+        const json_t *ps = json_object_get(props, key);
+        json_t *val = ps && xml_raw_string(ps) ? NULL : json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
+        if (!val)
+            val = json_stringn(v, (size_t)(ve - v));
+        json_object_set_new(args, key, val);
+    }
+    json_decref(o);
+    return NULL;
+}
+
 int sv_tool_calls(const char *text, size_t len, const json_t *tools, const char *id_base, json_t **calls_out,
                   char **content_out, size_t *content_len)
 {
@@ -120,7 +205,7 @@ int sv_tool_calls(const char *text, size_t len, const json_t *tools, const char 
         const char *body = a + sizeof k_open - 1;
         size_t blen = (size_t)(b - body);
         trim(&body, &blen);
-        json_t *o = parse_json(body, blen);
+        json_t *o = blen && body[0] == '<' ? xml_call(body, blen, tools) : parse_json(body, blen);
         bool ok = o && add_call(calls, o, tools, id_base);
         json_decref(o);
         const char *keep_to = ok ? a : b + sizeof k_close - 1;
@@ -175,7 +260,8 @@ size_t sv_tool_hold_from(const char *text, size_t len)
 
 /* ---- forced calls (tool_choice "required" or a named function) ---- */
 
-const char *const sv_tool_form_names[4] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON" };
+const char *const sv_tool_form_names[5] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON",
+                                             "Qwen3.5 <function=...> XML" };
 
 #define PROBE_USER "caldrix tool-form probe"
 #define PROBE_NAME "caldrix_probe_fn"
@@ -214,6 +300,8 @@ sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens)
                 m++;
             if (h && h < text + len && *h == '{')
                 f = SV_FORM_HERMES;
+            else if (h && (size_t)(text + len - h) > 10 && !memcmp(h, "<function=", 10))
+                f = SV_FORM_XML;
             else if (m && m < text + len && (*m == '[' || *m == '{'))
                 f = SV_FORM_MISTRAL;
             else if (call && find(call, n - (size_t)(call - a), "\"parameters\""))
@@ -251,11 +339,299 @@ static void rebase_refs(json_t *s, const char *prefix)
 
 #define TBAD(param, ...) sv_fail(e, 400, "invalid_request_error", "invalid_value", param, __VA_ARGS__)
 
+/* ---- the Qwen3.5 XML form ---- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} xbuf;
+
+static void xadd(xbuf *b, const char *t, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 1024;
+        while (c < b->n + n + 1)
+            c *= 2;
+        char *q = realloc(b->s, c);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->s = q;
+        b->cap = c;
+    }
+    memcpy(b->s + b->n, t, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void xstr(xbuf *b, const char *t) { xadd(b, t, strlen(t)); }
+
+/* t as a GBNF literal */
+static void xlit(xbuf *b, const char *t, size_t n)
+{
+    xadd(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        char e[8];
+        const unsigned char c = (unsigned char)t[i];
+        if (c == '"' || c == '\\')
+            snprintf(e, sizeof e, "\\%c", c);
+        else if (c == '\n')
+            snprintf(e, sizeof e, "\\n");
+        else if (c < 0x20 || c == 0x7F)
+            snprintf(e, sizeof e, "\\x%02X", c);
+        else
+            e[0] = (char)c, e[1] = 0;
+        xstr(b, e);
+    }
+    xadd(b, "\"", 1);
+}
+
+/* The body of a JSON-string rule of g: follows "NAME ::= OTHER" aliases to a line
+ * `"\"" BODY "\"" ws` and returns BODY (malloc'd), or NULL. */
+static char *string_body(const char *g, const char *name)
+{
+    for (int hops = 0; hops < 8; hops++) {
+        char key[80];
+        snprintf(key, sizeof key, "%.63s ::= ", name);
+        const char *l = g;
+        while ((l = strstr(l, key)) && l != g && l[-1] != '\n')
+            l++;
+        if (!l)
+            return NULL;
+        l += strlen(key);
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        static const char q[] = "\"\\\"\" ", tail[] = " \"\\\"\" ws";
+        if (n > sizeof q - 1 + sizeof tail - 1 && !memcmp(l, q, sizeof q - 1) &&
+            !memcmp(l + n - (sizeof tail - 1), tail, sizeof tail - 1))
+            return strndup(l + sizeof q - 1, n - (sizeof q - 1) - (sizeof tail - 1));
+        static char next[64];
+        if (n >= sizeof next || strspn(l, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
+            return NULL;
+        snprintf(next, sizeof next, "%.*s", (int)n, l);
+        name = next;
+    }
+    return NULL;
+}
+
+static int xml_grammar(sv_params *p, sv_error *e)
+{
+    json_t *alts = json_array(), *defs = json_object(), *schema = json_pack("{s:o,s:o}", "anyOf", alts, "$defs", defs);
+    xbuf calls = { 0 }, vals = { 0 };
+    int nv = 0, rc = 0;
+    /* per value rule xvN: the root alternative of the compiled schema it is (-1: written here), and
+     * whether only its string body is wanted (a raw string with a pattern or format) */
+    struct {
+        int alt;
+        bool body;
+    } *fromc = NULL;
+    size_t i;
+    json_t *tool;
+    json_array_foreach(p->tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (p->force == SV_FORCE_NAMED && strcmp(name, p->force_name))
+            continue;
+        char param[96], def[32], prefix[48];
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        snprintf(def, sizeof def, "t%zu", i);
+        snprintf(prefix, sizeof prefix, "#/$defs/%s", def);
+        json_t *ps = json_object_get(fn, "parameters");
+        static const char *const whole[] = { "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "patternProperties" };
+        for (size_t w = 0; ps && w < sizeof whole / sizeof *whole; w++)
+            if (json_object_get(ps, whole[w])) {
+                rc = TBAD(param, "%s: keyword \"%s\" at the top of the parameters is not supported in this model's "
+                          "tool-call form (Qwen3.5's XML writes one <parameter=...> per property)", param, whole[w]);
+                goto out;
+            }
+        json_t *copy = ps && json_is_object(ps) ? json_deep_copy(ps) : json_object();
+        rebase_refs(copy, prefix);
+        json_object_set_new(defs, def, copy);
+        json_t *props = json_object_get(copy, "properties"), *req = json_object_get(copy, "required");
+        if (calls.n)
+            xstr(&calls, " | ");
+        xstr(&calls, "\"<function=\" ");
+        xlit(&calls, name, strlen(name));
+        xstr(&calls, " \">\\n\"");
+        for (int pass = 0; pass < 2; pass++) {
+            const char *k;
+            json_t *pk;
+            json_object_foreach(props, k, pk) {
+                bool is_req = false;
+                size_t j;
+                json_t *r;
+                json_array_foreach(req, j, r) is_req = is_req || (json_is_string(r) && !strcmp(json_string_value(r), k));
+                if (is_req != (pass == 0))
+                    continue;
+                char vn[32];
+                snprintf(vn, sizeof vn, "xv%d", nv);
+                void *grown = realloc(fromc, (size_t)(nv + 1) * sizeof *fromc);
+                if (!grown) {
+                    rc = sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory");
+                    goto out;
+                }
+                fromc = grown;
+                fromc[nv].alt = -1;
+                fromc[nv].body = false;
+                /* the value rule */
+                xstr(&vals, vn);
+                xstr(&vals, " ::= ");
+                const json_t *en = json_object_get(pk, "enum"), *cst = json_object_get(pk, "const");
+                const bool raw = xml_raw_string(pk);
+                if (raw && (cst || en)) {
+                    if (cst)
+                        xlit(&vals, json_string_value(cst), json_string_length(cst));
+                    size_t q;
+                    json_t *ev;
+                    json_array_foreach(en, q, ev) {
+                        if (q)
+                            xstr(&vals, " | ");
+                        xlit(&vals, json_string_value(ev), json_string_length(ev));
+                    }
+                    xstr(&vals, "\n");
+                } else if (raw && !json_object_get(pk, "pattern") && !json_object_get(pk, "format")) {
+                    const json_t *mn = json_object_get(pk, "minLength"), *mx = json_object_get(pk, "maxLength");
+                    char rep[64];
+                    if (mx)
+                        snprintf(rep, sizeof rep, "{%lld,%lld}", (long long)json_integer_value(mn),
+                                 (long long)json_integer_value(mx));
+                    else
+                        snprintf(rep, sizeof rep, "{%lld,}", (long long)json_integer_value(mn));
+                    xstr(&vals, "[^<]");
+                    xstr(&vals, rep);
+                    xstr(&vals, "\n");
+                } else { /* from the schema compiler: filled in below */
+                    fromc[nv].alt = (int)json_array_size(alts);
+                    fromc[nv].body = raw;
+                    char ref[512], ek[256];
+                    size_t m = 0;
+                    for (const char *c = k; *c && m + 3 < sizeof ek; c++) /* JSON Pointer escapes */
+                        if (*c == '~')
+                            ek[m++] = '~', ek[m++] = '0';
+                        else if (*c == '/')
+                            ek[m++] = '~', ek[m++] = '1';
+                        else
+                            ek[m++] = *c;
+                    ek[m] = 0;
+                    snprintf(ref, sizeof ref, "%s/properties/%s", prefix, ek);
+                    json_array_append_new(alts, json_pack("{s:s}", "$ref", ref));
+                    xstr(&vals, "@\n"); /* placeholder line */
+                }
+                xstr(&calls, is_req ? " " : " (");
+                xstr(&calls, "\"<parameter=\" ");
+                xlit(&calls, k, strlen(k));
+                xstr(&calls, " \">\\n\" ");
+                xstr(&calls, vn);
+                xstr(&calls, " \"\\n</parameter>\\n\"");
+                xstr(&calls, is_req ? "" : ")?");
+                nv++;
+            }
+        }
+        xstr(&calls, " \"</function>\"");
+    }
+    json_array_append_new(alts, json_pack("{s:s}", "type", "null")); /* root is always an alternation */
+    char *text = json_dumps(schema, JSON_COMPACT), *g = NULL;
+    cdx_err err = { 0 };
+    int crc = text ? cdx_json_schema_to_gbnf(text, strlen(text), "tools", &g, &err) : CDX_ENOMEM;
+    free(text);
+    if (crc) {
+        rc = crc == CDX_ENOMEM ? sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory")
+                               : sv_fail(e, 400, "invalid_request_error",
+                                         crc == CDX_EUNSUPPORTED ? "unsupported_schema" : "invalid_schema", "tools",
+                                         "tool_choice forces a call, so the tools' parameters are enforced: %s", err.msg);
+        goto out;
+    }
+    /* root ::= (sA | sB | ... | null's): the alternatives in order */
+    char *r = strstr(g, "root ::= (");
+    while (r && r != g && r[-1] != '\n')
+        r = strstr(r + 1, "root ::= (");
+    char **alt_names = calloc(json_array_size(alts) + 1, sizeof *alt_names);
+    size_t n_alt = 0;
+    if (r && alt_names) {
+        *r = 0; /* g now holds the other rules */
+        char *a = r + 10;
+        while (*a && *a != ')' && n_alt < json_array_size(alts)) {
+            size_t l = strcspn(a, " |)");
+            alt_names[n_alt++] = strndup(a, l);
+            a += l;
+            while (*a == ' ' || *a == '|')
+                a++;
+        }
+    }
+    xbuf full = { 0 };
+    xstr(&full, g);
+    char *vp = vals.s ? vals.s : "";
+    for (int v = 0; v < nv && !rc; v++) {
+        char *nl = strchr(vp, '\n');
+        if (!nl)
+            break;
+        if (nl > vp && nl[-1] == '@') {
+            const int ai = fromc[v].alt;
+            if (ai < 0 || (size_t)ai >= n_alt || !alt_names[ai]) {
+                rc = sv_fail(e, 500, "server_error", "internal_error", "tools", "cannot build the tool calls' grammar");
+                break;
+            }
+            char head[40];
+            snprintf(head, sizeof head, "xv%d ::= ", v);
+            xstr(&full, head);
+            if (fromc[v].body) {
+                char *body = string_body(g, alt_names[ai]);
+                if (!body) {
+                    rc = sv_fail(e, 500, "server_error", "internal_error", "tools", "cannot build the tool calls' grammar");
+                    break;
+                }
+                xstr(&full, body);
+                free(body);
+            } else {
+                xstr(&full, alt_names[ai]);
+            }
+            xstr(&full, "\n");
+        } else {
+            xadd(&full, vp, (size_t)(nl - vp + 1));
+        }
+        vp = nl + 1;
+    }
+    for (size_t q = 0; q < n_alt; q++)
+        free(alt_names[q]);
+    free(alt_names);
+    free(g);
+    if (!rc) {
+        const bool many = p->force == SV_FORCE_REQUIRED && p->parallel_tool_calls;
+        xstr(&full, "tool-call ::= ");
+        xstr(&full, calls.s ? calls.s : "\"\"");
+        xstr(&full, "\nroot ::= \"<tool_call>\\n\" tool-call \"\\n</tool_call>\"");
+        if (many)
+            xstr(&full, " (\"\\n<tool_call>\\n\" tool-call \"\\n</tool_call>\")*");
+        xstr(&full, "\n");
+        if (full.oom || calls.oom || vals.oom)
+            rc = sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory");
+        else if ((crc = cdx_grammar_from_gbnf(full.s, full.n, "tools", &p->grammar, &err)))
+            rc = sv_fail(e, crc == CDX_ENOMEM ? 500 : 400, crc == CDX_ENOMEM ? "server_error" : "invalid_request_error",
+                         "invalid_schema", "tools", "the tools' call grammar: %s", err.msg);
+        else
+            snprintf(p->grammar_param, sizeof p->grammar_param, "tool_choice");
+    }
+    free(full.s);
+out:
+    json_decref(schema);
+    free(calls.s);
+    free(vals.s);
+    free(fromc);
+    return rc;
+}
+
 int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
 {
+    if (f == SV_FORM_XML)
+        return xml_grammar(p, e);
     if (f == SV_FORM_NONE)
         return TBAD("tool_choice", "tool_choice forces a tool call, but this model's chat template writes its calls in "
-                    "none of the forms caldrix can force (Hermes <tool_call>, Mistral [TOOL_CALLS], Llama 3 JSON)");
+                    "none of the forms caldrix can force (Hermes <tool_call>, Mistral [TOOL_CALLS], Llama 3 JSON, "
+                    "Qwen3.5 <function=...> XML)");
     const char *argkey = f == SV_FORM_LLAMA3 ? "parameters" : "arguments";
     json_t *alts = json_array(), *defs = json_object(), *schema = json_pack("{s:o,s:o}", "anyOf", alts, "$defs", defs);
     if (!schema)

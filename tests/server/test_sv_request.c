@@ -298,7 +298,34 @@ static void tool_calls_are_found_in_every_form(void)
     json_decref(c);
     free(t);
     CHECK(scan("{\"a\": 1}", &c, &t) == 0 && !strcmp(t, "{\"a\": 1}"));
+
     free(t);
+    /* Qwen3.5's XML form (its chat template's own rendering of a call): a string parameter raw, others
+     * JSON (vLLM's qwen3_coder parser reads them so), one newline after the tag and before the close dropped */
+    {
+        json_t *saved = g_tools;
+        g_tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                             "\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"},\"o\":{\"type\":"
+                             "\"object\"},\"e\":{\"enum\":[\"1\",\"2\"]}}}}}]", 0, NULL);
+        REQUIRE(g_tools);
+        const char *x = "Let me call.\n<tool_call>\n<function=f>\n<parameter=s>\n123\nline two\n</parameter>\n"
+                        "<parameter=n>\n7\n</parameter>\n<parameter=o>\n{\"k\": [1, 2]}\n</parameter>\n"
+                        "<parameter=e>\n2\n</parameter>\n<parameter=extra>\nnot json\n</parameter>\n</function>\n</tool_call>";
+        CHECK(scan(x, &c, &t) == 1 && !strcmp(t, "Let me call."));
+        const char *args = json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "arguments"));
+        CHECKF(args && !strcmp(args, "{\"s\":\"123\\nline two\",\"n\":7,\"o\":{\"k\":[1,2]},\"e\":\"2\",\"extra\":\"not json\"}"),
+               "XML arguments: %s", args ? args : "(none)");
+        json_decref(c);
+        free(t);
+        streamed_equals_whole(x);
+        /* not closed, or a function the request does not have: text */
+        CHECK(scan("<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n</tool_call>", &c, &t) == 0 && !c);
+        free(t);
+        CHECK(scan("<tool_call>\n<function=g>\n</function>\n</tool_call>", &c, &t) == 0 && !c);
+        free(t);
+        json_decref(g_tools);
+        g_tools = saved;
+    }
     /* arguments given as a string pass as sent */
     CHECK(scan("<tool_call>{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":3}\"}</tool_call>", &c, &t) == 1);
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "arguments")),
