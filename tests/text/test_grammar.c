@@ -6,6 +6,8 @@
 #include "caldrix.h"
 #include "test.h"
 
+#include <jansson.h>
+
 /* ---- a tiny vocabulary ---- */
 
 static const char *k_pieces[] = {
@@ -449,6 +451,55 @@ static void test_schema_languages(void)
     }
 }
 
+/* The cross-check with llama.cpp's own grammar sampler (tests/golden/grammar-llamacpp.json, made by
+ * scripts/goldens/llamacpp-grammars.mjs): texts caldrix generated under each of llama.cpp's grammars,
+ * which llama.cpp (node-llama-cpp's LlamaGrammarEvaluationState, token by token) accepted whole; here
+ * caldrix's matcher must accept each text too and agree with llama.cpp on whether it is complete. */
+static void test_llamacpp_cross_check(void)
+{
+    json_error_t je;
+    json_t *gold = json_load_file("tests/golden/grammar-llamacpp.json", 0, &je);
+    REQUIRE(gold);
+    json_t *cases = json_object_get(gold, "cases"), *c;
+    size_t i, n_complete = 0;
+    CHECKF(json_array_size(cases) >= 24, "%zu cases", json_array_size(cases));
+    json_array_foreach(cases, i, c) {
+        const char *gname = json_string_value(json_object_get(c, "grammar"));
+        const char *text = json_string_value(json_object_get(c, "text"));
+        const int seed = (int)json_integer_value(json_object_get(c, "seed"));
+        const bool llama_all = json_integer_value(json_object_get(c, "llama_accepted")) ==
+                               json_integer_value(json_object_get(c, "llama_tokens"));
+        const bool llama_complete = json_is_true(json_object_get(c, "llama_complete"));
+        CHECKF(llama_all && json_integer_value(json_object_get(c, "llama_tokens")) > 0,
+               "%s seed %d: llama.cpp accepted only %lld of %lld tokens of caldrix's text", gname, seed,
+               (long long)json_integer_value(json_object_get(c, "llama_accepted")),
+               (long long)json_integer_value(json_object_get(c, "llama_tokens")));
+        char path[256];
+        snprintf(path, sizeof path, "tests/text/data/llamacpp-grammars/%s", gname);
+        size_t n = 0;
+        char *gt = slurp(path, &n);
+        cdx_grammar *g = NULL;
+        cdx_grammar_vocab *v = small_vocab();
+        cdx_matcher *m = NULL;
+        cdx_err err = { 0 };
+        if (!gt || cdx_grammar_from_gbnf(gt, n, path, &g, &err) || !v || cdx_matcher_create(g, v, &m, &err)) {
+            CHECKF(false, "%s: %s", path, err.msg);
+        } else {
+            const int rc = cdx_matcher_accept_bytes(m, text, json_string_length(json_object_get(c, "text")), &err);
+            CHECKF(rc == 0, "%s seed %d: caldrix's matcher refuses the text: %s", gname, seed, err.msg);
+            CHECKF(rc || cdx_matcher_done(m) == llama_complete, "%s seed %d: complete: caldrix %d, llama.cpp %d", gname,
+                   seed, (int)cdx_matcher_done(m), (int)llama_complete);
+            n_complete += llama_complete;
+        }
+        cdx_matcher_free(m);
+        cdx_grammar_vocab_free(v);
+        cdx_grammar_free(g);
+        free(gt);
+    }
+    CHECKF(n_complete > 0, "no case is complete for llama.cpp (the agreement on completeness is untested)");
+    json_decref(gold);
+}
+
 /* What the matcher says it expects, for dead-end messages: the rules on top (a leaf rule such as item is
  * built inline into its caller) and the next bytes. */
 static void test_expected_text(void)
@@ -492,6 +543,8 @@ int main(void)
     RUN("GBNF syntax: comments, multi-line groups, classes, escapes, repetitions", test_gbnf_syntax);
     RUN("malformed GBNF is refused with the place and the reason", test_gbnf_errors);
     RUN("llama.cpp's example grammars compile and accept their language", test_llamacpp_grammars);
+    RUN("texts caldrix generated under llama.cpp's grammars: llama.cpp's sampler accepted them, caldrix's matcher "
+        "agrees, and on completeness", test_llamacpp_cross_check);
     RUN("JSON Schema keywords that cannot be enforced are refused by name and path", test_schema_errors);
     RUN("big length bounds compile in linear time", test_schema_big_bounds_compile_fast);
     RUN("schema grammars accept what the schema allows, refuse the rest", test_schema_languages);
