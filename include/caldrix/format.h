@@ -158,7 +158,9 @@ CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const cha
     X(ROPE_SCALING_YARN_BETA_FAST, "rope.scaling.yarn_beta_fast")               \
     X(ROPE_SCALING_YARN_BETA_SLOW, "rope.scaling.yarn_beta_slow")               \
     X(ROPE_SCALING_TYPE, "rope.scaling.type")                                   \
-    X(ROPE_SCALING_FACTOR, "rope.scaling.factor")
+    X(ROPE_SCALING_FACTOR, "rope.scaling.factor")                               \
+    X(POOLING_TYPE, "pooling_type")                                             \
+    X(CAUSAL, "attention.causal")
 
 typedef enum cdx_gguf_key {
 #define CDX_X_(name, suffix) CDX_GK_##name,

@@ -110,6 +110,9 @@ typedef struct cdx_hparams {
     bool encoder;
     int64_t n_type_vocab;          /* token_type_embeddings rows (type 0 is added to every token) */
     int64_t pos_offset;            /* the position id of an input's first token (XLM-R: pad_token_id + 1) */
+    int gguf_pooling;              /* a GGUF encoder's <arch>.pooling_type: 1 + its cdx_pooling; 0: none declared */
+    bool gguf_normalize;           /* a GGUF encoder's caldrix.embedding.normalize (caldrix convert: modules.json
+                                      lists Normalize) */
     /* RoPE scaling that depends on the pass (transformers' dynamic_rope_update), on top of the
      * frequencies scaled at load (linear, llama3, yarn; src/model/rope.c); 0: none */
     int rope_pass;                 /* CDX_ROPE_PASS_*: how a sequence's length T (its last position in the

@@ -219,8 +219,8 @@ int cmd_embed(int argc, char **argv)
         json_t *root = json_object(), *data = json_array();
         json_object_set_new(root, "model", json_string(model));
         json_object_set_new(root, "dim", json_integer(D));
-        json_object_set_new(root, "pooling", json_string(cdx_pooling_name(pipe.pooling)));
-        json_object_set_new(root, "normalize", json_boolean(pipe.normalize));
+        json_object_set_new(root, "pooling", json_string(cdx_pooling_name(cdx_embedder_pipeline(e)->pooling)));
+        json_object_set_new(root, "normalize", json_boolean(cdx_embedder_pipeline(e)->normalize));
         fputs("{", stdout);
         char *head = json_dumps(root, JSON_COMPACT);
         /* the vectors are printed by hand: %.9g keeps every float32's bits */

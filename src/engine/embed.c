@@ -102,6 +102,17 @@ int cdx_embedder_open(const cdx_model *m, const cdx_tok *tok, const cdx_st_pipel
         e->p.pooling = CDX_POOL_CLS;
         e->p.include_prompt = true;
     }
+    if (!e->decoder && !(p && p->present) && cdx_model_gguf(m)) {
+        /* a GGUF encoder declares its pooling in <arch>.pooling_type (llama.cpp's key), and caldrix convert
+         * writes caldrix.embedding.normalize where modules.json listed Normalize */
+        if (!hp->gguf_pooling) {
+            free(e);
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s.pooling_type is missing from the GGUF file; caldrix does not "
+                               "guess how to pool an encoder (llama.cpp would give a vector per token)", hp->arch_name);
+        }
+        e->p.pooling = (cdx_pooling)(hp->gguf_pooling - 1);
+        e->p.normalize = hp->gguf_normalize;
+    }
     e->dim = hp->n_embd;
     const int64_t positions = hp->n_ctx_train - hp->pos_offset;
     e->max_tokens = e->p.max_seq_length > 0 && e->p.max_seq_length < positions ? e->p.max_seq_length : positions;

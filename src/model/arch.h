@@ -235,7 +235,14 @@ struct cdx_model {
  * refused by name. Fills the encoder's part of m->hp. */
 int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_err *err);
 void encoder_free(struct encoder_model *e);
-void encoder_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
+/* The same from a GGUF file of llama.cpp's "bert" architecture (m->desc and the common keys read):
+ * its LayerNorm eps, token_types rows, pooling_type (hp.gguf_pooling; none and rank refused by name),
+ * and caldrix.embedding.normalize. */
+int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err);
+/* llama.cpp's GGUF name of a BertModel tensor ("encoder.layer.3.output.dense.weight" ->
+ * "blk.3.ffn_down.weight"); false: none. */
+bool encoder_gguf_name(const char *hf, char *out, size_t cap);
+void encoder_tensor_names(int64_t n_layer, bool gguf, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
 /* ---- RoPE frequencies (rope.c) ---- */
 
 /* A model's RoPE scaling, from config.json's rope_scaling or a GGUF file's rope.scaling.* keys. */

@@ -14,6 +14,7 @@
 #include "arch.h"
 
 #include "caldrix/convert.h"
+#include "caldrix/pipeline.h"
 #include "caldrix/quant.h"
 
 #include <jansson.h>
@@ -586,6 +587,99 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
 #undef K
 }
 
+/* ---- encoders (BertModel, XLMRobertaModel) as llama.cpp's "bert" ---- */
+
+/* llama.cpp's LLAMA_POOLING_TYPE_* for caldrix's poolings (-1: llama.cpp has none). */
+static const int k_llama_pooling_of[CDX_POOL_COUNT] = { [CDX_POOL_CLS] = 2, [CDX_POOL_MEAN] = 1, [CDX_POOL_MAX] = -1,
+                                                        [CDX_POOL_LAST] = 3 };
+
+/* BertModel.set_gguf_parameters / XLMRobertaModel (convert_hf_to_gguf.py): the common keys, LayerNorm eps,
+ * attention.causal false, pooling_type from modules.json and 1_Pooling (CLS without them, caldrix's own
+ * default for such a folder), token types; XLM-R's position rows before pad_token_id + 1 dropped.
+ * caldrix.embedding.normalize records a Normalize module, which llama.cpp leaves to the caller. */
+static int convert_encoder(cdx_convert *c, cdx_gguf_writer *w, const char *dir, const arch_desc *d,
+                           const cdx_convert_opts *o, int ftype, cdx_err *err)
+{
+    const cdx_hf_config *cfg = &c->cfg;
+    cdx_st_pipeline p;
+    int rc = cdx_st_pipeline_read(dir, &p, err);
+    if (rc)
+        return rc;
+    if (k_llama_pooling_of[p.pooling] < 0)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s/1_Pooling/config.json: pooling %s has no llama.cpp pooling_type "
+                           "(none, mean, cls, last, rank); run the folder itself", dir, cdx_pooling_name(p.pooling));
+    const int64_t off = cfg->pos_offset, n_pos = cfg->max_position_embeddings - off;
+    if (n_pos < 1)
+        return cdx_err_set(err, CDX_EFORMAT, "%s/config.json: max_position_embeddings %lld leaves no position after %lld",
+                           dir, (long long)cfg->max_position_embeddings, (long long)off);
+    if ((rc = cdx_st_open(dir, &c->st, err)))
+        return rc;
+    const char *a = d->gguf_name;
+    char key[128], nbuf[256];
+#define K(id) cdx_gguf_key_name(CDX_GK_##id, a, key, sizeof key)
+    cdx_gguf_writer_set_str(w, "general.architecture", a);
+    cdx_gguf_writer_set_str(w, "general.type", "model");
+    cdx_gguf_writer_set_str(w, "general.name", o->name ? o->name : base_name(dir, nbuf, sizeof nbuf));
+    cdx_gguf_writer_set_u32(w, K(BLOCK_COUNT), (uint32_t)cfg->n_layers);
+    cdx_gguf_writer_set_u32(w, K(CONTEXT_LENGTH), (uint32_t)n_pos);
+    cdx_gguf_writer_set_u32(w, K(EMBEDDING_LENGTH), (uint32_t)cfg->hidden_size);
+    cdx_gguf_writer_set_u32(w, K(FEED_FORWARD_LENGTH), (uint32_t)cfg->intermediate_size);
+    cdx_gguf_writer_set_u32(w, K(HEAD_COUNT), (uint32_t)cfg->n_heads);
+    cdx_gguf_writer_set_f32(w, K(LN_EPS), (float)cfg->rms_norm_eps);
+    cdx_gguf_writer_set_bool(w, K(CAUSAL), false);
+    cdx_gguf_writer_set_u32(w, K(POOLING_TYPE), (uint32_t)k_llama_pooling_of[p.pooling]);
+    cdx_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    cdx_gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", (uint32_t)cfg->type_vocab_size);
+    if (p.normalize)
+        cdx_gguf_writer_set_bool(w, "caldrix.embedding.normalize", true);
+    if ((rc = cdx_gguf_writer_set_u32(w, "general.quantization_version", 2)) < 0)
+        return cdx_err_set(err, rc, "%s: out of memory writing metadata", dir);
+#undef K
+    for (uint64_t i = 0; i < c->st->n_tensors; i++) {
+        const cdx_st_tensor *t = &c->st->tensors[i];
+        char name[160];
+        if (!strncmp(t->name, "pooler.", 7) || !strcmp(t->name, "embeddings.position_ids"))
+            continue; /* never read by the embedding pipeline (llama.cpp's converter drops them too) */
+        if (!encoder_gguf_name(t->name, name, sizeof name))
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has no GGUF name for the %s architecture", dir,
+                               t->name, a);
+        if (t->n_dims < 1 || t->n_dims > 2)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has %u dimensions; expected 1 or 2", dir, t->name,
+                               t->n_dims);
+        const cdx_type_traits *tr = cdx_type_get(t->type);
+        uint64_t ne[2] = { t->shape[t->n_dims - 1], t->n_dims == 2 ? t->shape[0] : 1 }, skip = 0;
+        const bool pos = !strcmp(name, "position_embd.weight");
+        if (pos) {
+            if (t->n_dims != 2 || ne[1] != (uint64_t)cfg->max_position_embeddings)
+                return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" does not have max_position_embeddings rows", dir,
+                                   t->name);
+            skip = (uint64_t)off;
+            ne[1] -= skip;
+        }
+        if (!tr || !tr->to_f32 || ne[0] * ne[1] > SIZE_MAX / sizeof(float))
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; expected F32, F16 or BF16", dir,
+                               t->name, cdx_type_name(t->type));
+        /* the embedding tables other than the words' stay F32 (llama.cpp reads them with get_rows) */
+        const uint32_t type = pos || !strcmp(name, "token_types.weight") ? CDX_TYPE_F32
+                              : tensor_type(o->type, name, t->n_dims, ne[0]);
+        const size_t n = (size_t)(ne[0] * ne[1]);
+        float *f = malloc((n ? n : 1) * sizeof *f);
+        if (!f)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+        size_t rb;
+        if ((rc = cdx_type_row_bytes(t->type, ne[0], &rb, err))) {
+            free(f);
+            return rc;
+        }
+        tr->to_f32((const uint8_t *)t->data + skip * rb, f, (int64_t)n);
+        rc = add_tensor(c, w, name, type, t->n_dims, ne, f, NULL, err);
+        free(f);
+        if (rc)
+            return rc;
+    }
+    return CDX_OK;
+}
+
 /* Whether the sliding layers are those l with l % p < p - 1 (llama_hparams::set_swa_pattern). */
 static bool swa_fits(const cdx_hf_config *cfg, int p)
 {
@@ -620,6 +714,12 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     const cdx_hf_config *cfg = &c->cfg;
     const arch_desc *d = arch_by_hf(cfg->arch);
+    if (d && d->encoder) {
+        if ((rc = convert_encoder(c, w, dir, d, &o, ft->llama_ftype, err)))
+            goto fail;
+        *out = c;
+        return CDX_OK;
+    }
     if (!d || !convertible(d)) {
         char list[256];
         cdx_convert_archs(list, sizeof list);

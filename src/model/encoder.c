@@ -52,26 +52,51 @@ void encoder_free(struct encoder_model *e)
  * linear layer's matrix and bias, or a LayerNorm's weight and bias). Dimensions: 'E' hidden, 'F'
  * intermediate. */
 static const struct enc_role {
-    const char *stem;
+    const char *stem, *gguf;     /* transformers' and llama.cpp's (LLM_ARCH_BERT) names */
     bool linear;
     size_t w, b;
     char rows, cols;
 } k_enc_layer[] = {
-    { "attention.self.query", true, offsetof(enc_layer, q), offsetof(enc_layer, bq), 'E', 'E' },
-    { "attention.self.key", true, offsetof(enc_layer, k), offsetof(enc_layer, bk), 'E', 'E' },
-    { "attention.self.value", true, offsetof(enc_layer, v), offsetof(enc_layer, bv), 'E', 'E' },
-    { "attention.output.dense", true, offsetof(enc_layer, o), offsetof(enc_layer, bo), 'E', 'E' },
-    { "attention.output.LayerNorm", false, offsetof(enc_layer, ln1_w), offsetof(enc_layer, ln1_b), 'E', 0 },
-    { "intermediate.dense", true, offsetof(enc_layer, fc1), offsetof(enc_layer, b1), 'F', 'E' },
-    { "output.dense", true, offsetof(enc_layer, fc2), offsetof(enc_layer, b2), 'E', 'F' },
-    { "output.LayerNorm", false, offsetof(enc_layer, ln2_w), offsetof(enc_layer, ln2_b), 'E', 0 },
+    { "attention.self.query", "attn_q", true, offsetof(enc_layer, q), offsetof(enc_layer, bq), 'E', 'E' },
+    { "attention.self.key", "attn_k", true, offsetof(enc_layer, k), offsetof(enc_layer, bk), 'E', 'E' },
+    { "attention.self.value", "attn_v", true, offsetof(enc_layer, v), offsetof(enc_layer, bv), 'E', 'E' },
+    { "attention.output.dense", "attn_output", true, offsetof(enc_layer, o), offsetof(enc_layer, bo), 'E', 'E' },
+    { "attention.output.LayerNorm", "attn_output_norm", false, offsetof(enc_layer, ln1_w), offsetof(enc_layer, ln1_b),
+      'E', 0 },
+    { "intermediate.dense", "ffn_up", true, offsetof(enc_layer, fc1), offsetof(enc_layer, b1), 'F', 'E' },
+    { "output.dense", "ffn_down", true, offsetof(enc_layer, fc2), offsetof(enc_layer, b2), 'E', 'F' },
+    { "output.LayerNorm", "layer_output_norm", false, offsetof(enc_layer, ln2_w), offsetof(enc_layer, ln2_b), 'E', 0 },
 };
 #define N_ENC_ROLES (sizeof k_enc_layer / sizeof k_enc_layer[0])
 
-static const char *const k_enc_top[] = {
-    "embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
-    "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias",
+static const char *const k_enc_top[][2] = {
+    { "embeddings.word_embeddings.weight", "token_embd.weight" },
+    { "embeddings.position_embeddings.weight", "position_embd.weight" },
+    { "embeddings.token_type_embeddings.weight", "token_types.weight" },
+    { "embeddings.LayerNorm.weight", "token_embd_norm.weight" },
+    { "embeddings.LayerNorm.bias", "token_embd_norm.bias" },
 };
+
+bool encoder_gguf_name(const char *hf, char *out, size_t cap)
+{
+    for (size_t i = 0; i < sizeof k_enc_top / sizeof k_enc_top[0]; i++)
+        if (!strcmp(hf, k_enc_top[i][0])) {
+            snprintf(out, cap, "%s", k_enc_top[i][1]);
+            return true;
+        }
+    int l, n = 0;
+    if (sscanf(hf, "encoder.layer.%d.%n", &l, &n) != 1 || n == 0 || l < 0)
+        return false;
+    const char *rest = hf + n;
+    for (size_t i = 0; i < N_ENC_ROLES; i++) {
+        const size_t k = strlen(k_enc_layer[i].stem);
+        if (!strncmp(rest, k_enc_layer[i].stem, k) && (!strcmp(rest + k, ".weight") || !strcmp(rest + k, ".bias"))) {
+            snprintf(out, cap, "blk.%d.%s%s", l, k_enc_layer[i].gguf, rest + k);
+            return true;
+        }
+    }
+    return false;
+}
 
 /* Tensors a BertModel checkpoint carries that the embedding pipeline never reads (sentence-transformers
  * pools last_hidden_state, never the tanh pooler), skipped by name. */
@@ -80,59 +105,97 @@ static bool skipped(const char *name)
     return !strncmp(name, "pooler.", 7) || !strcmp(name, "embeddings.position_ids");
 }
 
-void encoder_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
+void encoder_tensor_names(int64_t n_layer, bool gguf, void (*fn)(void *ctx, const char *name, bool required), void *ctx)
 {
     for (size_t i = 0; i < sizeof k_enc_top / sizeof k_enc_top[0]; i++)
-        fn(ctx, k_enc_top[i], true);
+        fn(ctx, k_enc_top[i][gguf], true);
     char name[160];
     for (int64_t l = 0; l < n_layer && l < CDX_HF_MAX_LAYERS; l++)
         for (size_t i = 0; i < N_ENC_ROLES; i++)
             for (int wb = 0; wb < 2; wb++) {
-                snprintf(name, sizeof name, "encoder.layer.%lld.%s.%s", (long long)l, k_enc_layer[i].stem,
-                         wb ? "bias" : "weight");
+                if (gguf)
+                    snprintf(name, sizeof name, "blk.%lld.%s.%s", (long long)l, k_enc_layer[i].gguf, wb ? "bias" : "weight");
+                else
+                    snprintf(name, sizeof name, "encoder.layer.%lld.%s.%s", (long long)l, k_enc_layer[i].stem,
+                             wb ? "bias" : "weight");
                 fn(ctx, name, true);
             }
 }
 
 /* ---- binding ---- */
 
+/* A tensor of either source, its shape in transformers' order (rows first). */
 typedef struct {
-    const cdx_safetensors *st;
+    uint32_t type;
+    const void *data;
+} tview;
+
+typedef struct {
+    const cdx_safetensors *st;   /* a checkpoint, or */
+    const cdx_gguf *g;           /* a GGUF file (llama.cpp's names, ne[] reversed) */
     bool *used;
     const char *dir, *arch;
     bool check_only;
 } ebinder;
 
-static int find(ebinder *b, const char *name, int n, const int64_t *dims, const cdx_st_tensor **out, cdx_err *err)
+static int find(ebinder *b, const char *name, int n, const int64_t *dims, tview *out, cdx_err *err)
 {
-    const cdx_st_tensor *t = cdx_st_find(b->st, name);
-    if (!t)
-        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; %s needs it", b->dir, name, b->arch);
-    bool ok = (int)t->n_dims == n;
+    int nd = 0;
+    int64_t shape[4] = { 0 };
+    uint32_t type;
+    const void *data;
+    const char *dtype;
+    char gname[160];
+    size_t idx;
+    if (b->g) {
+        const cdx_gguf_tensor *t = encoder_gguf_name(name, gname, sizeof gname) ? cdx_gguf_tensor_find(b->g, gname) : NULL;
+        if (!t)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; %s needs it", b->dir, gname, b->arch);
+        nd = (int)t->n_dims;
+        for (int i = 0; i < nd && i < 4; i++)
+            shape[i] = (int64_t)t->ne[nd - 1 - i];
+        type = t->type;
+        data = t->data;
+        dtype = cdx_type_name(t->type);
+        idx = (size_t)(t - b->g->tensors);
+        name = gname;
+    } else {
+        const cdx_st_tensor *t = cdx_st_find(b->st, name);
+        if (!t)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; %s needs it", b->dir, name, b->arch);
+        nd = (int)t->n_dims;
+        for (int i = 0; i < nd && i < 4; i++)
+            shape[i] = (int64_t)t->shape[i];
+        type = t->type;
+        data = t->data;
+        dtype = t->dtype;
+        idx = (size_t)(t - b->st->tensors);
+    }
+    bool ok = nd == n;
     for (int i = 0; ok && i < n; i++)
-        ok = (int64_t)t->shape[i] == dims[i];
+        ok = shape[i] == dims[i];
     if (!ok) {
         char got[96] = "", want[96] = "";
-        for (uint32_t i = 0; i < t->n_dims && i < 8; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
+        for (int i = 0; i < nd && i < 4; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)shape[i]);
         for (int i = 0; i < n; i++)
             snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)dims[i]);
-        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%s]; config.json needs [%s]", b->dir, name,
-                           got, want);
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%s]; %s needs [%s]", b->dir, name, got,
+                           b->g ? "the file's hyperparameters" : "config.json", want);
     }
-    const cdx_type_traits *tr = cdx_type_get(t->type);
-    if (!tr || !tr->to_f32 || !cdx_matmul_supports(t->type))
+    const cdx_type_traits *tr = cdx_type_get(type);
+    if (!tr || !tr->to_f32 || !cdx_matmul_supports(type))
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; an encoder reads F32, BF16 or F16",
-                           b->dir, name, t->dtype);
-    b->used[t - b->st->tensors] = true;
-    *out = t;
+                           b->dir, name, dtype);
+    b->used[idx] = true;
+    *out = (tview){ type, data };
     return CDX_OK;
 }
 
 /* n rows of cols values as f32 (a vector: rows 0) */
 static int vec(ebinder *b, const char *name, int64_t rows, int64_t cols, float **out, cdx_err *err)
 {
-    const cdx_st_tensor *t;
+    tview t;
     const int64_t d2[2] = { rows, cols };
     int rc = rows ? find(b, name, 2, d2, &t, err) : find(b, name, 1, &cols, &t, err);
     if (rc)
@@ -141,65 +204,62 @@ static int vec(ebinder *b, const char *name, int64_t rows, int64_t cols, float *
     if (!(*out = calloc((size_t)n, sizeof(float))))
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     if (!b->check_only)
-        cdx_type_get(t->type)->to_f32(t->data, *out, n);
+        cdx_type_get(t.type)->to_f32(t.data, *out, n);
     return CDX_OK;
 }
 
 static int mat(ebinder *b, const char *name, int64_t rows, int64_t cols, cdx_mat *out, cdx_err *err)
 {
-    const cdx_st_tensor *t;
+    tview t;
     const int64_t d2[2] = { rows, cols };
     int rc = find(b, name, 2, d2, &t, err);
     if (rc)
         return rc;
     size_t rb;
-    if ((rc = cdx_type_row_bytes(t->type, (uint64_t)cols, &rb, err)))
+    if ((rc = cdx_type_row_bytes(t.type, (uint64_t)cols, &rb, err)))
         return rc;
-    *out = (cdx_mat){ .type = t->type, .data = t->data, .rows = rows, .cols = cols, .row_bytes = rb };
+    *out = (cdx_mat){ .type = t.type, .data = t.data, .rows = rows, .cols = cols, .row_bytes = rb };
     return CDX_OK;
 }
 
-int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_err *err)
+/* The tensors of either source into m->enc (hp filled and checked); each of the n_src source tensors
+ * must be read (skip_ok: those the pipeline never reads, skipped by name). */
+static int bind_tensors(cdx_model *m, ebinder *b, size_t n_src, const char *(*name_of)(const cdx_model *m, size_t i),
+                        cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
-    hp->encoder = true;
-    hp->n_type_vocab = cfg->type_vocab_size;
-    hp->pos_offset = cfg->pos_offset;
-    hp->n_head_kv = hp->n_head;
-    if (hp->n_embd % hp->n_head || hp->n_embd / hp->n_head != hp->head_dim)
-        return cdx_err_set(err, CDX_EFORMAT, "%s/config.json: hidden_size %lld is not num_attention_heads %lld × head size",
-                           dir, (long long)hp->n_embd, (long long)hp->n_head);
-    if (hp->n_layer > 1024)
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: num_hidden_layers %lld; caldrix runs encoders of up "
-                           "to 1024 layers", dir, (long long)hp->n_layer);
+    const char *dir = b->dir;
+    if (hp->n_head < 1 || hp->n_embd % hp->n_head || hp->n_embd / hp->n_head != hp->head_dim)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: hidden size %lld is not the head count %lld × head size", dir,
+                           (long long)hp->n_embd, (long long)hp->n_head);
+    if (hp->n_layer < 1 || hp->n_layer > 1024)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %lld layers; caldrix runs encoders of 1 to 1024 layers", dir,
+                           (long long)hp->n_layer);
     if (hp->pos_offset >= hp->n_ctx_train)
-        return cdx_err_set(err, CDX_EFORMAT, "%s/config.json: max_position_embeddings %lld leaves no position after "
-                           "pad_token_id + 1 = %lld", dir, (long long)hp->n_ctx_train, (long long)hp->pos_offset);
-    int rc = cdx_st_open(dir, &m->st, err);
-    if (rc)
-        return rc;
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %lld positions leave none after pad_token_id + 1 = %lld", dir,
+                           (long long)hp->n_ctx_train, (long long)hp->pos_offset);
     struct encoder_model *e = calloc(1, sizeof *e);
-    bool *used = calloc(m->st->n_tensors ? m->st->n_tensors : 1, sizeof *used);
-    if (!e || !used) {
+    b->used = calloc(n_src ? n_src : 1, sizeof *b->used);
+    if (!e || !b->used) {
         free(e);
-        free(used);
+        free(b->used);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
     m->enc = e;
     e->n_layer = hp->n_layer;
-    ebinder b = { m->st, used, dir, cfg->architecture, m->check_only };
     const int64_t E = hp->n_embd, F = hp->n_ff;
     char name[192];
+    int rc = CDX_OK;
     if (!(e->layers = calloc((size_t)hp->n_layer, sizeof *e->layers))) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
         goto out;
     }
     float *types = NULL;
-    if ((rc = mat(&b, "embeddings.word_embeddings.weight", hp->n_vocab, E, &m->tok_embd, err)) ||
-        (rc = vec(&b, "embeddings.position_embeddings.weight", hp->n_ctx_train, E, &e->pos, err)) ||
-        (rc = vec(&b, "embeddings.token_type_embeddings.weight", hp->n_type_vocab, E, &types, err)) ||
-        (rc = vec(&b, "embeddings.LayerNorm.weight", 0, E, &e->ln_w, err)) ||
-        (rc = vec(&b, "embeddings.LayerNorm.bias", 0, E, &e->ln_b, err)))
+    if ((rc = mat(b, "embeddings.word_embeddings.weight", hp->n_vocab, E, &m->tok_embd, err)) ||
+        (rc = vec(b, "embeddings.position_embeddings.weight", hp->n_ctx_train, E, &e->pos, err)) ||
+        (rc = vec(b, "embeddings.token_type_embeddings.weight", hp->n_type_vocab, E, &types, err)) ||
+        (rc = vec(b, "embeddings.LayerNorm.weight", 0, E, &e->ln_w, err)) ||
+        (rc = vec(b, "embeddings.LayerNorm.bias", 0, E, &e->ln_b, err)))
         goto out;
     e->type0 = types; /* row 0 is the first E values; every token has type 0 */
     size_t nm = 0;
@@ -210,21 +270,20 @@ int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_er
             const int64_t rows = r->rows == 'F' ? F : E, cols = r->cols == 'F' ? F : E;
             char *base = (char *)L;
             snprintf(name, sizeof name, "encoder.layer.%lld.%s.weight", (long long)l, r->stem);
-            if ((rc = r->linear ? mat(&b, name, rows, cols, (cdx_mat *)(base + r->w), err)
-                                : vec(&b, name, 0, rows, (float **)(base + r->w), err)))
+            if ((rc = r->linear ? mat(b, name, rows, cols, (cdx_mat *)(base + r->w), err)
+                                : vec(b, name, 0, rows, (float **)(base + r->w), err)))
                 goto out;
             if (r->linear)
                 e->mats[nm++] = (cdx_mat *)(base + r->w);
             snprintf(name, sizeof name, "encoder.layer.%lld.%s.bias", (long long)l, r->stem);
-            if ((rc = vec(&b, name, 0, rows, (float **)(base + r->b), err)))
+            if ((rc = vec(b, name, 0, rows, (float **)(base + r->b), err)))
                 goto out;
         }
     }
-    for (uint32_t i = 0; i < m->st->n_tensors; i++)
-        if (!used[i] && !skipped(m->st->tensors[i].name)) {
-            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not part of a %s checkpoint (%lld layers); caldrix "
-                             "refuses tensors it would not read", dir, m->st->tensors[i].name, cfg->architecture,
-                             (long long)hp->n_layer);
+    for (size_t i = 0; i < n_src; i++)
+        if (!b->used[i] && !skipped(name_of(m, i))) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not part of a %s encoder (%lld layers); caldrix "
+                             "refuses tensors it would not read", dir, name_of(m, i), b->arch, (long long)hp->n_layer);
             goto out;
         }
     if (!(m->mats = malloc((nm ? nm : 1) * sizeof *m->mats))) {
@@ -234,8 +293,70 @@ int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_er
     memcpy(m->mats, e->mats, nm * sizeof *m->mats);
     m->n_mats = nm;
 out:
-    free(used);
+    free(b->used);
+    b->used = NULL;
     return rc;
+}
+
+static const char *st_name(const cdx_model *m, size_t i) { return m->st->tensors[i].name; }
+static const char *gguf_name(const cdx_model *m, size_t i) { return m->gguf->tensors[i].name; }
+
+int encoder_bind(cdx_model *m, const cdx_hf_config *cfg, const char *dir, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    hp->encoder = true;
+    hp->n_type_vocab = cfg->type_vocab_size;
+    hp->pos_offset = cfg->pos_offset;
+    hp->n_head_kv = hp->n_head;
+    int rc = cdx_st_open(dir, &m->st, err);
+    if (rc)
+        return rc;
+    ebinder b = { .st = m->st, .dir = dir, .arch = cfg->architecture, .check_only = m->check_only };
+    return bind_tensors(m, &b, m->st->n_tensors, st_name, err);
+}
+
+/* llama.cpp's enum llama_pooling_type (include/llama.h): the GGUF key's values, and what caldrix
+ * computes for each (-1: refused). */
+static const struct {
+    const char *name;
+    int pooling; /* cdx_pooling, or -1 */
+} k_llama_pooling[] = {
+    [0] = { "none (a vector per token)", -1 }, [1] = { "mean", 1 /* CDX_POOL_MEAN */ },
+    [2] = { "cls", 0 /* CDX_POOL_CLS */ },     [3] = { "last", 3 /* CDX_POOL_LAST */ },
+    [4] = { "rank (a classification head)", -1 },
+};
+
+int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    const char *a = m->desc->gguf_name, *path = g->path;
+    hp->encoder = true;
+    hp->n_head_kv = hp->n_head;
+    hp->pos_offset = 0; /* llama.cpp's XLM-R conversion drops the position rows before pad_token_id + 1 */
+    double f;
+    hp->rms_eps = cdx_gguf_get_arch_f64(g, a, CDX_GK_LN_EPS, &f) ? (float)f : 1e-12f;
+    bool causal;
+    if (cdx_gguf_get_arch_bool(g, a, CDX_GK_CAUSAL, &causal) && causal)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.attention.causal is true; caldrix runs %s as a bidirectional "
+                           "encoder only", path, a, a);
+    uint64_t v;
+    if (cdx_gguf_find_arch(g, a, CDX_GK_POOLING_TYPE)) {
+        if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_POOLING_TYPE, &v) || v >= sizeof k_llama_pooling / sizeof *k_llama_pooling)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.pooling_type is not one of llama.cpp's pooling types (0..4)",
+                               path, a);
+        if (k_llama_pooling[v].pooling < 0)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.pooling_type is %llu, %s; caldrix pools an encoder by "
+                               "mean (1), cls (2) or last (3)", path, a, (unsigned long long)v, k_llama_pooling[v].name);
+        hp->gguf_pooling = 1 + k_llama_pooling[v].pooling;
+    }
+    bool nrm;
+    hp->gguf_normalize = cdx_gguf_get_bool(g, "caldrix.embedding.normalize", &nrm) && nrm;
+    const cdx_gguf_tensor *tt = cdx_gguf_tensor_find(g, "token_types.weight");
+    hp->n_type_vocab = tt && tt->n_dims == 2 ? (int64_t)tt->ne[1] : 0;
+    if (hp->n_type_vocab < 1)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: token_types.weight is missing or not a matrix; %s needs it", path, a);
+    ebinder b = { .g = g, .dir = path, .arch = a, .check_only = m->check_only };
+    return bind_tensors(m, &b, g->n_tensors, gguf_name, err);
 }
 
 /* ---- the pass ---- */

@@ -740,7 +740,7 @@ void cdx_model_tensor_names(const cdx_tensor_plan *p, void (*fn)(void *ctx, cons
     if (d->vision && !p->gguf)
         vision_tensor_names(p->n_vision_layer, fn, ctx);
     if (d->encoder) {
-        encoder_tensor_names(p->n_layer, fn, ctx);
+        encoder_tensor_names(p->n_layer, p->gguf, fn, ctx);
         return;
     }
     names_fwd f = { fn, ctx };
@@ -1422,6 +1422,8 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
                 hp->eos_ids[hp->n_eos++] = (int32_t)id;
         }
 
+    if (d->encoder) /* its own tensors and pass (encoder.c) */
+        return encoder_bind_gguf(m, g, err);
     binder b = { .m = m, .path = path, .gguf = true, .n = (int64_t)g->n_tensors };
     b.tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *b.tensors);
     b.used = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *b.used);

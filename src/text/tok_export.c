@@ -382,6 +382,56 @@ static int fill_vocab(const cdx_tok *t, bool spm_model, json_t *tcfg, vocab_out 
     return rc;
 }
 
+/* BertModel.set_vocab (convert_hf_to_gguf.py): a WordPiece vocabulary as llama.cpp's "bert" model, with
+ * its phantom space: "##piece" loses its "##", a special token stays as it is, every other token gains
+ * "▁"; the special ids (CLS, SEP, UNK, PAD, MASK) from the tokenizer. */
+static int export_wordpiece(const cdx_tok *t, cdx_gguf_writer *w, uint32_t n_out, cdx_err *err)
+{
+    vocab_out v = {0};
+    uint8_t *added = added_flags(t);
+    int rc = added ? vocab_alloc(&v, n_out, err) : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && i < v.n; i++) {
+        if (i >= t->n_vocab) {
+            v.tok[i] = pad_name(i);
+            v.type[i] = GT_UNUSED;
+        } else {
+            const char *s = t->pool.s + t->off[i];
+            const size_t n = t->len[i];
+            const bool special = added[i] && ((t->attr[i] & CDX_TOK_CONTROL) || looks_special(s, n));
+            char *o = malloc(n + 4);
+            if (o) {
+                if (special || (n >= 2 && s[0] == '#' && s[1] == '#'))
+                    memcpy(o, special ? s : s + 2, special ? n : n - 2), o[special ? n : n - 2] = 0;
+                else
+                    memcpy(o, "\xe2\x96\x81", 3), memcpy(o + 3, s, n), o[n + 3] = 0;
+            }
+            v.tok[i] = o;
+            v.type[i] = special ? GT_CONTROL : GT_NORMAL;
+        }
+        if (!v.tok[i])
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        cdx_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+        cdx_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, v.n);
+        cdx_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", CDX_GGUF_I32, v.type, v.n);
+        static const char *const names[] = { "[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]" };
+        static const char *const keys[] = { "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.seperator_token_id",
+                                            "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
+                                            "tokenizer.ggml.mask_token_id" };
+        for (int k = 0; k < 5; k++) {
+            int32_t id = cdx_tok_find(t, names[k], strlen(names[k]));
+            if (id >= 0 && (uint32_t)id < v.n)
+                cdx_gguf_writer_set_u32(w, keys[k], (uint32_t)id);
+        }
+        if (cdx_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(t->bos >= 0 ? t->bos : 101)) < 0)
+            rc = cdx_err_set(err, CDX_ENOMEM, "out of memory writing the vocabulary");
+    }
+    free(added);
+    vocab_free(&v);
+    return rc;
+}
+
 int cdx_tok_export_gguf(const char *dir, const cdx_tok *tok, const cdx_tok_export_opts *opts, cdx_gguf_writer *w,
                         cdx_tok_export_info *info, cdx_err *err)
 {
@@ -404,6 +454,18 @@ int cdx_tok_export_gguf(const char *dir, const cdx_tok *tok, const cdx_tok_expor
         tok = owned;
     }
     const cdx_tok *t = tok;
+    if (!spm_model && t->model == MODEL_WORDPIECE) {
+        const uint32_t nw = o.n_vocab ? o.n_vocab : t->n_vocab;
+        if (t->n_vocab > nw)
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: the tokenizer has %u ids but the model's vocab_size is %u", t->name,
+                             t->n_vocab, nw);
+        else
+            rc = export_wordpiece(t, w, nw, err);
+        inf.model = "bert";
+        inf.pre = "default";
+        inf.pre_source = "WordPiece";
+        goto out;
+    }
     if (!spm_model && (t->model != MODEL_BPE || (!t->byte_level && !t->byte_fallback))) {
         rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: a %s tokenizer; caldrix convert writes byte-level BPE (gpt2) and "
                          "SentencePiece (llama) vocabularies", t->name, cdx_tok_model_name(t));

@@ -7,6 +7,7 @@
 const arch_desc family_bert = {
     .arch = CDX_ARCH_BERT,
     .family = "bert",
+    .gguf_name = "bert", /* llama.cpp's LLM_ARCH_BERT, which XLM-RoBERTa converts to as well */
     .hf = { { CDX_HF_BERT, "BERT", "encoder: embeddings (caldrix embed, /v1/embeddings)",
               { .arch = "BertModel", .model_type = "bert", .rms_eps = 1e-12, .max_pos = 512, .bos = -1, .eos = -1,
                 .bias = CDX_HF_B_NONE, .layout = CDX_HF_ENCODER, .act = CDX_HF_ACT_GELU, .type_vocab = 2 } },
