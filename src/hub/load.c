@@ -276,6 +276,11 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
     if (o->draft) {
         /* the draft first: refused by what it is before the model's weights are read */
         *at = CDX_LOAD_DRAFT;
+        if (o->tasks && o->task_set && o->task != CDX_TASK_GENERATE) {
+            rc = cdx_err_set(err, CDX_EINVAL, "--draft %s: the model is served for %s; a draft model speeds up "
+                             "generation only", o->draft, cdx_task_name(o->task));
+            goto fail;
+        }
         if (!o->engine) {
             rc = cdx_err_set(err, CDX_EINVAL, "--draft %s: a draft model needs an engine to draft for", o->draft);
             goto fail;
@@ -326,6 +331,13 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
         goto fail;
     if (o->tasks && !o->task_set && l->task == CDX_TASK_GENERATE)
         l->task = cdx_task_declared(l->model, &l->pipe);
+    if (l->draft && (l->task != CDX_TASK_GENERATE || cdx_model_is_encoder(l->model))) {
+        *at = CDX_LOAD_DRAFT_REFUSED;
+        rc = cdx_err_set(err, CDX_EINVAL, "--draft %s: %s %s; a draft model speeds up generation only", o->draft,
+                         tname, cdx_model_is_encoder(l->model) ? "is an encoder (embeddings)"
+                                : l->task == CDX_TASK_RERANK ? "is served for rerank" : "is served for embed");
+        goto fail;
+    }
     *at = CDX_LOAD_TOKENIZER;
     const bool draft_auto_ = !o->draft && o->n_draft_candidates > 0 && o->engine;
     if ((o->tokenizer || l->draft || draft_auto_) && (rc = cdx_load_tokenizer(l->path, l->model, &l->tok, err)))

@@ -74,6 +74,12 @@ PY
 check "a module caldrix does not implement is refused by name" '[ $rc -eq 1 ] && grep -q "sentence_transformers.models.Dense" "$tmp/err"'
 "$CALDRIX" run "$E/bert_cls" -p hi -n 2 >/dev/null 2>"$tmp/err"; rc=$?
 check "run on an encoder is refused (it generates nothing)" '[ $rc -ne 0 ] && grep -qi "encoder" "$tmp/err"'
+"$CALDRIX" serve "$E/bert_cls" --draft "$E/bert_mean" --port 1 >/dev/null 2>"$tmp/err"; rc=$?
+check "serve an encoder with --draft: refused naming --draft (a draft speeds up generation only)" \
+    '[ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "--draft" "$tmp/err" && grep -q "generation only" "$tmp/err"'
+"$CALDRIX" serve ../shared/fixtures/embed/qwen3_embed --task rerank --draft ../shared/fixtures/embed/qwen3_embed --port 1 >/dev/null 2>"$tmp/err"; rc=$?
+check "serve --task rerank with --draft: refused before any weight is read" \
+    '[ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "served for rerank" "$tmp/err"'
 "$CALDRIX" embed --help | grep -q "sentence-transformers" && "$CALDRIX" --help | grep -q "^  embed"
 check "embed is in --help and has its own" '[ $? -eq 0 ]'
 
