@@ -120,6 +120,15 @@ check "an input over max_seq_length with \"truncate\": false is a 400 naming it 
     [ "$st/$(jv "$tmp/o.json" "[d['error']['param'], 'max_seq_length' in d['error']['message']]")" = '400/["input", true]' ]
 st=$(post /v1/embeddings '{"model":"bert_cls","input":""}' "$tmp/o.json")
 check "an empty input is a 400 ($st)" [ "$st/$(jv "$tmp/o.json" "d['error']['param']")" = '400/"input"' ]
+st=$(post /v1/embeddings '{"model":"bert_cls","input":[]}' "$tmp/o.json")
+check "an empty input array is a 400 ($st)" [ "$st/$(jv "$tmp/o.json" "d['error']['param']")" = '400/"input"' ]
+st=$(post /v1/embeddings '{"model":"bert_cls","input":["a",""]}' "$tmp/o.json")
+check "an empty string in the array is a 400 naming it ($st)" [ "$st/$(jv "$tmp/o.json" "d['error']['param']")" = '400/"input[1]"' ]
+st=$(post /v1/embeddings '{"model":"bert_cls","input":[[]]}' "$tmp/o.json")
+check "an empty id array is a 400 naming it ($st)" [ "$st/$(jv "$tmp/o.json" "d['error']['param']")" = '400/"input[0]"' ]
+st=$(post /v1/completions '{"model":"bert_cls","prompt":"hi","max_tokens":2}' "$tmp/o.json")
+check "a completion request to an embedding model is a 400 naming its task ($st)" \
+    [ "$st/$(jv "$tmp/o.json" "[d['error']['code'], 'served for embed' in d['error']['message']]")" = '400/["invalid_model_task", true]' ]
 st=$(post /v1/embeddings '{"model":"bert_cls","input":[[101,30522,102]]}' "$tmp/o.json")
 check "an id outside the vocabulary is a 400 naming the input and the id ($st)" \
     [ "$st/$(jv "$tmp/o.json" "[d['error']['param'], '30522' in d['error']['message']]")" = '400/["input[0]", true]' ]
