@@ -281,6 +281,65 @@ static void qwen3_rerank_matches_the_goldens(void)
     json_decref(g);
 }
 
+/* Rerank from text: the query and a document through the real Qwen3 tokenizer and the model card's
+ * template (format_instruction, process_inputs) give the ids the Rust tokenizers give
+ * (golden.json's real_qwen3_tokenizer_example: prefix + middle + suffix); the tiny model only lends its
+ * positions (128: no truncation of these 85 tokens), and a document long enough to pass them keeps the
+ * prefix and suffix whole and cuts the middle from the right. */
+static void rerank_text_is_formatted_as_the_model_card(void)
+{
+    json_error_t je;
+    json_t *g = json_load_file(FIX "qwen3_rerank/golden.json", 0, &je);
+    REQUIRE(g);
+    json_t *ex = json_object_get(g, "real_qwen3_tokenizer_example");
+    cdx_err err = { 0 };
+    cdx_model *m = NULL;
+    cdx_tok *tok = NULL;
+    REQUIRE(cdx_model_open(FIX "qwen3_rerank", NULL, &m, &err) == 0);
+    REQUIRE(cdx_tok_open_dir(SHARED "/fixtures/tokenizers/qwen3", &tok, &err) == 0);
+    cdx_embedder *e = NULL;
+    cdx_embedder_opts eo = { .n_threads = 1, .task = CDX_TASK_RERANK, .yes_id = 269, .no_id = 104 };
+    REQUIRE(cdx_embedder_open(m, tok, NULL, &eo, &e, &err) == 0);
+    int64_t np, nm, ns;
+    int32_t *pre = ids_of(json_object_get(ex, "prefix_ids"), &np), *mid = ids_of(json_object_get(ex, "middle_ids"), &nm),
+            *suf = ids_of(json_object_get(ex, "suffix_ids"), &ns);
+    int32_t *ids = NULL;
+    int64_t n = 0, n_full = 0;
+    CHECKF(cdx_rerank_format(e, "What is the capital of China?", "The capital of China is Beijing.", NULL, &ids, &n,
+                             &n_full, &err) == 0, "%s", err.msg);
+    CHECKF(n == np + nm + ns && n_full == n, "%lld ids (%lld before truncation); the Rust tokenizers give %lld",
+           (long long)n, (long long)n_full, (long long)(np + nm + ns));
+    bool same = n == np + nm + ns && !memcmp(ids, pre, (size_t)np * sizeof *ids) &&
+                !memcmp(ids + np, mid, (size_t)nm * sizeof *ids) && !memcmp(ids + np + nm, suf, (size_t)ns * sizeof *ids);
+    CHECKF(same, "the formatted pair differs from the Rust tokenizers' prefix + middle + suffix");
+    free(ids);
+    /* a long document: prefix and suffix whole, the middle cut from the right to the positions left */
+    char doc[4096] = "The capital of China is Beijing.";
+    for (int i = 0; i < 40; i++)
+        strcat(doc, " Beijing is large.");
+    CHECK(cdx_rerank_format(e, "What is the capital of China?", doc, NULL, &ids, &n, &n_full, &err) == 0);
+    const int64_t max = cdx_embedder_max_tokens(e);
+    CHECKF(n == max && n_full > max, "%lld ids of %lld (max %lld)", (long long)n, (long long)n_full, (long long)max);
+    CHECK(!memcmp(ids, pre, (size_t)np * sizeof *ids) && !memcmp(ids + n - ns, suf, (size_t)ns * sizeof *ids));
+    CHECK(!memcmp(ids + np, mid, (size_t)(nm - 8) * sizeof *ids)); /* the middle starts as before */
+    free(ids);
+    /* an instruction of the caller's own replaces the default */
+    CHECK(cdx_rerank_format(e, "q", "d", "Find it", &ids, &n, NULL, &err) == 0);
+    int32_t *alt = NULL;
+    int64_t na = 0;
+    CHECK(cdx_rerank_format(e, "q", "d", NULL, &alt, &na, NULL, &err) == 0);
+    CHECK(na > n); /* the default instruction is longer than "Find it" */
+    free(ids);
+    free(alt);
+    free(pre);
+    free(mid);
+    free(suf);
+    cdx_embedder_close(e);
+    cdx_tok_close(tok);
+    cdx_model_close(m);
+    json_decref(g);
+}
+
 static void bad_inputs_are_refused_by_name(void)
 {
     cdx_err err = { 0 };
@@ -344,6 +403,8 @@ int main(void)
         xlmr_cls_matches_the_goldens);
     RUN("qwen3_embed (decoder, last token, EOS appended) matches the goldens, chunked or not", qwen3_embed_matches_the_goldens);
     RUN("qwen3_rerank scores, logits and ranking match the goldens alone and batched", qwen3_rerank_matches_the_goldens);
+    RUN("rerank text is formatted as the model card (the real Qwen3 tokenizer's ids)",
+        rerank_text_is_formatted_as_the_model_card);
     RUN("bad inputs are refused by name", bad_inputs_are_refused_by_name);
     return t_done("test_embed");
 }
