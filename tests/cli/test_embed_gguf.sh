@@ -92,6 +92,10 @@ setpool "$tmp/bert_mean.gguf" "$tmp/p9.gguf" 9
 "$CALDRIX" embed "$tmp/p9.gguf" -p hello >/dev/null 2>"$tmp/err"; rc=$?
 check "pooling_type 9 (no such type) is refused" '[ $rc -eq 1 ] && grep -q "pooling_type" "$tmp/err"'
 
+python3 -c "import sys; b = open(sys.argv[1], 'rb').read(); open(sys.argv[2], 'wb').write(b.replace(b'bert.pooling_type', b'bert.pooling_typx'))" \
+    "$tmp/bert_mean.gguf" "$tmp/nokey.gguf"
+"$CALDRIX" embed "$tmp/nokey.gguf" -p hello >/dev/null 2>"$tmp/err"; rc=$?
+check "no pooling_type key: refused, never guessed" '[ $rc -eq 1 ] && grep -q "pooling_type is missing" "$tmp/err"'
 mkdir -p "$tmp/maxp/1_Pooling" && cp "$E/bert_mean"/*.json "$E/bert_mean"/*.txt "$E/bert_mean/model.safetensors" "$tmp/maxp/"
 sed 's/"pooling_mode_mean_tokens": true/"pooling_mode_mean_tokens": false/; s/"pooling_mode_max_tokens": false/"pooling_mode_max_tokens": true/' \
     "$E/bert_mean/1_Pooling/config.json" >"$tmp/maxp/1_Pooling/config.json"
