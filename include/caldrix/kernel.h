@@ -91,8 +91,9 @@ CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
 CDX_API void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n);
 /* x[i] = silu(x[i]) = x[i] / (1 + expf(-x[i])), in place, with the same expf bits. */
 CDX_API void cdx_silu(const cdx_kernels *k, float *x, int64_t n);
-/* max + log Σ expf(x[i] - max) (expf's bits per term, the sum in double, in an order fixed per
- * kernel set: the same value for the same x on a set, whatever else runs). n >= 1. For logprobs. */
+/* max + log Σ expf(x[i] - max) (expf's bits per term, the sum in double in one fixed order: 16
+ * lanes by index, then a fixed tree): the same bits for the same x on every kernel set, whatever
+ * else runs (a row without nan). n >= 1. For logprobs. */
 CDX_API double cdx_logsumexp(const cdx_kernels *k, const float *x, int64_t n);
 
 /* ---- attention: blocked, online softmax, f32 ---- */

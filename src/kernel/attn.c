@@ -60,13 +60,16 @@ static void silu_ref(float *x, int64_t n)
         x[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
+/* The oracle of cdx_logsumexp's order (kernel_impl.h, CDX_LSE_LANES): term by term into 16 lanes. */
 static double lse_ref(const float *x, int64_t n)
 {
     const float mx = max_ref(x, n);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)expf(x[i] - mx);
-    return (double)mx + log(s);
+    double lane[CDX_LSE_LANES] = { 0 };
+    int64_t i = 0;
+    for (; i + CDX_LSE_LANES <= n; i += CDX_LSE_LANES)
+        for (int j = 0; j < CDX_LSE_LANES; j++)
+            lane[j] += (double)expf(x[i + j] - mx);
+    return cdx_lse_finish(lane, x + i, n - i, mx);
 }
 
 const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref,

@@ -1019,27 +1019,36 @@ static void KT(vsilu)(float *x, int64_t n)
     cdx_vec_scalar.silu(x + i, n - i);
 }
 
-/* max + log Σ expf(x - max): the terms with expf's bits (vf_expf, or expf itself for a vector with
- * a lane of its slow path: far below the max, nan), summed in double in two vector accumulators and
- * one scalar one for those vectors and the tail, then in a fixed order: the same value for the same
- * row whatever thread or batch computes it. The scalar twin sums in index order. */
+/* max + log Σ expf(x - max) in cdx_logsumexp's order (kernel_impl.h: 16 lanes, then a fixed tree),
+ * so the same bits as the scalar twin: the terms with expf's bits (vf_expf, or expf itself for a
+ * vector with a lane of its slow path: far below the max, nan), each chunk of 16 converted to double
+ * and added lane by lane (AVX2: four vectors of 4 doubles, AVX-512: two of 8), the tail by
+ * cdx_lse_finish. One pass of expf over the row; 0.055 ms for 128,256 logits on AVX-512. */
+#define LSE_VECS (CDX_LSE_LANES / VF_N) /* float vectors in a chunk: 2 (AVX2) or 1 (AVX-512) */
 static double KT(vlse)(const float *x, int64_t n)
 {
     const float mx = KT(vmax)(x, n);
-    VD acc[2] = { vd_zero(), vd_zero() };
-    double rest = 0;
+    VD acc[2 * LSE_VECS];
+    for (int j = 0; j < 2 * LSE_VECS; j++)
+        acc[j] = vd_zero();
+    const VF neg = vf_set1(-mx);
     int64_t i = 0;
-    for (; i + VF_N <= n; i += VF_N) {
-        VF e;
-        if (vf_expf(vf_add(vf_load_f32(x + i), vf_set1(-mx)), &e))
-            vd_acc2(acc, e);
-        else
-            for (int64_t j = i; j < i + VF_N; j++)
-                rest += (double)expf(x[j] - mx);
-    }
-    for (; i < n; i++)
-        rest += (double)expf(x[i] - mx);
-    return (double)mx + log(vd_hsum2(acc) + rest);
+    for (; i + CDX_LSE_LANES <= n; i += CDX_LSE_LANES)
+        for (int h = 0; h < LSE_VECS; h++) {
+            const float *p = x + i + h * VF_N;
+            VF e;
+            if (!vf_expf(vf_add(vf_load_f32(p), neg), &e)) {
+                float t[VF_N];
+                for (int j = 0; j < VF_N; j++)
+                    t[j] = expf(p[j] - mx);
+                e = vf_load_f32(t);
+            }
+            vd_acc2(acc + 2 * h, e);
+        }
+    double lane[CDX_LSE_LANES];
+    for (int j = 0; j < 2 * LSE_VECS; j++)
+        vd_store(lane + j * (VF_N / 2), acc[j]);
+    return cdx_lse_finish(lane, x + i, n - i, mx);
 }
 
 /* y = x rounded to f16 (f16 != 0) or bf16 and back, each value on its own: the activations of an

@@ -4,6 +4,8 @@
 
 #include "caldrix/kernel.h"
 
+#include <math.h>
+
 /* Computes y[t*w->rows + r] for r in [r0, r1) and t < n. x: f32 activations [n][cols];
  * xq: the same quantized to the type's vec_dot_type (NULL for F32/F16/BF16 weights).
  * scratch: this thread's own cdx_kernel_scratch_bytes(cols), 64-byte aligned. */
@@ -63,6 +65,22 @@ typedef struct cdx_vec_ops {
 } cdx_vec_ops;
 
 extern const cdx_vec_ops cdx_vec_scalar;
+
+/* cdx_logsumexp's order, the same on every kernel set (so a logprob has the same bits on each):
+ * term i = (double)expf(x[i] - max) goes to lane i mod CDX_LSE_LANES, each lane summing its terms in
+ * index order from 0; then lanes j and j + w are added for w = 8, 4, 2, 1. The scalar twin adds
+ * one term at a time; AVX2 keeps the 16 lanes in four vectors of 4 doubles, AVX-512 in two of 8.
+ * This ends it: lane[] holds the whole chunks' sums, tail the n_tail (< 16) terms left. */
+#define CDX_LSE_LANES 16
+static inline double cdx_lse_finish(double *lane, const float *tail, int64_t n_tail, float mx)
+{
+    for (int64_t j = 0; j < n_tail; j++)
+        lane[j] += (double)expf(tail[j] - mx);
+    for (int w = CDX_LSE_LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            lane[j] += lane[j + w];
+    return (double)mx + log(lane[0]);
+}
 
 struct cdx_kernels {
     const char *isa;

@@ -55,12 +55,8 @@ static inline void vd_acc2(VD *acc, __m256 e)
     acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
 }
-static inline double vd_hsum2(const VD *acc)
-{
-    const __m256d s = _mm256_add_pd(acc[0], acc[1]);
-    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-}
+/* the accumulator's lanes to memory, in order */
+#define vd_store(p, v) _mm256_storeu_pd((p), (v))
 
 #include "kernel/kern_expf.h"
 /* expf of every lane with the C library's bits (kern_expf.h): false, *y unset, when a lane needs

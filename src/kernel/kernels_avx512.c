@@ -93,7 +93,8 @@ static inline void vd_acc2(VD *acc, __m512 e)
     acc[0] = _mm512_add_pd(acc[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
     acc[1] = _mm512_add_pd(acc[1], _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
 }
-static inline double vd_hsum2(const VD *acc) { return _mm512_reduce_add_pd(_mm512_add_pd(acc[0], acc[1])); }
+/* the accumulator's lanes to memory, in order */
+#define vd_store(p, v) _mm512_storeu_pd((p), (v))
 
 #define KT_WIDE_HEADER "kernel/kern_wide512.h"
 #define KT_ROW_BF16DP cdx_rows_bf16dp_avx512 /* --dtype bf16 on an AVX512_BF16 CPU (matmul.c checks) */

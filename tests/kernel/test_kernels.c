@@ -750,7 +750,8 @@ static void exp_and_silu_have_expf_bits(void)
 
 /* cdx_logsumexp (logprobs' denominator) on every set against log Σ e^(x - max) + max in long double
  * with expl, not caldrix's: rows of vocabulary length with logits spread over ±15, rows with terms
- * on expf's slow path (far below the max, -inf), and short rows (every tail). */
+ * on expf's slow path (far below the max, -inf), and short rows (every tail); and every set gives
+ * the scalar twin's bits (one order of the sum on all sets: a logprob does not depend on the set). */
 static void logsumexp_matches_long_double(void)
 {
     enum { N = 151936 + 5 };
@@ -781,9 +782,12 @@ static void logsumexp_matches_long_double(void)
                     continue;
                 }
                 const double got = cdx_logsumexp(k, x, n), again = cdx_logsumexp(k, x, n);
+                const double twin = cdx_logsumexp(cdx_kernels_by_isa("scalar"), x, n);
                 /* expf's terms are within 0.5 ulp of float: a relative 6e-8 on the sum */
                 CHECKF(fabs(got - want) <= 2e-7 * (fabs(want) + 1) && got == again, "%s n=%lld variant %d: %.9g vs %.9g",
                        k_isas[ii], (long long)n, variant, got, want);
+                CHECKF(!memcmp(&got, &twin, sizeof got), "%s n=%lld variant %d: %.17g, the scalar twin %.17g",
+                       k_isas[ii], (long long)n, variant, got, twin);
             }
         }
     }
