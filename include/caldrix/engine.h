@@ -104,6 +104,11 @@ typedef struct cdx_engine_opts {
     int max_batch;              /* sequences running at once (default 8) */
     int64_t token_budget;       /* tokens per round (default 512) */
     int max_queue;              /* waiting requests before CDX_ERESOURCE_BUSY (default 64) */
+    double max_round_ms;        /* a round with decoding streams aims to last at most this long: the
+                                   prompt tokens it adds are cut to what the measured rates fit in the
+                                   rest (at least one KV block a round, so prompts always move); a round
+                                   with none decoding takes the whole token_budget. 0 (the default): no
+                                   target, every round takes the whole token_budget. docs/engine.md */
     const char *kv_store;       /* a directory for the prefix store (made if missing), or NULL */
     uint32_t kv_type;           /* CDX_TYPE_F32 (0, the default) or CDX_TYPE_F16 (llama.cpp's default:
                                    half the memory, and its rounding; see cdx_attn_shape); for a model
@@ -312,6 +317,9 @@ typedef struct cdx_engine_stats {
     uint64_t spec_proposed, spec_accepted;   /* draft tokens proposed, and kept (totals) */
     uint64_t spec_verifies;                  /* request-rounds that scored a draft */
     int64_t token_budget;                    /* tokens a round's pass takes at most (configuration) */
+    double max_round_ms;                     /* the round target (configuration; 0: none) */
+    double round_fixed_ms, round_token_ms;   /* the fitted cost of a round, fixed + per token (0: not
+                                                measured yet) */
     const char *spec_proposer;               /* "lookup", "draft" (static), or NULL: no speculation */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */

@@ -97,6 +97,9 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     int rc = check_ranges(&eo, err);
     if (rc)
         return rc;
+    if (!(eo.max_round_ms >= 0 && eo.max_round_ms <= 3600e3)) /* (a nan fails too) */
+        return cdx_err_set(err, CDX_EINVAL, "max_round_ms is %g; it must be in 0..3600000 (--max-round-ms)",
+                           eo.max_round_ms);
     if (eo.draft_max <= 0)
         eo.draft_max = eo.draft_min > 8 ? eo.draft_min : 8;
     if (eo.draft_min <= 0)
@@ -252,7 +255,7 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->lru_head = e->lru_tail = NONE;
     e->stats = (cdx_engine_stats){ .n_ctx = eo.n_ctx, .n_blocks = nb, .blocks_free = nb, .max_batch = eo.max_batch,
                                    .max_queue = eo.max_queue, .kv_pool_bytes = (uint64_t)nb * block_bytes,
-                                   .token_budget = eo.token_budget,
+                                   .token_budget = eo.token_budget, .max_round_ms = eo.max_round_ms,
                                    .spec_proposer = e->proposer ? e->proposer->name : NULL };
     *out = e;
     return CDX_OK;

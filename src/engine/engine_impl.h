@@ -198,8 +198,19 @@ int eng_spec_init(cdx_engine *e, seq *s, bool opted_out);
 int eng_spec_draft(cdx_engine *e, seq *s, int64_t spare);
 /* After s's rows were sampled: n_kept of its n_draft guesses were kept. */
 void eng_spec_settle(cdx_engine *e, seq *s, int n_kept);
-/* A round of n tokens took ms (the cost model the turn-off rule reads). */
+/* A round of n tokens took ms (the cost model the turn-off rule and the round target read). */
 void eng_spec_round(cdx_engine *e, int64_t n, double ms);
+/* The cost model: a round of n tokens takes *a + *b·n ms (least squares over the rounds so far,
+ * recent ones weighing more; both 0 before the first round). */
+void eng_cost_fit(const cdx_engine *e, double *a, double *b);
+double eng_round_ms(const cdx_engine *e, int64_t n);
+
+/* ---- scheduler.c ---- */
+
+/* Prompt tokens a round that already holds n_dec tokens may add so that a round costing a + b·n ms
+ * lasts at most T = max(target_ms, 2·(a + b·n_dec)) (prompts get at least the decoding tokens'
+ * own time): floor((T - a) / b) - n_dec, within lo..hi (hi where b <= 0). */
+int64_t eng_prefill_budget(double a, double b, double target_ms, int64_t n_dec, int64_t lo, int64_t hi);
 
 /* ---- block_pool.c: keys, the pool, block tables, prefix registration, state snapshots ---- */
 

@@ -135,8 +135,26 @@ void eng_spec_round(cdx_engine *e, int64_t n, double ms)
     e->cm_sxy = e->cm_sxy * COST_DECAY + x * y;
 }
 
+void eng_cost_fit(const cdx_engine *e, double *a, double *b)
+{
+    const double s0 = e->cm_s0, det = s0 * e->cm_sxx - e->cm_sx * e->cm_sx;
+    *a = *b = 0;
+    if (s0 < 1)
+        return;
+    if (s0 >= 3 && det > 1e-6 * s0 * s0) {
+        *b = (s0 * e->cm_sxy - e->cm_sx * e->cm_sy) / det;
+        *a = (e->cm_sy - *b * e->cm_sx) / s0;
+        if (*b > 0 && *a >= 0)
+            return;
+    }
+    /* rounds of one size (or a fit with a negative part): the prior's split of their mean */
+    const double x = e->cm_sx / s0, y = e->cm_sy / s0;
+    *a = y / (1 + COST_PRIOR * x);
+    *b = COST_PRIOR * *a;
+}
+
 /* The predicted ms of a round of n tokens, a + b·n (0: not measured yet). */
-static double round_ms(const cdx_engine *e, int64_t n)
+double eng_round_ms(const cdx_engine *e, int64_t n)
 {
     const double s0 = e->cm_s0, det = s0 * e->cm_sxx - e->cm_sx * e->cm_sx;
     if (s0 < 1)
@@ -222,7 +240,7 @@ int eng_spec_draft(cdx_engine *e, seq *s, int64_t spare)
         const double p = (sp->acc + 0.5) / (sp->prop + 1);
         double need = cost_share(e, e->n_running);
         /* a draft model's own time per guess, as a share of the round it saves */
-        const double rm = round_ms(e, e->n_running);
+        const double rm = eng_round_ms(e, e->n_running);
         if (e->draft && e->draft_n > 0 && rm > 0)
             need += e->draft_ms / e->draft_n / rm;
         const double bar = need > SPEC_MIN_ACC ? need : SPEC_MIN_ACC;
