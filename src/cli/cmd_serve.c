@@ -123,9 +123,9 @@ static void log_request(void *user, const cdx_server_request_log *r)
     fputs(line, stderr);
 }
 
-/* --max-round-ms's default: on a 2-core Zen 5 with the Llama-1B Q4_0 bench model and 16 clients, a
- * 16-stream decode round took ~100-150 ms; 150 cut the token gap's p99 to a fifth with the aggregate
- * throughput unchanged (bench/README.md, "Latency under load"). */
+/* --max-round-ms's default (issue 44's suggestion for this class of machine): with the Llama-1B Q4_0
+ * bench model and 16 clients it cut the token gap's p99 to 0.11-0.32x of no target; bench/README.md,
+ * "Latency under load: the round target", has the runs and their caveats. */
 #define SERVE_MAX_ROUND_MS 150
 
 /* The engine's options serve takes, for the ranges line of --help. */
