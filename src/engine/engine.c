@@ -212,6 +212,8 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->draft = eo.draft;
     if (eo.draft) {
         e->draft_vocab = cdx_model_hparams(eo.draft)->n_vocab;
+        const size_t wm = cdx_model_weight_bytes(m), wd = cdx_model_weight_bytes(eo.draft);
+        e->draft_ratio = wm > 0 ? (double)wd / (double)wm : 1;
         if (!(e->draft_logits = malloc((size_t)e->draft_vocab * sizeof(float)))) {
             cdx_engine_free(e);
             return cdx_err_set(err, CDX_ENOMEM, "out of memory");

@@ -46,10 +46,20 @@ typedef struct eng_spec_state {
     int32_t *draft;            /* [draft_max] */
     double acc, prop;          /* decayed counts of accepted and proposed draft tokens */
     int64_t proposed, accepted;/* totals (the events') */
-    int64_t off_at;            /* n_gen when it was turned off (lookup probes every SPEC_PROBE tokens) */
+    int64_t off_at;            /* n_gen when it was turned off (it probes SPEC_PROBE << n_probes tokens later) */
+    int n_probes;              /* probes made since it was last on by the rule */
+    bool probing;              /* this round's draft is a probe (made whatever the rule says) */
     cdx_kv *dkv;               /* the draft model's cache of this request (made on its first draft) */
     int32_t *dtoks;            /* [n_ctx] the tokens whose K/V it holds (dkv->n_past of them) */
+    int64_t doff;              /* the request's position of the draft cache's first token: > 0 while the
+                                * draft sees a window of the latest tokens only (a probe) */
+    int64_t restart_at;        /* this round: the draft cache starts over at this position (-1: it goes on) */
 } eng_spec_state;
+
+/* A cost model: decayed sums of (tokens, ms) per forward pass, fitted to ms = a + b·tokens. */
+typedef struct eng_cost {
+    double s0, sx, sxx, sy, sxy;
+} eng_cost;
 
 typedef struct seq {
     uint64_t id;
@@ -172,10 +182,13 @@ struct cdx_engine {
     cdx_forward_ctx *draft_fc; /* its forward pass (the engine's threads) */
     float *draft_logits;       /* [draft n_vocab] */
     int64_t draft_vocab;
-    double draft_ms, draft_n;  /* decayed time spent drafting, and tokens drafted (the rule's draft cost) */
+    double draft_ratio;        /* the draft's weight bytes a token / the model's (the draft cost's prior) */
     int64_t max_logits;        /* logits rows a round may ask for: max_batch · (1 + draft_max) with a proposer */
     int *b_logit_rows;         /* [max_logits] at a sequence's first row: how many rows are its own */
-    double cm_s0, cm_sx, cm_sxx, cm_sy, cm_sxy; /* decayed sums of (tokens, ms) per round: the cost model */
+    eng_cost cost;             /* the model's rounds (tokens, ms) */
+    eng_cost dcost;            /* the draft model's passes (tokens, ms) */
+    double acc_e, prop_e;      /* decayed counts of kept and proposed draft tokens over every request: a new
+                                * request's prior */
     uint64_t t_spec_prop, t_spec_acc, t_spec_verify;
 };
 

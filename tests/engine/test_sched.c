@@ -100,7 +100,7 @@ static int run(const cdx_model *m, double max_round_ms, result *rs, int64_t *rou
     /* the cost model pinned at 15.5 + 1·n ms (two points weighing 10^12 rounds each: the rounds measured
      * here do not move it), so the budget each round gets is known */
     const double w = 1e12;
-    e->cm_s0 = 2 * w, e->cm_sx = 100 * w, e->cm_sxx = 1e4 * w, e->cm_sy = 131 * w, e->cm_sxy = 11550 * w;
+    e->cost.s0 = 2 * w, e->cost.sx = 100 * w, e->cost.sxx = 1e4 * w, e->cost.sy = 131 * w, e->cost.sxy = 11550 * w;
     cdx_err err = { 0 };
     memset(rs, 0, sizeof(result) * N_REQ);
     g_round = 0;

@@ -75,6 +75,7 @@ typedef struct {
     uint64_t seed;
     const char *stop;             /* a stop string, or NULL */
     const cdx_grammar *grammar;   /* or NULL */
+    bool full_dist;               /* sample from the whole distribution (no top-k/top-p/min-p) */
 } req_spec;
 
 static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
@@ -88,6 +89,11 @@ static int run_all(cdx_engine *e, const req_spec *qs, int n, result *rs)
         rq.ignore_eos = true;
         rq.sampling.temp = qs[i].temp;
         rq.sampling.seed = qs[i].seed;
+        if (qs[i].full_dist) { /* the whole distribution: no top-k, top-p or min-p cut */
+            rq.sampling.top_k = 0;
+            rq.sampling.top_p = 1;
+            rq.sampling.min_p = 0;
+        }
         rq.top_logprobs = TOPK;
         rq.on_event = on_event;
         rq.user = &rs[i];
@@ -491,6 +497,144 @@ static void turn_off(void)
     cdx_model_close(m);
 }
 
+/* ---- the distribution at temperature > 0: a chi-squared test ---- */
+
+/* The chi-squared critical values at p = 0.001 for 1..40 degrees of freedom (the upper tail of the
+ * chi-squared distribution; scipy.stats.chi2.isf(0.001, df), to 3 decimals), fixed before any
+ * sample was drawn. */
+static const double k_chi2_crit[40] = {
+    10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124, 27.877, 29.588, 31.264, 32.909, 34.528, 36.123,
+    37.697, 39.252, 40.790, 42.312, 43.820, 45.315, 46.797, 48.268, 49.728, 51.179, 52.620, 54.052, 55.476, 56.892,
+    58.301, 59.703, 61.098, 62.487, 63.870, 65.247, 66.619, 67.985, 69.346, 70.703, 72.055, 73.402 };
+
+#define CHI_N 1200     /* seeded requests a side */
+#define CHI_K 3        /* the first CHI_K sampled tokens, as one category */
+#define CHI_MIN 10     /* a category counted on its own needs this many draws in both samples together */
+#define CHI_BINS 30    /* at most this many categories on their own (the most drawn), the rest pooled */
+
+typedef struct {
+    int32_t t[CHI_K];
+    int n[2];
+} chi_cat;
+
+static int chi_cmp(const void *x, const void *y)
+{
+    const chi_cat *a = x, *b = y;
+    const int na = a->n[0] + a->n[1], nb = b->n[0] + b->n[1];
+    return na != nb ? nb - na : memcmp(a->t, b->t, sizeof a->t);
+}
+
+/* CHI_N requests of q at seeds seed0 .. seed0 + CHI_N - 1, 32 at a time; each one's first CHI_K tokens
+ * are counted into cats (side 0 or 1). Returns the guesses kept, or -1. */
+static int64_t chi_sample(cdx_engine *e, const req_spec *q, uint64_t seed0, chi_cat *cats, int *n_cats, int side)
+{
+    static result rs[32];
+    int64_t kept = 0;
+    for (int i0 = 0; i0 < CHI_N; i0 += 32) {
+        req_spec qs[32];
+        const int n = CHI_N - i0 < 32 ? CHI_N - i0 : 32;
+        for (int i = 0; i < n; i++) {
+            qs[i] = *q;
+            qs[i].seed = seed0 + (uint64_t)(i0 + i);
+        }
+        if (run_all(e, qs, n, rs))
+            return -1;
+        for (int i = 0; i < n; i++) {
+            if (rs[i].n < CHI_K)
+                return -1;
+            kept += rs[i].accepted;
+            int c = 0;
+            while (c < *n_cats && memcmp(cats[c].t, rs[i].tok, sizeof cats[c].t))
+                c++;
+            if (c == *n_cats) {
+                memcpy(cats[c].t, rs[i].tok, sizeof cats[c].t);
+                cats[c].n[0] = cats[c].n[1] = 0;
+                (*n_cats)++;
+            }
+            cats[c].n[side]++;
+        }
+    }
+    return kept;
+}
+
+/* Two samples of the first CHI_K tokens of one prompt at temperature > 0: speculation on (seeds
+ * 1..CHI_N) and off (seeds CHI_N + 1 .. 2·CHI_N, so the samples are independent: on the same seeds the
+ * two runs are the same bits, which exact_stories checks). The chi-squared test of homogeneity over
+ * the categories (the CHI_K-token sequences drawn at least CHI_MIN times in both samples together, the
+ * rest pooled, at most CHI_BINS on their own) must stay under the p = 0.001 critical value. The test
+ * can fail: with the scheduler keeping every guess instead of only those its sampler draws (each guess
+ * row's logits masked to the guess), the draft-model case gave chi2 = 66.56 against 26.124 (df 8). The
+ * lookup case has less power (its guesses, "named Lily" after "girl", are what the model draws almost
+ * always): there the same break gave 4.69, under its 22.458. */
+static void chi2_case(const char *what, const cdx_model *m, const cdx_model *draft, int spec, const req_spec *q)
+{
+    static chi_cat cats[2 * CHI_N];
+    int n_cats = 0;
+    g_draft = draft;
+    cdx_engine *e = engine(m, spec, 3, 32, 512, 0);
+    REQUIRE(e);
+    const int64_t kept = chi_sample(e, q, 1, cats, &n_cats, 0);
+    cdx_engine_free(e);
+    g_draft = NULL;
+    e = engine(m, CDX_SPEC_OFF, 1, 32, 512, 0);
+    REQUIRE(e);
+    REQUIRE(kept >= 0 && chi_sample(e, q, 1 + CHI_N, cats, &n_cats, 1) >= 0);
+    cdx_engine_free(e);
+    qsort(cats, (size_t)n_cats, sizeof *cats, chi_cmp);
+    double chi2 = 0;
+    int bins = 0, other[2] = { 0, 0 };
+    for (int c = 0; c < n_cats; c++) {
+        const int a = cats[c].n[0], b = cats[c].n[1];
+        if (a + b < CHI_MIN || bins == CHI_BINS) {
+            other[0] += a;
+            other[1] += b;
+            continue;
+        }
+        chi2 += (double)(a - b) * (a - b) / (a + b); /* equal sample sizes: expected (a + b) / 2 each */
+        bins++;
+    }
+    if (other[0] + other[1] >= CHI_MIN) {
+        chi2 += (double)(other[0] - other[1]) * (other[0] - other[1]) / (other[0] + other[1]);
+        bins++;
+    }
+    const int df = bins - 1;
+    CHECKF(df >= 1 && df <= 40, "%s: %d categories", what, bins);
+    if (df < 1 || df > 40)
+        return;
+    const double crit = k_chi2_crit[df - 1];
+    printf("  %s: %d sequences of %d tokens, %d categories, chi2 = %.2f (df %d, p = 0.001 critical value %.3f); "
+           "%lld guesses kept\n", what, n_cats, CHI_K, bins, chi2, df, crit, (long long)kept);
+    CHECKF(kept > CHI_N / 4, "%s: too few guesses kept (%lld) for the test to see speculation", what, (long long)kept);
+    CHECKF(chi2 < crit, "%s: chi2 %.2f >= %.3f", what, chi2, crit);
+}
+
+static void chi2_distribution(void)
+{
+    cdx_err err = { 0 };
+    cdx_model *m = NULL, *d = NULL;
+    REQUIRE(cdx_model_open(STORIES, NULL, &m, &err) == 0);
+    REQUIRE(cdx_model_open(STORIES, NULL, &d, &err) == 0);
+    req_spec q;
+    memset(&q, 0, sizeof q);
+    /* "Once upon a time, there was a little" in stories260K's ids, then sampled at temperature 1 */
+    static const int32_t ids[] = { 1, 403, 407, 261, 378, 432, 383, 286, 261, 376 };
+    q.n = (int)(sizeof ids / sizeof ids[0]);
+    memcpy(q.ids, ids, sizeof ids);
+    q.max_tokens = CHI_K;
+    q.temp = 1.0f;
+    q.full_dist = true;
+    chi2_case("a draft model (stories260K for itself)", m, d, CDX_SPEC_AUTO, &q);
+    /* "Once upon a time, there was a little girl named Lily. She loved to play. Once upon a time, there
+     * was a little": lookup proposes what followed the first time, which the model draws often, not always */
+    static const int32_t loop[] = { 1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
+                                    338, 401, 396, 267, 337, 426, 403, 407, 261, 378, 432, 383, 286, 261, 376 };
+    q.n = (int)(sizeof loop / sizeof loop[0]);
+    memcpy(q.ids, loop, sizeof loop);
+    chi2_case("prompt lookup", m, NULL, CDX_SPEC_LOOKUP, &q);
+    cdx_model_close(d);
+    cdx_model_close(m);
+}
+
 int main(void)
 {
     RUN("lookup on stories260K, every kernel set, f32 and f16 caches: tokens, logprobs and top-5 logits bit for bit "
@@ -505,5 +649,8 @@ int main(void)
     RUN("--draft-max / --draft-min / --spec refused by name; Qwen3.5 refused with the reason", refusals);
     RUN("a request with no_speculation does not speculate; the same tokens", opt_out);
     RUN("the turn-off rule: a request none of whose guesses is kept stops speculating", turn_off);
+    RUN("temperature 1 (no top-k/top-p/min-p): the first 3 sampled tokens with a draft model and with lookup follow plain sampling's "
+        "distribution (chi-squared at p = 0.001, critical value fixed beforehand)",
+        chi2_distribution);
     return t_done("spec");
 }
