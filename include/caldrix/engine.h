@@ -316,6 +316,8 @@ typedef struct cdx_engine_stats {
     double image_encode_ms;                  /* time spent in it */
     uint64_t spec_proposed, spec_accepted;   /* draft tokens proposed, and kept (totals) */
     uint64_t spec_verifies;                  /* request-rounds that scored a draft */
+    uint64_t spec_requests, spec_turned_off; /* requests ended that speculated, and of them those the rule
+                                                turned off at least once */
     int64_t token_budget;                    /* tokens a round's pass takes at most (configuration) */
     double max_round_ms;                     /* the round target (configuration; 0: none) */
     double round_fixed_ms, round_token_ms;   /* the fitted cost of a round, fixed + per token (0: not

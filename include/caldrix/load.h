@@ -132,6 +132,21 @@ CDX_API int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **ou
                      cdx_err *err);
 CDX_API void cdx_load_close(cdx_loaded *l); /* NULL: no-op; the engine first, the model last */
 
+/* One draft candidate's verdict (cdx_load_judge_drafts). */
+typedef struct cdx_draft_verdict {
+    const char *path;            /* the candidate (borrowed from the paths given) */
+    uint64_t weight_bytes;       /* weight bytes a token (inspect's estimate, or the loaded draft's) */
+    bool ok;                     /* it passes --draft's checks for the model */
+    char why[512];               /* why not ("" when ok) */
+} cdx_draft_verdict;
+
+/* --draft auto's judgment of every candidate (files or folders) for the loaded model t (t->tok
+ * needed; tname names it in messages): *out (free() it) has one verdict a candidate, best first —
+ * those passing, most weight bytes a token first (the first is the one --draft auto takes), then the
+ * others with why. The model itself is left out. Only running out of memory fails. */
+CDX_API int cdx_load_judge_drafts(const cdx_loaded *t, const char *tname, const char *const *paths, int n,
+                                  cdx_draft_verdict **out, int *n_out, cdx_err *err);
+
 /* A model's tokenizer: its GGUF vocabulary, or the checkpoint folder's tokenizer files (path NULL:
  * the bundled model). *tok NULL and 0 when it has none. */
 CDX_API int cdx_load_tokenizer(const char *path, const cdx_model *m, cdx_tok **tok, cdx_err *err);

@@ -63,6 +63,11 @@ json_t *cli_models_cached(const cdx_hub_env *env);
 /* --draft auto's candidates: the paths of the complete cached models (heap, n of them, NULL-ended;
  * free each and the array). 0, or 1 after printing why (cmd: "caldrix run"). */
 int cli_draft_candidates(const char *cmd, char ***paths, int *n);
+/* Records a draft's outcome for model on this machine (CALDRIX_CACHE/draft-outcomes.json, read by
+ * caldrix models drafts): cmd is "run", "bench" or "serve". A file that cannot be written is said on
+ * stderr, nothing else. */
+void cli_draft_outcome_save(const char *cmd, const char *model, const char *draft, int64_t proposed, int64_t accepted,
+                            bool turned_off);
 /* The --help line that gives those options' ranges from the same table:
  * "ranges: --ctx 1..16777216, --threads 1..8 (4 x the 2 cores this process may use, at most 1024)" */
 void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n);

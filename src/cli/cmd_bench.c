@@ -529,6 +529,13 @@ int cmd_bench(int argc, char **argv)
             printf("prefix   first token after %.1f ms cold, %.1f ms with %lld of %ld prompt tokens cached\n",
                    median(tcold, (int)runs), median(thot, (int)runs), (long long)hit_cached, n_prompt);
     }
+    if (draft && ld->draft && ld->draft->path) {
+        /* the draft's outcome on this machine: turned off when the rule turned off most requests */
+        cdx_engine_stats es;
+        cdx_engine_get_stats(eng, &es);
+        cli_draft_outcome_save("bench", ld->path ? ld->path : path, ld->draft->path, (int64_t)es.spec_proposed,
+                               (int64_t)es.spec_accepted, es.spec_turned_off * 2 > es.spec_requests);
+    }
     rc = 0;
     goto done;
 fail:

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -23,7 +24,7 @@ static void usage(FILE *f)
                "       caldrix models search TEXT... [--arch A] [--format gguf|safetensors] [--max-params N]\n"
                "                             [--runnable] [--limit N] [--json]\n"
                "       caldrix models related REPO [--finetunes|--quantizations|--twins] [--json]\n"
-               "       caldrix models drafts REPO [--json]\n"
+               "       caldrix models drafts REF [--json]\n"
                "       caldrix models update [--full] [--search TEXT] [--filter TAG] [--page-size N] [--json]\n"
                "       caldrix models rules [--json]\n"
                "       caldrix models list [--json]\n"
@@ -39,8 +40,15 @@ static void usage(FILE *f)
                "           verdict is \"runs\" and it fits this machine's memory) filter the index only\n"
                "related    the index's base_model relatives of REPO, its bases and what derives from it;\n"
                "           --finetunes, --quantizations, or --twins (the same weights in another format)\n"
-               "drafts     draft candidates for REPO: the same tokenizer, at most a quarter of its parameters,\n"
-               "           dense safetensors that run and fit; the same owner first, then by downloads\n"
+               "drafts     draft candidates for REF. A model on disk (a path, or an alias, repo or Ollama tag the\n"
+               "           caches hold): the cached models judged as run --draft auto judges them (the same\n"
+               "           vocabulary, at most half its weight bytes a token, not refused as a draft), best\n"
+               "           first (the first is the one --draft auto takes), each with \"last run on this machine:\n"
+               "           <draft> was turned off / stayed on\" when run, bench or serve recorded one\n"
+               "           (CALDRIX_CACHE/draft-outcomes.json), then those passed over and why. Otherwise (a repo\n"
+               "           id not cached): the model index's candidates: the same tokenizer, at most a quarter of\n"
+               "           its parameters, dense safetensors that run and fit; the same owner first, then by\n"
+               "           downloads\n"
                "update     fills the model index from the Hub (HF_ENDPOINT): the first time every listed repo\n"
                "           caldrix can judge and their base_model relatives, then only what changed (--full: all\n"
                "           again). Cut or failed, the previous index stays as it was, and the next update goes on\n"
@@ -408,6 +416,7 @@ static int cmd_update(int argc, char **argv)
 }
 
 /* related and drafts: REPO [flags] [--json] */
+static int drafts_local(cdx_loaded *t, const char *ref, bool json);
 static int cmd_related(int argc, char **argv, bool drafts)
 {
     const char *repo = NULL;
@@ -429,6 +438,20 @@ static int cmd_related(int argc, char **argv, bool drafts)
         fprintf(stderr, "usage: caldrix models %s REPO%s [--json]\n", cmd,
                 drafts ? "" : " [--finetunes|--quantizations|--twins]");
         return 2;
+    }
+    if (drafts) {
+        /* a model on disk (a path, or a reference the caches hold): the cached models as drafts */
+        cdx_hub_opts ho = { .cache_only = true, .skip_memory_check = true };
+        cdx_load_opts lo = cdx_load_defaults();
+        lo.paths_only = true;
+        lo.hub = &ho;
+        cdx_loaded *t = NULL;
+        cdx_err le = { 0 };
+        if (cdx_load(repo, &lo, &t, NULL, &le) == 0) {
+            const int rc = drafts_local(t, repo, json);
+            cdx_load_close(t);
+            return rc;
+        }
     }
     /* an alias stands for its repo */
     const cdx_hub_alias *a = cdx_hub_alias_find(repo);
@@ -993,6 +1016,153 @@ int cli_draft_candidates(const char *cmd, char ***paths, int *n)
     *paths = p;
     *n = k;
     return 0;
+}
+
+/* ---- the drafts' outcomes on this machine ---- */
+
+/* CALDRIX_CACHE/draft-outcomes.json: {"<model path>": {"<draft path>": {"outcome": "stayed on" | "turned
+ * off", "proposed": N, "accepted": N, "by": "run" | "bench" | "serve", "at": "<UTC time>"}}}, paths
+ * made absolute (realpath). The latest outcome of each pair replaces the one before. */
+static char *outcomes_path(void)
+{
+    cdx_hub_env env;
+    cdx_err err = { 0 };
+    if (cdx_hub_env_load(&env, &err) < 0)
+        return NULL;
+    char *p = malloc(strlen(env.caldrix_cache) + 32);
+    if (p)
+        sprintf(p, "%s/draft-outcomes.json", env.caldrix_cache);
+    cdx_hub_env_free(&env);
+    return p;
+}
+
+static json_t *outcomes_read(const char *path)
+{
+    json_t *o = path ? json_load_file(path, 0, NULL) : NULL;
+    if (!json_is_object(o)) { /* absent or damaged: starts over */
+        json_decref(o);
+        o = json_object();
+    }
+    return o;
+}
+
+static void abs_path(const char *p, char *out, size_t cap)
+{
+    char rp[PATH_MAX];
+    snprintf(out, cap, "%s", realpath(p, rp) ? rp : p);
+}
+
+void cli_draft_outcome_save(const char *cmd, const char *model, const char *draft, int64_t proposed, int64_t accepted,
+                            bool turned_off)
+{
+    char *path = outcomes_path();
+    if (!path || !model || !draft)
+        goto out;
+    char mk[PATH_MAX], dk[PATH_MAX], tmp[PATH_MAX + 16], when[32];
+    abs_path(model, mk, sizeof mk);
+    abs_path(draft, dk, sizeof dk);
+    json_t *all = outcomes_read(path), *m = json_object_get(all, mk);
+    if (!json_is_object(m)) {
+        m = json_object();
+        json_object_set_new(all, mk, m);
+    }
+    const time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    json_object_set_new(m, dk, json_pack("{s:s,s:I,s:I,s:s,s:s}", "outcome", turned_off ? "turned off" : "stayed on",
+                                         "proposed", (json_int_t)proposed, "accepted", (json_int_t)accepted, "by",
+                                         cmd, "at", when));
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        mkdir(dir, 0755); /* the cache folder (exists, usually) */
+    }
+    if (json_dump_file(all, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) || rename(tmp, path)) {
+        fprintf(stderr, "caldrix %s: could not record the draft's outcome in %s: %s\n", cmd, path, strerror(errno));
+        unlink(tmp);
+    }
+    json_decref(all);
+out:
+    free(path);
+}
+
+/* The last outcome of draft for model ("" when none), as "<draft> was turned off" / "stayed on". */
+static json_t *outcome_of(json_t *all, const char *model, const char *draft)
+{
+    char mk[PATH_MAX], dk[PATH_MAX];
+    abs_path(model, mk, sizeof mk);
+    abs_path(draft, dk, sizeof dk);
+    return json_object_get(json_object_get(all, mk), dk);
+}
+
+/* models drafts REF where REF is on disk (a path, or an alias, repo or Ollama tag in the caches): the
+ * cached models judged as --draft auto judges them, best first, each with its last outcome here. */
+static int drafts_local(cdx_loaded *t, const char *ref, bool json)
+{
+    char **paths = NULL;
+    int n = 0;
+    if (cli_draft_candidates("caldrix models drafts", &paths, &n))
+        return 1;
+    cdx_draft_verdict *v = NULL;
+    int nv = 0;
+    cdx_err err = { 0 };
+    const int rc = cdx_load_judge_drafts(t, ref, (const char *const *)paths, n, &v, &nv, &err);
+    char *op = outcomes_path();
+    json_t *all = outcomes_read(op);
+    free(op);
+    int status = 0;
+    if (rc) {
+        fprintf(stderr, "caldrix models drafts: %s\n", err.msg);
+        status = 1;
+        goto done;
+    }
+    if (json) {
+        json_t *arr = json_array();
+        for (int i = 0; i < nv; i++) {
+            json_t *last = outcome_of(all, t->path, v[i].path);
+            json_array_append_new(arr, json_pack("{s:s,s:I,s:b,s:s?,s:O?}", "path", v[i].path, "weight_bytes",
+                                                 (json_int_t)v[i].weight_bytes, "ok", v[i].ok, "why",
+                                                 v[i].ok ? NULL : v[i].why, "last_run", last));
+        }
+        json_t *o = json_pack("{s:s,s:s,s:I,s:o}", "model", ref, "path", t->path ? t->path : "", "weight_bytes",
+                              (json_int_t)cdx_model_weight_bytes(t->model), "candidates", arr);
+        print_json(o);
+        goto done;
+    }
+    int n_ok = 0;
+    for (int i = 0; i < nv; i++)
+        n_ok += v[i].ok;
+    printf("%d draft candidate%s for %s among %d cached model%s (%zu weight bytes a token)%s\n", n_ok,
+           n_ok == 1 ? "" : "s", ref, n, n == 1 ? "" : "s", cdx_model_weight_bytes(t->model), n_ok ? ", best first:" : "");
+    for (int i = 0; i < nv; i++) {
+        if (!v[i].ok)
+            continue;
+        json_t *last = outcome_of(all, t->path, v[i].path);
+        printf("  %s (%llu weight bytes a token)", v[i].path, (unsigned long long)v[i].weight_bytes);
+        if (last)
+            printf("; last run on this machine: %s %s (accepted %lld of %lld, caldrix %s, %s)", v[i].path,
+                   !strcmp(json_string_value(json_object_get(last, "outcome")) ?: "", "turned off") ? "was turned off"
+                                                                                                  : "stayed on",
+                   (long long)json_integer_value(json_object_get(last, "accepted")),
+                   (long long)json_integer_value(json_object_get(last, "proposed")),
+                   json_string_value(json_object_get(last, "by")), json_string_value(json_object_get(last, "at")));
+        printf("\n");
+    }
+    if (nv > n_ok)
+        printf("passed over:\n");
+    for (int i = 0; i < nv; i++)
+        if (!v[i].ok)
+            printf("  %s: %s\n", v[i].path, v[i].why);
+done:
+    json_decref(all);
+    free(v);
+    for (int i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+    return status;
 }
 
 static int cmd_list(int argc, char **argv)

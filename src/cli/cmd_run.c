@@ -1214,6 +1214,8 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "caldrix: draft %s stayed on (accepted %.0f %% of %lld proposed tokens)\n", dname,
                     st.proposed ? 100.0 * (double)st.accepted / (double)st.proposed : 0.0, (long long)st.proposed);
     }
+    if (st.proposer && !strcmp(st.proposer, "draft") && ld->draft && ld->path && ld->draft->path && st.proposed + st.spec_off > 0)
+        cli_draft_outcome_save("run", ld->path, ld->draft->path, st.proposed, st.accepted, st.spec_off);
     status = 0;
 done:
     json_decref(st.steps);

@@ -813,6 +813,14 @@ int cmd_serve(int argc, char **argv)
     status = wait_for_signal();
 done:
     cdx_server_stop(srv);
+    if (ld && ld->draft && ld->draft->path && ld->path && ld->engine) {
+        /* the draft's outcome on this machine: turned off when the rule turned off most requests */
+        cdx_engine_stats es;
+        cdx_engine_get_stats(ld->engine, &es);
+        if (es.spec_requests > 0)
+            cli_draft_outcome_save("serve", ld->path, ld->draft->path, (int64_t)es.spec_proposed,
+                                   (int64_t)es.spec_accepted, es.spec_turned_off * 2 > es.spec_requests);
+    }
     cdx_load_close(ld);
     if (split) {
         cdx_split_stop(split);

@@ -189,7 +189,7 @@ struct cdx_engine {
     eng_cost dcost;            /* the draft model's passes (tokens, ms) */
     double acc_e, prop_e;      /* decayed counts of kept and proposed draft tokens over every request: a new
                                 * request's prior */
-    uint64_t t_spec_prop, t_spec_acc, t_spec_verify;
+    uint64_t t_spec_prop, t_spec_acc, t_spec_verify, t_spec_req, t_spec_off;
 };
 
 /* ---- spec.c: speculative decoding ---- */

@@ -88,6 +88,10 @@ static void emit(cdx_engine *e, seq *s, cdx_finish f, int32_t token, float lp, c
  * nor when cancelled), the blocks go back to the pool. */
 void eng_seq_finish(cdx_engine *e, seq *s, cdx_finish f, const char *message)
 {
+    if (s->sp.on) {
+        e->t_spec_req++;
+        e->t_spec_off += s->sp.turned_off;
+    }
     size_t from = s->n_emitted, len = 0;
     if (f == CDX_FINISH_LENGTH || (f == CDX_FINISH_STOP && s->n_emitted <= s->n_text)) {
         if (e->tok) {

@@ -283,6 +283,8 @@ static void snapshot(cdx_engine *e)
     e->stats.spec_accepted = e->t_spec_acc;
     e->stats.spec_verifies = e->t_spec_verify;
     eng_cost_fit(e, &e->stats.round_fixed_ms, &e->stats.round_token_ms);
+    e->stats.spec_requests = e->t_spec_req;
+    e->stats.spec_turned_off = e->t_spec_off;
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -177,42 +177,53 @@ static void note_add(char *note, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The first candidate that passes draft's checks for t (t->draft set), or none (t->draft NULL);
- * t->draft_note says which, or why each was passed over. Only running out of memory fails. */
-static int draft_auto(const cdx_load_opts *o, const char *tname, cdx_loaded *t, cdx_err *err)
+/* The candidates' verdicts for t (named tname): inspect's refusals, the model itself and mixtures of
+ * experts passed over without loading; the rest loaded (paths_only) most weight bytes a token first
+ * and checked. first_only: stops at the first that passes, kept loaded in *kept (the caller owns it).
+ * *out: one verdict a candidate, the passing ones first (in the order tried), then the others (those
+ * checked, then those passed over without loading); its paths borrowed from paths. Only running out
+ * of memory fails. */
+static int judge_drafts(cdx_dtype dtype, const char *tname, const cdx_loaded *t, const char *const *paths, int n,
+                        bool first_only, cdx_draft_verdict **out, int *n_out, cdx_loaded **kept, cdx_err *err)
 {
-    const int n = o->n_draft_candidates;
-    char *note = t->draft_note;
-    const size_t cap = sizeof t->draft_note;
-    draft_cand *c = calloc((size_t)n, sizeof *c);
+    *out = NULL;
+    *n_out = 0;
+    if (kept)
+        *kept = NULL;
+    draft_cand *c = calloc((size_t)n + 1, sizeof *c);
+    cdx_draft_verdict *v = calloc((size_t)n + 1, sizeof *v), *pre = calloc((size_t)n + 1, sizeof *pre);
     cdx_hub_report *r = malloc(sizeof *r);
-    if (!c || !r) {
+    if (!c || !v || !pre || !r) {
         free(c);
+        free(v);
+        free(pre);
         free(r);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
-    char self[4096] = "", why[1200];
+    char self[4096] = "";
     if (t->path && !realpath(t->path, self))
         self[0] = 0;
-    int m = 0, passed = 0;
+    int m = 0, n_pre = 0;
     for (int i = 0; i < n; i++) {
-        const char *p = o->draft_candidates[i];
+        const char *p = paths[i];
         char rp[4096];
         cdx_err e = { 0 };
         if (self[0] && realpath(p, rp) && !strcmp(rp, self))
             continue; /* the model itself */
         memset(r, 0, sizeof *r);
-        why[0] = 0;
+        cdx_draft_verdict *w = &pre[n_pre];
+        w->path = p;
         if (cdx_hub_inspect_path(p, r, &e) < 0)
-            snprintf(why, sizeof why, "%s", e.msg);
+            snprintf(w->why, sizeof w->why, "%.500s", e.msg);
         else if (r->refusal[0])
-            snprintf(why, sizeof why, "%s", r->refusal);
+            snprintf(w->why, sizeof w->why, "%.500s", r->refusal);
         else if (strcmp(r->missing_required_tensors, "none"))
-            snprintf(why, sizeof why, "missing tensors: %s", r->missing_required_tensors);
+            snprintf(w->why, sizeof w->why, "missing tensors: %.480s", r->missing_required_tensors);
         else if (r->n_expert > 0)
-            snprintf(why, sizeof why, "a mixture of experts (%s)", r->architecture);
-        if (why[0]) {
-            note_add(note, cap, "%s%s: %.200s", passed++ ? "; " : "", p, why);
+            snprintf(w->why, sizeof w->why, "a mixture of experts (%s)", r->architecture);
+        if (w->why[0]) {
+            w->weight_bytes = r->weight_bytes;
+            n_pre++;
             continue;
         }
         c[m++] = (draft_cand){ p, r->weight_bytes };
@@ -220,45 +231,105 @@ static int draft_auto(const cdx_load_opts *o, const char *tname, cdx_loaded *t, 
     free(r);
     qsort(c, (size_t)m, sizeof *c, cand_cmp);
     const uint64_t tb = cdx_model_weight_bytes(t->model);
-    int rc = CDX_OK;
-    for (int i = 0; i < m && !t->draft; i++) {
+    int rc = CDX_OK, n_ok = 0, n_bad = 0;
+    cdx_draft_verdict *checked = calloc((size_t)m + 1, sizeof *checked);
+    if (!checked) {
+        free(c);
+        free(v);
+        free(pre);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < m; i++) {
         cdx_load_opts dl = cdx_load_defaults();
-        dl.dtype = o->dtype;
+        dl.dtype = dtype;
         dl.paths_only = true;
         cdx_loaded *d = NULL;
         cdx_err e = { 0 };
+        cdx_draft_verdict w = { .path = c[i].path, .weight_bytes = c[i].bytes };
         if ((rc = cdx_load(c[i].path, &dl, &d, NULL, &e)) == CDX_ENOMEM)
             break;
         rc = CDX_OK;
         if (!d)
-            snprintf(why, sizeof why, "%s", e.msg);
+            snprintf(w.why, sizeof w.why, "%.500s", e.msg);
         else if (cdx_model_weight_bytes(d->model) * 2 > tb)
-            snprintf(why, sizeof why, "reads %zu weight bytes a token, more than half the model's %llu",
+            snprintf(w.why, sizeof w.why, "reads %zu weight bytes a token, more than half the model's %llu",
                      cdx_model_weight_bytes(d->model), (unsigned long long)tb);
         else if (draft_refused_alone(c[i].path, d->model, &e) || draft_refused_for(c[i].path, d, tname, t, &e))
-            snprintf(why, sizeof why, "%s", e.msg);
-        else {
-            t->draft = d;
-            char rest[sizeof t->draft_note];
-            snprintf(rest, sizeof rest, "%s", note);
-            snprintf(note, cap, "--draft auto chose %.1000s (%zu weight bytes a token against the model's %llu) among %d "
-                     "candidate%s", c[i].path, cdx_model_weight_bytes(d->model), (unsigned long long)tb, n,
-                     n == 1 ? "" : "s");
-            if (rest[0])
-                note_add(note, cap, "; passed over: %.1700s", rest);
-            break;
+            snprintf(w.why, sizeof w.why, "%.500s", e.msg);
+        else
+            w.ok = true;
+        if (d)
+            w.weight_bytes = cdx_model_weight_bytes(d->model);
+        if (w.ok) {
+            v[n_ok++] = w;
+            if (first_only) {
+                if (kept)
+                    *kept = d;
+                else
+                    cdx_load_close(d);
+                break;
+            }
+        } else {
+            checked[n_bad++] = w;
         }
         cdx_load_close(d);
-        note_add(note, cap, "%s%s: %.300s", passed++ ? "; " : "", c[i].path, why);
     }
     free(c);
-    if (!t->draft && rc == CDX_OK) {
+    memcpy(v + n_ok, checked, (size_t)n_bad * sizeof *v);
+    memcpy(v + n_ok + n_bad, pre, (size_t)n_pre * sizeof *v);
+    free(checked);
+    free(pre);
+    if (rc == CDX_ENOMEM) {
+        if (kept && *kept) {
+            cdx_load_close(*kept);
+            *kept = NULL;
+        }
+        free(v);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    *out = v;
+    *n_out = n_ok + n_bad + n_pre;
+    return CDX_OK;
+}
+
+int cdx_load_judge_drafts(const cdx_loaded *t, const char *tname, const char *const *paths, int n,
+                          cdx_draft_verdict **out, int *n_out, cdx_err *err)
+{
+    return judge_drafts(CDX_DTYPE_AUTO, tname, t, paths, n, false, out, n_out, NULL, err);
+}
+
+/* The first candidate that passes draft's checks for t (t->draft set), or none (t->draft NULL);
+ * t->draft_note says which, or why each was passed over. Only running out of memory fails. */
+static int draft_auto(const cdx_load_opts *o, const char *tname, cdx_loaded *t, cdx_err *err)
+{
+    const int n = o->n_draft_candidates;
+    char *note = t->draft_note;
+    const size_t cap = sizeof t->draft_note;
+    cdx_draft_verdict *v = NULL;
+    int nv = 0;
+    int rc = judge_drafts(o->dtype, tname, t, o->draft_candidates, n, true, &v, &nv, &t->draft, err);
+    if (rc)
+        return rc;
+    note[0] = 0;
+    for (int i = 0, passed = 0; i < nv; i++)
+        if (!v[i].ok)
+            note_add(note, cap, "%s%s: %.300s", passed++ ? "; " : "", v[i].path, v[i].why);
+    if (t->draft) {
+        char rest[sizeof t->draft_note];
+        snprintf(rest, sizeof rest, "%s", note);
+        snprintf(note, cap, "--draft auto chose %.1000s (%zu weight bytes a token against the model's %zu) among %d "
+                 "candidate%s", v[0].path, cdx_model_weight_bytes(t->draft->model), cdx_model_weight_bytes(t->model),
+                 n, n == 1 ? "" : "s");
+        if (rest[0])
+            note_add(note, cap, "; passed over: %.1700s", rest);
+    } else {
         char rest[sizeof t->draft_note];
         snprintf(rest, sizeof rest, "%s", note);
         snprintf(note, cap, "--draft auto found no draft for %.200s among %d candidate%s%s%.1700s", tname, n, n == 1 ? "" : "s",
                  rest[0] ? ": " : " (no cached model other than it)", rest);
     }
-    return rc == CDX_ENOMEM ? cdx_err_set(err, CDX_ENOMEM, "out of memory") : CDX_OK;
+    free(v);
+    return CDX_OK;
 }
 
 int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_load_stage *stage, cdx_err *err)

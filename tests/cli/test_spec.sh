@@ -113,6 +113,30 @@ golden0() { python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['cases']
 auto_run "$tmp/c1"; rc=$?
 check "--draft auto: the Q8_0 copy (the most bytes within half the model's), the full copy passed over; llama.cpp's tokens" \
     '[ $rc -eq 0 ] && grep -q "draft auto chose .*/storiesq8/latest/model.gguf" "$tmp/err" && grep -q "passed over: .*storiesf32.*more than half" "$tmp/err" && golden0 draft'
+# caldrix models drafts: the same candidates in --draft auto's order, with the outcome run recorded
+drafts() { CALDRIX_CACHE=$1 HF_HUB_CACHE=$tmp/hf CALDRIX_OFFLINE=1 "$CALDRIX" models drafts "$M" "${@:2}" >"$tmp/out" 2>"$tmp/err"; }
+drafts "$tmp/c1" --json; rc=$?
+check "models drafts --json: the Q8_0 copy first, then the Q4_0 (both ok), the full copy passed over; run's outcome: stayed on" \
+    '[ $rc -eq 0 ] && python3 - "$tmp/out" <<PY
+import json, sys
+o = json.load(open(sys.argv[1])); c = o["candidates"]
+ok = [x["path"].split("/")[-3] for x in c if x["ok"]]; bad = [x for x in c if not x["ok"]]
+sys.exit(not (ok == ["storiesq8", "storiesq4"] and len(bad) == 1 and "storiesf32" in bad[0]["path"]
+              and "more than half" in bad[0]["why"] and c[0]["last_run"]["outcome"] == "stayed on"
+              and c[0]["last_run"]["by"] == "run" and c[0]["last_run"]["accepted"] > 0 and c[1].get("last_run") is None))
+PY'
+drafts "$tmp/c1"; rc=$?
+check "models drafts: \"last run on this machine: <draft> stayed on\" on the Q8_0 copy, the passed-over one and why" \
+    '[ $rc -eq 0 ] && grep -q "^2 draft candidates for .* best first" "$tmp/out" && grep -q "storiesq8/latest/model.gguf (.*last run on this machine: .*storiesq8/latest/model.gguf stayed on (accepted [0-9]* of [0-9]*, caldrix run" "$tmp/out" && grep -A1 "^passed over" "$tmp/out" | grep -q "storiesf32.*more than half"'
+drafts "$tmp/c1" --json; q4=$(python3 -c "import json,sys; print([x['path'] for x in json.load(open(sys.argv[1]))['candidates'] if 'storiesq4' in x['path']][0])" "$tmp/out")
+CALDRIX_CACHE=$tmp/c1 HF_HUB_CACHE=$tmp/hf CALDRIX_OFFLINE=1 "$CALDRIX" run "$M" -p "Once upon a time" -n 48 --temp 1.5 --seed 3 \
+    --draft "$q4" >/dev/null 2>"$tmp/err.run"; rc=$?
+word=$(sed -n 's/^caldrix: draft .* \(stayed on\|was turned off\) (accepted.*/\1/p' "$tmp/err.run"); drafts "$tmp/c1"; rc2=$?
+check "a run that ends \"$word\" is what models drafts says of that draft next" \
+    '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$word" ] && grep -q "storiesq4/latest/model.gguf.*last run on this machine: .*storiesq4/latest/model.gguf $word" "$tmp/out"'
+mkdir -p "$tmp/c3"; drafts "$tmp/c3"; rc=$?
+check "models drafts with empty caches: none, said so, exit 0" '[ $rc -eq 0 ] && grep -q "^0 draft candidates for .* among 0 cached models" "$tmp/out"'
+
 rm -rf "$tmp/c2"; put_ollama "$tmp/c2" storiesf32 "$M"
 auto_run "$tmp/c2"; rc=$?
 check "--draft auto with no fit draft: says none was found and why, prompt lookup instead (llama.cpp's tokens)" \
