@@ -1075,10 +1075,16 @@ void cli_draft_outcome_save(const char *cmd, const char *model, const char *draf
     snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
+    for (char *q = dir + 1; *q; q++) /* the cache folder and those above it, as needed */
+        if (*q == '/') {
+            *q = 0;
+            mkdir(dir, 0755);
+            *q = '/';
+        }
     char *slash = strrchr(dir, '/');
     if (slash) {
         *slash = 0;
-        mkdir(dir, 0755); /* the cache folder (exists, usually) */
+        mkdir(dir, 0755);
     }
     if (json_dump_file(all, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) || rename(tmp, path)) {
         fprintf(stderr, "caldrix %s: could not record the draft's outcome in %s: %s\n", cmd, path, strerror(errno));

@@ -326,6 +326,11 @@ int eng_spec_draft(cdx_engine *e, seq *s, int64_t spare)
         k = s->max_tokens - s->n_gen - 1; /* the last token to sample is the one after the draft */
     if (k > e->o.n_ctx - s->n_toks - 1)
         k = e->o.n_ctx - s->n_toks - 1;
+    /* LongRoPE: the round's positions take the factors of the request's length (kv rope_len); guesses
+     * past the original context while the text is within it would be rotated otherwise than plain
+     * decoding rotates them, so a draft stops at that edge */
+    while (k > 0 && cdx_model_rope_restart(e->m, s->n_toks, s->n_toks + k))
+        k--;
     if (k <= 0)
         return 0;
     /* a draft model's catch-up: the tokens its cache lacks as it stands, or from the start */
