@@ -4,7 +4,7 @@
 //   - models: every dense ../shared/fixtures/hf checkpoint converted to F32 (and llama/qwen3 to Q8_0),
 //     loaded by llama.cpp, 16 greedy tokens for each golden prompt (F32 KV cache, as the shared
 //     hf-gguf README ran it); the script also says whether they equal PyTorch's goldens;
-//   - tokenizers: ../shared/fixtures/tokenizers/{llama3,qwen3,smollm2,mistral} converted with
+//   - tokenizers: ../shared/fixtures/tokenizers/{llama3,qwen3,smollm2,mistral,bert} converted with
 //     --vocab-only, loaded by llama.cpp (vocabOnly), every text of texts.jsonl tokenized with
 //     parse_special and no BOS; the script says how many equal the transformers goldens
 //     (golden.jsonl, add_special_tokens false).
@@ -48,7 +48,7 @@ for (const [name, type] of models) {
 }
 
 const texts = readFileSync("../shared/fixtures/tokenizers/texts.jsonl", "utf8").trim().split("\n").map((l) => JSON.parse(l));
-for (const name of ["llama3", "qwen3", "smollm2", "mistral"]) {
+for (const name of ["llama3", "qwen3", "smollm2", "mistral", "bert"]) {
     const file = path.join(tmp, `tok-${name}.gguf`);
     convert([`../shared/fixtures/tokenizers/${name}`, file, "--vocab-only"]);
     const gold = readFileSync(`../shared/fixtures/tokenizers/${name}/golden.jsonl`, "utf8").trim().split("\n")

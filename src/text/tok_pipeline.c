@@ -491,9 +491,19 @@ static int wpm_llama(const tk_pre *p, const char *s, size_t n, const tk_span *sp
 {
     tk_str d = {0};
     int rc = 0;
-    if (p->strip_accents)
-        rc = unorm(s, n, UTF8PROC_DECOMPOSE, &d);
-    else
+    if (p->strip_accents) {
+        /* llama.cpp's "NFD" maps each code point to the FIRST code point of its full NFD alone
+         * (unicode_ranges_nfd: "é" -> "e", a Hangul syllable -> its leading jamo only), never to
+         * the whole decomposition */
+        size_t a;
+        for (size_t i = 0; i < n && !rc; i += a) {
+            uint32_t c = tk_utf8_dec(s + i, n - i, &a);
+            utf8proc_int32_t dec[32];
+            int last = 0;
+            utf8proc_ssize_t r = utf8proc_decompose_char((utf8proc_int32_t)c, dec, 32, UTF8PROC_DECOMPOSE, &last);
+            rc = put_cp(&d, r >= 1 ? (uint32_t)dec[0] : c);
+        }
+    } else
         rc = tk_str_put(&d, s, n);
     if (rc) { free(d.s); return rc; }
     size_t adv, wstart = io->buf.len;
@@ -504,10 +514,13 @@ static int wpm_llama(const tk_pre *p, const char *s, size_t n, const tk_span *sp
             wstart = io->buf.len;
             continue;
         }
+        /* llama.cpp's flags: control is \p{C} less Cn (unassigned is "undefined", kept), an accent
+         * mark is \p{M} */
         int k = utf8proc_category((utf8proc_int32_t)c);
-        if (c == 0 || c == 0xFFFD || k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF)
+        if (c == 0 || c == 0xFFFD || k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF ||
+            k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CS)
             continue;
-        if (p->strip_accents && k == UTF8PROC_CATEGORY_MN)
+        if (p->strip_accents && (k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME))
             continue;
         bool alone = is_punct_cat(c) || (c < 0x7F && k >= UTF8PROC_CATEGORY_SM && k <= UTF8PROC_CATEGORY_SO) || is_cjk(c);
         if (alone) {

@@ -148,8 +148,6 @@ done
 [ "$(kv "$tmp/tok.gguf" tokenizer.ggml.add_space_prefix)" = True ] && [ "$(kv "$tmp/tok.gguf" tokenizer.ggml.bos_token_id)" = 1 ] &&
     [ "$(kv "$tmp/tok.gguf" tokenizer.ggml.scores)" = 32768 ] && ok "mistral: scores for all 32768 pieces, add_space_prefix, bos 1" ||
     bad "mistral: scores for all 32768 pieces, add_space_prefix, bos 1"
-"$CALDRIX" convert $TK/bert "$tmp/bert.gguf" --vocab-only 2>"$tmp/err"; rc=$?
-[ $rc = 1 ] && grep -q "wordpiece" "$tmp/err" && ok "a WordPiece tokenizer is refused by name" || bad "a WordPiece tokenizer is refused by name"
 
 # ---- a whole checkpoint with a tokenizer: qwen3 weights (vocab 320) + Qwen3's tokenizer cut to
 # 294 base ids (their merges) and its 26 added tokens renumbered 294..319 ----
@@ -207,7 +205,9 @@ PY
         [ $good = 1 ] && ok "llama.cpp loads caldrix's $name $type file; caldrix gives its tokens (llama.cpp = PyTorch on $same)" ||
             bad "llama.cpp loads caldrix's $name $type file; caldrix gives its tokens"
     done <"$tmp/lg.list"
-    for name in llama3 qwen3 smollm2 mistral; do
+    # bert (WordPiece) is checked against llama.cpp only: its WordPiece drops \p{M} marks when it strips
+    # accents and keeps unassigned code points, where transformers drops only Mn and every \p{C}
+    for name in llama3 qwen3 smollm2 mistral bert; do
         "$CALDRIX" convert $TK/$name "$tmp/t.gguf" --vocab-only 2>/dev/null
         python3 - "$LG" "$name" "$(sha256sum "$tmp/t.gguf" | cut -d' ' -f1)" "$TK/texts.jsonl" >"$tmp/t.jsonl" <<'PY'
 import json, sys
