@@ -321,7 +321,7 @@ int forward_bf16(const cdx_model *m, const struct fwd_scratch *s, const cdx_stag
                  const cdx_batch *b, float *logits, cdx_err *err);
 
 /* After the layers of a stage that ends before the model's last: hands the rows (s->x, s->pos, s->seq)
- * on with st->send (forward.c). */
+ * on with st->send (ops.c: forward.c and forward_bf16.c both end a stage with it). */
 int forward_stage_send(const cdx_stage *st, const struct fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq,
                        const cdx_batch *b, cdx_err *err);
 

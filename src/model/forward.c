@@ -236,19 +236,6 @@ static void qkv_part(void *arg, int ith, int nth)
     }
 }
 
-/* After the layers of a stage that ends before the model's last: the rows go on to the next stage,
- * and this pass ends (forward_first_stage takes the rows back). */
-int forward_stage_send(const cdx_stage *st, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq,
-                       const cdx_batch *b, cdx_err *err)
-{
-    int64_t n_want = 0;
-    for (int64_t i = 0; i < b->n; i++)
-        n_want += b->want_logits ? b->want_logits[i] : i == b->n - 1;
-    const cdx_stage_batch sb = { .n = b->n, .n_out = n_want, .n_seq = n_seq, .x = s->x, .pos = s->pos, .seq = s->seq,
-                                 .want_logits = b->want_logits, .seqs = seqs };
-    return st->send(st->user, &sb, err);
-}
-
 /* One pass over the layers of st: from the tokens (layer0 0) or b->x_in, to the next stage (layer1 <
  * n_layer), to b->x_out, or through the output norm and head into logits. A pass over no layers
  * (layer0 = layer1 = n_layer, rows in x_in) is the head alone. */

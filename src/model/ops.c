@@ -421,3 +421,16 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
     }
     return CDX_OK;
 }
+
+/* After the layers of a stage that ends before the model's last: the rows go on to the next stage,
+ * and this pass ends (forward_first_stage takes the rows back). */
+int forward_stage_send(const cdx_stage *st, const fwd_scratch *s, const cdx_kv_seq *seqs, int n_seq,
+                       const cdx_batch *b, cdx_err *err)
+{
+    int64_t n_want = 0;
+    for (int64_t i = 0; i < b->n; i++)
+        n_want += b->want_logits ? b->want_logits[i] : i == b->n - 1;
+    const cdx_stage_batch sb = { .n = b->n, .n_out = n_want, .n_seq = n_seq, .x = s->x, .pos = s->pos, .seq = s->seq,
+                                 .want_logits = b->want_logits, .seqs = seqs };
+    return st->send(st->user, &sb, err);
+}
