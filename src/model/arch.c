@@ -53,9 +53,6 @@ static const cdx_refused_arch k_refused[] = {
     { "Gemma3ForConditionalGeneration", NULL, "gemma3",
       "vision-language Gemma 3 (the vision tower, the text model under language_model) is not run; its text "
       "model alone, Gemma3ForCausalLM, is" },
-    { NULL, "gpt-oss", "gpt_oss",
-      "GGUF gpt-oss (MXFP4 experts, expert and router biases, attn_sinks) is not read yet; the "
-      "GptOssForCausalLM checkpoint in transformers' unquantized layout runs" },
 };
 
 const cdx_refused_arch *cdx_refused_archs(size_t *n)

@@ -101,6 +101,9 @@ typedef struct arch_desc {
                                    rope.freq_base_swa, rope.scaling linear; the activation of the config row;
                                    the converter writes them, adds 1 to the norms and drops lm_head */
     int gguf_swa_period;        /* sliding_window_pattern's default: layer l slides iff l % p < p - 1 */
+    bool gguf_yarn_untruncated; /* convert writes a YaRN whose truncate is false (every published checkpoint of the
+                                   family says so; GGUF has no key): llama.cpp and caldrix on the file floor/ceil
+                                   the correction range (GPT-OSS) */
     int64_t gguf_swa_default;   /* attention.sliding_window when absent (Gemma2: 4096); 0: no window */
     bool gguf_swa_all;          /* attention.sliding_window (0: none) over every layer; convert writes it */
     int64_t gguf_scale_layers;  /* llama.cpp's 27B rule: at this block count the softmax scale is

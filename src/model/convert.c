@@ -449,6 +449,102 @@ static int convert_moe_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_t
     return rc;
 }
 
+/* GPT-OSS's sparse layer (conversion/gpt_oss.py GptOssModel.modify_tensors, the unquantized branch):
+ * mlp.router.{weight,bias} -> ffn_gate_inp (F32, as the converter keeps every router); mlp.experts.gate_up_proj
+ * [E, H, 2I] (x @ W, gate columns 2j, up 2j + 1) transposed and split -> ffn_gate_exps, ffn_up_exps [E][I][H];
+ * down_proj [E, I, H] transposed -> ffn_down_exps [E][H][I]; their biases split alike (F32: not ".weight"). */
+static int convert_oai_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tensor *t, uint32_t want, const char *dir,
+                              cdx_err *err)
+{
+    const cdx_hf_config *cfg = &c->cfg;
+    const uint64_t E = (uint64_t)cfg->n_experts, H = (uint64_t)cfg->hidden_size, I = (uint64_t)cfg->intermediate_size;
+    static const struct { const char *hf, *gguf[2]; int kind; } k_map[] = {
+        { "router.weight", { "ffn_gate_inp.weight" }, 0 },    { "router.bias", { "ffn_gate_inp.bias" }, 1 },
+        { "experts.gate_up_proj", { "ffn_gate_exps.weight", "ffn_up_exps.weight" }, 2 },
+        { "experts.gate_up_proj_bias", { "ffn_gate_exps.bias", "ffn_up_exps.bias" }, 3 },
+        { "experts.down_proj", { "ffn_down_exps.weight" }, 4 }, { "experts.down_proj_bias", { "ffn_down_exps.bias" }, 5 },
+    };
+    int layer = -1, used = 0;
+    char rest[96] = "";
+    if (sscanf(t->name, "model.layers.%d.mlp.%95s%n", &layer, rest, &used) != 2 || t->name[used] || layer < 0 ||
+        layer >= cfg->n_layers)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has no GGUF name for the gpt-oss architecture", dir,
+                           t->name);
+    size_t k = 0;
+    while (k < sizeof k_map / sizeof k_map[0] && strcmp(rest, k_map[k].hf))
+        k++;
+    if (k == sizeof k_map / sizeof k_map[0])
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has no GGUF name for the gpt-oss architecture%s",
+                           dir, t->name, strstr(rest, "_blocks") || strstr(rest, "_scales")
+                                             ? " (MXFP4 blocks: caldrix converts the unquantized checkpoint only)" : "");
+    const int kind = k_map[k].kind;
+    /* the HF shape of each kind: [E, H], [E], [E, H, 2I], [E, 2I], [E, I, H], [E, H] */
+    const uint64_t want_shape[6][3] = { { E, H }, { E }, { E, H, 2 * I }, { E, 2 * I }, { E, I, H }, { E, H } };
+    const uint32_t want_dims[6] = { 2, 1, 3, 2, 3, 2 };
+    bool ok = t->n_dims == want_dims[kind];
+    for (uint32_t i = 0; ok && i < t->n_dims; i++)
+        ok = t->shape[i] == want_shape[kind][i];
+    if (!ok)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" does not have the shape config.json gives (%llu experts, "
+                           "hidden %llu, intermediate %llu)", dir, t->name, (unsigned long long)E,
+                           (unsigned long long)H, (unsigned long long)I);
+    const cdx_type_traits *st = cdx_type_get(t->type);
+    if (!st || !st->to_f32)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; expected F32, F16 or BF16", dir,
+                           t->name, cdx_type_name(t->type));
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < t->n_dims; i++)
+        n *= t->shape[i];
+    if (n > SIZE_MAX / sizeof(float) / 2)
+        return cdx_err_set(err, CDX_ERANGE, "%s: tensor \"%s\" is too large", dir, t->name);
+    float *f = malloc((size_t)n * sizeof *f), *o = malloc((size_t)n * sizeof *o);
+    int rc = CDX_OK;
+    if (!f || !o) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+        goto out;
+    }
+    st->to_f32(t->data, f, (int64_t)n);
+    char name[160];
+    for (int part = 0; part < 2 && k_map[k].gguf[part] && !rc; part++) {
+        snprintf(name, sizeof name, "blk.%d.%s", layer, k_map[k].gguf[part]);
+        uint64_t ne[3] = { 1, 1, 1 };
+        uint32_t nd = t->n_dims;
+        switch (kind) {
+        case 0: case 1: case 5: /* as is */
+            memcpy(o, f, (size_t)n * sizeof *o);
+            ne[0] = t->shape[t->n_dims - 1];
+            ne[1] = t->n_dims > 1 ? t->shape[0] : 1;
+            break;
+        case 2: /* out[e][j][h] = W[e][h][2j + part] */
+            for (uint64_t e = 0; e < E; e++)
+                for (uint64_t j = 0; j < I; j++)
+                    for (uint64_t h = 0; h < H; h++)
+                        o[(e * I + j) * H + h] = f[(e * H + h) * 2 * I + 2 * j + (uint64_t)part];
+            ne[0] = H, ne[1] = I, ne[2] = E;
+            break;
+        case 3: /* out[e][j] = b[e][2j + part] */
+            for (uint64_t e = 0; e < E; e++)
+                for (uint64_t j = 0; j < I; j++)
+                    o[e * I + j] = f[e * 2 * I + 2 * j + (uint64_t)part];
+            ne[0] = I, ne[1] = E;
+            break;
+        case 4: /* out[e][h][i] = W[e][i][h] */
+            for (uint64_t e = 0; e < E; e++)
+                for (uint64_t h = 0; h < H; h++)
+                    for (uint64_t i = 0; i < I; i++)
+                        o[(e * H + h) * I + i] = f[(e * I + i) * H + h];
+            ne[0] = I, ne[1] = H, ne[2] = E;
+            break;
+        }
+        const uint32_t type = kind == 0 ? CDX_TYPE_F32 : tensor_type(want, name, nd, ne[0]);
+        rc = add_tensor(c, w, name, type, nd, ne, o, NULL, err);
+    }
+out:
+    free(f);
+    free(o);
+    return rc;
+}
+
 /* ---- the whole checkpoint ---- */
 
 static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, const arch_desc *d,
@@ -497,8 +593,9 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     if (d->moe) { /* Qwen2MoeModel / MixtralModel set_gguf_parameters */
         cdx_gguf_writer_set_u32(w, K(EXPERT_COUNT), (uint32_t)cfg->n_experts);
         cdx_gguf_writer_set_u32(w, K(EXPERT_USED_COUNT), (uint32_t)cfg->n_experts_per_tok);
-        if (!d->experts_ff_wide)
-            cdx_gguf_writer_set_u32(w, K(EXPERT_FF_LENGTH), (uint32_t)cfg->moe_intermediate_size);
+        if (!d->experts_ff_wide || d->moe_oai) /* GptOssModel: intermediate_size, which llama.cpp requires */
+            cdx_gguf_writer_set_u32(w, K(EXPERT_FF_LENGTH), (uint32_t)(d->experts_ff_wide ? cfg->intermediate_size
+                                                                                           : cfg->moe_intermediate_size));
         if (d->shared_expert)
             cdx_gguf_writer_set_u32(w, K(EXPERT_SHARED_FF_LENGTH),
                                     (uint32_t)cfg->shared_expert_intermediate_size);
@@ -523,6 +620,11 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
             if (config_has(dir, sk[i].key))
                 cdx_gguf_writer_set_f32(w, cdx_gguf_key_name(sk[i].k, a, key, sizeof key), (float)cfg->scale[sk[i].s]);
+    }
+    if (!d->gguf_gemma && d->gguf_swa_period > 0 && cfg->sliding_window > 0) { /* GptOssModel: add_sliding_window */
+        cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW), (uint32_t)cfg->sliding_window);
+        if (c->swa_period != d->gguf_swa_period) /* caldrix's: llama.cpp's gpt-oss reads it, its converter writes none */
+            cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW_PATTERN), (uint32_t)c->swa_period);
     }
     if (d->gguf_gemma) { /* Gemma2Model / Gemma3Model.set_gguf_parameters */
         const double ac = cfg->scale[CDX_HF_SCALE_ATTN_SOFTCAP], fc = cfg->scale[CDX_HF_SCALE_FINAL_SOFTCAP];
@@ -748,12 +850,18 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
                              d->gguf_nope_step);
             goto fail;
         }
+    if (d->moe_oai && (fabs(cfg->swiglu_limit - 7.0) > 1e-9 || fabs(cfg->swiglu_alpha - 1.702) > 1e-9)) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: swiglu_limit %g, alpha %g; GGUF \"%s\" has no key for "
+                         "them and llama.cpp computes 7 and 1.702, so this model cannot be written for it", dir,
+                         cfg->swiglu_limit, cfg->swiglu_alpha, d->gguf_name);
+        goto fail;
+    }
     if (d->moe && (cfg->n_experts < 1 || cfg->n_experts > 4096)) {
         rc = cdx_err_set(err, CDX_EFORMAT, "%s/config.json: the expert count is %lld; expected 1..4096", dir,
                          (long long)cfg->n_experts);
         goto fail;
     }
-    if (d->gguf_gemma && cfg->sliding_window > 0) {
+    if ((d->gguf_gemma || d->gguf_swa_period > 0) && cfg->sliding_window > 0) {
         /* GGUF says which layers slide by a period p (layer l iff l % p < p - 1): the family's default
          * where it fits (then no key, as llama.cpp's converter writes none), else the smallest that does */
         c->swa_period = swa_fits(cfg, d->gguf_swa_period) ? d->gguf_swa_period : 0;
@@ -820,7 +928,12 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
                          "llama.cpp reads; run the checkpoint itself", dir);
         goto fail;
     }
-    if (cfg->rope_type == CDX_HF_ROPE_YARN &&
+    if (cfg->rope_type == CDX_HF_ROPE_YARN && !cfg->rope_truncate && d->gguf_yarn_untruncated) {
+        const size_t u = strlen(c->notes);
+        snprintf(c->notes + u, sizeof c->notes - u, "rope_scaling yarn's truncate false is not written (GGUF has no "
+                 "key): llama.cpp, and caldrix on the GGUF, round the correction range outward (floor/ceil) as "
+                 "transformers does with truncate true\n");
+    } else if (cfg->rope_type == CDX_HF_ROPE_YARN &&
         (!cfg->rope_truncate || (!(cfg->rope_attn_factor > 0) && (cfg->rope_mscale > 0 || cfg->rope_mscale_all_dim > 0)))) {
         rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: rope_scaling yarn with %s has no GGUF key; run the "
                          "checkpoint itself", dir, !cfg->rope_truncate ? "truncate false" : "mscale / mscale_all_dim");
@@ -854,7 +967,9 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
     for (size_t i = 0; i < n_src; i++) {
         char gname[160];
         int layer, expert, role;
-        if (d->moe && arch_moe_hf_name(d->arch, refs[i].t->name, gname, sizeof gname, &layer, &expert, &role))
+        if (d->moe_oai && strstr(refs[i].t->name, ".mlp."))
+            rc = convert_oai_tensor(c, w, refs[i].t, o.type, dir, err);
+        else if (d->moe && arch_moe_hf_name(d->arch, refs[i].t->name, gname, sizeof gname, &layer, &expert, &role))
             rc = convert_moe_tensor(c, w, refs[i].t, gname, layer, expert, role, o.type, dir, err);
         else
             rc = convert_tensor(c, w, refs[i].t, d, o.type, dir, err);

@@ -1044,35 +1044,15 @@ out:
 
 /* ---- from GGUF ---- */
 
-/* llama.cpp's gemma2 / gemma3 (src/models/gemma2.cpp, gemma3.cpp load_arch_hparams): the softcaps
- * (defaults the config row's class defaults, as llama.cpp's are), the window (attention.sliding_window,
- * default the row's gguf_swa_default) over the layers l with l % p < p - 1 (p =
- * attention.sliding_window_pattern, default the row's gguf_swa_period), the sliding layers' RoPE base
- * (rope.freq_base_swa, default the row's; never scaled),
- * llama.cpp's GELU (ggml's f16 table, m->gelu_f16), and llama.cpp's softmax scale: head_dim^-½, or (n_embd / n_head)^-½ at gguf_scale_layers blocks (the
- * 27B models, whose query_pre_attn_scalar that is; the file carries no query_pre_attn_scalar). */
-static int gemma_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+/* A GGUF file's sliding window (llama.cpp's gemma2 / gemma3 / openai-moe load_arch_hparams): attention.sliding_window
+ * (default the row's gguf_swa_default) over the layers l with l % p < p - 1 (llama_hparams::set_swa_pattern; p =
+ * attention.sliding_window_pattern, default the row's gguf_swa_period). */
+static int gguf_swa(cdx_model *m, const cdx_gguf *g, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
     const arch_desc *d = m->desc;
-    const cdx_hf_arch_row *row = &d->hf[0].cfg;
     const char *a = d->gguf_name, *path = g->path;
-    double f;
     uint64_t v;
-    hp->act = row->act;
-    m->gelu_f16 = true; /* llama.cpp's GELU: logits within ~6e-3 of the exact form, its tokens on quantized files */
-    static const cdx_gguf_key caps[2] = { CDX_GK_ATTN_LOGIT_SOFTCAPPING, CDX_GK_FINAL_LOGIT_SOFTCAPPING };
-    float *dst[2] = { &hp->attn_softcap, &hp->final_softcap };
-    for (int i = 0; i < 2; i++) {
-        const int k = i ? CDX_HF_SCALE_FINAL_SOFTCAP : CDX_HF_SCALE_ATTN_SOFTCAP;
-        *dst[i] = row->scale_keys[k] ? (float)row->scale_defaults[k] : 0;
-        if (!cdx_gguf_get_arch_f64(g, a, caps[i], &f))
-            continue;
-        if (!(f >= 0) || !(f < 1e9))
-            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a softcap >= 0 (0: none)", path, a,
-                               cdx_gguf_key_suffix(caps[i]), f);
-        *dst[i] = (float)f;
-    }
     hp->sliding_window = d->gguf_swa_default;
     if (cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW)) {
         if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_SLIDING_WINDOW, &v) || v > ((uint64_t)1 << 30))
@@ -1093,6 +1073,40 @@ static int gemma_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
             m->swa_layers[l] = (uint64_t)l % period < period - 1;
         hp->swa_layers = m->swa_layers;
     }
+    return CDX_OK;
+}
+
+/* llama.cpp's gemma2 / gemma3 (src/models/gemma2.cpp, gemma3.cpp load_arch_hparams): the softcaps
+ * (defaults the config row's class defaults, as llama.cpp's are), the window (attention.sliding_window,
+ * default the row's gguf_swa_default) over the layers l with l % p < p - 1 (p =
+ * attention.sliding_window_pattern, default the row's gguf_swa_period), the sliding layers' RoPE base
+ * (rope.freq_base_swa, default the row's; never scaled),
+ * llama.cpp's GELU (ggml's f16 table, m->gelu_f16), and llama.cpp's softmax scale: head_dim^-½, or (n_embd / n_head)^-½ at gguf_scale_layers blocks (the
+ * 27B models, whose query_pre_attn_scalar that is; the file carries no query_pre_attn_scalar). */
+static int gemma_gguf_hparams(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    const arch_desc *d = m->desc;
+    const cdx_hf_arch_row *row = &d->hf[0].cfg;
+    const char *a = d->gguf_name, *path = g->path;
+    double f;
+    hp->act = row->act;
+    m->gelu_f16 = true; /* llama.cpp's GELU: logits within ~6e-3 of the exact form, its tokens on quantized files */
+    static const cdx_gguf_key caps[2] = { CDX_GK_ATTN_LOGIT_SOFTCAPPING, CDX_GK_FINAL_LOGIT_SOFTCAPPING };
+    float *dst[2] = { &hp->attn_softcap, &hp->final_softcap };
+    for (int i = 0; i < 2; i++) {
+        const int k = i ? CDX_HF_SCALE_FINAL_SOFTCAP : CDX_HF_SCALE_ATTN_SOFTCAP;
+        *dst[i] = row->scale_keys[k] ? (float)row->scale_defaults[k] : 0;
+        if (!cdx_gguf_get_arch_f64(g, a, caps[i], &f))
+            continue;
+        if (!(f >= 0) || !(f < 1e9))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.%s is %g; expected a softcap >= 0 (0: none)", path, a,
+                               cdx_gguf_key_suffix(caps[i]), f);
+        *dst[i] = (float)f;
+    }
+    int rc = gguf_swa(m, g, err);
+    if (rc)
+        return rc;
     if (row->rope_swa_theta_key) {
         hp->rope_theta_swa = cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_FREQ_BASE_SWA, &f) ? f : row->rope_swa_theta;
         if (!(hp->rope_theta_swa > 0))
@@ -1345,7 +1359,8 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         hp->qkv_bias = cdx_gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
         hp->linear_bias = d->linear_bias && cdx_gguf_tensor_find(g, "blk.0.attn_output.bias") != NULL;
         hp->parallel_residual = cdx_gguf_tensor_find(g, "blk.0.ffn_norm.weight") == NULL;
-    }
+    } else
+        hp->linear_bias = d->linear_bias; /* GPT-OSS: llama.cpp requires attn_output.bias */
     hp->qk_norm = d->qk_norm;
     hp->qk_norm_full = d->qk_norm_full;
     hp->moe_topk_softmax = d->moe_topk_softmax;
@@ -1394,6 +1409,11 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         hp->embd_scale = (float)sqrt((double)hp->n_embd);
     if (d->gguf_gemma) {
         int rc = gemma_gguf_hparams(m, g, err);
+        if (rc)
+            return rc;
+    }
+    if (!d->gguf_gemma && d->gguf_swa_period > 0) { /* GPT-OSS: the window on every p-th layer but one */
+        int rc = gguf_swa(m, g, err);
         if (rc)
             return rc;
     }
