@@ -1,11 +1,16 @@
-/* The families without a fixture in ../shared (OLMo v1): their tiny random-weight checkpoints are written
- * at test time by scripts/goldens/tiny_fixtures.py (Python's standard library only), and
+/* The families without a fixture in ../shared (OLMo v1, GPT-OSS): their tiny random-weight checkpoints are
+ * written at test time by scripts/goldens/tiny_fixtures.py (Python's standard library only), and
  * tests/golden/families-c.json holds PyTorch's float32 goldens of them (scripts/goldens/torch-families-c.py,
  * transformers' modeling code transcribed line by line) under each config.json variant. For every variant:
  * every case's 16 greedy tokens and every golden top-5 logit within 1e-3, from the checkpoint on every
  * kernel set, with the three cases as one batch of three sequences, and from its conversion to GGUF
- * (caldrix convert, llama.cpp's names and keys). Then each rule the family adds to the common decoder is
- * switched off in turn, and the goldens must break every time. */
+ * (caldrix convert, llama.cpp's names and keys). GPT-OSS's GGUF cannot say YaRN's truncate false (its
+ * config's; llama.cpp always floors/ceils the correction range): its conversion must give PyTorch's tokens and,
+ * at every step, the logits of the checkpoint with truncate true (every vocabulary entry within 1e-6), and
+ * they must differ from the truncate-false checkpoint's by more than 1e-3 (the comparison sees the rounding);
+ * a variant the file cannot say (swiglu_limit 0.5, a full-attention layer 0) must be refused by convert.
+ * Then each rule the family adds to the common decoder is switched off in turn, and the goldens must break
+ * every time. */
 #include "caldrix.h"
 #include "caldrix/convert.h"
 #include "caldrix/engine.h"
@@ -22,9 +27,12 @@ typedef struct {
     void (*flip)(cdx_model *m, bool on);
 } rule;
 
+typedef enum { GGUF_NONE, GGUF_GOLDENS, GGUF_YARN_TRUNCATED } gguf_check;
+
 typedef struct {
     const char *name;
-    bool gguf; /* caldrix convert writes a GGUF of it */
+    gguf_check gguf; /* caldrix convert writes a GGUF of it: checked against the goldens, or (GPT-OSS) against the
+                        checkpoint with YaRN truncated as the file computes it */
     rule rules[6];
 } family;
 
@@ -74,11 +82,11 @@ static void flip_window(cdx_model *m, bool on)
 }
 
 static const family k_families[] = {
-    { "gpt_oss", false, { { "the attention sinks", flip_sinks },
+    { "gpt_oss", GGUF_YARN_TRUNCATED, { { "the attention sinks", flip_sinks },
                           { "the clamped SwiGLU (plain SwiGLU instead)", flip_clamp },
                           { "the router bias", flip_router_bias },
                           { "the sliding window", flip_window } } },
-    { "olmo", true, { { "clip_qkv", flip_clip },
+    { "olmo", GGUF_GOLDENS, { { "clip_qkv", flip_clip },
                 { "the LayerNorm (RMSNorm instead)", flip_layer_norm },
                 { "rotate_half's pairs (adjacent pairs instead)", flip_rope_pairs } } },
 };
@@ -249,6 +257,118 @@ static void run_gguf(void)
     unlink(g_gguf);
 }
 
+static int write_fixture(const char *fam, json_t *over, const char *dir);
+
+/* Greedy over every case on a and b at once: the cases whose tokens differ from the goldens' on a; *same the
+ * largest |logit_a - logit_b| over the whole vocabulary at every step (a's tokens fed to both). */
+static int decode_pair(cdx_model *a, cdx_model *b, double *same)
+{
+    cdx_err e = { 0 };
+    const cdx_hparams *hp = cdx_model_hparams(a);
+    cdx_forward_ctx *fa = NULL, *fb = NULL;
+    if (cdx_forward_ctx_create(a, 64, 2, cdx_kernels_by_isa("scalar"), &fa, &e) ||
+        cdx_forward_ctx_create(b, 64, 2, cdx_kernels_by_isa("scalar"), &fb, &e))
+        return 99;
+    float *la = malloc(sizeof(float) * (size_t)hp->n_vocab), *lb = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    int bad = 0;
+    *same = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(json_object_get(g_var, "cases"), ci, c) {
+        json_t *prompt = json_object_get(c, "prompt_ids"), *toks = json_object_get(c, "tokens");
+        cdx_kv kv[2];
+        if (cdx_kv_init(&kv[0], hp, 256, &e) || cdx_kv_init(&kv[1], cdx_model_hparams(b), 256, &e)) {
+            bad = 99;
+            break;
+        }
+        cdx_kv *ka = &kv[0], *kb = &kv[1];
+        int32_t ids[64];
+        size_t np = json_array_size(prompt);
+        for (size_t i = 0; i < np && i < 64; i++)
+            ids[i] = (int32_t)json_integer_value(json_array_get(prompt, i));
+        cdx_batch bt = { .n = (int64_t)np, .tokens = ids };
+        bool ok = cdx_forward(fa, &ka, 1, &bt, la, &e) == 0 && cdx_forward(fb, &kb, 1, &bt, lb, &e) == 0;
+        for (size_t s = 0; ok && s < json_array_size(toks); s++) {
+            for (int64_t v = 0; v < hp->n_vocab; v++)
+                *same = fabs((double)la[v] - lb[v]) > *same ? fabs((double)la[v] - lb[v]) : *same;
+            int32_t t = cdx_argmax(la, hp->n_vocab);
+            ok = t == (int32_t)json_integer_value(json_array_get(toks, s));
+            cdx_batch nb = { .n = 1, .tokens = &t };
+            ok = ok && cdx_forward(fa, &ka, 1, &nb, la, &e) == 0 && cdx_forward(fb, &kb, 1, &nb, lb, &e) == 0;
+        }
+        bad += !ok;
+        cdx_kv_free(&kv[0]);
+        cdx_kv_free(&kv[1]);
+    }
+    free(la);
+    free(lb);
+    cdx_forward_ctx_free(fa);
+    cdx_forward_ctx_free(fb);
+    return bad;
+}
+
+/* GPT-OSS: the conversion is the checkpoint with YaRN truncated (or refused where the file cannot say it). */
+static void run_gguf_yarn(void)
+{
+    cdx_err e = { 0 };
+    cdx_gguf_writer *w = NULL;
+    cdx_convert *c = NULL;
+    json_t *cfg = json_object_get(g_var, "config");
+    const bool cannot = json_object_get(cfg, "swiglu_limit") || json_object_get(cfg, "layer_types");
+    REQUIRE(cdx_gguf_writer_new(&w, &e) == 0);
+    int rc = cdx_convert_hf(g_dir, &(cdx_convert_opts){ .type = CDX_TYPE_F32 }, w, &c, &e);
+    if (cannot) {
+        CHECKF(rc != 0 && (strstr(e.msg, "swiglu_limit") || strstr(e.msg, "do not repeat with a period")),
+               "convert %s: refused naming what the file cannot say (rc %d: %s)", g_dir, rc, e.msg);
+        printf("  %s: convert refuses it: %s\n", g_fam->name, e.msg);
+        cdx_convert_free(c);
+        cdx_gguf_writer_free(w);
+        return;
+    }
+    CHECKF(rc == 0, "convert %s: %s", g_dir, e.msg);
+    rc = rc ? rc : cdx_tok_export_gguf_dummy(w, 320, 1, 2, &e);
+    rc = rc ? rc : cdx_gguf_writer_write(w, g_gguf, &e);
+    CHECKF(rc == 0, "writing %s: %s", g_gguf, e.msg);
+    cdx_convert_free(c);
+    cdx_gguf_writer_free(w);
+    /* the same checkpoint with truncate true */
+    char tdir[160];
+    snprintf(tdir, sizeof tdir, "%s_trunc", g_dir);
+    char path[200];
+    snprintf(path, sizeof path, "%s/config.json", g_dir);
+    json_t *written = json_load_file(path, 0, NULL), *over = json_deep_copy(cfg);
+    json_t *rs = json_deep_copy(json_object_get(written, "rope_scaling"));
+    json_object_set_new(rs, "truncate", json_true());
+    json_object_set_new(over, "rope_scaling", rs);
+    rc = rc ? rc : write_fixture(g_fam->name, over, tdir);
+    json_decref(written);
+    json_decref(over);
+    cdx_model *mg = NULL, *mt = NULL, *mf = NULL;
+    const cdx_model_opts o = { .dtype = CDX_DTYPE_F32 };
+    rc = rc ? rc : cdx_model_open(g_gguf, &o, &mg, &e);
+    rc = rc ? rc : cdx_model_open(tdir, &o, &mt, &e);
+    rc = rc ? rc : cdx_model_open(g_dir, &o, &mf, &e);
+    CHECKF(rc == 0, "opening the GGUF and the checkpoints: %s", e.msg);
+    if (!rc) {
+        double d_trunc = 0, d_false = 0;
+        const int bad = decode_pair(mg, mt, &d_trunc), bad2 = decode_pair(mg, mf, &d_false);
+        CHECKF(bad == 0 && bad2 == 0, "%s: %d cases differ from PyTorch's tokens", g_gguf, bad);
+        CHECKF(d_trunc <= 1e-6, "%s: logits differ from the truncate-true checkpoint's by %.3g", g_gguf, d_trunc);
+        CHECKF(d_false > 1e-3, "%s: logits within %.3g of the truncate-false checkpoint's: the check cannot see the "
+               "rounding", g_gguf, d_false);
+        printf("  %s converted GGUF: PyTorch's tokens; every logit within %.2e of the checkpoint with truncate true, "
+               "%.2e from it with truncate false (PyTorch's)\n", g_fam->name, d_trunc, d_false);
+    }
+    cdx_model_close(mg);
+    cdx_model_close(mt);
+    cdx_model_close(mf);
+    unlink(g_gguf);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tdir);
+}
+
 static void run_each_rule_matters(void)
 {
     cdx_err e = { 0 };
@@ -310,9 +430,14 @@ int main(void)
                  "alone and batched", fam, vname);
         RUN(names[k], run_checkpoint);
         k++;
-        if (g_fam->gguf) {
+        if (g_fam->gguf == GGUF_GOLDENS) {
             snprintf(names[k], sizeof names[k], "%s (%s): its conversion to GGUF gives them too", fam, vname);
             RUN(names[k], run_gguf);
+            k++;
+        } else if (g_fam->gguf == GGUF_YARN_TRUNCATED) {
+            snprintf(names[k], sizeof names[k], "%s (%s): its conversion to GGUF (YaRN truncated, as llama.cpp) gives "
+                     "PyTorch's tokens, or convert refuses what the file cannot say", fam, vname);
+            RUN(names[k], run_gguf_yarn);
             k++;
         }
         if (vi == 0 || strcmp(fam, json_string_value(json_object_get(json_array_get(json_object_get(all, "variants"),
