@@ -1413,6 +1413,9 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
             return rc;
     }
     if (!d->gguf_gemma && d->gguf_swa_period > 0) { /* GPT-OSS: the window on every p-th layer but one */
+        if (!cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW)) /* llama.cpp's openai-moe requires it */
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.attention.sliding_window is missing; the %s architecture "
+                               "needs it (llama.cpp refuses such a file too)", path, a, a);
         int rc = gguf_swa(m, g, err);
         if (rc)
             return rc;
@@ -1801,9 +1804,10 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     int rc = open_bound(path, false, &dir, &m, err);
     if (!m)
         return rc;
-    if (!rc && opts && opts->weight_budget && m->desc->moe_oai) /* its experts are copies, not the file's */
+    if (!rc && opts && opts->weight_budget && m->desc->moe_oai && !m->gguf) /* a checkpoint's experts are copies */
         rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: a weight budget (--weight-budget) streams experts from the file; "
-                         "caldrix holds %s's experts transposed in memory, so it does not take one", path,
+                         "caldrix holds a %s checkpoint's experts transposed in memory, so it does not take one (a GGUF file of it "
+                         "does)", path,
                          m->hp.arch_name);
     else if (!rc && opts && opts->weight_budget)
         rc = xc_open(m, opts->weight_budget, path, err);

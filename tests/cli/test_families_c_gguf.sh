@@ -80,6 +80,34 @@ for m in $(python3 -c "import json; print(' '.join(sorted(set(x['name'] for x in
     done
 done
 
+# GPT-OSS's GGUF experts are the file's (a checkpoint's are transposed copies): a weight budget streams them,
+# at the minimum the refusal of a 1-byte budget names, with the resident run's tokens and top-5 logits exactly
+for t in F32 MXFP4_MOE; do
+    f="$tmp/gpt_oss-$t.gguf"
+    [ -s "$f" ] || { bad "gpt_oss $t: no file for the budget check"; continue; }
+    min=$("$CALDRIX" run "$f" --prompt-ids 1,2 -n 1 --weight-budget 1 2>&1 >/dev/null | sed -n 's/.*one token needs: [^(]*(\([0-9]*\) bytes.*/\1/p')
+    "$CALDRIX" run "$f" --prompt-ids 5,6,7,8,9,10,11,12,13,14 -n 16 --temp 0 --ignore-eos --json --top-logits 5 >"$tmp/res.json" 2>/dev/null
+    "$CALDRIX" run "$f" --prompt-ids 5,6,7,8,9,10,11,12,13,14 -n 16 --temp 0 --ignore-eos --json --top-logits 5 \
+        --weight-budget "${min:-1}" >"$tmp/bud.json" 2>"$tmp/bud.err"
+    if [ -n "$min" ] && python3 -c "
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+sys.exit(0 if a['tokens'] == b['tokens'] and len(a['tokens']) == 16 and [s['top'] for s in a['steps']] == [s['top'] for s in b['steps']] else 1)" "$tmp/res.json" "$tmp/bud.json"; then
+        ok "gpt_oss $t: under --weight-budget $min (the minimum) the tokens and top-5 logits equal the resident run's"
+    else bad "gpt_oss $t: --weight-budget ${min:-?} ($(tail -c 300 "$tmp/bud.err"))"; fi
+done
+
+# a gpt-oss file without attention.sliding_window (the key renamed in place): refused, as llama.cpp refuses it
+python3 -c "
+import sys
+b = open(sys.argv[1], 'rb').read(); k = b'gpt-oss.attention.sliding_window'
+assert b.count(k) == 1
+open(sys.argv[2], 'wb').write(b.replace(k, k[:-1] + b'x'))" "$tmp/gpt_oss-F32.gguf" "$tmp/nowin.gguf"
+"$CALDRIX" run "$tmp/nowin.gguf" --prompt-ids 1,2 -n 1 >/dev/null 2>"$tmp/err"; rc=$?
+if [ $rc -ne 0 ] && grep -q "gpt-oss.attention.sliding_window is missing; the gpt-oss architecture needs it" "$tmp/err"; then
+    ok "gpt_oss: a GGUF file without attention.sliding_window is refused by name"
+else bad "gpt_oss: a GGUF file without attention.sliding_window (rc $rc: $(cat "$tmp/err"))"; fi
+
 # GPT-OSS: what a gpt-oss GGUF cannot say is refused by name
 python3 scripts/goldens/tiny_fixtures.py gpt_oss "$tmp/lim" '{"swiglu_limit": 0.5}'
 "$CALDRIX" convert "$tmp/lim" "$tmp/lim.gguf" --type F32 >/dev/null 2>"$tmp/err"; rc=$?
