@@ -621,9 +621,10 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
             if (config_has(dir, sk[i].key))
                 cdx_gguf_writer_set_f32(w, cdx_gguf_key_name(sk[i].k, a, key, sizeof key), (float)cfg->scale[sk[i].s]);
     }
-    if (!d->gguf_gemma && d->gguf_swa_period > 0 && cfg->sliding_window > 0) { /* GptOssModel: add_sliding_window */
+    if (!d->gguf_gemma && d->gguf_swa_period > 0) { /* GptOssModel: add_sliding_window (0: no layer slides) */
         cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW), (uint32_t)cfg->sliding_window);
-        if (c->swa_period != d->gguf_swa_period) /* caldrix's: llama.cpp's gpt-oss reads it, its converter writes none */
+        if (cfg->sliding_window > 0 && c->swa_period != d->gguf_swa_period) /* caldrix's: llama.cpp's gpt-oss reads it,
+                                                                                its converter writes none */
             cdx_gguf_writer_set_u32(w, K(SLIDING_WINDOW_PATTERN), (uint32_t)c->swa_period);
     }
     if (d->gguf_gemma) { /* Gemma2Model / Gemma3Model.set_gguf_parameters */

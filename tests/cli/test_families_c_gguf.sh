@@ -132,5 +132,17 @@ sys.exit(not (i > 0 and struct.unpack_from('<II', b, i + len(k)) == (4, 4)))" &&
     ok "gpt_oss: 3 sliding layers of 4 are written as attention.sliding_window_pattern 4 and read back (the checkpoint's tokens)"
 else bad "gpt_oss: sliding_window_pattern 4 ($(cat "$tmp/err"))"; fi
 
+python3 scripts/goldens/tiny_fixtures.py gpt_oss "$tmp/nw" '{"layer_types": ["full_attention", "full_attention"]}'
+if "$CALDRIX" convert "$tmp/nw" "$tmp/nw.gguf" --type F32 >/dev/null 2>"$tmp/err" &&
+   python3 -c "
+import struct,sys
+b=open('$tmp/nw.gguf','rb').read(); k=b'gpt-oss.attention.sliding_window'; i=b.find(k)
+sys.exit(not (i > 0 and struct.unpack_from('<II', b, i + len(k)) == (4, 0)))" &&
+   "$CALDRIX" run "$tmp/nw" --prompt-ids 5,6,7,8,9,10,11,12,13,14,15 -n 12 --temp 0 --ignore-eos --json >"$tmp/a.json" 2>/dev/null &&
+   "$CALDRIX" run "$tmp/nw.gguf" --prompt-ids 5,6,7,8,9,10,11,12,13,14,15 -n 12 --temp 0 --ignore-eos --json >"$tmp/b.json" 2>/dev/null &&
+   python3 -c "import json,sys; sys.exit(json.load(open('$tmp/a.json'))['tokens'] != json.load(open('$tmp/b.json'))['tokens'])"; then
+    ok "gpt_oss: no sliding layer is written as attention.sliding_window 0 and read back (the checkpoint's tokens)"
+else bad "gpt_oss: no sliding layer ($(cat "$tmp/err"))"; fi
+
 echo "families_c_gguf: $pass passed, $fail failed"
 [ $fail -eq 0 ]
