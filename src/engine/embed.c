@@ -61,7 +61,7 @@ static int open_decoder(cdx_embedder *e, const cdx_embedder_opts *opts, cdx_err 
     if (cdx_model_dtype(e->m) != CDX_DTYPE_F32)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "the model computes in %s; embeddings and scores are computed in f32 "
                            "(open it with --dtype f32)", cdx_dtype_name(cdx_model_dtype(e->m)));
-    if (!e->p.present)
+    if (!e->p.present && !(cdx_model_gguf(e->m) && hp->gguf_pooling))
         e->p.pooling = CDX_POOL_LAST;
     if (e->task == CDX_TASK_EMBED && e->p.pooling != CDX_POOL_LAST)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "1_Pooling/config.json: pooling %s over a causal decoder; caldrix "

@@ -768,6 +768,11 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     const cdx_hf_config *cfg = &c->cfg;
     const arch_desc *d = arch_by_hf(cfg->arch);
+    if (d && d->encoder && o.rerank) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is an encoder; --task rerank writes a Qwen3 reranker (a causal "
+                         "LM answering yes or no), not a cross-encoder", dir, cfg->architecture);
+        goto fail;
+    }
     if (d && d->encoder) {
         if ((rc = convert_encoder(c, w, dir, d, &o, ft->llama_ftype, err)))
             goto fail;
