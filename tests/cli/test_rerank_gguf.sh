@@ -119,6 +119,11 @@ done
 awk '{print $1, $2}' "$tmp/gguf.txt" | sort -n | awk '{print $2}' >"$tmp/batched.txt"
 check "qwen3_rerank GGUF: each pair alone (2 threads) gives the bits it gets in the batch (1 thread)" 'cmp -s "$tmp/alone.txt" "$tmp/batched.txt"'
 
+"$CALDRIX" rerank "$R" $pairs --json >"$tmp/once.json" 2>/dev/null
+"$CALDRIX" rerank "$R" $pairs --json --repeat 2 >"$tmp/rep.json" 2>/dev/null
+check "rerank --repeat 2 --json: timings (repeat 2, best_ms, pairs_per_s) and the same results" \
+    'python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); t=b.pop(\"timings\"); assert t[\"repeat\"] == 2 and t[\"best_ms\"] > 0 and abs(t[\"pairs_per_s\"] - 5e3 / t[\"best_ms\"]) < 1e-6 * t[\"pairs_per_s\"] and a == b" "$tmp/once.json" "$tmp/rep.json" &&
+     "$CALDRIX" rerank --help | grep -q -- "--repeat N"'
 "$CALDRIX" rerank "$R" $pairs --yes-id 1 --no-id 2 >/dev/null 2>"$tmp/err"; rc=$?
 check "--yes-id on a rerank GGUF is refused: cls.output holds the answers" '[ $rc -ne 0 ] && grep -q "cls.output" "$tmp/err"'
 "$CALDRIX" embed "$R" --ids 3,4,5 >/dev/null 2>"$tmp/err"; rc=$?
