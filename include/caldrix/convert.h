@@ -24,6 +24,13 @@ typedef struct cdx_convert_opts {
                             (norms and vectors stay F32; Q8_0 falls back to F16 for rows that are not
                             a multiple of 32, as llama.cpp's converter does) */
     const char *name;    /* general.name; NULL: the checkpoint directory's base name */
+    /* a Qwen3 reranker (Qwen3-Reranker), written as llama.cpp's converter writes one (conversion/qwen.py
+     * Qwen3Model with is_rerank): <arch>.pooling_type 4 (rank), <arch>.classifier.output_labels
+     * ["yes", "no"], the rerank chat template (tokenizer.chat_template.rerank), and cls.output.weight made
+     * of the head's rows of yes_id and no_id (lm_head's, or embed_tokens' when tied; an untied lm_head
+     * itself is not written). yes_id/no_id: the vocabulary ids of "yes" and "no". */
+    bool rerank;
+    int32_t yes_id, no_id;
 } cdx_convert_opts;
 
 typedef struct cdx_convert cdx_convert;

@@ -160,7 +160,8 @@ CDX_API const cdx_gguf_tensor *cdx_gguf_tensor_find(const cdx_gguf *g, const cha
     X(ROPE_SCALING_TYPE, "rope.scaling.type")                                   \
     X(ROPE_SCALING_FACTOR, "rope.scaling.factor")                               \
     X(POOLING_TYPE, "pooling_type")                                             \
-    X(CAUSAL, "attention.causal")
+    X(CAUSAL, "attention.causal")                                               \
+    X(CLASSIFIER_OUTPUT_LABELS, "classifier.output_labels")
 
 typedef enum cdx_gguf_key {
 #define CDX_X_(name, suffix) CDX_GK_##name,

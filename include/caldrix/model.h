@@ -113,6 +113,12 @@ typedef struct cdx_hparams {
     int gguf_pooling;              /* a GGUF encoder's <arch>.pooling_type: 1 + its cdx_pooling; 0: none declared */
     bool gguf_normalize;           /* a GGUF encoder's caldrix.embedding.normalize (caldrix convert: modules.json
                                       lists Normalize) */
+    /* a GGUF decoder with <arch>.pooling_type 4 (rank, llama.cpp's Qwen3-Reranker conversion): the last token's
+     * final hidden state through cls.output.weight ([n_cls_out × n_embd], one row per label of
+     * <arch>.classifier.output_labels), softmax over the labels; cdx_model_cls_logits */
+    bool gguf_rank;
+    int n_cls_out;                 /* the labels (2: "yes", "no") */
+    int cls_yes, cls_no;           /* the rows of the labels "yes" and "no" */
     /* RoPE scaling that depends on the pass (transformers' dynamic_rope_update), on top of the
      * frequencies scaled at load (linear, llama3, yarn; src/model/rope.c); 0: none */
     int rope_pass;                 /* CDX_ROPE_PASS_*: how a sequence's length T (its last position in the
@@ -442,6 +448,11 @@ CDX_API int cdx_forward_ctx_set_stage(cdx_forward_ctx *fc, const cdx_stage *st, 
  * the model's logit scaling and softcap. The reranker's yes/no logits without the whole vocabulary. */
 CDX_API int cdx_model_head_logits(const cdx_model *m, const float *h, int64_t n, const int32_t *ids, int n_ids,
                                   float *out, cdx_err *err);
+
+/* A rerank GGUF's classifier logits (hp.gguf_rank) for n hidden states h[n][n_embd]: out[n][n_cls_out], each
+ * cls.output's row dotted with the state (f32 products, double sum, as cdx_model_head_logits) plus its bias.
+ * CDX_EINVAL for a model without cls.output. */
+CDX_API int cdx_model_cls_logits(const cdx_model *m, const float *h, int64_t n, float *out, cdx_err *err);
 
 /* ---- encoders (BERT, XLM-RoBERTa) ---- */
 

@@ -11,6 +11,7 @@
 /* %s: the architectures it converts (cdx_convert_archs, from the family rows) */
 static const char k_convert_usage[] =
     "usage: caldrix convert HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0] [--name NAME] [--vocab-only]\n"
+    "                       [--task rerank [--yes-id N --no-id N]]\n"
     "       caldrix convert HFDIR OUTDIR --merge-lora ADAPTER[:SCALE]\n"
     "\n"
     "--merge-lora writes OUTDIR as a checkpoint (model.safetensors + HFDIR's config and tokenizer files)\n"
@@ -24,6 +25,13 @@ static const char k_convert_usage[] =
     "  --name N   general.name (default: the directory's name)\n"
     "  --vocab-only  write only general.architecture, general.name and the tokenizer keys (no\n"
     "             config.json or weights needed; the vocabulary is the tokenizer's own size)\n"
+    "  --task rerank  write a Qwen3 reranker (Qwen3-Reranker) as llama.cpp's converter does: pooling_type 4\n"
+    "             (rank), classifier.output_labels [\"yes\", \"no\"], the rerank chat template, and\n"
+    "             cls.output.weight = the head's rows of \"yes\" and \"no\" (a plain causal LM on disk is\n"
+    "             never taken for a reranker by its name; llama.cpp guesses from the name or README)\n"
+    "  --yes-id N, --no-id N  the answer token ids (default: the tokenizer's \"yes\" and \"no\")\n"
+    "A folder with modules.json (an embedding model: Qwen3-Embedding) gets its pooling_type from 1_Pooling\n"
+    "(mean 1, cls 2, lasttoken 3) and caldrix.embedding.normalize where Normalize is listed.\n"
     "Without tokenizer files a placeholder vocabulary sized to the model is written.\n"
     "OUT must not be a file of HFDIR (nor a hard link to one), and OUT's folder must exist and be\n"
     "writable: otherwise caldrix convert refuses before any work (exit 2).\n";
@@ -95,7 +103,8 @@ int cmd_convert(int argc, char **argv)
 {
     const char *pos[2] = { 0 }, *type_name = NULL, *name = NULL, *merge = NULL;
     int n_pos = 0;
-    bool vocab_only = false;
+    bool vocab_only = false, rerank = false;
+    long yes_id = -1, no_id = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -111,6 +120,21 @@ int cmd_convert(int argc, char **argv)
             merge = argv[++i];
         } else if (!strcmp(argv[i], "--vocab-only")) {
             vocab_only = true;
+        } else if (!strcmp(argv[i], "--task") || !strcmp(argv[i], "--yes-id") || !strcmp(argv[i], "--no-id")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "caldrix convert: %s needs a value (caldrix convert --help)\n", argv[i]);
+                return 2;
+            }
+            if (!strcmp(argv[i], "--task")) {
+                if (strcmp(argv[i + 1], "rerank")) {
+                    fprintf(stderr, "caldrix convert: --task is \"%s\"; expected rerank (an embedding model's task "
+                                    "comes from its modules.json)\n", argv[i + 1]);
+                    return 2;
+                }
+                rerank = true;
+            } else if (cli_parse_int(argv[i], argv[i + 1], 0, INT32_MAX, !strcmp(argv[i], "--yes-id") ? &yes_id : &no_id))
+                return 2;
+            i++;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "caldrix convert: unknown option \"%s\" (caldrix convert --help)\n", argv[i]);
             return 2;
@@ -197,6 +221,31 @@ int cmd_convert(int argc, char **argv)
         status = 0;
         goto done;
     }
+    if ((yes_id >= 0 || no_id >= 0) && !rerank) {
+        fprintf(stderr, "caldrix convert: --yes-id/--no-id are for --task rerank\n");
+        return 2;
+    }
+    if ((yes_id < 0) != (no_id < 0)) {
+        fprintf(stderr, "caldrix convert: give both --yes-id and --no-id, or neither\n");
+        return 2;
+    }
+    if (rerank && yes_id < 0) { /* Qwen3Model._find_rerank_config: tokenizer.convert_tokens_to_ids("yes"/"no") */
+        int32_t y = -1, n = -1;
+        if (cdx_tok_open_dir(dir, &tok, &err) == 0) {
+            y = cdx_tok_find(tok, "yes", 3);
+            n = cdx_tok_find(tok, "no", 2);
+        }
+        cdx_tok_close(tok);
+        tok = NULL;
+        if (y < 0 || n < 0) {
+            fprintf(stderr, "caldrix convert: --task rerank: %s has no tokenizer with the tokens \"yes\" and \"no\"%s%s; "
+                            "give --yes-id N --no-id N\n", dir, err.code ? ": " : "", err.code ? err.msg : "");
+            goto done;
+        }
+        yes_id = y;
+        no_id = n;
+        err = (cdx_err){ 0 };
+    }
     if (type < 0) {
         /* llama.cpp's "auto": the dtype of the first 2-D tensor, F16 unless it is BF16/F16 */
         cdx_safetensors *sf = NULL;
@@ -213,7 +262,8 @@ int cmd_convert(int argc, char **argv)
         err = (cdx_err){0};
     }
     if (cdx_gguf_writer_new(&w, &err) ||
-        cdx_convert_hf(dir, &(cdx_convert_opts){ .type = (uint32_t)type, .name = name }, w, &c, &err)) {
+        cdx_convert_hf(dir, &(cdx_convert_opts){ .type = (uint32_t)type, .name = name, .rerank = rerank,
+                                                 .yes_id = (int32_t)yes_id, .no_id = (int32_t)no_id }, w, &c, &err)) {
         fprintf(stderr, "caldrix: %s\n", err.msg);
         goto done;
     }

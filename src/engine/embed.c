@@ -43,7 +43,10 @@ int cdx_task_from_name(const char *s, cdx_task *out)
 
 cdx_task cdx_task_declared(const cdx_model *m, const cdx_st_pipeline *p)
 {
-    return cdx_model_is_encoder(m) || (p && p->present) ? CDX_TASK_EMBED : CDX_TASK_GENERATE;
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    if (hp->gguf_rank) /* a GGUF decoder with pooling_type rank and cls.output (llama.cpp's reranker) */
+        return CDX_TASK_RERANK;
+    return cdx_model_is_encoder(m) || (p && p->present) || hp->gguf_pooling ? CDX_TASK_EMBED : CDX_TASK_GENERATE;
 }
 
 cdx_task cdx_embedder_task(const cdx_embedder *e) { return e->task; }
@@ -58,14 +61,23 @@ static int open_decoder(cdx_embedder *e, const cdx_embedder_opts *opts, cdx_err 
     if (cdx_model_dtype(e->m) != CDX_DTYPE_F32)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "the model computes in %s; embeddings and scores are computed in f32 "
                            "(open it with --dtype f32)", cdx_dtype_name(cdx_model_dtype(e->m)));
-    if (!e->p.present)
+    if (!e->p.present && !(cdx_model_gguf(e->m) && hp->gguf_pooling))
         e->p.pooling = CDX_POOL_LAST;
     if (e->task == CDX_TASK_EMBED && e->p.pooling != CDX_POOL_LAST)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "1_Pooling/config.json: pooling %s over a causal decoder; caldrix "
                            "pools a decoder by its last token (lasttoken)", cdx_pooling_name(e->p.pooling));
     e->eos_id = hp->n_eos ? hp->eos_ids[0] : -1;
     e->budget = opts && opts->token_budget > 0 ? opts->token_budget : 512;
-    if (e->task == CDX_TASK_RERANK) {
+    if (e->task == CDX_TASK_EMBED && hp->gguf_rank)
+        return cdx_err_set(err, CDX_EINVAL, "%s.pooling_type is 4 (rank): the file is a reranker, not an embedder",
+                           hp->arch_name);
+    if (e->task == CDX_TASK_RERANK && hp->gguf_rank) {
+        /* the answers are cls.output's rows (the labels "yes" and "no"), not vocabulary ids */
+        if (opts && (opts->yes_id > 0 || opts->no_id > 0))
+            return cdx_err_set(err, CDX_EINVAL, "--yes-id/--no-id: the GGUF file's cls.output.weight holds the "
+                               "reranker's yes/no rows (classifier.output_labels)");
+        e->yes_id = e->no_id = -1;
+    } else if (e->task == CDX_TASK_RERANK) {
         e->yes_id = opts && (opts->yes_id > 0 || opts->no_id > 0) ? opts->yes_id : -1;
         e->no_id = opts && (opts->yes_id > 0 || opts->no_id > 0) ? opts->no_id : -1;
         if (e->yes_id < 0 && e->tok)
@@ -101,6 +113,11 @@ int cdx_embedder_open(const cdx_model *m, const cdx_tok *tok, const cdx_st_pipel
     else {
         e->p.pooling = CDX_POOL_CLS;
         e->p.include_prompt = true;
+    }
+    if (e->decoder && !(p && p->present) && cdx_model_gguf(m) && hp->gguf_pooling) {
+        /* a GGUF decoder embedder (Qwen3-Embedding as llama.cpp converts it: pooling_type 3, last) */
+        e->p.pooling = (cdx_pooling)(hp->gguf_pooling - 1);
+        e->p.normalize = hp->gguf_normalize;
     }
     if (!e->decoder && !(p && p->present) && cdx_model_gguf(m)) {
         /* a GGUF encoder declares its pooling in <arch>.pooling_type (llama.cpp's key), and caldrix convert
@@ -423,7 +440,17 @@ int cdx_rerank_ids(cdx_embedder *e, const int32_t *const *ids, const int64_t *le
         pthread_mutex_unlock(&e->mu);
     }
     const int32_t ans[2] = { e->yes_id, e->no_id };
-    if (!rc)
+    const cdx_hparams *hp = cdx_model_hparams(e->m);
+    if (!rc && hp->gguf_rank) {
+        /* cls.output's rows: the same dot products as the tied head's yes/no rows */
+        float *cl = malloc((size_t)n * (size_t)hp->n_cls_out * sizeof *cl);
+        rc = cl ? cdx_model_cls_logits(e->m, h, n, cl, err) : cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        for (int i = 0; !rc && i < n; i++) {
+            yn[2 * i] = cl[(size_t)i * (size_t)hp->n_cls_out + (size_t)hp->cls_yes];
+            yn[2 * i + 1] = cl[(size_t)i * (size_t)hp->n_cls_out + (size_t)hp->cls_no];
+        }
+        free(cl);
+    } else if (!rc)
         rc = cdx_model_head_logits(e->m, h, n, ans, 2, yn, err);
     for (int i = 0; !rc && i < n; i++) {
         /* softmax([no, yes])[1] = exp(log_softmax) of yes: 1 / (1 + exp(no - yes)) */

@@ -198,6 +198,7 @@ struct cdx_model {
     cdx_mat tok_embd;                   /* [n_vocab × n_embd] */
     cdx_mat output;                     /* [n_vocab × n_embd] (tok_embd when tied) */
     float *out_norm;                    /* [n_embd] */
+    float *cls_out, *cls_out_b;         /* hp.gguf_rank: cls.output.weight [n_cls_out × n_embd] and its bias (or NULL) */
     float *out_norm_b;                  /* [n_embd] its bias (arch_desc.norm_bias) or NULL */
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     float *inv_freq_swa;                /* [n_rot/2]: the sliding layers' (hp.rope_theta_swa), or NULL */
@@ -242,6 +243,11 @@ void encoder_free(struct encoder_model *e);
  * its LayerNorm eps, token_types rows, pooling_type (hp.gguf_pooling; none and rank refused by name),
  * and caldrix.embedding.normalize. */
 int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err);
+/* A GGUF file's <arch>.pooling_type (llama.cpp's LLAMA_POOLING_TYPE) into hp.gguf_pooling, and
+ * caldrix.embedding.normalize: an encoder's mean 1 / cls 2 / last 3 (none 0 and rank 4 refused); a
+ * decoder's the same, none 0 read as undeclared, and rank 4 (Qwen3-Reranker) as hp.gguf_rank with the
+ * yes/no rows of <arch>.classifier.output_labels. */
+int gguf_read_pooling(cdx_model *m, const cdx_gguf *g, cdx_err *err);
 /* llama.cpp's GGUF name of a BertModel tensor ("encoder.layer.3.output.dense.weight" ->
  * "blk.3.ffn_down.weight"); false: none. */
 bool encoder_gguf_name(const char *hf, char *out, size_t cap);

@@ -42,6 +42,8 @@ struct cdx_convert {
     char notes[512];
     size_t n_tensors, n_bytes;
     int swa_period;         /* Gemma's: the sliding layers' period (attention.sliding_window_pattern) */
+    int pooling;            /* a decoder's llama.cpp pooling_type from modules.json (-1: none written) */
+    bool normalize;         /* modules.json lists Normalize */
 };
 
 void cdx_convert_free(cdx_convert *c)
@@ -321,7 +323,14 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
     int layer;
     /* Qwen3.5 ForConditionalGeneration: the text model under model.language_model. */
     const char *hf = d->hybrid && !strncmp(t->name, "model.language_model.", 21) ? t->name + 15 : t->name;
-    if (!map_name(d, hf, name, sizeof name, &role, &layer))
+    bool named = map_name(d, hf, name, sizeof name, &role, &layer);
+    if (!named && strncmp(hf, "model.", 6)) {
+        /* Qwen3-Embedding: the base model's tensors without "model." (llama.cpp's tensor map lists both) */
+        char pref[200];
+        snprintf(pref, sizeof pref, "model.%s", hf);
+        named = map_name(d, pref, name, sizeof name, &role, &layer);
+    }
+    if (!named)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has no GGUF name for the %s architecture", dir,
                            t->name, d->gguf_name);
     if (layer >= c->cfg.n_layers)
@@ -547,6 +556,39 @@ out:
 
 /* ---- the whole checkpoint ---- */
 
+/* conversion/qwen.py Qwen3Model.set_gguf_parameters: the template llama.cpp's rerank route fills */
+static const char k_rerank_template[] =
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
+/* Qwen3Model._get_cls_out_tensor: cls.output.weight = the head's rows [yes; no] of t ([V][H]). */
+static int write_cls_out(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tensor *t, const cdx_convert_opts *o,
+                         const char *dir, cdx_err *err)
+{
+    const cdx_type_traits *st = cdx_type_get(t->type);
+    if (t->n_dims != 2 || !st || !st->to_f32)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not a matrix of F32, F16 or BF16", dir, t->name);
+    const uint64_t V = t->shape[0], H = t->shape[1];
+    if (o->yes_id < 0 || o->no_id < 0 || (uint64_t)o->yes_id >= V || (uint64_t)o->no_id >= V || o->yes_id == o->no_id)
+        return cdx_err_set(err, CDX_EINVAL, "%s: the reranker's yes/no ids are %d and %d; expected two ids of its %llu "
+                           "rows", dir, o->yes_id, o->no_id, (unsigned long long)V);
+    size_t rb;
+    int rc = cdx_type_row_bytes(t->type, H, &rb, err);
+    if (rc)
+        return rc;
+    float *f = malloc((size_t)(2 * H) * sizeof *f);
+    if (!f)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    st->to_f32((const uint8_t *)t->data + (size_t)o->yes_id * rb, f, (int64_t)H);
+    st->to_f32((const uint8_t *)t->data + (size_t)o->no_id * rb, f + H, (int64_t)H);
+    const uint64_t ne[2] = { H, 2 };
+    rc = add_tensor(c, w, "cls.output.weight", tensor_type(o->type, "cls.output.weight", 2, H), 2, ne, f, NULL, err);
+    free(f);
+    return rc;
+}
+
 static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, const arch_desc *d,
                           const cdx_convert_opts *o, int ftype, uint64_t n_params)
 {
@@ -686,6 +728,18 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
                                  (int32_t)cfg->mrope_section[2], 0 };
         cdx_gguf_writer_set_arr(w, K(ROPE_DIM_SECTIONS), CDX_GGUF_I32, sec, 4);
     }
+    if (c->pooling >= 0) /* Qwen2Model.set_gguf_parameters: _try_set_pooling_type from modules.json */
+        cdx_gguf_writer_set_u32(w, K(POOLING_TYPE), (uint32_t)c->pooling);
+    if (c->normalize) /* caldrix's own key: llama.cpp leaves Normalize to its caller */
+        cdx_gguf_writer_set_bool(w, "caldrix.embedding.normalize", true);
+    if (o->rerank) { /* Qwen3Model.set_gguf_parameters with is_rerank */
+        static const char *const labels[2] = { "yes", "no" };
+        static const char *const names[1] = { "rerank" };
+        cdx_gguf_writer_set_u32(w, K(POOLING_TYPE), 4);
+        cdx_gguf_writer_set_arr_str(w, K(CLASSIFIER_OUTPUT_LABELS), labels, 2);
+        cdx_gguf_writer_set_str(w, "tokenizer.chat_template.rerank", k_rerank_template);
+        cdx_gguf_writer_set_arr_str(w, "tokenizer.chat_templates", names, 1);
+    }
     return cdx_gguf_writer_set_u32(w, "general.quantization_version", 2);
 #undef K
 }
@@ -817,6 +871,11 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     const cdx_hf_config *cfg = &c->cfg;
     const arch_desc *d = arch_by_hf(cfg->arch);
+    if (d && d->encoder && o.rerank) {
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s is an encoder; --task rerank writes a Qwen3 reranker (a causal "
+                         "LM answering yes or no), not a cross-encoder", dir, cfg->architecture);
+        goto fail;
+    }
     if (d && d->encoder) {
         if ((rc = convert_encoder(c, w, dir, d, &o, ft->llama_ftype, err)))
             goto fail;
@@ -947,6 +1006,30 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         goto fail;
     }
     n_params += 2 * (uint64_t)n_lr;
+    c->pooling = -1;
+    if (o.rerank) {
+        if (!d->gguf_name || strcmp(d->gguf_name, "qwen3")) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: a reranker is written as llama.cpp's Qwen3-Reranker (qwen3); "
+                             "this checkpoint is %s", dir, cfg->architecture);
+            goto fail;
+        }
+        n_params += 2 * (uint64_t)cfg->hidden_size; /* cls.output; an untied lm_head is not written */
+        for (size_t i = 0; !cfg->tie_word_embeddings && i < n_src; i++)
+            if (!strcmp(refs[i].t->name, "lm_head.weight"))
+                n_params -= (uint64_t)(cfg->vocab_size * cfg->hidden_size);
+    } else {
+        cdx_st_pipeline p;
+        if ((rc = cdx_st_pipeline_read(dir, &p, err)))
+            goto fail;
+        if (p.present && k_llama_pooling_of[p.pooling] < 0) {
+            rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/1_Pooling/config.json: pooling %s has no llama.cpp "
+                             "pooling_type (none, mean, cls, last, rank); run the folder itself", dir,
+                             cdx_pooling_name(p.pooling));
+            goto fail;
+        }
+        c->pooling = p.present ? k_llama_pooling_of[p.pooling] : -1;
+        c->normalize = p.present && p.normalize;
+    }
     if ((rc = write_metadata(c, w, dir, d, &o, ft->llama_ftype, n_params)) < 0) {
         rc = cdx_err_set(err, rc, "%s: out of memory writing metadata", dir);
         goto fail;
@@ -968,7 +1051,15 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
     for (size_t i = 0; i < n_src; i++) {
         char gname[160];
         int layer, expert, role;
-        if (d->moe_oai && strstr(refs[i].t->name, ".mlp."))
+        const char *tn = refs[i].t->name;
+        if (o.rerank && (cfg->tie_word_embeddings ? strstr(tn, "embed_tokens") != NULL : strstr(tn, "lm_head") != NULL)) {
+            /* Qwen3Model.modify_tensors: the head's yes/no rows first; a tied embedding is then written as itself */
+            if ((rc = write_cls_out(c, w, refs[i].t, &o, dir, err)))
+                goto fail;
+            if (!cfg->tie_word_embeddings)
+                continue;
+        }
+        if (d->moe_oai && strstr(tn, ".mlp."))
             rc = convert_oai_tensor(c, w, refs[i].t, o.type, dir, err);
         else if (d->moe && arch_moe_hf_name(d->arch, refs[i].t->name, gname, sizeof gname, &layer, &expert, &role))
             rc = convert_moe_tensor(c, w, refs[i].t, gname, layer, expert, role, o.type, dir, err);

@@ -326,6 +326,51 @@ static const struct {
     [4] = { "rank (a classification head)", -1 },
 };
 
+int gguf_read_pooling(cdx_model *m, const cdx_gguf *g, cdx_err *err)
+{
+    cdx_hparams *hp = &m->hp;
+    const char *a = m->desc->gguf_name, *path = g->path;
+    const bool enc = m->desc->encoder;
+    uint64_t v;
+    bool nrm;
+    hp->gguf_normalize = cdx_gguf_get_bool(g, "caldrix.embedding.normalize", &nrm) && nrm;
+    if (!cdx_gguf_find_arch(g, a, CDX_GK_POOLING_TYPE))
+        return CDX_OK;
+    if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_POOLING_TYPE, &v) || v >= sizeof k_llama_pooling / sizeof *k_llama_pooling)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: %s.pooling_type is not one of llama.cpp's pooling types (0..4)", path, a);
+    if (!enc && v == 0)
+        return CDX_OK; /* none: a decoder's hidden states per token, i.e. nothing declared */
+    if (!enc && v == 4) {
+        /* llama.cpp's Qwen3-Reranker conversion (conversion/qwen.py Qwen3Model): cls.output.weight holds the
+         * head's rows of the labels, scored by a softmax over them (llm_graph_context::build_pooling) */
+        char key[128];
+        cdx_gguf_key_name(CDX_GK_CLASSIFIER_OUTPUT_LABELS, a, key, sizeof key);
+        const cdx_gguf_kv *kv = cdx_gguf_find(g, key);
+        if (!kv || kv->val.type != CDX_GGUF_ARRAY || kv->val.arr_type != CDX_GGUF_STRING || kv->val.n != 2)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.pooling_type is 4 (rank) but %s is %s; caldrix scores a "
+                               "reranker by its two labels \"yes\" and \"no\"", path, a, key,
+                               kv ? "not an array of two strings" : "missing");
+        hp->cls_yes = hp->cls_no = -1;
+        for (int i = 0; i < 2; i++) {
+            const cdx_gguf_str *s = &kv->val.str_items[i];
+            if (s->len == 3 && !memcmp(s->ptr, "yes", 3))
+                hp->cls_yes = i;
+            else if (s->len == 2 && !memcmp(s->ptr, "no", 2))
+                hp->cls_no = i;
+        }
+        if (hp->cls_yes < 0 || hp->cls_no < 0)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s does not hold the labels \"yes\" and \"no\"", path, key);
+        hp->gguf_rank = true;
+        hp->n_cls_out = 2;
+        return CDX_OK;
+    }
+    if (k_llama_pooling[v].pooling < 0)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.pooling_type is %llu, %s; caldrix pools an encoder by "
+                           "mean (1), cls (2) or last (3)", path, a, (unsigned long long)v, k_llama_pooling[v].name);
+    hp->gguf_pooling = 1 + k_llama_pooling[v].pooling;
+    return CDX_OK;
+}
+
 int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
@@ -339,18 +384,9 @@ int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err)
     if (cdx_gguf_get_arch_bool(g, a, CDX_GK_CAUSAL, &causal) && causal)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.attention.causal is true; caldrix runs %s as a bidirectional "
                            "encoder only", path, a, a);
-    uint64_t v;
-    if (cdx_gguf_find_arch(g, a, CDX_GK_POOLING_TYPE)) {
-        if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_POOLING_TYPE, &v) || v >= sizeof k_llama_pooling / sizeof *k_llama_pooling)
-            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.pooling_type is not one of llama.cpp's pooling types (0..4)",
-                               path, a);
-        if (k_llama_pooling[v].pooling < 0)
-            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.pooling_type is %llu, %s; caldrix pools an encoder by "
-                               "mean (1), cls (2) or last (3)", path, a, (unsigned long long)v, k_llama_pooling[v].name);
-        hp->gguf_pooling = 1 + k_llama_pooling[v].pooling;
-    }
-    bool nrm;
-    hp->gguf_normalize = cdx_gguf_get_bool(g, "caldrix.embedding.normalize", &nrm) && nrm;
+    int rc = gguf_read_pooling(m, g, err);
+    if (rc)
+        return rc;
     const cdx_gguf_tensor *tt = cdx_gguf_tensor_find(g, "token_types.weight");
     hp->n_type_vocab = tt && tt->n_dims == 2 ? (int64_t)tt->ne[1] : 0;
     if (hp->n_type_vocab < 1)

@@ -565,6 +565,24 @@ int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_bat
     return CDX_OK;
 }
 
+int cdx_model_cls_logits(const cdx_model *m, const float *h, int64_t n, float *out, cdx_err *err)
+{
+    const cdx_hparams *hp = &m->hp;
+    if (!m->cls_out || hp->n_cls_out < 1)
+        return cdx_err_set(err, CDX_EINVAL, "the model has no classifier head (cls.output.weight)");
+    const int64_t E = hp->n_embd, K = hp->n_cls_out;
+    for (int64_t k = 0; k < K; k++) {
+        const float *row = m->cls_out + k * E;
+        for (int64_t i = 0; i < n; i++) {
+            double s = 0;
+            for (int64_t c = 0; c < E; c++)
+                s += (double)(row[c] * h[i * E + c]);
+            out[i * K + k] = m->cls_out_b ? (float)s + m->cls_out_b[k] : (float)s;
+        }
+    }
+    return CDX_OK;
+}
+
 int cdx_model_head_logits(const cdx_model *m, const float *h, int64_t n, const int32_t *ids, int n_ids, float *out,
                           cdx_err *err)
 {

@@ -900,6 +900,29 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
         (rc = bind_role(b, ROLE_ROPE_LONG, 0, NULL, &f_long, &has_long, err)) ||
         (rc = bind_role(b, ROLE_ROPE_SHORT, 0, NULL, &f_short, &has_short, err)))
         goto out;
+    if (hp->gguf_rank) { /* llama.cpp's rerank head: cls.output.weight [n_cls_out × n_embd] (+ bias) */
+        int64_t idx;
+        const src_tensor *t = find_tensor(b, "cls.output.weight", &idx);
+        if (!t || t->n_mat != 1 || t->n_dims != 2 || t->cols != hp->n_embd || t->rows != hp->n_cls_out) {
+            rc = cdx_err_set(err, CDX_EFORMAT, "%s: pooling_type 4 (rank) needs tensor \"cls.output.weight\" of "
+                             "shape [%d, %lld]%s", b->path, hp->n_cls_out, (long long)hp->n_embd,
+                             t ? "; it has another shape" : "; it is missing");
+            goto out;
+        }
+        b->used[idx] = true;
+        if ((rc = to_f32_copy(b, t, &m->cls_out, err)))
+            goto out;
+        if ((t = find_tensor(b, "cls.output.bias", &idx))) {
+            if (t->n_mat != 1 || t->rows * t->cols != hp->n_cls_out) {
+                rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"cls.output.bias\" does not have %d values", b->path,
+                                 hp->n_cls_out);
+                goto out;
+            }
+            b->used[idx] = true;
+            if ((rc = to_f32_copy(b, t, &m->cls_out_b, err)))
+                goto out;
+        }
+    }
     if (!has_output) {
         if (!b->gguf && !hp->tied_embeddings) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"lm_head.weight\" is missing and tie_word_embeddings is false",
@@ -1447,6 +1470,8 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
 
     if (d->encoder) /* its own tensors and pass (encoder.c) */
         return encoder_bind_gguf(m, g, err);
+    if ((rc = gguf_read_pooling(m, g, err))) /* an embedding or rerank decoder's pooling_type */
+        return rc;
     binder b = { .m = m, .path = path, .gguf = true, .n = (int64_t)g->n_tensors };
     b.tensors = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *b.tensors);
     b.used = calloc(g->n_tensors ? (size_t)g->n_tensors : 1, sizeof *b.used);
@@ -1731,6 +1756,7 @@ void cdx_model_close(cdx_model *m)
     free(m->layers);
     free(m->mats);
     free(m->out_norm); free(m->out_norm_b);
+    free(m->cls_out); free(m->cls_out_b);
     free(m->inv_freq);
     free(m->inv_freq_swa);
     free(m->inv_freq_long);

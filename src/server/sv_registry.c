@@ -7,6 +7,7 @@
  * holds both: a slot in LOADING or UNLOADING belongs to the thread that set it, which releases mu
  * before it takes run_mu. */
 #include "server/sv_int.h"
+#include "caldrix/format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,20 @@ static cdx_task task_before_load(const sv_registry *r, const sv_model *m, const 
     cdx_arch a;
     if (rep && cdx_model_arch_of(rep->architecture, !strcmp(rep->format, "gguf"), false, &a) && a == CDX_ARCH_BERT)
         return CDX_TASK_EMBED;
+    if (rep && m->path && !strcmp(rep->format, "gguf")) {
+        /* a decoder GGUF declares its task in <arch>.pooling_type (llama.cpp's): 4 rank, 1..3 a pooled vector
+         * (cdx_task_declared on the loaded model, read here from the header) */
+        cdx_gguf *g = NULL;
+        uint64_t v = 0;
+        bool has = false;
+        if (cdx_gguf_open(m->path, &g, &err) == 0)
+            has = cdx_gguf_get_arch_u64(g, rep->architecture, CDX_GK_POOLING_TYPE, &v);
+        cdx_gguf_close(g);
+        if (has && v == 4)
+            return CDX_TASK_RERANK;
+        if (has && v >= 1 && v <= 3)
+            return CDX_TASK_EMBED;
+    }
     return CDX_TASK_GENERATE;
 }
 
