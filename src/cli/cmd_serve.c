@@ -541,7 +541,7 @@ int cmd_serve(int argc, char **argv)
                 char p[96];
                 snprintf(p, sizeof p, "%s%s%s%s", rt[r].path, rt[r].alias ? " (" : "", rt[r].alias ? rt[r].alias : "",
                          rt[r].alias ? ")" : "");
-                printf("  %-4s %-44s %s\n", rt[r].method, p, rt[r].help);
+                printf("  %-9s %-44s %s\n", rt[r].method, p, rt[r].help);
             }
             return 0;
         }
