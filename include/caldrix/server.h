@@ -67,6 +67,18 @@ typedef struct cdx_server_opts {
 
 CDX_API cdx_server_opts cdx_server_defaults(void);
 
+/* A LoRA adapter served (serve --lora NAME=DIR[:SCALE]); its id is its index in the list. A request's
+ * "lora" picks adapters by id or name (llama-server's [{"id", "scale"}]); GET /lora-adapters lists
+ * them, POST /lora-adapters sets the default scales (what a request without "lora" gets). */
+typedef struct cdx_server_lora {
+    const char *name;              /* unique; copied */
+    const char *path;              /* a PEFT folder or a GGUF adapter; copied */
+    const struct cdx_lora *lora;   /* cdx_server_model: opened on its model by the caller (borrowed until
+                                    * cdx_server_stop); cdx_server_models: NULL (the registry opens path on the
+                                    * first model at each of its loads) */
+    float scale;                   /* the default scale (0: loaded, applied only when a request asks) */
+} cdx_server_lora;
+
 /* What the server serves. Everything is borrowed and must outlive cdx_server_stop. */
 typedef struct cdx_server_model {
     cdx_engine *engine;            /* owned by the caller; the server's thread is its only stepper */
@@ -87,6 +99,8 @@ typedef struct cdx_server_model {
     const struct cdx_st_pipeline *pipe; /* the embedder's folder files (Matryoshka sizes, prompts); may be NULL */
     const char *spec_off_reason;   /* the server's --spec that this model cannot take (cdx_loaded.spec_note):
                                     * /v1/models says it as speculation_off_reason; NULL: none */
+    const cdx_server_lora *lora;   /* [n_lora], each opened on this model (at most 16); copied */
+    int n_lora;
 } cdx_server_model;
 
 /* The routes the server answers (its one route table), for --help and docs: *n rows, static storage. */
@@ -132,6 +146,10 @@ typedef struct cdx_server_models {
     int max_loaded;                /* 0: no limit */
     int idle_unload_s;             /* 0: never */
     uint64_t memory_bytes;         /* the ledger's budget; 0: no limit */
+    const cdx_server_lora *lora;   /* [n_lora] (at most 16), their lora NULL: adapters of the first entry,
+                                    * which must be pinned (opened at its load at start; a failure to open
+                                    * one is the error, naming it) */
+    int n_lora;
 } cdx_server_models;
 CDX_API int cdx_server_ready_models(cdx_server *s, const cdx_server_models *o, cdx_err *err);
 /* Stops listening, ends every connection (their requests are cancelled), joins the engine thread

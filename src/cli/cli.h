@@ -40,6 +40,10 @@ int synth_vlm(const char *dir, const char *shape, long seed); /* caldrix synth D
  * On failure prints "caldrix: OPT: \"VALUE\" is not ..." and returns -1. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* --lora [NAME=]DIR[:SCALE] (run: no NAME; serve: NAME, default DIR's last part without .gguf): SCALE
+ * when what follows the last ':' is a whole number, else the whole is DIR. On failure prints
+ * "CMD: --lora VALUE: why" and returns -1. *name (NULL when name is NULL) and *path: heap. */
+int cli_parse_lora(const char *cmd, const char *v, char **name, char **path, float *scale);
 /* A byte count > 0 (cdx_parse_bytes: 8G, 512M); on failure says so and returns -1. */
 int cli_parse_bytes(const char *opt, const char *s, uint64_t *out);
 /* --chat-template-kwargs JSON (run and serve): a JSON object of extra template variables; on

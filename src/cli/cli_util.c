@@ -36,6 +36,57 @@ int cli_parse_float(const char *opt, const char *s, double lo, double hi, double
     return 0;
 }
 
+int cli_parse_lora(const char *cmd, const char *v, char **name, char **path, float *scale)
+{
+    const char *dir = v, *eq = name ? strchr(v, '=') : NULL;
+    if (eq && memchr(v, '/', (size_t)(eq - v)))
+        eq = NULL; /* a path holding '=' */
+    if (eq)
+        dir = eq + 1;
+    /* DIR:SCALE when what follows the last ':' is a number; else the whole is the path */
+    const char *c = strrchr(dir, ':');
+    char *end = NULL;
+    double sc = c ? strtod(c + 1, &end) : 1.0;
+    const bool has_scale = c && c[1] && end && !*end;
+    if (has_scale && !(isfinite(sc) && fabs(sc) <= 1e6)) {
+        fprintf(stderr, "%s: --lora %s: the scale is not a finite number (of magnitude at most 1e6)\n", cmd, v);
+        return -1;
+    }
+    const size_t dl = has_scale ? (size_t)(c - dir) : strlen(dir);
+    if (!dl || (eq && eq == v)) {
+        fprintf(stderr, "%s: --lora %s: %s is empty (--lora %sDIR[:SCALE])\n", cmd, v, dl ? "the name" : "the path",
+                name ? "NAME=" : "");
+        return -1;
+    }
+    *path = strndup(dir, dl);
+    *scale = has_scale ? (float)sc : 1.0f;
+    if (!name)
+        return *path ? 0 : -1;
+    if (eq) {
+        *name = strndup(v, (size_t)(eq - v));
+    } else { /* DIR's last part, without .gguf */
+        size_t n = dl;
+        while (n > 1 && dir[n - 1] == '/')
+            n--;
+        const char *b = dir + n;
+        while (b > dir && b[-1] != '/')
+            b--;
+        size_t len = (size_t)(dir + n - b);
+        if (len > 5 && !strncmp(b + len - 5, ".gguf", 5))
+            len -= 5;
+        *name = strndup(b, len);
+    }
+    for (const char *q = *name; q && *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == '"' || *q == '\\' || *q == 0x7f) {
+            fprintf(stderr, "%s: --lora %s: a quote, a backslash or a control character cannot go in a name\n", cmd, v);
+            free(*name);
+            free(*path);
+            *name = *path = NULL;
+            return -1;
+        }
+    return *path && *name ? 0 : -1;
+}
+
 int cli_parse_bytes(const char *opt, const char *s, uint64_t *out)
 {
     if (!cdx_parse_bytes(s, out) || !*out) {

@@ -341,20 +341,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o)
                 fprintf(stderr, "caldrix run: more than 16 --lora options\n");
                 return 2;
             }
-            /* DIR:SCALE when what follows the last ':' is a number; else the whole is the path */
-            const char *c = strrchr(v, ':');
-            char *end = NULL;
-            double sc = c ? strtod(c + 1, &end) : 1.0;
-            bool has_scale = c && c[1] && end && !*end;
-            if (has_scale && !isfinite(sc)) {
-                fprintf(stderr, "caldrix run: --lora %s: the scale is not a finite number\n", v);
+            char *path = NULL;
+            if (cli_parse_lora("caldrix run", v, NULL, &path, &o->lora_scale[o->n_lora]))
                 return 2;
-            }
-            char *path = has_scale ? strndup(v, (size_t)(c - v)) : strdup(v);
-            if (!path)
-                return 2;
-            o->lora_path[o->n_lora] = path;
-            o->lora_scale[o->n_lora++] = has_scale ? (float)sc : 1.0f;
+            o->lora_path[o->n_lora++] = path;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else if (!strcmp(a, "--ignore-eos")) {

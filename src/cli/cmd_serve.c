@@ -43,6 +43,18 @@ static const char k_serve_usage[] =
     "  --allow-unknown-models  serve models whose compatibility inspect cannot decide (never an\n"
     "                       incompatible one, never past --memory)\n"
     "\n"
+    "  --lora [NAME=]DIR[:SCALE]  a LoRA adapter (a PEFT folder or a llama.cpp GGUF adapter) for requests to\n"
+    "                       choose (docs/api.md, \"LoRA adapters\"); repeat for more (at most 16). Its id is\n"
+    "                       its place in the order given (0, 1, ...), NAME (default: DIR's last part without\n"
+    "                       .gguf) another way to name it. A request's \"lora\": [{\"id\": N or NAME, \"scale\": F}]\n"
+    "                       applies those (the others not); without it a request gets the default scales:\n"
+    "                       SCALE (default 1), as llama-server does, set by POST /lora-adapters. Adapters\n"
+    "                       are added per row, never merged: requests with other adapters share a batch.\n"
+    "                       With several models (--model, --models-dir) the adapters belong to the first\n"
+    "                       one, which is then pinned; \"lora\" on another model is 400. An adapter that does\n"
+    "                       not fit its model (shapes, targets, architecture) exits 2 naming the mismatch\n"
+    "  --lora-init-without-apply  the default scales start at 0: no adapter unless a request (or POST\n"
+    "                       /lora-adapters) asks (llama-server's option)\n"
     "  --task [NAME=]embed|rerank|generate  what the model is served for (default: what its folder\n"
     "                       declares: an encoder or a sentence-transformers folder (modules.json) embeds,\n"
     "                       anything else generates; a reranker such as Qwen3-Reranker is a causal LM on\n"
@@ -161,6 +173,63 @@ static char *model_name(const char *ref)
     if (len > 5 && !strncmp(b + len - 5, ".gguf", 5))
         len -= 5;
     return strndup(b, len);
+}
+
+/* ---- --lora ---- */
+
+typedef struct {
+    cdx_server_lora l[16];
+    cdx_lora *open[16];      /* one served model: opened here (the registry opens its own) */
+    int n;
+} serve_lora;
+
+static void lora_free(serve_lora *sl)
+{
+    for (int i = 0; i < sl->n; i++) {
+        cdx_lora_close(sl->open[i]);
+        free((char *)sl->l[i].name);
+        free((char *)sl->l[i].path);
+    }
+    sl->n = 0;
+}
+
+/* The --lora values: names unique. 0, or 2 (said). */
+static int lora_parse_all(const char *const *args, int n, bool no_apply, serve_lora *sl)
+{
+    *sl = (serve_lora){ .n = 0 };
+    for (int i = 0; i < n; i++) {
+        char *nm = NULL, *pa = NULL;
+        float sc = 1;
+        if (cli_parse_lora("caldrix serve", args[i], &nm, &pa, &sc)) {
+            lora_free(sl);
+            return 2;
+        }
+        for (int k = 0; k < sl->n; k++)
+            if (!strcmp(sl->l[k].name, nm)) {
+                fprintf(stderr, "caldrix serve: --lora %s: another adapter is named \"%s\" (%s): give one of them "
+                                "another NAME=\n", args[i], nm, sl->l[k].path);
+                free(nm);
+                free(pa);
+                lora_free(sl);
+                return 2;
+            }
+        sl->l[sl->n++] = (cdx_server_lora){ .name = nm, .path = pa, .scale = no_apply ? 0.0f : sc };
+    }
+    return 0;
+}
+
+/* Opens the adapters on the one model served. 0, or 2 (said: the flag, its value, the mismatch). */
+static int lora_open_all(serve_lora *sl, const char *const *args, const cdx_model *m)
+{
+    for (int i = 0; i < sl->n; i++) {
+        cdx_err err = { 0 };
+        if (cdx_lora_open(m, sl->l[i].path, &sl->open[i], &err)) {
+            fprintf(stderr, "caldrix serve: --lora %s: %s\n", args[i], err.msg);
+            return 2;
+        }
+        sl->l[i].lora = sl->open[i];
+    }
+    return 0;
 }
 
 /* ---- several models: --model, --models-dir ---- */
@@ -359,7 +428,7 @@ static void say_listening(const cdx_server_opts *so, cdx_server *srv)
 
 static int serve_models(const reg_args *rg, const char *model, const cdx_server_opts *so, cdx_engine_opts *eo,
                         cdx_dtype dtype, uint64_t budget, const char *chat_template, json_t *chat_kwargs,
-                        bool kv_type_set, const load_task *lt)
+                        bool kv_type_set, const load_task *lt, serve_lora *sl)
 {
     cdx_server_entry ent[MAX_MODELS + 1];
     char **own = NULL;
@@ -372,6 +441,8 @@ static int serve_models(const reg_args *rg, const char *model, const cdx_server_
         status = rc;
         goto done;
     }
+    if (sl->n)
+        ent[0].pinned = true; /* the adapters' model: open from the start to the end */
     uint64_t memory = rg->memory;
     if (!memory && cdx_hub_mem_available(&memory, &err) < 0) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
@@ -388,7 +459,8 @@ static int serve_models(const reg_args *rg, const char *model, const cdx_server_
     lo.spec_if_able = true; /* one --spec for every model: one that cannot take it is served without */
     const cdx_server_models sm = { .entries = ent, .n_entries = n, .load = &lo, .tmpl_kwargs = chat_kwargs,
                                    .autoload = !rg->no_autoload, .allow_unknown = rg->allow_unknown,
-                                   .max_loaded = rg->max, .idle_unload_s = rg->idle_s, .memory_bytes = memory };
+                                   .max_loaded = rg->max, .idle_unload_s = rg->idle_s, .memory_bytes = memory,
+                                   .lora = sl->l, .n_lora = sl->n };
     rc = cdx_server_start(so, &srv, &err);
     if (rc) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
@@ -415,6 +487,7 @@ done:
         free(own[i]);
     free(own);
     json_decref(chat_kwargs);
+    lora_free(sl);
     return status;
 }
 
@@ -428,8 +501,10 @@ int cmd_serve(int argc, char **argv)
     json_t *chat_kwargs = NULL; /* --chat-template-kwargs */
     uint64_t budget = 0;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
-    bool kv_type_set = false, task_set = false;
+    bool kv_type_set = false, task_set = false, lora_no_apply = false;
     cdx_task task = CDX_TASK_GENERATE;
+    const char *lora_arg[16];
+    int n_lora_arg = 0;
     int32_t yes_id = -1, no_id = -1;
     long l;
     cli_split_opts split_o = { 0 }; /* --allow-split, --nodes, --split-layers, --split-timeout */
@@ -448,7 +523,7 @@ int cmd_serve(int argc, char **argv)
                      !strcmp(a, "--preload") || !strcmp(a, "--pin") || !strcmp(a, "--models-max") ||
                      !strcmp(a, "--idle-unload") || !strcmp(a, "--memory") || !strcmp(a, "--spec") ||
                      !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min") || !strcmp(a, "--task") ||
-                     !strcmp(a, "--max-round-ms") ||
+                     !strcmp(a, "--max-round-ms") || !strcmp(a, "--lora") ||
                      !strcmp(a, "--yes-id") || !strcmp(a, "--no-id") || !strcmp(a, "--draft");
         if (strcmp(a, "--memory") && cli_split_is_opt(a)) { /* serve's --memory is the registry's budget */
             if (cli_split_parse("caldrix serve", argc, argv, &i, &split_o))
@@ -466,7 +541,7 @@ int cmd_serve(int argc, char **argv)
                 char p[96];
                 snprintf(p, sizeof p, "%s%s%s%s", rt[r].path, rt[r].alias ? " (" : "", rt[r].alias ? rt[r].alias : "",
                          rt[r].alias ? ")" : "");
-                printf("  %-4s %-44s %s\n", rt[r].method, p, rt[r].help);
+                printf("  %-9s %-44s %s\n", rt[r].method, p, rt[r].help);
             }
             return 0;
         }
@@ -499,6 +574,14 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--yes-id") || !strcmp(a, "--no-id")) {
             if (cli_parse_int(a, v, 0, INT32_MAX, &l)) return 2;
             *(a[2] == 'y' ? &yes_id : &no_id) = (int32_t)l;
+        } else if (!strcmp(a, "--lora")) {
+            if (n_lora_arg == 16) {
+                fprintf(stderr, "caldrix serve: --lora %s: more than 16 --lora options\n", v);
+                return 2;
+            }
+            lora_arg[n_lora_arg++] = v;
+        } else if (!strcmp(a, "--lora-init-without-apply")) {
+            lora_no_apply = true;
         } else if (!strcmp(a, "--models-dir")) {
             rg.dir = v;
         } else if (!strcmp(a, "--models-autoload") || !strcmp(a, "--no-models-autoload")) {
@@ -633,18 +716,31 @@ int cmd_serve(int argc, char **argv)
         split_o.memory = rg.memory;
         rg.memory = 0;
     }
+    if (n_lora_arg && split_o.allow) {
+        fprintf(stderr, "caldrix serve: --lora %s with a model split over ranks (--allow-split) is not supported\n",
+                lora_arg[0]);
+        json_decref(chat_kwargs);
+        return 2;
+    }
+    serve_lora sl;
+    if (lora_parse_all(lora_arg, n_lora_arg, lora_no_apply, &sl)) {
+        json_decref(chat_kwargs);
+        return 2;
+    }
     if (rg.refs.n || rg.dir)
-        return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt);
+        return serve_models(&rg, model, &so, &eo, dtype, budget, chat_template, chat_kwargs, kv_type_set, &lt, &sl);
     if (rg.task.n && !(rg.refs.n || rg.dir)) {
         fprintf(stderr, "caldrix serve: --task NAME=TASK names one of several models (--model, --models-dir); serve one "
                         "with --task TASK\n");
         json_decref(chat_kwargs);
+        lora_free(&sl);
         return 2;
     }
     if (rg.preload.n || rg.pin.n || rg.max || rg.idle_s || rg.memory || rg.no_autoload || rg.allow_unknown) {
         fprintf(stderr, "caldrix serve: --preload, --pin, --models-max, --idle-unload, --memory, --no-models-autoload "
                         "and --allow-unknown-models are for several models: give them with --model or --models-dir\n");
         json_decref(chat_kwargs);
+        lora_free(&sl);
         return 2;
     }
     /* a split across mpirun's ranks: planned, or refused, before any rank loads a byte */
@@ -654,12 +750,14 @@ int cmd_serve(int argc, char **argv)
     int status = cli_split_begin("caldrix serve", &split_o, model, &split, &split_l0, &split_l1);
     if (status) {
         json_decref(chat_kwargs);
+        lora_free(&sl);
         return status < 0 ? 0 : status;
     }
     if (split && cdx_split_rank(split) > 0) { /* a later stage: its layers, until rank 0 stops */
         status = cli_split_stage("caldrix serve", split, model, dtype, eo.n_threads, eo.kernels, split_l0, split_l1);
         cdx_split_end(split);
         json_decref(chat_kwargs);
+        lora_free(&sl);
         return status;
     }
     cdx_err err = {0};
@@ -746,6 +844,15 @@ int cmd_serve(int argc, char **argv)
     else if (ld->draft)
         fprintf(stderr, "caldrix serve: draft model %s (%s)\n", draft, ld->draft->path ? ld->draft->path : "");
     const cdx_model *m = ld->model;
+    if (sl.n && ld->task != CDX_TASK_GENERATE) {
+        fprintf(stderr, "caldrix serve: --lora %s: %s is served for %s; adapters are for generating models\n",
+                lora_arg[0], name, cdx_task_name(ld->task));
+        status = 2;
+        goto done;
+    }
+    if (sl.n && (status = lora_open_all(&sl, lora_arg, m)))
+        goto done;
+    status = 1;
     if (*cdx_model_notes(m))
         fprintf(stderr, "caldrix: %s", cdx_model_notes(m));
     const cdx_hparams *hp = cdx_model_hparams(m);
@@ -794,7 +901,7 @@ int cmd_serve(int argc, char **argv)
                             .tmpl_chatml = ld->chat.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
                             .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id,
                             .image_proc = ld->has_image_proc ? &ld->image_proc : NULL,
-                            .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL };
+                            .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL, .lora = sl.l, .n_lora = sl.n };
     rc = cdx_server_start(&so, &srv, &err);
     if (rc) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
@@ -804,6 +911,12 @@ int cmd_serve(int argc, char **argv)
     if (cdx_server_ready(srv, &sm, &err)) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);
         goto done;
+    }
+    for (int i = 0; i < sl.n; i++) {
+        cdx_lora_info li;
+        cdx_lora_get_info(sl.open[i], &li);
+        fprintf(stderr, "caldrix serve: LoRA adapter %d \"%s\": %s (%s, r %lld, alpha %g, %s), default scale %g\n", i,
+                sl.l[i].name, sl.l[i].path, li.format, (long long)li.rank, li.alpha, li.targets, (double)sl.l[i].scale);
     }
     fprintf(stderr, "caldrix serve: ready: %s, context %lld, %lld KV blocks, batch %d, queue %d%s\n", name,
             (long long)st.n_ctx, (long long)st.n_blocks, st.max_batch, st.max_queue,
@@ -821,6 +934,7 @@ done:
             cli_draft_outcome_save("serve", ld->path, ld->draft->path, (int64_t)es.spec_proposed,
                                    (int64_t)es.spec_accepted, es.spec_turned_off * 2 > es.spec_requests);
     }
+    lora_free(&sl); /* the adapters before their model */
     cdx_load_close(ld);
     if (split) {
         cdx_split_stop(split);

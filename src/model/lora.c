@@ -496,6 +496,22 @@ typedef struct {
     int64_t in, out;
 } lora_job;
 
+/* Σ a[c]·x[c] in one fixed order (8 partial sums by c mod 8, then a fixed tree, then the tail): the
+ * same bits for a row whatever else is in the batch, on every kernel set (plain C, no FMA); eight
+ * chains instead of one keep the adds from waiting on each other. */
+static float lora_dot(const float *a, const float *x, int64_t n)
+{
+    float p[8] = { 0 };
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int u = 0; u < 8; u++)
+            p[u] += a[c + u] * x[c + u];
+    float s = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+    for (; c < n; c++)
+        s += a[c] * x[c];
+    return s;
+}
+
 static void lora_rows(void *ctx, int ith, int nth)
 {
     const lora_job *j = ctx;
@@ -508,21 +524,11 @@ static void lora_rows(void *ctx, int ith, int nth)
                 continue;
             const float *x = j->x + i * j->in;
             float *y = j->y + i * j->out;
-            for (int64_t k = 0; k < p->r; k++) {
-                const float *ar = p->a + k * p->in;
-                float s = 0;
-                for (int64_t c = 0; c < p->in; c++)
-                    s += ar[c] * x[c];
-                t[k] = s;
-            }
+            for (int64_t k = 0; k < p->r; k++)
+                t[k] = lora_dot(p->a + k * p->in, x, p->in);
             const float sc = p->scale * set->use[u].scale;
-            for (int64_t o = 0; o < p->out; o++) {
-                const float *br = p->b + o * p->r;
-                float s = 0;
-                for (int64_t k = 0; k < p->r; k++)
-                    s += br[k] * t[k];
-                y[o] += s * sc;
-            }
+            for (int64_t o = 0; o < p->out; o++)
+                y[o] += lora_dot(p->b + o * p->r, t, p->r) * sc;
         }
     }
 }
@@ -531,6 +537,12 @@ void model_lora_add(cdx_pool *pool, const cdx_batch *b, int64_t layer, int targe
                     int64_t in, float *y, int64_t out)
 {
     if (!b->lora)
+        return;
+    bool any = false; /* no row's adapters touch this matrix: no dispatch (the threads' meeting costs) */
+    for (int64_t i = 0; i < n && !any; i++)
+        for (int u = 0; b->lora[i] && u < b->lora[i]->n && !any; u++)
+            any = b->lora[i]->use[u].lora->pairs[layer * LORA_N + target].a != NULL;
+    if (!any)
         return;
     lora_job j = { b, layer, n, target, x, y, in, out };
     if (n >= 4)

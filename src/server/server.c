@@ -785,7 +785,7 @@ static enum MHD_Result reply(sv_conn *k, struct MHD_Connection *c, int status, c
     if (status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, k->post ? "POST" : "GET");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, k->route == SV_R_LORA ? "GET, POST" : k->post ? "POST" : "GET");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     k->status = status;
@@ -817,7 +817,7 @@ static enum MHD_Result reply_error(sv_conn *k, struct MHD_Connection *c, const s
 
 /* The route table's rows (SV_ROUTES in sv_int.h) with their handlers. */
 typedef enum MHD_Result (*route_fn)(sv_conn *k, struct MHD_Connection *c, const char *url);
-typedef struct { const char *path, *alias; bool post; int route; route_fn handler; } route_def;
+typedef struct { const char *path, *alias; int post; int route; route_fn handler; } route_def; /* post: SV_ROUTES' methods */
 static enum MHD_Result route_health(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_models(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const char *url);
@@ -826,13 +826,14 @@ static enum MHD_Result route_admin(sv_conn *k, struct MHD_Connection *c, const c
 static enum MHD_Result route_page(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_embed(sv_conn *k, struct MHD_Connection *c, const char *url);
 static enum MHD_Result route_chunk(sv_conn *k, struct MHD_Connection *c, const char *url);
+static enum MHD_Result route_lora(sv_conn *k, struct MHD_Connection *c, const char *url);
 static const route_def k_routes[] = {
 #define SV_X_(id, path, alias, post, handler, help) { path, alias, post, SV_R_##id, handler },
     SV_ROUTES(SV_X_)
 #undef SV_X_
 };
 static const cdx_server_route k_public_routes[] = {
-#define SV_X_(id, path, alias, post, handler, help) { path, alias, post ? "POST" : "GET", help },
+#define SV_X_(id, path, alias, post, handler, help) { path, alias, post == 2 ? "GET, POST" : post ? "POST" : "GET", help },
     SV_ROUTES(SV_X_)
 #undef SV_X_
 };
@@ -891,7 +892,8 @@ static enum MHD_Result reply_preflight(sv_conn *k, struct MHD_Connection *c, con
         plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
                 *p == '_' || *p == ',' || *p == ' ';
     common_headers(k->s, r);
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", rd->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", rd->post == 2 ? "GET, HEAD, POST, OPTIONS"
+                                                                    : rd->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     MHD_add_response_header(r, "Access-Control-Allow-Headers", plain ? want : "Authorization, Content-Type");
     MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     enum MHD_Result ret = MHD_queue_response(c, 204, r);
@@ -1158,6 +1160,9 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.images = j->p.req_img;
     rq.n_images = j->p.n_img;
     rq.grammar = j->p.grammar;
+    cdx_lora_use lora_use[SV_MAX_LORA]; /* copied at submit; the adapters stay open while the model is held */
+    const cdx_lora_set lora_set = { lora_use, sv_reg_lora_use(&s->reg, k->mdl, &j->p, lora_use) };
+    rq.lora = lora_set.n ? &lora_set : NULL;
     k->job = j;
     atomic_fetch_add(&s->n_active, 1); /* until on_completed: cdx_server_stop waits for its last words */
     cdx_err err = {0};
@@ -1525,6 +1530,57 @@ static enum MHD_Result route_chunk(sv_conn *k, struct MHD_Connection *c, const c
     return reply(k, c, 200, body, "application/json", NULL);
 }
 
+/* The "lora" field's view of md's adapters (names has room for SV_MAX_LORA). */
+static void lora_limits(cdx_server *s, const sv_model *md, sv_limits *lim, const char **names)
+{
+    for (int i = 0; md && i < md->n_lora && i < SV_MAX_LORA; i++)
+        names[i] = md->lora[i].name;
+    lim->lora_names = names;
+    lim->n_lora = md ? md->n_lora : 0;
+    const sv_model *owner = sv_reg_lora_model(&s->reg);
+    lim->lora_owner = owner && owner != md ? owner->name : NULL;
+}
+
+/* GET /lora-adapters: [{"id", "name", "path", "scale"}] (llama-server's list, with the name caldrix's
+ * requests may give as "id"); POST [{"id", "scale"}]: the default scales, the adapters not listed 0
+ * (llama-server's), {"success": true}. The adapters of the model they were given for. */
+static enum MHD_Result route_lora(sv_conn *k, struct MHD_Connection *c, const char *url)
+{
+    cdx_server *s = k->s;
+    sv_model *m = sv_reg_lora_model(&s->reg);
+    sv_error e;
+    if (!k->post) {
+        json_t *a = json_array();
+        pthread_mutex_lock(&s->reg.mu);
+        for (int i = 0; m && i < m->n_lora; i++)
+            json_array_append_new(a, json_pack("{s:i,s:s,s:s,s:f}", "id", i, "name", m->lora[i].name, "path",
+                                               m->lora[i].path, "scale", (double)m->lora[i].scale));
+        pthread_mutex_unlock(&s->reg.mu);
+        return reply_json(k, c, 200, a);
+    }
+    json_error_t je;
+    json_t *root = k->body ? json_loadb(k->body, k->n, 0, &je) : NULL;
+    if (!json_is_array(root)) { /* llama-server's words */
+        json_decref(root);
+        sv_fail(&e, 400, "invalid_request_error", root ? "invalid_type" : "invalid_json", NULL,
+                "Request body must be an array of {\"id\", \"scale\"} objects");
+        return reply_error(k, c, &e);
+    }
+    sv_limits lim = { 0 };
+    const char *names[SV_MAX_LORA];
+    lora_limits(s, m, &lim, names);
+    float sc[SV_MAX_LORA];
+    int rc = sv_lora_list_parse(root, "body", &lim, sc, &e);
+    json_decref(root);
+    if (rc)
+        return reply_error(k, c, &e);
+    pthread_mutex_lock(&s->reg.mu);
+    for (int i = 0; m && i < m->n_lora; i++)
+        m->lora[i].scale = sc[i];
+    pthread_mutex_unlock(&s->reg.mu);
+    return reply_json(k, c, 200, json_pack("{s:b}", "success", 1));
+}
+
 /* The routes whose body sv_parse reads, on the model the body names. */
 static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const char *url)
 {
@@ -1546,6 +1602,8 @@ static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const 
     }
     sv_limits lim = { .n_vocab = md ? md->m.n_vocab : 1, .has_tok = md && md->m.tok != NULL,
                       .images = md && md->m.image_proc != NULL, .max_n = est.max_queue };
+    const char *lora_names[SV_MAX_LORA];
+    lora_limits(k->s, md, &lim, lora_names);
     sv_params p;
     enum MHD_Result ret;
     if (!md) { /* not a JSON object: the parser's error */
@@ -1569,7 +1627,7 @@ static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const 
 static enum MHD_Result dispatch(sv_conn *k, struct MHD_Connection *c, const char *url)
 {
     const route_def *rd = &k_routes[k->route];
-    if (rd->post && k->too_big) {
+    if (k->post && k->too_big) {
         sv_error e;
         sv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL, "the body is over %zu bytes",
                 k->s->max_body);
@@ -1591,7 +1649,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         sv_error e;
         const route_def *rd = find_route(url);
         k->route = rd ? rd->route : SV_R_OTHER;
-        k->post = rd && rd->post;
+        k->post = rd && (rd->post == 1 || (rd->post == 2 && !strcmp(method, "POST")));
         k->t0_ms = cdx_time_ms();
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
@@ -1611,9 +1669,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!rd)
             return sv_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route %s %.200s", method, url),
                    reply_error(k, c, &e);
-        if (rd->post ? strcmp(method, "POST") : !get)
+        if (rd->post == 2 ? !get && strcmp(method, "POST") : rd->post ? strcmp(method, "POST") : !get)
             return sv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s takes %s, not %.20s",
-                           rd->path, rd->post ? "POST" : "GET", method),
+                           rd->path, rd->post == 2 ? "GET or POST" : rd->post ? "POST" : "GET", method),
                    reply_error(k, c, &e);
         if (atomic_load(&s->stopping))
             return shutdown_error(&e), reply_error(k, c, &e);

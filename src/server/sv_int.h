@@ -38,7 +38,20 @@ typedef struct sv_limits {
     bool has_tok;
     bool images;             /* the model takes images (image_url parts) */
     int max_n;               /* the most choices a request may ask for (0: SV_MAX_N) */
+    const char *const *lora_names; /* the model's LoRA adapters (serve --lora NAME=DIR), by id */
+    int n_lora;
+    const char *lora_owner;  /* the model the server's adapters belong to, when it is another (several
+                                models): "lora" on this one is refused naming it; NULL: none */
 } sv_limits;
+
+#define SV_MAX_LORA 16       /* serve --lora, at most */
+
+/* A "lora" list, llama-server's [{"id": N, "scale": F}, ...] (caldrix also takes the adapter's NAME
+ * as "id"), in arr, the field param: scales[0..lim->n_lora) get each listed adapter's scale and 0
+ * for the others (llama-server's construct_lora_list; a listed entry without "scale" is 0, as there;
+ * an id listed twice: the last wins). 0, or -1 with e (400 naming the entry: an unknown id, a scale
+ * that is not a finite number, not an array, a model without adapters). */
+int sv_lora_list_parse(const json_t *arr, const char *param, const sv_limits *lim, float *scales, sv_error *e);
 
 #define SV_MAX_N 128         /* OpenAI's limit on n */
 
@@ -78,6 +91,8 @@ typedef struct sv_params {
     bool speculative;        /* caldrix's extension "speculative" (default true): false opts out of
                                 the server's speculative decoding (--spec) */
     int n;                   /* choices (1..SV_MAX_N); choice i samples with seed + i */
+    bool lora_given;         /* "lora" is a non-empty list: lora_scale replaces the server's defaults */
+    float lora_scale[SV_MAX_LORA]; /* by adapter id (lim->n_lora of them); 0: not applied */
     /* images: the decoded bytes of each image_url data: URL, in order (chat: where the part was,
      * the joined content holds "<image>"; completions: caldrix's "images" list, prompt as ids) */
     uint8_t *img[SV_MAX_IMAGES];
@@ -133,7 +148,7 @@ void sv_printable(char *s);
 /* ---- metrics ---- */
 
 /* The routes, one row each: id, path (also the route's label in /metrics and the request log),
- * alias (NULL: none), POST (else GET/HEAD), handler (server.c), what it does (serve --help). The
+ * alias (NULL: none), methods (0: GET/HEAD, 1: POST, 2: both), handler (server.c), what it does (serve --help). The
  * router, /metrics and cdx_server_routes are made from it: a new endpoint is one row. */
 #define SV_ROUTES(X)                                                                                          \
     X(HEALTH, "/health", "/v1/health", false, route_health, "{\"status\":\"ok\"}; never needs the API key")     \
@@ -152,6 +167,8 @@ void sv_printable(char *s);
     X(METRICS, "/metrics", NULL, false, route_metrics, "Prometheus text")                                     \
     X(MODELS_LOAD, "/models/load", NULL, true, route_admin, "{\"model\": NAME}: load it (several models)")     \
     X(MODELS_UNLOAD, "/models/unload", NULL, true, route_admin, "{\"model\": NAME}: unload it")          \
+    X(LORA, "/lora-adapters", NULL, 2, route_lora,                                                            \
+      "GET: the LoRA adapters [{id, name, path, scale}]; POST [{id, scale}]: set their default scales")        \
     X(PAGE, "/", NULL, false, route_page, "the chat page (HTML; no API key needed; serve --no-ui: off)")
 
 enum {
@@ -271,6 +288,14 @@ typedef struct sv_emb_job {
     bool done;
 } sv_emb_job;
 
+/* A LoRA adapter of a model (serve --lora NAME=DIR[:SCALE]): its id is its index. */
+typedef struct sv_lora {
+    char *name, *path;
+    const cdx_lora *lora;       /* open while the model is loaded (NULL otherwise) */
+    bool owned;                 /* opened by the registry (else the caller's, cdx_server_model.lora) */
+    float scale;                /* the default (POST /lora-adapters sets it; r->mu) */
+} sv_lora;
+
 /* One model the server knows: the array never moves once the server is ready. */
 typedef struct sv_model {
     char *name;
@@ -300,6 +325,10 @@ typedef struct sv_model {
     sv_emb_job *emb_head, *emb_tail; /* embed/rerank requests waiting for a pass (mu) */
     uint64_t requests[SV_N_ROUTES][16]; /* answered, by route and the status's slot in sv_metrics.codes (mu) */
     _Atomic uint64_t finished[5];       /* generations by cdx_finish */
+    sv_lora *lora;              /* [n_lora]: the adapters bound to this model (the first one, or the one
+                                 * served); opened at its load, closed at its unload */
+    int n_lora;
+    bool lora_failed;           /* its last load failed opening an adapter (error says which) */
 } sv_model;
 
 typedef struct sv_registry {
@@ -354,6 +383,12 @@ int sv_embed_answer(sv_registry *r, sv_model *m, bool is_rerank, const char *bod
  * (400 InvalidChunkOverlap when overlap_tokens >= target_tokens). sv_embed.c. */
 int sv_chunk_answer(sv_model *m, const char *body, size_t len, char **out, sv_error *e);
 json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created);
+/* The model the server's LoRA adapters belong to (NULL: none given). */
+sv_model *sv_reg_lora_model(sv_registry *r);
+/* The adapter set of a request on m (acquired, so its adapters are open): p's scales when given, else
+ * the defaults, the adapters of scale 0 left out, in id order (llama-server's order). use has room for
+ * SV_MAX_LORA. Returns how many. */
+int sv_reg_lora_use(sv_registry *r, sv_model *m, const sv_params *p, cdx_lora_use *use);
 void sv_reg_ledger(sv_registry *r, uint64_t *used, uint64_t *budget, int *n_loaded);
 const char *sv_state_name(sv_state s);
 

@@ -9,6 +9,7 @@
 #include "server/sv_int.h"
 #include "caldrix/format.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,12 +135,58 @@ static int set_view(sv_model *m, const cdx_server_model *v, cdx_err *err)
     return CDX_OK;
 }
 
+/* m's adapters from a list (names unique, at most SV_MAX_LORA). */
+static int lora_list(sv_model *m, const cdx_server_lora *l, int n, cdx_err *err)
+{
+    if (n > SV_MAX_LORA)
+        return cdx_err_set(err, CDX_EINVAL, "%d LoRA adapters; at most %d", n, SV_MAX_LORA);
+    if (n && !(m->lora = calloc((size_t)n, sizeof *m->lora)))
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (!l[i].name || !*l[i].name || !l[i].path || !isfinite(l[i].scale))
+            return cdx_err_set(err, CDX_EINVAL, "LoRA adapter %d: a name, a path and a finite scale are needed", i);
+        for (int k = 0; k < i; k++)
+            if (!strcmp(l[k].name, l[i].name))
+                return cdx_err_set(err, CDX_EINVAL, "two LoRA adapters are named \"%s\" (%s and %s)", l[i].name,
+                                   l[k].path, l[i].path);
+        m->lora[i] = (sv_lora){ .name = strdup(l[i].name), .path = strdup(l[i].path), .lora = l[i].lora,
+                                .owned = !l[i].lora, .scale = l[i].scale };
+        m->n_lora = i + 1;
+        if (!m->lora[i].name || !m->lora[i].path)
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    return CDX_OK;
+}
+
+/* Opens m's adapters on its model, just loaded (the registry's own; the caller's are open). */
+static int lora_open_all(sv_model *m, cdx_err *err)
+{
+    for (int i = 0; i < m->n_lora; i++) {
+        sv_lora *a = &m->lora[i];
+        if (!a->owned)
+            continue;
+        cdx_lora *x = NULL;
+        int rc = cdx_lora_open(m->ld->model, a->path, &x, err);
+        if (rc) {
+            cdx_err_prefix(err, "--lora %s=%s: ", a->name, a->path);
+            return rc;
+        }
+        a->lora = x;
+    }
+    return CDX_OK;
+}
+
 int sv_reg_init_one(sv_registry *r, const cdx_server_model *v, cdx_err *err)
 {
     int rc = reg_alloc(r, 1, err);
     if (rc)
         return rc;
     sv_model *m = &r->models[0];
+    if ((rc = lora_list(m, v->lora, v->n_lora, err)))
+        return rc;
+    for (int i = 0; i < m->n_lora; i++)
+        if (!m->lora[i].lora)
+            return cdx_err_set(err, CDX_EINVAL, "LoRA adapter \"%s\" is not open", m->lora[i].name);
     m->name = strdup(v->name && *v->name ? v->name : "model");
     if (!m->name)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -228,11 +275,25 @@ int sv_reg_init(sv_registry *r, const cdx_server_models *o, cdx_err *err)
         m->task_want = x->task;
         judge(r, m);
     }
+    if (o->n_lora) { /* the first model's: pinned, so they are open from the start to the end */
+        for (int i = 0; i < o->n_lora; i++)
+            if (o->lora[i].lora)
+                return cdx_err_set(err, CDX_EINVAL, "LoRA adapter \"%s\": the registry opens the adapters itself "
+                                   "(lora NULL)", o->lora[i].name ? o->lora[i].name : "");
+        r->models[0].pinned = true;
+        if ((rc = lora_list(&r->models[0], o->lora, o->n_lora, err)))
+            return rc;
+    }
     return CDX_OK;
 }
 
 static void close_slot(sv_model *m)
 {
+    for (int i = 0; i < m->n_lora; i++)
+        if (m->lora[i].owned) {
+            cdx_lora_close((cdx_lora *)m->lora[i].lora);
+            m->lora[i].lora = NULL;
+        }
     cdx_chat_setup_close(&m->chatml);
     memset(&m->chatml, 0, sizeof m->chatml);
     cdx_load_close(m->ld);
@@ -246,6 +307,11 @@ void sv_reg_free(sv_registry *r)
         return;
     for (int i = 0; i < r->n; i++) {
         close_slot(&r->models[i]);
+        for (int k = 0; k < r->models[i].n_lora; k++) {
+            free(r->models[i].lora[k].name);
+            free(r->models[i].lora[k].path);
+        }
+        free(r->models[i].lora);
         free(r->models[i].name);
         free(r->models[i].path);
     }
@@ -419,6 +485,9 @@ static int load_locked(sv_registry *r, sv_model *m, sv_error *e)
                                      .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL };
         m->ld = ld;
         rc = set_view(m, &v, &err);
+        m->lora_failed = false;
+        if (!rc && (rc = lora_open_all(m, &err)))
+            m->lora_failed = true;
         if (rc)
             close_slot(m);
     }
@@ -432,6 +501,9 @@ static int load_locked(sv_registry *r, sv_model *m, sv_error *e)
         snprintf(m->error, sizeof m->error, "%s", err.msg);
         pthread_cond_broadcast(&r->cv);
         const bool input = rc == CDX_ENOTFOUND || rc == CDX_EFORMAT || rc == CDX_EUNSUPPORTED;
+        if (m->lora_failed) /* an adapter that does not fit the model: bad input (serve exits 2) */
+            return sv_fail(e, 400, "invalid_request_error", "lora_load_failed", "model", "model \"%s\": %s", m->name,
+                           err.msg);
         return sv_fail(e, input ? 400 : 500, input ? "invalid_request_error" : "server_error", "model_load_failed",
                        "model", "model \"%s\" failed to load: %s", m->name, err.msg);
     }
@@ -697,6 +769,29 @@ void sv_reg_idle(sv_registry *r, int ms)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* ---- LoRA adapters ---- */
+
+sv_model *sv_reg_lora_model(sv_registry *r)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->models[i].n_lora)
+            return &r->models[i];
+    return NULL;
+}
+
+int sv_reg_lora_use(sv_registry *r, sv_model *m, const sv_params *p, cdx_lora_use *use)
+{
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < m->n_lora && i < SV_MAX_LORA; i++) {
+        const float s = p->lora_given ? p->lora_scale[i] : m->lora[i].scale;
+        if (s != 0.0f && m->lora[i].lora) /* scale 0: not applied (llama.cpp leaves it out too) */
+            use[n++] = (cdx_lora_use){ m->lora[i].lora, s };
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 /* ---- /v1/models ---- */
 
 json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created)
@@ -726,6 +821,12 @@ json_t *sv_reg_model_json(sv_registry *r, sv_model *m, long long created)
         json_object_set_new(o, "error", json_string(m->error));
     if (o && r->multi)
         json_object_set_new(o, "pinned", json_boolean(m->pinned));
+    if (o && m->n_lora) { /* its adapters (GET /lora-adapters gives their default scales) */
+        json_t *l = json_array();
+        for (int i = 0; i < m->n_lora; i++)
+            json_array_append_new(l, json_pack("{s:i,s:s}", "id", i, "name", m->lora[i].name));
+        json_object_set_new(o, "lora_adapters", l);
+    }
     pthread_mutex_unlock(&r->mu);
     return o;
 }

@@ -3,6 +3,7 @@
 #include "server/sv_int.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -806,6 +807,81 @@ static void key_before(const char *body, size_t at, char *out, size_t cap)
     out[n] = 0;
 }
 
+
+/* ---- LoRA adapters: llama-server's "lora" list ---- */
+
+int sv_lora_list_parse(const json_t *arr, const char *param, const sv_limits *lim, float *scales, sv_error *e)
+{
+    if (!json_is_array(arr))
+        return BAD("invalid_type", param, "%s must be an array of objects with \"id\" and \"scale\" fields, not %s",
+                   param, type_name(arr));
+    for (int i = 0; i < lim->n_lora; i++)
+        scales[i] = 0.0f;
+    if (json_array_size(arr) && !lim->n_lora) {
+        if (lim->lora_owner)
+            return BAD("invalid_value", param, "%s: this model has no LoRA adapters; the server's adapters (serve "
+                       "--lora) belong to model \"%s\"", param, lim->lora_owner);
+        return BAD("invalid_value", param, "%s: this server has no LoRA adapters (serve --lora NAME=DIR)", param);
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach((json_t *)arr, i, v) {
+        char key[96], b[64];
+        snprintf(key, sizeof key, "%s[%zu]", param, i);
+        if (!json_is_object(v))
+            return BAD("invalid_type", key, "%s must be an object {\"id\": N, \"scale\": F}, not %s", key, type_name(v));
+        json_t *id = json_object_get(v, "id"), *sc = json_object_get(v, "scale");
+        int k = -1;
+        if (json_is_integer(id)) {
+            json_int_t x = json_integer_value(id);
+            if (x < 0 || x >= lim->n_lora)
+                return BAD("invalid_value", key, "%s.id is %lld; this server's LoRA adapters are 0..%d (GET "
+                           "/lora-adapters lists them)", key, (long long)x, lim->n_lora - 1);
+            k = (int)x;
+        } else if (json_is_string(id)) {
+            for (int a = 0; a < lim->n_lora && k < 0; a++)
+                if (!strcmp(lim->lora_names[a], json_string_value(id)))
+                    k = a;
+            if (k < 0) {
+                char names[512] = "";
+                size_t w = 0;
+                for (int a = 0; a < lim->n_lora && w < sizeof names - 80; a++)
+                    w += (size_t)snprintf(names + w, sizeof names - w, "%s%s", a ? ", " : "", lim->lora_names[a]);
+                show(id, b, sizeof b);
+                return BAD("invalid_value", key, "%s.id is %s; no LoRA adapter has that name (this server has: %s)",
+                           key, b, names);
+            }
+        } else {
+            return BAD(id ? "invalid_type" : "missing_required_parameter", key, "%s.id must be an adapter's index or "
+                       "name, not %s", key, id ? type_name(id) : "missing");
+        }
+        double d = 0; /* llama-server: an entry without "scale" is 0 */
+        if (sc && !json_is_null(sc)) {
+            if (!json_is_number(sc))
+                return BAD("invalid_type", key, "%s.scale must be a number, not %s", key, type_name(sc));
+            d = json_number_value(sc);
+            if (!isfinite(d) || fabs(d) > 1e6) {
+                show(sc, b, sizeof b);
+                return BAD("invalid_value", key, "%s.scale is %s; it must be a finite number of magnitude at most 1e6",
+                           key, b);
+            }
+        }
+        scales[k] = (float)d;
+    }
+    return 0;
+}
+
+static int parse_lora(json_t *root, const sv_limits *lim, sv_params *p, sv_error *e)
+{
+    json_t *l = field(root, "lora");
+    if (!l)
+        return 0;
+    if (sv_lora_list_parse(l, "lora", lim, p->lora_scale, e))
+        return -1;
+    p->lora_given = json_array_size(l) > 0; /* [] : the server's defaults, as llama-server takes it */
+    return 0;
+}
+
 int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, sv_params *p, sv_error *e)
 {
     *p = (sv_params){ .kind = kind, .add_generation_prompt = true };
@@ -859,7 +935,8 @@ int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, s
         return get_ids(t, "tokens", lim, p, e);
     }
     }
-    if (parse_generation(root, lim, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e))
+    if (parse_generation(root, lim, p, e) || parse_logit_bias(root, lim, p, e) || parse_logprobs(root, p, e) ||
+        parse_lora(root, lim, p, e))
         return -1;
     if (p->force && p->grammar)
         return BAD("invalid_value", "tool_choice", "tool_choice forces a tool call, and %s constrains the reply too; "
