@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define N_MOD 7 /* q, k, v, o, gate, up, down: CDX_LORA_* bit i */
 static const char *const k_mod_name[N_MOD] = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -270,6 +272,22 @@ static cdx_train_param *param_add(cdx_trainer *t, const char *name, int64_t rows
     return p;
 }
 
+/* Asks the kernel to reclaim the pages of a matrix the trainer has copied (MADV_PAGEOUT: a file's
+ * pages are dropped and read again if anyone reads them; memory of the process's own stays as it is,
+ * there being no swap to write it to or the kernel keeping it): the F16 file's pages do not stay
+ * resident beside their f32 copies. Advice only; the bytes read stay the same. */
+static void release_pages(const void *p, size_t n)
+{
+#ifdef MADV_PAGEOUT
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, lo = (a + pg - 1) & ~(pg - 1),
+                    hi = (a + n) & ~(pg - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 /* The f32 values of a model matrix: in place when F32, else a copy (owned by t) of F16/BF16. */
 static int mat_f32(cdx_trainer *t, const cdx_mat *w, const char *what, const float **out, cdx_err *err)
 {
@@ -295,6 +313,7 @@ static int mat_f32(cdx_trainer *t, const cdx_mat *w, const char *what, const flo
     t->owned[t->n_owned++] = c;
     for (int64_t r = 0; r < w->rows; r++)
         tr->to_f32((const uint8_t *)w->data + r * w->row_bytes, c + r * w->cols, w->cols);
+    release_pages(w->data, (size_t)w->rows * w->row_bytes);
     *out = c;
     return CDX_OK;
 }
@@ -506,7 +525,9 @@ int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer 
                 }
     }
     t->out_norm = m->out_norm;
-    if ((rc = mat_f32(t, &m->output, "lm_head.weight", &wp, err)))
+    if (m->output.data == m->tok_embd.data) /* a tied head: the embeddings' f32 values, not a 2nd copy */
+        wp = t->embd;
+    else if ((rc = mat_f32(t, &m->output, "lm_head.weight", &wp, err)))
         goto fail;
     t->out_w = wp;
     if (o->full) {
