@@ -4,7 +4,7 @@
 
 #include <immintrin.h>
 
-static inline __attribute__((always_inline)) void ukr_m(const int MR, int nr, int64_t kc, const float *a,
+static inline __attribute__((always_inline)) void ukr_m(const int MR, const bool SCALED, int nr, int64_t kc, const float *a,
                                                         int64_t a_rs, int64_t a_cs, float alpha, const float *bp,
                                                         float *c, int64_t ldc, bool load)
 {
@@ -18,7 +18,8 @@ static inline __attribute__((always_inline)) void ukr_m(const int MR, int nr, in
     for (int64_t k = 0; k < kc; k++) {
         const __m512 b0 = _mm512_load_ps(bp + k * TG_NR), b1 = _mm512_load_ps(bp + k * TG_NR + 16);
         for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(alpha * a[r * a_rs + k * a_cs]);
+            /* alpha 1: the broadcast straight from memory (alpha · a is a then, exactly) */
+            const __m512 av = _mm512_set1_ps(SCALED ? alpha * a[r * a_rs + k * a_cs] : a[r * a_rs + k * a_cs]);
             c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
             c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
         }
@@ -29,17 +30,23 @@ static inline __attribute__((always_inline)) void ukr_m(const int MR, int nr, in
     }
 }
 
+#define UKR_CASES(S)                                                                                            \
+    switch (mr) {                                                                                               \
+    case 8: ukr_m(8, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    case 7: ukr_m(7, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    case 6: ukr_m(6, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    case 5: ukr_m(5, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    case 4: ukr_m(4, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    case 3: ukr_m(3, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    case 2: ukr_m(2, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                               \
+    default: ukr_m(1, S, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;                              \
+    }
+
 void tg_ukr_avx512(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64_t a_cs, float alpha,
                    const float *bp, float *c, int64_t ldc, bool load)
 {
-    switch (mr) {
-    case 8: ukr_m(8, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    case 7: ukr_m(7, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    case 6: ukr_m(6, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    case 5: ukr_m(5, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    case 4: ukr_m(4, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    case 3: ukr_m(3, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    case 2: ukr_m(2, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    default: ukr_m(1, nr, kc, a, a_rs, a_cs, alpha, bp, c, ldc, load); break;
-    }
+    if (alpha == 1.0f)
+        UKR_CASES(false)
+    else
+        UKR_CASES(true)
 }

@@ -215,11 +215,13 @@ static void lin_fwd(const mm_ctx *t_pool, const lin *L, const float *x, int64_t 
     mm_gemm(t_pool, T, L->out, lo->r, xa, lo->r, 1, lo->b, 1, lo->r, y, L->out, lo->scale, true);
 }
 
-/* dx[T][in] += the input gradient for upstream dy; the weight, bias and adapter gradients added */
+/* dx[T][in] += the input gradient for upstream dy (dx NULL: not wanted); the weight, bias and adapter
+ * gradients added */
 static void lin_bwd(const mm_ctx *t_pool, const lin *L, const float *x, const float *xa, const float *dy, int64_t T,
                     float *dx, float *dxa)
 {
-    mm_dx(dy, L->w, T, L->in, L->out, dx);
+    if (dx)
+        mm_dx(dy, L->w, T, L->in, L->out, dx);
     if (L->gw)
         mm_dw(dy, x, T, L->in, L->out, L->gw);
     if (L->gb)
@@ -235,7 +237,8 @@ static void lin_bwd(const mm_ctx *t_pool, const lin *L, const float *x, const fl
     /* dxa = (scale · dy) · B */
     mm_gemm(t_pool, T, r, L->out, dy, L->out, 1, lo->b, r, 1, dxa, r, lo->scale, false);
     mm_dw(dxa, x, T, L->in, r, lo->ga);
-    mm_dx(dxa, lo->a, T, L->in, r, dx);
+    if (dx)
+        mm_dx(dxa, lo->a, T, L->in, r, dx);
 }
 
 /* ---- parameters ---- */
@@ -997,11 +1000,15 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
                     memcpy(d, hbuf, (size_t)hd * sizeof(float));
                 }
         }
-        memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
-        lin_bwd(t_pool, &TL->m[0], a->h1, a->xa[0], t->dq, T, t->dh, t->dxa);
-        lin_bwd(t_pool, &TL->m[1], a->h1, a->xa[1], t->dk, T, t->dh, t->dxa);
-        lin_bwd(t_pool, &TL->m[2], a->h1, a->xa[2], t->dv, T, t->dh, t->dxa);
-        for (int64_t i = 0; i < T; i++)
+        /* the first layer's input gradient feeds only the embeddings' (full fine-tuning) */
+        const bool want_dx = l > 0 || t->g_embd || TL->attn_norm.g;
+        float *dh = want_dx ? t->dh : NULL;
+        if (want_dx)
+            memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
+        lin_bwd(t_pool, &TL->m[0], a->h1, a->xa[0], t->dq, T, dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[1], a->h1, a->xa[1], t->dk, T, dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[2], a->h1, a->xa[2], t->dv, T, dh, t->dxa);
+        for (int64_t i = 0; want_dx && i < T; i++)
             rms_bwd(a->x + i * E, TL->attn_norm.w, a->r1[i], t->dh + i * E, E, t->dx + i * E, TL->attn_norm.g);
     }
     if (t->g_embd)
