@@ -364,11 +364,12 @@ static int write_checkpoint(const char *dir, const synth_shape *sh, const synth_
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: caldrix synth OUT.gguf --shape SHAPE --type TYPE [--seed S] [--threads N]\n"
+    fprintf(f, "usage: caldrix synth OUT.gguf --shape SHAPE --type TYPE [--seed S] [--threads N] [--layers N]\n"
                "       caldrix synth --safetensors DIR --shape SHAPE --type F32|F16|BF16   (a checkpoint folder)\n"
                "       caldrix synth --list --shape SHAPE --type TYPE   (the tensors it would write)\n\n"
                "Writes a random-weight model (weights N(0, 0.02), norms 1.0) with a real model's shapes\n"
-               "and a minimal SentencePiece-style vocabulary, for benchmarks. Not a trained model.\n\nshapes:\n");
+               "and a minimal SentencePiece-style vocabulary, for benchmarks. Not a trained model.\n"
+               "--layers N: the shape with N layers instead of its own (quick benchmarks).\n\nshapes:\n");
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         fprintf(f, "  %-13s %s\n", k_shapes[i].name, k_shapes[i].about);
     fprintf(f, "  %-13s %s\n", "smolvlm-256m", "SmolVLM-256M-Instruct (Idefics3): OUT is a checkpoint folder, BF16, no --type");
@@ -387,7 +388,7 @@ static void usage(FILE *f)
 int cmd_synth(int argc, char **argv)
 {
     const char *out = NULL, *shape_name = NULL, *type_name = NULL, *st_dir = NULL;
-    long seed = 1, threads = 0;
+    long seed = 1, threads = 0, layers = 0;
     bool list = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -404,6 +405,10 @@ int cmd_synth(int argc, char **argv)
             shape_name = argv[++i];
         else if (!strcmp(a, "--type") && has)
             type_name = argv[++i];
+        else if (!strcmp(a, "--layers") && has) {
+            if (cli_parse_int("--layers", argv[++i], 1, 4096, &layers))
+                return 2;
+        }
         else if (!strcmp(a, "--seed") && has) {
             if (cli_parse_int("--seed", argv[++i], 0, 0x7fffffffL, &seed))
                 return 2;
@@ -436,6 +441,17 @@ int cmd_synth(int argc, char **argv)
         fprintf(stderr, "caldrix synth: --shape: \"%s\" is not a known shape (caldrix synth --help lists them)\n",
                 shape_name);
         return 2;
+    }
+    synth_shape sh_layers;
+    if (layers) { /* the same shape with fewer (or more) layers: quick benchmarks */
+        if (sh->full_every && layers % sh->full_every) {
+            fprintf(stderr, "caldrix synth: --layers %ld: %s needs a multiple of %lld\n", layers, sh->name,
+                    (long long)sh->full_every);
+            return 2;
+        }
+        sh_layers = *sh;
+        sh_layers.n_layer = layers;
+        sh = &sh_layers;
     }
     const cdx_ftype_info *fi = cdx_ftype_find(type_name);
     if (!fi) {

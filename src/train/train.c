@@ -14,6 +14,7 @@
 #include "caldrix/format.h"
 #include "caldrix/quant.h"
 #include "model/arch.h"
+#include "train/tgemm.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -21,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define N_MOD 7 /* q, k, v, o, gate, up, down: CDX_LORA_* bit i */
 static const char *const k_mod_name[N_MOD] = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -119,6 +122,7 @@ struct cdx_trainer {
     cdx_kv tkv;
     int64_t t_cap;
     cdx_pool *pool;       /* the products' threads (cdx_train_opts.n_threads) */
+    tg_isa isa;           /* the GEMM's micro-kernels (the engine's kernel set) */
 };
 
 /* ---- f32 helpers ---- */
@@ -141,67 +145,38 @@ static inline void axpy(float *y, float a, const float *x, int64_t n)
         y[i] += a * x[i];
 }
 
-/* The three products of a linear layer, split over the pool so that every output value is summed in
- * the same order whatever the thread count (the results do not depend on --threads):
- *   FWD: y[T][out] = x[T][in] · w[out][in]ᵀ (+ b)      rows of w per thread
- *   DX:  dx[T][in] += dy[T][out] · w[out][in]          columns of dx per thread
- *   DW:  gw[out][in] += dy[T][out]ᵀ · x[T][in]         rows of gw per thread */
-enum { MM_FWD, MM_DX, MM_DW };
+/* The three products of a linear layer, on training's GEMM (tgemm.h: packed panels, SIMD micro-kernels
+ * with a scalar twin, split over the pool by blocks of the output, every value one fused multiply-add
+ * chain in k order, so the results do not depend on --threads):
+ *   FWD: y[T][out] = x[T][in] · w[out][in]ᵀ (+ b)
+ *   DX:  dx[T][in] += dy[T][out] · w[out][in]
+ *   DW:  gw[out][in] += dy[T][out]ᵀ · x[T][in] */
 typedef struct {
-    int kind;
-    const float *a, *w, *b;
-    float *y;
-    int64_t T, in, out;
-} mm_job;
+    cdx_pool *pool;
+    tg_isa isa;
+} mm_ctx;
 
-static void mm_range(const mm_job *j, int64_t lo, int64_t hi)
+static void mm_gemm(const mm_ctx *c, int64_t M, int64_t N, int64_t K, const float *a, int64_t a_rs, int64_t a_cs,
+                    const float *b, int64_t b_rs, int64_t b_cs, float *y, int64_t ldc, float alpha, bool acc)
 {
-    const int64_t T = j->T, in = j->in, out = j->out;
-    if (j->kind == MM_FWD) {
+    const tg_args g = { .M = M, .N = N, .K = K, .a = a, .a_rs = a_rs, .a_cs = a_cs, .b = b, .b_rs = b_rs,
+                        .b_cs = b_cs, .c = y, .ldc = ldc, .alpha = alpha, .acc = acc };
+    tg_gemm(c->pool, c->isa, &g);
+}
+
+static void mm_fwd_(const mm_ctx *c, const float *x, const float *w, const float *b, int64_t T, int64_t in,
+                    int64_t out, float *y)
+{
+    mm_gemm(c, T, out, in, x, in, 1, w, 1, in, y, out, 1.0f, false);
+    if (b)
         for (int64_t t = 0; t < T; t++)
-            for (int64_t o = lo; o < hi; o++)
-                j->y[t * out + o] = dot(j->a + t * in, j->w + o * in, in) + (j->b ? j->b[o] : 0.0f);
-    } else if (j->kind == MM_DX) {
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t o = 0; o < out; o++) {
-                const float d = j->a[t * out + o];
-                if (d != 0.0f)
-                    axpy(j->y + t * in + lo, d, j->w + o * in + lo, hi - lo);
-            }
-    } else {
-        for (int64_t o = lo; o < hi; o++)
-            for (int64_t t = 0; t < T; t++) {
-                const float d = j->a[t * out + o];
-                if (d != 0.0f)
-                    axpy(j->y + o * in, d, j->w + t * in, in);
-            }
-    }
+            for (int64_t o = 0; o < out; o++)
+                y[t * out + o] += b[o];
 }
 
-static void mm_task(void *ctx, int ith, int nth)
-{
-    const mm_job *j = ctx;
-    const int64_t n = j->kind == MM_DX ? j->in : j->out;
-    const int64_t step = j->kind == MM_DX ? 16 : 1; /* column slices of 16 floats */
-    const int64_t units = (n + step - 1) / step;
-    const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
-    const int64_t lo = u0 * step, hi = u1 * step < n ? u1 * step : n;
-    if (lo < hi)
-        mm_range(j, lo, hi);
-}
-
-static void mm_run(cdx_pool *pool, mm_job *j)
-{
-    const double work = (double)j->T * (double)j->in * (double)j->out;
-    if (pool && cdx_pool_size(pool) > 1 && work >= 65536.0)
-        cdx_pool_run(pool, mm_task, j);
-    else
-        mm_range(j, 0, j->kind == MM_DX ? j->in : j->out);
-}
-
-#define mm_fwd(x, w, b, T, in, out, y) mm_run(t_pool, &(mm_job){ MM_FWD, (x), (w), (b), (y), (T), (in), (out) })
-#define mm_dx(dy, w, T, in, out, dx) mm_run(t_pool, &(mm_job){ MM_DX, (dy), (w), NULL, (dx), (T), (in), (out) })
-#define mm_dw(dy, x, T, in, out, gw) mm_run(t_pool, &(mm_job){ MM_DW, (dy), (x), NULL, (gw), (T), (in), (out) })
+#define mm_fwd(x, w, b, T, in, out, y) mm_fwd_(t_pool, (x), (w), (b), (T), (in), (out), (y))
+#define mm_dx(dy, w, T, in, out, dx) mm_gemm(t_pool, (T), (in), (out), (dy), (out), 1, (w), (in), 1, (dx), (in), 1.0f, true)
+#define mm_dw(dy, x, T, in, out, gw) mm_gemm(t_pool, (out), (in), (T), (dy), 1, (out), (x), (in), 1, (gw), (in), 1.0f, true)
 
 /* out = w · x / sqrt(mean(x²) + eps) (LlamaRMSNorm in f32); *r = the 1/rms */
 static void rms_fwd(const float *x, const float *w, int64_t n, float eps, float *out, float *r)
@@ -229,23 +204,24 @@ static void rms_bwd(const float *x, const float *w, float r, const float *dy, in
             gw[i] += dy[i] * (x[i] * r);
 }
 
-static void lin_fwd(cdx_pool *t_pool, const lin *L, const float *x, int64_t T, float *y, float *xa)
+static void lin_fwd(const mm_ctx *t_pool, const lin *L, const float *x, int64_t T, float *y, float *xa)
 {
     mm_fwd(x, L->w, L->b, T, L->in, L->out, y);
     const lora_mod *lo = L->lo;
     if (!lo)
         return;
     mm_fwd(x, lo->a, NULL, T, L->in, lo->r, xa);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t o = 0; o < L->out; o++)
-            y[t * L->out + o] += dot(xa + t * lo->r, lo->b + o * lo->r, lo->r) * lo->scale;
+    /* y += (scale · xa) · Bᵀ */
+    mm_gemm(t_pool, T, L->out, lo->r, xa, lo->r, 1, lo->b, 1, lo->r, y, L->out, lo->scale, true);
 }
 
-/* dx[T][in] += the input gradient for upstream dy; the weight, bias and adapter gradients added */
-static void lin_bwd(cdx_pool *t_pool, const lin *L, const float *x, const float *xa, const float *dy, int64_t T,
+/* dx[T][in] += the input gradient for upstream dy (dx NULL: not wanted); the weight, bias and adapter
+ * gradients added */
+static void lin_bwd(const mm_ctx *t_pool, const lin *L, const float *x, const float *xa, const float *dy, int64_t T,
                     float *dx, float *dxa)
 {
-    mm_dx(dy, L->w, T, L->in, L->out, dx);
+    if (dx)
+        mm_dx(dy, L->w, T, L->in, L->out, dx);
     if (L->gw)
         mm_dw(dy, x, T, L->in, L->out, L->gw);
     if (L->gb)
@@ -256,18 +232,13 @@ static void lin_bwd(cdx_pool *t_pool, const lin *L, const float *x, const float 
     if (!lo)
         return;
     const int64_t r = lo->r;
-    for (int64_t o = 0; o < L->out; o++) /* dB = scale · dyᵀ · xa */
-        for (int64_t t = 0; t < T; t++) {
-            const float d = dy[t * L->out + o] * lo->scale;
-            if (d != 0.0f)
-                axpy(lo->gb + o * r, d, xa + t * r, r);
-        }
-    memset(dxa, 0, (size_t)(T * r) * sizeof *dxa); /* dxa = scale · dy · B */
-    mm_dx(dy, lo->b, T, r, L->out, dxa);
-    for (int64_t i = 0; i < T * r; i++)
-        dxa[i] *= lo->scale;
+    /* dB += (scale · dy)ᵀ · xa */
+    mm_gemm(t_pool, L->out, r, T, dy, 1, L->out, xa, r, 1, lo->gb, r, lo->scale, true);
+    /* dxa = (scale · dy) · B */
+    mm_gemm(t_pool, T, r, L->out, dy, L->out, 1, lo->b, r, 1, dxa, r, lo->scale, false);
     mm_dw(dxa, x, T, L->in, r, lo->ga);
-    mm_dx(dxa, lo->a, T, L->in, r, dx);
+    if (dx)
+        mm_dx(dxa, lo->a, T, L->in, r, dx);
 }
 
 /* ---- parameters ---- */
@@ -304,6 +275,22 @@ static cdx_train_param *param_add(cdx_trainer *t, const char *name, int64_t rows
     return p;
 }
 
+/* Asks the kernel to reclaim the pages of a matrix the trainer has copied (MADV_PAGEOUT: a file's
+ * pages are dropped and read again if anyone reads them; memory of the process's own stays as it is,
+ * there being no swap to write it to or the kernel keeping it): the F16 file's pages do not stay
+ * resident beside their f32 copies. Advice only; the bytes read stay the same. */
+static void release_pages(const void *p, size_t n)
+{
+#ifdef MADV_PAGEOUT
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, lo = (a + pg - 1) & ~(pg - 1),
+                    hi = (a + n) & ~(pg - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 /* The f32 values of a model matrix: in place when F32, else a copy (owned by t) of F16/BF16. */
 static int mat_f32(cdx_trainer *t, const cdx_mat *w, const char *what, const float **out, cdx_err *err)
 {
@@ -329,6 +316,7 @@ static int mat_f32(cdx_trainer *t, const cdx_mat *w, const char *what, const flo
     t->owned[t->n_owned++] = c;
     for (int64_t r = 0; r < w->rows; r++)
         tr->to_f32((const uint8_t *)w->data + r * w->row_bytes, c + r * w->cols, w->cols);
+    release_pages(w->data, (size_t)w->rows * w->row_bytes);
     *out = c;
     return CDX_OK;
 }
@@ -436,6 +424,7 @@ int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer 
     t->tied = hp->tied_embeddings || m->output.data == m->tok_embd.data;
     if ((rc = cdx_pool_create(o->n_threads, &t->pool, err)))
         goto fail;
+    t->isa = tg_isa_best();
     t->layers = calloc((size_t)t->L, sizeof *t->layers);
     if (!t->layers) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -539,7 +528,9 @@ int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer 
                 }
     }
     t->out_norm = m->out_norm;
-    if ((rc = mat_f32(t, &m->output, "lm_head.weight", &wp, err)))
+    if (m->output.data == m->tok_embd.data) /* a tied head: the embeddings' f32 values, not a 2nd copy */
+        wp = t->embd;
+    else if ((rc = mat_f32(t, &m->output, "lm_head.weight", &wp, err)))
         goto fail;
     t->out_w = wp;
     if (o->full) {
@@ -693,12 +684,153 @@ static int teacher_logits(cdx_trainer *t, const int32_t *ids, int64_t T, const b
     return CDX_OK;
 }
 
+/* ---- attention over the threads ---- */
+
+typedef struct {
+    const cdx_trainer *t;
+    acts *a;
+    int64_t T, window;
+} attn_job;
+
+/* fn over the pool when the work is worth it, else on the caller's thread as task 0 of 1 */
+static void run_split(cdx_pool *pool, void (*fn)(void *, int, int), void *ctx, double work)
+{
+    if (pool && cdx_pool_size(pool) > 1 && work >= 65536.0)
+        cdx_pool_run(pool, fn, ctx);
+    else
+        fn(ctx, 0, 1);
+}
+
+/* the query heads ith·Hq/nth .. : each head's softmax rows and its slice of o */
+static void attn_fwd_task(void *ctx, int ith, int nth)
+{
+    const attn_job *j = ctx;
+    const cdx_trainer *t = j->t;
+    acts *a = j->a;
+    const int64_t T = j->T, window = j->window, QD = t->QD, KD = t->KD, hd = t->hd, Hq = t->Hq, grp = t->Hq / t->Hk;
+    for (int64_t h = Hq * ith / nth; h < Hq * (ith + 1) / nth; h++) {
+        const int64_t kh = h / grp;
+        for (int64_t i = 0; i < T; i++) {
+            float *P = a->P + (h * T + i) * T;
+            const float *q = a->q + i * QD + h * hd;
+            const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+            float mx = -INFINITY;
+            for (int64_t s = 0; s < T; s++) {
+                P[s] = s >= s0 && s <= i ? dot(q, a->k + s * KD + kh * hd, hd) * t->attn_scale : -INFINITY;
+                if (P[s] > mx)
+                    mx = P[s];
+            }
+            float sum = 0;
+            for (int64_t s = s0; s <= i; s++)
+                sum += (P[s] = expf(P[s] - mx));
+            float *o = a->o + i * QD + h * hd;
+            memset(o, 0, (size_t)hd * sizeof(float));
+            for (int64_t s = 0; s < T; s++) {
+                P[s] = s >= s0 && s <= i ? P[s] / sum : 0.0f;
+                if (P[s] != 0.0f)
+                    axpy(o, P[s], a->v + s * KD + kh * hd, hd);
+            }
+        }
+    }
+}
+
+/* the kv heads ith·Hk/nth .. with all their query heads (dk, dv of a kv head gather over its group, in
+ * head order whatever the thread count); dP: the thread's T floats of t->tmp */
+static void attn_bwd_task(void *ctx, int ith, int nth)
+{
+    const attn_job *j = ctx;
+    const cdx_trainer *t = j->t;
+    const acts *a = j->a;
+    const int64_t T = j->T, window = j->window, QD = t->QD, KD = t->KD, hd = t->hd, Hk = t->Hk, grp = t->Hq / t->Hk;
+    float *dP = t->tmp + (int64_t)ith * T;
+    for (int64_t kh = Hk * ith / nth; kh < Hk * (ith + 1) / nth; kh++)
+        for (int64_t h = kh * grp; h < (kh + 1) * grp; h++)
+            for (int64_t i = 0; i < T; i++) {
+                const float *P = a->P + (h * T + i) * T, *dov = t->dob + i * QD + h * hd;
+                const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+                float sum = 0;
+                for (int64_t s = s0; s <= i; s++) {
+                    dP[s] = dot(dov, a->v + s * KD + kh * hd, hd);
+                    sum += P[s] * dP[s];
+                    axpy(t->dv + s * KD + kh * hd, P[s], dov, hd);
+                }
+                float *dqv = t->dq + i * QD + h * hd;
+                const float *qv = a->q + i * QD + h * hd;
+                for (int64_t s = s0; s <= i; s++) {
+                    const float dS = P[s] * (dP[s] - sum) * t->attn_scale;
+                    if (dS == 0.0f)
+                        continue;
+                    axpy(dqv, dS, a->k + s * KD + kh * hd, hd);
+                    axpy(t->dk + s * KD + kh * hd, dS, qv, hd);
+                }
+            }
+}
+
+/* ---- the loss rows over the threads ---- */
+
+typedef struct {
+    float *z, *zt;        /* [n][V] the student's (then d loss / d z) and the teacher's logits */
+    const int32_t *ys;    /* [n] the labels */
+    double *row;          /* [n][2] each row's CE and KD·T² share of the loss */
+    int64_t n, V;
+    double a_kd, Tm, inv_items;
+} loss_job;
+
+static void loss_task(void *ctx, int ith, int nth)
+{
+    const loss_job *lj = ctx;
+    const int64_t V = lj->V;
+    const double a_kd = lj->a_kd, Tm = lj->Tm, inv_items = lj->inv_items;
+    float *const zt = lj->zt;
+    for (int64_t j = lj->n * ith / nth; j < lj->n * (ith + 1) / nth; j++) {
+        const int32_t y = lj->ys[j];
+        float *zr = lj->z + j * V;
+        float mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++)
+            mx = zr[v] > mx ? zr[v] : mx;
+        double se = 0;
+        for (int64_t v = 0; v < V; v++)
+            se += exp((double)(zr[v] - mx));
+        const double lse = mx + log(se);
+        lj->row[2 * j] = (lse - zr[y]) * inv_items;
+        double kdrow = 0;
+        if (zt) {
+            /* KL(softmax(t/T) ‖ softmax(s/T)), F.kl_div's pointwise target·(log target − input) */
+            float *tr = zt + j * V;
+            float mxs = -INFINITY, mxt = -INFINITY;
+            for (int64_t v = 0; v < V; v++) {
+                mxs = zr[v] / (float)Tm > mxs ? zr[v] / (float)Tm : mxs;
+                mxt = tr[v] / (float)Tm > mxt ? tr[v] / (float)Tm : mxt;
+            }
+            double ses = 0, set = 0;
+            for (int64_t v = 0; v < V; v++) {
+                ses += exp((double)(zr[v] / (float)Tm - mxs));
+                set += exp((double)(tr[v] / (float)Tm - mxt));
+            }
+            const double lses = mxs + log(ses), lset = mxt + log(set);
+            for (int64_t v = 0; v < V; v++) {
+                const double lpt = tr[v] / Tm - lset, lps = zr[v] / Tm - lses, pt = exp(lpt);
+                if (pt > 0)
+                    kdrow += pt * (lpt - lps);
+                /* d(a·T²·KL/N)/dz = a·T·(p_s − p_t)/N, stored back into tr */
+                tr[v] = (float)(a_kd * Tm * (exp(lps) - pt) * inv_items);
+            }
+            lj->row[2 * j + 1] = kdrow * Tm * Tm * inv_items;
+        }
+        /* d(CE)/dz = (softmax − onehot)/N, times (1 − a) */
+        const double wce = (1.0 - a_kd) * inv_items;
+        for (int64_t v = 0; v < V; v++)
+            zr[v] = (float)(exp((double)(zr[v] - mx) - log(se)) * wce) + (zt ? zt[j * V + v] : 0.0f);
+        zr[y] -= (float)wce;
+    }
+}
+
 static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, cdx_train_stats *st, cdx_err *err)
 {
     const int64_t T = sq->n, E = t->E, QD = t->QD, KD = t->KD, F = t->F, V = t->V, hd = t->hd, Hq = t->Hq,
                   Hk = t->Hk;
     const float eps = t->hp.rms_eps;
-    cdx_pool *t_pool = t->pool;
+    const mm_ctx mmc = { t->pool, t->isa }, *t_pool = &mmc;
     int rc = scratch_fit(t, T, err);
     if (rc)
         return rc;
@@ -733,32 +865,9 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
             rope_apply(t, a->q + i * QD, Hq, i, false);
             rope_apply(t, a->k + i * KD, Hk, i, false);
         }
-        /* attention: eager softmax over the causal (windowed) keys, f32 */
-        const int64_t grp = Hq / Hk;
-        for (int64_t h = 0; h < Hq; h++) {
-            const int64_t kh = h / grp;
-            for (int64_t i = 0; i < T; i++) {
-                float *P = a->P + (h * T + i) * T;
-                const float *q = a->q + i * QD + h * hd;
-                const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
-                float mx = -INFINITY;
-                for (int64_t s = 0; s < T; s++) {
-                    P[s] = s >= s0 && s <= i ? dot(q, a->k + s * KD + kh * hd, hd) * t->attn_scale : -INFINITY;
-                    if (P[s] > mx)
-                        mx = P[s];
-                }
-                float sum = 0;
-                for (int64_t s = s0; s <= i; s++)
-                    sum += (P[s] = expf(P[s] - mx));
-                float *o = a->o + i * QD + h * hd;
-                memset(o, 0, (size_t)hd * sizeof(float));
-                for (int64_t s = 0; s < T; s++) {
-                    P[s] = s >= s0 && s <= i ? P[s] / sum : 0.0f;
-                    if (P[s] != 0.0f)
-                        axpy(o, P[s], a->v + s * KD + kh * hd, hd);
-                }
-            }
-        }
+        /* attention: eager softmax over the causal (windowed) keys, f32; heads over the threads */
+        attn_job aj = { .t = t, .a = a, .T = T, .window = window };
+        run_split(t->pool, attn_fwd_task, &aj, (double)Hq * (double)T * (double)T * (double)hd);
         lin_fwd(t_pool, &TL->m[3], a->o, T, a->xm, a->xa[3]);
         for (int64_t i = 0; i < T * E; i++)
             a->xm[i] += a->x[i];
@@ -805,51 +914,26 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
             free(hs); free(z); free(zt); free(want); free(dhs);
             return rc;
         }
-        const double a_kd = t->o.teacher ? t->o.kd_weight : 0.0, Tm = t->o.temperature;
-        for (int64_t i = 0, j = 0; i + 1 < T; i++) {
-            const int32_t y = sq->labels[i + 1];
-            if (y == -100)
-                continue;
-            float *zr = z + j * V;
-            float mx = -INFINITY;
-            for (int64_t v = 0; v < V; v++)
-                mx = zr[v] > mx ? zr[v] : mx;
-            double se = 0;
-            for (int64_t v = 0; v < V; v++)
-                se += exp((double)(zr[v] - mx));
-            const double lse = mx + log(se);
-            st->ce += (lse - zr[y]) * inv_items;
-            double kdrow = 0;
-            if (zt) {
-                /* KL(softmax(t/T) ‖ softmax(s/T)), F.kl_div's pointwise target·(log target − input) */
-                const float *tr = zt + j * V;
-                float mxs = -INFINITY, mxt = -INFINITY;
-                for (int64_t v = 0; v < V; v++) {
-                    mxs = zr[v] / (float)Tm > mxs ? zr[v] / (float)Tm : mxs;
-                    mxt = tr[v] / (float)Tm > mxt ? tr[v] / (float)Tm : mxt;
-                }
-                double ses = 0, set = 0;
-                for (int64_t v = 0; v < V; v++) {
-                    ses += exp((double)(zr[v] / (float)Tm - mxs));
-                    set += exp((double)(tr[v] / (float)Tm - mxt));
-                }
-                const double lses = mxs + log(ses), lset = mxt + log(set);
-                for (int64_t v = 0; v < V; v++) {
-                    const double lpt = tr[v] / Tm - lset, lps = zr[v] / Tm - lses, pt = exp(lpt);
-                    if (pt > 0)
-                        kdrow += pt * (lpt - lps);
-                    /* d(a·T²·KL/N)/dz = a·T·(p_s − p_t)/N, stored back into tr */
-                    ((float *)tr)[v] = (float)(a_kd * Tm * (exp(lps) - pt) * inv_items);
-                }
-                st->kd += kdrow * Tm * Tm * inv_items;
-            }
-            /* d(CE)/dz = (softmax − onehot)/N, times (1 − a) */
-            const double wce = (1.0 - a_kd) * inv_items;
-            for (int64_t v = 0; v < V; v++)
-                zr[v] = (float)(exp((double)(zr[v] - mx) - log(se)) * wce) + (zt ? zt[j * V + v] : 0.0f);
-            zr[y] -= (float)wce;
-            j++;
+        const double a_kd = t->o.teacher ? t->o.kd_weight : 0.0;
+        double *row = malloc((size_t)(2 * n_sc) * sizeof *row);
+        int32_t *ys = malloc((size_t)n_sc * sizeof *ys);
+        if (!row || !ys) {
+            free(hs); free(z); free(zt); free(want); free(dhs); free(row); free(ys);
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory for %lld rows of logits", (long long)n_sc);
         }
+        for (int64_t i = 0, j = 0; i + 1 < T; i++)
+            if (sq->labels[i + 1] != -100)
+                ys[j++] = sq->labels[i + 1];
+        loss_job lj = { .z = z, .zt = zt, .ys = ys, .row = row, .n = n_sc, .V = V, .a_kd = a_kd,
+                        .Tm = t->o.temperature, .inv_items = inv_items };
+        run_split(t->pool, loss_task, &lj, (double)n_sc * (double)V * 64.0);
+        for (int64_t j = 0; j < n_sc; j++) { /* in row order, as one thread would add them */
+            st->ce += row[2 * j];
+            if (zt)
+                st->kd += row[2 * j + 1];
+        }
+        free(row);
+        free(ys);
         mm_dx(z, t->out_w, n_sc, E, V, dhs);
         if (t->g_out)
             mm_dw(z, hs, n_sc, E, V, t->g_out);
@@ -892,30 +976,10 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         memset(t->dq, 0, (size_t)(T * QD) * sizeof(float));
         memset(t->dk, 0, (size_t)(T * KD) * sizeof(float));
         memset(t->dv, 0, (size_t)(T * KD) * sizeof(float));
-        const int64_t grp = Hq / Hk;
-        float *dP = t->tmp;
-        for (int64_t h = 0; h < Hq; h++) {
-            const int64_t kh = h / grp;
-            for (int64_t i = 0; i < T; i++) {
-                const float *P = a->P + (h * T + i) * T, *dov = t->dob + i * QD + h * hd;
-                const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
-                float sum = 0;
-                for (int64_t s = s0; s <= i; s++) {
-                    dP[s] = dot(dov, a->v + s * KD + kh * hd, hd);
-                    sum += P[s] * dP[s];
-                    axpy(t->dv + s * KD + kh * hd, P[s], dov, hd);
-                }
-                float *dqv = t->dq + i * QD + h * hd;
-                const float *qv = a->q + i * QD + h * hd;
-                for (int64_t s = s0; s <= i; s++) {
-                    const float dS = P[s] * (dP[s] - sum) * t->attn_scale;
-                    if (dS == 0.0f)
-                        continue;
-                    axpy(dqv, dS, a->k + s * KD + kh * hd, hd);
-                    axpy(t->dk + s * KD + kh * hd, dS, qv, hd);
-                }
-            }
-        }
+        attn_job bj = { .t = t, .a = a, .T = T, .window = window };
+        /* each thread's dP row is a slice of tmp (T · (max(E, F, QD) + T) floats: room for that many threads) */
+        const bool fits = cdx_pool_size(t->pool) <= (t->E > t->F ? t->E : t->F) + T;
+        run_split(fits ? t->pool : NULL, attn_bwd_task, &bj, (double)Hq * (double)T * (double)T * (double)hd);
         /* RoPE and the per-head norms backward, into the projections' outputs (dq, dk in place) */
         float *hbuf = t->tmp;
         for (int64_t i = 0; i < T; i++) {
@@ -936,11 +1000,15 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
                     memcpy(d, hbuf, (size_t)hd * sizeof(float));
                 }
         }
-        memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
-        lin_bwd(t_pool, &TL->m[0], a->h1, a->xa[0], t->dq, T, t->dh, t->dxa);
-        lin_bwd(t_pool, &TL->m[1], a->h1, a->xa[1], t->dk, T, t->dh, t->dxa);
-        lin_bwd(t_pool, &TL->m[2], a->h1, a->xa[2], t->dv, T, t->dh, t->dxa);
-        for (int64_t i = 0; i < T; i++)
+        /* the first layer's input gradient feeds only the embeddings' (full fine-tuning) */
+        const bool want_dx = l > 0 || t->g_embd || TL->attn_norm.g;
+        float *dh = want_dx ? t->dh : NULL;
+        if (want_dx)
+            memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
+        lin_bwd(t_pool, &TL->m[0], a->h1, a->xa[0], t->dq, T, dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[1], a->h1, a->xa[1], t->dk, T, dh, t->dxa);
+        lin_bwd(t_pool, &TL->m[2], a->h1, a->xa[2], t->dv, T, dh, t->dxa);
+        for (int64_t i = 0; want_dx && i < T; i++)
             rms_bwd(a->x + i * E, TL->attn_norm.w, a->r1[i], t->dh + i * E, E, t->dx + i * E, TL->attn_norm.g);
     }
     if (t->g_embd)

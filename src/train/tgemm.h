@@ -1,0 +1,56 @@
+/* Training's f32 GEMM (src/train/tgemm.c; the AVX-512 and AVX2 micro-kernels in tgemm_avx512.c and
+ * tgemm_avx2.c, the scalar twin in tgemm.c):
+ *
+ *   C[i][j] = (acc ? C[i][j] : 0) + Σ_k (alpha · A(i,k)) · B(k,j)      i < M, j < N, k < K
+ *
+ * A(i,k) = a[i·a_rs + k·a_cs] and B(k,j) = b[k·b_rs + j·b_cs]: any of the three products of a linear
+ * layer without copies (y = x·Wᵀ: A = x, B(k,j) = W[j][k]; dX = dY·W; dW = dYᵀ·X: A(i,k) = dY[k][i]).
+ * Every C value is one f32 fused multiply-add chain in k order (from C itself, or from 0), whatever
+ * the kernel set and thread count: the SIMD kernels equal their scalar twin bit for bit, and the
+ * results do not depend on the threads (the work is split over blocks of C, never over k).
+ * B is packed in panels of TG_KC × TG_NR (32 KB on each thread's stack); C is row-major, row stride ldc. */
+#ifndef CDX_TRAIN_TGEMM_H
+#define CDX_TRAIN_TGEMM_H
+
+#include "caldrix/pool.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TG_NR 32  /* columns of C a micro-kernel call computes (a packed panel's width) */
+#define TG_MR 8   /* rows of C a micro-kernel call computes at most */
+#define TG_KC 256 /* depth of a packed panel */
+
+typedef enum { TG_SCALAR, TG_AVX2, TG_AVX512 } tg_isa;
+
+typedef struct {
+    int64_t M, N, K;
+    const float *a;
+    int64_t a_rs, a_cs;
+    const float *b;
+    int64_t b_rs, b_cs;
+    float *c;
+    int64_t ldc;
+    float alpha;
+    bool acc;
+} tg_args;
+
+/* The micro-kernel: rows i0..i0+mr (mr <= TG_MR) of C, columns j0..j0+nr (nr <= TG_NR), depth k0..k0+kc,
+ * from the packed panel bp[kc][TG_NR]; load: start from C (else from 0). */
+typedef void (*tg_ukr)(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64_t a_cs, float alpha,
+                       const float *bp, float *c, int64_t ldc, bool load);
+
+void tg_ukr_scalar(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64_t a_cs, float alpha,
+                   const float *bp, float *c, int64_t ldc, bool load);
+void tg_ukr_avx2(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64_t a_cs, float alpha,
+                 const float *bp, float *c, int64_t ldc, bool load);
+void tg_ukr_avx512(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64_t a_cs, float alpha,
+                   const float *bp, float *c, int64_t ldc, bool load);
+
+/* The kernel set the engine's kernels name (cdx_kernels_best: avx512 / avx2 / scalar). */
+tg_isa tg_isa_best(void);
+
+/* C as above, over pool's threads (NULL or small products: the caller's thread). */
+void tg_gemm(cdx_pool *pool, tg_isa isa, const tg_args *g);
+
+#endif
