@@ -4,6 +4,7 @@
  * option, so without this ggml would create and join its worker threads on every llama_decode.
  *
  *   bench/out/llama_bench MODEL.gguf [-t 2] [-p 128] [-n 64] [-r 3] [--parallel N [--kv-unified]]
+ *                         [--kv-type f16|f32] [--flash-attn auto|on|off] [--ubatch N]
  *
  * Prints one JSON object with the same fields as `caldrix bench --json` (medians over -r runs after
  * a warm-up): load_ms (model + context), prefill_tok_s (the prompt, synthetic ids, in one
@@ -18,6 +19,13 @@
  * bench --parallel N --json`: parallel, aggregate_decode_tok_s (N x n / decode time),
  * stream_decode_tok_s (n / decode time: every stream advances together), kv_unified;
  * prefill_tok_s is then N x PROMPT tokens over the time of that first llama_decode.
+ *
+ * --kv-type: the K and V cache type (llama.cpp's default f16); --flash-attn: llama.cpp's
+ * flash_attn_type (default auto, which llama.cpp resolves to enabled on its CPU backend: the JSON's
+ * flash_attn says what it resolved to, from its log); --ubatch: the physical batch (default: the
+ * whole prompt in one; a long prompt wants llama.cpp's own default, 512, as the non-flash path
+ * holds a PROMPT x PROMPT score matrix per head). Long-context runs (bench/compare-longctx) are
+ * -p 4096 / 16384 with a few -n: the decode is then timed at that context.
  *
  * Built by bench/setup against the headers of the same llama.cpp release (the bundle inside the
  * npm package); never part of `make`.
@@ -62,9 +70,16 @@ static double maxv(const double *v, int n)
     return m;
 }
 
+static char g_fa[16] = "unknown";
 static void quiet_log(enum ggml_log_level level, const char *text, void *user)
 {
     (void)user;
+    if (strstr(text, "Flash Attention")) { /* llama.cpp's resolution of flash_attn_type auto */
+        if (strstr(text, "set to disabled"))
+            snprintf(g_fa, sizeof g_fa, "disabled");
+        else if (strstr(text, "enabled"))
+            snprintf(g_fa, sizeof g_fa, "enabled");
+    }
     if (level == GGML_LOG_LEVEL_ERROR)
         fputs(text, stderr);
 }
@@ -112,7 +127,9 @@ static int parse_pos(const char *opt, const char *s, int *out)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *libdir = NULL;
-    int threads = 2, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1, batched = 0, kv_unified = 0;
+    int threads = 2, n_prompt = 128, n_gen = 64, runs = 3, parallel = 1, batched = 0, kv_unified = 0, ubatch = 0;
+    enum ggml_type kv_type = GGML_TYPE_F16;
+    enum llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t")) {
@@ -135,13 +152,27 @@ int main(int argc, char **argv)
             }
             batched = 1;
             i++;
+        } else if (!strcmp(a, "--kv-type") && v) {
+            if (!strcmp(v, "f16")) kv_type = GGML_TYPE_F16;
+            else if (!strcmp(v, "f32")) kv_type = GGML_TYPE_F32;
+            else { fprintf(stderr, "llama_bench: --kv-type is \"%s\"; expected f16 or f32\n", v); return 2; }
+            i++;
+        } else if (!strcmp(a, "--flash-attn") && v) {
+            if (!strcmp(v, "auto")) fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
+            else if (!strcmp(v, "on")) fa = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+            else if (!strcmp(v, "off")) fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+            else { fprintf(stderr, "llama_bench: --flash-attn is \"%s\"; expected auto, on or off\n", v); return 2; }
+            i++;
+        } else if (!strcmp(a, "--ubatch")) {
+            if (parse_pos(a, v, &ubatch)) return 2;
+            i++;
         } else if (!strcmp(a, "--kv-unified")) {
             kv_unified = 1;
         } else if (!strcmp(a, "--libdir") && v) {
             libdir = v;
             i++;
         } else if (a[0] == '-') {
-            fprintf(stderr, "usage: llama_bench MODEL.gguf [-t THREADS] [-p PROMPT] [-n GEN] [-r RUNS] [--parallel N [--kv-unified]] [--libdir DIR]\n");
+            fprintf(stderr, "usage: llama_bench MODEL.gguf [-t THREADS] [-p PROMPT] [-n GEN] [-r RUNS] [--parallel N [--kv-unified]] [--kv-type f16|f32] [--flash-attn auto|on|off] [--ubatch N] [--libdir DIR]\n");
             return 2;
         } else {
             path = a;
@@ -183,6 +214,12 @@ int main(int argc, char **argv)
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)parallel * (uint32_t)(n_prompt + n_gen + 16);
     cp.n_batch = cp.n_ubatch = (uint32_t)parallel * (uint32_t)n_prompt; /* every prompt in one batch */
+    if (ubatch && (uint32_t)ubatch < cp.n_ubatch)
+        cp.n_ubatch = (uint32_t)ubatch;
+    cp.type_k = cp.type_v = kv_type;
+    cp.flash_attn_type = fa;
+    if (fa != LLAMA_FLASH_ATTN_TYPE_AUTO)
+        snprintf(g_fa, sizeof g_fa, "%s", fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "enabled" : "disabled");
     cp.n_seq_max = (uint32_t)parallel;
     cp.kv_unified = kv_unified != 0;
     cp.n_threads = cp.n_threads_batch = threads;
@@ -316,10 +353,10 @@ int main(int argc, char **argv)
     for (int r = 0; batched && r < runs; r++)
         printf("%s%.4f", r ? ", " : "", ta_s[r]);
     printf("%s\"engine\": \"llama.cpp (node-llama-cpp 3.21.1 library, persistent thread pool)\", \"model\": \"%s\", "
-           "\"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"runs\": %d, \"load_ms\": %.3f, \"prefill_tok_s\": %.4f, "
+           "\"kv_type\": \"%s\", \"flash_attn\": \"%s\", \"n_ubatch\": %u, \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"runs\": %d, \"load_ms\": %.3f, \"prefill_tok_s\": %.4f, "
            "\"decode_tok_s\": %.4f, \"prefill_tok_s_best\": %.4f, \"decode_tok_s_best\": %.4f, \"cpu_variant\": \"%s\", "
            "\"prefill_tok_s_runs\": [",
-           batched ? "], " : "{", path, threads, n_prompt, n_gen, runs, load_ms, median(tp_s, runs),
+           batched ? "], " : "{", path, kv_type == GGML_TYPE_F16 ? "f16" : "f32", g_fa, llama_n_ubatch(ctx), threads, n_prompt, n_gen, runs, load_ms, median(tp_s, runs),
            median(td_s, runs), maxv(tp_s, runs), maxv(td_s, runs), variant);
     for (int r = 0; r < runs; r++)
         printf("%s%.4f", r ? ", " : "", tp_s[r]);

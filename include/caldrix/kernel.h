@@ -128,9 +128,13 @@ typedef struct cdx_attn_row {
 } cdx_attn_row;
 
 /* All rows × KV heads, split over the pool's threads; each thread streams a KV head's keys and
- * values once per row for all the query heads that share it (up to 32 at a time), 64 positions
- * per block, with the running max/sum rescaled per block. No allocation (about 72 KiB of stack per
- * thread). CDX_EINVAL for a bad shape (head_dim > 512, heads not a multiple of KV heads) or a row
+ * values once per tile of up to 8 rows sharing their keys for all the query heads that share it (up
+ * to 32 at a time), 64 positions per block; an F32 cache with the running max/sum rescaled per
+ * block, an F16 cache in ggml's three steps (scores, softmax, weighted values; its sum in 8 double
+ * lanes). About 100 KiB of stack per thread; an F16 cache on the AVX2/AVX-512 sets also allocates
+ * its tile's scores (rows × heads × positions floats, at most 64 MiB; without them the same bits
+ * come from the unfused loop). A row's output bits do not depend on the thread count or on the
+ * other rows of the call. CDX_EINVAL for a bad shape (head_dim > 512, heads not a multiple of KV heads) or a row
  * with lo > hi; nothing is written then. */
 CDX_API int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape *s, const cdx_attn_row *rows,
                      int64_t n_rows, cdx_err *err);

@@ -44,7 +44,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: caldrix bench MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r RUNS]\n"
                "                     [--parallel N] [--prefix-hit] [--isa NAME] [--dtype auto|f32|bf16]\n"
-               "                     [--mem-bw GB/s] [--weight-budget BYTES] [--spec lookup|auto|off]\n"
+               "                     [--kv-type f32|f16|bf16] [--mem-bw GB/s] [--weight-budget BYTES] [--spec lookup|auto|off]\n"
                "                     [--draft DRAFT] [--draft-max K] [--draft-min K] [--spec-keep-on] [--json]\n"
                "                     [--allow-split [--nodes N] [--split-layers SPEC] [--split-micro N] ...]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
@@ -58,7 +58,8 @@ static void usage(FILE *f)
                "16 tokens are in the prefix cache, against one that is not. --weight-budget: as run's (a\n"
                "mixture of experts streams its experts; the JSON adds expert_slots, expert_hits, expert_misses).\n"
                "--dtype: the compute type, as caldrix run takes it (the KV cache follows it: bf16 for bf16\n"
-               "compute, else f32). The load time is until the model can run; matrices whose packed layout\n"
+               "compute, else f32); --kv-type: the KV cache's storage, as caldrix run takes it (f16: as\n"
+               "llama.cpp's default cache). The load time is until the model can run; matrices whose packed layout\n"
                "is made in the background after it (AVX2: Q8_0, Q4_0, IQ4_NL) are waited for before the\n"
                "runs (pack_ms). --spec, --draft-max, --draft-min, --spec-keep-on: speculative decoding as\n"
                "caldrix run takes it; the draft tokens proposed and kept are reported (spec_proposed,\n"
@@ -168,6 +169,8 @@ int cmd_bench(int argc, char **argv)
     long draft_max = 0, draft_min = 0;
     int spec = CDX_SPEC_OFF;
     cdx_dtype dtype = CDX_DTYPE_AUTO;
+    uint32_t kv_type = CDX_TYPE_F32;
+    bool kv_type_set = false;
     cli_split_opts so = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -217,6 +220,10 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--dtype") && has) {
             if (cli_parse_dtype("caldrix bench", argv[++i], &dtype))
                 return 2;
+        } else if (!strcmp(a, "--kv-type") && has) {
+            if (cli_parse_kv_type("caldrix bench", argv[++i], &kv_type))
+                return 2;
+            kv_type_set = true;
         } else if (cli_split_is_opt(a)) {
             if (cli_split_parse("caldrix bench", argc, argv, &i, &so))
                 return 2;
@@ -294,6 +301,7 @@ int cmd_bench(int argc, char **argv)
     eo.n_ctx = n_prompt + n_gen + 1 + 2; /* 2: the warm-up */
     eo.token_budget = n_prompt * parallel; /* every prompt in one batch */
     eo.spec = spec;
+    eo.kv_type = kv_type;
     eo.draft_max = (int)draft_max;
     eo.draft_min = (int)draft_min;
     eo.spec_keep_on = spec_keep_on;
@@ -304,6 +312,7 @@ int cmd_bench(int argc, char **argv)
     lo.paths_only = true; /* bench takes a file or a folder, never a reference */
     lo.tokenizer = false; /* synthetic ids */
     lo.dtype = dtype;
+    lo.kv_type_set = kv_type_set;
     lo.weight_budget = budget;
     lo.engine = &eo;
     lo.draft = draft;

@@ -181,19 +181,32 @@ static void attn_heads(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_
 
 static inline float f16_round(float x) { return cdx_f16_to_f32(cdx_f32_to_f16(x)); }
 
+/* The sum of an F16 row's exp terms, term by term in position order from the row's first (lo): 8
+ * double lanes (lane j: terms j, j + 8, ...), then lanes j and j + w added for w = 4, 2, 1. The
+ * kernel sets' fused rows (attn_f16) sum in this order with vectors of doubles. */
+typedef struct { double lane[8]; int64_t n; } attn_sum8;
+static inline void sum8_add(attn_sum8 *a, float t) { a->lane[a->n++ % 8] += (double)t; }
+static inline double sum8_end(attn_sum8 *a)
+{
+    for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            a->lane[j] += a->lane[j + w];
+    return a->lane[0];
+}
+
 /* An F16 cache, as ggml's non-flash attention computes over one: kq = K·q with q rounded to f16,
- * softmax(scale·kq) normalised in f32 (its sum in double), each weight rounded to f16, then Σ w·v.
- * Two passes over the positions (the normalised weights are rounded, so the online rescaling of
- * the f32 path would round other values). */
+ * softmax(scale·kq) normalised in f32 (its sum in double: attn_sum8's order, then a sink's term),
+ * each weight rounded to f16, then Σ w·v in position order. Three passes over the positions (the
+ * normalised weights are rounded, so the online rescaling of the f32 path would round other
+ * values); the kernel sets' attn_f16 gives the same bits with each score computed once. */
 static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h)
 {
     const int hd = s->head_dim;
     const int64_t bs = s->block;
     float q[ATTN_MAX_DIM], row[ATTN_MAX_DIM], acc[ATTN_MAX_DIM];
-    for (int d = 0; d < hd; d++) {
-        q[d] = f16_round(r->q[(size_t)h * hd + d]);
+    v->round_half(r->q + (size_t)h * hd, q, hd, 1);
+    for (int d = 0; d < hd; d++)
         acc[d] = 0;
-    }
 #define KV16(tab, p) ((const uint16_t *)(tab)[(p) / bs] + r->off + (size_t)((p) % bs) * s->kv_stride + (size_t)g * hd)
     float mx = -INFINITY;
     for (int64_t p = r->lo; p <= r->hi; p++) {
@@ -205,14 +218,14 @@ static void attn_head_f16(const cdx_vec_ops *v, const cdx_attn_shape *s, const c
     }
     if (s->sinks && s->sinks[h] > mx)
         mx = s->sinks[h];
-    double sum = s->sinks ? expf(s->sinks[h] - mx) : 0;
+    attn_sum8 sum = { { 0 }, 0 };
     for (int64_t p = r->lo; p <= r->hi; p++) {
         const uint16_t *k = KV16(r->k, p);
         for (int d = 0; d < hd; d++)
             row[d] = cdx_f16_to_f32(k[d]);
-        sum += expf(attn_score(s, v->dot(q, row, hd)) - mx);
+        sum8_add(&sum, expf(attn_score(s, v->dot(q, row, hd)) - mx));
     }
-    const float inv = (float)(1.0 / sum);
+    const float inv = (float)(1.0 / (sum8_end(&sum) + (s->sinks ? (double)expf(s->sinks[h] - mx) : 0)));
     for (int64_t p = r->lo; p <= r->hi; p++) {
         const uint16_t *k = KV16(r->k, p), *vv = KV16(r->v, p);
         for (int d = 0; d < hd; d++)
@@ -239,6 +252,8 @@ static void attn_rows(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn
         if (done)
             return;
     }
+    if (s->kv_type == CDX_TYPE_F16 && k && k->attn_f16 && k->attn_f16(s, r, nr, g, g * group, group))
+        return;
     for (int i = 0; i < nr; i++) {
         if (s->kv_type == CDX_TYPE_F16) {
             for (int h = 0; h < group; h++)

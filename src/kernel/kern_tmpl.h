@@ -19,6 +19,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KT_INLINE static inline __attribute__((always_inline))
@@ -1341,6 +1342,193 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr,
     return false;
 }
 
+/* ---- f16 attention rows (attn.c's attn_head_f16, fused) ----
+ *
+ * Query rows sharing their keys × one KV head's `group` heads over an F16 cache, with the bits
+ * attn.c's attn_head_f16 gives each row alone through this set's primitives (its oracle in
+ * tests/kernel/test_attn.c): q rounded to f16, every score vdot(q, k)·scale, the max, the exp sum
+ * in cdx_attn's 8 double lanes (attn.c, CDX_ATTN_F16_LANES), each weight exp·(1/sum) rounded to f16,
+ * then Σ w·v in position order. What changes: a block of 64 keys (then of values) is converted to
+ * f32 once for the whole tile (F16C: vf_load_f16, exact) and stays in L1 while every row and head
+ * of the tile uses it; each score is computed once (kept in a buffer of the row's length) where
+ * the primitives' loop computes it in each of its three passes. Taken where the fused f32 rows
+ * are (head_dim a multiple of VF_N, up to KA_MAXV vectors), without a softcap; false otherwise, or
+ * when the score buffer cannot be had (attn.c then runs attn_head_f16). */
+KT_INLINE void kh_rows_of(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p0, int n, const uint16_t **kr,
+                          const uint16_t **vr)
+{
+    int64_t b = p0 / s->block, o = p0 % s->block;
+    const size_t base = r->off + (size_t)g * s->head_dim;
+    for (int i = 0; i < n; i++) {
+        kr[i] = (const uint16_t *)r->k[b] + base + (size_t)o * s->kv_stride;
+        vr[i] = (const uint16_t *)r->v[b] + base + (size_t)o * s->kv_stride;
+        if (++o == s->block) {
+            o = 0;
+            b++;
+        }
+    }
+}
+
+/* n f16 rows of nq vectors to f32 rows of dst, one after the other */
+KT_INLINE void kh_convert(const uint16_t *const *src, int n, const int nq, float *dst)
+{
+    for (int i = 0; i < n; i++)
+#pragma GCC unroll 16
+        for (int c = 0; c < nq; c++)
+            vf_store(dst + (size_t)i * nq * VF_N + c * VF_N, vf_load_f16(src[i] + c * VF_N));
+}
+
+/* x[0..n-1] = expf(x - mx) (the C library's bits), then their sum in cdx_attn's order (attn.c,
+ * attn_sum8): 8 double lanes, lane j the terms of index j mod 8 in order from 0, then lanes j and
+ * j + w added for w = 4, 2, 1. */
+static double KT(kh_exp_sum8)(float *x, float mx, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        VF e;
+        if (vf_expf(vf_add(vf_load_f32(x + i), vf_set1(-mx)), &e))
+            vf_store(x + i, e);
+        else
+            for (int j = 0; j < VF_N; j++)
+                x[i + j] = expf(x[i + j] - mx);
+    }
+    for (; i < n; i++)
+        x[i] = expf(x[i] - mx);
+    double lane[8];
+    i = 0;
+#if VF_N == 16
+    __m512d acc = _mm512_setzero_pd();
+    for (; i + 16 <= n; i += 16) { /* a chunk's halves in turn: index j before j + 8 in lane j */
+        const __m512 e = _mm512_loadu_ps(x + i);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    for (; i + 8 <= n; i += 8)
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
+    _mm512_storeu_pd(lane, acc);
+#else
+    VD acc[2] = { vd_zero(), vd_zero() };
+    for (; i + 8 <= n; i += 8)
+        vd_acc2(acc, _mm256_loadu_ps(x + i));
+    vd_store(lane, acc[0]);
+    vd_store(lane + 4, acc[1]);
+#endif
+    for (; i < n; i++)
+        lane[i % 8] += (double)x[i];
+    for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            lane[j] += lane[j + w];
+    return lane[0];
+}
+
+#define KH_BUF_MAX ((size_t)64 << 20) /* score buffer bytes at most (fewer rows a pass above it) */
+KT_INLINE bool kh_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group)
+{
+    const int hd = s->head_dim;
+    const int64_t lo = r[0].lo;
+    int64_t hi_all = r[0].hi;
+    for (int i = 1; i < nr; i++)
+        hi_all = r[i].hi > hi_all ? r[i].hi : hi_all;
+    const size_t len = (size_t)(hi_all - lo + 1);
+    int per = KA_STATES / group < KA_TILE ? KA_STATES / group : KA_TILE;
+    per = per < nr ? per : nr;
+    while (per > 1 && (size_t)per * group * len * sizeof(float) > KH_BUF_MAX)
+        per--;
+    float *S = malloc((size_t)per * group * len * sizeof(float));
+    if (!S)
+        return false;
+    float kb[KA_BLOCK * KA_MAXV * VF_N] __attribute__((aligned(64)));
+    float qh[KA_STATES][KA_MAXV * VF_N] __attribute__((aligned(64)));
+    float acc[KA_STATES][KA_MAXV * VF_N] __attribute__((aligned(64)));
+    float wsc[32][KA_BLOCK];
+    const uint16_t *kr[KA_BLOCK], *vr[KA_BLOCK];
+    const float *fr[KA_BLOCK];
+    for (int j = 0; j < KA_BLOCK; j++)
+        fr[j] = kb + (size_t)j * hd;
+    for (int i0 = 0; i0 < nr; i0 += per) {
+        const int m = nr - i0 < per ? nr - i0 : per;
+        const cdx_attn_row *rt = r + i0;
+        int64_t hi = rt[0].hi;
+        for (int i = 0; i < m; i++) {
+            hi = rt[i].hi > hi ? rt[i].hi : hi;
+            for (int h = 0; h < group; h++) {
+                KT(vround_half)(rt[i].q + (size_t)(h0 + h) * hd, qh[i * group + h], hd, 1);
+                for (int d = 0; d < hd; d++)
+                    acc[i * group + h][d] = 0;
+            }
+        }
+        /* the scores, a block of keys at a time for every row and head */
+        for (int64_t p0 = lo; p0 <= hi; p0 += KA_BLOCK) {
+            const int nbk = hi - p0 + 1 < KA_BLOCK ? (int)(hi - p0 + 1) : KA_BLOCK;
+            kh_rows_of(s, &rt[0], g, p0, nbk, kr, vr);
+            kh_convert(kr, nbk, nq, kb);
+            for (int i = 0; i < m; i++) {
+                if (p0 > rt[i].hi)
+                    continue;
+                const int nb = rt[i].hi - p0 + 1 < KA_BLOCK ? (int)(rt[i].hi - p0 + 1) : KA_BLOCK;
+                for (int h = 0; h < group; h++)
+                    ka_scores(qh[i * group + h], nq, s, fr, nb, S + ((size_t)(i * group + h)) * len + (size_t)(p0 - lo));
+            }
+        }
+        /* softmax: the weights, rounded to f16, in place of the scores */
+        for (int i = 0; i < m; i++)
+            for (int h = 0; h < group; h++) {
+                float *x = S + ((size_t)(i * group + h)) * len;
+                const int64_t n = rt[i].hi - lo + 1;
+                float mx = KT(vmax)(x, n);
+                const float *sk = s->sinks ? &s->sinks[h0 + h] : NULL;
+                if (sk && *sk > mx)
+                    mx = *sk;
+                const double sum = KT(kh_exp_sum8)(x, mx, n) + (sk ? (double)expf(*sk - mx) : 0);
+                const float inv = (float)(1.0 / sum);
+                const VF iv = vf_set1(inv);
+                int64_t t = 0;
+                for (; t + VF_N <= n; t += VF_N)
+                    vf_store(x + t, vf_round_f16(vf_mul(vf_load_f32(x + t), iv)));
+                for (; t < n; t++)
+                    x[t] = cdx_f16_to_f32(cdx_f32_to_f16(x[t] * inv));
+            }
+        /* Σ w·v, a block of values at a time */
+        const int hp = KA_HP(nq);
+        for (int64_t p0 = lo; p0 <= hi; p0 += KA_BLOCK) {
+            const int nbk = hi - p0 + 1 < KA_BLOCK ? (int)(hi - p0 + 1) : KA_BLOCK;
+            kh_rows_of(s, &rt[0], g, p0, nbk, kr, vr);
+            kh_convert(vr, nbk, nq, kb);
+            for (int i = 0; i < m; i++) {
+                if (p0 > rt[i].hi)
+                    continue;
+                const int nb = rt[i].hi - p0 + 1 < KA_BLOCK ? (int)(rt[i].hi - p0 + 1) : KA_BLOCK;
+                for (int h = 0; h < group; h++)
+                    memcpy(wsc[h], S + ((size_t)(i * group + h)) * len + (size_t)(p0 - lo), (size_t)nb * sizeof(float));
+                int h = 0;
+                for (; h + hp <= group; h += hp)
+                    ka_values_heads(acc + i * group + h, nq, hp, fr, nb, wsc + h);
+                for (; h < group; h++)
+                    ka_values_heads(acc + i * group + h, nq, 1, fr, nb, wsc + h);
+            }
+        }
+        for (int i = 0; i < m; i++)
+            for (int h = 0; h < group; h++)
+                memcpy(rt[i].out + (size_t)(h0 + h) * hd, acc[i * group + h], (size_t)hd * sizeof(float));
+    }
+    free(S);
+    return true;
+}
+
+#define KH_CASE(n_) case n_: return kh_rows(n_, s, r, nr, g, h0, group);
+static bool KT(attn_f16)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group)
+{
+    if (s->kv_type != CDX_TYPE_F16 || s->head_dim % VF_N || group > 32 || s->softcap)
+        return false;
+    switch (s->head_dim / VF_N) {
+        KH_CASE(1) KH_CASE(2) KH_CASE(3) KH_CASE(4) KH_CASE(5) KH_CASE(6) KH_CASE(7) KH_CASE(8)
+#if VF_N == 8
+        KH_CASE(10) KH_CASE(12) KH_CASE(16)
+#endif
+    }
+    return false;
+}
+
 static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half),
                                          KT(vsilu_mul), KT(vlse), KT(vsilu) };
 
@@ -1358,6 +1546,7 @@ const cdx_kernels KT(cdx_kernels) = {
 #endif
     .vec = &KT(vec_ops),
     .attn_f32 = KT(attn_f32),
+    .attn_f16 = KT(attn_f16),
     .row = {
         [CDX_TYPE_F32] = KT(rows_W_F32), [CDX_TYPE_F16] = KT(rows_W_F16), [CDX_TYPE_BF16] = KT(rows_W_BF16),
         [CDX_TYPE_Q8_0] = KT(rows_W_Q8_0), [CDX_TYPE_Q4_0] = KT(rows_W_Q4_0), [CDX_TYPE_IQ4_NL] = KT(rows_W_IQ4_NL),

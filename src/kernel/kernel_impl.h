@@ -101,6 +101,10 @@ struct cdx_kernels {
      * with this set's vec primitives; false, before any work: not for this shape (attn.c runs its
      * loop). NULL: none. */
     bool (*attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group);
+    /* The same over an F16 cache, with the bits attn.c's attn_head_f16 gives each row alone with this
+     * set's primitives (all `group` heads of KV head g, h0 = g·group); false, before any work: not for
+     * this shape. NULL: none. */
+    bool (*attn_f16)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group);
 };
 
 /* vdpbf16ps (matmul_bf16dp_avx512.c) and its scalar twin (matmul_bf16dp.c), which tests hold it to */

@@ -250,11 +250,187 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
     cdx_pool_destroy(pool);
 }
 
+/* The fused f16 attention rows of a kernel set (cdx_kernels.attn_f16) give the bits attn.c's
+ * attn_head_f16 gives with that set's primitives (the same set with attn_f16 removed), over an F16
+ * cache: head sizes taken and not, GQA groups (12: fewer rows a pass), lengths across the 64-key
+ * blocks and the 8-lane sum's tail (1, 7, 65, 200), windows, sinks, a paged cache
+ * in reverse order; and the result against double precision on the f16 values (the weights' f16
+ * rounding bounds it: 2e-3 relative to the largest |v|). */
+static void fused_f16_attention_rows_match_primitives_bit_for_bit(void)
+{
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const int hds[] = { 16, 64, 80, 40 }, groups[] = { 1, 4, 12 };
+    const int64_t lens[] = { 1, 7, 65, 200 };
+    int checked = 0, fused = 0, bad_ref = 0;
+    for (int ii = 0; ii < 2; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        REQUIRE(k->attn_f16);
+        cdx_kernels plain = *k;
+        plain.attn_f16 = NULL;
+        int bad = 0;
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+            for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                    for (int bsz = 16; bsz <= 256; bsz *= 16)
+                        for (int sink = 0; sink < 2; sink++) {
+                            const int hd = hds[hi], nkv = 2, nh = nkv * groups[gi];
+                            const int64_t n = lens[li], nblk = (n + bsz - 1) / bsz;
+                            const int64_t stride = (int64_t)nkv * hd + 3;
+                            uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)(nblk * bsz * stride));
+                            uint16_t *vc = malloc(sizeof(uint16_t) * (size_t)(nblk * bsz * stride));
+                            float *q = malloc(sizeof(float) * (size_t)(n * nh * hd)), sinks[64];
+                            float *o1 = malloc(sizeof(float) * (size_t)(n * nh * hd)), *o2 = malloc(sizeof(float) * (size_t)(n * nh * hd));
+                            for (int64_t i = 0; i < nblk * bsz * stride; i++) {
+                                kc[i] = cdx_f32_to_f16(frand() * 2);
+                                vc[i] = cdx_f32_to_f16(frand());
+                            }
+                            for (int64_t i = 0; i < n * nh * hd; i++)
+                                q[i] = frand();
+                            for (int h = 0; h < nh; h++)
+                                sinks[h] = frand() * 3;
+                            const void **kt = malloc(sizeof(void *) * (size_t)nblk), **vt = malloc(sizeof(void *) * (size_t)nblk);
+                            for (int64_t b = 0; b < nblk; b++) {
+                                kt[b] = kc + (nblk - 1 - b) * bsz * stride;
+                                vt[b] = vc + (nblk - 1 - b) * bsz * stride;
+                            }
+                            cdx_attn_shape s = { .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .kv_stride = stride,
+                                                 .block = bsz, .scale = 0.125f, .kv_type = CDX_TYPE_F16,
+                                                 .sinks = sink ? sinks : NULL };
+                            cdx_attn_row *rows = malloc(sizeof *rows * (size_t)n);
+                            for (int64_t i = 0; i < n; i++)
+                                rows[i] = (cdx_attn_row){ .q = q + i * nh * hd, .k = kt, .v = vt,
+                                                          .lo = bsz == 16 && i % 3 == 2 ? i / 2 : 0, .hi = i,
+                                                          .out = o1 + i * nh * hd };
+                            REQUIRE(cdx_attn(k, pool, &s, rows, n, &e) == CDX_OK);
+                            for (int64_t i = 0; i < n; i++)
+                                rows[i].out = o2 + i * nh * hd;
+                            REQUIRE(cdx_attn(&plain, pool, &s, rows, n, &e) == CDX_OK);
+                            bad += memcmp(o1, o2, sizeof(float) * (size_t)(n * nh * hd)) != 0;
+                            checked++;
+                            /* the last row against double precision on the cache's f16 values */
+                            const cdx_attn_row *r = &rows[n - 1];
+                            for (int h = 0; h < nh; h++) {
+                                const int g = h / groups[gi];
+                                double mx = sink ? sinks[h] : -1e300, sum = 0;
+                                double *p = malloc(sizeof(double) * (size_t)(r->hi - r->lo + 1));
+                                for (int64_t t = r->lo; t <= r->hi; t++) {
+                                    const uint16_t *kp = (const uint16_t *)kt[t / bsz] + (t % bsz) * stride + g * hd;
+                                    double d = 0;
+                                    for (int j = 0; j < hd; j++)
+                                        d += (double)q[(n - 1) * nh * hd + h * hd + j] * cdx_f16_to_f32(kp[j]);
+                                    p[t - r->lo] = d * 0.125;
+                                    mx = p[t - r->lo] > mx ? p[t - r->lo] : mx;
+                                }
+                                for (int64_t t = r->lo; t <= r->hi; t++)
+                                    sum += p[t - r->lo] = exp(p[t - r->lo] - mx);
+                                if (sink)
+                                    sum += exp(sinks[h] - mx);
+                                for (int j = 0; j < hd; j++) {
+                                    double o = 0;
+                                    for (int64_t t = r->lo; t <= r->hi; t++)
+                                        o += p[t - r->lo] / sum *
+                                             cdx_f16_to_f32(((const uint16_t *)vt[t / bsz] + (t % bsz) * stride + g * hd)[j]);
+                                    bad_ref += !(fabs(o2[(n - 1) * nh * hd + h * hd + j] - o) <= 2e-3);
+                                }
+                                free(p);
+                            }
+                            const bool takes = hd % (ii == 0 ? 16 : 8) == 0 &&
+                                               (ii == 0 ? hd <= 128 : hd <= 64 || hd == 80 || hd == 96 || hd == 128);
+                            const bool took = k->attn_f16(&s, &rows[n - 1], 1, 0, 0, groups[gi]);
+                            bad += took != takes;
+                            fused += took;
+                            free(kc); free(vc); free(q); free(o1); free(o2); free(kt); free(vt); free(rows);
+                        }
+        CHECKF(bad == 0, "%s: %d of %d f16 cases differ from the primitives' attention", k_isas[ii], bad, checked);
+    }
+    CHECKF(bad_ref == 0, "%d values more than 2e-3 from double precision", bad_ref);
+    CHECK(checked == 0 || fused > 0);
+    cdx_pool_destroy(pool);
+}
+
+/* A row's output bits do not depend on the pool's thread count, nor on the rows beside it in the
+ * call (alone, in a tile of a longer prompt, after another sequence's rows), F32 and F16 caches,
+ * on every kernel set: 1, 2, 3 and 5 threads; a decode row of 600 positions among them. */
+static void attention_bits_do_not_depend_on_threads_or_batch(void)
+{
+    cdx_err e = {0};
+    const int nh = 8, nkv = 2, hd = 64;
+    const int64_t n = 600, stride = nkv * hd;
+    float *kf = malloc(sizeof(float) * (size_t)(n * stride)), *vf = malloc(sizeof(float) * (size_t)(n * stride));
+    uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(n * stride)), *vh = malloc(sizeof(uint16_t) * (size_t)(n * stride));
+    for (int64_t i = 0; i < n * stride; i++) {
+        kf[i] = frand() * 2;
+        vf[i] = frand();
+        kh[i] = cdx_f32_to_f16(kf[i]);
+        vh[i] = cdx_f32_to_f16(vf[i]);
+    }
+    enum { NR = 21 };
+    float *q = malloc(sizeof(float) * NR * nh * hd), *out = malloc(sizeof(float) * NR * nh * hd),
+          *one = malloc(sizeof(float) * NR * nh * hd);
+    for (int i = 0; i < NR * nh * hd; i++)
+        q[i] = frand();
+    const int nthr[] = { 1, 2, 3, 5 };
+    int bad = 0, runs = 0;
+    for (int ii = 0; ii < 3; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        for (int f16 = 0; f16 < 2; f16++) {
+            const void *kt[1] = { f16 ? (const void *)kh : kf }, *vt[1] = { f16 ? (const void *)vh : vf };
+            const void *kt2[1] = { f16 ? (const void *)vh : vf }, *vt2[1] = { f16 ? (const void *)kh : kf }; /* another sequence */
+            cdx_attn_shape s = { .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .kv_stride = stride, .block = n,
+                                 .scale = 0.125f, .kv_type = f16 ? CDX_TYPE_F16 : CDX_TYPE_F32 };
+            /* rows 0..19: a prompt's positions 1980..1999 of sequence A; row 20: sequence B's 1999 */
+            cdx_attn_row rows[NR];
+            for (int i = 0; i < NR; i++)
+                rows[i] = (cdx_attn_row){ .q = q + i * nh * hd, .k = i < 20 ? kt : kt2, .v = i < 20 ? vt : vt2,
+                                          .lo = 0, .hi = i < 20 ? 580 + i : n - 1, .out = one + i * nh * hd };
+            /* each row alone, one thread */
+            cdx_pool *p1;
+            REQUIRE(cdx_pool_create(1, &p1, &e) == CDX_OK);
+            for (int i = 0; i < NR; i++)
+                REQUIRE(cdx_attn(k, p1, &s, &rows[i], 1, &e) == CDX_OK);
+            cdx_pool_destroy(p1);
+            for (int ti = 0; ti < 4; ti++) {
+                cdx_pool *pool;
+                REQUIRE(cdx_pool_create(nthr[ti], &pool, &e) == CDX_OK);
+                cdx_attn_row r2[NR];
+                /* B's row first, then A's prompt cut at 3 rows (tiles not aligned with the prompt) */
+                r2[0] = rows[20];
+                for (int i = 0; i < 20; i++)
+                    r2[1 + i] = rows[i];
+                for (int i = 0; i < NR; i++)
+                    r2[i].out = out + (i == 0 ? 20 : i - 1) * nh * hd;
+                for (int i = 0; i < NR * nh * hd; i++)
+                    out[i] = NAN;
+                REQUIRE(cdx_attn(k, pool, &s, r2, 4, &e) == CDX_OK);
+                REQUIRE(cdx_attn(k, pool, &s, r2 + 4, NR - 4, &e) == CDX_OK);
+                bad += memcmp(out, one, sizeof(float) * NR * nh * hd) != 0;
+                runs++;
+                cdx_pool_destroy(pool);
+            }
+        }
+    }
+    CHECKF(bad == 0, "%d of %d runs gave other bits than each row alone on one thread", bad, runs);
+    CHECK(runs >= 8);
+    free(kf); free(vf); free(kh); free(vh); free(q); free(out); free(one);
+}
+
 int main(void)
 {
     RUN("rmsnorm and softmax match double precision on every ISA", rmsnorm_and_softmax_match_double);
     RUN("blocked attention matches a naive softmax (GQA, windows, block edges)", attention_matches_naive_softmax);
     RUN("attention refuses bad shapes and rows", attention_refuses_bad_shapes_and_rows);
     RUN("fused f32 attention rows give the primitives' bits", fused_attention_rows_match_primitives_bit_for_bit);
+    RUN("fused f16 attention rows give the primitives' bits", fused_f16_attention_rows_match_primitives_bit_for_bit);
+    RUN("attention bits do not depend on the thread count or the rows beside", attention_bits_do_not_depend_on_threads_or_batch);
     return t_done("attn");
 }
