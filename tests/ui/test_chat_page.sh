@@ -69,7 +69,7 @@ check "... and says nosniff and no-referrer" grep -qi '^x-content-type-options: 
 check "HEAD / answers 200" [ "$(curl -s -I -o /dev/null -w '%{http_code}' "$URL/")" = 200 ]
 check "POST / is a 405" [ "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "$URL/")" = 405 ]
 check "caldrix serve says where the chat page is" grep -q "chat page: http://127.0.0.1:.*/$" "$tmp/page.log"
-check "serve --help lists the page among the routes" sh -c "'$CALDRIX' serve --help | grep -q '^  GET  /  .*chat page'"
+check "serve --help lists the page among the routes" sh -c "'$CALDRIX' serve --help | grep -Eq '^  GET +/ +the chat page'"
 MODEL=$(curl -s "$URL/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
 # the reference: /v1/chat/completions' greedy reply, not streamed, for what the page will send
 PROMPT="Once upon a time"
