@@ -54,6 +54,10 @@ struct cdx_grammar {
 /* Frees the caches of g (grammar_match.c). */
 void gr_cache_free(cdx_grammar *g);
 
+/* Turns the pure-text shortcut of v's masks on or off (grammar_match.c, "Pure text"): tests compare
+ * its masks with the plain trie walk's. On by default. */
+void gr_vocab_set_pure(cdx_grammar_vocab *v, bool on);
+
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
 #define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */
 #define GR_MAX_RULES    (1 << 16)

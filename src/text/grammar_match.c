@@ -30,22 +30,57 @@
 
 #define MAX_TOKEN_BYTES 1024 /* longer tokens never match (none of the known vocabularies has one) */
 
-struct cdx_grammar_vocab {
-    int64_t n_vocab;
+/* A trie of byte strings in preorder: node i's subtree is [i, end[i]), so a rejected prefix skips
+ * its whole subtree and a walk is one forward scan. Node 0 is the root. */
+typedef struct {
     int32_t n_nodes;
-    uint8_t *byte;       /* [n_nodes] the byte on the edge into the node (node 0: the root) */
+    uint8_t *byte;       /* [n_nodes] the byte on the edge into the node */
     uint16_t *depth;     /* [n_nodes] */
     int32_t *end;        /* [n_nodes] one past the last node of the subtree */
     int32_t *tok0;       /* [n_nodes + 1] node i's tokens are ids[tok0[i] .. tok0[i+1]) */
     int32_t *ids;
+    int32_t *parent;     /* [n_nodes] */
     int max_depth;
+} gr_trie;
+
+/* Pure text. Most of a vocabulary is text that a JSON string (or any "any character but a few"
+ * rule) takes whole: the characters U+0020..U+10FFFF but '"', '\\' and U+007F, as well-formed UTF-8
+ * (no surrogates). This DFA over bytes reads that text; state 0 is "between characters". For a state
+ * of the grammar that reads every such character into one next state (grammar_match.c, chains), a
+ * token's fate depends only on how many characters its pure beginning has and on the rest (its
+ * tail): so each token is sorted once per vocabulary into "pure" (every byte read, ending after e
+ * characters or inside character e) or a tail keyed by the count of characters before it. The
+ * idea is llguidance's slicer (docs/optimizations.md there), written for this automaton. */
+enum { PURE_A = 0, PURE_N = 8, PURE_ECAP = 64 };
+typedef struct {
+    uint8_t from, lo, hi, to;
+} pure_tr;
+static const pure_tr k_pure[] = {
+    { 0, 0x20, 0x21, 0 }, { 0, 0x23, 0x5B, 0 }, { 0, 0x5D, 0x7E, 0 }, { 0, 0xC2, 0xDF, 1 }, { 0, 0xE0, 0xE0, 4 },
+    { 0, 0xE1, 0xEC, 2 }, { 0, 0xED, 0xED, 5 }, { 0, 0xEE, 0xEF, 2 }, { 0, 0xF0, 0xF0, 6 }, { 0, 0xF1, 0xF3, 3 },
+    { 0, 0xF4, 0xF4, 7 }, { 1, 0x80, 0xBF, 0 }, { 2, 0x80, 0xBF, 1 }, { 3, 0x80, 0xBF, 2 },
+    { 4, 0xA0, 0xBF, 1 }, { 5, 0x80, 0x9F, 1 }, { 6, 0x90, 0xBF, 2 }, { 7, 0x80, 0x8F, 2 },
+};
+#define N_PURE_TR ((int)(sizeof k_pure / sizeof *k_pure))
+
+struct cdx_grammar_vocab {
+    int64_t n_vocab;
+    gr_trie tr;          /* every usable token */
     size_t n_words;      /* (n_vocab + 31) / 32 */
     uint32_t *usable;    /* [n_words] in the trie */
     uint32_t *eog;       /* [n_words] end of generation */
     int64_t n_usable;
     uint64_t fingerprint; /* of the trie: grammars key their caches by it */
     int32_t *node_of;    /* [n_vocab] the node where the token ends, or -1 */
-    int32_t *parent;     /* [n_nodes] */
+    /* pure text (above) */
+    bool pure_on;        /* the chains' shortcut is used (tests turn it off to compare) */
+    int max_e;           /* the most characters of a pure token */
+    uint32_t *pure_upto; /* [(PURE_ECAP + 1) * n_words] row e: the pure tokens of at most e characters */
+    uint32_t *pure_all;  /* [n_words] every pure token */
+    int32_t *long_ids;   /* pure tokens of more than PURE_ECAP characters, by count */
+    uint16_t *long_e;
+    int32_t n_long;
+    gr_trie tail;        /* the other tokens: 2 bytes of character count (big-endian), then the tail */
 };
 
 typedef struct {
@@ -66,50 +101,46 @@ static int cmp_entry(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *eog, int n_eog,
-                       cdx_grammar_vocab **out, cdx_err *err)
+static void trie_free(gr_trie *t)
 {
-    cdx_grammar_vocab *v = calloc(1, sizeof *v);
-    if (!v)
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    v->n_vocab = n_vocab;
-    v->n_words = (size_t)(n_vocab + 31) / 32;
+    free(t->byte);
+    free(t->depth);
+    free(t->end);
+    free(t->tok0);
+    free(t->ids);
+    free(t->parent);
+    memset(t, 0, sizeof *t);
+}
+
+/* The trie of entries e[0..n) (sorted here). */
+static int trie_build(tok_entry *e, size_t n, gr_trie *t, cdx_err *err)
+{
+    memset(t, 0, sizeof *t);
     qsort(e, n, sizeof *e, cmp_entry);
     size_t total = 1;
     for (size_t i = 0; i < n; i++)
         total += e[i].len;
     /* upper bound on nodes: every byte of every token */
-    if (total > INT32_MAX) {
-        free(v);
+    if (total > INT32_MAX)
         return cdx_err_set(err, CDX_ERANGE, "vocabulary of %zu bytes is too large", total);
-    }
-    v->byte = malloc(total);
-    v->depth = malloc(total * sizeof *v->depth);
-    v->end = malloc(total * sizeof *v->end);
-    v->tok0 = calloc(total + 1, sizeof *v->tok0);
-    v->ids = malloc((n ? n : 1) * sizeof *v->ids);
-    v->usable = calloc(v->n_words, sizeof *v->usable);
-    v->eog = calloc(v->n_words, sizeof *v->eog);
-    if (!v->byte || !v->depth || !v->end || !v->tok0 || !v->ids || !v->usable || !v->eog) {
-        cdx_grammar_vocab_free(v);
+    t->byte = malloc(total);
+    t->depth = malloc(total * sizeof *t->depth);
+    t->end = malloc(total * sizeof *t->end);
+    t->tok0 = calloc(total + 1, sizeof *t->tok0);
+    t->ids = malloc((n ? n : 1) * sizeof *t->ids);
+    t->parent = malloc(total * sizeof *t->parent);
+    if (!t->byte || !t->depth || !t->end || !t->tok0 || !t->ids || !t->parent) {
+        trie_free(t);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
-    v->node_of = malloc((size_t)n_vocab * sizeof *v->node_of);
-    v->parent = malloc(total * sizeof *v->parent);
-    if (!v->node_of || !v->parent) {
-        cdx_grammar_vocab_free(v);
-        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < n_vocab; i++)
-        v->node_of[i] = -1;
     /* Sorted byte strings give the trie in preorder: each entry shares its longest common prefix
      * with the one before, and its end node is never before the previous entry's. */
-    int32_t path[MAX_TOKEN_BYTES + 1];
+    int32_t path[MAX_TOKEN_BYTES + 3];
     int plen = 0; /* nodes on the current path below the root */
     int32_t nn = 1;
-    v->byte[0] = 0;
-    v->depth[0] = 0;
-    v->parent[0] = -1;
+    t->byte[0] = 0;
+    t->depth[0] = 0;
+    t->parent[0] = -1;
     path[0] = 0;
     const tok_entry *prev = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -118,45 +149,175 @@ static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *e
             while (lcp < prev->len && lcp < e[i].len && prev->b[lcp] == e[i].b[lcp])
                 lcp++;
         while ((uint32_t)plen > lcp) {
-            v->end[path[plen]] = nn;
+            t->end[path[plen]] = nn;
             plen--;
         }
         for (uint32_t k = lcp; k < e[i].len; k++) {
-            v->byte[nn] = e[i].b[k];
-            v->depth[nn] = (uint16_t)(k + 1);
-            v->parent[nn] = path[plen];
+            t->byte[nn] = e[i].b[k];
+            t->depth[nn] = (uint16_t)(k + 1);
+            t->parent[nn] = path[plen];
             path[++plen] = nn++;
         }
-        v->ids[i] = e[i].id;
-        v->node_of[e[i].id] = path[plen];
-        v->tok0[path[plen] + 1]++;
-        v->usable[e[i].id / 32] |= 1u << (e[i].id % 32);
-        v->n_usable++;
-        if ((int)e[i].len > v->max_depth)
-            v->max_depth = (int)e[i].len;
+        t->ids[i] = e[i].id;
+        t->tok0[path[plen] + 1]++;
+        if ((int)e[i].len > t->max_depth)
+            t->max_depth = (int)e[i].len;
         prev = &e[i];
     }
     while (plen > 0) {
-        v->end[path[plen]] = nn;
+        t->end[path[plen]] = nn;
         plen--;
     }
-    v->end[0] = nn;
-    v->n_nodes = nn;
+    t->end[0] = nn;
+    t->n_nodes = nn;
     for (int32_t k = 0; k < nn; k++)
-        v->tok0[k + 1] += v->tok0[k];
+        t->tok0[k + 1] += t->tok0[k];
+    return CDX_OK;
+}
+
+/* Sorts the usable tokens into pure ones and tails (see k_pure). */
+static int pure_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_err *err)
+{
+    int8_t dfa[PURE_N][256];
+    memset(dfa, -1, sizeof dfa);
+    for (int k = 0; k < N_PURE_TR; k++)
+        for (unsigned b = k_pure[k].lo; b <= k_pure[k].hi; b++)
+            dfa[k_pure[k].from][b] = (int8_t)k_pure[k].to;
+    uint16_t *pe = malloc((n ? n : 1) * sizeof *pe); /* per entry: e of a pure token, or 0 */
+    uint16_t *pc = malloc((n ? n : 1) * sizeof *pc); /* per entry: characters before its tail */
+    uint32_t *pa = malloc((n ? n : 1) * sizeof *pa); /* per entry: where its tail starts */
+    int rc = CDX_OK;
+    if (!pe || !pc || !pa) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto done;
+    }
+    size_t n_tail = 0, tail_bytes = 0;
+    v->max_e = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = PURE_A, c = 0, ca = 0;
+        uint32_t a = 0, k = 0;
+        for (; k < e[i].len; k++) {
+            int nd = dfa[d][e[i].b[k]];
+            if (nd < 0)
+                break;
+            d = nd;
+            if (d == PURE_A) {
+                c++;
+                a = k + 1;
+                ca = c;
+            }
+        }
+        if (k == e[i].len) { /* every byte read: pure */
+            pe[i] = (uint16_t)(c + (d != PURE_A));
+            if (pe[i] > v->max_e)
+                v->max_e = pe[i];
+        } else {
+            pe[i] = 0;
+            pc[i] = (uint16_t)ca;
+            pa[i] = a;
+            n_tail++;
+            tail_bytes += 2 + e[i].len - a;
+        }
+    }
+    v->pure_upto = calloc((size_t)(PURE_ECAP + 1) * v->n_words, sizeof *v->pure_upto);
+    v->pure_all = calloc(v->n_words, sizeof *v->pure_all);
+    size_t n_long = 0;
+    for (size_t i = 0; i < n; i++)
+        n_long += pe[i] > PURE_ECAP;
+    v->long_ids = malloc((n_long ? n_long : 1) * sizeof *v->long_ids);
+    v->long_e = malloc((n_long ? n_long : 1) * sizeof *v->long_e);
+    uint8_t *kb = malloc(tail_bytes ? tail_bytes : 1);
+    tok_entry *te = malloc((n_tail ? n_tail : 1) * sizeof *te);
+    if (!v->pure_upto || !v->pure_all || !v->long_ids || !v->long_e || !kb || !te) {
+        free(kb);
+        free(te);
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        goto done;
+    }
+    size_t nt = 0, at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int32_t id = e[i].id;
+        if (pe[i]) {
+            v->pure_all[id / 32] |= 1u << (id % 32);
+            if (pe[i] <= PURE_ECAP)
+                v->pure_upto[(size_t)pe[i] * v->n_words + id / 32] |= 1u << (id % 32);
+            else {
+                v->long_ids[v->n_long] = id;
+                v->long_e[v->n_long++] = pe[i];
+            }
+            continue;
+        }
+        uint8_t *key = kb + at;
+        key[0] = (uint8_t)(pc[i] >> 8);
+        key[1] = (uint8_t)pc[i];
+        memcpy(key + 2, e[i].b + pa[i], e[i].len - pa[i]);
+        te[nt++] = (tok_entry){ key, (uint32_t)(2 + e[i].len - pa[i]), id };
+        at += 2 + e[i].len - pa[i];
+    }
+    /* rows are cumulative: row e holds every pure token of at most e characters */
+    for (int r = 1; r <= PURE_ECAP; r++)
+        for (size_t w = 0; w < v->n_words; w++)
+            v->pure_upto[(size_t)r * v->n_words + w] |= v->pure_upto[(size_t)(r - 1) * v->n_words + w];
+    rc = trie_build(te, nt, &v->tail, err);
+    free(kb);
+    free(te);
+    v->pure_on = rc == CDX_OK;
+done:
+    free(pe);
+    free(pc);
+    free(pa);
+    return rc;
+}
+
+static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *eog, int n_eog,
+                       cdx_grammar_vocab **out, cdx_err *err)
+{
+    cdx_grammar_vocab *v = calloc(1, sizeof *v);
+    if (!v)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    v->n_vocab = n_vocab;
+    v->n_words = (size_t)(n_vocab + 31) / 32;
+    v->usable = calloc(v->n_words, sizeof *v->usable);
+    v->eog = calloc(v->n_words, sizeof *v->eog);
+    v->node_of = malloc((size_t)n_vocab * sizeof *v->node_of);
+    if (!v->usable || !v->eog || !v->node_of) {
+        cdx_grammar_vocab_free(v);
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    }
+    int rc = trie_build(e, n, &v->tr, err);
+    if (rc) {
+        cdx_grammar_vocab_free(v);
+        return rc;
+    }
+    const gr_trie *t = &v->tr;
+    for (int64_t i = 0; i < n_vocab; i++)
+        v->node_of[i] = -1;
+    for (int32_t k = 0; k < t->n_nodes; k++)
+        for (int32_t j = t->tok0[k]; j < t->tok0[k + 1]; j++) {
+            const int32_t id = t->ids[j];
+            v->node_of[id] = k;
+            v->usable[id / 32] |= 1u << (id % 32);
+            v->n_usable++;
+        }
     /* FNV-1a over the trie and its ids */
     uint64_t h = 0xCBF29CE484222325ull ^ (uint64_t)n_vocab;
-    for (int32_t k = 0; k < nn; k++)
-        h = (h ^ (uint64_t)(v->byte[k] | (uint32_t)v->depth[k] << 8)) * 0x100000001B3ull;
+    for (int32_t k = 0; k < t->n_nodes; k++)
+        h = (h ^ (uint64_t)(t->byte[k] | (uint32_t)t->depth[k] << 8)) * 0x100000001B3ull;
     for (size_t k = 0; k < n; k++)
-        h = (h ^ (uint64_t)(uint32_t)v->ids[k]) * 0x100000001B3ull;
+        h = (h ^ (uint64_t)(uint32_t)t->ids[k]) * 0x100000001B3ull;
     v->fingerprint = h;
     for (int i = 0; i < n_eog; i++)
         if (eog[i] >= 0 && eog[i] < n_vocab)
             v->eog[eog[i] / 32] |= 1u << (eog[i] % 32);
+    if ((rc = pure_build(v, e, n, err))) {
+        cdx_grammar_vocab_free(v);
+        return rc;
+    }
     *out = v;
     return CDX_OK;
 }
+
+void gr_vocab_set_pure(cdx_grammar_vocab *v, bool on) { v->pure_on = on && v->pure_all; }
 
 int cdx_grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, int64_t n_vocab,
                                   const int32_t *eog, int n_eog, cdx_grammar_vocab **out, cdx_err *err)
@@ -225,15 +386,15 @@ void cdx_grammar_vocab_free(cdx_grammar_vocab *v)
 {
     if (!v)
         return;
-    free(v->byte);
-    free(v->depth);
-    free(v->end);
-    free(v->tok0);
-    free(v->ids);
+    trie_free(&v->tr);
+    trie_free(&v->tail);
     free(v->usable);
     free(v->eog);
     free(v->node_of);
-    free(v->parent);
+    free(v->pure_upto);
+    free(v->pure_all);
+    free(v->long_ids);
+    free(v->long_e);
     free(v);
 }
 
@@ -256,16 +417,28 @@ typedef struct {
 
 typedef struct {
     bool ready;          /* read and written atomically (matchers of several threads share it) */
-    bool compl;          /* compl: ids are the rejected ones (of the usable tokens) */
     int32_t n_ids, n_chk;
-    int32_t *ids;
-    int32_t *chk;        /* trie nodes where the rule may end: their subtrees are checked at the caller */
+    int32_t *ids;        /* the accepted ids, when bits is NULL */
+    uint32_t *bits;      /* [n_words] the accepted ids, when they are many */
+    int32_t *chk;        /* trie nodes where the rule may end: their subtrees are checked at the caller
+                          * (negated: nodes of the vocabulary's tail trie) */
 } pstate;
+
+/* Chains (per state of the grammar, in gr_cache): ch_n is how many pure characters (k_pure) the
+ * state reads one after the other, each through states that only read bytes, before it reaches a
+ * state that takes no pure character at all; CH_INF when it never does (a loop, or more characters
+ * than a token has). ch_next is the state after one pure character. */
+enum { CH_UNKNOWN = -2, CH_NO = -1, CH_ON_PATH = -3 };
+#define CH_INF INT32_MAX
+#define CH_CAP (2 * (MAX_TOKEN_BYTES + 1))
 
 struct gr_cache {
     uint64_t fingerprint;
     int64_t n_vocab;
+    bool pure;           /* made with the pure-text shortcut (a test compares both ways) */
     pstate *pc;          /* [n_st] */
+    int32_t *ch_n;       /* [n_st] */
+    int32_t *ch_next;    /* [n_st] */
     struct gr_cache *next;
 };
 
@@ -275,36 +448,49 @@ void gr_cache_free(cdx_grammar *g)
         nx = c->next;
         for (int32_t i = 0; i < g->n_st; i++) {
             free(c->pc[i].ids);
+            free(c->pc[i].bits);
             free(c->pc[i].chk);
         }
         free(c->pc);
+        free(c->ch_n);
+        free(c->ch_next);
         free(c);
     }
     g->caches = NULL;
 }
 
 /* The cache of g for v, made on first use; NULL out of memory. */
-static pstate *cache_for(const cdx_grammar *cg, const cdx_grammar_vocab *v)
+static struct gr_cache *cache_for(const cdx_grammar *cg, const cdx_grammar_vocab *v)
 {
     cdx_grammar *g = (cdx_grammar *)cg; /* the cache is the one mutable part, under g->mu */
     pthread_mutex_lock(&g->mu);
     struct gr_cache *c = g->caches;
-    while (c && (c->fingerprint != v->fingerprint || c->n_vocab != v->n_vocab))
+    while (c && (c->fingerprint != v->fingerprint || c->n_vocab != v->n_vocab || c->pure != v->pure_on))
         c = c->next;
     if (!c && (c = calloc(1, sizeof *c))) {
         c->pc = calloc((size_t)g->n_st, sizeof *c->pc);
-        if (!c->pc) {
+        c->ch_n = malloc((size_t)g->n_st * sizeof *c->ch_n);
+        c->ch_next = malloc((size_t)g->n_st * sizeof *c->ch_next);
+        if (!c->pc || !c->ch_n || !c->ch_next) {
+            free(c->pc);
+            free(c->ch_n);
+            free(c->ch_next);
             free(c);
             c = NULL;
         } else {
+            for (int32_t i = 0; i < g->n_st; i++) {
+                c->ch_n[i] = CH_UNKNOWN;
+                c->ch_next[i] = -1;
+            }
             c->fingerprint = v->fingerprint;
             c->n_vocab = v->n_vocab;
+            c->pure = v->pure_on;
             c->next = g->caches;
             g->caches = c;
         }
     }
     pthread_mutex_unlock(&g->mu);
-    return c ? c->pc : NULL;
+    return c;
 }
 
 typedef struct {
@@ -324,13 +510,23 @@ struct cdx_matcher {
     size_t n_cur, cap_cur;
     bool done;
     int64_t n_bytes;
-    pstate *pc;          /* [n_st] the grammar's cache for this vocabulary (shared) */
+    struct gr_cache *gc; /* the grammar's cache for this vocabulary (shared) */
+    pstate *pc;          /* gc->pc */
     centry *cc;          /* checked tokens per (state, parent), open addressing */
     size_t n_cc, cap_cc;
     /* scratch */
     item *wb;            /* configurations along the trie path */
     size_t cap_wb;
-    size_t *woff;        /* [max_depth + 2] cfg at depth d is wb[woff[d] .. woff[d+1]) */
+    int32_t *cs;         /* [max_depth + 3] a walk's configuration at each depth of the trie path */
+    /* Configurations of the current walks, interned, with their moves cached (dfa_*): a walk then
+     * costs one table lookup per trie node instead of one advance() */
+    item *ci;            /* items of every configuration, each sorted */
+    size_t n_ci, cap_ci;
+    int32_t *c_off, *c_n; /* [n_cfg] */
+    int32_t n_cfg, cap_cfg;
+    int32_t *c_tr;       /* [n_cfg * 256] DFA_UNSET, DFA_DEAD, or a packed move */
+    int32_t *c_hash;     /* open addressing over configuration ids, -1 empty */
+    uint32_t c_hmask;
     item *work, *vis;    /* closure */
     size_t cap_work, cap_vis, n_vis;
     int32_t *tl;         /* token list */
@@ -339,8 +535,6 @@ struct cdx_matcher {
     size_t n_tl2, cap_tl2;
     uint32_t *stamp;     /* [n_st] */
     uint32_t stamp_now;
-    uint8_t *keep;       /* scratch bits for complement lists */
-    size_t cap_keep;
     bool oom;
 };
 
@@ -519,38 +713,182 @@ static bool ensure_walk(cdx_matcher *m, size_t need)
     return true;
 }
 
-/* Walks trie nodes [lo, hi) whose parent config is at depth d0 (woff[d0], woff[d0+1] set).
+/* ---- walks: configurations as DFA states ---- */
+
+enum { DFA_UNSET = -2, DFA_DEAD = -1 };
+#define DFA_POPPED (1 << 30)     /* the bottom rule may end after the byte */
+#define DFA_NONE 0x3FFFFFFF      /* ... and no item is left */
+
+static int cmp_item(const void *a, const void *b)
+{
+    const item *x = a, *y = b;
+    if (x->st != y->st)
+        return x->st < y->st ? -1 : 1;
+    return x->par < y->par ? -1 : x->par > y->par;
+}
+
+/* Forgets the configurations: their items name stack nodes of this matcher, which stay, but the
+ * caches grow with every walk. */
+static void dfa_reset(cdx_matcher *m)
+{
+    m->n_ci = 0;
+    m->n_cfg = 0;
+    if (m->c_hash)
+        memset(m->c_hash, 0xFF, ((size_t)m->c_hmask + 1) * sizeof *m->c_hash);
+}
+
+static uint32_t items_hash(const item *it, size_t n)
+{
+    uint32_t h = 0x811C9DC5u ^ (uint32_t)n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ hash2(it[i].st, it[i].par)) * 0x01000193u;
+    return h;
+}
+
+static bool dfa_rehash(cdx_matcher *m, uint32_t nb)
+{
+    int32_t *h = malloc((size_t)nb * sizeof *h);
+    if (!h)
+        return false;
+    memset(h, 0xFF, (size_t)nb * sizeof *h);
+    for (int32_t c = 0; c < m->n_cfg; c++) {
+        uint32_t k = items_hash(m->ci + m->c_off[c], (size_t)m->c_n[c]) & (nb - 1);
+        while (h[k] >= 0)
+            k = (k + 1) & (nb - 1);
+        h[k] = c;
+    }
+    free(m->c_hash);
+    m->c_hash = h;
+    m->c_hmask = nb - 1;
+    return true;
+}
+
+/* The id of configuration it[0..n) (sorted here), made on first sight; -1 out of memory. */
+static int32_t dfa_intern(cdx_matcher *m, item *it, size_t n)
+{
+    qsort(it, n, sizeof *it, cmp_item);
+    if (!m->c_hash && !dfa_rehash(m, 256)) {
+        m->oom = true;
+        return -1;
+    }
+    const uint32_t h = items_hash(it, n);
+    uint32_t k = h & m->c_hmask;
+    for (int32_t c; (c = m->c_hash[k]) >= 0; k = (k + 1) & m->c_hmask)
+        if ((size_t)m->c_n[c] == n && !memcmp(m->ci + m->c_off[c], it, n * sizeof *it))
+            return c;
+    if (m->n_cfg >= DFA_NONE - 1) {
+        m->oom = true;
+        return -1;
+    }
+    if (m->n_cfg == m->cap_cfg) {
+        int32_t nc = m->cap_cfg ? 2 * m->cap_cfg : 64;
+        int32_t *o = realloc(m->c_off, (size_t)nc * sizeof *o);
+        if (o)
+            m->c_off = o;
+        int32_t *l = realloc(m->c_n, (size_t)nc * sizeof *l);
+        if (l)
+            m->c_n = l;
+        int32_t *t = realloc(m->c_tr, (size_t)nc * 256 * sizeof *t);
+        if (t)
+            m->c_tr = t;
+        if (!o || !l || !t) {
+            m->oom = true;
+            return -1;
+        }
+        m->cap_cfg = nc;
+    }
+    if (!grow_items(&m->ci, &m->cap_ci, m->n_ci + n + 1)) {
+        m->oom = true;
+        return -1;
+    }
+    const int32_t c = m->n_cfg++;
+    memcpy(m->ci + m->n_ci, it, n * sizeof *it);
+    m->c_off[c] = (int32_t)m->n_ci;
+    m->c_n[c] = (int32_t)n;
+    m->n_ci += n;
+    for (int b = 0; b < 256; b++)
+        m->c_tr[(size_t)c * 256 + b] = DFA_UNSET;
+    if ((uint32_t)m->n_cfg * 2 > m->c_hmask + 1) {
+        if (!dfa_rehash(m, 2 * (m->c_hmask + 1))) {
+            m->oom = true;
+            return -1;
+        }
+    } else {
+        k = h & m->c_hmask;
+        while (m->c_hash[k] >= 0)
+            k = (k + 1) & m->c_hmask;
+        m->c_hash[k] = c;
+    }
+    return c;
+}
+
+/* The move of configuration c over byte b (cached in c_tr). */
+static int32_t dfa_move(cdx_matcher *m, int32_t c, uint8_t b)
+{
+    int32_t r = m->c_tr[(size_t)c * 256 + b];
+    if (r != DFA_UNSET)
+        return r;
+    const size_t n_from = (size_t)m->c_n[c];
+    if (!ensure_walk(m, 2 * n_from + 64))
+        return DFA_DEAD;
+    memcpy(m->wb, m->ci + m->c_off[c], n_from * sizeof *m->wb);
+    bool popped = false;
+    const size_t n = advance(m, 0, n_from, b, n_from, &popped);
+    if (m->oom)
+        return DFA_DEAD;
+    int32_t to = DFA_NONE;
+    if (n && (to = dfa_intern(m, m->wb + n_from, n)) < 0)
+        return DFA_DEAD;
+    r = !n && !popped ? DFA_DEAD : to | (popped ? DFA_POPPED : 0);
+    m->c_tr[(size_t)c * 256 + b] = r;
+    return r;
+}
+
+/* Walks nodes [lo, hi) of trie v, the subtree of a node at depth d0 whose configuration is c0.
  * Check mode (chk == NULL): collects in tl the tokens fully consumed (the stack alive, or the
  * bottom reached). Precompute mode: the same into tl, plus in *chk the nodes where the bottom rule
  * may end and that have children. */
-static void walk(cdx_matcher *m, int32_t lo, int32_t hi, int32_t **chk, size_t *n_chk, size_t *cap_chk)
+static void walk(cdx_matcher *m, const gr_trie *v, int32_t lo, int32_t hi, int d0, int32_t c0, int32_t **chk,
+                 size_t *n_chk, size_t *cap_chk)
 {
-    const cdx_grammar_vocab *v = m->v;
+    /* check-list entries of the tail trie are stored negated */
+    const int32_t sign = v == &m->v->tr ? 1 : -1;
+    m->cs[d0] = c0;
     int32_t i = lo;
     while (i < hi && !m->oom) {
-        int d = v->depth[i];
-        size_t from = m->woff[d - 1], nf = m->woff[d] - from;
-        bool popped = false;
-        size_t n = nf ? advance(m, from, nf, v->byte[i], m->woff[d], &popped) : 0;
-        m->woff[d + 1] = m->woff[d] + n;
-        if (!n && !popped) {
+        const int d = v->depth[i];
+        const int32_t r = dfa_move(m, m->cs[d - 1], v->byte[i]);
+        if (r == DFA_DEAD) {
             i = v->end[i];
             continue;
         }
         for (int32_t k = v->tok0[i]; k < v->tok0[i + 1]; k++)
             if (!tl_push(&m->tl, &m->n_tl, &m->cap_tl, v->ids[k]))
                 m->oom = true;
-        if (popped && chk && v->end[i] > i + 1 && !tl_push(chk, n_chk, cap_chk, i))
+        if ((r & DFA_POPPED) && chk && v->end[i] > i + 1 && !tl_push(chk, n_chk, cap_chk, sign * i))
             m->oom = true;
-        if (!n) {
+        if ((r & DFA_NONE) == DFA_NONE) {
             i = v->end[i];
             continue;
         }
-        /* room for the next depth's configuration */
-        if (!ensure_walk(m, m->woff[d + 1] + 64))
-            return;
+        m->cs[d] = r & DFA_NONE;
         i++;
     }
+}
+
+/* The configuration of the lone item (q, -1). */
+static int32_t dfa_single(cdx_matcher *m, int32_t q)
+{
+    item it = { q, -1 };
+    return dfa_intern(m, &it, 1);
+}
+
+/* Without -mpopcnt __builtin_popcount is a libgcc call per word: 4,700 calls a mask on 150k tokens */
+static inline int popcount32(uint32_t x)
+{
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    return (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
 }
 
 static bool bit(const uint32_t *b, int32_t i) { return b[i / 32] >> (i % 32) & 1; }
@@ -569,56 +907,207 @@ static pstate *precompute(cdx_matcher *m, int32_t q)
     return ps;
 }
 
+/* ---- chains of pure text ---- */
+
+/* A state inside a chain reads bytes only: no call, no end of its rule, some byte edge. */
+static bool chain_state_ok(const gr_state *s) { return !s->final && !s->nc && s->ne > 0; }
+
+/* The one target of st's byte edges over every byte lo..hi, or -1 (a byte without an edge, or two
+ * targets). */
+static int32_t range_target(const cdx_grammar *g, const gr_state *st, unsigned lo, unsigned hi)
+{
+    const gr_edge *e = g->edges + st->e0;
+    int32_t to = -1;
+    for (int32_t k = 0; k < st->ne; k++)
+        if (e[k].lo <= hi && e[k].hi >= lo) {
+            if (to >= 0 && e[k].to != to)
+                return -1;
+            to = e[k].to;
+        }
+    for (unsigned b = lo; b <= hi;) { /* every byte covered */
+        unsigned reach = 0;
+        bool found = false;
+        for (int32_t k = 0; k < st->ne; k++)
+            if (e[k].lo <= b && b <= e[k].hi && (!found || e[k].hi > reach)) {
+                reach = e[k].hi;
+                found = true;
+            }
+        if (!found)
+            return -1;
+        b = reach + 1;
+    }
+    return to;
+}
+
+/* The state s reaches after any one pure character, when every pure character (k_pure) leads there
+ * byte by byte through states that only read bytes; else -1. */
+static int32_t chain_step(const cdx_grammar *g, int32_t s)
+{
+    typedef struct {
+        int32_t d, x;
+    } pair;
+    pair todo[32], seen[32];
+    int n_todo = 0, n_seen = 0;
+    int32_t next = -1;
+    todo[n_todo++] = (pair){ PURE_A, s };
+    while (n_todo) {
+        const pair p = todo[--n_todo];
+        for (int k = 0; k < N_PURE_TR; k++) {
+            if (k_pure[k].from != p.d)
+                continue;
+            const int32_t to = range_target(g, &g->st[p.x], k_pure[k].lo, k_pure[k].hi);
+            if (to < 0)
+                return -1;
+            if (k_pure[k].to == PURE_A) {
+                if (next >= 0 && next != to)
+                    return -1;
+                next = to;
+                continue;
+            }
+            if (!chain_state_ok(&g->st[to]))
+                return -1;
+            bool dup = false;
+            for (int i = 0; i < n_seen && !dup; i++)
+                dup = seen[i].d == k_pure[k].to && seen[i].x == to;
+            if (dup)
+                continue;
+            if (n_seen == 32)
+                return -1;
+            seen[n_seen++] = (pair){ k_pure[k].to, to };
+            todo[n_todo++] = (pair){ k_pure[k].to, to };
+        }
+    }
+    return next;
+}
+
+/* A chain may end at s when s reads bytes only and no pure character at all. */
+static bool chain_end_ok(const cdx_grammar *g, int32_t s)
+{
+    const gr_state *st = &g->st[s];
+    if (!chain_state_ok(st))
+        return false;
+    for (int32_t k = 0; k < st->ne; k++) {
+        const gr_edge *e = &g->edges[st->e0 + k];
+        for (int t = 0; t < N_PURE_TR; t++)
+            if (k_pure[t].from == PURE_A && e->lo <= k_pure[t].hi && e->hi >= k_pure[t].lo)
+                return false;
+    }
+    return true;
+}
+
+/* ch_n of q (see gr_cache), made on first use along the whole chain; under g->mu. */
+static int32_t chain_levels(cdx_matcher *m, int32_t q)
+{
+    const cdx_grammar *g = m->g;
+    int32_t *cn = m->gc->ch_n, *cx = m->gc->ch_next;
+    if (cn[q] != CH_UNKNOWN)
+        return cn[q];
+    m->n_tl2 = 0;
+    int32_t x = q, val;
+    for (;;) {
+        if (cn[x] == CH_ON_PATH || m->n_tl2 == CH_CAP) { /* a loop, or longer than any token */
+            val = CH_INF;
+            break;
+        }
+        if (cn[x] != CH_UNKNOWN) {
+            val = cn[x];
+            break;
+        }
+        const int32_t y = chain_state_ok(&g->st[x]) ? chain_step(g, x) : -1;
+        if (y < 0) {
+            val = cn[x] = chain_end_ok(g, x) ? 0 : CH_NO;
+            break;
+        }
+        if (!tl_push(&m->tl2, &m->n_tl2, &m->cap_tl2, x)) {
+            m->oom = true;
+            val = CH_NO;
+            break;
+        }
+        cn[x] = CH_ON_PATH;
+        cx[x] = y;
+        x = y;
+    }
+    const bool capped = m->n_tl2 == CH_CAP;
+    for (size_t i = m->n_tl2; i-- > 0;) {
+        if (val != CH_NO && val != CH_INF)
+            val++;
+        /* capped: only the states with more levels than any token has characters are known */
+        cn[m->tl2[i]] = capped && i > CH_CAP - MAX_TOKEN_BYTES - 2 ? CH_UNKNOWN : val;
+    }
+    return cn[q] == CH_UNKNOWN ? CH_NO : cn[q];
+}
+
+/* bits = the pure tokens of at most n characters. */
+static void pure_fill(const cdx_grammar_vocab *v, int32_t n, uint32_t *bits)
+{
+    const size_t nw = v->n_words;
+    if (n >= v->max_e) {
+        memcpy(bits, v->pure_all, nw * sizeof *bits);
+        return;
+    }
+    memcpy(bits, v->pure_upto + (size_t)(n < PURE_ECAP ? n : PURE_ECAP) * nw, nw * sizeof *bits);
+    for (int32_t k = 0; k < v->n_long; k++)
+        if (v->long_e[k] <= n)
+            bits[v->long_ids[k] / 32] |= 1u << (v->long_ids[k] % 32);
+}
+
+/* For state q at the head of a chain of n levels: the tails' walks, each from the state its
+ * count of pure characters leads to (the pure tokens themselves are pure_fill's). */
+static void walk_tails(cdx_matcher *m, int32_t q, int32_t n, int32_t **chk, size_t *n_chk, size_t *cap_chk)
+{
+    const gr_trie *t = &m->v->tail;
+    int32_t x = q, cx = 0;
+    for (int32_t i = 1; i < t->n_nodes && !m->oom; i = t->end[i])        /* high byte of the count */
+        for (int32_t j = i + 1; j < t->end[i] && !m->oom; j = t->end[j]) { /* low byte */
+            const int32_t c = t->byte[i] << 8 | t->byte[j];
+            if (c > n)
+                return;
+            while (cx < c) {
+                x = m->gc->ch_next[x];
+                cx++;
+            }
+            const int32_t c0 = dfa_single(m, x);
+            if (c0 >= 0)
+                walk(m, t, j + 1, t->end[j], 2, c0, chk, n_chk, cap_chk);
+        }
+}
+
 static pstate *precompute_locked(cdx_matcher *m, int32_t q)
 {
     pstate *ps = &m->pc[q];
     if (ps->ready)
         return ps;
     const cdx_grammar_vocab *v = m->v;
-    if (!ensure_walk(m, 64))
-        return NULL;
-    m->wb[0] = (item){ q, -1 };
-    m->woff[0] = 0;
-    m->woff[1] = 1;
+    const size_t nw = v->n_words;
     m->n_tl = 0;
     size_t n_chk = 0, cap_chk = 0;
     int32_t *chk = NULL;
-    walk(m, 1, v->n_nodes, &chk, &n_chk, &cap_chk);
-    if (m->oom) {
-        free(chk);
-        return NULL;
-    }
-    /* accepted ids, or the rejected ones when fewer */
-    int64_t n_acc = (int64_t)m->n_tl;
-    if (n_acc > v->n_usable / 2) {
-        size_t nw = v->n_words;
-        if (m->cap_keep < nw * 4) {
-            uint8_t *k = realloc(m->keep, nw * 4);
-            if (!k) {
-                free(chk);
-                m->oom = true;
-                return NULL;
-            }
-            m->keep = k;
-            m->cap_keep = nw * 4;
-        }
-        uint32_t *acc = (uint32_t *)m->keep;
-        memset(acc, 0, nw * 4);
-        for (size_t i = 0; i < m->n_tl; i++)
-            acc[m->tl[i] / 32] |= 1u << (m->tl[i] % 32);
-        int64_t n_rej = v->n_usable - n_acc;
-        ps->ids = malloc((size_t)(n_rej > 0 ? n_rej : 1) * sizeof *ps->ids);
-        if (!ps->ids) {
-            free(chk);
+    uint32_t *bits = NULL;
+    const int32_t n = v->pure_on ? chain_levels(m, q) : CH_NO;
+    dfa_reset(m);
+    if (n >= 0) {
+        if (!(bits = malloc(nw * sizeof *bits))) {
             m->oom = true;
             return NULL;
         }
-        int32_t k = 0;
-        for (int64_t id = 0; id < v->n_vocab; id++)
-            if (bit(v->usable, (int32_t)id) && !bit(acc, (int32_t)id))
-                ps->ids[k++] = (int32_t)id;
-        ps->n_ids = k;
-        ps->compl = true;
+        pure_fill(v, n, bits);
+        walk_tails(m, q, n, &chk, &n_chk, &cap_chk);
+    } else {
+        const int32_t c0 = dfa_single(m, q);
+        if (c0 >= 0)
+            walk(m, &v->tr, 1, v->tr.n_nodes, 0, c0, &chk, &n_chk, &cap_chk);
+    }
+    if (!m->oom && !bits && m->n_tl > nw && !(bits = calloc(nw, sizeof *bits)))
+        m->oom = true;
+    if (m->oom) {
+        free(chk);
+        free(bits);
+        return NULL;
+    }
+    if (bits) { /* many: a bit set, which a mask ORs in whole */
+        for (size_t i = 0; i < m->n_tl; i++)
+            bits[m->tl[i] / 32] |= 1u << (m->tl[i] % 32);
+        ps->bits = bits;
     } else {
         ps->ids = malloc((m->n_tl ? m->n_tl : 1) * sizeof *ps->ids);
         if (!ps->ids) {
@@ -675,15 +1164,12 @@ static centry *checked(cdx_matcher *m, int32_t q, int32_t p, const pstate *ps)
     closure(m, m->nodes[p].st, m->nodes[p].par, 0, &n, &done);
     if (m->oom)
         return NULL;
-    for (int32_t c = 0; c < ps->n_chk && n; c++) {
-        int32_t u = ps->chk[c];
-        int d = v->depth[u];
-        if (!ensure_walk(m, 2 * n + 64))
-            return NULL;
-        /* layout: wb[0..n) is the caller's config; walk's depth d reads woff[d]..woff[d+1) */
-        m->woff[d] = 0;
-        m->woff[d + 1] = n;
-        walk(m, u + 1, v->end[u], NULL, NULL, NULL);
+    dfa_reset(m);
+    const int32_t c0 = n ? dfa_intern(m, m->wb, n) : -1;
+    for (int32_t c = 0; c < ps->n_chk && c0 >= 0; c++) {
+        const gr_trie *t = ps->chk[c] < 0 ? &v->tail : &v->tr;
+        const int32_t u = ps->chk[c] < 0 ? -ps->chk[c] : ps->chk[c];
+        walk(m, t, u + 1, t->end[u], t->depth[u], c0, NULL, NULL, NULL);
         if (m->oom)
             return NULL;
     }
@@ -725,10 +1211,12 @@ int cdx_matcher_create(const cdx_grammar *g, const cdx_grammar_vocab *v, cdx_mat
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     m->g = g;
     m->v = v;
-    m->pc = cache_for(g, v);
+    m->gc = cache_for(g, v);
+    m->pc = m->gc ? m->gc->pc : NULL;
     m->stamp = calloc((size_t)g->n_st, sizeof *m->stamp);
-    m->woff = calloc((size_t)v->max_depth + 3, sizeof *m->woff);
-    if (!m->pc || !m->stamp || !m->woff || !rehash(m, 1024) || start(m)) {
+    m->cs = calloc((size_t)(v->tr.max_depth > v->tail.max_depth ? v->tr.max_depth : v->tail.max_depth) + 3,
+                   sizeof *m->cs);
+    if (!m->pc || !m->stamp || !m->cs || !rehash(m, 1024) || start(m)) {
         cdx_matcher_free(m);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
@@ -749,12 +1237,16 @@ void cdx_matcher_free(cdx_matcher *m)
     free(m->heads);
     free(m->cur);
     free(m->wb);
-    free(m->woff);
+    free(m->cs);
+    free(m->ci);
+    free(m->c_off);
+    free(m->c_n);
+    free(m->c_tr);
+    free(m->c_hash);
     free(m->work);
     free(m->vis);
     free(m->tl);
     free(m->tl2);
-    free(m->keep);
     free(m);
 }
 
@@ -861,24 +1353,12 @@ int64_t cdx_matcher_mask(cdx_matcher *m, uint32_t *bits, cdx_err *err)
             return cdx_err_set(err, CDX_ENOMEM, "grammar matcher: out of memory");
         if (m->stamp[it.st] != m->stamp_now) {
             m->stamp[it.st] = m->stamp_now;
-            if (!ps->compl) {
+            if (ps->bits) {
+                for (size_t w = 0; w < nw; w++)
+                    bits[w] |= ps->bits[w];
+            } else {
                 for (int32_t k = 0; k < ps->n_ids; k++)
                     bits[ps->ids[k] / 32] |= 1u << (ps->ids[k] % 32);
-            } else {
-                /* bits |= usable \ rejected: keep the old bits of the rejected ids */
-                if (m->cap_keep < (size_t)ps->n_ids + 1) {
-                    uint8_t *k = realloc(m->keep, (size_t)ps->n_ids + 1);
-                    if (!k)
-                        return cdx_err_set(err, CDX_ENOMEM, "grammar matcher: out of memory");
-                    m->keep = k;
-                    m->cap_keep = (size_t)ps->n_ids + 1;
-                }
-                for (int32_t k = 0; k < ps->n_ids; k++)
-                    m->keep[k] = bit(bits, ps->ids[k]);
-                memset(bits, 0xFF, nw * sizeof *bits);
-                for (int32_t k = 0; k < ps->n_ids; k++)
-                    if (!m->keep[k])
-                        bits[ps->ids[k] / 32] &= ~(1u << (ps->ids[k] % 32));
             }
         }
         if (ps->n_chk && it.par >= 0) {
@@ -894,7 +1374,7 @@ int64_t cdx_matcher_mask(cdx_matcher *m, uint32_t *bits, cdx_err *err)
         bits[w] &= v->usable[w];
         if (m->done)
             bits[w] |= v->eog[w];
-        count += __builtin_popcount(bits[w]);
+        count += popcount32(bits[w]);
     }
     return count;
 }
@@ -942,8 +1422,8 @@ int cdx_matcher_accept(cdx_matcher *m, int32_t id, cdx_err *err)
                            (int)id);
     uint8_t buf[MAX_TOKEN_BYTES];
     int32_t x = v->node_of[id];
-    const int d = v->depth[x];
-    for (int k = d - 1; k >= 0; k--, x = v->parent[x])
-        buf[k] = v->byte[x];
+    const int d = v->tr.depth[x];
+    for (int k = d - 1; k >= 0; k--, x = v->tr.parent[x])
+        buf[k] = v->tr.byte[x];
     return cdx_matcher_accept_bytes(m, buf, (size_t)d, err);
 }
