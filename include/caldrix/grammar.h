@@ -38,6 +38,10 @@ CDX_API int cdx_grammar_from_json_schema(const char *schema_json, size_t len, co
                                          cdx_err *err);
 /* The GBNF a JSON Schema compiles to; *gbnf is malloc'd (free it). */
 CDX_API int cdx_json_schema_to_gbnf(const char *schema_json, size_t len, const char *name, char **gbnf, cdx_err *err);
+/* A compiled grammar is immutable but for its mask caches (made under its own lock), so several
+ * requests may share one: cdx_grammar_ref takes a reference (returns g), cdx_grammar_free drops
+ * one and frees the grammar with the last. */
+CDX_API cdx_grammar *cdx_grammar_ref(cdx_grammar *g);
 CDX_API void cdx_grammar_free(cdx_grammar *g); /* NULL: no-op */
 /* Sizes, for messages and benches. */
 CDX_API int32_t cdx_grammar_n_rules(const cdx_grammar *g);

@@ -26,6 +26,7 @@
 
 struct cdx_server {
     struct MHD_Daemon *d;
+    sv_grammars *grammars;    /* compiled grammars shared by requests (NULL: out of memory, none) */
     sv_gate *gate;            /* accepts, checks each request's framing, hands the socket to d */
     char *api_key;
     size_t api_key_len;
@@ -1314,15 +1315,25 @@ static char *metrics_text(cdx_server *s, size_t *n)
     pthread_mutex_lock(&s->reg.mu);
     const uint64_t ep = s->reg.emb_passes, ei = s->reg.emb_inputs, er = s->reg.emb_requests;
     pthread_mutex_unlock(&s->reg.mu);
-    char em[512];
+    int64_t gh = 0, gm = 0;
+    if (s->grammars)
+        sv_grammars_counts(s->grammars, &gh, &gm);
+    char em[1024];
     const int en = snprintf(em, sizeof em,
+                            "# HELP caldrix_grammar_cache_hits_total Constrained requests that reused a grammar "
+                            "compiled for an earlier one (and its mask caches).\n"
+                            "# TYPE caldrix_grammar_cache_hits_total counter\ncaldrix_grammar_cache_hits_total %lld\n"
+                            "# HELP caldrix_grammar_cache_misses_total Constrained requests whose grammar was "
+                            "compiled anew.\n"
+                            "# TYPE caldrix_grammar_cache_misses_total counter\ncaldrix_grammar_cache_misses_total %lld\n"
                             "# HELP caldrix_embed_requests_total Embed and rerank requests queued.\n"
                             "# TYPE caldrix_embed_requests_total counter\ncaldrix_embed_requests_total %llu\n"
                             "# HELP caldrix_embed_passes_total Embed and rerank passes run (the inputs of every queued "
                             "request packed).\n# TYPE caldrix_embed_passes_total counter\ncaldrix_embed_passes_total %llu\n"
                             "# HELP caldrix_embed_inputs_total Inputs embedded or scored.\n"
                             "# TYPE caldrix_embed_inputs_total counter\ncaldrix_embed_inputs_total %llu\n",
-                            (unsigned long long)er, (unsigned long long)ep, (unsigned long long)ei);
+                            (long long)gh, (long long)gm, (unsigned long long)er, (unsigned long long)ep,
+                            (unsigned long long)ei);
     char *t2 = t && en > 0 && (size_t)en < sizeof em ? realloc(t, *n + (size_t)en + 1) : NULL;
     if (t2) {
         memcpy(t2 + *n, em, (size_t)en + 1);
@@ -1601,7 +1612,8 @@ static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const 
         return reply_error(k, c, &e);
     }
     sv_limits lim = { .n_vocab = md ? md->m.n_vocab : 1, .has_tok = md && md->m.tok != NULL,
-                      .images = md && md->m.image_proc != NULL, .max_n = est.max_queue };
+                      .images = md && md->m.image_proc != NULL, .max_n = est.max_queue,
+                      .grammars = k->s->grammars };
     const char *lora_names[SV_MAX_LORA];
     lora_limits(k->s, md, &lim, lora_names);
     sv_params p;
@@ -1823,6 +1835,7 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
     sv_metrics_init(&s->met);
+    s->grammars = sv_grammars_new();
     s->created = time(NULL);
     s->max_body = o->max_body_bytes ? o->max_body_bytes : d.max_body_bytes;
     if (o->api_key && *o->api_key) {
@@ -1833,6 +1846,7 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
         s->cors_origin = strdup(o->cors_origin);
     if (o->page && !(s->page_csp = page_csp(o->page, o->page_len))) {
         sv_metrics_destroy(&s->met);
+        sv_grammars_free(s->grammars);
         free(s->api_key);
         free(s->cors_origin);
         free(s);
@@ -1865,6 +1879,7 @@ int cdx_server_start(const cdx_server_opts *o, cdx_server **out, cdx_err *err)
     freeaddrinfo(ai);
     if (!s->d) {
         sv_metrics_destroy(&s->met);
+        sv_grammars_free(s->grammars);
         free(s->api_key);
         free(s->cors_origin);
         free(s->page_csp);
@@ -1929,6 +1944,7 @@ void cdx_server_stop(cdx_server *s)
         pthread_join(s->engine_thread, NULL);
     }
     sv_reg_free(&s->reg);
+    sv_grammars_free(s->grammars);
     sv_metrics_destroy(&s->met);
     free(s->api_key);
     free(s->cors_origin);

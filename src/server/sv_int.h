@@ -33,6 +33,19 @@ typedef enum { SV_CHAT, SV_COMPLETION, SV_TOKENIZE, SV_DETOKENIZE } sv_kind;
 #define SV_MAX_STOP_BYTES 1024
 #define SV_MAX_TOKENS_FIELD (1L << 30)
 
+/* The server's compiled grammars (sv_grammars.c): requests that constrain their output alike share
+ * one compiled grammar and its mask caches. */
+typedef struct sv_grammars sv_grammars;
+#define SV_GRAMMARS 32       /* grammars kept, least recently used out first */
+sv_grammars *sv_grammars_new(void);
+void sv_grammars_free(sv_grammars *c);
+/* cdx_grammar_from_gbnf (gbnf) or cdx_grammar_from_json_schema (else; text NULL: any JSON object),
+ * or the grammar compiled from the same kind, name and text before (a new reference). c NULL: no
+ * cache. */
+int sv_grammars_compile(sv_grammars *c, bool gbnf, const char *name, const char *text, size_t len,
+                        struct cdx_grammar **out, cdx_err *err);
+void sv_grammars_counts(sv_grammars *c, int64_t *hits, int64_t *misses);
+
 typedef struct sv_limits {
     int64_t n_vocab;
     bool has_tok;
@@ -42,6 +55,7 @@ typedef struct sv_limits {
     int n_lora;
     const char *lora_owner;  /* the model the server's adapters belong to, when it is another (several
                                 models): "lora" on this one is refused naming it; NULL: none */
+    sv_grammars *grammars;   /* compiled grammars to share; NULL: compile each request's own */
 } sv_limits;
 
 #define SV_MAX_LORA 16       /* serve --lora, at most */
@@ -104,6 +118,7 @@ typedef struct sv_params {
      * tool calls' grammar (sv_tool_grammar, once the model is known); owned, NULL: none */
     struct cdx_grammar *grammar;
     char grammar_param[64];  /* the field it came from */
+    sv_grammars *grammars;   /* where grammars are compiled (sv_limits.grammars) */
     json_t *image_opts;      /* caldrix's extension: processor settings for this request's images (in root) */
     struct cdx_image_tiles *tiles;          /* [n_img], made by the server before submit */
     struct cdx_request_image *req_img;      /* [n_img] */

@@ -530,12 +530,13 @@ static int set_grammar(sv_params *p, const char *param, const json_t *schema, co
     cdx_err err = { 0 };
     int rc;
     if (gbnf)
-        rc = cdx_grammar_from_gbnf(gbnf, gbnf_len, param, &p->grammar, &err);
+        rc = sv_grammars_compile(p->grammars, true, param, gbnf, gbnf_len, &p->grammar, &err);
     else {
+        /* keys in the request's order: properties are generated in it */
         char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         if (schema && !text)
             return sv_fail(e, 500, "server_error", "out_of_memory", param, "out of memory");
-        rc = cdx_grammar_from_json_schema(text, text ? strlen(text) : 0, param, &p->grammar, &err);
+        rc = sv_grammars_compile(p->grammars, false, param, text, text ? strlen(text) : 0, &p->grammar, &err);
         free(text);
     }
     if (rc == CDX_ENOMEM)
@@ -884,7 +885,7 @@ static int parse_lora(json_t *root, const sv_limits *lim, sv_params *p, sv_error
 
 int sv_parse(const char *body, size_t len, sv_kind kind, const sv_limits *lim, sv_params *p, sv_error *e)
 {
-    *p = (sv_params){ .kind = kind, .add_generation_prompt = true };
+    *p = (sv_params){ .kind = kind, .add_generation_prompt = true, .grammars = lim->grammars };
     size_t bad = cdx_utf8_check(body, len);
     if (bad != len) {
         char key[64];

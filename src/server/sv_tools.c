@@ -609,7 +609,7 @@ static int xml_grammar(sv_params *p, sv_error *e)
         xstr(&full, "\n");
         if (full.oom || calls.oom || vals.oom)
             rc = sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory");
-        else if ((crc = cdx_grammar_from_gbnf(full.s, full.n, "tools", &p->grammar, &err)))
+        else if ((crc = sv_grammars_compile(p->grammars, true, "tools", full.s, full.n, &p->grammar, &err)))
             rc = sv_fail(e, crc == CDX_ENOMEM ? 500 : 400, crc == CDX_ENOMEM ? "server_error" : "invalid_request_error",
                          "invalid_schema", "tools", "the tools' call grammar: %s", err.msg);
         else
@@ -707,7 +707,7 @@ int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
     free(g);
     if (!full)
         return sv_fail(e, 500, "server_error", "internal_error", "tools", "cannot build the tool calls' grammar");
-    rc = cdx_grammar_from_gbnf(full, strlen(full), "tools", &p->grammar, &err);
+    rc = sv_grammars_compile(p->grammars, true, "tools", full, strlen(full), &p->grammar, &err);
     free(full);
     if (rc)
         return sv_fail(e, rc == CDX_ENOMEM ? 500 : 400, rc == CDX_ENOMEM ? "server_error" : "invalid_request_error",

@@ -1019,6 +1019,8 @@ static int build_grammar(parser *p, nfa *a, cdx_grammar **out)
         goto done;
     }
     cdx_grammar *g = calloc(1, sizeof *g);
+    if (g)
+        g->refs = 1;
     if (!g) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
         goto done;
@@ -1083,9 +1085,16 @@ int cdx_grammar_from_gbnf(const char *text, size_t len, const char *name, cdx_gr
     return rc;
 }
 
+cdx_grammar *cdx_grammar_ref(cdx_grammar *g)
+{
+    if (g)
+        __atomic_add_fetch(&g->refs, 1, __ATOMIC_RELAXED);
+    return g;
+}
+
 void cdx_grammar_free(cdx_grammar *g)
 {
-    if (!g)
+    if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
     if (g->rule_name) {
         /* fully built (the mutex exists) */

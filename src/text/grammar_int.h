@@ -35,6 +35,7 @@ typedef struct gr_state {
 } gr_state;
 
 struct cdx_grammar {
+    int refs;              /* cdx_grammar_ref / cdx_grammar_free (atomic) */
     gr_state *st;
     int32_t n_st;
     gr_edge *edges;

@@ -127,6 +127,25 @@ post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[
 check "tool_choice required on a model without a tool-call template (ChatML) is a 400 naming tool_choice" [ "$(cat "$tmp/code")" = 400 -a "$(jv "$tmp/e5.json" "d['error']['param']")" = '"tool_choice"' ]
 post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}' "$tmp/e6.json" >"$tmp/code"
 check "a named function not in tools is a 400 naming tool_choice.function.name" [ "$(cat "$tmp/code")" = 400 -a "$(jv "$tmp/e6.json" "d['error']['param']")" = '"tool_choice.function.name"' ]
+# ---- compiled grammars are shared: a request that constrains its output as an earlier one did reuses
+# its compiled grammar (and mask caches), gives the same output, and 32 others push it out ----
+gmet() { curl -s -m 10 "$URL/metrics" | awk -v k="caldrix_grammar_cache_$1_total" '$1 == k {print $2}'; }
+h0=$(gmet hits); m0=$(gmet misses)
+P='{"type":"object","properties":{"probe":{"type":"string","maxLength":7}},"required":["probe"]}'
+post /v1/completions "{\"prompt\":\"Once\",\"json_schema\":$P,\"temperature\":1,\"seed\":5,\"max_tokens\":40}" "$tmp/c1.json" >/dev/null
+check "a schema not seen before is compiled (grammar cache misses +1, hits +0)" [ "$(gmet misses)" = $((m0+1)) -a "$(gmet hits)" = "$h0" ]
+post /v1/completions "{\"prompt\":\"Once\",\"json_schema\":$P,\"temperature\":1,\"seed\":5,\"max_tokens\":40}" "$tmp/c2.json" >/dev/null
+check "the same schema again reuses it (hits +1)" [ "$(gmet hits)" = $((h0+1)) -a "$(gmet misses)" = $((m0+1)) ]
+check "... and gives the same text for the same seed" [ "$(jv "$tmp/c1.json" "d['choices'][0]['text']")" = "$(jv "$tmp/c2.json" "d['choices'][0]['text']")" -a -n "$(jv "$tmp/c1.json" "d['choices'][0]['text']")" ]
+post /v1/completions "{\"prompt\":\"Once\",\"grammar\":\"root ::= [ab]{1,3}\",\"max_tokens\":3}" "$tmp/c3.json" >/dev/null
+post /v1/completions "{\"prompt\":\"Once\",\"json_schema\":{\"required\":[\"probe\"],\"properties\":{\"probe\":{\"maxLength\":7,\"type\":\"string\"}},\"type\":\"object\"},\"max_tokens\":3}" "$tmp/c4.json" >/dev/null
+check "a GBNF grammar and the schema with its keys in another order are other grammars (misses +3 in all)" [ "$(gmet misses)" = $((m0+3)) ]
+for i in $(seq 1 32); do
+    post /v1/completions "{\"prompt\":\"Once\",\"json_schema\":{\"type\":\"string\",\"maxLength\":$i},\"max_tokens\":1}" "$tmp/cx.json" >/dev/null
+done
+post /v1/completions "{\"prompt\":\"Once\",\"json_schema\":$P,\"temperature\":1,\"seed\":5,\"max_tokens\":40}" "$tmp/c5.json" >/dev/null
+check "after 32 other grammars the first was pushed out: compiled again (misses +36, hits +1 in all), same text" [ "$(gmet misses)" = $((m0+36)) -a "$(gmet hits)" = $((h0+1)) -a "$(jv "$tmp/c5.json" "d['choices'][0]['text']")" = "$(jv "$tmp/c1.json" "d['choices'][0]['text']")" ]
+
 # ---- dead ends (issue 40 item 5) on a 7-token vocabulary that cannot spell "x" (tests/text/tiny_bpe_model.py):
 # not complete there, a 400 grammar_dead_end (an error event once streaming) naming the byte and what the
 # grammar wanted; complete there, finish_reason stop ----
