@@ -26,13 +26,14 @@ export async function loadLlama() {
 
 export const sha256 = (file) => createHash("sha256").update(readFileSync(file)).digest("hex");
 
-// One greedy run on a fresh context: context 256, batch 256, flash attention off, F32 KV cache (caldrix
+// One greedy run on a fresh context (with lora: that GGUF LoRA adapter at scale 1): context 256, batch 256, flash attention off, F32 KV cache (caldrix
 // keeps K and V in f32; llama.cpp's default F16 cache also rounds q and the softmax weights to f16,
 // which moves near-ties), 2 threads, EOG fed back. With gaps, also the logit gap between llama.cpp's
 // top two, log(p1/p2), which the tests use to recognise near-ties.
-export async function greedy(model, ids, steps, {gaps = true} = {}) {
+export async function greedy(model, ids, steps, {gaps = true, lora = null} = {}) {
     const ctx = await model.createContext({contextSize: 256, batchSize: 256, flashAttention: false, sequences: 1, threads: 2,
-        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
+        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+        ...(lora ? {lora: {adapters: [{filePath: lora, scale: 1}]}} : {})});
     const seq = ctx.getSequence();
     const tokens = [], gap = [];
     for await (const r of seq.evaluateWithMetadata(ids, gaps ? {probabilities: true} : {}, {temperature: 0, yieldEogToken: true})) {
