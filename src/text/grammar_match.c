@@ -855,16 +855,30 @@ static void walk(cdx_matcher *m, const gr_trie *v, int32_t lo, int32_t hi, int d
     const int32_t sign = v == &m->v->tr ? 1 : -1;
     m->cs[d0] = c0;
     int32_t i = lo;
+    /* room for every token of the subtree first, so the loop pushes without checks */
+    const size_t need = m->n_tl + (size_t)(v->tok0[hi] - v->tok0[lo]);
+    if (need > m->cap_tl) {
+        int32_t *t = realloc(m->tl, need * sizeof *t);
+        if (!t) {
+            m->oom = true;
+            return;
+        }
+        m->tl = t;
+        m->cap_tl = need;
+    }
+    int32_t *tl = m->tl;
+    size_t n_tl = m->n_tl;
     while (i < hi && !m->oom) {
         const int d = v->depth[i];
-        const int32_t r = dfa_move(m, m->cs[d - 1], v->byte[i]);
+        int32_t r = m->c_tr[(size_t)m->cs[d - 1] * 256 + v->byte[i]];
+        if (r == DFA_UNSET)
+            r = dfa_move(m, m->cs[d - 1], v->byte[i]);
         if (r == DFA_DEAD) {
             i = v->end[i];
             continue;
         }
         for (int32_t k = v->tok0[i]; k < v->tok0[i + 1]; k++)
-            if (!tl_push(&m->tl, &m->n_tl, &m->cap_tl, v->ids[k]))
-                m->oom = true;
+            tl[n_tl++] = v->ids[k];
         if ((r & DFA_POPPED) && chk && v->end[i] > i + 1 && !tl_push(chk, n_chk, cap_chk, sign * i))
             m->oom = true;
         if ((r & DFA_NONE) == DFA_NONE) {
@@ -874,6 +888,7 @@ static void walk(cdx_matcher *m, const gr_trie *v, int32_t lo, int32_t hi, int d
         m->cs[d] = r & DFA_NONE;
         i++;
     }
+    m->n_tl = n_tl;
 }
 
 /* The configuration of the lone item (q, -1). */
@@ -1214,9 +1229,11 @@ int cdx_matcher_create(const cdx_grammar *g, const cdx_grammar_vocab *v, cdx_mat
     m->gc = cache_for(g, v);
     m->pc = m->gc ? m->gc->pc : NULL;
     m->stamp = calloc((size_t)g->n_st, sizeof *m->stamp);
+    m->cap_tl = (size_t)v->n_vocab;
+    m->tl = malloc(m->cap_tl * sizeof *m->tl);
     m->cs = calloc((size_t)(v->tr.max_depth > v->tail.max_depth ? v->tr.max_depth : v->tail.max_depth) + 3,
                    sizeof *m->cs);
-    if (!m->pc || !m->stamp || !m->cs || !rehash(m, 1024) || start(m)) {
+    if (!m->pc || !m->stamp || !m->cs || !m->tl || !rehash(m, 1024) || start(m)) {
         cdx_matcher_free(m);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
