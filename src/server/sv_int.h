@@ -138,9 +138,9 @@ size_t sv_tool_hold_from(const char *text, size_t len);
 
 /* The form a chat template gives a model's tool calls, seen by rendering a conversation whose
  * assistant turn makes one call: SV_FORM_NONE when it shows none of the three forms above. */
-typedef enum { SV_FORM_NONE, SV_FORM_HERMES, SV_FORM_MISTRAL, SV_FORM_LLAMA3, SV_FORM_XML } sv_tool_form;
+typedef enum { SV_FORM_NONE, SV_FORM_HERMES, SV_FORM_MISTRAL, SV_FORM_LLAMA3, SV_FORM_XML, SV_FORM_GRANITE } sv_tool_form;
 sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens);
-extern const char *const sv_tool_form_names[5];
+extern const char *const sv_tool_form_names[6];
 /* p->grammar for p->force: the reply is one call (named, or "required" without parallel calls)
  * or one or more calls (required) of the request's tools in form f, each call's arguments valid
  * under its tool's parameters schema. 0, or -1 with e (400 naming the tool's parameters and the

@@ -15,6 +15,20 @@
 #include <string.h>
 
 static const char k_open[] = "<tool_call>", k_close[] = "</tool_call>", k_mistral[] = "[TOOL_CALLS]";
+/* Granite 3.x: "<|tool_call|>" then a JSON list of calls (its template asks for it in the system
+ * prompt and writes earlier calls as plain turns) */
+static const char k_granite[] = "<|tool_call|>";
+
+/* The length of the marker text starts with that opens a JSON list of calls ([TOOL_CALLS],
+ * <|tool_call|>), or 0. */
+static size_t list_marker(const char *t, size_t n)
+{
+    if (n >= sizeof k_mistral - 1 && !memcmp(t, k_mistral, sizeof k_mistral - 1))
+        return sizeof k_mistral - 1;
+    if (n >= sizeof k_granite - 1 && !memcmp(t, k_granite, sizeof k_granite - 1))
+        return sizeof k_granite - 1;
+    return 0;
+}
 
 static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -175,8 +189,9 @@ int sv_tool_calls(const char *text, size_t len, const json_t *tools, const char 
     const char *t = text;
     size_t n = len;
     trim(&t, &n);
-    if (n >= sizeof k_mistral - 1 && !memcmp(t, k_mistral, sizeof k_mistral - 1)) {
-        json_t *arr = parse_json(t + sizeof k_mistral - 1, n - (sizeof k_mistral - 1));
+    const size_t lm = list_marker(t, n);
+    if (lm) {
+        json_t *arr = parse_json(t + lm, n - lm);
         size_t i;
         json_t *o;
         bool all = json_is_array(arr) && json_array_size(arr) > 0;
@@ -237,7 +252,7 @@ done:
 
 size_t sv_tool_hold_from(const char *text, size_t len)
 {
-    /* a reply that opens with "{" or "[TOOL_CALLS]" may be a call as a whole */
+    /* a reply that opens with "{", "[TOOL_CALLS]" or "<|tool_call|>" may be a call as a whole */
     size_t lead = 0;
     while (lead < len && is_space(text[lead]))
         lead++;
@@ -247,6 +262,9 @@ size_t sv_tool_hold_from(const char *text, size_t len)
         return lead;
     size_t m = sizeof k_mistral - 1, k = len - lead < m ? len - lead : m;
     if (!memcmp(text + lead, k_mistral, k))
+        return lead;
+    m = sizeof k_granite - 1, k = len - lead < m ? len - lead : m;
+    if (!memcmp(text + lead, k_granite, k))
         return lead;
     /* else from the first "<tool_call>", or from a tail that may become one */
     const char *a = find(text, len, k_open);
@@ -260,8 +278,8 @@ size_t sv_tool_hold_from(const char *text, size_t len)
 
 /* ---- forced calls (tool_choice "required" or a named function) ---- */
 
-const char *const sv_tool_form_names[5] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON",
-                                             "Qwen3.5 <function=...> XML" };
+const char *const sv_tool_form_names[6] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON",
+                                             "Qwen3.5 <function=...> XML", "Granite <|tool_call|>" };
 
 #define PROBE_USER "caldrix tool-form probe"
 #define PROBE_NAME "caldrix_probe_fn"
@@ -307,6 +325,9 @@ sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens)
             else if (call && find(call, n - (size_t)(call - a), "\"parameters\""))
                 f = SV_FORM_LLAMA3;
         }
+        /* Granite writes no call back, but its system prompt asks for "<|tool_call|>" and a list */
+        if (f == SV_FORM_NONE && find(text, len, k_granite))
+            f = SV_FORM_GRANITE;
     }
     free(text);
     json_decref(msgs);
@@ -690,11 +711,12 @@ int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
     while (r && r != g && r[-1] != '\n')
         r = strstr(r + 1, "root ::= ");
     const bool many = p->force == SV_FORCE_REQUIRED && p->parallel_tool_calls && f != SV_FORM_LLAMA3;
-    static const char *const k_root[4][2] = {
+    static const char *const k_root[6][2] = {
         [SV_FORM_HERMES] = { "\"<tool_call>\\n\" tool-call \"\\n</tool_call>\"",
                              " (\"\\n<tool_call>\\n\" tool-call \"\\n</tool_call>\")*" },
         [SV_FORM_MISTRAL] = { "\"[TOOL_CALLS]\" \" \"? \"[\" tool-call", " (\", \" tool-call)*" },
         [SV_FORM_LLAMA3] = { "tool-call", "" },
+        [SV_FORM_GRANITE] = { "\"<|tool_call|>\" \"[\" tool-call", " (\", \" tool-call)*" },
     };
     const size_t head = r ? (size_t)(r - g) : 0;
     if (r && g[strlen(g) - 1] == '\n')
@@ -703,7 +725,7 @@ int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
     char *full = r ? malloc(cap) : NULL;
     if (full)
         snprintf(full, cap, "%.*stool-call ::= %s\nroot ::= %s%s%s\n", (int)head, g, r + 9 /* "root ::= " */,
-                 k_root[f][0], many ? k_root[f][1] : "", f == SV_FORM_MISTRAL ? " \"]\"" : "");
+                 k_root[f][0], many ? k_root[f][1] : "", f == SV_FORM_MISTRAL || f == SV_FORM_GRANITE ? " \"]\"" : "");
     free(g);
     if (!full)
         return sv_fail(e, 500, "server_error", "internal_error", "tools", "cannot build the tool calls' grammar");

@@ -291,6 +291,15 @@ static void tool_calls_are_found_in_every_form(void)
     free(t);
     CHECK(scan("[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{}},{\"name\":\"nope\",\"arguments\":{}}]", &c, &t) == 0);
     free(t);
+    /* Granite 3.x: <|tool_call|> and a JSON list */
+    CHECK(scan("<|tool_call|>[{\"name\":\"add\",\"arguments\":{\"a\":2}},{\"name\":\"get_time\",\"arguments\":{}}]",
+               &c, &t) == 2 && !strcmp(t, ""));
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 1), "function"), "name")),
+                  "get_time"));
+    json_decref(c);
+    free(t);
+    CHECK(scan("<|tool_call|>[{\"name\":\"nope\",\"arguments\":{}}]", &c, &t) == 0 && !c);
+    free(t);
     /* Llama 3: the reply is one JSON call, "parameters" for its arguments */
     CHECK(scan("{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}", &c, &t) == 1);
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(c, 0), "function"), "arguments")),
@@ -337,9 +346,12 @@ static void tool_calls_are_found_in_every_form(void)
     CHECK(sv_tool_hold_from("Hello <tool_", 12) == 6);
     CHECK(sv_tool_hold_from("  {\"name\"", 9) == 2);
     CHECK(sv_tool_hold_from("[TOOL", 5) == 0);
+    CHECK(sv_tool_hold_from(" <|tool_ca", 10) == 1);
+    CHECK(sv_tool_hold_from("<|im", 4) == 4); /* cannot become a marker */
     streamed_equals_whole("I'll check.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
     streamed_equals_whole("Hello <b>world</b> and <tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1}}</tool_call>");
     streamed_equals_whole("[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{}}]");
+    streamed_equals_whole("<|tool_call|>[{\"name\":\"add\",\"arguments\":{\"a\":1}}]");
     streamed_equals_whole("{\"name\": \"get_time\", \"parameters\": {}}");
     streamed_equals_whole("Just text, with a < and a [ and a {.");
     json_decref(g_tools);
