@@ -135,14 +135,17 @@ static void model_unpack(cdx_model *m)
  * A matrix the kernel set reads in place with its packed layout's bits (cdx_matmul_in_place) need
  * not wait for its packed copy: the packed layout only reads DRAM a little faster, and making it
  * costs the first touch of as much fresh memory (Llama-1B Q8_0: 1.3 GB, 0.4-2.3 s, most of the
- * load). Nor need a matrix model_pack would copy onto 2 MiB pages (the same bytes). One thread
- * packs or copies such matrices after load, one at a time; each forward pass, on entry, installs
+ * load). Nor need a matrix model_pack would copy onto 2 MiB pages (the same bytes). A thread packs
+ * or copies such matrices after load, one at a time, each on a pool as large as the one the model
+ * was packed with (so full speed comes as soon as all cores can bring it: until then forward
+ * passes share the cores with it); each forward pass, on entry, installs
  * the copies that are ready (model_use_begin), so no pass sees a matrix change under it and no
  * token's result depends on when that happened. */
 typedef struct packer {
     pthread_t thread;
     cdx_model *m;
     const cdx_kernels *k;
+    int n_threads;        /* of the packing pool */
     size_t *todo, n_todo; /* matrix indices, in the order they are packed */
     void **bufs;          /* [n_todo]: the packed copy of todo[j], once done > j */
     _Atomic size_t done;  /* how many of todo are packed */
@@ -158,7 +161,7 @@ static void *packer_main(void *arg)
     packer *p = arg;
     cdx_pool *pool = NULL;
     cdx_err e = { 0 };
-    if (cdx_pool_create(1, &pool, &e) == CDX_OK)
+    if (cdx_pool_create(p->n_threads, &pool, &e) == CDX_OK)
         for (size_t j = 0; j < p->n_todo && !atomic_load(&p->stop); j++) {
             const cdx_mat *w = model_mat(p->m, p->todo[j]);
             const size_t pb = cdx_matmul_pack_bytes(p->k, w), bytes = pb ? pb : (size_t)w->rows * w->row_bytes;
@@ -167,8 +170,10 @@ static void *packer_main(void *arg)
                 break; /* the rest stay in place */
             if (pb)
                 cdx_matmul_pack(p->k, pool, w, buf);
-            else
-                memcpy(buf, w->data, bytes); /* onto 2 MiB pages (model_pack) */
+            else { /* onto 2 MiB pages (model_pack) */
+                copy_job cj = { w->data, buf, bytes };
+                cdx_pool_run(pool, copy_part, &cj);
+            }
             p->bufs[j] = buf;
             atomic_store_explicit(&p->done, j + 1, memory_order_release);
         }
@@ -180,8 +185,9 @@ static void *packer_main(void *arg)
     return NULL;
 }
 
-/* Starts the packer over todo[n] (taken). Without memory or a thread the matrices stay in place. */
-static void packer_start(cdx_model *m, const cdx_kernels *k, size_t *todo, size_t n)
+/* Starts the packer over todo[n] (taken), packing on n_threads. Without memory or a thread the
+ * matrices stay in place. */
+static void packer_start(cdx_model *m, const cdx_kernels *k, size_t *todo, size_t n, int n_threads)
 {
     packer *p = calloc(1, sizeof *p);
     void **bufs = calloc(n, sizeof *bufs);
@@ -191,7 +197,7 @@ static void packer_start(cdx_model *m, const cdx_kernels *k, size_t *todo, size_
         free(todo);
         return;
     }
-    *p = (packer){ .m = m, .k = k, .todo = todo, .n_todo = n, .bufs = bufs };
+    *p = (packer){ .m = m, .k = k, .n_threads = n_threads > 0 ? n_threads : 1, .todo = todo, .n_todo = n, .bufs = bufs };
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (pthread_create(&p->thread, NULL, packer_main, p)) {
@@ -351,7 +357,7 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
     free(maps.v);
     m->packed_k = k;
     if (n_bg)
-        packer_start(m, k, bg, n_bg); /* takes bg; without a thread the matrices stay in place */
+        packer_start(m, k, bg, n_bg, cdx_pool_size(pool)); /* takes bg; without a thread they stay in place */
     else
         free(bg);
     pthread_mutex_unlock(&m->pack_mu);
