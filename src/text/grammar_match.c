@@ -72,6 +72,7 @@ struct cdx_grammar_vocab {
     int64_t n_usable;
     uint64_t fingerprint; /* of the trie: grammars key their caches by it */
     int32_t *node_of;    /* [n_vocab] the node where the token ends, or -1 */
+    uint8_t *first;      /* [n_vocab] the token's first byte (usable tokens) */
     /* pure text (above) */
     bool pure_on;        /* the chains' shortcut is used (tests turn it off to compare) */
     int max_e;           /* the most characters of a pure token */
@@ -280,7 +281,8 @@ static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *e
     v->usable = calloc(v->n_words, sizeof *v->usable);
     v->eog = calloc(v->n_words, sizeof *v->eog);
     v->node_of = malloc((size_t)n_vocab * sizeof *v->node_of);
-    if (!v->usable || !v->eog || !v->node_of) {
+    v->first = calloc((size_t)n_vocab, 1);
+    if (!v->usable || !v->eog || !v->node_of || !v->first) {
         cdx_grammar_vocab_free(v);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
@@ -292,6 +294,9 @@ static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *e
     const gr_trie *t = &v->tr;
     for (int64_t i = 0; i < n_vocab; i++)
         v->node_of[i] = -1;
+    for (int32_t u = 1; u < t->n_nodes; u = t->end[u]) /* the root's children: every token below u starts so */
+        for (int32_t j = t->tok0[u]; j < t->tok0[t->end[u]]; j++)
+            v->first[t->ids[j]] = t->byte[u];
     for (int32_t k = 0; k < t->n_nodes; k++)
         for (int32_t j = t->tok0[k]; j < t->tok0[k + 1]; j++) {
             const int32_t id = t->ids[j];
@@ -391,6 +396,7 @@ void cdx_grammar_vocab_free(cdx_grammar_vocab *v)
     free(v->usable);
     free(v->eog);
     free(v->node_of);
+    free(v->first);
     free(v->pure_upto);
     free(v->pure_all);
     free(v->long_ids);
@@ -422,6 +428,8 @@ typedef struct {
     uint32_t *bits;      /* [n_words] the accepted ids, when they are many */
     int32_t *chk;        /* trie nodes where the rule may end: their subtrees are checked at the caller
                           * (negated: nodes of the vocabulary's tail trie) */
+    uint8_t *excl;       /* [32] a chain head's exceptions (chain_head_step): tokens that start with one
+                          * of these bytes are not the tail trie's to give; NULL: none */
 } pstate;
 
 /* Chains (per state of the grammar, in gr_cache): ch_n is how many pure characters (k_pure) the
@@ -450,6 +458,7 @@ void gr_cache_free(cdx_grammar *g)
             free(c->pc[i].ids);
             free(c->pc[i].bits);
             free(c->pc[i].chk);
+            free(c->pc[i].excl);
         }
         free(c->pc);
         free(c->ch_n);
@@ -1010,6 +1019,109 @@ static bool chain_end_ok(const cdx_grammar *g, int32_t s)
     return true;
 }
 
+/* The one target of st's byte edges on byte b: -1 none, -2 several. */
+static int32_t byte_target(const cdx_grammar *g, const gr_state *st, unsigned b)
+{
+    int32_t to = -1;
+    for (int32_t k = 0; k < st->ne; k++) {
+        const gr_edge *e = &g->edges[st->e0 + k];
+        if (e->lo <= b && b <= e->hi) {
+            if (to >= 0 && e->to != to)
+                return -2;
+            to = e->to;
+        }
+    }
+    return to;
+}
+
+/* A chain head with exceptions: the state most one-byte pure characters lead q to, when every other
+ * pure character (the multi-byte ones too) leads there as chain_step asks, and the one-byte ones
+ * that do not (an object key that must not begin a known key's name, say) are at most 16: those
+ * bytes are set in excl (they are walked as any state is). -1: no such state. */
+static int32_t chain_head_step(const cdx_grammar *g, int32_t q, uint8_t excl[32])
+{
+    const gr_state *st = &g->st[q];
+    if (!chain_state_ok(st))
+        return -1;
+    int32_t cand[8], votes[8];
+    int n_cand = 0;
+    for (int k = 0; k < N_PURE_TR; k++) /* the most common target of the one-byte characters */
+        if (k_pure[k].from == PURE_A && k_pure[k].to == PURE_A)
+            for (unsigned b = k_pure[k].lo; b <= k_pure[k].hi; b++) {
+                const int32_t t = byte_target(g, st, b);
+                if (t < 0)
+                    continue;
+                int i = 0;
+                while (i < n_cand && cand[i] != t)
+                    i++;
+                if (i == n_cand) {
+                    if (n_cand == 8)
+                        return -1;
+                    cand[n_cand] = t;
+                    votes[n_cand++] = 0;
+                }
+                votes[i]++;
+            }
+    if (!n_cand)
+        return -1;
+    int best = 0;
+    for (int i = 1; i < n_cand; i++)
+        if (votes[i] > votes[best])
+            best = i;
+    const int32_t y = cand[best];
+    memset(excl, 0, 32);
+    int n_excl = 0;
+    for (int k = 0; k < N_PURE_TR; k++)
+        if (k_pure[k].from == PURE_A && k_pure[k].to == PURE_A)
+            for (unsigned b = k_pure[k].lo; b <= k_pure[k].hi; b++)
+                if (byte_target(g, st, b) != y) {
+                    if (++n_excl > 16)
+                        return -1;
+                    excl[b / 8] |= (uint8_t)(1u << (b % 8));
+                }
+    /* the multi-byte characters: each lead byte's path, byte by byte, to y (as chain_step) */
+    typedef struct {
+        int32_t d, x;
+    } pair;
+    pair todo[32], seen[32];
+    int n_todo = 0, n_seen = 0;
+    for (int k = 0; k < N_PURE_TR; k++) {
+        if (k_pure[k].from != PURE_A || k_pure[k].to == PURE_A)
+            continue;
+        const int32_t to = range_target(g, st, k_pure[k].lo, k_pure[k].hi);
+        if (to < 0 || !chain_state_ok(&g->st[to]) || n_todo == 32)
+            return -1;
+        todo[n_todo++] = (pair){ k_pure[k].to, to };
+    }
+    while (n_todo) {
+        const pair p = todo[--n_todo];
+        bool dup = false;
+        for (int i = 0; i < n_seen && !dup; i++)
+            dup = seen[i].d == p.d && seen[i].x == p.x;
+        if (dup)
+            continue;
+        if (n_seen == 32)
+            return -1;
+        seen[n_seen++] = p;
+        for (int k = 0; k < N_PURE_TR; k++) {
+            if (k_pure[k].from != p.d)
+                continue;
+            const int32_t to = range_target(g, &g->st[p.x], k_pure[k].lo, k_pure[k].hi);
+            if (to < 0)
+                return -1;
+            if (k_pure[k].to == PURE_A) {
+                if (to != y)
+                    return -1;
+                continue;
+            }
+            if (!chain_state_ok(&g->st[to]) || n_todo == 32)
+                return -1;
+            todo[n_todo++] = (pair){ k_pure[k].to, to };
+        }
+    }
+    return y;
+}
+
 /* ch_n of q (see gr_cache), made on first use along the whole chain; under g->mu. */
 static int32_t chain_levels(cdx_matcher *m, int32_t q)
 {
@@ -1067,8 +1179,10 @@ static void pure_fill(const cdx_grammar_vocab *v, int32_t n, uint32_t *bits)
 }
 
 /* For state q at the head of a chain of n levels: the tails' walks, each from the state its
- * count of pure characters leads to (the pure tokens themselves are pure_fill's). */
-static void walk_tails(cdx_matcher *m, int32_t q, int32_t n, int32_t **chk, size_t *n_chk, size_t *cap_chk)
+ * count of pure characters leads to (the pure tokens themselves are pure_fill's). first: the
+ * state after one character when q is a head with exceptions (chain_head_step), else -1. */
+static void walk_tails(cdx_matcher *m, int32_t q, int32_t first, int32_t n, int32_t **chk, size_t *n_chk,
+                       size_t *cap_chk)
 {
     const gr_trie *t = &m->v->tail;
     int32_t x = q, cx = 0;
@@ -1078,7 +1192,7 @@ static void walk_tails(cdx_matcher *m, int32_t q, int32_t n, int32_t **chk, size
             if (c > n)
                 return;
             while (cx < c) {
-                x = m->gc->ch_next[x];
+                x = cx == 0 && first >= 0 ? first : m->gc->ch_next[x];
                 cx++;
             }
             const int32_t c0 = dfa_single(m, x);
@@ -1098,7 +1212,19 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
     size_t n_chk = 0, cap_chk = 0;
     int32_t *chk = NULL;
     uint32_t *bits = NULL;
-    const int32_t n = v->pure_on ? chain_levels(m, q) : CH_NO;
+    int32_t n = v->pure_on ? chain_levels(m, q) : CH_NO, first = -1;
+    uint8_t excl[32];
+    if (n == CH_NO && v->pure_on && (first = chain_head_step(m->g, q, excl)) >= 0) {
+        const int32_t ny = chain_levels(m, first);
+        n = ny == CH_NO ? CH_NO : ny == CH_INF ? CH_INF : ny + 1;
+    }
+    const bool head = n >= 0 && first >= 0;
+    free(ps->excl); /* a try that ran out of memory before */
+    ps->excl = NULL;
+    if (head && !(ps->excl = malloc(32))) {
+        m->oom = true;
+        return NULL;
+    }
     dfa_reset(m);
     if (n >= 0) {
         if (!(bits = malloc(nw * sizeof *bits))) {
@@ -1106,7 +1232,26 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
             return NULL;
         }
         pure_fill(v, n, bits);
-        walk_tails(m, q, n, &chk, &n_chk, &cap_chk);
+        walk_tails(m, q, head ? first : -1, n, &chk, &n_chk, &cap_chk);
+        if (head) {
+            /* the tokens that start with an exception are the main trie's to walk, from q */
+            memcpy(ps->excl, excl, 32);
+            size_t w = 0;
+            for (size_t i = 0; i < m->n_tl; i++)
+                if (!(excl[v->first[m->tl[i]] / 8] >> (v->first[m->tl[i]] % 8) & 1))
+                    m->tl[w++] = m->tl[i];
+            m->n_tl = w;
+            const gr_trie *t = &v->tr;
+            for (int32_t u = 1; u < t->n_nodes && !m->oom; u = t->end[u]) {
+                if (!(excl[t->byte[u] / 8] >> (t->byte[u] % 8) & 1))
+                    continue;
+                for (int32_t j = t->tok0[u]; j < t->tok0[t->end[u]]; j++)
+                    bits[t->ids[j] / 32] &= ~(1u << (t->ids[j] % 32));
+                const int32_t c0 = dfa_single(m, q);
+                if (c0 >= 0)
+                    walk(m, t, u, t->end[u], 0, c0, &chk, &n_chk, &cap_chk);
+            }
+        }
     } else {
         const int32_t c0 = dfa_single(m, q);
         if (c0 >= 0)
@@ -1184,7 +1329,15 @@ static centry *checked(cdx_matcher *m, int32_t q, int32_t p, const pstate *ps)
     for (int32_t c = 0; c < ps->n_chk && c0 >= 0; c++) {
         const gr_trie *t = ps->chk[c] < 0 ? &v->tail : &v->tr;
         const int32_t u = ps->chk[c] < 0 ? -ps->chk[c] : ps->chk[c];
+        const size_t before = m->n_tl;
         walk(m, t, u + 1, t->end[u], t->depth[u], c0, NULL, NULL, NULL);
+        if (ps->excl && t == &v->tail) { /* a head's exceptions: those tokens came from the main trie */
+            size_t w = before;
+            for (size_t i = before; i < m->n_tl; i++)
+                if (!(ps->excl[v->first[m->tl[i]] / 8] >> (v->first[m->tl[i]] % 8) & 1))
+                    m->tl[w++] = m->tl[i];
+            m->n_tl = w;
+        }
         if (m->oom)
             return NULL;
     }
