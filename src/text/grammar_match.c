@@ -1382,11 +1382,9 @@ int cdx_matcher_create(const cdx_grammar *g, const cdx_grammar_vocab *v, cdx_mat
     m->gc = cache_for(g, v);
     m->pc = m->gc ? m->gc->pc : NULL;
     m->stamp = calloc((size_t)g->n_st, sizeof *m->stamp);
-    m->cap_tl = (size_t)v->n_vocab;
-    m->tl = malloc(m->cap_tl * sizeof *m->tl);
     m->cs = calloc((size_t)(v->tr.max_depth > v->tail.max_depth ? v->tr.max_depth : v->tail.max_depth) + 3,
                    sizeof *m->cs);
-    if (!m->pc || !m->stamp || !m->cs || !m->tl || !rehash(m, 1024) || start(m)) {
+    if (!m->pc || !m->stamp || !m->cs || !rehash(m, 1024) || start(m)) {
         cdx_matcher_free(m);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }

@@ -3,7 +3,7 @@
  * random generations each, and at every step
  *   - the mask with the pure-text shortcut (grammar_match.c, "Pure text": pure tokens by character
  *     count, tails walked from the chain's states) equals the mask of the plain trie walk, bit for bit;
- *   - at a few steps, a sample of the vocabulary (every 61st id, shifted each time, plus every 13th
+ *   - at a few steps, a sample of the vocabulary (every 397th id, shifted each time, plus every 89th
  *     token that holds '"' or '\\' or ends inside a character) is checked one by
  *     one against a fresh matcher fed the text so far and then the token's bytes: the oracle uses
  *     neither the trie, the walks' configuration cache, the chains nor the per-state caches.
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #define STEPS 32
-#define SAMPLE_STRIDE 61
+#define SAMPLE_STRIDE 397
 
 static uint64_t rng;
 static uint64_t xr(void)
@@ -150,7 +150,7 @@ static void run_vocab(const vocab *w)
                 }
                 if (step == 1 || step == 4 || step == 12) {
                     for (int64_t i = (step * 7 + (int64_t)si) % SAMPLE_STRIDE; i < w->nv; i++) {
-                        if (!w->piece[i] || (i % SAMPLE_STRIDE && !(w->edge[i] && i % 13 == 0)))
+                        if (!w->piece[i] || (i % SAMPLE_STRIDE && !(w->edge[i] && i % 89 == 0)))
                             continue;
                         if (cdx_grammar_vocab_is_eog(w->on, (int32_t)i))
                             continue;
