@@ -7,6 +7,7 @@
 # specials; ChatML as llama.cpp's server and transformers write it. The model: the qwen3 fixture's
 # weights with Qwen3's tokenizer cut to its 320 ids (tests/cli/make_qwen3_chat_model.sh), with and
 # without its chat template.
+# isa-neutral: template rendering and tokenization
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

@@ -7,6 +7,7 @@
 # not) and checks tokens, bytes and text_offset against the Rust tokenizers (npm
 # @anush008/tokenizers, pinned in tests/server/tokref/package.json, installed from the npm
 # registry into tests/server/tokref/node_modules; no registry: the test fails).
+# isa-neutral: tokens, bytes and offsets against the Rust tokenizers: tokenization, not arithmetic
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

@@ -3,6 +3,7 @@
 # up mid-stream, 1,000 malformed requests, slow clients and
 # more connections than allowed; the server never crashes, every request gets the right status,
 # and afterwards no KV block is in use and it still answers as before.
+# isa-neutral: status codes, hang-ups and freed KV blocks under faults; its before/after answers come from one kernel set
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

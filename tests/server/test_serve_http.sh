@@ -2,6 +2,7 @@
 # caldrix serve at the HTTP level, on 127.0.0.1 only: CORS (--cors: the headers on every answer,
 # OPTIONS preflights without a key), the request log (--log-requests: one line per request on
 # stderr), and malformed HTTP sent over raw sockets (one answer each, in the JSON error shape).
+# isa-neutral: HTTP framing and routes
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

@@ -6,6 +6,7 @@
 # warns as run does; --threads has one range in run, bench, serve, quantize and synth. Stop: SIGINT
 # and SIGTERM end an open stream with an error event and [DONE], answer a request waiting for its
 # whole answer with a 503 JSON error, and the process exits 0 within seconds.
+# isa-neutral: start, readiness and shutdown
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

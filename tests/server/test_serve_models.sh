@@ -5,6 +5,7 @@
 # MODEL_RESOURCE_LIMIT and _BUSY, and bad options and faults. Expected tokens are each model's own
 # single-model greedy output (`caldrix run --temp 0`): a consistency check of the routing (those
 # outputs are checked against PyTorch and llama.cpp goldens by tests/cli and tests/server/test_serve.sh).
+# isa-neutral: routing, compatibility states and the ledger; each model's expected tokens come from the same kernel set
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

@@ -12,6 +12,7 @@
 # the reply a call: every reply must be tool calls naming a tool (the named one when named) whose
 # arguments validate under its parameters schema (Python's jsonschema, Draft 2020-12, formats
 # checked).
+# isa-neutral: every reply must parse and validate; the grammar decides that, whatever the logits
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh
