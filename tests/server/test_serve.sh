@@ -4,6 +4,7 @@
 # cached_tokens, errors, API keys, 429; the official openai npm client (pinned in package.json,
 # installed from the npm registry into tests/server/node_modules; no registry: the test fails);
 # a chat model with a template (tests/cli/make_qwen3_chat_model.sh).
+# isa-neutral: routes and the API's semantics; that a batched request's bits equal run's is test_engine's check, on every kernel set
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh

@@ -8,6 +8,7 @@
 # by tests/server/make_lora.py. 8 requests at once over 3 adapters and none, greedy and seeded, each
 # equal to its run, and its logprobs equal (bit for bit) to the same request served alone: a row's
 # result does not depend on the rows beside it in the batch.
+# isa-neutral: adapters chosen per request over HTTP; that a row's bits beside other adapters equal its own run is test_lora's check, which every kernel set runs
 set -u
 cd "$(dirname "$0")/../.."
 source tests/server/serve_lib.sh
