@@ -104,7 +104,7 @@ run: deps
 test: deps
 	scripts/deps chromium || echo "make test: chromium could not be installed: tests/ui will be skipped"
 	$(MAKE) all tests
-	BUILD=$(BUILD) tests/run
+	BUILD=$(BUILD) $(if $(filter 1,$(SAN)),SAN=1) tests/run
 
 # The whole suite again on each lesser kernel set this CPU has (the best set ran in `make test`).
 test-isas: deps

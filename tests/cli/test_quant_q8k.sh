@@ -7,6 +7,8 @@
 # CPU has (CALDRIX_ISA avx512, avx2, scalar; a set the CPU lacks is skipped and said so). These
 # models' answers hang on single q8 activations, so a set whose sums differ from llama.cpp's
 # (issue 35: IQ4_XS on avx512, Q3_K_M on every set) loses tokens here.
+# isa-neutral: it runs every kernel set the CPU has itself (make test ran them all)
+# san-skip: its kernels and quantizers run under the sanitizers in test_kernels and test_quant on every set; this adds llama.cpp's tokens, which they cannot judge
 set -u
 CALDRIX=${CALDRIX:-build/caldrix}
 GOLD=${GOLD:-tests/golden/q8k-quant.json}

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
 # Every fixtures/hf family whole vs split over 3 ranks (tests/split/families.sh).
+# san-skip: the split's code runs under the sanitizers in test_split.sh (2 and 3 ranks); these repeat it per family, for the arithmetic
 NP=3
 . "$(dirname "$0")/families.sh"

@@ -3,6 +3,7 @@
 # llama.cpp's tensor layout) whole and split, alternately over 2 and 3 ranks (the checkpoints
 # themselves run over both in test_families_{2,3}ranks.sh): tokens and top-5 logits as float bits at
 # every step of the longest golden prompt and 16 decoded tokens. Skipped, saying so, without mpirun.
+# san-skip: the split's code runs under the sanitizers in test_split.sh (2 and 3 ranks); these repeat it per family, for the arithmetic
 set -u
 cd "$(dirname "$0")/../.."
 . tests/split/split_lib.sh

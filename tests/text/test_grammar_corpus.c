@@ -8,7 +8,9 @@
  * or '[' keeps random strings and containers short; it cannot unmask anything (masked logits are
  * -inf). Then a sample of requests is run again alone: the tokens must be identical (batch
  * invariance of constrained requests). Needs $CALDRIX (tests/run sets it; default build/caldrix)
- * for synth. */
+ * for synth.
+ * san-skip: its grammar and engine code runs sanitized in test_grammar(_pure), test_structured.sh, test_engine
+ */
 #include "caldrix.h"
 #include "test.h"
 
