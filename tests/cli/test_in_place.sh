@@ -8,6 +8,7 @@
 # logits, compared as the 17-digit numbers run --json prints (the float bits). The expected
 # values are caldrix's own packed run; what this checks is that nothing else changes them
 # (test_kernels holds the kernels to the scalar dot).
+# isa-neutral: it runs the avx2 and avx512 sets itself (run --isa), whatever CALDRIX_ISA says
 set -u
 cd "$(dirname "$0")/../.."
 CALDRIX=${CALDRIX:-build/caldrix}
