@@ -963,45 +963,53 @@ static int32_t range_target(const cdx_grammar *g, const gr_state *st, unsigned l
     return to;
 }
 
-/* The state s reaches after any one pure character, when every pure character (k_pure) leads there
- * byte by byte through states that only read bytes; else -1. */
-static int32_t chain_step(const cdx_grammar *g, int32_t s)
+/* The multi-byte characters' paths: from each (DFA state, grammar state) of todo[0..n_todo), every
+ * byte of k_pure's ranges must go to one state that only reads bytes, until the character ends,
+ * and every character must end on one state, *y (set here when -1). False where any does not. */
+typedef struct {
+    int32_t d, x;
+} pure_pair;
+static bool paths_land(const cdx_grammar *g, pure_pair *todo, int n_todo, int32_t *y)
 {
-    typedef struct {
-        int32_t d, x;
-    } pair;
-    pair todo[32], seen[32];
-    int n_todo = 0, n_seen = 0;
-    int32_t next = -1;
-    todo[n_todo++] = (pair){ PURE_A, s };
+    pure_pair seen[32];
+    int n_seen = 0;
     while (n_todo) {
-        const pair p = todo[--n_todo];
+        const pure_pair p = todo[--n_todo];
+        bool dup = false;
+        for (int i = 0; i < n_seen && !dup; i++)
+            dup = seen[i].d == p.d && seen[i].x == p.x;
+        if (dup)
+            continue;
+        if (n_seen == 32)
+            return false;
+        seen[n_seen++] = p;
         for (int k = 0; k < N_PURE_TR; k++) {
             if (k_pure[k].from != p.d)
                 continue;
             const int32_t to = range_target(g, &g->st[p.x], k_pure[k].lo, k_pure[k].hi);
             if (to < 0)
-                return -1;
+                return false;
             if (k_pure[k].to == PURE_A) {
-                if (next >= 0 && next != to)
-                    return -1;
-                next = to;
+                if (*y >= 0 && to != *y)
+                    return false;
+                *y = to;
                 continue;
             }
-            if (!chain_state_ok(&g->st[to]))
-                return -1;
-            bool dup = false;
-            for (int i = 0; i < n_seen && !dup; i++)
-                dup = seen[i].d == k_pure[k].to && seen[i].x == to;
-            if (dup)
-                continue;
-            if (n_seen == 32)
-                return -1;
-            seen[n_seen++] = (pair){ k_pure[k].to, to };
-            todo[n_todo++] = (pair){ k_pure[k].to, to };
+            if (!chain_state_ok(&g->st[to]) || n_todo == 32)
+                return false;
+            todo[n_todo++] = (pure_pair){ k_pure[k].to, to };
         }
     }
-    return next;
+    return true;
+}
+
+/* The state s reaches after any one pure character, when every pure character (k_pure) leads there
+ * byte by byte through states that only read bytes; else -1. */
+static int32_t chain_step(const cdx_grammar *g, int32_t s)
+{
+    pure_pair todo[32] = { { PURE_A, s } };
+    int32_t next = -1;
+    return paths_land(g, todo, 1, &next) ? next : -1;
 }
 
 /* A chain may end at s when s reads bytes only and no pure character at all. */
@@ -1080,46 +1088,18 @@ static int32_t chain_head_step(const cdx_grammar *g, int32_t q, uint8_t excl[32]
                     excl[b / 8] |= (uint8_t)(1u << (b % 8));
                 }
     /* the multi-byte characters: each lead byte's path, byte by byte, to y (as chain_step) */
-    typedef struct {
-        int32_t d, x;
-    } pair;
-    pair todo[32], seen[32];
-    int n_todo = 0, n_seen = 0;
+    pure_pair todo[32];
+    int n_todo = 0;
     for (int k = 0; k < N_PURE_TR; k++) {
         if (k_pure[k].from != PURE_A || k_pure[k].to == PURE_A)
             continue;
         const int32_t to = range_target(g, st, k_pure[k].lo, k_pure[k].hi);
         if (to < 0 || !chain_state_ok(&g->st[to]) || n_todo == 32)
             return -1;
-        todo[n_todo++] = (pair){ k_pure[k].to, to };
+        todo[n_todo++] = (pure_pair){ k_pure[k].to, to };
     }
-    while (n_todo) {
-        const pair p = todo[--n_todo];
-        bool dup = false;
-        for (int i = 0; i < n_seen && !dup; i++)
-            dup = seen[i].d == p.d && seen[i].x == p.x;
-        if (dup)
-            continue;
-        if (n_seen == 32)
-            return -1;
-        seen[n_seen++] = p;
-        for (int k = 0; k < N_PURE_TR; k++) {
-            if (k_pure[k].from != p.d)
-                continue;
-            const int32_t to = range_target(g, &g->st[p.x], k_pure[k].lo, k_pure[k].hi);
-            if (to < 0)
-                return -1;
-            if (k_pure[k].to == PURE_A) {
-                if (to != y)
-                    return -1;
-                continue;
-            }
-            if (!chain_state_ok(&g->st[to]) || n_todo == 32)
-                return -1;
-            todo[n_todo++] = (pair){ k_pure[k].to, to };
-        }
-    }
-    return y;
+    int32_t land = y;
+    return paths_land(g, todo, n_todo, &land) ? y : -1;
 }
 
 /* ch_n of q (see gr_cache), made on first use along the whole chain; under g->mu. */
