@@ -388,7 +388,6 @@ static void set_task(cdx_load_opts *lo, const load_task *lt)
     lo->no_id = lt->no_id;
 }
 
-/* Waits for SIGINT or SIGTERM. */
 /* A split's rank 0: lost ranks end the server (no whole copy of the model is here to go on with). */
 static const cdx_split *g_split;
 

@@ -242,7 +242,8 @@ struct cdx_split {
     double wait_ms;
     outbox out[N_OUTBOX];              /* messages on their way, used in turn */
     int out_next;
-    _Atomic int lost;                  /* rank 0: a rank was lost; every later batch fails at once */
+    _Atomic int lost;                  /* a rank was lost (rank 0 saw it, or told this rank so at the stop):
+                                        * every later batch fails at once, and no MPI_Finalize waits for it */
     char lost_msg[400];                /* why (written before lost is set) */
 };
 
@@ -298,8 +299,12 @@ void cdx_split_end(cdx_split *sp)
     free(sp->buf);
     for (int i = 0; i < N_OUTBOX; i++)
         free(sp->out[i].buf);
+    const bool lost = sp->lost;
     free(sp);
-    MPI_Finalize();
+    /* MPI_Finalize is collective: with a rank gone it can wait for that rank (Open MPI 4.1 under
+     * --enable-recovery sometimes does, for minutes). A split that lost a rank ends without it. */
+    if (!lost)
+        MPI_Finalize();
 }
 
 void cdx_split_stats(const cdx_split *sp, uint64_t *bytes_sent, uint64_t *bytes_recv, double *wait_ms)
@@ -687,7 +692,7 @@ int cdx_split_stage_of(cdx_split *sp, cdx_stage *out, cdx_err *err)
 /* The start message: the pool and the model's fingerprint. */
 typedef struct {
     int64_t n_blocks, max_tokens;
-    uint32_t kv_type, pad;
+    uint32_t kv_type, lost; /* lost: a stop (no blocks) after a rank was lost */
     uint8_t fingerprint[32];
 } start_msg;
 
@@ -723,8 +728,8 @@ void cdx_split_stop(cdx_split *sp)
 {
     if (!sp || sp->rank != 0 || sp->size < 2)
         return;
-    const int64_t hdr[8] = { 0 };
-    const start_msg msg = { 0 };
+    const int64_t hdr[8] = { 0, sp->lost ? 1 : 0 }; /* kind 0: stop; then whether a rank was lost */
+    const start_msg msg = { .lost = sp->lost ? 1 : 0 };
     outbox_drain(sp); /* the stop follows the last batch on each line */
     for (int r = 1; r < sp->size; r++) { /* to each rank: one that failed must not hold up the others */
         cdx_err err = { 0 };
@@ -897,6 +902,8 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
         return cdx_err_set(err, CDX_EINVAL, "rank 0 sent a start message of %zu bytes: another build of caldrix", n);
     }
     memcpy(&msg, sp->buf, sizeof msg);
+    if (msg.n_blocks == 0 && msg.lost)
+        sp->lost = 1;
     if (msg.n_blocks == 0) /* rank 0 stopped before it started */
         return *why ? CDX_EINVAL : CDX_OK;
     if (*why) {
@@ -937,8 +944,14 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
         int64_t kind = 0;
         if (n >= 8)
             memcpy(&kind, sp->buf, 8);
-        if (kind == 0 && st.MPI_SOURCE == 0)
+        if (kind == 0 && st.MPI_SOURCE == 0) {
+            int64_t was_lost = 0;
+            if (n >= 16)
+                memcpy(&was_lost, sp->buf + 8, 8);
+            if (was_lost)
+                sp->lost = 1;
             break;
+        }
         if (st.MPI_SOURCE != sp->rank - 1) {
             char e[160];
             snprintf(e, sizeof e, "a batch from rank %d; batches come from rank %d", st.MPI_SOURCE, sp->rank - 1);
