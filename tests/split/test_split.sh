@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: it times how fast rank 0 fails after a rank is killed, and runs mpirun ranks on both cores
 # One model split by layers over Open MPI ranks (issue 41; docs/models.md, "One model over several
 # machines"), on this machine's loopback: stories260K's tokens and top-5 logits are the same float
 # bits whole and split over 2 and 3 ranks (and by --split-layers); the refusals (--nodes without

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: it times how fast rank 0 fails after a rank is killed, and runs mpirun ranks on both cores
 # `caldrix serve` over a model split across 2 mpirun ranks (issue 41): 8 concurrent requests give
 # each request's single-process output (tokens and top-5 logprobs, every float bit, as the server
 # prints them), a cached prefix is reused on every rank; then rank 1 is killed with kill -9 (under

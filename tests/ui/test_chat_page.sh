@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: a browser and a server on both cores, with the page's timings in its checks
 # The chat page of `caldrix serve` (GET /, ui/chat.html built into the binary), in a real browser:
 # Debian's Chromium, headless, driven by playwright-core (pinned in tests/ui/package.json, installed
 # from the npm registry into tests/ui/node_modules; no registry: the test fails; it downloads no
