@@ -103,6 +103,7 @@ typedef struct sv_job {
     size_t text_offset;             /* completions' logprobs text_offset, in code points */
     char *acc;                      /* streaming with tools: the reply so far; acc[0..released) is sent */
     size_t acc_n, acc_cap, released;
+    size_t h_sent_r, h_sent_c;      /* streaming a harmony reply: its reasoning and content sent so far */
     bool gone;                      /* the client hung up or the server stops */
     bool shutdown;                  /* ... the server stops: the answer says so (stream: error event
                                      * and [DONE]; whole answer: 503) */
@@ -451,8 +452,23 @@ static json_t *result_choice(sv_job *j)
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(j->index));
     json_t *lp = j->p.logprobs ? lp_json(j, j->n, j->covered, true, NULL) : json_null();
-    json_t *calls = NULL;
-    if (chat && j->p.tools) {
+    json_t *calls = NULL, *reasoning = NULL;
+    if (chat && j->mdl->form == SV_FORM_HARMONY) {
+        sv_harmony h;
+        if (sv_harmony_parse(text, len, true, j->p.tools, call_id_base(j), &h) < 0) {
+            free(text);
+            json_decref(choice);
+            json_decref(lp);
+            return NULL;
+        }
+        free(text);
+        calls = h.calls;
+        text = h.content;
+        len = h.content_len;
+        if (h.reasoning_len)
+            reasoning = jstr(h.reasoning, h.reasoning_len);
+        free(h.reasoning);
+    } else if (chat && j->p.tools) {
         char *rest = NULL;
         size_t rest_n = 0;
         if (sv_tool_calls(text, len, j->p.tools, call_id_base(j), &calls, &rest, &rest_n) < 0) {
@@ -468,6 +484,8 @@ static json_t *result_choice(sv_job *j)
     if (chat) {
         json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
                                 calls && !len ? json_null() : jstr(text, len));
+        if (reasoning)
+            json_object_set_new(msg, "reasoning_content", reasoning);
         if (calls)
             json_object_set_new(msg, "tool_calls", calls);
         json_object_set_new(choice, "message", msg);
@@ -554,9 +572,60 @@ static bool acc_push(sv_job *j, const char *s, size_t n, const char **out, size_
     return true;
 }
 
+static bool harmony_chat(const sv_job *j) { return j->p.kind == SV_CHAT && j->mdl->form == SV_FORM_HARMONY; }
+
+/* Streaming a harmony reply: the reasoning and content it adds to what was sent (parsed afresh from
+ * the reply so far each time: O(reply) a piece; sv_harmony_parse's parts of a reply still coming
+ * are prefixes of the whole's), as one delta; at the end (final) also its calls. NULL: no memory. */
+static json_t *harmony_delta(sv_job *j, bool final, json_t **calls)
+{
+    sv_harmony h;
+    if (sv_harmony_parse(j->acc ? j->acc : "", j->acc_n, final, j->p.tools, call_id_base(j), &h) < 0)
+        return NULL;
+    json_t *d = json_object();
+    if (d && h.reasoning_len > j->h_sent_r) {
+        json_object_set_new(d, "reasoning_content", jstr(h.reasoning + j->h_sent_r, h.reasoning_len - j->h_sent_r));
+        j->h_sent_r = h.reasoning_len;
+    }
+    if (d && h.content_len > j->h_sent_c) {
+        json_object_set_new(d, "content", jstr(h.content + j->h_sent_c, h.content_len - j->h_sent_c));
+        j->h_sent_c = h.content_len;
+    }
+    if (calls) {
+        *calls = h.calls;
+        h.calls = NULL;
+    }
+    sv_harmony_free(&h);
+    return d;
+}
+
 static void out_piece(sv_job *j, size_t i)
 {
     const sv_piece *pc = &j->pieces[i];
+    if (harmony_chat(j)) {
+        json_t *d = NULL;
+        if (cdx_bytes_reserve(&j->acc, &j->acc_cap, j->acc_n + pc->text_len + 1)) {
+            memcpy(j->acc + j->acc_n, pc->text, pc->text_len);
+            j->acc_n += pc->text_len;
+            d = harmony_delta(j, false, NULL);
+        }
+        if (!d) {
+            j->oom = true;
+            return;
+        }
+        size_t n_lp = 0;
+        json_t *lp = j->p.logprobs ? lp_json(j, i + 1, pc->covered, pc->token < 0, &n_lp) : json_null();
+        if (!json_object_size(d) && !n_lp) {
+            json_decref(d);
+            json_decref(lp);
+            return;
+        }
+        if (!json_object_size(d))
+            json_object_set_new(d, "content", json_string(""));
+        out_event(j, chunk(j, json_pack("{s:i,s:o,s:o,s:n}", "index", j->index, "delta", d, "logprobs", lp,
+                                        "finish_reason")));
+        return;
+    }
     const char *text = pc->text;
     size_t text_len = pc->text_len;
     if (j->p.tools && !acc_push(j, pc->text, pc->text_len, &text, &text_len)) {
@@ -633,7 +702,21 @@ static bool out_tail(sv_job *j)
                                                                    "logprobs", lp, "finish_reason")));
         else
             json_decref(lp);
-        if (j->p.tools) { /* the held tail: calls, or text after all */
+        if (harmony_chat(j)) { /* the held tail: the last message's rest, its calls */
+            json_t *calls = NULL, *d = harmony_delta(j, true, &calls);
+            if (d && json_object_size(d))
+                out_event(j, chunk(j, json_pack("{s:i,s:O,s:n,s:n}", "index", j->index, "delta", d, "logprobs",
+                                                "finish_reason")));
+            json_decref(d);
+            size_t k;
+            json_t *c;
+            json_array_foreach(calls, k, c) json_object_set_new(c, "index", json_integer((json_int_t)k));
+            if (calls) {
+                out_event(j, chunk(j, json_pack("{s:i,s:{s:o},s:n,s:n}", "index", j->index, "delta", "tool_calls",
+                                                calls, "logprobs", "finish_reason")));
+                reason = "tool_calls";
+            }
+        } else if (j->p.tools) { /* the held tail: calls, or text after all */
             json_t *calls = NULL;
             char *rest = NULL;
             size_t rest_n = 0;
@@ -1043,6 +1126,8 @@ static int build_prompt(const sv_model *s, sv_params *p, sv_error *e)
         cdx_err err = {0};
         char *text = NULL;
         size_t len = 0;
+        if (s->form == SV_FORM_HARMONY)
+            sv_harmony_messages(p->messages);
         json_t *kw = p->extra; /* the server's kwargs, then the request's over them */
         if (s->m.tmpl_kwargs && (kw = json_deep_copy(s->m.tmpl_kwargs)) && p->extra)
             json_object_update(kw, p->extra);
@@ -1053,7 +1138,7 @@ static int build_prompt(const sv_model *s, sv_params *p, sv_error *e)
         if (rr)
             return sv_fail(e, 400, "invalid_request_error", "template_error", "messages",
                            "the chat template refused the messages: %s", err.msg);
-        if (p->force && sv_tool_grammar(p, sv_tool_form_of(s->m.tmpl, s->m.tmpl_tokens), e)) {
+        if (p->force && sv_tool_grammar(p, s->form, e)) {
             free(text);
             return -1;
         }
@@ -1156,7 +1241,8 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.n_stop = j->p.n_stop;
     rq.top_logprobs = j->p.logprobs ? j->p.top_logprobs : 0;
     rq.logprobs = j->p.logprobs;
-    rq.skip_special = true;
+    /* a harmony chat reply is read by its channels' marks, which are special tokens */
+    rq.skip_special = !(j->p.kind == SV_CHAT && k->mdl->form == SV_FORM_HARMONY);
     rq.on_event = on_event;
     rq.images = j->p.req_img;
     rq.n_images = j->p.n_img;

@@ -136,11 +136,36 @@ int sv_tool_calls(const char *text, size_t len, const json_t *tools, const char 
  * be (the start of) a tool call and is held until the end. */
 size_t sv_tool_hold_from(const char *text, size_t len);
 
+/* gpt-oss's harmony reply (OpenAI's harmony format), split by channel: analysis messages joined
+ * → reasoning; final messages, commentary messages without a recipient (preambles), text outside any
+ * message and calls that do not count (as written, header included) joined in order → content; a
+ * commentary (or analysis) message to "functions.NAME" whose body is a JSON object, NAME one of
+ * tools → a call (as sv_tool_calls gives them). Every part is heap, NUL-terminated; calls NULL when
+ * none. */
+typedef struct {
+    char *reasoning, *content;
+    size_t reasoning_len, content_len;
+    json_t *calls;
+} sv_harmony;
+/* Parses text[0..len) (the reply after the prompt's "<|start|>assistant"; tools NULL: no call counts).
+ * final false (streaming): a reply still coming; what may yet change is left out (the rest of a
+ * message that may be a call, a tail that may begin a mark, a header not yet closed by
+ * "<|message|>"), so each part is a prefix of the same part of the finished reply. Returns the number
+ * of calls, -1: no memory. Free *out with sv_harmony_free. */
+int sv_harmony_parse(const char *text, size_t len, bool final, const json_t *tools, const char *id_base, sv_harmony *out);
+void sv_harmony_free(sv_harmony *h);
+/* A chat request's messages (the server's normalized copy) as gpt-oss's template reads them: each
+ * assistant turn's "reasoning_content" as "thinking", a call's arguments given as a JSON text as the
+ * object, a null content left out. */
+void sv_harmony_messages(json_t *messages);
+
 /* The form a chat template gives a model's tool calls, seen by rendering a conversation whose
- * assistant turn makes one call: SV_FORM_NONE when it shows none of the three forms above. */
-typedef enum { SV_FORM_NONE, SV_FORM_HERMES, SV_FORM_MISTRAL, SV_FORM_LLAMA3, SV_FORM_XML, SV_FORM_GRANITE } sv_tool_form;
+ * assistant turn makes one call: SV_FORM_NONE when it shows none of the forms above. SV_FORM_HARMONY
+ * (gpt-oss) also means the reply is parsed by channel (sv_harmony_parse), with or without tools. */
+typedef enum { SV_FORM_NONE, SV_FORM_HERMES, SV_FORM_MISTRAL, SV_FORM_LLAMA3, SV_FORM_XML, SV_FORM_GRANITE,
+               SV_FORM_HARMONY } sv_tool_form;
 sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens);
-extern const char *const sv_tool_form_names[6];
+extern const char *const sv_tool_form_names[7];
 /* p->grammar for p->force: the reply is one call (named, or "required" without parallel calls)
  * or one or more calls (required) of the request's tools in form f, each call's arguments valid
  * under its tool's parameters schema. 0, or -1 with e (400 naming the tool's parameters and the
@@ -329,6 +354,7 @@ typedef struct sv_model {
     cdx_server_model m;         /* the view routes read (state LOADED) */
     int64_t n_room;             /* positions one sequence can have: the context, or the KV pool if smaller */
     cdx_chat_setup chatml;      /* ChatML, when the model has no template */
+    sv_tool_form form;          /* how its template writes tool calls (sv_tool_form_of, at load) */
     int inflight;               /* requests holding it (acquire .. release) */
     bool stepping;              /* the engine thread is in one of its rounds */
     double last_use_ms;         /* CLOCK_MONOTONIC */

@@ -115,6 +115,7 @@ static int set_view(sv_model *m, const cdx_server_model *v, cdx_err *err)
     m->m = *v;
     m->m.name = m->name;
     m->task = v->task;
+    m->form = SV_FORM_NONE;
     if (v->embedder) { /* an embed or rerank model: no engine, no KV, no chat */
         m->n_room = m->m.n_ctx = cdx_embedder_max_tokens(v->embedder);
         return CDX_OK;
@@ -132,6 +133,7 @@ static int set_view(sv_model *m, const cdx_server_model *v, cdx_err *err)
         if (!m->m.tmpl_tokens)
             m->m.tmpl_tokens = m->chatml.tokens;
     }
+    m->form = sv_tool_form_of(m->m.tmpl, m->m.tmpl_tokens); /* one render of the template, at load */
     return CDX_OK;
 }
 

@@ -89,6 +89,36 @@ static const char *find(const char *s, size_t n, const char *needle)
     return NULL;
 }
 
+/* a growing text */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} xbuf;
+
+static void xadd(xbuf *b, const char *t, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 1024;
+        while (c < b->n + n + 1)
+            c *= 2;
+        char *q = realloc(b->s, c);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->s = q;
+        b->cap = c;
+    }
+    memcpy(b->s + b->n, t, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void xstr(xbuf *b, const char *t) { xadd(b, t, strlen(t)); }
+
 static const json_t *tool_params(const json_t *tools, const char *name)
 {
     size_t i;
@@ -276,10 +306,222 @@ size_t sv_tool_hold_from(const char *text, size_t len)
     return len;
 }
 
+/* ---- gpt-oss's harmony replies ---- */
+
+/* OpenAI's harmony format (github.com/openai/harmony, docs/format.md): a reply is a sequence of
+ * messages, each a header, "<|message|>", a body and an end: "<|end|>", "<|call|>" (after a tool
+ * call) or "<|return|>" (after the last); "<|start|>" opens the next. The header holds the role (the
+ * first message's "assistant" is the prompt's last word), "<|channel|>" and the channel, and for a
+ * tool call " to=functions.NAME" (before or after the channel) and the content type
+ * (" <|constrain|>json" or " json"). "<|call|>" and "<|return|>" end the generation, so the reply's
+ * text usually ends without them. */
+static const char *const k_h_ends[] = { "<|end|>", "<|call|>", "<|return|>", "<|start|>" };
+static const char *const k_h_heads[] = { "<|channel|>", " to=", "assistant" }; /* what a header opens with */
+static const char k_h_msg[] = "<|message|>", k_h_start[] = "<|start|>", k_h_channel[] = "<|channel|>";
+#define H_HEADER_MAX 512 /* bytes; a longer run without "<|message|>" is no header */
+
+/* The first message end in s[0..n): its offset (n: none), its length in *tl. */
+static size_t h_end(const char *s, size_t n, size_t *tl)
+{
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '<' && s[i + 1] == '|')
+            for (size_t k = 0; k < sizeof k_h_ends / sizeof *k_h_ends; k++) {
+                const size_t m = strlen(k_h_ends[k]);
+                if (i + m <= n && !memcmp(s + i, k_h_ends[k], m)) {
+                    *tl = m;
+                    return i;
+                }
+            }
+    *tl = 0;
+    return n;
+}
+
+/* The length of the longest tail of s[0..n) that is a proper start of one of marks[0..k). */
+static size_t h_partial(const char *s, size_t n, const char *const *marks, size_t k)
+{
+    for (size_t t = n < 16 ? n : 16; t > 0; t--)
+        for (size_t i = 0; i < k; i++)
+            if (strlen(marks[i]) > t && !memcmp(s + n - t, marks[i], t))
+                return t;
+    return 0;
+}
+
+/* s[0..n) opens as a header does (or is the start of such an opening). */
+static bool h_opens(const char *s, size_t n)
+{
+    for (size_t i = 0; i < sizeof k_h_heads / sizeof *k_h_heads; i++) {
+        const size_t m = strlen(k_h_heads[i]);
+        if (!memcmp(s, k_h_heads[i], n < m ? n : m))
+            return true;
+    }
+    return false;
+}
+
+/* A word of the header after a mark: up to a space or '<'. */
+static void h_word(const char *p, const char *end, const char **w, size_t *wn)
+{
+    const char *q = p;
+    while (q < end && *q != ' ' && *q != '<')
+        q++;
+    *w = p;
+    *wn = (size_t)(q - p);
+}
+
+/* The header h[0..n): its channel and recipient (to, NULL: none). false: not a header. */
+static bool h_header(const char *h, size_t n, const char **ch, size_t *ch_n, const char **to, size_t *to_n)
+{
+    const char *c = find(h, n, k_h_channel), *t = find(h, n, " to=");
+    if (!n || !h_opens(h, n) || !c)
+        return false;
+    h_word(c + sizeof k_h_channel - 1, h + n, ch, ch_n);
+    *to = NULL;
+    *to_n = 0;
+    if (t)
+        h_word(t + 4, h + n, to, to_n);
+    return true;
+}
+
+/* A call message to "functions.NAME" with a JSON body naming one of tools → appended to calls. */
+static bool h_call(json_t *calls, const char *to, size_t to_n, const char *body, size_t n, const json_t *tools,
+                   const char *id_base)
+{
+    static const char fns[] = "functions.";
+    if (!tools || to_n <= sizeof fns - 1 || memcmp(to, fns, sizeof fns - 1))
+        return false;
+    trim(&body, &n);
+    json_t *args = parse_json(body, n);
+    json_t *o = args ? json_pack("{s:s%,s:o}", "name", to + sizeof fns - 1, to_n - (sizeof fns - 1), "arguments", args)
+                     : NULL;
+    const bool ok = o && add_call(calls, o, tools, id_base);
+    json_decref(o);
+    return ok;
+}
+
+void sv_harmony_free(sv_harmony *h)
+{
+    free(h->reasoning);
+    free(h->content);
+    json_decref(h->calls);
+    *h = (sv_harmony){ 0 };
+}
+
+int sv_harmony_parse(const char *text, size_t len, bool final, const json_t *tools, const char *id_base, sv_harmony *out)
+{
+    *out = (sv_harmony){ 0 };
+    xbuf r = { 0 }, c = { 0 };
+    json_t *calls = json_array();
+    xadd(&r, "", 0);
+    xadd(&c, "", 0);
+    size_t i = 0;
+    bool at_start = true; /* a message's header may begin at i */
+    while (i < len) {
+        const char *s = text + i;
+        const size_t n = len - i;
+        if (at_start) {
+            size_t tl, te = h_end(s, n, &tl);
+            const char *m = find(s, te, k_h_msg), *ch, *to;
+            size_t ch_n, to_n;
+            if (m && (size_t)(m - s) <= H_HEADER_MAX && h_header(s, (size_t)(m - s), &ch, &ch_n, &to, &to_n)) {
+                const char *b = m + sizeof k_h_msg - 1;
+                size_t bl, be = h_end(b, (size_t)(text + len - b), &bl);
+                const bool closed = bl > 0;
+                const bool reasoning = ch_n == 8 && !memcmp(ch, "analysis", 8);
+                if (!closed && !final) { /* the last message, still coming: what cannot be a mark yet */
+                    if (!to)
+                        xadd(reasoning ? &r : &c, b, be - h_partial(b, be, k_h_ends, 4));
+                    break;
+                }
+                if (!to) /* analysis: reasoning; final, commentary (a preamble for the user), others: content */
+                    xadd(reasoning ? &r : &c, b, be);
+                else if (!h_call(calls, to, to_n, b, be, tools, id_base))
+                    xadd(&c, s, (size_t)(b + be + bl - s)); /* no call after all: the message as written */
+                i = (size_t)(b + be + bl - text);
+                at_start = bl == sizeof k_h_start - 1 && !memcmp(b + be, k_h_start, bl);
+                continue;
+            }
+            /* no "<|message|>" yet, but a header may still come: wait */
+            if (!m && te == n && !final && n < H_HEADER_MAX + sizeof k_h_msg - 1 && h_opens(s, n))
+                break;
+            at_start = false;
+        }
+        /* text outside a message: content as written, up to the next "<|start|>" */
+        const char *st = find(s, n, k_h_start);
+        if (st) {
+            xadd(&c, s, (size_t)(st - s));
+            i += (size_t)(st - s) + sizeof k_h_start - 1;
+            at_start = true;
+            continue;
+        }
+        static const char *const k_start1[] = { k_h_start };
+        xadd(&c, s, final ? n : n - h_partial(s, n, k_start1, 1));
+        break;
+    }
+    if (r.oom || c.oom || !calls) {
+        free(r.s);
+        free(c.s);
+        json_decref(calls);
+        return -1;
+    }
+    out->reasoning = r.s;
+    out->reasoning_len = r.n;
+    out->content = c.s;
+    out->content_len = c.n;
+    if (json_array_size(calls))
+        out->calls = calls;
+    else
+        json_decref(calls);
+    return out->calls ? (int)json_array_size(out->calls) : 0;
+}
+
+/* gpt-oss's template reads an assistant turn as transformers passes it: its reasoning in "thinking",
+ * a call's arguments as an object (it writes them with tojson), content left out rather than null
+ * (it tests "in message.content"). An OpenAI client sends reasoning back as "reasoning_content" (the
+ * field this server answers with), arguments as a JSON text and content null beside tool_calls: each
+ * is rewritten so (llama.cpp's common_chat_params_init_gpt_oss does the same); arguments that are
+ * not a JSON object are left as sent. */
+void sv_harmony_messages(json_t *messages)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        if (strcmp(json_string_value(json_object_get(m, "role")), "assistant"))
+            continue;
+        json_t *rc = json_object_get(m, "reasoning_content");
+        const bool calls_given = json_array_size(json_object_get(m, "tool_calls")) > 0;
+        if (json_is_string(rc) && !json_object_get(m, "thinking")) {
+            json_object_set(m, "thinking", rc);
+            if (calls_given) /* the template refuses both beside a call; the reasoning is what was thought */
+                json_object_del(m, "content");
+        }
+        json_object_del(m, "reasoning_content");
+        if (json_is_null(json_object_get(m, "content")))
+            json_object_del(m, "content");
+        json_t *calls = json_object_get(m, "tool_calls"); /* shared with the request: rewritten in a copy */
+        if (!json_is_array(calls))
+            continue;
+        calls = json_deep_copy(calls);
+        json_object_set_new(m, "tool_calls", calls);
+        size_t k;
+        json_t *tc;
+        json_array_foreach(calls, k, tc) {
+            json_t *fn = json_object_get(tc, "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_string(args))
+                continue;
+            json_t *o = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+            if (json_is_object(o))
+                json_object_set_new(fn, "arguments", o);
+            else
+                json_decref(o);
+        }
+    }
+}
+
 /* ---- forced calls (tool_choice "required" or a named function) ---- */
 
-const char *const sv_tool_form_names[6] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON",
-                                             "Qwen3.5 <function=...> XML", "Granite <|tool_call|>" };
+const char *const sv_tool_form_names[7] = { "none", "Hermes <tool_call>", "Mistral [TOOL_CALLS]", "Llama 3 JSON",
+                                             "Qwen3.5 <function=...> XML", "Granite <|tool_call|>",
+                                             "gpt-oss harmony to=functions.NAME" };
 
 #define PROBE_USER "caldrix tool-form probe"
 #define PROBE_NAME "caldrix_probe_fn"
@@ -316,7 +558,10 @@ sv_tool_form sv_tool_form_of(const cdx_tmpl *t, const json_t *tokens)
                 h++;
             while (m && m < text + len && is_space(*m))
                 m++;
-            if (h && h < text + len && *h == '{')
+            /* harmony: the call is a message to "functions.NAME" */
+            if (find(a, n, " to=functions." PROBE_NAME) && find(a, n, k_h_channel))
+                f = SV_FORM_HARMONY;
+            else if (h && h < text + len && *h == '{')
                 f = SV_FORM_HERMES;
             else if (h && (size_t)(text + len - h) > 10 && !memcmp(h, "<function=", 10))
                 f = SV_FORM_XML;
@@ -362,34 +607,6 @@ static void rebase_refs(json_t *s, const char *prefix)
 
 /* ---- the Qwen3.5 XML form ---- */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} xbuf;
-
-static void xadd(xbuf *b, const char *t, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap * 2 : 1024;
-        while (c < b->n + n + 1)
-            c *= 2;
-        char *q = realloc(b->s, c);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->s = q;
-        b->cap = c;
-    }
-    memcpy(b->s + b->n, t, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void xstr(xbuf *b, const char *t) { xadd(b, t, strlen(t)); }
 
 /* t as a GBNF literal */
 static void xlit(xbuf *b, const char *t, size_t n)
@@ -645,6 +862,71 @@ out:
     return rc;
 }
 
+/* gpt-oss's harmony: the reply (after the prompt's "<|start|>assistant") is one message to
+ * "functions.NAME" on the commentary channel, its body the arguments; "<|call|>", an end of
+ * generation, closes it. schema (taken): {"anyOf": [{"$ref": tool i's parameters}, ...]}, the
+ * tools in order (the named one alone). One call a reply: "<|call|>" ends the generation. */
+static int harmony_grammar(sv_params *p, json_t *schema, sv_error *e)
+{
+    json_t *alts = json_object_get(schema, "anyOf");
+    const size_t n_tools = json_array_size(alts);
+    json_array_append_new(alts, json_pack("{s:s}", "type", "null")); /* root is always an alternation */
+    char *text = json_dumps(schema, JSON_COMPACT), *g = NULL;
+    json_decref(schema);
+    cdx_err err = { 0 };
+    int rc = text ? cdx_json_schema_to_gbnf(text, strlen(text), "tools", &g, &err) : CDX_ENOMEM;
+    free(text);
+    if (rc)
+        return rc == CDX_ENOMEM ? sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory")
+                                : sv_fail(e, 400, "invalid_request_error", "invalid_schema", "tools",
+                                          "the tools' call grammar: %s", err.msg);
+    /* root ::= (sA | sB | ... | null's): tool i's arguments are the i-th alternative */
+    char *r = strstr(g, "root ::= (");
+    while (r && r != g && r[-1] != '\n')
+        r = strstr(r + 1, "root ::= (");
+    xbuf full = { 0 };
+    if (r) {
+        *r = 0; /* g now holds the other rules */
+        xstr(&full, g);
+        xstr(&full, "tool-call ::= ");
+    }
+    const char *a = r ? r + 10 : "";
+    size_t i;
+    json_t *tool;
+    size_t k = 0;
+    json_array_foreach(p->tools, i, tool) {
+        const char *name = json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
+        if (p->force == SV_FORCE_NAMED && strcmp(name, p->force_name))
+            continue;
+        const size_t l = strcspn(a, " |)");
+        if (!l || k >= n_tools)
+            break;
+        if (k++)
+            xstr(&full, " | ");
+        /* the marks spelled with ordinary tokens: the grammar engine never emits control tokens */
+        xstr(&full, "\"<|channel|>commentary to=functions.\" ");
+        xlit(&full, name, strlen(name));
+        xstr(&full, " \" <|constrain|>json<|message|>\" ");
+        xadd(&full, a, l);
+        a += l;
+        while (*a == ' ' || *a == '|')
+            a++;
+    }
+    xstr(&full, "\nroot ::= tool-call\n");
+    free(g);
+    if (full.oom)
+        rc = sv_fail(e, 500, "server_error", "out_of_memory", "tools", "out of memory");
+    else if (!r || k != n_tools)
+        rc = sv_fail(e, 500, "server_error", "internal_error", "tools", "cannot build the tool calls' grammar");
+    else if ((rc = sv_grammars_compile(p->grammars, true, "tools", full.s, full.n, &p->grammar, &err)))
+        rc = sv_fail(e, rc == CDX_ENOMEM ? 500 : 400, rc == CDX_ENOMEM ? "server_error" : "invalid_request_error",
+                     "invalid_schema", "tools", "the tools' call grammar: %s", err.msg);
+    else
+        snprintf(p->grammar_param, sizeof p->grammar_param, "tool_choice");
+    free(full.s);
+    return rc ? -1 : 0;
+}
+
 int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
 {
     if (f == SV_FORM_XML)
@@ -652,7 +934,7 @@ int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
     if (f == SV_FORM_NONE)
         return TBAD("tool_choice", "tool_choice forces a tool call, but this model's chat template writes its calls in "
                     "none of the forms caldrix can force (Hermes <tool_call>, Mistral [TOOL_CALLS], Llama 3 JSON, "
-                    "Qwen3.5 <function=...> XML)");
+                    "Qwen3.5 <function=...> XML, Granite <|tool_call|>, gpt-oss harmony)");
     const char *argkey = f == SV_FORM_LLAMA3 ? "parameters" : "arguments";
     json_t *alts = json_array(), *defs = json_object(), *schema = json_pack("{s:o,s:o}", "anyOf", alts, "$defs", defs);
     if (!schema)
@@ -691,10 +973,15 @@ int sv_tool_grammar(sv_params *p, sv_tool_form f, sv_error *e)
         snprintf(prefix, sizeof prefix, "#/$defs/%s", def);
         rebase_refs(copy, prefix);
         json_object_set_new(defs, def, copy);
-        json_array_append_new(alts, json_pack("{s:s,s:{s:{s:s},s:{s:s}},s:[s,s],s:b}", "type", "object", "properties",
-                                              "name", "const", name, argkey, "$ref", prefix, "required", "name", argkey,
-                                              "additionalProperties", 0));
+        if (f == SV_FORM_HARMONY) /* the name is in the header, the body is the arguments */
+            json_array_append_new(alts, json_pack("{s:s}", "$ref", prefix));
+        else
+            json_array_append_new(alts, json_pack("{s:s,s:{s:{s:s},s:{s:s}},s:[s,s],s:b}", "type", "object", "properties",
+                                                  "name", "const", name, argkey, "$ref", prefix, "required", "name",
+                                                  argkey, "additionalProperties", 0));
     }
+    if (f == SV_FORM_HARMONY)
+        return harmony_grammar(p, schema, e);
     char *text = json_dumps(schema, JSON_COMPACT), *g = NULL;
     json_decref(schema);
     cdx_err err = { 0 };

@@ -3,6 +3,8 @@
 #include "server/sv_int.h"
 #include "test.h"
 
+#include <caldrix/grammar.h>
+
 static const sv_limits k_lim = { .n_vocab = 512, .has_tok = true };
 
 static int parse(const char *body, sv_kind kind, sv_params *p, sv_error *e)
@@ -357,6 +359,281 @@ static void tool_calls_are_found_in_every_form(void)
     json_decref(g_tools);
 }
 
+/* gpt-oss's harmony replies (OpenAI's harmony format, docs/format.md of github.com/openai/harmony):
+ * the spec's own examples, the expected parts read off the spec by hand (analysis → reasoning,
+ * final and recipient-less commentary → content, a message to functions.NAME → a call). Streamed:
+ * every cut of the reply parsed as "still coming" gives parts that are prefixes of the whole's, that
+ * grow, and that never end in the start of a mark. */
+typedef struct {
+    const char *text, *reasoning, *content, *call_name, *call_args;
+} harmony_case;
+
+static void harmony_check(const json_t *tools, const harmony_case *c)
+{
+    const size_t len = strlen(c->text);
+    sv_harmony w;
+    REQUIRE(sv_harmony_parse(c->text, len, true, tools, "x", &w) >= 0);
+    CHECKF(!strcmp(w.reasoning, c->reasoning), "%.60s: reasoning \"%s\", want \"%s\"", c->text, w.reasoning, c->reasoning);
+    CHECKF(!strcmp(w.content, c->content), "%.60s: content \"%s\", want \"%s\"", c->text, w.content, c->content);
+    CHECKF(w.reasoning_len == strlen(w.reasoning) && w.content_len == strlen(w.content), "%.60s: lengths", c->text);
+    if (c->call_name) {
+        const json_t *fn = json_object_get(json_array_get(w.calls, 0), "function");
+        CHECKF(json_array_size(w.calls) == 1 && !strcmp(json_string_value(json_object_get(fn, "name")), c->call_name) &&
+                   !strcmp(json_string_value(json_object_get(fn, "arguments")), c->call_args) &&
+                   !strcmp(json_string_value(json_object_get(json_array_get(w.calls, 0), "id")), "call_x_0"),
+               "%.60s: the call %s(%s)", c->text, c->call_name, c->call_args);
+    } else
+        CHECKF(!w.calls, "%.60s: no call wanted", c->text);
+    for (size_t at = 0; at <= len; at++) {
+        sv_harmony h;
+        REQUIRE(sv_harmony_parse(c->text, at, false, tools, "x", &h) >= 0);
+        CHECKF(!h.calls || memmem(c->text, at, "<|call|>", 8), "%.60s: a call before its message closed (at %zu)",
+               c->text, at);
+        CHECKF(h.reasoning_len <= w.reasoning_len && !memcmp(h.reasoning, w.reasoning, h.reasoning_len),
+               "%.60s: at %zu the reasoning \"%s\" is no prefix of the whole's", c->text, at, h.reasoning);
+        CHECKF(h.content_len <= w.content_len && !memcmp(h.content, w.content, h.content_len),
+               "%.60s: at %zu the content \"%s\" is no prefix of the whole's", c->text, at, h.content);
+        /* held back: a tail that may begin a mark is not shown */
+        CHECKF(!(h.reasoning_len && h.reasoning[h.reasoning_len - 1] == '<') &&
+                   !(h.content_len && h.content[h.content_len - 1] == '<' && w.content_len > h.content_len &&
+                     w.content[h.content_len] == '|'),
+               "%.60s: at %zu a mark's start was released", c->text, at);
+        sv_harmony_free(&h);
+    }
+    sv_harmony_free(&w);
+}
+
+static void harmony_replies_are_split_by_channel(void)
+{
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_current_weather\",\"parameters\":{}}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"generate_file\"}}]", 0, NULL);
+    REQUIRE(tools);
+    static const harmony_case cases[] = {
+        /* the spec's reply with chain of thought ("<|return|>" ends the generation, so the text the
+         * server sees ends before it; both spellings) */
+        { "<|channel|>analysis<|message|>User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.<|end|>"
+          "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+          "User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.", "2 + 2 = 4.", NULL, NULL },
+        { "<|channel|>analysis<|message|>User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.<|end|>"
+          "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.",
+          "User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.", "2 + 2 = 4.", NULL, NULL },
+        /* the spec's function call, the recipient in the channel section, with and without <|call|> */
+        { "<|channel|>analysis<|message|>Need to use function get_current_weather.<|end|><|start|>assistant"
+          "<|channel|>commentary to=functions.get_current_weather <|constrain|>json<|message|>"
+          "{\"location\":\"San Francisco\"}<|call|>",
+          "Need to use function get_current_weather.", "", "get_current_weather", "{\"location\":\"San Francisco\"}" },
+        { "<|channel|>analysis<|message|>Need to use function get_current_weather.<|end|><|start|>assistant"
+          "<|channel|>commentary to=functions.get_current_weather <|constrain|>json<|message|>"
+          "{\"location\":\"San Francisco\"}",
+          "Need to use function get_current_weather.", "", "get_current_weather", "{\"location\":\"San Francisco\"}" },
+        /* the recipient in the role section (the spec allows either; the first message's role is the
+         * prompt's last word, so the reply opens with " to=") */
+        { " to=functions.get_current_weather<|channel|>commentary json<|message|>{\"location\": \"Paris\", \"unit\": "
+          "\"celsius\"}",
+          "", "", "get_current_weather", "{\"location\":\"Paris\",\"unit\":\"celsius\"}" },
+        /* the spec's preamble: a commentary message without a recipient is for the user */
+        { "<|channel|>analysis<|message|>{long chain of thought}<|end|><|start|>assistant<|channel|>commentary"
+          "<|message|>**Action plan**:\n1. Generate an HTML file\n2. Generate a JavaScript for the Node.js server\n"
+          "3. Start the server\n---\nWill start executing the plan step by step<|end|><|start|>assistant<|channel|>"
+          "commentary to=functions.generate_file<|constrain|>json<|message|>{\"template\": \"basic_html\", \"path\": "
+          "\"index.html\"}<|call|>",
+          "{long chain of thought}",
+          "**Action plan**:\n1. Generate an HTML file\n2. Generate a JavaScript for the Node.js server\n"
+          "3. Start the server\n---\nWill start executing the plan step by step",
+          "generate_file", "{\"template\":\"basic_html\",\"path\":\"index.html\"}" },
+        /* a call to a function the request does not have, or whose body is no JSON object: text, as written */
+        { "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}",
+          "", "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}", NULL, NULL },
+        { "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{\"query\":\"x\"}",
+          "", "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{\"query\":\"x\"}", NULL, NULL },
+        { "<|channel|>commentary to=functions.generate_file <|constrain|>json<|message|>{\"path\":",
+          "", "<|channel|>commentary to=functions.generate_file <|constrain|>json<|message|>{\"path\":", NULL, NULL },
+        /* cut short (max_tokens): the open message's text so far */
+        { "<|channel|>analysis<|message|>Thinking about <b> and 2<3", "Thinking about <b> and 2<3", "", NULL, NULL },
+        /* a reply outside the format: content as written */
+        { "Hello <|there", "", "Hello <|there", NULL, NULL },
+        { "", "", "", NULL, NULL },
+        /* several analysis messages are joined */
+        { "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>"
+          "<|start|>assistant<|channel|>final<|message|>c",
+          "ab", "c", NULL, NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        harmony_check(tools, &cases[i]);
+    /* without tools (tool_choice "none", or none given) no call counts */
+    harmony_check(NULL, &(harmony_case){ "<|channel|>commentary to=functions.generate_file <|constrain|>json"
+                                         "<|message|>{}",
+                                         "", "<|channel|>commentary to=functions.generate_file <|constrain|>json"
+                                         "<|message|>{}", NULL, NULL });
+    /* held back while streaming: a mark's start, a header not yet closed, a call's body */
+    sv_harmony h;
+    static const struct { const char *text, *reasoning, *content; } held[] = {
+        { "<|channel|>analysis<|message|>ok<|e", "ok", "" },
+        { "<|channel|>analysis<|message|>ok<", "ok", "" },
+        { "<|channel|>analysis<|message|>ok<b", "ok<b", "" },
+        { "<|channel|>analysis<|message|>ok<|end|><|start|>assistant<|chan", "ok", "" },
+        { "<|channel|>final<|message|>hi<|end|><|star", "", "hi" },
+        { "<|channel|>fin", "", "" },
+        { " to=functions.get_current_weather<|channel|>commentary json<|message|>{\"location\": \"Pa", "", "" },
+        { "Plain", "", "Plain" },
+    };
+    for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
+        REQUIRE(sv_harmony_parse(held[i].text, strlen(held[i].text), false, tools, "x", &h) >= 0);
+        CHECKF(!strcmp(h.reasoning, held[i].reasoning) && !strcmp(h.content, held[i].content) && !h.calls,
+               "%s: streamed so far \"%s\" / \"%s\", want \"%s\" / \"%s\"", held[i].text, h.reasoning, h.content,
+               held[i].reasoning, held[i].content);
+        sv_harmony_free(&h);
+    }
+    json_decref(tools);
+}
+
+/* The form of a call, read off each template by rendering one (../shared/fixtures/chat): gpt-oss's
+ * is harmony's message to functions.NAME. */
+static void tool_forms_are_read_off_templates(void)
+{
+    static const struct { const char *dir; sv_tool_form form; } cases[] = {
+        { "gpt-oss", SV_FORM_HARMONY }, { "qwen3", SV_FORM_HERMES }, { "granite-3.3", SV_FORM_GRANITE },
+        { "mistral-v0.3", SV_FORM_MISTRAL }, { "llama3.1", SV_FORM_LLAMA3 }, { "qwen3.5", SV_FORM_XML },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "../shared/fixtures/chat/%s/template.jinja", cases[i].dir);
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            CHECKF(0, "%s: cannot open", path);
+            continue;
+        }
+        char buf[1 << 16];
+        const size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        cdx_tmpl *t = NULL;
+        cdx_err err = { 0 };
+        REQUIRE(cdx_tmpl_parse(buf, n, &t, &err) == 0);
+        json_t *tokens = json_pack("{s:s,s:s}", "bos_token", "<s>", "eos_token", "</s>");
+        const sv_tool_form got = sv_tool_form_of(t, tokens);
+        CHECKF(got == cases[i].form, "%s: form %s, want %s", cases[i].dir, sv_tool_form_names[got],
+               sv_tool_form_names[cases[i].form]);
+        json_decref(tokens);
+        cdx_tmpl_free(t);
+    }
+}
+
+/* A tool call and its result sent back to gpt-oss (tests/golden/harmony-roundtrip.json, made by
+ * scripts/goldens/jinja-harmony-roundtrip.py): the messages as an OpenAI client sends them, after the
+ * server's rewrite, render through caldrix's template engine as Python Jinja2 renders transformers'
+ * form of the same conversation (the date the template writes masked); without the rewrite they do not. */
+static void mask_date(char *s)
+{
+    for (char *d = strstr(s, "Current date: "); d && *d; d = NULL)
+        for (char *q = d + 14; *q && q < d + 24; q++)
+            if (*q >= '0' && *q <= '9')
+                *q = 'D';
+}
+
+static void harmony_round_trip_renders_as_jinja2(void)
+{
+    json_error_t je;
+    json_t *g = json_load_file("tests/golden/harmony-roundtrip.json", 0, &je);
+    REQUIRE(g);
+    FILE *f = fopen("../shared/fixtures/chat/gpt-oss/template.jinja", "rb");
+    REQUIRE(f);
+    static char buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    cdx_tmpl *t = NULL;
+    cdx_err err = { 0 };
+    REQUIRE(cdx_tmpl_parse(buf, n, &t, &err) == 0);
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(g, "cases"), i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        json_t *extra = json_object_get(c, "extra");
+        json_t *kw = json_pack("{s:O}", "tools", json_object_get(extra, "tools"));
+        json_t *tokens = json_deep_copy(extra);
+        json_object_del(tokens, "tools");
+        char *want = strdup(json_string_value(json_object_get(c, "rendered")));
+        mask_date(want);
+        for (int rewrite = 1; rewrite >= 0; rewrite--) {
+            json_t *msgs = json_deep_copy(json_object_get(c, "openai_messages"));
+            if (rewrite)
+                sv_harmony_messages(msgs);
+            char *text = NULL;
+            size_t len = 0;
+            const int rc = cdx_chat_render(t, msgs, true, tokens, kw, &text, &len, &err);
+            if (text)
+                mask_date(text);
+            if (rewrite)
+                CHECKF(!rc && !strcmp(text, want), "%s: renders as Jinja2 does (%s)\n--- got\n%s\n--- want\n%s", name,
+                       rc ? err.msg : "", text ? text : "", want);
+            else
+                CHECKF(rc || strcmp(text, want), "%s: the client's form renders the same without the rewrite", name);
+            free(text);
+            json_decref(msgs);
+        }
+        free(want);
+        json_decref(kw);
+        json_decref(tokens);
+    }
+    cdx_tmpl_free(t);
+    json_decref(g);
+}
+
+/* Whether the whole text is a sentence of g (a vocabulary of the 256 bytes). */
+static bool grammar_accepts(const cdx_grammar *g, const char *text)
+{
+    static char bytes[256][1];
+    const char *pieces[257];
+    size_t lens[257];
+    for (int b = 0; b < 256; b++)
+        bytes[b][0] = (char)b, pieces[b] = bytes[b], lens[b] = 1;
+    pieces[256] = NULL, lens[256] = 0;
+    const int32_t eog = 256;
+    cdx_grammar_vocab *v = NULL;
+    cdx_matcher *m = NULL;
+    cdx_err err = { 0 };
+    bool ok = cdx_grammar_vocab_from_pieces(pieces, lens, 257, &eog, 1, &v, &err) == 0 &&
+              cdx_matcher_create(g, v, &m, &err) == 0 && cdx_matcher_accept_bytes(m, text, strlen(text), &err) == 0 &&
+              cdx_matcher_done(m);
+    cdx_matcher_free(m);
+    cdx_grammar_vocab_free(v);
+    return ok;
+}
+
+/* tool_choice on gpt-oss: the reply is one message to functions.NAME on the commentary channel whose
+ * body is the arguments under the tool's schema (the spec's call, without the <|call|> that ends
+ * the generation), and the parser reads it back as that call. */
+static void harmony_calls_are_forced(void)
+{
+    const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_current_weather\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\"}},\"required\":[\"location\"],"
+                        "\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    static const char call[] = "<|channel|>commentary to=functions.get_current_weather <|constrain|>json<|message|>"
+                               "{\"location\":\"San Francisco\"}";
+    char body[1024];
+    sv_params p;
+    sv_error e;
+    for (int named = 0; named < 2; named++) {
+        snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":%s}", m, tools,
+                 named ? "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}" : "\"required\"");
+        REQUIRE(parse(body, SV_CHAT, &p, &e) == 0);
+        CHECKF(sv_tool_grammar(&p, SV_FORM_HARMONY, &e) == 0 && p.grammar, "the grammar: %s", e.message);
+        if (p.grammar) {
+            CHECK(grammar_accepts(p.grammar, call) == !named);
+            CHECK(grammar_accepts(p.grammar, "<|channel|>commentary to=functions.g <|constrain|>json<|message|>{}"));
+            CHECK(!grammar_accepts(p.grammar, "<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
+                                              "<|message|>{\"where\":\"SF\"}"));
+            CHECK(!grammar_accepts(p.grammar, "<|channel|>final<|message|>Hi"));
+        }
+        sv_params_free(&p);
+    }
+    json_t *t = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_current_weather\"}}]", 0, NULL);
+    sv_harmony h;
+    CHECK(sv_harmony_parse(call, strlen(call), true, t, "x", &h) == 1 && !strcmp(h.content, ""));
+    sv_harmony_free(&h);
+    json_decref(t);
+}
+
 static void tool_fields_are_checked(void)
 {
     refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", SV_CHAT, 400,
@@ -614,6 +891,12 @@ int main(void)
     RUN("tokenize and detokenize bodies", tokenize_fields);
     RUN("UTF-8 sanitizing and the metrics text", sanitize_and_metrics);
     RUN("tool calls are found in every form, streamed or whole", tool_calls_are_found_in_every_form);
+    RUN("harmony replies are split by channel: reasoning, content, calls; streamed parts are prefixes of the whole's",
+        harmony_replies_are_split_by_channel);
+    RUN("the tool-call form is read off each chat template (gpt-oss: harmony)", tool_forms_are_read_off_templates);
+    RUN("a tool call and its result sent back render through gpt-oss's template as Jinja2 renders them",
+        harmony_round_trip_renders_as_jinja2);
+    RUN("tool_choice on gpt-oss forces one harmony call to functions.NAME, its body the arguments", harmony_calls_are_forced);
     RUN("tools and tool_choice are checked", tool_fields_are_checked);
     RUN("response_format, json_schema and grammar compile; bad ones are 400s naming field, place and reason",
         structured_output_fields);
