@@ -5,7 +5,9 @@
 # <tool_call> (hermes-3-tool-use, qwen2.5, qwen3), Mistral [TOOL_CALLS] (mistral-nemo, mistral-v0.3),
 # Llama 3 JSON (llama3.1, llama3.2), Qwen3.5's <function=...> XML (qwen3.5: string parameters raw,
 # others JSON, read back as vLLM's qwen3_coder parser reads them), Granite's <|tool_call|> and a JSON
-# list (granite-3.3, on Llama 3's tokenizer: its template asks for the form in the system prompt);
+# list (granite-3.3, on Llama 3's tokenizer: its template asks for the form in the system prompt),
+# gpt-oss's harmony message to functions.NAME (gpt-oss, on Llama 3's tokenizer; tests/server/test_harmony.sh
+# covers its channels);
 # streamed and not. Random-weight models (caldrix synth
 # tiny-qwen3-vocab / tiny-llama3-vocab) with the real tokenizers of ../shared/fixtures/tokenizers
 # (Mistral's templates run on Mistral's tokenizer) sample at temperature 1, so only the grammar makes
@@ -31,7 +33,8 @@ python3 - "$tmp" "$F" <<'PY'
 import json, os, sys
 tmp, F = sys.argv[1], sys.argv[2]
 pairs = {'hermes-3-tool-use': 'llama3', 'llama3.1': 'llama3', 'llama3.2': 'llama3', 'mistral-nemo': 'mistral',
-         'mistral-v0.3': 'mistral', 'qwen2.5': 'qwen3', 'qwen3': 'qwen3', 'qwen3.5': 'qwen3', 'granite-3.3': 'llama3'}
+         'mistral-v0.3': 'mistral', 'qwen2.5': 'qwen3', 'qwen3': 'qwen3', 'qwen3.5': 'qwen3', 'granite-3.3': 'llama3',
+         'gpt-oss': 'llama3'}
 ids = {'llama3': (128000, 128009), 'qwen3': (None, 151645), 'mistral': (1, 2)}
 for tpl, tk in pairs.items():
     d = f'{tmp}/models/{tpl}'
@@ -62,7 +65,7 @@ cat >"$tmp/tools.json" <<'J'
    "$defs": {"hm": {"type": "object", "properties": {"h": {"type": "integer", "minimum": 0, "maximum": 23}},
                     "required": ["h"], "additionalProperties": false}}}}}]
 J
-MODELS="qwen3 hermes-3-tool-use llama3.1 llama3.2 mistral-nemo mistral-v0.3 qwen2.5 qwen3.5 granite-3.3"
+MODELS="qwen3 hermes-3-tool-use llama3.1 llama3.2 mistral-nemo mistral-v0.3 qwen2.5 qwen3.5 granite-3.3 gpt-oss"
 start_server tools --threads 2 --models-dir "$tmp/models" || { bad "the server starts on the template models"; echo "$pass passed, $fail failed"; exit 1; }
 if node tests/server/structured.mjs "$URL/v1" "$tmp/tools.json" $MODELS >"$tmp/node.json" 2>"$tmp/node.err"; then
     for m in $MODELS; do
