@@ -4,6 +4,9 @@
  *   Llama 3.x:                 the whole reply one JSON object {"name": ..., "parameters": {...}}
  *   Qwen3.5 (XML):             <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...
  *                              </function>\n</tool_call>, a string parameter's VALUE raw, others as JSON
+ *   Granite 3.x:               <|tool_call|>[{"name": ..., "arguments": {...}}, ...]
+ *   gpt-oss (harmony):         a message to functions.NAME, its body the arguments (sv_harmony_parse,
+ *                              which also splits the reply's channels into reasoning and content)
  * A call counts only when its JSON parses, it names one of the request's tools and its arguments
  * are an object (or a string, passed on as sent); anything else stays text. With tool_choice
  * "auto" no grammar constrains the model, so a malformed call is the model's text, never an error;
@@ -414,6 +417,7 @@ int sv_harmony_parse(const char *text, size_t len, bool final, const json_t *too
     xadd(&c, "", 0);
     size_t i = 0;
     bool at_start = true; /* a message's header may begin at i */
+    bool marked = false;  /* ... after a "<|start|>" (kept when what follows is no header after all) */
     while (i < len) {
         const char *s = text + i;
         const size_t n = len - i;
@@ -436,20 +440,22 @@ int sv_harmony_parse(const char *text, size_t len, bool final, const json_t *too
                 else if (!h_call(calls, to, to_n, b, be, tools, id_base))
                     xadd(&c, s, (size_t)(b + be + bl - s)); /* no call after all: the message as written */
                 i = (size_t)(b + be + bl - text);
-                at_start = bl == sizeof k_h_start - 1 && !memcmp(b + be, k_h_start, bl);
+                at_start = marked = bl == sizeof k_h_start - 1 && !memcmp(b + be, k_h_start, bl);
                 continue;
             }
             /* no "<|message|>" yet, but a header may still come: wait */
             if (!m && te == n && !final && n < H_HEADER_MAX + sizeof k_h_msg - 1 && h_opens(s, n))
                 break;
             at_start = false;
+            if (marked)
+                xadd(&c, k_h_start, sizeof k_h_start - 1);
         }
         /* text outside a message: content as written, up to the next "<|start|>" */
         const char *st = find(s, n, k_h_start);
         if (st) {
             xadd(&c, s, (size_t)(st - s));
             i += (size_t)(st - s) + sizeof k_h_start - 1;
-            at_start = true;
+            at_start = marked = true;
             continue;
         }
         static const char *const k_start1[] = { k_h_start };

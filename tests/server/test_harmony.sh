@@ -6,9 +6,9 @@
 # <|call|>; <|return|> and <|call|> end the generation), so the prompt's marks are single special
 # tokens as in o200k_harmony. No fixture here has gpt-oss's own tokenizer or weights, and random
 # weights write no harmony by themselves: the replies are made by grammars, whose marks are spelled
-# with ordinary tokens (the grammar engine never emits control tokens), so the special tokens' detokenization
-# (the server keeps special tokens in a harmony model's text) is not exercised here; the parser's
-# cases on the spec's own examples are in tests/server/test_sv_request.c. What this covers:
+# with ordinary tokens (the grammar engine never emits control tokens); that the marks as special
+# tokens reach the parser is shown with logit_bias on one of them only. The parser's cases on the
+# spec's own examples are in tests/server/test_sv_request.c. What this covers:
 # - the template is recognised as harmony at load: tool_choice "required" / named force a
 #   harmony call (to=functions.NAME, the body valid under the tool's schema), read back as
 #   message.tool_calls with finish_reason "tool_calls", streamed and not;
@@ -18,7 +18,8 @@
 #   tool_calls, streamed and not;
 # - a tool call and its result sent back as an OpenAI client sends them render as Python Jinja2
 #   renders the conversation (tests/golden/harmony-roundtrip.json): the prompt's ids equal /tokenize's
-#   of the golden text (today's date in it).
+#   of the golden text (today's date in it);
+# - special tokens are kept in a harmony chat reply's text.
 # isa-neutral: the grammar decides the shapes; only the sampled letters depend on the logits
 set -u
 cd "$(dirname "$0")/../.."
@@ -52,6 +53,7 @@ c = json.load(open(f'{tmp}/wl/config.json'))
 c['bos_token_id'], c['eos_token_id'] = 128000, [ids['<|return|>'], ids['<|call|>']]
 json.dump(c, open(d + '/config.json', 'w'))
 os.symlink(os.path.abspath(f'{tmp}/wl/model.safetensors'), d + '/model.safetensors')
+open(f'{tmp}/message_id', 'w').write(str(ids['<|message|>']))
 PY
 start_server h --threads 2 --models-dir "$tmp/models" || { bad "the server starts on the harmony model"; echo "$pass passed, $fail failed"; exit 1; }
 
@@ -167,6 +169,13 @@ for name in after_the_result a_later_turn; do
     check "$name: the conversation sent back renders as Jinja2's golden ($s1 $s2; prompt tokens $n2, golden's $n1)" \
         [ "$s1 $s2" = "200 200" -a -n "$n1" -a "$n1" = "$n2" ]
 done
+
+# 5. special tokens stay in a harmony chat reply's text (its marks are special tokens): +100 on
+# <|message|> makes every token that mark; the text is no message, so it is content as written
+MID=$(cat "$tmp/message_id")
+st=$(post /v1/chat/completions "{\"model\":\"gpt-oss\",$MSG,\"temperature\":0,\"max_tokens\":3,\"logit_bias\":{\"$MID\":100}}" "$tmp/sp.json")
+check "special tokens are kept in the text: 3 x <|message|> (id $MID) is the content ($st $(jv "$tmp/sp.json" "d['choices'][0]['message']['content']"))" \
+    [ "$st" = 200 -a "$(jv "$tmp/sp.json" "d['choices'][0]['message']['content']")" = '"<|message|><|message|><|message|>"' ]
 
 [ "$fail" -eq 0 ] || { echo "--- the server's log:"; tail -20 "$tmp/h.log"; }
 stop_servers

@@ -450,6 +450,9 @@ static void harmony_replies_are_split_by_channel(void)
           "", "<|channel|>commentary to=functions.generate_file <|constrain|>json<|message|>{\"path\":", NULL, NULL },
         /* cut short (max_tokens): the open message's text so far */
         { "<|channel|>analysis<|message|>Thinking about <b> and 2<3", "Thinking about <b> and 2<3", "", NULL, NULL },
+        /* cut short inside a header: what follows the last whole message is content as written */
+        { "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary to=functions.get_cur",
+          "a", "<|start|>assistant<|channel|>commentary to=functions.get_cur", NULL, NULL },
         /* a reply outside the format: content as written */
         { "Hello <|there", "", "Hello <|there", NULL, NULL },
         { "", "", "", NULL, NULL },
