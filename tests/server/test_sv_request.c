@@ -468,6 +468,41 @@ static void harmony_replies_are_split_by_channel(void)
                                          "<|message|>{}",
                                          "", "<|channel|>commentary to=functions.generate_file <|constrain|>json"
                                          "<|message|>{}", NULL, NULL });
+    /* random replies spelled from harmony's pieces (a fixed LCG): every cut's parts are prefixes of
+     * the whole's and grow */
+    {
+        static const char *const parts[] = { "<|channel|>", "<|message|>", "<|end|>", "<|start|>", "assistant",
+                                             " to=functions.get_current_weather", " to=python", "analysis", "final",
+                                             "commentary", " json", "<|constrain|>", "{\"location\":\"x\"}", "hi",
+                                             "<", "|", " ", "<|ret" };
+        uint64_t st = 12345;
+        int bad = 0;
+        for (int r = 0; r < 400 && !bad; r++) {
+            char text[512] = "";
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const int n_parts = 1 + (int)(st >> 60);
+            for (int k = 0; k < n_parts; k++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                strcat(text, parts[(st >> 33) % (sizeof parts / sizeof *parts)]);
+            }
+            const size_t len = strlen(text);
+            sv_harmony w, h;
+            REQUIRE(sv_harmony_parse(text, len, true, tools, "x", &w) >= 0);
+            size_t last_r = 0, last_c = 0;
+            for (size_t at = 0; at <= len && !bad; at++) {
+                REQUIRE(sv_harmony_parse(text, at, false, tools, "x", &h) >= 0);
+                bad = h.reasoning_len > w.reasoning_len || memcmp(h.reasoning, w.reasoning, h.reasoning_len) ||
+                      h.content_len > w.content_len || memcmp(h.content, w.content, h.content_len) ||
+                      h.reasoning_len < last_r || h.content_len < last_c;
+                CHECKF(!bad, "random reply \"%s\": at %zu the parts \"%s\" / \"%s\" are no prefixes of \"%s\" / \"%s\"",
+                       text, at, h.reasoning, h.content, w.reasoning, w.content);
+                last_r = h.reasoning_len;
+                last_c = h.content_len;
+                sv_harmony_free(&h);
+            }
+            sv_harmony_free(&w);
+        }
+    }
     /* held back while streaming: a mark's start, a header not yet closed, a call's body */
     sv_harmony h;
     static const struct { const char *text, *reasoning, *content; } held[] = {
