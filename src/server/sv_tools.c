@@ -370,17 +370,27 @@ static void h_word(const char *p, const char *end, const char **w, size_t *wn)
     *wn = (size_t)(q - p);
 }
 
-/* The header h[0..n): its channel and recipient (to, NULL: none). false: not a header. */
+/* The header h[0..n): its channel and recipient (to, NULL: none). false: not a header. gpt-oss-20b
+ * at times writes a stray "<|channel|>commentary to=assistant" before the header's own channel
+ * (llama.cpp's common_chat_params_init_gpt_oss reads past it): the last channel counts, and the
+ * last recipient other than "assistant". */
 static bool h_header(const char *h, size_t n, const char **ch, size_t *ch_n, const char **to, size_t *to_n)
 {
     const char *c = find(h, n, k_h_channel), *t = find(h, n, " to=");
     if (!n || !h_opens(h, n) || !c)
         return false;
+    for (const char *c2; (c2 = find(c + 1, n - (size_t)(c + 1 - h), k_h_channel));)
+        c = c2;
     h_word(c + sizeof k_h_channel - 1, h + n, ch, ch_n);
     *to = NULL;
     *to_n = 0;
-    if (t)
-        h_word(t + 4, h + n, to, to_n);
+    for (; t; t = find(t + 1, n - (size_t)(t + 1 - h), " to=")) {
+        const char *w;
+        size_t wn;
+        h_word(t + 4, h + n, &w, &wn);
+        if (!(wn == 9 && !memcmp(w, "assistant", 9)))
+            *to = w, *to_n = wn;
+    }
     return true;
 }
 

@@ -456,6 +456,14 @@ static void harmony_replies_are_split_by_channel(void)
         /* a reply outside the format: content as written */
         { "Hello <|there", "", "Hello <|there", NULL, NULL },
         { "", "", "", NULL, NULL },
+        /* a stray "<|channel|>commentary to=assistant" before the channel (gpt-oss-20b writes it at
+         * times; llama.cpp reads past it): the message is the analysis it heads */
+        { "<|channel|>commentary to=assistant<|channel|>analysis<|message|>think<|end|><|start|>assistant"
+          "<|channel|>final<|message|>ok",
+          "think", "ok", NULL, NULL },
+        { "<|channel|>commentary to=assistant<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
+          "<|message|>{\"location\":\"Oslo\"}",
+          "", "", "get_current_weather", "{\"location\":\"Oslo\"}" },
         /* several analysis messages are joined */
         { "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>"
           "<|start|>assistant<|channel|>final<|message|>c",
