@@ -173,6 +173,8 @@ typedef struct cdx_tensor_plan {
     int64_t n_vision_layer;  /* vision-language models: the tower's layers (vision_config.num_hidden_layers) */
     bool text_config;        /* HF: the text model's tensors are under model.language_model. (Qwen3.5 VL) */
     bool parallel;           /* one norm per layer (config.json's use_parallel_residual): no FFN norm */
+    bool bitlinear;          /* HF BitNet under quantization_config bitnet: each linear's weight (packed U8) has its
+                                "<name>.weight_scale" beside it */
 } cdx_tensor_plan;
 
 /* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required

@@ -666,6 +666,12 @@ static void walk(const walker *w)
                                   (rd->need == NEED_QKV_BIAS || rd->need == NEED_LINEAR_BIAS ||
                                    rd->need == NEED_FFN_NORM || rd->need == NEED_FFN_NORM_B);
             emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL && !optional);
+            if (p->bitlinear && !p->gguf && d->bitnet && rd->is_mat) { /* a BitLinear's weight_scale */
+                char name[192];
+                arch_hf_name(d, role_hf_name(d, (tensor_role)r), (int)l, 0, name, sizeof name - 6);
+                strcat(name, "_scale");
+                emit(w, name, NULL, D_ONE, D_NONE, 1, false, true, CDX_TENSOR_WEIGHT);
+            }
         }
         if (sparse && d->moe_oai) { /* GPT-OSS's experts (bind_moe_oai's names) */
             static const struct { const char *gguf, *hf; dim_kind rows, cols; bool stack, mat; } k_oai[] = {
@@ -2107,6 +2113,16 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
         for (int i = 0; i < 7; i++)
             fp_mat(c, mats[i]);
+        if (L->attn_sub_norm) { /* BitNet: its sub-norms, BitLinears and a GGUF file's scales */
+            EVP_DigestUpdate(c, L->attn_sub_norm, (size_t)hp->n_embd * sizeof(float));
+            EVP_DigestUpdate(c, L->ffn_sub_norm, (size_t)hp->n_ff * sizeof(float));
+            EVP_DigestUpdate(c, L->lin_scale, sizeof L->lin_scale);
+            for (int k = 0; k < BIT_COUNT; k++)
+                if (L->bit[k].t) {
+                    EVP_DigestUpdate(c, &L->bit[k].ws, sizeof L->bit[k].ws);
+                    EVP_DigestUpdate(c, L->bit[k].t, (size_t)(L->bit[k].rows * L->bit[k].cols));
+                }
+        }
         if (!L->moe)
             continue;
         const int64_t moe_ints[] = { hp->n_ff_expert, hp->n_ff_shared, hp->norm_topk_prob };
