@@ -347,6 +347,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     int n_seen = 0;
     for (size_t i = 0; i < st->n_tensors; i++) {
         out->weight_bytes += st->tensors[i].n_bytes;
+        if (cfg->bitlinear && !strcmp(st->tensors[i].dtype, "U8")) /* BitNet: unpacked to one int8 per weight */
+            out->weight_bytes += 3 * st->tensors[i].n_bytes;
         int k = 0;
         while (k < n_seen && strcmp(seen[k], st->tensors[i].dtype))
             k++;

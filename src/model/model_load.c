@@ -933,14 +933,15 @@ static int bind_bitlinear_layer(binder *b, int il, layer_weights *L, cdx_err *er
         *bm = (bit_mat){ .t = malloc((size_t)(rows * cols)), .rows = rows, .cols = cols, .ws = 1.0f };
         if (!bm->t)
             return cdx_err_set(err, CDX_ENOMEM, "%s: out of memory for tensor \"%s\"", b->path, name);
-        if (b->m->check_only) {
-            memset(bm->t, 0, (size_t)(rows * cols));
-            continue;
-        }
+        /* the one value is read even by a check (inspect's verdict is run's) */
         tr->to_f32(s->data, &bm->ws, 1);
         if (!(bm->ws > 0) || !isfinite(bm->ws))
             return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is %g; a BitLinear divides by it", b->path, sname,
                                (double)bm->ws);
+        if (b->m->check_only) {
+            memset(bm->t, 0, (size_t)(rows * cols));
+            continue;
+        }
         const uint8_t *p = w->data;
         const int64_t R = rows / 4;
         for (int i = 0; i < 4; i++)
@@ -1992,6 +1993,9 @@ static double mats_sum(const cdx_model *m, bool macs, double *experts)
             for (int i = 0; i < 3; i++)
                 *experts += (double)x[i]->rows * (double)(macs ? (size_t)x[i]->cols : x[i]->row_bytes);
         }
+    for (int64_t l = 0; l < m->hp.n_layer; l++) /* BitNet's BitLinears: one int8 per weight */
+        for (int k = 0; k < BIT_COUNT; k++)
+            total += (double)m->layers[l].bit[k].rows * (double)m->layers[l].bit[k].cols;
     return total;
 }
 
