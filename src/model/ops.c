@@ -448,7 +448,8 @@ void model_act_quant(const float *x, int64_t n, int64_t cols, int8_t *xq, float 
         xs[i] = s;
         for (int64_t c = 0; c < cols; c++) {
             const float q = rintf(r[c] * s); /* torch.round: half to even, as rint in the default mode */
-            xq[i * cols + c] = (int8_t)(q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q);
+            /* a NaN (a diverged activation) becomes 0 rather than an undefined cast (torch's NaN.to(int8) is unspecified) */
+            xq[i * cols + c] = (int8_t)(q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q == q ? q : 0.0f);
         }
     }
 }
