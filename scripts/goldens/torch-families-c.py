@@ -74,6 +74,16 @@ def unpack_weights(packed, dtype):
     return unpacked.to(dtype) - 1
 
 
+# unpack_weights' docstring example (integrations/bitnet.py), checked before any golden is written, and the
+# fixture's packing (tiny_fixtures.pack_ternary) undone by it
+_packed = torch.tensor([[0b10100001, 0b00011000], [0b10010000, 0b00001010]], dtype=torch.uint8)
+assert unpack_weights(_packed, torch.float32).tolist() == [[0, -1], [-1, 1], [-1, 1], [-1, 1], [1, 0], [0, -1],
+                                                           [1, -1], [1, -1]]
+_t = tiny_fixtures.ternary("check", 8, 3)
+assert unpack_weights(torch.tensor(tiny_fixtures.pack_ternary(_t, 8, 3), dtype=torch.uint8).view(2, 3),
+                      torch.float32).flatten().tolist() == _t
+
+
 def bitlinear(x, W, name):
     # BitLinear.forward (offline): activation_quant, F.linear over the int8 values, post_quant_process
     w_quant = unpack_weights(W[name + ".weight"], torch.float32)
