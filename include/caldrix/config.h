@@ -48,6 +48,7 @@ extern "C" {
     X(COHERE)      /* CohereForCausalLM (Command R) */                                                   \
     X(OLMO)        /* OlmoForCausalLM (OLMo v1: LayerNorms without weight or bias) */                    \
     X(GPT_OSS)     /* GptOssForCausalLM */                                                               \
+    X(BITNET)      /* BitNetForCausalLM (BitNet b1.58: BitLinear, sub-norms, relu2) */                   \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -74,6 +75,7 @@ typedef enum cdx_hf_act {
     CDX_HF_ACT_SILU = 0,     /* SwiGLU (Llama, Qwen, ...) */
     CDX_HF_ACT_GELU_TANH,    /* GeGLU with gelu_pytorch_tanh (Gemma) */
     CDX_HF_ACT_GELU,         /* an encoder's (ungated) MLP: gelu(W1·x), the exact erf form (BERT's "gelu") */
+    CDX_HF_ACT_RELU2,        /* relu(x)² (ACT2FN's "relu2", ReLUSquaredActivation: BitNet) */
 } cdx_hf_act;
 
 /* Which projections attention_bias (or the class itself) biases. */
@@ -155,6 +157,8 @@ typedef struct cdx_hf_arch_row {
     bool parallel;            /* that default (Cohere: always) */
     const char *qk_norm_key;  /* a bool naming per-head q/k LayerNorms (use_qk_norm, qk_layernorm); caldrix does
                                  not run them yet and refuses true by name; NULL: the class has none */
+    bool bitnet_quant;        /* reads quantization_config quant_method "bitnet" (linear_class "bitlinear", mode
+                                 "offline": BitNet's packed ternary BitLinear weights), refusing any other */
 } cdx_hf_arch_row;
 
 /* The row of architecture a (the model layer's family rows hold them); NULL out of range. */
@@ -273,6 +277,8 @@ typedef struct cdx_hf_config {
     double rope_theta_swa;         /* the sliding layers' RoPE base (rope_local_base_freq), without rope_scaling;
                                       0: they rotate as the others */
     double clip_qkv;               /* OLMoE's clip_qkv; 0: none (null or absent) */
+    bool bitlinear;                /* quantization_config bitnet (row bitnet_quant): every linear but the head is
+                                      a BitLinear (packed ternary weight + weight_scale, int8 activations per token) */
     double swiglu_limit, swiglu_alpha; /* GPT-OSS's clamped SwiGLU (swiglu_limit, swiglu_alpha); 0: none */
     int64_t sliding_window_pattern; /* Gemma3's (6 when absent); 0 elsewhere */
     /* an encoder (layout CDX_HF_ENCODER); rms_norm_eps holds its layer_norm_eps */

@@ -235,6 +235,9 @@ typedef struct cdx_safetensors {
 /* path: a .safetensors file, a model.safetensors.index.json, or a directory (model.safetensors,
  * else the index, else every *.safetensors file, as transformers chooses). */
 CDX_API int cdx_st_open(const char *path, cdx_safetensors **out, cdx_err *err);
+/* cdx_st_open that also maps U8 tensors, as bytes (type CDX_TYPE_COUNT, dtype "U8"; BitNet's packed ternary
+ * weights, which only the bitnet family's loader reads). */
+CDX_API int cdx_st_open_u8(const char *path, cdx_safetensors **out, cdx_err *err);
 /* One safetensors file in caller-owned memory that must outlive the reader (fuzzing). n_files is 0. */
 CDX_API int cdx_st_open_mem(const void *data, size_t size, const char *name, cdx_safetensors **out, cdx_err *err);
 /* The same reader for what the headers say (inspect): every other dtype is accepted too (type

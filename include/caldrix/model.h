@@ -44,6 +44,7 @@ extern "C" {
     X(COHERE, cohere)       /* Cohere (Command R): LayerNorms, the parallel block, interleaved RoPE, logit_scale */ \
     X(OLMO, olmo)           /* OLMo (v1): LayerNorms without weight or bias, clip_qkv */                   \
     X(GPT_OSS, gpt_oss)     /* GPT-OSS: attention sinks, biased experts with a clamped SwiGLU, windows */  \
+    X(BITNET, bitnet)       /* BitNet b1.58: BitLinear (ternary weights, int8 activations), sub-norms, relu2 */ \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -133,6 +134,7 @@ typedef struct cdx_hparams {
                                       use_parallel_residual) */
     bool linear_bias;              /* o_proj and the MLP's linears add biases (Starcoder2's use_bias) */
     bool mlp_plain;                /* the MLP is down(act(up(x))): no gate (Starcoder2) */
+    bool bitlinear;                /* BitNet's BitLinears: packed ternary weights, int8 activations per token */
     float logit_scale;             /* logits = head(x) · logit_scale (Cohere); 0: none */
 } cdx_hparams;
 
@@ -171,6 +173,8 @@ typedef struct cdx_tensor_plan {
     int64_t n_vision_layer;  /* vision-language models: the tower's layers (vision_config.num_hidden_layers) */
     bool text_config;        /* HF: the text model's tensors are under model.language_model. (Qwen3.5 VL) */
     bool parallel;           /* one norm per layer (config.json's use_parallel_residual): no FFN norm */
+    bool bitlinear;          /* HF BitNet under quantization_config bitnet: each linear's weight (packed U8) has its
+                                "<name>.weight_scale" beside it */
 } cdx_tensor_plan;
 
 /* Calls fn once per tensor name the loader looks up for plan, in the loader's order: required

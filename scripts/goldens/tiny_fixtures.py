@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Tiny random-weight Hugging Face checkpoints for the families that have no fixture in ../shared
-(OLMo v1, GPT-OSS), written at test time: config.json (the keys published checkpoints write) and
+(OLMo v1, GPT-OSS, BitNet b1.58), written at test time: config.json (the keys published checkpoints write) and
 model.safetensors (float32, transformers' tensor names). Python's standard library only, so the tests
 need no PyTorch; deterministic: the same family always gives the same bytes.
 
 Weights: element i of tensor NAME is u·scale with u = (z >> 40) / 2^23 - 1 in [-1, 1), z the
 splitmix64 output of state fnv1a64(NAME) + (i + 1)·0x9E3779B97F4A7C15 (exact in float32, since scale is a
 power of two).
+
+BitNet's linears are stored as microsoft/bitnet-b1.58-2B-4T stores them (quantization_config bitnet, BitLinear,
+offline): "weight" U8 [rows/4, cols], four ternary values a byte (transformers' integrations/bitnet.py
+pack_weights: value t of row i·rows/4 + r at bits 2i of byte row r, stored as t + 1), and "weight_scale" BF16
+[1] (the divisor: y = x_int8·t / (weight_scale · 127/absmax(x))). t is -1, 0, +1 as u < -1/3, |u| <= 1/3,
+u > 1/3; weight_scale is 4 + round(16·(u + 1))/8 (exact in bf16).
 
     python3 scripts/goldens/tiny_fixtures.py FAMILY OUT_DIR [JSON_CONFIG_OVERRIDES]
 
@@ -93,40 +99,100 @@ def gpt_oss(over):
     return cfg, t
 
 
-FAMILIES = {"olmo": olmo, "gpt_oss": gpt_oss}
+def bitnet(over):
+    # microsoft/bitnet-b1.58-2B-4T's config.json keys (shrunk); BitNetConfig's defaults where it writes none
+    cfg = {"architectures": ["BitNetForCausalLM"], "model_type": "bitnet", "vocab_size": 320, "hidden_size": 64,
+           "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "hidden_act": "relu2", "max_position_embeddings": 256, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+           "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True, "bos_token_id": 1,
+           "eos_token_id": 2, "torch_dtype": "bfloat16", "initializer_range": 0.02, "use_cache": True,
+           "quantization_config": {"linear_class": "bitlinear", "quant_method": "bitnet",
+                                   "quantization_mode": "offline"}}
+    cfg.update(over)
+    E, F, H, L, V = (cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                      "num_hidden_layers", "vocab_size"))
+    KV = cfg["num_key_value_heads"] or H
+    hd = E // H
+    t = [("model.embed_tokens.weight", (V, E), 1.0), ("model.norm.weight", (E,), 1.0)]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        t += [(p + "input_layernorm.weight", (E,), 1.0), (p + "post_attention_layernorm.weight", (E,), 1.0),
+              (p + "self_attn.attn_sub_norm.weight", (E,), 1.0), (p + "mlp.ffn_sub_norm.weight", (F,), 1.0)]
+        for name, shape in (("self_attn.q_proj", (H * hd, E)), ("self_attn.k_proj", (KV * hd, E)),
+                            ("self_attn.v_proj", (KV * hd, E)), ("self_attn.o_proj", (E, H * hd)),
+                            ("mlp.gate_proj", (F, E)), ("mlp.up_proj", (F, E)), ("mlp.down_proj", (E, F))):
+            t += [(p + name + ".weight", shape, "ternary"), (p + name + ".weight_scale", (1,), "wscale")]
+    if not cfg["tie_word_embeddings"]:
+        t.append(("lm_head.weight", (V, E), 0.25))
+    return cfg, t
 
 
-def tensors(family, cfg_over=None):
-    """(config dict, [(name, shape, flat values)]) of a family."""
+def ternary(name, rows, cols):
+    """The ternary matrix [rows][cols] of tensor name (row-major, values -1, 0, 1)."""
+    return [-1 if u < -1.0 / 3 else 1 if u > 1.0 / 3 else 0 for u in values(name, rows * cols, 1.0)]
+
+
+def pack_ternary(t, rows, cols):
+    """transformers' pack_weights: [rows/4][cols] bytes, row i·rows/4 + r of t at bits 2i of byte row r."""
+    rd = rows // 4
+    out = [0] * (rd * cols)
+    for i in range(4):
+        for r in range(rd):
+            for c in range(cols):
+                out[r * cols + c] |= (t[(i * rd + r) * cols + c] + 1) << (2 * i)
+    return out
+
+
+FAMILIES = {"olmo": olmo, "gpt_oss": gpt_oss, "bitnet": bitnet}
+
+
+def tensors(family, cfg_over=None, stored=False):
+    """(config dict, [(name, shape, flat values)]) of a family; stored: [(name, shape, flat values, dtype)] as the
+    file holds them (BitNet's linears packed U8 [rows/4, cols] and their BF16 weight_scale), else every tensor as
+    the values transformers computes with (the ternary matrices unpacked, -1/0/1)."""
     cfg, spec = FAMILIES[family](cfg_over or {})
     out = []
     for name, shape, scale in spec:
         n = 1
         for d in shape:
             n *= d
-        out.append((name, shape, values(name, n, scale)))
-    return cfg, out
+        if scale == "ternary":
+            t = ternary(name, shape[0], shape[1])
+            out.append((name, (shape[0] // 4, shape[1]), pack_ternary(t, shape[0], shape[1]), "U8") if stored
+                       else (name, shape, [float(v) for v in t], "F32"))
+        elif scale == "wscale":
+            out.append((name, shape, [4.0 + round(16 * (values(name, 1, 1.0)[0] + 1)) / 8.0],
+                        "BF16" if stored else "F32"))
+        else:
+            out.append((name, shape, values(name, n, scale), "F32"))
+    return cfg, out if stored else [x[:3] for x in out]
 
 
 def write(family, folder, cfg_over=None):
-    cfg, ts = tensors(family, cfg_over)
+    cfg, ts = tensors(family, cfg_over, stored=True)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
     ts = sorted(ts, key=lambda x: x[0])
+    size = {"F32": 4, "BF16": 2, "U8": 1}
     head, off = {}, 0
-    for name, shape, v in ts:
-        head[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + 4 * len(v)]}
-        off += 4 * len(v)
+    for name, shape, v, dt in ts:
+        head[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + size[dt] * len(v)]}
+        off += size[dt] * len(v)
     head["__metadata__"] = {"format": "pt"}
     hb = json.dumps(head, separators=(",", ":")).encode()
     hb += b" " * (-len(hb) % 8)
     with open(os.path.join(folder, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
-        for _, _, v in ts:
-            f.write(struct.pack("<%df" % len(v), *v))
+        for _, _, v, dt in ts:
+            if dt == "U8":
+                f.write(bytes(v))
+            elif dt == "BF16":  # exact: the values have at most 8 significant bits
+                f.write(b"".join(struct.pack("<f", x)[2:] for x in v))
+            else:
+                f.write(struct.pack("<%df" % len(v), *v))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,13 @@ step (no KV cache), float32 throughout.
         inference branch, GptOssTopKRouter, eager_attention_forward with sinks, _apply_rotary_emb) and
         configuration_gpt_oss.py @ 02b8f42b4240dddea1b27c45d2dc95fb2682f841; YaRN as modeling_rope_utils'
         _compute_yarn_parameters (cos and sin × the attention factor)
+  bitnet  modeling_bitnet.py @ 00b676f8f0489b88652a31d70751cc540dd06305 (BitNetRMSNorm, BitNetMLP with its
+        ffn_sub_norm, BitNetAttention with its attn_sub_norm before o_proj, LlamaDecoderLayer's order) with every
+        linear but lm_head a BitLinear of integrations/bitnet.py @ 0b4060e7f247746bc39eee818a9c6ffe6c6cf892
+        (quantization_config bitnet, linear_class bitlinear, offline: unpack_weights of the stored U8 bytes,
+        activation_quant's per-token int8 (127 / absmax clamped at 1e-5, round, clamp to [-128, 127]),
+        F.linear over the integers, post_quant_process's y / (weight_scale · input_scale)); ACT2FN's relu2
+        (ReLUSquaredActivation: square(relu(x))) or silu as hidden_act says
 
     /usr/bin/python3 scripts/goldens/torch-families-c.py [tests/golden/families-c.json]
 
@@ -39,12 +46,83 @@ VARIANTS = [
     ("gpt_oss", "fixture (window 8 on layer 0, YaRN, limit 7)", {}),
     ("gpt_oss", "swiglu_limit 0.5, window 4, full layer first", {"swiglu_limit": 0.5, "sliding_window": 4,
                                                                 "layer_types": ["full_attention", "sliding_attention"]}),
+    ("bitnet", "fixture (relu2, BitLinear offline: packed U8 weights, weight_scale)", {}),
+    ("bitnet", "hidden_act silu, 4 kv heads", {"hidden_act": "silu", "num_key_value_heads": 4}),
 ]
 
 
 def weights(family, over):
+    if family == "bitnet":  # the stored form: U8 packed weights, BF16 weight_scale (to float32 as the model's dtype)
+        cfg, ts = tiny_fixtures.tensors(family, over, stored=True)
+        W = {}
+        for n, s, v, dt in ts:
+            if dt == "U8":
+                W[n] = torch.tensor(v, dtype=torch.uint8).view(*s)
+            else:  # F32, or BF16 values that are exact in bf16
+                W[n] = torch.tensor(v, dtype=torch.bfloat16 if dt == "BF16" else torch.float32).view(*s).float()
+        return cfg, W
     cfg, ts = tiny_fixtures.tensors(family, over)
     return cfg, {n: torch.tensor(v, dtype=torch.float32).view(*s) for n, s, v in ts}
+
+
+def unpack_weights(packed, dtype):
+    # integrations/bitnet.py unpack_weights: byte row r holds rows r, r + R, r + 2R, r + 3R (R = packed rows)
+    R = packed.shape[0]
+    unpacked = torch.zeros((R * 4, *packed.shape[1:]), dtype=torch.uint8)
+    for i in range(4):
+        unpacked[i * R:(i + 1) * R] = (packed & (3 << (2 * i))) >> (2 * i)
+    return unpacked.to(dtype) - 1
+
+
+# unpack_weights' docstring example (integrations/bitnet.py), checked before any golden is written, and the
+# fixture's packing (tiny_fixtures.pack_ternary) undone by it
+_packed = torch.tensor([[0b10100001, 0b00011000], [0b10010000, 0b00001010]], dtype=torch.uint8)
+assert unpack_weights(_packed, torch.float32).tolist() == [[0, -1], [-1, 1], [-1, 1], [-1, 1], [1, 0], [0, -1],
+                                                           [1, -1], [1, -1]]
+_t = tiny_fixtures.ternary("check", 8, 3)
+assert unpack_weights(torch.tensor(tiny_fixtures.pack_ternary(_t, 8, 3), dtype=torch.uint8).view(2, 3),
+                      torch.float32).flatten().tolist() == _t
+
+
+def bitlinear(x, W, name):
+    # BitLinear.forward (offline): activation_quant, F.linear over the int8 values, post_quant_process
+    w_quant = unpack_weights(W[name + ".weight"], torch.float32)
+    scale = 127 / x.abs().max(dim=-1, keepdim=True).values.clamp(min=1e-5)
+    input_quant = (x * scale).round().clamp(-128, 127).to(torch.int8)
+    y = F.linear(input_quant.to(torch.float32), w_quant)
+    return y / (W[name + ".weight_scale"] * scale)
+
+
+def bitnet_forward(W, cfg, ids):
+    E, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads") or nh
+    hd = E // nh
+    eps = cfg["rms_norm_eps"]
+    T = len(ids)
+
+    def rms(x, w):  # BitNetRMSNorm
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return w * (x * torch.rsqrt(variance + eps))
+
+    act = {"relu2": lambda g: torch.square(F.relu(g)), "silu": F.silu}[cfg["hidden_act"]]
+    cos, sin = rope_cos_sin(hd, cfg["rope_theta"], T)
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = bitlinear(h, W, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1)
+        k = bitlinear(h, W, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1)
+        v = bitlinear(h, W, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+        q = q * cos[None] + rotate_half(q) * sin[None]
+        k = k * cos[None] + rotate_half(k) * sin[None]
+        a = eager_attention(q, k, v, hd ** -0.5)
+        a = rms(a, W[p + "self_attn.attn_sub_norm.weight"])  # BitNetAttention: attn_sub_norm before o_proj
+        x = x + bitlinear(a, W, p + "self_attn.o_proj")
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        g = act(bitlinear(h, W, p + "mlp.gate_proj")) * bitlinear(h, W, p + "mlp.up_proj")
+        x = x + bitlinear(rms(g, W[p + "mlp.ffn_sub_norm.weight"]), W, p + "mlp.down_proj")  # BitNetMLP
+    head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]  # tied: lm_head stays nn.Linear
+    return F.linear(rms(x, W["model.norm.weight"]), head)
 
 
 def rotate_half(x):
@@ -210,7 +288,7 @@ def gpt_oss_forward(W, cfg, ids):
     return rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].t()
 
 
-FORWARD = {"olmo": olmo_forward, "gpt_oss": gpt_oss_forward}
+FORWARD = {"olmo": olmo_forward, "gpt_oss": gpt_oss_forward, "bitnet": bitnet_forward}
 
 
 def greedy(fw, W, cfg, prompt):

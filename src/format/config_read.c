@@ -21,7 +21,7 @@ typedef cdx_hf_arch_row arch_row;
 static const cdx_hf_rule k_rules[] = {
     { "architecture", "architectures", "config.json must declare exactly one architecture, one of the accepted list; every other architecture is refused by name." },
     { "dtype", "torch_dtype / dtype", "a torch_dtype other than bfloat16, float32 or float16." },
-    { "quantized", "quantization_config", "a quantized safetensors checkpoint (quantization_config present); use the unquantized release or a quantized Ollama tag." },
+    { "quantized", "quantization_config", "a quantized safetensors checkpoint (quantization_config present; BitNet's own packed ternary weights excepted: quant_method bitnet, linear_class bitlinear, quantization_mode offline); use the unquantized release or a quantized Ollama tag." },
     { "activation", "hidden_act / hidden_activation", "an activation other than SiLU (Gemma's families and Starcoder2: other than gelu_pytorch_tanh or SiLU in hidden_activation, Starcoder2's hidden_act; the encoders BERT and XLM-RoBERTa: other than gelu)." },
     { "mlp_bias", "mlp_bias", "an MLP bias." },
     { "attention_bias", "attention_bias", "an attention bias on o_proj (attention_bias true where the class applies it to q, k, v and o; Qwen2 and Qwen2-MoE have q, k, v biases of their own, which caldrix runs)." },
@@ -874,7 +874,7 @@ static int read_encoder(ctx *c, cdx_hf_config *cfg, const arch_row *row)
 static int read_act(ctx *c, cdx_hf_config *cfg, const arch_row *row, json_t *const objs[2], const char *const names[2])
 {
     static const struct { const char *name; cdx_hf_act act; } k_acts[] = {
-        { "silu", CDX_HF_ACT_SILU }, { "gelu_pytorch_tanh", CDX_HF_ACT_GELU_TANH },
+        { "silu", CDX_HF_ACT_SILU }, { "gelu_pytorch_tanh", CDX_HF_ACT_GELU_TANH }, { "relu2", CDX_HF_ACT_RELU2 },
     };
     static const char *const act_keys[] = { "hidden_act", "hidden_activation" };
     int rc;
@@ -899,11 +899,15 @@ static int read_act(ctx *c, cdx_hf_config *cfg, const arch_row *row, json_t *con
             size_t a = 0;
             while (a < sizeof k_acts / sizeof k_acts[0] && strcmp(act, k_acts[a].name))
                 a++;
-            if (a < sizeof k_acts / sizeof k_acts[0] && (row->act_key || k_acts[a].act == CDX_HF_ACT_SILU))
+            /* the row's own activation (relu2: BitNet) besides SiLU; an act_key row's SiLU or tanh-GELU */
+            const bool own = row->act == CDX_HF_ACT_RELU2;
+            if (a < sizeof k_acts / sizeof k_acts[0] &&
+                (k_acts[a].act == CDX_HF_ACT_SILU || k_acts[a].act == row->act ||
+                 (row->act_key && k_acts[a].act == CDX_HF_ACT_GELU_TANH)))
                 cfg->act = k_acts[a].act;
             else
                 REFUSE(c, "%s: %s is \"%.40s\"; only \"%s\" is supported", names[k], key, act,
-                       row->act_key ? "silu\" or \"gelu_pytorch_tanh" : "silu");
+                       row->act_key ? "silu\" or \"gelu_pytorch_tanh" : own ? "relu2\" or \"silu" : "silu");
         }
     return CDX_OK;
 }
@@ -984,7 +988,22 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
     static const char *const interleaved[] = { "rope_interleaved", "rotary_interleaved", "interleaved_rope" };
     for (int k = 0; k < 2 && objs[k]; k++) {
         json_t *q = field(objs[k], "quantization_config");
-        if (q) {
+        if (q && row && row->bitnet_quant && json_is_object(q)) {
+            /* BitNetQuantConfig: quant_method "bitnet"; linear_class "bitlinear" and quantization_mode "offline"
+             * (its defaults) are the packed weights transformers' BitLinear reads (integrations/bitnet.py) */
+            static const char *const keys[3][2] = { { "quant_method", "bitnet" }, { "linear_class", "bitlinear" },
+                                                    { "quantization_mode", "offline" } };
+            for (int i = 0; i < 3; i++) {
+                json_t *v = json_object_get(q, keys[i][0]);
+                if ((i == 0 && !v) || (v && (!json_is_string(v) || strcmp(json_string_value(v), keys[i][1])))) {
+                    char *txt = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+                    REFUSE(&c, "%s: quantization_config.%s is %.40s; caldrix reads BitNet's packed weights only "
+                           "(quant_method \"bitnet\", linear_class \"bitlinear\", quantization_mode \"offline\")",
+                           obj_names[k], keys[i][0], txt ? txt : "absent");
+                }
+            }
+            cfg->bitlinear = true;
+        } else if (q) {
             json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
             REFUSE(&c, "%s: quantization_config is present (quant_method \"%.40s\"); quantized safetensors "
                    "checkpoints are refused. Use the unquantized release, or a quantized Ollama tag "

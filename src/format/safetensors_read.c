@@ -38,6 +38,7 @@ typedef struct {
     size_t n_copies;
     size_t cap_tensors;
     bool headers_only;  /* cdx_st_open_headers */
+    bool bytes_u8;      /* cdx_st_open_u8: U8 tensors read too, as bytes (type CDX_TYPE_COUNT, dtype "U8") */
 } st_impl;
 
 void cdx_st_close(cdx_safetensors *st)
@@ -190,7 +191,7 @@ static int parse_one(st_impl *s, const uint8_t *data, size_t size, const char *p
         const size_t n_known = sizeof k_dtypes / sizeof k_dtypes[0];
         while (k < n_known && strcmp(k_dtypes[k].name, dt))
             k++;
-        if (!s->headers_only && k >= ST_N_COMPUTED) {
+        if (!s->headers_only && k >= ST_N_COMPUTED && !(s->bytes_u8 && !strcmp(dt, "U8"))) {
             rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%.200s\" has dtype %.40s; caldrix reads F32, F16 and BF16",
                              path, name, dt);
             goto out;
@@ -558,7 +559,7 @@ static int open_dir(st_impl *s, const char *dir, cdx_err *err)
     return rc ? rc : finish(s, dir, err);
 }
 
-static int open_path(const char *path, bool headers_only, cdx_safetensors **out, cdx_err *err)
+static int open_path(const char *path, bool headers_only, bool bytes_u8, cdx_safetensors **out, cdx_err *err)
 {
     *out = NULL;
     struct stat sb;
@@ -568,6 +569,7 @@ static int open_path(const char *path, bool headers_only, cdx_safetensors **out,
     if (!s)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     s->headers_only = headers_only;
+    s->bytes_u8 = bytes_u8;
     int rc;
     if (S_ISDIR(sb.st_mode))
         rc = open_dir(s, path, err);
@@ -586,6 +588,8 @@ static int open_path(const char *path, bool headers_only, cdx_safetensors **out,
     return CDX_OK;
 }
 
-int cdx_st_open(const char *path, cdx_safetensors **out, cdx_err *err) { return open_path(path, false, out, err); }
+int cdx_st_open(const char *path, cdx_safetensors **out, cdx_err *err) { return open_path(path, false, false, out, err); }
 
-int cdx_st_open_headers(const char *path, cdx_safetensors **out, cdx_err *err) { return open_path(path, true, out, err); }
+int cdx_st_open_u8(const char *path, cdx_safetensors **out, cdx_err *err) { return open_path(path, false, true, out, err); }
+
+int cdx_st_open_headers(const char *path, cdx_safetensors **out, cdx_err *err) { return open_path(path, true, false, out, err); }

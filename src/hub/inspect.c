@@ -347,6 +347,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     int n_seen = 0;
     for (size_t i = 0; i < st->n_tensors; i++) {
         out->weight_bytes += st->tensors[i].n_bytes;
+        if (cfg->bitlinear && !strcmp(st->tensors[i].dtype, "U8")) /* BitNet: unpacked to one int8 per weight */
+            out->weight_bytes += 3 * st->tensors[i].n_bytes;
         int k = 0;
         while (k < n_seen && strcmp(seen[k], st->tensors[i].dtype))
             k++;
@@ -359,7 +361,8 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         char item[64];
         snprintf(item, sizeof item, "%s=%llu", seen[k], (unsigned long long)counts[k]);
         append_list(types, sizeof types, item);
-        if (strcmp(seen[k], "F32") && strcmp(seen[k], "F16") && strcmp(seen[k], "BF16"))
+        if (strcmp(seen[k], "F32") && strcmp(seen[k], "F16") && strcmp(seen[k], "BF16") &&
+            !(cfg->bitlinear && !strcmp(seen[k], "U8"))) /* BitNet's packed BitLinear weights */
             append_list(unsup, sizeof unsup, seen[k]);
     }
     snprintf(out->tensor_types, sizeof out->tensor_types, "%s", types);
@@ -399,7 +402,7 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         cdx_tensor_plan plan = { .arch = fa, .gguf = false, .n_layer = cfg->n_layers, .n_expert = cfg->n_experts,
                                  .sparse = sparse, .qkv_bias = cfg->attn_qkv_bias, .untied = !tied, .linear = linear,
                                  .text_config = cfg->text_config, .n_vision_layer = cfg->vision.n_layers,
-                                 .parallel = cfg->parallel_residual };
+                                 .parallel = cfg->parallel_residual, .bitlinear = cfg->bitlinear };
         names_ctx x = { .keep = true };
         check_required(out, &plan, st_has, st, &x);
         free(sparse);

@@ -38,12 +38,11 @@ const cdx_hf_arch_row *cdx_hf_arch_row_get(cdx_hf_arch a)
 
 /* The architectures refused by name (issue 36: a family not finished is refused with its reason). */
 static const cdx_refused_arch k_refused[] = {
-    { "BitNetForCausalLM", "bitnet", "bitnet",
-      "BitNet b1.58 is not computed yet: ternary weights with per-token 8-bit activations, the sub-norms before "
-      "o_proj and down_proj (attn_sub_norm, ffn_sub_norm) and the squared-ReLU MLP" },
     { "BitnetForCausalLM", NULL, "bitnet",
-      "BitNet b1.58 (1bitLLM's remote-code class) is not computed yet: ternary weights with 8-bit activations "
-      "and its sub-norms; caldrix reads the TQ1_0/TQ2_0 tensor types but runs no bitnet layer" },
+      "1bitLLM's remote-code BitNet b1.58 (trust_remote_code, not transformers' class) is not run: its float master "
+      "weights are ternarised at every forward (utils_quant.py's weight_quant, 1/mean|W|) under other sub-norm names "
+      "(self_attn.inner_attn_ln, mlp.ffn_layernorm); transformers' BitNetForCausalLM (packed weights) and GGUF "
+      "\"bitnet\" files of it are" },
     { "Qwen2VLForConditionalGeneration", "qwen2vl", "qwen2_vl",
       "Qwen2-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section over temporal, "
       "height and width positions) and the vision tower" },

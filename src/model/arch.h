@@ -108,6 +108,9 @@ typedef struct arch_desc {
     bool gguf_swa_all;          /* attention.sliding_window (0: none) over every layer; convert writes it */
     int64_t gguf_scale_layers;  /* llama.cpp's 27B rule: at this block count the softmax scale is
                                    (n_embd / n_head)^-½ (Gemma2/3-27B's query_pre_attn_scalar), else head_dim^-½ */
+    bool bitnet;                /* BitNet b1.58: attn_sub_norm before o_proj, ffn_sub_norm before down_proj (roles
+                                   ROLE_ATTN_SUB_NORM, ROLE_FFN_SUB_NORM); a checkpoint's BitLinear weights
+                                   (cdx_hf_config.bitlinear: layer_weights.bit); a GGUF file's "<name>.scale" */
     const role_name *names;     /* its own tensor names, or NULL */
     bool encoder;               /* a bidirectional encoder (BERT, XLM-R): its own binding and pass (encoder.c),
                                    no KV cache; run by cdx_encode, never by cdx_forward */
@@ -133,8 +136,10 @@ typedef enum {
     ROLE_SSM_QKV, ROLE_SSM_Z, ROLE_SSM_CONV, ROLE_SSM_DT, ROLE_SSM_ALOG, ROLE_SSM_B, ROLE_SSM_A, ROLE_SSM_NORM,
     ROLE_SSM_OUT,
     ROLE_ATTN_POST_NORM, /* arch_desc.post_norms: the attention output's norm */
+    ROLE_ATTN_SUB_NORM,  /* arch_desc.bitnet: the attention's output normed before o_proj */
     ROLE_FFN_NORM, ROLE_FFN_NORM_B, ROLE_GATE_UP, ROLE_GATE, ROLE_UP, ROLE_UP_B, ROLE_DOWN, ROLE_DOWN_B,
     ROLE_FFN_POST_NORM,  /* arch_desc.post_norms: the MLP output's norm */
+    ROLE_FFN_SUB_NORM,   /* arch_desc.bitnet: act(gate)·up normed before down_proj */
     ROLE_COUNT
 } tensor_role;
 
@@ -142,7 +147,7 @@ typedef enum {
 static inline bool arch_role_is_norm(tensor_role r)
 {
     return r == ROLE_ATTN_NORM || r == ROLE_FFN_NORM || r == ROLE_OUT_NORM || r == ROLE_QNORM || r == ROLE_KNORM ||
-           r == ROLE_ATTN_POST_NORM || r == ROLE_FFN_POST_NORM;
+           r == ROLE_ATTN_POST_NORM || r == ROLE_FFN_POST_NORM || r == ROLE_ATTN_SUB_NORM || r == ROLE_FFN_SUB_NORM;
 }
 
 /* The GGUF ("blk.%d.attn_q.weight") or HF ("model.layers.%d.self_attn.q_proj.weight") name pattern of
@@ -156,6 +161,17 @@ const char *arch_moe_name_of(const arch_desc *d, moe_role r, bool gguf);
  * expert) → its llama.cpp GGUF name ("blk.L.ffn_gate_exps.weight": experts stacked, so *expert says
  * which slice, -1 for the others); *role is 0 for the router. False: not an expert-layer tensor. */
 bool arch_moe_hf_name(cdx_arch arch, const char *hf, char *gguf, size_t cap, int *layer, int *expert, int *role);
+
+/* BitNet's linears, in the order of layer_weights' matrices wq, wk, wv, wo, gate, up, down. */
+enum { BIT_Q, BIT_K, BIT_V, BIT_O, BIT_GATE, BIT_UP, BIT_DOWN, BIT_COUNT };
+
+/* A BitLinear's weights (transformers' integrations/bitnet.py, offline): the ternary matrix unpacked from the
+ * checkpoint's U8 bytes, and weight_scale: y = Σ q(x)·t / (ws · 127/absmax(x)) (ops.c's model_bitlinear). */
+typedef struct bit_mat {
+    int8_t *t;                          /* [rows × cols] -1, 0, +1 (owned); NULL: not a BitLinear */
+    int64_t rows, cols;
+    float ws;                           /* weight_scale, as an f32 */
+} bit_mat;
 
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm;        /* [n_embd] owned f32 copies; NULL where arch_desc.no_pre_norms */
@@ -188,6 +204,10 @@ typedef struct layer_weights {
     float *ssm_dt;                      /* [nv] dt_bias */
     float *ssm_a_neg;                   /* [nv] -exp(A_log) */
     float *ssm_norm;                    /* [dv] the gated RMSNorm's weight (no offset) */
+    /* BitNet (arch_desc.bitnet) */
+    float *attn_sub_norm, *ffn_sub_norm; /* [n_head·head_dim], [n_ff] */
+    bit_mat bit[BIT_COUNT];             /* a checkpoint's BitLinears (cdx_hf_config.bitlinear), else t NULL */
+    float lin_scale[BIT_COUNT];         /* a GGUF file's "<name>.scale" (llama.cpp's wq_s ...): the output × it; 0: none */
 } layer_weights;
 
 struct cdx_model {

@@ -395,6 +395,56 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
     return rc;
 }
 
+/* A BitNet BitLinear's packed weight (U8 [rows/4, cols], model_load.c's bind_bitlinear_layer) and its
+ * "<name>_scale": written as the ternary matrix (exact in every type the converter writes, TQ1_0/TQ2_0 once
+ * quantized) and llama.cpp's optional per-tensor "<gguf name>.scale" = 1 / weight_scale (llama.cpp multiplies
+ * the linear's output by it; transformers divides by weight_scale). llama.cpp's own converter writes the
+ * dequantized floats and no scale. */
+static int convert_bitlinear(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tensor *t, const arch_desc *d,
+                             uint32_t want, const char *dir, cdx_err *err)
+{
+    char name[160], sname[176];
+    tensor_role role;
+    int layer;
+    if (!map_name(d, t->name, name, sizeof name, &role, &layer) || layer >= c->cfg.n_layers || t->n_dims != 2)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" (U8) is not a BitLinear weight of the bitnet "
+                           "architecture", dir, t->name);
+    snprintf(sname, sizeof sname, "%s_scale", t->name);
+    const cdx_st_tensor *s = cdx_st_find(c->st, sname);
+    const cdx_type_traits *str = s ? cdx_type_get(s->type) : NULL;
+    if (!str || !str->to_f32 || s->n_dims > 1 || (s->n_dims == 1 && s->shape[0] != 1))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing or not one F32, F16 or BF16 value", dir, sname);
+    float ws;
+    str->to_f32(s->data, &ws, 1);
+    if (!(ws > 0) || !isfinite(ws))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is %g; a BitLinear divides by it", dir, sname, (double)ws);
+    const uint64_t R = t->shape[0], cols = t->shape[1], rows = 4 * R;
+    if (!R || !cols || R > ((uint64_t)1 << 24) || cols > ((uint64_t)1 << 24))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" has shape [%llu, %llu]", dir, t->name,
+                           (unsigned long long)R, (unsigned long long)cols);
+    float *f = malloc((size_t)(rows * cols) * sizeof *f);
+    if (!f)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+    const uint8_t *p = t->data;
+    for (uint64_t i = 0; i < 4; i++)
+        for (uint64_t r = 0; r < R; r++)
+            for (uint64_t k = 0; k < cols; k++)
+                f[(i * R + r) * cols + k] = (float)(((p[r * cols + k] >> (2 * i)) & 3) - 1);
+    const uint64_t ne[2] = { cols, rows };
+    int rc = add_tensor(c, w, name, tensor_type(want, name, 2, cols), 2, ne, f, NULL, err);
+    free(f);
+    if (rc)
+        return rc;
+    char *dot = strrchr(name, '.');
+    snprintf(dot, sizeof name - (size_t)(dot - name), ".scale");
+    float *inv = keep(c, sizeof *inv);
+    if (!inv)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", sname);
+    *inv = 1.0f / ws;
+    const uint64_t one[1] = { 1 };
+    return add_tensor(c, w, name, CDX_TYPE_F32, 1, one, NULL, inv, err);
+}
+
 /* A tensor of a sparse layer: the routers and the shared expert's gate stay F32 (the converter
  * never quantizes ffn_gate_inp), the shared expert converts as a dense tensor, and an expert's
  * matrix goes into its layer's stack, written when the last expert arrives. */
@@ -686,6 +736,9 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
     if (cfg->rope_type == CDX_HF_ROPE_LINEAR) { /* TextModel.set_gguf_parameters, every family */
         cdx_gguf_writer_set_str(w, K(ROPE_SCALING_TYPE), "linear");
         cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_FACTOR), (float)cfg->rope_factor);
+    } else if (d->bitnet) { /* BitnetModel.set_gguf_parameters: linear scaling, factor 1 */
+        cdx_gguf_writer_set_str(w, K(ROPE_SCALING_TYPE), "linear");
+        cdx_gguf_writer_set_f32(w, K(ROPE_SCALING_FACTOR), 1.0f);
     }
     const int64_t n_rot = (int64_t)((double)cfg->head_dim * cfg->partial_rotary_factor);
     if (n_rot != cfg->head_dim && !d->hybrid) /* partial rotary (Phi3MiniModel: int(rot_pct·n_embd) // n_head) */
@@ -933,10 +986,17 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
                              d->gguf_name);
             goto fail;
         }
+    } else if (d->bitnet && (cfg->act != CDX_HF_ACT_SILU || !cfg->tie_word_embeddings)) {
+        /* llama.cpp's bitnet graph: build_ffn(..., LLM_FFN_SILU) and the head is token_embd */
+        rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: %s; GGUF \"bitnet\" has no key for it: llama.cpp's bitnet "
+                         "graph gates with SiLU and ties the head to token_embd, so this model cannot be written for it",
+                         dir, cfg->act != CDX_HF_ACT_SILU ? "hidden_act is not \"silu\" (BitNet b1.58's relu2)"
+                                                           : "tie_word_embeddings is false");
+        goto fail;
     } else if (cfg->sliding_window > 0 && !d->gguf_swa_all)
         snprintf(c->notes, sizeof c->notes, "sliding_window %lld is not written: GGUF \"%s\" has no key for it, so "
                  "llama.cpp attends to the whole context\n", (long long)cfg->sliding_window, d->gguf_name);
-    if ((rc = cdx_st_open(dir, &c->st, err)))
+    if ((rc = cfg->bitlinear && d->bitnet ? cdx_st_open_u8(dir, &c->st, err) : cdx_st_open(dir, &c->st, err)))
         goto fail;
     size_t nt = (size_t)c->st->n_tensors;
     refs = calloc(nt ? nt : 1, sizeof *refs);
@@ -959,6 +1019,8 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         /* Qwen3.5: the multi-token-prediction head and the vision tower are not the text model */
         skip |= d->hybrid && (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "model.visual.", 13));
         skip |= d->gguf_gemma && !strcmp(t->name, "lm_head.weight"); /* GemmaModel.filter_tensors: tied */
+        /* BitNet: a BitLinear's weight_scale is written with its weight (convert_bitlinear) */
+        skip |= d->bitnet && cfg->bitlinear && n > 13 && !strcmp(t->name + n - 13, ".weight_scale");
         if (skip)
             continue;
         refs[n_src].t = t;
@@ -966,7 +1028,7 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         uint64_t p = 1;
         for (uint32_t k = 0; k < t->n_dims; k++)
             p *= t->shape[k];
-        n_params += p;
+        n_params += t->type == CDX_TYPE_COUNT ? 4 * p : p; /* a BitLinear's U8 bytes hold four weights each */
         n_src++;
     }
     qsort(refs, n_src, sizeof *refs, src_cmp);
@@ -1061,6 +1123,8 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         }
         if (d->moe_oai && strstr(tn, ".mlp."))
             rc = convert_oai_tensor(c, w, refs[i].t, o.type, dir, err);
+        else if (d->bitnet && refs[i].t->type == CDX_TYPE_COUNT)
+            rc = convert_bitlinear(c, w, refs[i].t, d, o.type, dir, err);
         else if (d->moe && arch_moe_hf_name(d->arch, refs[i].t->name, gname, sizeof gname, &layer, &expert, &role))
             rc = convert_moe_tensor(c, w, refs[i].t, gname, layer, expert, role, o.type, dir, err);
         else

@@ -45,6 +45,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->s.rope_f); free(fc->s.rope_buf);
     free(fc->s.router); free(fc->s.xg); free(fc->s.yg); free(fc->s.moe); free(fc->s.sel_w); free(fc->s.grp_w);
     free(fc->s.sel_e); free(fc->s.grp_tok);
+    free(fc->s.xq); free(fc->s.xqs);
     free(fc->mb_last); free(fc->mb_local); free(fc->mb_seq); free(fc->mb_seqs); free(fc->hd_pos); free(fc->hd_seq);
     free(fc->hd_want);
     hybrid_ctx_free(fc->hy);
@@ -138,7 +139,13 @@ int cdx_forward_ctx_create_on(const cdx_model *m, int64_t max_tokens, int n_thre
         ws = b > ws ? b : ws;
     }
     fc->s.ws = malloc(ws ? ws : 1);
-    if (!moe_ok || !rope_ok || !fc->s.x || !fc->s.xn || (hp->parallel_residual && !fc->s.xp) || !fc->s.q || !fc->s.kk || !fc->s.vv || !fc->s.attn || !fc->s.ffn_g || !fc->s.ffn_u || !fc->s.pos ||
+    bool bit_ok = true;
+    if (hp->bitlinear) { /* BitLinear's int8 activations: the widest input is n_embd (= heads·head_dim) or n_ff */
+        fc->s.xq = malloc(n * (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd));
+        fc->s.xqs = malloc(n * sizeof(float));
+        bit_ok = fc->s.xq && fc->s.xqs;
+    }
+    if (!bit_ok || !moe_ok || !rope_ok || !fc->s.x || !fc->s.xn || (hp->parallel_residual && !fc->s.xp) || !fc->s.q || !fc->s.kk || !fc->s.vv || !fc->s.attn || !fc->s.ffn_g || !fc->s.ffn_u || !fc->s.pos ||
         !fc->s.seq || !fc->s.ws || !fc->s.arows) {
         cdx_forward_ctx_free(fc);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for a batch of %lld tokens", (long long)max_tokens);
@@ -236,6 +243,28 @@ static void qkv_part(void *arg, int ith, int nth)
     }
 }
 
+/* The layer's linears which[0..nw) (BIT_*: wq ... down) over the n rows of in (cols values) into outs: BitNet's
+ * BitLinears where the layer has them (the input quantized once), else the matrices w (one matmul pass over
+ * several with the same input); then a GGUF bitnet file's per-tensor scales (llama.cpp's build_lora_mm w_s). */
+static void layer_linears(const cdx_forward_ctx *fc, const layer_weights *L, const int *which, const cdx_mat *const *w,
+                          int nw, const float *in, int64_t n, int64_t cols, float *const *outs)
+{
+    if (L->bit[which[0]].t) {
+        model_act_quant(in, n, cols, fc->s.xq, fc->s.xqs);
+        for (int i = 0; i < nw; i++)
+            model_bitlinear(fc->s.pool, &L->bit[which[i]], fc->s.xq, fc->s.xqs, n, outs[i]);
+    } else if (nw == 1)
+        cdx_matmul(fc->s.k, fc->s.pool, w[0], in, n, outs[0], fc->s.ws);
+    else
+        cdx_matmul_multi(fc->s.k, fc->s.pool, w, nw, in, n, outs, fc->s.ws);
+    for (int i = 0; i < nw; i++) {
+        const float s = L->lin_scale[which[i]];
+        const int64_t rows = L->bit[which[i]].t ? L->bit[which[i]].rows : w[i]->rows;
+        for (int64_t v = 0; s && v < n * rows; v++)
+            outs[i][v] *= s;
+    }
+}
+
 /* One pass over the layers of st: from the tokens (layer0 0) or b->x_in, to the next stage (layer1 <
  * n_layer), to b->x_out, or through the output norm and head into logits. A pass over no layers
  * (layer0 = layer1 = n_layer, rows in x_in) is the head alone. */
@@ -319,8 +348,8 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_stage *st, const cdx_
         const float *in = L->attn_norm ? fc->s.xn : fc->s.x;
         if (L->attn_norm)
             model_norm_rows_of(pool, hp->layer_norm, fc->s.xn, fc->s.x, L->attn_norm, L->attn_norm_b, n, E, hp->rms_eps);
-        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in, n,
-                         (float *[]){ fc->s.q, fc->s.kk, fc->s.vv }, fc->s.ws);
+        layer_linears(fc, L, (const int[]){ BIT_Q, BIT_K, BIT_V }, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in,
+                      n, E, (float *[]){ fc->s.q, fc->s.kk, fc->s.vv });
         model_lora_add(pool, b, l, LORA_Q, in, n, E, fc->s.q, qd);
         model_lora_add(pool, b, l, LORA_K, in, n, E, fc->s.kk, kvd);
         model_lora_add(pool, b, l, LORA_V, in, n, E, fc->s.vv, kvd);
@@ -337,7 +366,10 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_stage *st, const cdx_
         /* a parallel block (Cohere, StableLM): the MLP reads the attention's input norm, so the attention's
          * output waits in xp and x += attn, then x += mlp (transformers' residual + attn + mlp) */
         float *attn_out = hp->parallel_residual ? fc->s.xp : fc->s.xn;
-        cdx_matmul(K, pool, &L->wo, fc->s.attn, n, attn_out, fc->s.ws);
+        if (L->attn_sub_norm) /* BitNet: the heads' output normed before o_proj */
+            model_norm_rows(pool, fc->s.attn, fc->s.attn, L->attn_sub_norm, n, qd, hp->rms_eps);
+        layer_linears(fc, L, (const int[]){ BIT_O }, (const cdx_mat *[]){ &L->wo }, 1, fc->s.attn, n, qd,
+                      (float *[]){ attn_out });
         model_lora_add(pool, b, l, LORA_O, fc->s.attn, n, qd, attn_out, E);
         model_add_bias(attn_out, L->bo, n, E); /* Starcoder2's o_proj bias */
         if (L->attn_post_norm) /* OLMo 2: x += rms(attn(x))·w */
@@ -361,13 +393,16 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_stage *st, const cdx_
             model_lora_add(pool, b, l, LORA_DOWN, fc->s.ffn_g, n, hp->n_ff, fc->s.xn, E);
             model_add_bias(fc->s.xn, L->b_down, n, E);
         } else {
-            cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
-                             (float *[]){ fc->s.ffn_g, fc->s.ffn_u }, fc->s.ws);
+            layer_linears(fc, L, (const int[]){ BIT_GATE, BIT_UP }, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
+                          E, (float *[]){ fc->s.ffn_g, fc->s.ffn_u });
             model_lora_add(pool, b, l, LORA_GATE, in, n, E, fc->s.ffn_g, hp->n_ff);
             model_lora_add(pool, b, l, LORA_UP, in, n, E, fc->s.ffn_u, hp->n_ff);
             model_add_bias(fc->s.ffn_u, L->b_up, n, hp->n_ff);
             model_glu(pool, K, hp->act, m->gelu_f16, fc->s.ffn_g, fc->s.ffn_u, n * hp->n_ff);
-            cdx_matmul(K, pool, &L->down, fc->s.ffn_g, n, fc->s.xn, fc->s.ws);
+            if (L->ffn_sub_norm) /* BitNet: act(gate)·up normed before down_proj */
+                model_norm_rows(pool, fc->s.ffn_g, fc->s.ffn_g, L->ffn_sub_norm, n, hp->n_ff, hp->rms_eps);
+            layer_linears(fc, L, (const int[]){ BIT_DOWN }, (const cdx_mat *[]){ &L->down }, 1, fc->s.ffn_g, n, hp->n_ff,
+                          (float *[]){ fc->s.xn });
             model_lora_add(pool, b, l, LORA_DOWN, fc->s.ffn_g, n, hp->n_ff, fc->s.xn, E);
             model_add_bias(fc->s.xn, L->b_down, n, E);
         }

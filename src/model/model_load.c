@@ -19,7 +19,8 @@ typedef enum { D_NONE, D_EMBD, D_VOCAB, D_Q, D_KV, D_FF, D_HD, D_ROT2, D_NEXP, D
                D_QG, D_SSM_CH, D_SSM_VD, D_SSM_NV, D_SSM_DV, D_SSM_K, D_QN, D_KN, D_FFE2, D_QKV, D_FF2, D_HEADS } dim_kind;
 typedef enum { NEED_ALWAYS, NEED_OPTIONAL, NEED_QKV_BIAS, NEED_QK_NORM, NEED_LINEAR, NEED_PRE_NORM,
                NEED_POST_NORM, NEED_SPLIT_QKV, NEED_FUSED_QKV, NEED_SPLIT_FFN, NEED_FUSED_FFN,
-               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE, NEED_OUT_NORM, NEED_SINKS } need_kind;
+               NEED_FFN_NORM, NEED_NORM_B, NEED_FFN_NORM_B, NEED_LINEAR_BIAS, NEED_GATE, NEED_OUT_NORM, NEED_SINKS,
+               NEED_SUB_NORM } need_kind;
 
 static const struct role_desc {
     const char *gguf, *hf;
@@ -50,6 +51,8 @@ static const struct role_desc {
     [ROLE_KNORM]      = { "blk.%d.attn_k_norm.weight",  "model.layers.%d.self_attn.k_norm.weight",     true,  false, D_KN,    D_NONE, NEED_QK_NORM, CDX_TENSOR_NORM },
     [ROLE_SINKS]      = { "blk.%d.attn_sinks.weight",   "model.layers.%d.self_attn.sinks",             true,  false, D_HEADS, D_NONE, NEED_SINKS },
     [ROLE_ATTN_POST_NORM] = { "blk.%d.post_attention_norm.weight", "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
+    /* BitNet: BitNetRMSNorm(hidden_size) over the attention's output (heads × head_dim = hidden_size) */
+    [ROLE_ATTN_SUB_NORM] = { "blk.%d.attn_sub_norm.weight", "model.layers.%d.self_attn.attn_sub_norm.weight", true, false, D_EMBD, D_NONE, NEED_SUB_NORM, CDX_TENSOR_NORM },
     [ROLE_FFN_NORM]   = { "blk.%d.ffn_norm.weight",     "model.layers.%d.post_attention_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_FFN_NORM, CDX_TENSOR_NORM },
     [ROLE_FFN_NORM_B] = { "blk.%d.ffn_norm.bias",       "model.layers.%d.post_attention_layernorm.bias", true, false, D_EMBD, D_NONE, NEED_FFN_NORM_B },
     [ROLE_GATE_UP]    = { "blk.%d.ffn_up.weight",       "model.layers.%d.mlp.gate_up_proj.weight",     true,  true,  D_FF2,   D_EMBD, NEED_FUSED_FFN },
@@ -59,6 +62,7 @@ static const struct role_desc {
     [ROLE_DOWN]       = { "blk.%d.ffn_down.weight",     "model.layers.%d.mlp.down_proj.weight",        true,  true,  D_EMBD,  D_FF,   NEED_ALWAYS },
     [ROLE_DOWN_B]     = { "blk.%d.ffn_down.bias",       "model.layers.%d.mlp.down_proj.bias",          true,  false, D_EMBD,  D_NONE, NEED_LINEAR_BIAS },
     [ROLE_FFN_POST_NORM] = { "blk.%d.post_ffw_norm.weight", "model.layers.%d.post_feedforward_layernorm.weight", true, false, D_EMBD, D_NONE, NEED_POST_NORM, CDX_TENSOR_NORM },
+    [ROLE_FFN_SUB_NORM] = { "blk.%d.ffn_sub_norm.weight", "model.layers.%d.mlp.ffn_sub_norm.weight", true, false, D_FF, D_NONE, NEED_SUB_NORM, CDX_TENSOR_NORM },
     /* Gated DeltaNet (Qwen3.5 linear_attn; GGUF names as llama.cpp's qwen35, whose ssm_a is -exp(A_log)) */
     [ROLE_SSM_QKV]    = { "blk.%d.attn_qkv.weight",     "model.layers.%d.linear_attn.in_proj_qkv.weight", true, true,  D_SSM_CH, D_EMBD, NEED_LINEAR },
     [ROLE_SSM_Z]      = { "blk.%d.attn_gate.weight",    "model.layers.%d.linear_attn.in_proj_z.weight", true,  true,  D_SSM_VD, D_EMBD, NEED_LINEAR },
@@ -105,6 +109,7 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
     case NEED_PRE_NORM: return !d->no_pre_norms && !d->norm_none;
     case NEED_OUT_NORM: return !d->norm_none;
     case NEED_SINKS: return d->attn_sinks;
+    case NEED_SUB_NORM: return d->bitnet;
     case NEED_POST_NORM: return d->post_norms;
     case NEED_SPLIT_QKV: return !d->fused_qkv;
     case NEED_FUSED_QKV: return d->fused_qkv;
@@ -121,7 +126,7 @@ static bool role_in_family(const arch_desc *d, need_kind need, bool qkv_bias, bo
 static bool need_is_norm(need_kind n)
 {
     return n == NEED_PRE_NORM || n == NEED_POST_NORM || n == NEED_FFN_NORM || n == NEED_NORM_B || n == NEED_FFN_NORM_B ||
-           n == NEED_OUT_NORM;
+           n == NEED_OUT_NORM || n == NEED_SUB_NORM;
 }
 
 const char *arch_role_name_of(const arch_desc *d, tensor_role r, bool gguf, bool *per_layer)
@@ -661,6 +666,12 @@ static void walk(const walker *w)
                                   (rd->need == NEED_QKV_BIAS || rd->need == NEED_LINEAR_BIAS ||
                                    rd->need == NEED_FFN_NORM || rd->need == NEED_FFN_NORM_B);
             emit_role(w, d, (tensor_role)r, (int)l, rd->need != NEED_OPTIONAL && !optional);
+            if (p->bitlinear && !p->gguf && d->bitnet && rd->is_mat) { /* a BitLinear's weight_scale */
+                char name[192];
+                arch_hf_name(d, role_hf_name(d, (tensor_role)r), (int)l, 0, name, sizeof name - 6);
+                strcat(name, "_scale");
+                emit(w, name, NULL, D_ONE, D_NONE, 1, false, true, CDX_TENSOR_WEIGHT);
+            }
         }
         if (sparse && d->moe_oai) { /* GPT-OSS's experts (bind_moe_oai's names) */
             static const struct { const char *gguf, *hf; dim_kind rows, cols; bool stack, mat; } k_oai[] = {
@@ -819,6 +830,14 @@ static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
                            (double)hp->rms_eps, hp->rope_theta);
+    if (d->bitnet && hp->n_head * hp->head_dim != hp->n_embd) /* attn_sub_norm is hidden_size wide */
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %lld heads × head_dim %lld is not the hidden size %lld; BitNet's "
+                           "attn_sub_norm (hidden_size wide) normalizes the heads' output", path, (long long)hp->n_head,
+                           (long long)hp->head_dim, (long long)hp->n_embd);
+    if (hp->bitlinear && (hp->n_ff % 4 || hp->n_embd % 4 || (hp->n_head_kv * hp->head_dim) % 4))
+        return cdx_err_set(err, CDX_EFORMAT, "%s: BitNet's packed weights hold four rows a byte; hidden size %lld, "
+                           "kv width %lld and feed-forward size %lld must be multiples of 4", path, (long long)hp->n_embd,
+                           (long long)(hp->n_head_kv * hp->head_dim), (long long)hp->n_ff);
     if (!hp->n_expert)
         return CDX_OK;
     /* the readers name the file's own fields; these are the bounds both share */
@@ -878,6 +897,85 @@ static void split_rows(const cdx_mat *f, cdx_mat *const *out, const int64_t *row
         out[i]->data = (const uint8_t *)f->data + off;
         off += (size_t)rows[i] * f->row_bytes;
     }
+}
+
+/* BitNet's linears, in layer_weights.bit order. */
+static const tensor_role k_bit_roles[BIT_COUNT] = { ROLE_WQ, ROLE_WK, ROLE_WV, ROLE_WO, ROLE_GATE, ROLE_UP, ROLE_DOWN };
+
+/* A BitNet checkpoint's BitLinears of layer il (transformers' integrations/bitnet.py, offline): "<name>.weight"
+ * U8 [rows/4, cols], byte row r holding rows r + i·rows/4 (i = 0..3) in bits 2i as t + 1 (unpack_weights), and
+ * "<name>.weight_scale" (one value). A code of 3 unpacks to 2, as unpack_weights computes it. */
+static int bind_bitlinear_layer(binder *b, int il, layer_weights *L, cdx_err *err)
+{
+    const cdx_hparams *hp = &b->m->hp;
+    for (int k = 0; k < BIT_COUNT; k++) {
+        const struct role_desc *rd = &k_roles[k_bit_roles[k]];
+        const int64_t rows = dim_value(hp, rd->rows), cols = dim_value(hp, rd->cols);
+        char name[160], sname[176];
+        arch_hf_name(b->m->desc, role_hf_name(b->m->desc, k_bit_roles[k]), il, 0, name, sizeof name);
+        snprintf(sname, sizeof sname, "%s_scale", name);
+        int64_t wi = -1, si = -1;
+        const src_tensor *w = find_tensor(b, name, &wi), *s = find_tensor(b, sname, &si);
+        if (!w || !s)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is missing; a BitNet checkpoint under "
+                               "quantization_config bitnet needs it", b->path, w ? sname : name);
+        if (w->type != CDX_TYPE_COUNT || w->n_dims != 2 || rows % 4 || w->n_mat != 1 || w->rows != rows / 4 ||
+            w->cols != cols)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is %s [%lld, %lld]; a BitLinear's packed weight is U8 "
+                               "[%lld, %lld] (four ternary values a byte)", b->path, name,
+                               w->type == CDX_TYPE_COUNT ? "U8" : cdx_type_name(w->type), (long long)w->rows,
+                               (long long)w->cols, (long long)(rows / 4), (long long)cols);
+        const cdx_type_traits *tr = cdx_type_get(s->type);
+        if (!tr || !tr->to_f32 || s->rows * s->cols != 1 || s->n_mat != 1)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not one F32, F16 or BF16 value", b->path, sname);
+        b->used[wi] = b->used[si] = true;
+        bit_mat *bm = &L->bit[k];
+        *bm = (bit_mat){ .t = malloc((size_t)(rows * cols)), .rows = rows, .cols = cols, .ws = 1.0f };
+        if (!bm->t)
+            return cdx_err_set(err, CDX_ENOMEM, "%s: out of memory for tensor \"%s\"", b->path, name);
+        /* the one value is read even by a check (inspect's verdict is run's) */
+        tr->to_f32(s->data, &bm->ws, 1);
+        if (!(bm->ws > 0) || !isfinite(bm->ws))
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is %g; a BitLinear divides by it", b->path, sname,
+                               (double)bm->ws);
+        if (b->m->check_only) {
+            memset(bm->t, 0, (size_t)(rows * cols));
+            continue;
+        }
+        const uint8_t *p = w->data;
+        const int64_t R = rows / 4;
+        for (int i = 0; i < 4; i++)
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < cols; c++)
+                    bm->t[(i * R + r) * cols + c] = (int8_t)(((p[r * cols + c] >> (2 * i)) & 3) - 1);
+    }
+    return CDX_OK;
+}
+
+/* A GGUF bitnet file's optional per-tensor scales of layer il (llama.cpp's wq_s ... "blk.N.attn_q.scale",
+ * one value each, TENSOR_NOT_REQUIRED): the linear's output × it. */
+static int bind_gguf_lin_scales(binder *b, int il, layer_weights *L, cdx_err *err)
+{
+    for (int k = 0; k < BIT_COUNT; k++) {
+        char name[160];
+        snprintf(name, sizeof name, role_gguf_name(b->m->desc, k_bit_roles[k]), il);
+        char *dot = strrchr(name, '.');
+        if (!dot || strcmp(dot, ".weight"))
+            continue;
+        strcpy(dot, ".scale");
+        int64_t si = -1;
+        const src_tensor *s = find_tensor(b, name, &si);
+        if (!s)
+            continue;
+        const cdx_type_traits *tr = cdx_type_get(s->type);
+        if (!tr || !tr->to_f32 || s->rows * s->cols != 1 || s->n_mat != 1)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not one F32, F16 or BF16 value", b->path, name);
+        b->used[si] = true;
+        L->lin_scale[k] = 1.0f;
+        if (!b->m->check_only)
+            tr->to_f32(s->data, &L->lin_scale[k], 1);
+    }
+    return CDX_OK;
 }
 
 static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
@@ -945,7 +1043,10 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
                 goto out;
             continue;
         }
-        if (m->desc->fused_qkv) { /* one q | k | v matrix (Phi3's qkv_proj), its row ranges as wq, wk, wv */
+        if (hp->bitlinear) { /* BitNet's packed BitLinears: every linear of the layer */
+            if ((rc = bind_bitlinear_layer(b, il, L, err)))
+                goto out;
+        } else if (m->desc->fused_qkv) { /* one q | k | v matrix (Phi3's qkv_proj), its row ranges as wq, wk, wv */
             cdx_mat f;
             if ((rc = bind_role(b, ROLE_WQKV, il, &f, NULL, NULL, err)))
                 goto out;
@@ -958,7 +1059,7 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
             goto out;
         if ((rc = bind_role(b, ROLE_ATTN_NORM, il, NULL, &L->attn_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_ATTN_NORM_B, il, NULL, &L->attn_norm_b, NULL, err)) ||
-            (rc = bind_role(b, ROLE_WO, il, &L->wo, NULL, NULL, err)) ||
+            (!hp->bitlinear && (rc = bind_role(b, ROLE_WO, il, &L->wo, NULL, NULL, err))) ||
             (rc = bind_role(b, ROLE_BQ, il, NULL, &L->bq, NULL, err)) ||
             (rc = bind_role(b, ROLE_BK, il, NULL, &L->bk, NULL, err)) ||
             (rc = bind_role(b, ROLE_BV, il, NULL, &L->bv, NULL, err)) ||
@@ -969,7 +1070,10 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
             (rc = bind_role(b, ROLE_ATTN_POST_NORM, il, NULL, &L->attn_post_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_FFN_NORM, il, NULL, &L->ffn_norm, NULL, err)) ||
             (rc = bind_role(b, ROLE_FFN_NORM_B, il, NULL, &L->ffn_norm_b, NULL, err)) ||
-            (rc = bind_role(b, ROLE_FFN_POST_NORM, il, NULL, &L->ffn_post_norm, NULL, err)))
+            (rc = bind_role(b, ROLE_FFN_POST_NORM, il, NULL, &L->ffn_post_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_ATTN_SUB_NORM, il, NULL, &L->attn_sub_norm, NULL, err)) ||
+            (rc = bind_role(b, ROLE_FFN_SUB_NORM, il, NULL, &L->ffn_sub_norm, NULL, err)) ||
+            (m->desc->bitnet && b->gguf && (rc = bind_gguf_lin_scales(b, il, L, err))))
             goto out;
         /* sparse: config.json says so per layer (mlp_only_layers, decoder_sparse_step); a GGUF by its router */
         bool sparse = false;
@@ -983,6 +1087,8 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
         }
         if (sparse)
             rc = bind_moe_layer(b, il, L, err);
+        else if (hp->bitlinear)
+            rc = CDX_OK; /* bound above */
         else if (m->desc->fused_gate_up) { /* one gate | up matrix (Phi3's gate_up_proj, llama.cpp's ffn_up) */
             cdx_mat f;
             if (!(rc = bind_role(b, ROLE_GATE_UP, il, &f, NULL, NULL, err))) {
@@ -1368,7 +1474,9 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     }
     hp->rope_mode = d->gguf_rope;
     hp->mlp_plain = d->mlp_plain;
-    hp->act = d->hf[0].cfg.act;                         /* the family's activation (Gemma's rows also set it) */
+    /* the family's activation (Gemma's rows also set it); llama.cpp's bitnet graph gates with SiLU (LLM_FFN_SILU)
+     * whatever its checkpoint's hidden_act was */
+    hp->act = d->bitnet ? CDX_HF_ACT_SILU : d->hf[0].cfg.act;
     m->gelu_f16 = hp->act == CDX_HF_ACT_GELU_TANH;      /* llama.cpp's GELU: ggml's f16 table (ops.h) */
     if (d->gguf_window && cdx_gguf_find_arch(g, a, CDX_GK_SLIDING_WINDOW)) {
         if (!cdx_gguf_get_arch_u64(g, a, CDX_GK_SLIDING_WINDOW, &v) || v > ((uint64_t)1 << 30))
@@ -1564,6 +1672,7 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->parallel_residual = cfg->parallel_residual;
     hp->linear_bias = d->linear_bias && cfg->attn_o_bias;
     hp->mlp_plain = d->mlp_plain;
+    hp->bitlinear = d->bitnet && cfg->bitlinear;
     hp->qkv_bias = cfg->attn_qkv_bias;
     hp->qk_norm = d->qk_norm;
     hp->qk_norm_full = d->qk_norm_full;
@@ -1626,7 +1735,8 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
         rc = encoder_bind(m, cfg, dir, err);
         goto out;
     }
-    if ((rc = cdx_st_open(dir, &m->st, err)))
+    /* BitNet's packed BitLinear weights are U8 bytes; every other checkpoint's U8 tensor is refused by the reader */
+    if ((rc = hp->bitlinear ? cdx_st_open_u8(dir, &m->st, err) : cdx_st_open(dir, &m->st, err)))
         goto out;
     binder b = { .m = m, .path = dir, .gguf = false, .n = (int64_t)m->st->n_tensors, .layer_flags = cfg->layer_flags };
     b.tensors = calloc(b.n ? (size_t)b.n : 1, sizeof *b.tensors);
@@ -1750,6 +1860,9 @@ void cdx_model_close(cdx_model *m)
             free(L->sinks); free(L->router_b); free(L->exp_b_gate); free(L->exp_b_up); free(L->exp_b_down);
             free(L->exp_own);
             free(L->ssm_conv); free(L->ssm_dt); free(L->ssm_a_neg); free(L->ssm_norm);
+            free(L->attn_sub_norm); free(L->ffn_sub_norm);
+            for (int k = 0; k < BIT_COUNT; k++)
+                free(L->bit[k].t);
         }
     free(m->linear_layer);
     free(m->nope_layer);
@@ -1880,6 +1993,9 @@ static double mats_sum(const cdx_model *m, bool macs, double *experts)
             for (int i = 0; i < 3; i++)
                 *experts += (double)x[i]->rows * (double)(macs ? (size_t)x[i]->cols : x[i]->row_bytes);
         }
+    for (int64_t l = 0; l < m->hp.n_layer; l++) /* BitNet's BitLinears: one int8 per weight */
+        for (int k = 0; k < BIT_COUNT; k++)
+            total += (double)m->layers[l].bit[k].rows * (double)m->layers[l].bit[k].cols;
     return total;
 }
 
@@ -2001,6 +2117,16 @@ void cdx_model_fingerprint(const cdx_model *m, uint8_t out[32])
         const cdx_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
         for (int i = 0; i < 7; i++)
             fp_mat(c, mats[i]);
+        if (L->attn_sub_norm) { /* BitNet: its sub-norms, BitLinears and a GGUF file's scales */
+            EVP_DigestUpdate(c, L->attn_sub_norm, (size_t)hp->n_embd * sizeof(float));
+            EVP_DigestUpdate(c, L->ffn_sub_norm, (size_t)hp->n_ff * sizeof(float));
+            EVP_DigestUpdate(c, L->lin_scale, sizeof L->lin_scale);
+            for (int k = 0; k < BIT_COUNT; k++)
+                if (L->bit[k].t) {
+                    EVP_DigestUpdate(c, &L->bit[k].ws, sizeof L->bit[k].ws);
+                    EVP_DigestUpdate(c, L->bit[k].t, (size_t)(L->bit[k].rows * L->bit[k].cols));
+                }
+        }
         if (!L->moe)
             continue;
         const int64_t moe_ints[] = { hp->n_ff_expert, hp->n_ff_shared, hp->norm_topk_prob };

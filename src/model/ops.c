@@ -434,3 +434,57 @@ int forward_stage_send(const cdx_stage *st, const fwd_scratch *s, const cdx_kv_s
                                  .want_logits = b->want_logits, .seqs = seqs };
     return st->send(st->user, &sb, err);
 }
+
+/* ---- BitNet's BitLinear ---- */
+
+void model_act_quant(const float *x, int64_t n, int64_t cols, int8_t *xq, float *xs)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float *r = x + i * cols;
+        float mx = 0;
+        for (int64_t c = 0; c < cols; c++)
+            mx = fabsf(r[c]) > mx ? fabsf(r[c]) : mx;
+        const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+        xs[i] = s;
+        for (int64_t c = 0; c < cols; c++) {
+            const float q = rintf(r[c] * s); /* torch.round: half to even, as rint in the default mode */
+            /* a NaN (a diverged activation) becomes 0 rather than an undefined cast (torch's NaN.to(int8) is unspecified) */
+            xq[i * cols + c] = (int8_t)(q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q == q ? q : 0.0f);
+        }
+    }
+}
+
+typedef struct {
+    const bit_mat *w;
+    const int8_t *xq;
+    const float *xs;
+    int64_t n;
+    float *out;
+} bitlin_job;
+
+static void bitlin_part(void *arg, int ith, int nth)
+{
+    const bitlin_job *j = arg;
+    const bit_mat *w = j->w;
+    const int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
+    for (int64_t i = 0; i < j->n; i++) {
+        const int8_t *x = j->xq + i * w->cols;
+        const float d = w->ws * j->xs[i]; /* post_quant_process: y / (weight_scale · input_scale) */
+        for (int64_t r = r0; r < r1; r++) {
+            const int8_t *t = w->t + r * w->cols;
+            int32_t acc = 0; /* |Σ| <= 256·cols: exact */
+            for (int64_t c = 0; c < w->cols; c++)
+                acc += (int32_t)x[c] * t[c];
+            j->out[i * w->rows + r] = (float)acc / d;
+        }
+    }
+}
+
+void model_bitlinear(cdx_pool *pool, const bit_mat *w, const int8_t *xq, const float *xs, int64_t n, float *out)
+{
+    bitlin_job j = { w, xq, xs, n, out };
+    if (pool && w->rows * w->cols * n >= (1 << 16))
+        cdx_pool_run(pool, bitlin_part, &j);
+    else
+        bitlin_part(&j, 0, 1);
+}

@@ -33,6 +33,8 @@ typedef struct fwd_scratch {
     const float **rope_f;      /* [n]: each token's RoPE frequencies this pass (hp.rope_pass), or NULL */
     float *rope_buf;           /* [n][n_rot/2]: dynamic NTK's per-sequence frequencies (hp.rope_pass) */
     void *ws;                  /* matmul workspace */
+    int8_t *xq;                /* [n][max(n_embd, n_ff)]: BitLinear's int8 activations (hp.bitlinear), or NULL */
+    float *xqs;                /* [n]: their scales, 127 / absmax */
 } fwd_scratch;
 
 static inline float model_silu(float x) { return x / (1.0f + expf(-x)); }
@@ -125,9 +127,21 @@ static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act ac
 {
     if (act == CDX_HF_ACT_GELU_TANH)
         model_geglu(pool, g, u, n, gelu_f16);
+    else if (act == CDX_HF_ACT_RELU2) /* ReLUSquaredActivation: square(relu(g)), then · u */
+        for (int64_t i = 0; i < n; i++) {
+            const float r = g[i] > 0 ? g[i] : 0.0f;
+            g[i] = r * r * u[i];
+        }
     else
         model_swiglu(pool, k, g, u, n, false);
 }
+/* BitNet's BitLinear (transformers' integrations/bitnet.py, offline), in two steps. activation_quant: each of
+ * the n rows of x (cols values) to int8, xs[i] = 127 / max(absmax(row), 1e-5), xq = clamp(round-half-even(x ·
+ * xs[i]), -128, 127). Then out[i][r] = (Σ_c xq[i][c]·t[r][c]) / (ws · xs[i]): the sum exact in integers (F.linear
+ * over integer-valued floats is exact below 2^24), the division as post_quant_process's, so every kernel set
+ * and batch gives the same bits. Rows of the output on the pool. */
+void model_act_quant(const float *x, int64_t n, int64_t cols, int8_t *xq, float *xs);
+void model_bitlinear(cdx_pool *pool, const bit_mat *w, const int8_t *xq, const float *xs, int64_t n, float *out);
 /* The plain MLP's activation in place (Starcoder2's c_fc output): gelu_pytorch_tanh (gelu_f16: ggml's
  * f16 table, a GGUF file) or SiLU, over n values. */
 void model_act(cdx_pool *pool, cdx_hf_act act, bool gelu_f16, float *g, int64_t n);

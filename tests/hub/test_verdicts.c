@@ -188,6 +188,16 @@ static void judge(const char *path, bool config_refusal, bool expect_ok, const c
 
 static const char *g_path;
 
+/* BitNet (no fixture in ../shared: scripts/goldens/tiny_fixtures.py writes it): the packed checkpoint and its
+ * SiLU variant's GGUF (caldrix convert) are accepted by all three; the same bytes without quantization_config
+ * (plain linears over U8 weights), and a BitLinear weight that is not packed U8, are refused alike. */
+static char g_bn[5][200];
+static void bitnet_fixture(void) { judge(g_bn[0], false, true, NULL); }
+static void bitnet_gguf(void) { judge(g_bn[1], false, true, NULL); }
+static void bitnet_no_quant_config(void) { judge(g_bn[2], false, false, "has dtype U8"); }
+static void bitnet_unpacked(void) { judge(g_bn[3], false, false, "a BitLinear's packed weight is U8"); }
+static void bitnet_zero_scale(void) { judge(g_bn[4], false, false, "weight_scale\" is 0; a BitLinear divides by it"); }
+
 static void fixture_verdict(void) { judge(g_path, false, true, NULL); }
 
 /* A fixture of a family caldrix does not run yet (tests/hub/families_not_yet.txt): refused by all
@@ -469,6 +479,36 @@ int main(void)
                  c->rule ? "the pre-download check" : "the pre-download check accepts its config.json");
         g_case = (int)i;
         RUN(cnames[i], case_verdict);
+    }
+    for (int i = 0; i < 5; i++)
+        snprintf(g_bn[i], sizeof g_bn[i], "%s/bitnet%d%s", g_tmp, i, i == 1 ? ".gguf" : "");
+    char bcmd[4096];
+    snprintf(bcmd, sizeof bcmd,
+             "python3 scripts/goldens/tiny_fixtures.py bitnet %s && "
+             "python3 scripts/goldens/tiny_fixtures.py bitnet %s/bs '{\"hidden_act\": \"silu\"}' && "
+             "%s convert %s/bs %s --type F32 >/dev/null 2>&1 && "
+             "cp -r %s %s && python3 -c \"import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p)); "
+             "del c['quantization_config']; json.dump(c, open(p, 'w'))\" %s && "
+             "cp -r %s %s && python3 -c \"import json,struct,sys; p=sys.argv[1]+'/model.safetensors'; b=open(p,'rb').read(); "
+             "n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n]); t=h['model.layers.0.self_attn.q_proj.weight']; "
+             "t['dtype']='F32'; t['shape']=[16,16]; hb=json.dumps(h).encode(); hb+=b' '*(-len(hb)%%8); "
+             "open(p,'wb').write(struct.pack('<Q',len(hb))+hb+b[8+n:])\" %s && "
+             "cp -r %s %s && python3 -c \"import json,struct,sys; p=sys.argv[1]+'/model.safetensors'; b=bytearray(open(p,'rb').read()); "
+             "n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n]); o=8+n+h['model.layers.1.mlp.up_proj.weight_scale']['data_offsets'][0]; "
+             "b[o:o+2]=bytes(2); open(p,'wb').write(b)\" %s",
+             g_bn[0], g_tmp, g_caldrix, g_tmp, g_bn[1], g_bn[0], g_bn[2], g_bn[2], g_bn[0], g_bn[3], g_bn[3], g_bn[0],
+             g_bn[4], g_bn[4]);
+    if (system(bcmd) != 0) {
+        printf("not ok - the BitNet fixtures could not be written\n");
+        t_failed++;
+    } else {
+        RUN("bitnet (tiny_fixtures.py, packed BitLinear weights): the pre-download check, inspect and run accept it",
+            bitnet_fixture);
+        RUN("bitnet's SiLU variant converted to GGUF: inspect and run accept it", bitnet_gguf);
+        RUN("bitnet without quantization_config (its U8 weights as plain linears): inspect and run refuse it alike",
+            bitnet_no_quant_config);
+        RUN("bitnet with a BitLinear weight that is not packed U8: inspect and run refuse it alike", bitnet_unpacked);
+        RUN("bitnet with a weight_scale of 0: inspect and run refuse it alike", bitnet_zero_scale);
     }
     RUN("every rule of the import rules' table has a refusal case here", every_rule_has_a_refusal_case);
     RUN("absent config.json keys get the loader's defaults in the import rules", absent_keys_get_the_loaders_defaults);

@@ -1,4 +1,4 @@
-/* The families without a fixture in ../shared (OLMo v1, GPT-OSS): their tiny random-weight checkpoints are
+/* The families without a fixture in ../shared (OLMo v1, GPT-OSS, BitNet b1.58): their tiny random-weight checkpoints are
  * written at test time by scripts/goldens/tiny_fixtures.py (Python's standard library only), and
  * tests/golden/families-c.json holds PyTorch's float32 goldens of them (scripts/goldens/torch-families-c.py,
  * transformers' modeling code transcribed line by line) under each config.json variant. For every variant:
@@ -9,6 +9,9 @@
  * at every step, the logits of the checkpoint with truncate true (every vocabulary entry within 1e-6), and
  * they must differ from the truncate-false checkpoint's by more than 1e-3 (the comparison sees the rounding);
  * a variant the file cannot say (swiglu_limit 0.5, a full-attention layer 0) must be refused by convert.
+ * BitNet's checkpoint (packed U8 BitLinear weights) has no GGUF twin that computes it: llama.cpp's "bitnet" graph
+ * gates with SiLU and quantizes no activation (tests/cli/test_families_c_gguf.sh checks the file against
+ * llama.cpp's tokens); convert refuses its relu2 by name.
  * Then each rule the family adds to the common decoder is switched off in turn, and the goldens must break
  * every time. */
 #include "caldrix.h"
@@ -27,7 +30,7 @@ typedef struct {
     void (*flip)(cdx_model *m, bool on);
 } rule;
 
-typedef enum { GGUF_NONE, GGUF_GOLDENS, GGUF_YARN_TRUNCATED } gguf_check;
+typedef enum { GGUF_NONE, GGUF_GOLDENS, GGUF_YARN_TRUNCATED, GGUF_BITNET } gguf_check;
 
 typedef struct {
     const char *name;
@@ -81,11 +84,61 @@ static void flip_window(cdx_model *m, bool on)
     m->hp.sliding_window = on ? keep : 0;
 }
 
+/* BitNet: no attention sub-norm; no FFN sub-norm; the activations unquantized (each BitLinear as the float
+ * matrix t / weight_scale, the same ternary weights); SiLU in place of relu2 */
+static void flip_attn_sub_norm(cdx_model *m, bool on)
+{
+    static float *keep[CDX_HF_MAX_LAYERS];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        if (!on)
+            keep[l] = m->layers[l].attn_sub_norm;
+        m->layers[l].attn_sub_norm = on ? keep[l] : NULL;
+    }
+}
+static void flip_ffn_sub_norm(cdx_model *m, bool on)
+{
+    static float *keep[CDX_HF_MAX_LAYERS];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        if (!on)
+            keep[l] = m->layers[l].ffn_sub_norm;
+        m->layers[l].ffn_sub_norm = on ? keep[l] : NULL;
+    }
+}
+static void flip_act_quant(cdx_model *m, bool on)
+{
+    static int8_t *keep[CDX_HF_MAX_LAYERS][BIT_COUNT];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        cdx_mat *const mats[BIT_COUNT] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+        for (int k = 0; k < BIT_COUNT; k++) {
+            bit_mat *b = &L->bit[k];
+            if (on) {
+                free((void *)mats[k]->data);
+                *mats[k] = (cdx_mat){ 0 };
+                b->t = keep[l][k];
+                continue;
+            }
+            float *w = malloc(sizeof(float) * (size_t)(b->rows * b->cols));
+            for (int64_t i = 0; i < b->rows * b->cols; i++)
+                w[i] = (float)b->t[i] / b->ws;
+            *mats[k] = (cdx_mat){ .type = CDX_TYPE_F32, .data = w, .rows = b->rows, .cols = b->cols,
+                                  .row_bytes = sizeof(float) * (size_t)b->cols };
+            keep[l][k] = b->t;
+            b->t = NULL;
+        }
+    }
+}
+static void flip_relu2(cdx_model *m, bool on) { m->hp.act = on ? CDX_HF_ACT_RELU2 : CDX_HF_ACT_SILU; }
+
 static const family k_families[] = {
     { "gpt_oss", GGUF_YARN_TRUNCATED, { { "the attention sinks", flip_sinks },
                           { "the clamped SwiGLU (plain SwiGLU instead)", flip_clamp },
                           { "the router bias", flip_router_bias },
                           { "the sliding window", flip_window } } },
+    { "bitnet", GGUF_BITNET, { { "the attention sub-norm (attn_sub_norm)", flip_attn_sub_norm },
+                  { "the FFN sub-norm (ffn_sub_norm)", flip_ffn_sub_norm },
+                  { "the per-token int8 activations (x unquantized, the same ternary weights)", flip_act_quant },
+                  { "relu2 (SiLU instead)", flip_relu2 } } },
     { "olmo", GGUF_GOLDENS, { { "clip_qkv", flip_clip },
                 { "the LayerNorm (RMSNorm instead)", flip_layer_norm },
                 { "rotate_half's pairs (adjacent pairs instead)", flip_rope_pairs } } },
@@ -369,6 +422,59 @@ static void run_gguf_yarn(void)
         fprintf(stderr, "could not remove %s\n", tdir);
 }
 
+/* BitNet: convert refuses relu2 (llama.cpp's bitnet gates with SiLU); a SiLU checkpoint's GGUF is the checkpoint
+ * as llama.cpp's graph computes it, the activations unquantized: every logit at every step within 1e-4 of the
+ * checkpoint with flip_act_quant (the float matrices t / weight_scale), and more than 1e-3 from the checkpoint
+ * itself (the comparison sees the int8 activations). */
+static void run_gguf_bitnet(void)
+{
+    cdx_err e = { 0 };
+    cdx_gguf_writer *w = NULL;
+    cdx_convert *c = NULL;
+    const char *act = json_string_value(json_object_get(json_object_get(g_var, "config"), "hidden_act"));
+    const bool relu2 = !act || !strcmp(act, "relu2");
+    REQUIRE(cdx_gguf_writer_new(&w, &e) == 0);
+    int rc = cdx_convert_hf(g_dir, &(cdx_convert_opts){ .type = CDX_TYPE_F32 }, w, &c, &e);
+    if (relu2) {
+        CHECKF(rc == CDX_EUNSUPPORTED && strstr(e.msg, "hidden_act is not \"silu\"") && strstr(e.msg, "gates with SiLU"),
+               "convert %s: relu2 refused by name (rc %d: %s)", g_dir, rc, e.msg);
+        printf("  %s: convert refuses it: %s\n", g_fam->name, e.msg);
+        cdx_convert_free(c);
+        cdx_gguf_writer_free(w);
+        return;
+    }
+    CHECKF(rc == 0, "convert %s: %s", g_dir, e.msg);
+    rc = rc ? rc : cdx_tok_export_gguf_dummy(w, 320, 1, 2, &e);
+    rc = rc ? rc : cdx_gguf_writer_write(w, g_gguf, &e);
+    CHECKF(rc == 0, "writing %s: %s", g_gguf, e.msg);
+    cdx_convert_free(c);
+    cdx_gguf_writer_free(w);
+    cdx_model *mg = NULL, *mf = NULL, *mq = NULL;
+    const cdx_model_opts o = { .dtype = CDX_DTYPE_F32 };
+    rc = rc ? rc : cdx_model_open(g_gguf, &o, &mg, &e);
+    rc = rc ? rc : cdx_model_open(g_dir, &o, &mf, &e);
+    rc = rc ? rc : cdx_model_open(g_dir, &o, &mq, &e);
+    CHECKF(rc == 0, "opening the GGUF and the checkpoint: %s", e.msg);
+    if (!rc) {
+        flip_act_quant(mf, false);
+        double d_float = 0, d_int8 = 0;
+        const int bad = decode_pair(mg, mf, &d_float);
+        decode_pair(mg, mq, &d_int8);
+        CHECKF(d_float <= 1e-4, "%s: logits differ from the checkpoint's with unquantized activations by %.3g", g_gguf,
+               d_float);
+        CHECKF(d_int8 > 1e-3, "%s: logits within %.3g of the checkpoint's int8 activations: the check cannot see them",
+               g_gguf, d_int8);
+        printf("  %s converted GGUF: every logit within %.2e of the checkpoint with unquantized activations (llama.cpp's "
+               "graph), %.2e from it with int8 activations (PyTorch's); %d of 3 cases keep PyTorch's 16 tokens\n",
+               g_fam->name, d_float, d_int8, 3 - bad);
+        flip_act_quant(mf, true);
+    }
+    cdx_model_close(mg);
+    cdx_model_close(mf);
+    cdx_model_close(mq);
+    unlink(g_gguf);
+}
+
 static void run_each_rule_matters(void)
 {
     cdx_err e = { 0 };
@@ -438,6 +544,11 @@ int main(void)
             snprintf(names[k], sizeof names[k], "%s (%s): its conversion to GGUF (YaRN truncated, as llama.cpp) gives "
                      "PyTorch's tokens, or convert refuses what the file cannot say", fam, vname);
             RUN(names[k], run_gguf_yarn);
+            k++;
+        } else if (g_fam->gguf == GGUF_BITNET) {
+            snprintf(names[k], sizeof names[k], "%s (%s): its conversion to GGUF computes llama.cpp's graph (SiLU, "
+                     "activations unquantized), or convert refuses relu2", fam, vname);
+            RUN(names[k], run_gguf_bitnet);
             k++;
         }
         if (vi == 0 || strcmp(fam, json_string_value(json_object_get(json_array_get(json_object_get(all, "variants"),
