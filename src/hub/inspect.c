@@ -412,8 +412,14 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         /* tensors the loader does not look up (Qwen3.5's mtp.* and model.visual.* are skipped by name) */
         out->unused_tensors[0] = 0;
         out->n_unused = 0;
+        const char *text_only = cdx_model_arch_images_refused(fa); /* Qwen2-VL: visual.* skipped by name too */
+        int64_t n_tower = 0;
         for (size_t i = 0; i < st->n_tensors; i++) {
             const char *t = st->tensors[i].name;
+            if (text_only && (!strncmp(t, "visual.", 7) || !strncmp(t, "model.visual.", 13))) {
+                n_tower++;
+                continue;
+            }
             if (!strncmp(t, "mtp.", 4) || !strncmp(t, "model.visual.", 13))
                 continue;
             if (x.n && bsearch(&t, x.all, x.n, sizeof *x.all, cmp_str))
@@ -429,6 +435,9 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         names_free(&x);
         if (!out->n_unused)
             snprintf(out->unused_tensors, sizeof out->unused_tensors, "none");
+        if (text_only)
+            snprintf(out->note, sizeof out->note, "%s: its %lld vision-tower tensors are skipped unread and requests "
+                     "with images are refused", text_only, (long long)n_tower);
         /* a shipped lm_head beside a tied embedding */
         const cdx_st_tensor *head = cdx_st_find(st, "lm_head.weight"), *emb = cdx_st_find(st, "model.embed_tokens.weight");
         if (tied && head && emb) /* (a head of another shape is the loader's refusal) */

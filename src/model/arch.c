@@ -44,12 +44,6 @@ static const cdx_refused_arch k_refused[] = {
     { "BitnetForCausalLM", NULL, "bitnet",
       "BitNet b1.58 (1bitLLM's remote-code class) is not computed yet: ternary weights with 8-bit activations "
       "and its sub-norms; caldrix reads the TQ1_0/TQ2_0 tensor types but runs no bitnet layer" },
-    { "Qwen2VLForConditionalGeneration", "qwen2vl", "qwen2_vl",
-      "Qwen2-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section over temporal, "
-      "height and width positions) and the vision tower" },
-    { "Qwen2_5_VLForConditionalGeneration", NULL, "qwen2_5_vl",
-      "Qwen2.5-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section) and the "
-      "windowed vision tower" },
     { "Gemma3ForConditionalGeneration", NULL, "gemma3",
       "vision-language Gemma 3 (the vision tower, the text model under language_model) is not run; its text "
       "model alone, Gemma3ForCausalLM, is" },
@@ -154,6 +148,13 @@ bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)
     if (d && out)
         *out = d->arch;
     return d != NULL;
+}
+
+const char *cdx_model_images_refused(const cdx_model *m) { return m && m->desc ? m->desc->vl_text_only : NULL; }
+
+const char *cdx_model_arch_images_refused(cdx_arch a)
+{
+    return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a]->vl_text_only : NULL;
 }
 
 const char *cdx_model_arch_family(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a]->family : NULL; }

@@ -109,6 +109,11 @@ typedef struct arch_desc {
     int64_t gguf_scale_layers;  /* llama.cpp's 27B rule: at this block count the softmax scale is
                                    (n_embd / n_head)^-½ (Gemma2/3-27B's query_pre_attn_scalar), else head_dim^-½ */
     const role_name *names;     /* its own tensor names, or NULL */
+    bool mrope;                 /* multimodal RoPE (hp.rope_sections): config.json's mrope_section, GGUF
+                                   rope.dimension_sections (required, as llama.cpp's qwen2vl requires it) */
+    const char *vl_text_only;   /* a vision-language family run as its text model: why a request with images is
+                                   refused (what the image refusal and inspect say); its checkpoint's visual.* and
+                                   model.visual.* tensors are skipped unread, model.language_model.* read as model.* */
     bool encoder;               /* a bidirectional encoder (BERT, XLM-R): its own binding and pass (encoder.c),
                                    no KV cache; run by cdx_encode, never by cdx_forward */
 } arch_desc;
