@@ -339,14 +339,13 @@ static double golden_err(json_t *c, const result *r)
     return worst;
 }
 
-static void run_engine(const char *path)
+static void run_engine_isa(cdx_model *m, const char *path, const char *isa)
 {
     cdx_err e = { 0 };
-    cdx_model *m = NULL;
-    REQUIRE(cdx_model_open(path, &(cdx_model_opts){ .dtype = CDX_DTYPE_F32 }, &m, &e) == 0);
     cdx_engine_opts o = cdx_engine_defaults();
     o.n_threads = 2;
     o.n_ctx = 256;
+    o.kernels = cdx_kernels_by_isa(isa);
     cdx_engine *en = NULL;
     REQUIRE(cdx_engine_create(m, NULL, &o, &en, &e) == 0);
     json_t *cases = json_object_get(g_var, "cases");
@@ -363,7 +362,7 @@ static void run_engine(const char *path)
         CHECKF(w <= 1e-3, "%s through the engine alone, case %zu: worst %.3g", path, i, w);
         worst = w > worst ? w : worst;
     }
-    printf("  %s %s through the engine, each case alone: worst top-5 logit error %.2e\n", g_fam, path, worst);
+    printf("  %s %s [%s] through the engine, each case alone: worst top-5 logit error %.2e\n", g_fam, path, isa, worst);
     worst = 0;
     for (size_t i = 0; i < nc; i++) /* batched: the three at once */
         CHECKF(submit(en, json_array_get(cases, i), &r[i], ids[i], &e) == 0, "submit: %s", e.msg);
@@ -374,7 +373,8 @@ static void run_engine(const char *path)
         CHECKF(w <= 1e-3, "%s through the engine batched, case %zu: worst %.3g", path, i, w);
         worst = w > worst ? w : worst;
     }
-    printf("  %s %s through the engine, the three cases batched: worst top-5 logit error %.2e\n", g_fam, path, worst);
+    printf("  %s %s [%s] through the engine, the three cases batched: worst top-5 logit error %.2e\n", g_fam, path, isa,
+           worst);
     /* an image: refused, naming why */
     static const float px[3 * 4 * 4];
     const cdx_request_image im = { px, 1 };
@@ -389,6 +389,17 @@ static void run_engine(const char *path)
            "a request with an image: rc %d, %s", rc, e.msg);
     printf("  a request with an image: %s\n", e.msg);
     cdx_engine_free(en);
+}
+
+static void run_engine(const char *path)
+{
+    cdx_err e = { 0 };
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(path, &(cdx_model_opts){ .dtype = CDX_DTYPE_F32 }, &m, &e) == 0);
+    const char *isas[] = { "scalar", "avx2", "avx512" };
+    for (int s = 0; s < 3; s++)
+        if (cdx_kernels_by_isa(isas[s]))
+            run_engine_isa(m, path, isas[s]);
     cdx_model_close(m);
 }
 
@@ -555,7 +566,7 @@ int main(void)
                  "alone and batched, and at unequal positions", g_fam, vname);
         RUN(names[k], run_checkpoint);
         k++;
-        snprintf(names[k], sizeof names[k], "%s (%s): through the engine alone and batched; an image is refused",
+        snprintf(names[k], sizeof names[k], "%s (%s): through the engine alone and batched on every kernel set; an image is refused",
                  g_fam, vname);
         RUN(names[k], run_engine_checkpoint);
         k++;
