@@ -15,7 +15,13 @@ configuration_qwen2_vl.py @ 018c8e0394c47749c55861e11f5f7e2a577973d7: rope "mrop
 (_compute_default_rope_parameters, attention_scaling 1) and mrope_section splits each half of head_dim.
 Batch size 1, the whole sequence recomputed at every step (no KV cache), float32 throughout.
 
-    /usr/bin/python3 scripts/goldens/torch-qwen2vl.py [tests/golden/qwen2vl.json]
+The "bf16" part of the first variant: the same prompts decoded in bfloat16 compute as from_pretrained(torch_dtype=
+bfloat16) runs them, by the shared bf16 reference (../shared/tools/fixtures/hf/hf_reference_bf16.py: its cast points
+are transformers' Qwen2 ones, which Qwen2-VL's text model shares); its RoPE there is Qwen2VLRotaryEmbedding's: cos and
+sin of the three position rows in f32, cast to bf16, then apply_multimodal_rotary_pos_emb's selection (for a text
+prompt the rows are equal and this is Qwen2's RoPE), plus one pass at unequal positions.
+
+    /usr/bin/python3 scripts/goldens/torch-qwen2vl.py [tests/golden/qwen2vl.json] [../shared]
 
 (system python with Debian's python3-torch). Deterministic: a rerun writes the same bytes.
 """
@@ -189,8 +195,47 @@ def rope_case(i, hd, sec, theta, pos):
             "k": k.flatten().tolist(), "k_rotated": ke.flatten().tolist()}
 
 
+NEAR_TIE, LOGIT_TOL_BF16 = 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
+
+
+def bf16_part(W, cfg, cases, sc):
+    import hf_reference_bf16 as R
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    sec = cfg["rope_scaling"]["mrope_section"]
+    rows = {"pos": None}
+
+    def mrope_cos_sin_bf16(c, T, hi=False):
+        # Qwen2VLRotaryEmbedding.forward (cos/sin .to(bf16)) then apply_multimodal_rotary_pos_emb's selection
+        pid = rows["pos"] if rows["pos"] is not None else torch.arange(T).view(1, 1, -1).expand(3, 1, -1)
+        cos, sin = rotary(default_inv_freq(hd, cfg["rope_theta"]), pid)
+        cos, sin = cos.to(torch.bfloat16), sin.to(torch.bfloat16)
+        sel = lambda t: torch.cat([m[i % 3] for i, m in enumerate(t.split(list(sec) * 2, dim=-1))], dim=-1)[0]
+        return sel(cos), sel(sin)
+
+    R.cos_sin_bf16 = mrope_cos_sin_bf16
+    rcfg = {**cfg, "model_type": "qwen2", "rope_scaling": None, "use_sliding_window": False}
+    Wb = R.cast_weights({k: v for k, v in W.items() if not k.startswith("visual.")})
+    out = []
+    for c in cases:
+        toks, recs = R.run(Wb, rcfg, c["prompt_ids"], steps=STEPS, topk=TOPK)
+        out.append({"name": c["name"], "prompt_ids": c["prompt_ids"], "tokens": toks,
+                    "steps": [{"token": r["token"], "top": r["top"], "near_tie": r["gap"] < NEAR_TIE} for r in recs]})
+        print("bf16 %s: min gap %.4f" % (c["name"], min(r["gap"] for r in recs)), file=sys.stderr)
+    rows["pos"] = torch.tensor(sc["positions"]).view(3, 1, -1)
+    logits = R.forward(Wb, rcfg, sc["prompt_ids"]).to(torch.float32)
+    rows["pos"] = None
+    top = []
+    for i in range(logits.shape[0]):
+        _, t, _ = R.pick(logits[i], TOPK)
+        top.append(t)
+    return {"logit_tolerance": LOGIT_TOL_BF16, "near_tie_threshold": NEAR_TIE, "cases": out,
+            "sections": {"prompt_ids": sc["prompt_ids"], "positions": sc["positions"], "top": top}}
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/golden/qwen2vl.json"
+    shared = sys.argv[2] if len(sys.argv) > 2 else "../shared"
+    sys.path.insert(0, os.path.join(shared, "tools/fixtures/hf"))
     res = []
     for vi, (fam, name, over) in enumerate(VARIANTS):
         cfg, W = weights(fam, over)
@@ -201,6 +246,8 @@ def main():
             print("%s / %s / %s: min gap %.4f" % (fam, name, cname, gap), file=sys.stderr)
         res.append({"family": fam, "variant": name, "config": over, "cases": cases,
                     "sections": sections_case(W, cfg, cases[1]["prompt_ids"])})
+        if vi == 0:
+            res[-1]["bf16"] = bf16_part(W, cfg, cases, res[-1]["sections"])
     rope = [rope_case(i, *r) for i, r in enumerate(ROPE)]
     with open(out, "w") as f:
         json.dump({"reference": "PyTorch %s float32, transformers' modeling_qwen2_vl.py transcribed in "

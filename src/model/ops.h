@@ -78,6 +78,9 @@ void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq 
 /* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7);
  * hd <= 512. */
 void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);
+/* The same with the multimodal sections (model_rope_sections' positions and sections). */
+void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
+                              const float *inv_freq);
 
 /* ---- the embedding ---- */
 

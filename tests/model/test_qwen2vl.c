@@ -491,6 +491,122 @@ static void run_each_rule_matters(void)
     cdx_model_close(m);
 }
 
+/* ---- bf16 compute ---- */
+
+/* --dtype bf16 against the bf16 goldens (the first variant's "bf16": from_pretrained(torch_dtype=bfloat16)'s cast
+ * points): the golden tokens fed at every step, each golden top-5 logit within logit_tolerance, the token equal
+ * except at a marked near-tie (top two closer than near_tie_threshold); *exact counts the steps whose five logits
+ * are the golden's bits. Then the pass at unequal positions within the same tolerance. */
+static int decode_bf16(cdx_model *m, const char *isa, json_t *g, double *worst, int *exact, int *steps)
+{
+    cdx_err e = { 0 };
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    const double tol = json_number_value(json_object_get(g, "logit_tolerance"));
+    cdx_forward_ctx *fc = NULL;
+    if (!(tol > 0 && tol < 1) || cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(isa), &fc, &e))
+        return 99;
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab * 64);
+    int bad = 0;
+    size_t ci;
+    json_t *c;
+    json_array_foreach(json_object_get(g, "cases"), ci, c) {
+        json_t *prompt = json_object_get(c, "prompt_ids"), *st = json_object_get(c, "steps");
+        cdx_kv kv;
+        if (cdx_kv_init(&kv, hp, 256, &e)) {
+            bad = 99;
+            break;
+        }
+        cdx_kv *kvp = &kv;
+        int32_t ids[64];
+        const size_t np = json_array_size(prompt);
+        for (size_t i = 0; i < np && i < 64; i++)
+            ids[i] = jint(prompt, i);
+        cdx_batch b = { .n = (int64_t)np, .tokens = ids };
+        bool ok = cdx_forward(fc, &kvp, 1, &b, logits, &e) == 0;
+        for (size_t k = 0; ok && k < json_array_size(st); k++) {
+            json_t *step = json_array_get(st, k), *top = json_object_get(step, "top");
+            int32_t want = (int32_t)json_integer_value(json_object_get(step, "token"));
+            bool all = true;
+            for (size_t j = 0; j < json_array_size(top); j++) {
+                json_t *pair = json_array_get(top, j);
+                const double gv = json_number_value(json_array_get(pair, 1)), d = fabs(logits[jint(pair, 0)] - gv);
+                *worst = d > *worst ? d : *worst;
+                all &= (double)logits[jint(pair, 0)] == gv;
+                ok &= d <= tol;
+            }
+            ok &= cdx_argmax(logits, hp->n_vocab) == want || json_is_true(json_object_get(step, "near_tie"));
+            *exact += all;
+            (*steps)++;
+            cdx_batch nb = { .n = 1, .tokens = &want };
+            ok = ok && cdx_forward(fc, &kvp, 1, &nb, logits, &e) == 0;
+        }
+        bad += !ok;
+        cdx_kv_free(&kv);
+    }
+    /* the pass at unequal positions */
+    json_t *sc = json_object_get(g, "sections"), *prompt = json_object_get(sc, "prompt_ids"),
+           *rows = json_object_get(sc, "positions"), *top = json_object_get(sc, "top");
+    const int64_t n = (int64_t)json_array_size(prompt);
+    int32_t ids[64];
+    int64_t pos[64], p4[64 * 4];
+    bool want[64];
+    for (int64_t i = 0; i < n && n <= 64; i++) {
+        ids[i] = jint(prompt, (size_t)i);
+        pos[i] = i;
+        want[i] = true;
+        for (int r = 0; r < 3; r++)
+            p4[4 * i + r] = jint(json_array_get(rows, (size_t)r), (size_t)i);
+        p4[4 * i + 3] = 0;
+    }
+    cdx_kv kv;
+    cdx_kv *kvp = &kv;
+    double sw = 1e9;
+    if (n >= 1 && n <= 64 && cdx_kv_init(&kv, hp, 256, &e) == 0) {
+        cdx_batch b = { .n = n, .tokens = ids, .pos = pos, .want_logits = want, .pos_sections = p4 };
+        if (cdx_forward(fc, &kvp, 1, &b, logits, &e) == 0) {
+            sw = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (size_t j = 0; j < json_array_size(json_array_get(top, (size_t)i)); j++) {
+                    json_t *pair = json_array_get(json_array_get(top, (size_t)i), j);
+                    const double d = fabs(logits[i * hp->n_vocab + jint(pair, 0)] - json_number_value(json_array_get(pair, 1)));
+                    sw = d > sw ? d : sw;
+                }
+        }
+        cdx_kv_free(&kv);
+    }
+    bad += !(sw <= tol);
+    printf("  %s bf16 [%s]: %d of %d steps bit-identical, max |logit - golden| = %.4g; unequal positions: %.4g\n",
+           g_fam, isa, *exact, *steps, *worst, sw);
+    free(logits);
+    cdx_forward_ctx_free(fc);
+    return bad;
+}
+
+static void run_bf16(void)
+{
+    cdx_err e = { 0 };
+    json_t *g = json_object_get(g_var, "bf16");
+    REQUIRE(g);
+    cdx_model *m = NULL;
+    REQUIRE(cdx_model_open(g_dir, &(cdx_model_opts){ .dtype = CDX_DTYPE_BF16 }, &m, &e) == 0);
+    CHECK(cdx_model_dtype(m) == CDX_DTYPE_BF16);
+    const char *isas[] = { "scalar", "avx2", "avx512" };
+    int exact = 0, steps = 0;
+    for (int s = 0; s < 3; s++) {
+        if (!cdx_kernels_by_isa(isas[s]))
+            continue;
+        double worst = 0;
+        int ex = 0, n = 0;
+        const int bad = decode_bf16(m, isas[s], g, &worst, &ex, &n);
+        exact += ex;
+        steps += n;
+        CHECKF(bad == 0, "%s bf16 [%s]: %d cases off the bf16 goldens (worst %.3g)", g_dir, isas[s], bad, worst);
+    }
+    /* as tests/model/test_hf_golden_bf16.c asks of the shared fixtures: half the steps bit-identical */
+    CHECKF(exact * 2 >= steps, "%s bf16: %d of %d steps bit-identical", g_dir, exact, steps);
+    cdx_model_close(m);
+}
+
 /* ---- the config reader's refusals ---- */
 
 static void config_refusals(void)
@@ -579,6 +695,7 @@ int main(void)
         k++;
         if (vi == 0) {
             RUN("qwen2_vl: the sections and the q/k/v biases are each needed", run_each_rule_matters);
+            RUN("qwen2_vl --dtype bf16: PyTorch's bf16 goldens on every kernel set, and at unequal positions", run_bf16);
         }
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s %s", g_dir, g_gguf);

@@ -21,5 +21,6 @@ const arch_desc family_qwen2vl = {
     .gguf_rope = CDX_ROPE_HALVES,
     .qkv_bias = true,
     .mrope = true,
+    .bf16 = true,                                   /* forward_bf16.c, sections included (tests/golden/qwen2vl.json) */
     .vl_text_only = "caldrix runs Qwen2-VL's text path only; its vision tower is not computed",
 };
