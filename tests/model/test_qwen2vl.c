@@ -636,6 +636,24 @@ static void config_refusals(void)
     cdx_hf_config cfg;
     cdx_err e = { 0 };
     const int rc = cdx_hf_config_parse(ok, strlen(ok), "config.json", &cfg, &e);
+    /* Qwen2-VL-7B-Instruct's config.json as released (transformers 4.41, the text keys at the top) */
+    const char *rel = "{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"attention_dropout\":0.0,"
+        "\"bos_token_id\":151643,\"eos_token_id\":151645,\"vision_start_token_id\":151652,\"vision_end_token_id\":151653,"
+        "\"vision_token_id\":151654,\"image_token_id\":151655,\"video_token_id\":151656,\"hidden_act\":\"silu\","
+        "\"hidden_size\":3584,\"initializer_range\":0.02,\"intermediate_size\":18944,\"max_position_embeddings\":32768,"
+        "\"max_window_layers\":28,\"model_type\":\"qwen2_vl\",\"num_attention_heads\":28,\"num_hidden_layers\":28,"
+        "\"num_key_value_heads\":4,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"sliding_window\":32768,"
+        "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.41.2\",\"use_cache\":true,"
+        "\"use_sliding_window\":false,\"vision_config\":{\"depth\":32,\"embed_dim\":1280,\"mlp_ratio\":4,\"num_heads\":16,"
+        "\"in_chans\":3,\"hidden_size\":3584,\"patch_size\":14,\"spatial_merge_size\":2,\"spatial_patch_size\":14,"
+        "\"temporal_patch_size\":2},\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":[16,24,24]},\"vocab_size\":152064}";
+    cdx_hf_config rc7;
+    const int r7 = cdx_hf_config_parse(rel, strlen(rel), "config.json", &rc7, &e);
+    CHECKF(r7 == 0 && !rc7.text_config && rc7.head_dim == 128 && rc7.n_kv_heads == 4 && rc7.sliding_window == 0 &&
+           rc7.mrope_section[0] == 16 && rc7.mrope_section[1] == 24 && rc7.mrope_section[2] == 24 &&
+           rc7.rope_type == CDX_HF_ROPE_DEFAULT && !strcmp(rc7.torch_dtype, "bfloat16"),
+           "Qwen2-VL-7B-Instruct's config.json: rc %d (%s), head_dim %lld, window %lld", r7, e.msg,
+           (long long)rc7.head_dim, (long long)rc7.sliding_window);
     CHECKF(rc == 0 && cfg.text_config && cfg.n_kv_heads == 8 && cfg.rope_theta == 1000000.0 &&
            cfg.rope_type == CDX_HF_ROPE_DEFAULT && cfg.mrope_section[0] == 4 && cfg.rms_norm_eps == 1e-5,
            "text_config with the class defaults: rc %d (%s), kv heads %lld, theta %g", rc, e.msg,
