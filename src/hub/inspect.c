@@ -231,6 +231,9 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     cdx_arch arch = CDX_ARCH_LLAMA;
     const bool known = cdx_model_arch_of(a, true, out->n_expert > 0, &arch); /* "llama" with experts: Mixtral */
     snprintf(out->family, sizeof out->family, "%s", known ? cdx_model_arch_family(arch) : a);
+    const char *text_only = known ? cdx_model_arch_images_refused(arch) : NULL; /* qwen2vl: the mmproj is not read */
+    if (text_only && !out->note[0])
+        snprintf(out->note, sizeof out->note, "%s: requests with images are refused", text_only);
     if (known && out->n_layer > 0 && out->n_layer <= 4096) {
         /* a sparse layer is one with a router, as the loader decides */
         uint8_t *sparse = calloc((size_t)out->n_layer, 1);

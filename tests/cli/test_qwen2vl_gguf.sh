@@ -90,6 +90,10 @@ if grep -q "family=qwen2_vl" "$tmp/insp" && grep -q "unused_tensors=none" "$tmp/
    grep -q "note: caldrix runs Qwen2-VL's text path only; its vision tower is not computed: its 6 vision-tower tensors are skipped unread" "$tmp/insp"; then
     ok "qwen2_vl: inspect names the vision tower skipped, no tensor left unused"
 else bad "qwen2_vl: inspect ($(cat "$tmp/insp"))"; fi
+"$CALDRIX" inspect "$tmp/qwen2_vl-F32.gguf" --json >"$tmp/insp.json" 2>&1
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d['family'] == 'qwen2_vl' and d['missing_required_tensors'] == 'none' and 'requests with images are refused' in d['note']))" "$tmp/insp.json"; then
+    ok "qwen2vl GGUF: inspect maps every tensor and notes that images are refused"
+else bad "qwen2vl GGUF: inspect ($(cat "$tmp/insp.json"))"; fi
 python3 -c "
 import struct, zlib
 def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
