@@ -49,6 +49,8 @@ extern "C" {
     X(OLMO)        /* OlmoForCausalLM (OLMo v1: LayerNorms without weight or bias) */                    \
     X(GPT_OSS)     /* GptOssForCausalLM */                                                               \
     X(BITNET)      /* BitNetForCausalLM (BitNet b1.58: BitLinear, sub-norms, relu2) */                   \
+    X(QWEN2_VL)    /* Qwen2VLForConditionalGeneration, its text path (the vision tower is not run) */     \
+    X(QWEN2_5_VL)  /* Qwen2_5_VLForConditionalGeneration, its text path */                               \
     /* a new architecture: one line above this one */
 
 typedef enum cdx_hf_arch {
@@ -96,6 +98,9 @@ typedef enum cdx_hf_layout {
     CDX_HF_TEXT_QWEN35_VL,   /* the same under text_config (Qwen3_5Config) */
     CDX_HF_ENCODER,          /* a BERT-like encoder: layer_norm_eps, hidden_act "gelu", type_vocab_size,
                                 position_embedding_type "absolute" (BertConfig, XLMRobertaConfig) */
+    CDX_HF_TEXT_MROPE,       /* Qwen2-VL / Qwen2.5-VL: the text model's keys under text_config when the config has
+                                one, else at the top level (Qwen2VLConfig's backward compatibility); rope_scaling
+                                "mrope" (read as "default") with its mrope_section (read_mrope) */
 } cdx_hf_layout;
 
 /* Scalings outside the layers (Granite's multipliers, Gemma2's softcaps): a row names the config.json
@@ -268,7 +273,8 @@ typedef struct cdx_hf_config {
      * gated full-attention layers' partial rotary; 0 elsewhere. */
     int64_t linear_n_k_heads, linear_n_v_heads, linear_k_dim, linear_v_dim, linear_conv_kernel;
     double partial_rotary_factor;  /* rotated share of head_dim (1 for the other architectures) */
-    int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent) */
+    int64_t mrope_section[3];      /* rope_parameters.mrope_section ([11, 11, 10] when absent); Qwen2-VL's
+                                      rope_scaling.mrope_section (layout CDX_HF_TEXT_MROPE: required) */
     bool text_config;              /* the text model is under text_config (…ForConditionalGeneration) */
     int64_t n_keys;                /* top-level keys of config.json (inspect's metadata count) */
     double scale[CDX_HF_SCALE_COUNT]; /* cdx_hf_scale: as read, the class default when absent; 0 where the

@@ -45,6 +45,7 @@ extern "C" {
     X(OLMO, olmo)           /* OLMo (v1): LayerNorms without weight or bias, clip_qkv */                   \
     X(GPT_OSS, gpt_oss)     /* GPT-OSS: attention sinks, biased experts with a clamped SwiGLU, windows */  \
     X(BITNET, bitnet)       /* BitNet b1.58: BitLinear (ternary weights, int8 activations), sub-norms, relu2 */ \
+    X(QWEN2VL, qwen2vl)     /* Qwen2-VL, Qwen2.5-VL text path: Qwen2 with the multimodal RoPE (GGUF "qwen2vl") */ \
     /* a new family: one line above this one */
 
 typedef enum cdx_arch {
@@ -136,6 +137,10 @@ typedef struct cdx_hparams {
     bool mlp_plain;                /* the MLP is down(act(up(x))): no gate (Starcoder2) */
     bool bitlinear;                /* BitNet's BitLinears: packed ternary weights, int8 activations per token */
     float logit_scale;             /* logits = head(x) · logit_scale (Cohere); 0: none */
+    /* multimodal RoPE (Qwen2-VL: config.json's mrope_section, GGUF rope.dimension_sections): rotated pair i
+     * (i < n_rot / 2) turns by the position of the section it falls in, temporal | height | width | extra
+     * (cdx_batch.pos_sections); all 0: one position per token */
+    int32_t rope_sections[4];
 } cdx_hparams;
 
 enum {
@@ -395,6 +400,10 @@ typedef struct cdx_batch {
                                    context's last layer, before the output norm (n_embd floats), in order;
                                    no logits (a split model's last stage gives these back to the first) */
     const cdx_lora_set *const *lora; /* NULL, or per token NULL or the LoRA adapters on its row (below) */
+    const int64_t *pos_sections;  /* NULL, or [n][4]: a multimodal-RoPE model's (hp.rope_sections) temporal, height,
+                                     width and extra position of each token, where they are not its text position
+                                     (an image's patches); NULL: pos[i], pos[i], pos[i], 0, as transformers' and
+                                     llama.cpp's text tokens. The KV slot is still pos[i] */
 } cdx_batch;
 
 CDX_API int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b,
@@ -522,6 +531,11 @@ typedef struct cdx_vision_info {
 
 /* Whether m takes images; fills *out when it does (out may be NULL). */
 CDX_API bool cdx_model_vision(const cdx_model *m, cdx_vision_info *out);
+/* A vision-language model run as its text model (Qwen2-VL): why a request with images is refused (static
+ * text); NULL for every other model. */
+CDX_API const char *cdx_model_images_refused(const cdx_model *m);
+/* The same for a family (inspect's note, before any model is opened); NULL out of range or not such a family. */
+CDX_API const char *cdx_model_arch_images_refused(cdx_arch a);
 /* The image features of n_tiles tiles of pixels ([n_tiles][3][image_size][image_size], the
  * processor's pixel_values): out[n_tiles * tokens_per_tile][n_embd], tiles in order. The tower
  * computes in f32 whatever the weights' type (F32/BF16/F16 products are exact in f32). Runs on

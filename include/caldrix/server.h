@@ -101,6 +101,8 @@ typedef struct cdx_server_model {
                                     * /v1/models says it as speculation_off_reason; NULL: none */
     const cdx_server_lora *lora;   /* [n_lora], each opened on this model (at most 16); copied */
     int n_lora;
+    const char *no_images_why;     /* a vision-language model run as its text model: why image parts are refused
+                                    * (cdx_model_images_refused); NULL: none */
 } cdx_server_model;
 
 /* The routes the server answers (its one route table), for --help and docs: *n rows, static storage. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Tiny random-weight Hugging Face checkpoints for the families that have no fixture in ../shared
-(OLMo v1, GPT-OSS, BitNet b1.58), written at test time: config.json (the keys published checkpoints write) and
+(OLMo v1, GPT-OSS, BitNet b1.58, Qwen2-VL and Qwen2.5-VL), written at test time: config.json (the keys published checkpoints write) and
 model.safetensors (float32, transformers' tensor names). Python's standard library only, so the tests
 need no PyTorch; deterministic: the same family always gives the same bytes.
 
@@ -16,7 +16,7 @@ u > 1/3; weight_scale is 4 + round(16·(u + 1))/8 (exact in bf16).
 
     python3 scripts/goldens/tiny_fixtures.py FAMILY OUT_DIR [JSON_CONFIG_OVERRIDES]
 
-scripts/goldens/torch-families-c.py reads the same files to make the PyTorch goldens.
+scripts/goldens/torch-families-c.py and torch-qwen2vl.py read the same tensors to make the PyTorch goldens.
 """
 import json
 import os
@@ -127,6 +127,71 @@ def bitnet(over):
     return cfg, t
 
 
+def _qwen2vl_text(cfg, prefix):
+    """Qwen2-VL's text model (Qwen2's decoder: q/k/v biases) under prefix, lm_head unless tied."""
+    E, F, H, KV, L, V = (cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                          "num_key_value_heads", "num_hidden_layers", "vocab_size"))
+    hd = E // H
+    t = [(prefix + "embed_tokens.weight", (V, E), 1.0), (prefix + "norm.weight", (E,), 1.0)]
+    for l in range(L):
+        p = prefix + "layers.%d." % l
+        t += [(p + "input_layernorm.weight", (E,), 1.0), (p + "post_attention_layernorm.weight", (E,), 1.0),
+              (p + "self_attn.q_proj.weight", (H * hd, E), 0.25), (p + "self_attn.q_proj.bias", (H * hd,), 0.5),
+              (p + "self_attn.k_proj.weight", (KV * hd, E), 0.25), (p + "self_attn.k_proj.bias", (KV * hd,), 0.5),
+              (p + "self_attn.v_proj.weight", (KV * hd, E), 0.25), (p + "self_attn.v_proj.bias", (KV * hd,), 0.5),
+              (p + "self_attn.o_proj.weight", (E, H * hd), 0.125),
+              (p + "mlp.gate_proj.weight", (F, E), 0.25), (p + "mlp.up_proj.weight", (F, E), 0.25),
+              (p + "mlp.down_proj.weight", (E, F), 0.125)]
+    if not cfg.get("tie_word_embeddings"):
+        t.append(("lm_head.weight", (V, E), 0.25))
+    return t
+
+
+def _visual(prefix):
+    """A few of the vision tower's tensors (a real checkpoint has them; the text path never reads them)."""
+    return [(prefix + "patch_embed.proj.weight", (16, 3, 2, 2, 2), 0.25),
+            (prefix + "blocks.0.attn.qkv.weight", (48, 16), 0.25), (prefix + "blocks.0.attn.qkv.bias", (48,), 0.25),
+            (prefix + "merger.ln_q.weight", (16,), 1.0), (prefix + "merger.mlp.0.weight", (64, 64), 0.25),
+            (prefix + "merger.mlp.2.weight", (64, 64), 0.25)]
+
+
+QWEN2VL_TEXT = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu",
+                "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 2,
+                "attention_dropout": 0.0, "tie_word_embeddings": False, "initializer_range": 0.02,
+                "bos_token_id": 1, "eos_token_id": 2, "use_cache": True}
+QWEN2VL_VISION = {"depth": 1, "embed_dim": 16, "hidden_size": 64, "hidden_act": "quick_gelu", "mlp_ratio": 4,
+                  "num_heads": 2, "in_channels": 3, "patch_size": 2, "spatial_merge_size": 2,
+                  "temporal_patch_size": 2}
+
+
+def qwen2_vl(over):
+    """Qwen2VLForConditionalGeneration as the Qwen2-VL releases write it (transformers 4.45): the text keys at the
+    top level, rope_scaling {"type": "mrope", "mrope_section"}, model.layers.* and visual.*."""
+    cfg = {"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", **QWEN2VL_TEXT,
+           "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "vision_config": QWEN2VL_VISION,
+           "image_token_id": 300, "video_token_id": 301, "vision_start_token_id": 302, "vision_end_token_id": 303,
+           "torch_dtype": "float32"}
+    cfg.update(over)
+    return cfg, _qwen2vl_text(cfg, "model.") + _visual("visual.")
+
+
+def qwen2_5_vl(over):
+    """Qwen2_5_VLForConditionalGeneration as transformers >= 4.52 saves it: the text model in text_config (rope_scaling
+    {"rope_type": "default", "mrope_section"}), its tensors under model.language_model., the tower's under
+    model.visual. over: keys of text_config."""
+    tc = {**QWEN2VL_TEXT, "model_type": "qwen2_5_vl_text",
+          "rope_scaling": {"rope_type": "default", "type": "default", "mrope_section": [4, 2, 2]}}
+    tc.update(over)
+    cfg = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "text_config": tc,
+           "vision_config": {**QWEN2VL_VISION, "fullatt_block_indexes": [0], "window_size": 4, "out_hidden_size": 64,
+                             "intermediate_size": 32},
+           "image_token_id": 300, "video_token_id": 301, "vision_start_token_id": 302, "vision_end_token_id": 303,
+           "tie_word_embeddings": tc.get("tie_word_embeddings", False), "torch_dtype": "float32"}
+    return cfg, _qwen2vl_text(tc, "model.language_model.") + _visual("model.visual.")
+
+
 def ternary(name, rows, cols):
     """The ternary matrix [rows][cols] of tensor name (row-major, values -1, 0, 1)."""
     return [-1 if u < -1.0 / 3 else 1 if u > 1.0 / 3 else 0 for u in values(name, rows * cols, 1.0)]
@@ -143,7 +208,7 @@ def pack_ternary(t, rows, cols):
     return out
 
 
-FAMILIES = {"olmo": olmo, "gpt_oss": gpt_oss, "bitnet": bitnet}
+FAMILIES = {"olmo": olmo, "gpt_oss": gpt_oss, "bitnet": bitnet, "qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl}
 
 
 def tensors(family, cfg_over=None, stored=False):

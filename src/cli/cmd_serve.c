@@ -900,7 +900,8 @@ int cmd_serve(int argc, char **argv)
                             .tmpl_chatml = ld->chat.chatml, .tmpl_kwargs = chat_kwargs, .name = name,
                             .n_vocab = hp->n_vocab, .n_ctx = st.n_ctx, .bos_id = hp->bos_id,
                             .image_proc = ld->has_image_proc ? &ld->image_proc : NULL,
-                            .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL, .lora = sl.l, .n_lora = sl.n };
+                            .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL, .lora = sl.l, .n_lora = sl.n,
+                            .no_images_why = cdx_model_images_refused(ld->model) };
     rc = cdx_server_start(&so, &srv, &err);
     if (rc) {
         fprintf(stderr, "caldrix serve: %s\n", err.msg);

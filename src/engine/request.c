@@ -352,8 +352,11 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     int64_t n_img_tok = 0, n_img_rows = 0;
     if (r->n_images < 0 || r->n_images > 256 || (r->n_images && !r->images))
         return cdx_err_set(err, CDX_EINVAL, "%d images; expected 0..256", r->n_images);
-    if (r->n_images && !e->has_vision)
-        return cdx_err_set(err, CDX_EINVAL, "the request has %d images; this model takes no images", r->n_images);
+    if (r->n_images && !e->has_vision) {
+        const char *why = cdx_model_images_refused(e->m);
+        return cdx_err_set(err, CDX_EINVAL, "the request has %d images; this model takes no images%s%s%s", r->n_images,
+                           why ? " (" : "", why ? why : "", why ? ")" : "");
+    }
     for (int i = 0; i < r->n_images; i++) {
         if (!r->images[i].pixels || r->images[i].n_tiles < 1 || r->images[i].n_tiles > 4096)
             return cdx_err_set(err, CDX_EINVAL, "image %d has %lld tiles; expected 1..4096", i,

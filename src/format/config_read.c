@@ -401,6 +401,36 @@ static int read_qwen35(ctx *c, cdx_hf_config *cfg)
     return CDX_OK;
 }
 
+/* Qwen2-VL / Qwen2.5-VL: rope_scaling.mrope_section (or rope_parameters'), the rotated pairs' split over the
+ * temporal, height and width positions (apply_multimodal_rotary_pos_emb splits each half of head_dim by it, so
+ * the three counts must sum to head_dim / 2; Qwen2VLAttention reads it, so it must be there). */
+static int read_mrope(ctx *c, cdx_hf_config *cfg)
+{
+    json_t *rp = field(c->root, "rope_parameters");
+    const char *key = rp ? "rope_parameters" : "rope_scaling";
+    json_t *rs = rp ? rp : field(c->root, "rope_scaling");
+    json_t *sec = rs && json_is_object(rs) ? field(rs, "mrope_section") : NULL;
+    if (!sec)
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s.mrope_section is missing; %s's attention splits the rotary "
+                           "dimensions by it (e.g. [16, 24, 24])", c->name, key, cfg->architecture);
+    int64_t sum = 0;
+    bool ok = json_is_array(sec) && json_array_size(sec) == 3;
+    for (size_t i = 0; ok && i < 3; i++) {
+        json_t *e = json_array_get(sec, i);
+        ok = json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) <= CDX_MAX_HEAD_DIM;
+        cfg->mrope_section[i] = ok ? json_integer_value(e) : 0;
+        sum += cfg->mrope_section[i];
+    }
+    if (!ok || sum != cfg->head_dim / 2) {
+        char b[96];
+        show(sec, b, sizeof b);
+        return cdx_err_set(c->err, CDX_EFORMAT, "%s: %s.mrope_section is %s; expected three counts summing to %lld "
+                           "(half of head_dim %lld)", c->name, key, b, (long long)(cfg->head_dim / 2),
+                           (long long)cfg->head_dim);
+    }
+    return CDX_OK;
+}
+
 /* ---- config.json ---- */
 
 /* What an architecture caldrix does not run is read with: transformers' PretrainedConfig habits (no
@@ -517,6 +547,9 @@ static int read_rope(ctx *c, cdx_hf_config *cfg, const arch_row *row)
         if ((rc = get_str(c, rs, "type", shown, &type)))
             return rc;
     }
+    /* Qwen2VLTextConfig: rope_type "mrope" is the default rotation (its sections read by read_mrope) */
+    if (type && row->layout == CDX_HF_TEXT_MROPE && !strcmp(type, "mrope"))
+        type = "default";
     /* the default rotation ignores a factor; one other than 1 suggests a scaling the file does not name */
     json_t *factor = field(rs, "factor");
     const bool plain = (!type || !strcmp(type, "default")) &&
@@ -974,6 +1007,18 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         c.root = root = tc;
         c.name = tc_name;
         cfg->text_config = true;
+    } else if (row->layout == CDX_HF_TEXT_MROPE && field(root, "text_config") &&
+               !json_is_null(field(root, "text_config"))) {
+        /* Qwen2VLConfig: text_config when given, else every top-level key (its backward compatibility) */
+        json_t *tc = field(root, "text_config");
+        if (!json_is_object(tc)) {
+            rc = type_err(&c, "text_config", tc, "an object or null");
+            goto out;
+        }
+        snprintf(tc_name, sizeof tc_name, "%s: text_config", name);
+        c.root = root = tc;
+        c.name = tc_name;
+        cfg->text_config = true;
     } else if (cfg->arch == CDX_HF_ARCH_COUNT && json_is_object(field(root, "text_config"))) {
         /* refused already; a multimodal config keeps its text model's dimensions here */
         snprintf(tc_name, sizeof tc_name, "%s: text_config", name);
@@ -1056,6 +1101,8 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
         goto out;
     cfg->rope_theta = row->rope_theta;
     if ((rc = read_rope(&c, cfg, row)))
+        goto out;
+    if (row->layout == CDX_HF_TEXT_MROPE && (rc = read_mrope(&c, cfg)))
         goto out;
 
     if ((rc = read_act(&c, cfg, row, objs, obj_names)))

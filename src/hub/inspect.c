@@ -231,6 +231,9 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     cdx_arch arch = CDX_ARCH_LLAMA;
     const bool known = cdx_model_arch_of(a, true, out->n_expert > 0, &arch); /* "llama" with experts: Mixtral */
     snprintf(out->family, sizeof out->family, "%s", known ? cdx_model_arch_family(arch) : a);
+    const char *text_only = known ? cdx_model_arch_images_refused(arch) : NULL; /* qwen2vl: the mmproj is not read */
+    if (text_only && !out->note[0])
+        snprintf(out->note, sizeof out->note, "%s: requests with images are refused", text_only);
     if (known && out->n_layer > 0 && out->n_layer <= 4096) {
         /* a sparse layer is one with a router, as the loader decides */
         uint8_t *sparse = calloc((size_t)out->n_layer, 1);
@@ -415,8 +418,14 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         /* tensors the loader does not look up (Qwen3.5's mtp.* and model.visual.* are skipped by name) */
         out->unused_tensors[0] = 0;
         out->n_unused = 0;
+        const char *text_only = cdx_model_arch_images_refused(fa); /* Qwen2-VL: visual.* skipped by name too */
+        int64_t n_tower = 0;
         for (size_t i = 0; i < st->n_tensors; i++) {
             const char *t = st->tensors[i].name;
+            if (text_only && (!strncmp(t, "visual.", 7) || !strncmp(t, "model.visual.", 13))) {
+                n_tower++;
+                continue;
+            }
             if (!strncmp(t, "mtp.", 4) || !strncmp(t, "model.visual.", 13))
                 continue;
             if (x.n && bsearch(&t, x.all, x.n, sizeof *x.all, cmp_str))
@@ -432,6 +441,9 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
         names_free(&x);
         if (!out->n_unused)
             snprintf(out->unused_tensors, sizeof out->unused_tensors, "none");
+        if (text_only)
+            snprintf(out->note, sizeof out->note, "%s: its %lld vision-tower tensors are skipped unread and requests "
+                     "with images are refused", text_only, (long long)n_tower);
         /* a shipped lm_head beside a tied embedding */
         const cdx_st_tensor *head = cdx_st_find(st, "lm_head.weight"), *emb = cdx_st_find(st, "model.embed_tokens.weight");
         if (tied && head && emb) /* (a head of another shape is the loader's refusal) */

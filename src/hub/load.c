@@ -37,8 +37,10 @@ int cdx_load_image_proc(const char *dir, const cdx_model *m, const char *const *
                         cdx_err *err)
 {
     cdx_vision_info vi;
+    const char *why = cdx_model_images_refused(m); /* Qwen2-VL: a tower caldrix does not compute */
     if (!cdx_model_vision(m, &vi))
-        return cdx_err_set(err, CDX_EINVAL, "%s takes no images (it has no vision tower)", dir);
+        return why ? cdx_err_set(err, CDX_EINVAL, "%s takes no images (%s)", dir, why)
+                   : cdx_err_set(err, CDX_EINVAL, "%s takes no images (it has no vision tower)", dir);
     int rc = cdx_image_proc_read(dir, pp, err);
     for (int i = 0; !rc && i < n_opts; i++) {
         const char *eq = strchr(opts[i], '=');

@@ -43,12 +43,6 @@ static const cdx_refused_arch k_refused[] = {
       "weights are ternarised at every forward (utils_quant.py's weight_quant, 1/mean|W|) under other sub-norm names "
       "(self_attn.inner_attn_ln, mlp.ffn_layernorm); transformers' BitNetForCausalLM (packed weights) and GGUF "
       "\"bitnet\" files of it are" },
-    { "Qwen2VLForConditionalGeneration", "qwen2vl", "qwen2_vl",
-      "Qwen2-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section over temporal, "
-      "height and width positions) and the vision tower" },
-    { "Qwen2_5_VLForConditionalGeneration", NULL, "qwen2_5_vl",
-      "Qwen2.5-VL is not computed yet, its text path included: the multimodal RoPE (mrope_section) and the "
-      "windowed vision tower" },
     { "Gemma3ForConditionalGeneration", NULL, "gemma3",
       "vision-language Gemma 3 (the vision tower, the text model under language_model) is not run; its text "
       "model alone, Gemma3ForCausalLM, is" },
@@ -153,6 +147,13 @@ bool cdx_model_arch_of(const char *name, bool gguf, bool experts, cdx_arch *out)
     if (d && out)
         *out = d->arch;
     return d != NULL;
+}
+
+const char *cdx_model_images_refused(const cdx_model *m) { return m && m->desc ? m->desc->vl_text_only : NULL; }
+
+const char *cdx_model_arch_images_refused(cdx_arch a)
+{
+    return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a]->vl_text_only : NULL;
 }
 
 const char *cdx_model_arch_family(cdx_arch a) { return (unsigned)a < CDX_ARCH_COUNT ? k_archs[a]->family : NULL; }

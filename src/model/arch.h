@@ -112,6 +112,11 @@ typedef struct arch_desc {
                                    ROLE_ATTN_SUB_NORM, ROLE_FFN_SUB_NORM); a checkpoint's BitLinear weights
                                    (cdx_hf_config.bitlinear: layer_weights.bit); a GGUF file's "<name>.scale" */
     const role_name *names;     /* its own tensor names, or NULL */
+    bool mrope;                 /* multimodal RoPE (hp.rope_sections): config.json's mrope_section, GGUF
+                                   rope.dimension_sections (required, as llama.cpp's qwen2vl requires it) */
+    const char *vl_text_only;   /* a vision-language family run as its text model: why a request with images is
+                                   refused (what the image refusal and inspect say); its checkpoint's visual.* and
+                                   model.visual.* tensors are skipped unread, model.language_model.* read as model.* */
     bool encoder;               /* a bidirectional encoder (BERT, XLM-R): its own binding and pass (encoder.c),
                                    no KV cache; run by cdx_encode, never by cdx_forward */
 } arch_desc;

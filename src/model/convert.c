@@ -321,8 +321,9 @@ static int convert_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tenso
     char name[160];
     tensor_role role;
     int layer;
-    /* Qwen3.5 ForConditionalGeneration: the text model under model.language_model. */
-    const char *hf = d->hybrid && !strncmp(t->name, "model.language_model.", 21) ? t->name + 15 : t->name;
+    /* Qwen3.5 ForConditionalGeneration, Qwen2-VL since transformers 4.52: the text model under
+     * model.language_model. (TextModel.filter_tensors drops "language_model.") */
+    const char *hf = (d->hybrid || d->vl_text_only) && !strncmp(t->name, "model.language_model.", 21) ? t->name + 15 : t->name;
     bool named = map_name(d, hf, name, sizeof name, &role, &layer);
     if (!named && strncmp(hf, "model.", 6)) {
         /* Qwen3-Embedding: the base model's tensors without "model." (llama.cpp's tensor map lists both) */
@@ -781,6 +782,11 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
                                  (int32_t)cfg->mrope_section[2], 0 };
         cdx_gguf_writer_set_arr(w, K(ROPE_DIM_SECTIONS), CDX_GGUF_I32, sec, 4);
     }
+    if (d->mrope) { /* TextModel.set_gguf_parameters: mrope_section padded to 4 (time, height, width, extra) */
+        const int32_t sec[4] = { (int32_t)cfg->mrope_section[0], (int32_t)cfg->mrope_section[1],
+                                 (int32_t)cfg->mrope_section[2], 0 };
+        cdx_gguf_writer_set_arr(w, K(ROPE_DIM_SECTIONS), CDX_GGUF_I32, sec, 4);
+    }
     if (c->pooling >= 0) /* Qwen2Model.set_gguf_parameters: _try_set_pooling_type from modules.json */
         cdx_gguf_writer_set_u32(w, K(POOLING_TYPE), (uint32_t)c->pooling);
     if (c->normalize) /* caldrix's own key: llama.cpp leaves Normalize to its caller */
@@ -1018,6 +1024,8 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         }
         /* Qwen3.5: the multi-token-prediction head and the vision tower are not the text model */
         skip |= d->hybrid && (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "model.visual.", 13));
+        /* Qwen2-VL: the vision tower goes to llama.cpp's mmproj file (Qwen2VLVisionModel), not this one */
+        skip |= d->vl_text_only && (!strncmp(t->name, "visual.", 7) || !strncmp(t->name, "model.visual.", 13));
         skip |= d->gguf_gemma && !strcmp(t->name, "lm_head.weight"); /* GemmaModel.filter_tensors: tied */
         /* BitNet: a BitLinear's weight_scale is written with its weight (convert_bitlinear) */
         skip |= d->bitnet && cfg->bitlinear && n > 13 && !strcmp(t->name + n - 13, ".weight_scale");

@@ -200,6 +200,7 @@ typedef struct {
     const layer_weights *L;
     const cdx_kv_seq *seqs;
     int64_t l, slot, n;     /* the layer, and its slot in the KV blocks (l - the stage's first layer) */
+    const int64_t *pos_sections; /* cdx_batch.pos_sections ([n][4]) or NULL (text: pos, pos, pos, 0) */
 } qkv_job;
 
 static void qkv_part(void *arg, int ith, int nth)
@@ -236,8 +237,18 @@ static void qkv_part(void *arg, int ith, int nth)
             const bool swa = m->inv_freq_swa && cdx_hparams_window(hp, j->l);
             const float *f = swa ? m->inv_freq_swa : fc->s.rope_f ? fc->s.rope_f[i] : m->inv_freq;
             const float att = swa ? 0 : hp->rope_attn_factor; /* YaRN's / LongRoPE's attention factor */
-            model_rope_att(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
-            model_rope_att(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
+            if (hp->rope_sections[0] | hp->rope_sections[1] | hp->rope_sections[2] | hp->rope_sections[3]) {
+                /* Qwen2-VL's multimodal RoPE: a text token's three positions are its position, the extra 0
+                   (transformers' get_rope_index, llama.cpp's llm_graph_input_pos) */
+                const int64_t *ps = j->pos_sections ? j->pos_sections + 4 * i : NULL;
+                const int64_t p4[4] = { ps ? ps[0] : fc->s.pos[i], ps ? ps[1] : fc->s.pos[i],
+                                        ps ? ps[2] : fc->s.pos[i], ps ? ps[3] : 0 };
+                model_rope_sections(q, hp->n_head, hd, hp->n_rot, p4, hp->rope_sections, f, hp->rope_mode, att);
+                model_rope_sections(k, hp->n_head_kv, hd, hp->n_rot, p4, hp->rope_sections, f, hp->rope_mode, att);
+            } else {
+                model_rope_att(q, hp->n_head, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
+                model_rope_att(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
+            }
         }
         model_kv_store(&j->seqs[fc->s.seq[i]], j->slot, fc->s.pos[i], kvd, k, v);
     }
@@ -280,6 +291,9 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_stage *st, const cdx_
                            (long long)fc->max_tokens);
     if (!b->pos)
         return cdx_err_set(err, CDX_EINVAL, "batch without positions");
+    if (b->pos_sections && !(hp->rope_sections[0] | hp->rope_sections[1] | hp->rope_sections[2] | hp->rope_sections[3]))
+        return cdx_err_set(err, CDX_EINVAL, "batch with per-section positions; the %s architecture's RoPE takes one "
+                           "position per token", hp->arch_name ? hp->arch_name : "model's");
     if (!cdx_type_get(m->tok_embd.type)->to_f32)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "token embedding type %s cannot be read", cdx_type_name(m->tok_embd.type));
     if (n_seq <= 0)
@@ -353,7 +367,7 @@ static int forward_seqs_run(cdx_forward_ctx *fc, const cdx_stage *st, const cdx_
         model_lora_add(pool, b, l, LORA_Q, in, n, E, fc->s.q, qd);
         model_lora_add(pool, b, l, LORA_K, in, n, E, fc->s.kk, kvd);
         model_lora_add(pool, b, l, LORA_V, in, n, E, fc->s.vv, kvd);
-        qkv_job qj = { fc, L, seqs, l, l - l0, n };
+        qkv_job qj = { fc, L, seqs, l, l - l0, n, b->pos_sections };
         if (n >= 4)
             cdx_pool_run(pool, qkv_part, &qj);
         else

@@ -96,8 +96,17 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                 for (int64_t h = 0; h < hp->n_head_kv; h++)
                     model_rmsnorm_bf16(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
             }
-            model_rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
-            model_rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
+            if (hp->rope_sections[0] | hp->rope_sections[1] | hp->rope_sections[2] | hp->rope_sections[3]) {
+                /* Qwen2-VL: a text token's positions p, p, p, 0, else the batch's (forward.c's rule) */
+                const int64_t *ps = b->pos_sections ? b->pos_sections + 4 * i : NULL;
+                const int64_t p4[4] = { ps ? ps[0] : s->pos[i], ps ? ps[1] : s->pos[i], ps ? ps[2] : s->pos[i],
+                                        ps ? ps[3] : 0 };
+                model_rope_bf16_sections(q, hp->n_head, hd, p4, hp->rope_sections, m->inv_freq);
+                model_rope_bf16_sections(k, hp->n_head_kv, hd, p4, hp->rope_sections, m->inv_freq);
+            } else {
+                model_rope_bf16(q, hp->n_head, hd, s->pos[i], m->inv_freq);
+                model_rope_bf16(k, hp->n_head_kv, hd, s->pos[i], m->inv_freq);
+            }
             model_kv_store(&seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }
         model_attn_rows(s, seqs, n, s->q, s->attn, qd, l - l0, hp->sliding_window);

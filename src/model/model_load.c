@@ -1425,6 +1425,27 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
     hp->layer_norm = d->layer_norm; /* llama.cpp's LLM_NORM: attention.layer_norm_epsilon */
     hp->rms_eps = cdx_gguf_get_arch_f64(g, a, d->layer_norm ? CDX_GK_LN_EPS : CDX_GK_RMS_EPS, &f) ? (float)f : 1e-5f;
     hp->rope_theta = cdx_gguf_get_arch_f64(g, a, CDX_GK_ROPE_FREQ_BASE, &f) ? f : 10000.0;
+    if (d->mrope) { /* llama.cpp's qwen2vl: rope.dimension_sections, 4 entries, required */
+        const cdx_gguf_kv *kv = cdx_gguf_find_arch(g, a, CDX_GK_ROPE_DIM_SECTIONS);
+        int64_t sum = 0, sv = 0;
+        bool ok = kv && kv->val.type == CDX_GGUF_ARRAY && kv->val.n == 4;
+        for (uint64_t i = 0; ok && i < 4; i++) {
+            ok = cdx_gguf_arr_i64(&kv->val, i, &sv) && sv >= 0 && sv <= CDX_MAX_HEAD_DIM;
+            hp->rope_sections[i] = ok ? (int32_t)sv : 0;
+            sum += ok ? sv : 0;
+        }
+        if (!ok)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.dimension_sections is %s; the %s architecture needs 4 "
+                               "section sizes (temporal, height, width, extra)", path, a, kv ? "not 4 counts in "
+                               "0..1024" : "missing", a);
+        /* transformers' split covers the rotated half exactly; llama.cpp would wrap the sections around a
+           shorter sum (sector = pair % sum), which no checkpoint makes */
+        if (sum != hp->n_rot / 2)
+            return cdx_err_set(err, CDX_EFORMAT, "%s: %s.rope.dimension_sections [%d, %d, %d, %d] sums to %lld; "
+                               "expected half the %lld rotated dimensions, %lld", path, a, hp->rope_sections[0],
+                               hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3], (long long)sum,
+                               (long long)hp->n_rot, (long long)(hp->n_rot / 2));
+    }
     /* mixtures of experts: qwen2moe / qwen3moe, and "llama" with an expert_count (Mixtral) */
     uint64_t n_exp = 0;
     const bool has_exp = cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_COUNT, &n_exp);
@@ -1662,6 +1683,8 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
     hp->n_ctx_train = cfg->max_position_embeddings;
     hp->rms_eps = (float)cfg->rms_norm_eps;
     hp->rope_theta = cfg->rope_theta;
+    for (int i = 0; d->mrope && i < 3; i++) /* mrope_section (the config reader checked its sum); no extra section */
+        hp->rope_sections[i] = (int32_t)cfg->mrope_section[i];
     /* partial rotary (Phi3, StableLM): int(head_dim · partial_rotary_factor) dims, the config reader
      * checked it is even */
     hp->n_rot = (int64_t)((double)hp->head_dim * cfg->partial_rotary_factor);
@@ -1783,6 +1806,14 @@ static int load_checkpoint(cdx_model *m, const char *dir, cdx_err *err)
                 if (!strncmp(name, "model.language_model.", 21))
                     name += 15; /* "model.language_model.x" -> "model.x" is a suffix of it: point past "language_model" */
             }
+        }
+        /* Qwen2-VL: the vision tower (visual.*, or model.visual.* since transformers 4.52) is skipped unread;
+         * the newer checkpoints keep the text model under model.language_model. */
+        if (d->vl_text_only) {
+            if (!strncmp(name, "visual.", 7) || !strncmp(name, "model.visual.", 13))
+                continue;
+            if (!strncmp(name, "model.language_model.", 21))
+                name += 15; /* "model.language_model.x" -> "model.x", a suffix of it */
         }
         int n_dims = (int)t->n_dims;
         int64_t rows = n_dims == 2 ? (int64_t)t->shape[0] : 1, cols = (int64_t)t->shape[n_dims ? n_dims - 1 : 0];

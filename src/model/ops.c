@@ -116,6 +116,31 @@ void model_rope_att(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_
     }
 }
 
+void model_rope_sections(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, const int64_t pos[4],
+                         const int32_t sec[4], const float *inv_freq, cdx_rope_mode mode, float att)
+{
+    const int64_t half = n_rot / 2, s1 = sec[0], s2 = s1 + sec[1], s3 = s2 + sec[2];
+    for (int64_t i = 0; i < half; i++) {
+        /* apply_multimodal_rotary_pos_emb: cos.split(mrope_section * 2) takes chunk j from row j % 3, i.e.
+         * pair i of each half from the position of the section i falls in (llama.cpp: past the three, the
+         * extra position) */
+        const int64_t p = i < s1 ? pos[0] : i < s2 ? pos[1] : i < s3 ? pos[2] : pos[3];
+        const float ang = (float)p * inv_freq[i]; /* the same f32 product as model_rope_att */
+        float c = cosf(ang), s = sinf(ang);
+        if (att) {
+            c *= att;
+            s *= att;
+        }
+        const int64_t a = mode == CDX_ROPE_ADJACENT ? 2 * i : i, b = mode == CDX_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *q = v + h * hd;
+            const float x0 = q[a], x1 = q[b];
+            q[a] = x0 * c - x1 * s;
+            q[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
 void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
                 cdx_rope_mode mode)
 {
@@ -159,10 +184,20 @@ void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq 
  * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
 void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq)
 {
-    const int64_t half = hd / 2;
+    const int64_t p4[4] = { pos, pos, pos, pos };
+    const int32_t s4[4] = { (int32_t)(hd / 2), 0, 0, 0 };
+    model_rope_bf16_sections(v, n_heads, hd, p4, s4, inv_freq);
+}
+
+void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
+                              const float *inv_freq)
+{
+    const int64_t half = hd / 2, s1 = sec[0], s2 = s1 + sec[1], s3 = s2 + sec[2];
     float c[256], s[256]; /* head_dim <= 512 (check_hparams bounds it by 1024; the attention by 512) */
     for (int64_t i = 0; i < half; i++) {
-        const float ang = inv_freq[i] * (float)pos;
+        /* Qwen2VLRotaryEmbedding: cos/sin of every row in f32, cast to bf16, then each pair's section's row */
+        const int64_t p = i < s1 ? pos[0] : i < s2 ? pos[1] : i < s3 ? pos[2] : pos[3];
+        const float ang = inv_freq[i] * (float)p;
         c[i] = bf(cosf(ang));
         s[i] = bf(sinf(ang));
     }

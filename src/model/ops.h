@@ -67,6 +67,11 @@ void model_rope(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t po
  * them in f32); att 0: model_rope. */
 void model_rope_att(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
                     cdx_rope_mode mode, float att);
+/* The multimodal RoPE (Qwen2-VL, hp.rope_sections): as model_rope_att, but pair i turns by pos[k] of the section
+ * k it falls in (sections sec[0] | sec[1] | sec[2] | the rest: temporal, height, width, extra). With the four
+ * positions equal it gives model_rope_att's bits. */
+void model_rope_sections(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, const int64_t pos[4],
+                         const int32_t sec[4], const float *inv_freq, cdx_rope_mode mode, float att);
 /* hp.rope_pass: s->rope_f[i] for each of the n tokens, by its sequence's length T in this pass (its
  * rope_len, or its last position here + 1): dynamic NTK's frequencies for T (s->rope_buf), or
  * LongRoPE's short or long factors. The caller recomputes a sequence whose factor set changed
@@ -75,6 +80,9 @@ void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq 
 /* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7);
  * hd <= 512. */
 void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);
+/* The same with the multimodal sections (model_rope_sections' positions and sections). */
+void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
+                              const float *inv_freq);
 
 /* ---- the embedding ---- */
 

@@ -1699,6 +1699,7 @@ static enum MHD_Result route_parsed(sv_conn *k, struct MHD_Connection *c, const 
     }
     sv_limits lim = { .n_vocab = md ? md->m.n_vocab : 1, .has_tok = md && md->m.tok != NULL,
                       .images = md && md->m.image_proc != NULL, .max_n = est.max_queue,
+                      .no_images_why = md ? md->m.no_images_why : NULL,
                       .grammars = k->s->grammars };
     const char *lora_names[SV_MAX_LORA];
     lora_limits(k->s, md, &lim, lora_names);

@@ -50,6 +50,7 @@ typedef struct sv_limits {
     int64_t n_vocab;
     bool has_tok;
     bool images;             /* the model takes images (image_url parts) */
+    const char *no_images_why; /* when it does not, and it is a vision-language model's text path: why (or NULL) */
     int max_n;               /* the most choices a request may ask for (0: SV_MAX_N) */
     const char *const *lora_names; /* the model's LoRA adapters (serve --lora NAME=DIR), by id */
     int n_lora;

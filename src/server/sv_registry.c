@@ -484,7 +484,8 @@ static int load_locked(sv_registry *r, sv_model *m, sv_error *e)
                                      .tmpl_kwargs = r->tmpl_kwargs, .name = m->name, .n_vocab = hp->n_vocab,
                                      .bos_id = hp->bos_id, .image_proc = ld->has_image_proc ? &ld->image_proc : NULL,
                                      .task = ld->task, .embedder = ld->embedder, .pipe = &ld->pipe,
-                                     .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL };
+                                     .spec_off_reason = ld->spec_note[0] ? ld->spec_note : NULL,
+                                     .no_images_why = cdx_model_images_refused(ld->model) };
         m->ld = ld;
         rc = set_view(m, &v, &err);
         m->lora_failed = false;

@@ -237,7 +237,9 @@ static int parse_image_part(json_t *part, const char *param, const sv_limits *li
 {
     char f[128];
     if (!lim->images)
-        return BAD("invalid_value", param, "%s is an image; this model takes no images", param);
+        return BAD("invalid_value", param, "%s is an image; this model takes no images%s%s%s", param,
+                   lim->no_images_why ? " (" : "", lim->no_images_why ? lim->no_images_why : "",
+                   lim->no_images_why ? ")" : "");
     if (p->n_img == SV_MAX_IMAGES)
         return BAD("invalid_value", param, "%s: more than %d images in one request", param, SV_MAX_IMAGES);
     json_t *iu = json_object_get(part, "image_url");
