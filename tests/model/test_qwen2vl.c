@@ -19,6 +19,7 @@
 #include "model/arch.h"
 #include "model/ops.h"
 #include "test.h"
+#include "model/golden_decode.h"
 
 #include <jansson.h>
 #include <unistd.h>
@@ -87,54 +88,9 @@ static void rope_sections_match_transformers(void)
 /* Greedy over every case, one sequence at a time: the cases that differ; *worst the largest top-5 error. */
 static int decode(cdx_model *m, const char *isa, double *worst, bool quiet, const char *what)
 {
-    cdx_err e = { 0 };
-    const cdx_hparams *hp = cdx_model_hparams(m);
-    cdx_forward_ctx *fc = NULL;
-    if (cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(isa), &fc, &e))
-        return 99;
-    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    int bad = 0;
-    *worst = 0;
-    size_t ci;
-    json_t *c;
-    json_array_foreach(json_object_get(g_var, "cases"), ci, c) {
-        json_t *prompt = json_object_get(c, "prompt_ids"), *toks = json_object_get(c, "tokens"),
-               *steps = json_object_get(c, "steps");
-        cdx_kv kv;
-        if (cdx_kv_init(&kv, hp, 256, &e)) {
-            bad++;
-            break;
-        }
-        cdx_kv *kvp = &kv;
-        int32_t ids[64];
-        size_t np = json_array_size(prompt);
-        for (size_t i = 0; i < np && i < 64; i++)
-            ids[i] = jint(prompt, i);
-        cdx_batch b = { .n = (int64_t)np, .tokens = ids };
-        bool ok = cdx_forward(fc, &kvp, 1, &b, logits, &e) == 0;
-        double cw = 0;
-        for (size_t s = 0; ok && s < json_array_size(toks); s++) {
-            int32_t want = jint(toks, s);
-            json_t *top = json_object_get(json_array_get(steps, s), "top");
-            for (size_t k = 0; k < json_array_size(top); k++) {
-                json_t *pair = json_array_get(top, k);
-                double d = fabs(logits[jint(pair, 0)] - json_number_value(json_array_get(pair, 1)));
-                cw = d > cw ? d : cw;
-            }
-            ok = cdx_argmax(logits, hp->n_vocab) == want && cw <= 1e-3;
-            cdx_batch nb = { .n = 1, .tokens = &want };
-            ok = ok && cdx_forward(fc, &kvp, 1, &nb, logits, &e) == 0;
-        }
-        *worst = cw > *worst ? cw : *worst;
-        bad += !ok;
-        if (!quiet)
-            printf("  %s %s [%s] case %s: %s, max |logit - golden| = %.2e\n", g_fam, what, isa,
-                   json_string_value(json_object_get(c, "name")), ok ? "tokens match" : "MISMATCH", cw);
-        cdx_kv_free(&kv);
-    }
-    free(logits);
-    cdx_forward_ctx_free(fc);
-    return bad;
+    char label[128];
+    snprintf(label, sizeof label, "%s %s", g_fam, what);
+    return golden_decode(m, g_var, isa, 1e-3, label, worst, quiet);
 }
 
 /* The cases as one batch: the prompts together, then one token of each sequence per step. */
