@@ -1041,10 +1041,12 @@ int cdx_hf_config_parse(const char *json, size_t len, const char *name, cdx_hf_c
             for (int i = 0; i < 3; i++) {
                 json_t *v = json_object_get(q, keys[i][0]);
                 if ((i == 0 && !v) || (v && (!json_is_string(v) || strcmp(json_string_value(v), keys[i][1])))) {
-                    char *txt = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-                    REFUSE(&c, "%s: quantization_config.%s is %.40s; caldrix reads BitNet's packed weights only "
+                    char txt[48] = "absent";
+                    if (v)
+                        show(v, txt, sizeof txt);
+                    REFUSE(&c, "%s: quantization_config.%s is %s; caldrix reads BitNet's packed weights only "
                            "(quant_method \"bitnet\", linear_class \"bitlinear\", quantization_mode \"offline\")",
-                           obj_names[k], keys[i][0], txt ? txt : "absent");
+                           obj_names[k], keys[i][0], txt);
                 }
             }
             cfg->bitlinear = true;
