@@ -249,6 +249,9 @@ typedef struct cdx_request {
                                   * token; top_logprobs > 0 implies it); else it is NaN */
     int top_logprobs;            /* 0..n_vocab */
     bool skip_special;           /* leave special tokens' text out of the text */
+    bool keep_marks;             /* ... but keep the tool-call and channel marks' (cdx_tok_is_mark):
+                                  * a request whose reply is parsed for calls, or whose grammar may
+                                  * match a mark by its text */
     cdx_event_fn on_event;       /* called on the engine thread, inside cdx_engine_step */
     void *user;
     /* Images (vision models): the processor's pixel_values of each image, in prompt order. The

@@ -76,6 +76,7 @@ typedef struct cdx_tok_stream {
     const cdx_tok *tok;
     bool first;
     bool skip_special;
+    bool keep_marks; /* with skip_special: marks (cdx_tok_is_mark) keep their text; set after init */
     uint8_t pend[8];
     size_t n_pend;
 } cdx_tok_stream;
@@ -96,6 +97,10 @@ CDX_API int32_t cdx_tok_unk(const cdx_tok *tok);
 CDX_API bool cdx_tok_add_bos(const cdx_tok *tok);    /* does encode(add_special) prepend BOS? */
 CDX_API bool cdx_tok_add_eos(const cdx_tok *tok);
 CDX_API bool cdx_tok_is_eog(const cdx_tok *tok, int32_t id); /* ends generation (eos, eot, ...) */
+/* A special token that opens or frames a tool call or a message channel ([TOOL_CALLS],
+ * <|tool_call|>, <tool_call>, <|python_tag|>, <|channel|>, <|message|> ...): a grammar matches it by
+ * its text, and a stream with keep_marks keeps its text although it skips special tokens. */
+CDX_API bool cdx_tok_is_mark(const cdx_tok *tok, int32_t id);
 CDX_API int cdx_tok_attr(const cdx_tok *tok, int32_t id);    /* CDX_TOK_* bits; 0 for a bad id */
 /* The vocabulary string of id (as stored: Ġ/▁ markers included), not NUL-terminated; NULL for a
  * bad id. */

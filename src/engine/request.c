@@ -115,7 +115,9 @@ static void seq_piece(const cdx_engine *e, seq *s, int32_t t)
     s->piece_first = s->ts.first;
     s->n_piece = 0;
     for (;;) {
-        int n = cdx_tok_piece(e->tok, t, s->ts.first, s->ts.skip_special, s->piece, s->cap_piece);
+        int n = cdx_tok_piece(e->tok, t, s->ts.first,
+                              s->ts.skip_special && !(s->ts.keep_marks && cdx_tok_is_mark(e->tok, t)), s->piece,
+                              s->cap_piece);
         if (n <= 0)
             return;
         if ((size_t)n <= s->cap_piece) {
@@ -450,6 +452,7 @@ int cdx_engine_submit(cdx_engine *e, const cdx_request *r, uint64_t *id, cdx_err
     s->t_submit = cdx_time_ms();
     if (e->tok) {
         cdx_tok_stream_init(&s->ts, e->tok, r->skip_special);
+        s->ts.keep_marks = r->keep_marks;
         /* the first piece follows the prompt's text: it keeps its leading space unless the prompt
          * is nothing but special tokens */
         for (int64_t i = 0; i < s->n_prompt; i++)

@@ -1243,6 +1243,8 @@ static enum MHD_Result route_generate(sv_conn *k, struct MHD_Connection *c, sv_p
     rq.logprobs = j->p.logprobs;
     /* a harmony chat reply is read by its channels' marks, which are special tokens */
     rq.skip_special = !(j->p.kind == SV_CHAT && k->mdl->form == SV_FORM_HARMONY);
+    /* a reply scanned for calls, or held to a grammar that may read a mark, keeps the marks' text */
+    rq.keep_marks = j->p.tools || j->p.grammar;
     rq.on_event = on_event;
     rq.images = j->p.req_img;
     rq.n_images = j->p.n_img;

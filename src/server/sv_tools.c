@@ -919,7 +919,8 @@ static int harmony_grammar(sv_params *p, json_t *schema, sv_error *e)
             break;
         if (k++)
             xstr(&full, " | ");
-        /* the marks spelled with ordinary tokens: the grammar engine never emits control tokens */
+        /* a mark is matched by its text: the model's own <|channel|> token, or ordinary tokens
+         * spelling it (cdx_tok_is_mark) */
         xstr(&full, "\"<|channel|>commentary to=functions.\" ");
         xlit(&full, name, strlen(name));
         xstr(&full, " \" <|constrain|>json<|message|>\" ");

@@ -361,8 +361,11 @@ int cdx_grammar_vocab_from_tok(const cdx_tok *tok, int64_t n_vocab, cdx_grammar_
     for (int64_t i = 0; i < n_vocab && i < nt; i++) {
         if (cdx_tok_is_eog(tok, (int32_t)i))
             eog[n_eog++] = (int32_t)i;
+        /* special tokens never match a grammar, except the tool-call and channel marks: a model
+         * writes "[TOOL_CALLS]" as its one token, and the grammar that forces a call reads its text
+         * (llama.cpp's grammar reads every special token's text) */
         int a = cdx_tok_attr(tok, (int32_t)i);
-        if (a & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN | CDX_TOK_UNUSED))
+        if ((a & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN | CDX_TOK_UNUSED)) && !cdx_tok_is_mark(tok, (int32_t)i))
             continue;
         char buf[MAX_TOKEN_BYTES];
         int k = cdx_tok_piece(tok, (int32_t)i, false, false, buf, sizeof buf);

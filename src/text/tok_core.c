@@ -345,6 +345,16 @@ static const char *const k_eog_texts[] = {
     "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>", "<|END_OF_TURN_TOKEN|>",
 };
 
+/* Marks: the special tokens that open or frame a tool call or a message channel in the chat formats
+ * the server parses (server/sv_tools.c). A grammar may match such a token by its text, and a request
+ * may keep its text although it skips special tokens (cdx_request.keep_marks), as llama.cpp keeps a
+ * chat format's "preserved tokens": without them a model's own [TOOL_CALLS] token would vanish from
+ * the text the calls are parsed from. */
+static const char *const k_mark_texts[] = {
+    "[TOOL_CALLS]", "<|tool_call|>", "<tool_call>", "</tool_call>", "<|python_tag|>",
+    "<|channel|>", "<|constrain|>", "<|message|>", "<|start|>",
+};
+
 int tk_finish(cdx_tok *t, cdx_err *err)
 {
     uint32_t cap = 1024;
@@ -352,8 +362,11 @@ int tk_finish(cdx_tok *t, cdx_err *err)
         cap *= 2;
     free(t->map.slot);
     t->map.slot = calloc(cap, sizeof(uint32_t));
+    free(t->eog);
+    free(t->mark);
     t->eog = calloc(t->n_vocab, 1);
-    if (!t->map.slot || !t->eog)
+    t->mark = calloc(t->n_vocab, 1);
+    if (!t->map.slot || !t->eog || !t->mark)
         return cdx_err_set(err, CDX_ENOMEM, "%s: out of memory", t->name);
     t->map.mask = cap - 1;
     /* Model tokens first, then added ones: for a duplicate text the first id wins. */
@@ -401,6 +414,11 @@ int tk_finish(cdx_tok *t, cdx_err *err)
         if (id >= 0 && (t->attr[id] & CDX_TOK_CONTROL))
             t->eog[id] = 1;
     }
+    for (size_t i = 0; i < sizeof k_mark_texts / sizeof *k_mark_texts; i++) {
+        int32_t id = tk_lookup(t, k_mark_texts[i], strlen(k_mark_texts[i]));
+        if (id >= 0 && (t->attr[id] & CDX_TOK_CONTROL))
+            t->mark[id] = 1;
+    }
     if (t->eot < 0) {
         static const char *const eot_texts[] = { "<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<EOT>" };
         for (size_t i = 0; i < 5 && t->eot < 0; i++)
@@ -429,7 +447,7 @@ void cdx_tok_close(cdx_tok *t)
     free(t->pool.s); free(t->off); free(t->len); free(t->attr); free(t->score);
     free(t->map.slot); free(t->merges.key); free(t->merges.val);
     free(t->cont_prefix); free(t->eow_suffix); free(t->added);
-    free(t->pp_pre); free(t->pp_post); free(t->eog);
+    free(t->pp_pre); free(t->pp_post); free(t->eog); free(t->mark);
     free(t->chat_template); free(t->bos_text); free(t->eos_text);
     tk_cache_free(&t->cache);
     free((char *)t->name);
@@ -591,6 +609,7 @@ int32_t cdx_tok_unk(const cdx_tok *t) { return t->unk; }
 bool cdx_tok_add_bos(const cdx_tok *t) { return t->add_bos; }
 bool cdx_tok_add_eos(const cdx_tok *t) { return t->add_eos; }
 bool cdx_tok_is_eog(const cdx_tok *t, int32_t id) { return id >= 0 && (uint32_t)id < t->n_vocab && t->eog[id]; }
+bool cdx_tok_is_mark(const cdx_tok *t, int32_t id) { return id >= 0 && (uint32_t)id < t->n_vocab && t->mark[id]; }
 int cdx_tok_attr(const cdx_tok *t, int32_t id) { return id >= 0 && (uint32_t)id < t->n_vocab ? t->attr[id] : 0; }
 const char *cdx_tok_chat_template(const cdx_tok *t) { return t->chat_template; }
 const char *cdx_tok_bos_text(const cdx_tok *t) { return t->bos_text; }

@@ -462,7 +462,8 @@ static int stream_emit(cdx_tok_stream *s, const uint8_t *p, size_t n, bool final
 int cdx_tok_stream_put(cdx_tok_stream *s, int32_t id, char *out, size_t cap)
 {
     char buf[512];
-    int n = cdx_tok_piece(s->tok, id, s->first, s->skip_special, buf, sizeof buf);
+    const bool skip = s->skip_special && !(s->keep_marks && cdx_tok_is_mark(s->tok, id));
+    int n = cdx_tok_piece(s->tok, id, s->first, skip, buf, sizeof buf);
     if (n < 0)
         return n;
     char *big = NULL;
@@ -470,12 +471,12 @@ int cdx_tok_stream_put(cdx_tok_stream *s, int32_t id, char *out, size_t cap)
     if ((size_t)n > sizeof buf) {
         if (!(big = malloc((size_t)n)))
             return CDX_ENOMEM;
-        cdx_tok_piece(s->tok, id, s->first, s->skip_special, big, (size_t)n);
+        cdx_tok_piece(s->tok, id, s->first, skip, big, (size_t)n);
         src = big;
     }
     /* the decoder strips the first char of the whole text: after any token that is kept, the
      * next one is no longer first (even when this one came out empty) */
-    if (!(s->skip_special && (s->tok->attr[id] & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN))))
+    if (!(skip && (s->tok->attr[id] & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN))))
         s->first = false;
     uint8_t *all = malloc(s->n_pend + (size_t)n + 1);
     if (!all) { free(big); return CDX_ENOMEM; }

@@ -147,6 +147,7 @@ struct cdx_tok {
     int32_t bos, eos, eot, pad, unk, sep;
     bool add_bos, add_eos;
     uint8_t *eog;               /* [n_vocab] */
+    uint8_t *mark;              /* [n_vocab] a tool-call or channel mark (k_mark_texts, tok_core.c) */
     bool cleanup_spaces;        /* transformers' clean_up_tokenization */
     bool llama_cleanup;         /* llama.cpp's clean_spaces variant */
     bool spm_strip_first;       /* piece: drop the first leading space */

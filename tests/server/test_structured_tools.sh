@@ -106,6 +106,21 @@ PY
 else
     bad "the openai client ran"; cat "$tmp/node.err"
 fi
+# Mistral's [TOOL_CALLS] is special token 5 of its tokenizer. logit_bias makes the model choose it:
+# a forced call may begin with the model's own mark token (the grammar reads a mark by its text), and
+# an unforced reply keeps the mark's text, where skipping special tokens would drop it and the calls
+# after it would go unseen (llama.cpp's "preserved tokens").
+tools=$(cat "$tmp/tools.json")
+msg='[{"role": "user", "content": "Weather in Paris?"}]'
+code=$(post /v1/chat/completions "{\"model\": \"mistral-v0.3\", \"messages\": $msg, \"tools\": $tools, \"tool_choice\": \"required\", \"parallel_tool_calls\": false, \"logit_bias\": {\"5\": 100}, \"return_tokens\": true, \"max_tokens\": 200, \"seed\": 3}" "$tmp/mark1.json")
+check "mistral-v0.3, required, the model's own [TOOL_CALLS] token (id 5) first: 200, a call naming a tool ($(head -c 300 "$tmp/mark1.json"))" \
+    [ "$code $(jv "$tmp/mark1.json" "[d['choices'][0]['tokens'][0], d['choices'][0]['finish_reason'], d['choices'][0]['message']['tool_calls'][0]['function']['name'] in ('get_weather', 'get_time')]")" = '200 [5, "tool_calls", true]' ]
+code=$(post /v1/chat/completions "{\"model\": \"mistral-v0.3\", \"messages\": $msg, \"tools\": $tools, \"logit_bias\": {\"5\": 100}, \"max_tokens\": 1}" "$tmp/mark2.json")
+check "mistral-v0.3, tools, no tool_choice: the model's [TOOL_CALLS] token keeps its text ($(head -c 300 "$tmp/mark2.json"))" \
+    [ "$code $(jv "$tmp/mark2.json" "d['choices'][0]['message']['content']")" = '200 "[TOOL_CALLS]"' ]
+code=$(post /v1/chat/completions "{\"model\": \"mistral-v0.3\", \"messages\": $msg, \"logit_bias\": {\"5\": 100}, \"max_tokens\": 1}" "$tmp/mark3.json")
+check "mistral-v0.3, no tools: the special token's text is skipped as before ($(head -c 300 "$tmp/mark3.json"))" \
+    [ "$code $(jv "$tmp/mark3.json" "d['choices'][0]['message']['content']")" = '200 ""' ]
 [ "$fail" -eq 0 ] || { echo "--- the server's log:"; tail -20 "$tmp/tools.log"; }
 stop_servers
 echo "$pass passed, $fail failed"

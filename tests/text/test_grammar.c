@@ -530,6 +530,68 @@ static void test_expected_text(void)
     cdx_grammar_vocab_free(v);
 }
 
+/* A real tokenizer's tool-call mark: Mistral's [TOOL_CALLS] is special token 5 (its
+ * tokenizer.json, "special": true). A grammar that forces the mark admits the model's own token as
+ * well as the ordinary tokens spelling it; other special tokens never match; Qwen3's <tool_call>
+ * (added, not special) matches as it always did. */
+static void test_marks_match_by_text(void)
+{
+    const char *const tokenizers[] = { "../shared/fixtures/tokenizers/mistral/tokenizer.json",
+                                       "../shared/fixtures/tokenizers/qwen3/tokenizer.json" };
+    const char *const marks[] = { "[TOOL_CALLS]", "<tool_call>" };
+    const int32_t mark_id[] = { 5, 151657 };
+    for (int k = 0; k < 2; k++) {
+        cdx_tok *tok = NULL;
+        cdx_err err = { 0 };
+        if (cdx_tok_open(tokenizers[k], &tok, &err)) {
+            CHECKF(false, "%s: %s", tokenizers[k], err.msg);
+            continue;
+        }
+        CHECKF(cdx_tok_is_mark(tok, mark_id[k]) == (k == 0), "%s: id %d a mark: %d", marks[k], mark_id[k],
+               cdx_tok_is_mark(tok, mark_id[k]));
+        cdx_grammar_vocab *v = NULL;
+        const int64_t nv = cdx_tok_n_vocab(tok);
+        CHECK(!cdx_grammar_vocab_from_tok(tok, nv, &v, &err));
+        char text[64];
+        snprintf(text, sizeof text, "root ::= \"%s\" [a-z]+\n", marks[k]);
+        cdx_grammar *g = gbnf(text);
+        uint32_t *bits = calloc((size_t)(nv + 31) / 32, sizeof *bits);
+        cdx_matcher *m = NULL;
+        if (!v || !g || !bits || cdx_matcher_create(g, v, &m, &err)) {
+            CHECK(false);
+        } else {
+            CHECK(cdx_matcher_mask(m, bits, &err) > 0);
+            CHECKF(has(bits, mark_id[k]), "%s: the mark's own token %d is allowed", marks[k], mark_id[k]);
+            /* the ordinary token whose text is the mark's first byte */
+            int64_t first = -1;
+            for (int64_t i = 0; i < nv && first < 0; i++) {
+                char piece[8];
+                if (!(cdx_tok_attr(tok, (int32_t)i) & CDX_TOK_CONTROL) &&
+                    cdx_tok_piece(tok, (int32_t)i, false, false, piece, sizeof piece) == 1 && piece[0] == marks[k][0])
+                    first = i;
+            }
+            CHECKF(first >= 0 && has(bits, (int)first), "%s: the spelled-out '%c' (token %lld) is allowed too",
+                   marks[k], marks[k][0], (long long)first);
+            int64_t n_special = 0, n_special_allowed = 0;
+            for (int64_t i = 0; i < nv; i++)
+                if ((cdx_tok_attr(tok, (int32_t)i) & CDX_TOK_CONTROL) && !cdx_tok_is_mark(tok, (int32_t)i)) {
+                    n_special++;
+                    n_special_allowed += has(bits, (int)i);
+                }
+            CHECKF(n_special > 0 && n_special_allowed == 0, "%s: %lld of %lld other special tokens allowed", marks[k],
+                   (long long)n_special_allowed, (long long)n_special);
+            /* the mark token moves the matcher past the whole mark */
+            CHECK(!cdx_matcher_accept(m, mark_id[k], &err));
+            CHECK(cdx_matcher_n_bytes(m) == (int64_t)strlen(marks[k]));
+        }
+        cdx_matcher_free(m);
+        free(bits);
+        cdx_grammar_free(g);
+        cdx_grammar_vocab_free(v);
+        cdx_tok_close(tok);
+    }
+}
+
 int main(void)
 {
     RUN("a token may span the end of one literal and the next", test_literal_spanning_tokens);
@@ -540,6 +602,8 @@ int main(void)
     RUN("the matcher follows tokens, refuses others unchanged, and ends when the grammar closes",
         test_matcher_follows_tokens);
     RUN("the matcher names the rules and bytes it expects (dead-end messages)", test_expected_text);
+    RUN("a tool-call mark that is a special token matches the grammar by its text; other special tokens never",
+        test_marks_match_by_text);
     RUN("GBNF syntax: comments, multi-line groups, classes, escapes, repetitions", test_gbnf_syntax);
     RUN("malformed GBNF is refused with the place and the reason", test_gbnf_errors);
     RUN("llama.cpp's example grammars compile and accept their language", test_llamacpp_grammars);
