@@ -225,6 +225,7 @@ typedef struct cdx_hub_report {
                                           type holds them */
     char compute_dtype[8];             /* the default compute type: "f32" or "bf16" ("" when unknown) */
     char compute_why[160];             /* why (the model layer's table) */
+    bool compute_bf16_ok;              /* --dtype bf16 may be asked for (a checkpoint of a family with a bf16 pass) */
     uint32_t kv_ctx;
     char refusal[1024];                /* "" or what the import rules refuse, with the field and value */
     char note[1024];                   /* "" or notes (files not read, a shipped head beside a tied one) */

@@ -38,7 +38,7 @@ static const char k_convert_usage[] =
 
 static void usage(FILE *f)
 {
-    char archs[256];
+    char archs[1024]; /* every convertible family's title (arch_titles) */
     cdx_convert_archs(archs, sizeof archs);
     fprintf(f, k_convert_usage, archs);
 }

@@ -164,7 +164,7 @@ int cmd_inspect(int argc, char **argv)
             printf("  unused_tensors=%s\n", r->unused_tensors);
         if (r->compute_dtype[0])
             printf("  compute_dtype=%s (%s%s)\n", r->compute_dtype, r->compute_why,
-                   strcmp(r->format, "gguf") ? "; run --dtype f32|bf16 picks another" : "");
+                   r->compute_bf16_ok ? "; run --dtype f32|bf16 picks another" : "");
         printf("  estimated_memory=%s (weights %s%s + KV cache %s for %u tokens, as %s compute holds them)\n", t, w,
                wres < r->weight_bytes ? " under --weight-budget" : "", k, r->kv_ctx,
                r->compute_dtype[0] ? r->compute_dtype : "f32");

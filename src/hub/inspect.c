@@ -92,6 +92,7 @@ static void set_compute(cdx_hub_report *out, bool gguf, uint32_t stored, cdx_arc
         return;
     snprintf(out->compute_dtype, sizeof out->compute_dtype, "%s", cdx_dtype_name(d));
     snprintf(out->compute_why, sizeof out->compute_why, "%s", why);
+    out->compute_bf16_ok = !cdx_dtype_choose(gguf, stored, arch, CDX_DTYPE_BF16, &d, &why, &e);
 }
 
 static void loader_verdict(cdx_hub_report *out, const char *path);

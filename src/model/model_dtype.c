@@ -62,7 +62,7 @@ int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype w
                                "computes as llama.cpp does (f32 activations, rounded to F16/BF16 where a tensor is "
                                "stored so): use --dtype f32 (the default) for it");
         if (!has) {
-            char list[256];
+            char list[1024];
             arch_titles(has_bf16, list, sizeof list);
             for (char *c = list; *c; c++)
                 *c = (char)tolower((unsigned char)*c);

@@ -1392,7 +1392,7 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: general.architecture is \"%s\" (%s), refused: %s", path, no->gguf,
                            no->family, no->reason);
     if (!d) {
-        char list[256];
+        char list[1024];
         cdx_model_gguf_archs(list, sizeof list);
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: general.architecture is \"%.*s\"; caldrix runs %s GGUF files",
                            path, (int)(an.len > 64 ? 64 : an.len), an.ptr, list);

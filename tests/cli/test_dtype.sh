@@ -86,6 +86,13 @@ assert f['estimated_memory']['kv_bytes'] == 2 * 3 * 2 * 16 * 256 * 4, f['estimat
 PY
 "$CALDRIX" inspect ../shared/fixtures/hf-gguf/llama_bf16.gguf >"$tmp/g.txt" 2>/dev/null
 grep -q "compute_dtype=f32 (GGUF" "$tmp/g.txt" && ok "inspect of a BF16 GGUF says f32 compute, as llama.cpp" || bad "inspect of a BF16 GGUF"
+# "--dtype f32|bf16 picks another" only where --dtype bf16 would be taken
+"$CALDRIX" inspect $HF/llama_bf16 >"$tmp/b.txt" 2>/dev/null
+"$CALDRIX" inspect $HF/qwen3_moe >"$tmp/m.txt" 2>/dev/null
+grep -q "^  compute_dtype=bf16 .*picks another" "$tmp/b.txt" && grep -q "^  compute_dtype=f32 " "$tmp/m.txt" &&
+    ! grep -q "picks another" "$tmp/m.txt" && ! grep -q "picks another" "$tmp/g.txt" &&
+    ok "inspect offers --dtype bf16 only for a checkpoint of a family with a bf16 pass" ||
+    { bad "inspect offers --dtype bf16 only where it is taken"; grep compute_dtype "$tmp/b.txt" "$tmp/m.txt" "$tmp/g.txt"; }
 
 expect_fail() { # name, expected substring, command...
     local name=$1 want=$2; shift 2
