@@ -158,9 +158,10 @@ static int bind_pair(cdx_lora *a, const char *file, const char *key, int64_t l, 
         rc = cdx_err_set(err, CDX_EFORMAT, "%s: %s: lora_A has rank %lld, lora_B %lld (1..%d)", file, key,
                          (long long)ar, (long long)bc, LORA_RANK_MAX);
     else if (ac != w->cols || br != w->rows)
-        rc = cdx_err_set(err, CDX_EINVAL, "%s: %s is [%lld × %lld] → [%lld × %lld]; the model's %s of layer %lld "
-                         "maps %lld inputs to %lld outputs", file, key, (long long)ac, (long long)ar, (long long)br,
-                         (long long)bc, k_targets[t].hf, (long long)l, (long long)w->cols, (long long)w->rows);
+        rc = cdx_err_set(err, CDX_EINVAL, "%s: %s maps %lld inputs to %lld outputs (lora_A [%lld × %lld], lora_B "
+                         "[%lld × %lld]); the model's %s of layer %lld maps %lld inputs to %lld outputs", file, key,
+                         (long long)ac, (long long)br, (long long)ar, (long long)ac, (long long)br, (long long)bc,
+                         k_targets[t].hf, (long long)l, (long long)w->cols, (long long)w->rows);
     else if (a->pairs[l * LORA_N + t].a)
         rc = cdx_err_set(err, CDX_EFORMAT, "%s: %s appears twice", file, key);
     /* q/k rows: the GGUF layout of an adjacent-RoPE family is permuted */

@@ -247,7 +247,9 @@ static void t_refusals(void)
     write_peft(d, src, "r", json_integer(8));
     expect_refusal(llama, d, "says r = 8");
     /* a llama adapter on qwen3 (hidden 64 both; other head layout): the first mismatch by name */
-    expect_refusal(qwen3, src, "base_model.model.model.layers.0.self_attn.q_proj");
+    expect_refusal(qwen3, src, "base_model.model.model.layers.0.self_attn.q_proj maps 64 inputs to 64 outputs (lora_A "
+                               "[4 × 64], lora_B [64 × 4]); the model's self_attn.q_proj of layer 0 maps 64 inputs to "
+                               "128 outputs");
     /* a qwen3 adapter (seven modules) on llama */
     expect_refusal(llama, TR "lora_qwen3_all/adapter_step20", "model.layers.0.");
     expect_refusal(llama, tmp, "not a LoRA adapter");
