@@ -392,11 +392,30 @@ static void set_task(cdx_load_opts *lo, const load_task *lt)
 static const cdx_split *g_split;
 
 /* Until SIGINT/SIGTERM (0), or a split's rank is lost (1, said). */
-static int wait_for_signal(void)
+/* The draft's outcome on this machine (caldrix models drafts): turned off when the rule turned
+ * off most requests. Saved when the count of speculating requests has changed, so a server that is
+ * killed rather than stopped has still left what it learned. */
+static void draft_outcome_save(cdx_loaded *ld, int64_t *saved_requests)
 {
-    while (!g_stop) {
+    if (!ld || !ld->draft || !ld->draft->path || !ld->path || !ld->engine)
+        return;
+    cdx_engine_stats es;
+    cdx_engine_get_stats(ld->engine, &es);
+    if (es.spec_requests <= 0 || (int64_t)es.spec_requests == *saved_requests)
+        return;
+    *saved_requests = (int64_t)es.spec_requests;
+    cli_draft_outcome_save("serve", ld->path, ld->draft->path, (int64_t)es.spec_proposed, (int64_t)es.spec_accepted,
+                           es.spec_turned_off * 2 > es.spec_requests);
+}
+
+/* Until SIGINT/SIGTERM (or a lost split rank); every 10 s, the draft outcome of ld (may be NULL). */
+static int wait_for_signal(cdx_loaded *ld, int64_t *saved_requests)
+{
+    for (int tick = 1; !g_stop; tick++) {
         struct timespec t = { 0, 100 * 1000000L };
         nanosleep(&t, NULL);
+        if (tick % 100 == 0)
+            draft_outcome_save(ld, saved_requests);
         const char *lost = cdx_split_lost(g_split);
         if (lost) {
             fprintf(stderr, "caldrix serve: %s; stopping (this rank holds only a slice of the model)\n", lost);
@@ -479,7 +498,7 @@ static int serve_models(const reg_args *rg, const char *model, const cdx_server_
     fprintf(stderr, "), memory budget %s%s%s\n", mem, rg->max ? ", --models-max set" : "",
             so->api_key ? ", API key required" : "");
     say_listening(so, srv);
-    status = wait_for_signal();
+    status = wait_for_signal(NULL, NULL);
 done:
     cdx_server_stop(srv);
     for (int i = 0; i < n_own; i++)
@@ -762,6 +781,7 @@ int cmd_serve(int argc, char **argv)
     cdx_err err = {0};
     cdx_server *srv = NULL;
     cdx_loaded *ld = NULL;
+    int64_t outcome_saved = 0; /* speculating requests when the draft outcome was last saved */
     char **cands = NULL; /* --draft auto */
     int n_cands = 0;
     char *name = model_name(model);
@@ -878,7 +898,7 @@ int cmd_serve(int argc, char **argv)
                 cdx_task_name(ld->task), ld->task == CDX_TASK_RERANK ? "/v1/rerank" : "/v1/embeddings",
                 (long long)cdx_embedder_dim(ld->embedder), (long long)mt, so.api_key ? ", API key required" : "");
         say_listening(&so, srv);
-        wait_for_signal();
+        wait_for_signal(NULL, NULL);
         status = 0;
         goto done;
     }
@@ -923,17 +943,10 @@ int cmd_serve(int argc, char **argv)
             so.api_key ? ", API key required" : "");
     say_listening(&so, srv);
     g_split = split;
-    status = wait_for_signal();
+    status = wait_for_signal(ld, &outcome_saved);
 done:
     cdx_server_stop(srv);
-    if (ld && ld->draft && ld->draft->path && ld->path && ld->engine) {
-        /* the draft's outcome on this machine: turned off when the rule turned off most requests */
-        cdx_engine_stats es;
-        cdx_engine_get_stats(ld->engine, &es);
-        if (es.spec_requests > 0)
-            cli_draft_outcome_save("serve", ld->path, ld->draft->path, (int64_t)es.spec_proposed,
-                                   (int64_t)es.spec_accepted, es.spec_turned_off * 2 > es.spec_requests);
-    }
+    draft_outcome_save(ld, &outcome_saved);
     lora_free(&sl); /* the adapters before their model */
     cdx_load_close(ld);
     if (split) {

@@ -89,6 +89,13 @@ check "serve --draft auto: the cached Q8_0 copy chosen, said on stderr" grep -q 
 ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$GOLD'))['cases'][1]['prompt_ids'])))")
 post /v1/completions "{\"prompt\":[$ids],\"max_tokens\":32,\"temperature\":0,\"ignore_eos\":true,\"return_tokens\":true}" "$tmp/auto.json" >/dev/null
 check "... llama.cpp's 32 greedy tokens, draft tokens kept" python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['cases'][1]; d=json.load(open(sys.argv[2])); sys.exit(not (d['choices'][0]['tokens'] == c['tokens'] and d['usage']['completion_tokens_details']['accepted_prediction_tokens'] > 0))" "$GOLD" "$tmp/auto.json"
+# the draft's outcome is saved while serving (every 10 s once requests speculated), so a server
+# killed with SIGKILL has still left it for `caldrix models drafts`
+sleep 11
+kill -9 "${SERVER_PIDS[@]}" 2>/dev/null; wait "${SERVER_PIDS[@]}" 2>/dev/null; SERVER_PIDS=()
+CALDRIX_CACHE=$tmp/cache HF_HUB_CACHE=$tmp/hf CALDRIX_OFFLINE=1 "$CALDRIX" models drafts "$S260" >"$tmp/drafts.txt" 2>&1
+check "a server killed with SIGKILL left its draft's outcome: models drafts says \"last run on this machine: ... stayed on\" by serve" \
+    grep -q "storiesq8/latest/model.gguf.*last run on this machine: .*storiesq8/latest/model.gguf stayed on (accepted [1-9][0-9]* of [0-9]*, caldrix serve" "$tmp/drafts.txt"
 stop_servers
 
 # refusals: exit 2 before listening, as caldrix run's
