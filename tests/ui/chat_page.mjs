@@ -349,6 +349,42 @@ check('... and Retry asks again and then lists the models', (await fresh.locator
 check('no console error with the key but the 401s', w3.errors.filter((e) => !/status of 401/.test(e)).length === 0, w3.errors);
 await ctx3.close();
 
+// a reasoning model's reasoning_content (gpt-oss's analysis channel) is shown apart, as text, folded
+// when done, and not sent back with the conversation
+mark('7. reasoning_content is shown apart from the answer and never sent back');
+const chunk = (delta, finish = null) => 'data: ' + JSON.stringify({ id: 'chatcmpl-r', object: 'chat.completion.chunk', created: 1,
+    model: cfg.model, choices: [{ index: 0, delta, finish_reason: finish }] }) + '\n\n';
+const ctx4 = await browser.newContext();
+const p4 = await ctx4.newPage();
+const w4 = watch(p4);
+await p4.goto(cfg.url + '/');
+await p4.waitForFunction(() => document.querySelectorAll('#model option').length > 0);
+await p4.route('**/v1/chat/completions', (r) => r.fulfill({ status: 200, contentType: 'text/event-stream',
+    body: chunk({ role: 'assistant', content: '' }) + chunk({ reasoning_content: 'The user wants <b>one</b> word. ' }) +
+          chunk({ reasoning_content: 'Say hi.' }) + chunk({ content: 'Hi' }) + chunk({}, 'stop') + 'data: [DONE]\n\n' }));
+await p4.fill('#input', 'one word please');
+await p4.press('#input', 'Enter');
+await idle(p4);
+const rs = await p4.evaluate(() => {
+    const m = [...document.querySelectorAll('.msg.assistant')].pop(), d = m.querySelector('details.reasoning');
+    return { reasoning: d && d.querySelector('p').textContent, open: d && d.open, b: m.querySelectorAll('b').length,
+             body: m.querySelector('.body').textContent, summary: d && d.querySelector('summary').textContent };
+});
+check('the reasoning is shown apart from the answer, as text, folded once the reply is done',
+      rs.reasoning === 'The user wants <b>one</b> word. Say hi.' && rs.summary === 'Reasoning' && rs.open === false && rs.b === 0 &&
+      rs.body === 'Hi', rs);
+let sentBack = null;
+await p4.unroute('**/v1/chat/completions');
+await p4.route('**/v1/chat/completions', (r) => { sentBack = r.request().postDataJSON(); r.fulfill({ status: 200, contentType: 'text/event-stream', body: sse(['', 'ok']) }); });
+await p4.fill('#input', 'again');
+await p4.press('#input', 'Enter');
+await idle(p4);
+const prev = sentBack && sentBack.messages.find((m) => m.role === 'assistant');
+check('... and the next request sends the answer back without the reasoning',
+      prev && prev.content === 'Hi' && !('reasoning_content' in prev) && !JSON.stringify(sentBack).includes('Say hi'), sentBack);
+check('no console error on the reasoning page', w4.errors.length === 0, w4.errors);
+await ctx4.close();
+
 await browser.close();
 mark('done');
 console.log(`browser: ${failed} failed`);
