@@ -79,6 +79,8 @@ typedef struct cdx_load_opts {
     cdx_task task;
     int32_t yes_id, no_id;       /* a reranker's answer tokens (cdx_embedder_opts; 0, 0: the tokenizer's) */
     int64_t layer0, layer1;      /* a split model's stage: cdx_model_opts.layer0/layer1 (0, 0: every layer) */
+    cdx_weights_io weights_io;   /* cdx_model_opts.weights_io */
+    bool expert_pread;           /* cdx_model_opts.expert_pread */
     /* Speculative decoding with a draft model (docs/engine.md): a reference resolved as ref is (same
      * hub options, dtype, paths_only), opened first with its tokenizer, and given to the engine as
      * engine->draft (which turns spec off into auto). Refused (CDX_EINVAL at CDX_LOAD_DRAFT_REFUSED,

@@ -244,6 +244,8 @@ CDX_API int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx
 /* The help text of --dtype, from the same table (static storage; lines end in '\n'). */
 CDX_API const char *cdx_dtype_help(void);
 
+typedef enum { CDX_WEIGHTS_AUTO, CDX_WEIGHTS_IN_PLACE, CDX_WEIGHTS_COPY } cdx_weights_io;
+
 typedef struct cdx_model_opts {
     int reserved;            /* zero-initialise; room for future options */
     /* Bytes the weights may hold (--weight-budget; 0: no limit). For a mixture of experts below its
@@ -257,6 +259,12 @@ typedef struct cdx_model_opts {
      * mapped and unread but for the fingerprint's samples); the weight sizes count those. 0, 0: every
      * layer. Not with weight_budget (refused). */
     int64_t layer0, layer1;
+    /* How a matrix that the kernel set reads as stored is held once packing runs: AUTO decides by the
+     * pages the file is mapped with (docs/models.md, "Weights in place"), IN_PLACE reads every such
+     * matrix from the mapping, COPY copies every one (the CLI's CALDRIX_MMAP=1 / =0). */
+    cdx_weights_io weights_io;
+    bool expert_pread;       /* weight_budget: experts read with pread, not through the mapping (the
+                                CLI's CALDRIX_EXPERT_IO=pread) */
 } cdx_model_opts;
 
 /* path: a .gguf file or a Hugging Face checkpoint directory (config.json + safetensors).

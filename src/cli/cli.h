@@ -94,6 +94,9 @@ int cli_check_output(const char *cmd, const char *in, const char *out);
 
 /* cdx_load's options as run and serve start them: hub (may be NULL) for references, the bundled
  * stories260K model when no MODEL is named, the tokenizer on. */
+/* How weights are held, from the environment (CALDRIX_MMAP=1|0, CALDRIX_EXPERT_IO=pread|mmap; docs/models.md):
+ * read by the front end, handed to the library as load options. A bad value ends the command (exit 2). */
+void cli_load_env(cdx_load_opts *lo);
 cdx_load_opts cli_load_opts(const cdx_hub_opts *hub, cdx_dtype dtype, uint64_t weight_budget);
 
 /* The stories260K model linked into the binary (see Makefile). */

@@ -252,6 +252,7 @@ int cli_split_stage(const char *cmd, cdx_split *sp, const char *model, cdx_dtype
                     const cdx_kernels *k, int64_t l0, int64_t l1)
 {
     cdx_load_opts lo = cdx_load_defaults();
+    cli_load_env(&lo);
     lo.dtype = dtype;
     lo.layer0 = l0; /* only its slice is packed or copied */
     lo.layer1 = l1;

@@ -197,9 +197,22 @@ int cli_check_output(const char *cmd, const char *in, const char *out)
     return 0;
 }
 
+void cli_load_env(cdx_load_opts *lo)
+{
+    const char *mm = getenv("CALDRIX_MMAP");
+    lo->weights_io = !mm || !*mm ? CDX_WEIGHTS_AUTO : strcmp(mm, "0") ? CDX_WEIGHTS_IN_PLACE : CDX_WEIGHTS_COPY;
+    const char *io = getenv("CALDRIX_EXPERT_IO");
+    if (io && *io && strcmp(io, "mmap") && strcmp(io, "pread")) {
+        fprintf(stderr, "caldrix: CALDRIX_EXPERT_IO is \"%.40s\"; expected pread or mmap (or unset it)\n", io);
+        exit(2);
+    }
+    lo->expert_pread = io && !strcmp(io, "pread");
+}
+
 cdx_load_opts cli_load_opts(const cdx_hub_opts *hub, cdx_dtype dtype, uint64_t weight_budget)
 {
     cdx_load_opts lo = cdx_load_defaults();
+    cli_load_env(&lo);
     lo.hub = hub;
     lo.dtype = dtype;
     lo.weight_budget = weight_budget;

@@ -307,6 +307,7 @@ int cmd_bench(int argc, char **argv)
     eo.spec_keep_on = spec_keep_on;
     eo.stage = split ? &stage : NULL;
     cdx_load_opts lo = cdx_load_defaults();
+    cli_load_env(&lo);
     lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
     lo.layer1 = split_l1;
     lo.paths_only = true; /* bench takes a file or a folder, never a reference */

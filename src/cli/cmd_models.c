@@ -443,6 +443,7 @@ static int cmd_related(int argc, char **argv, bool drafts)
         /* a model on disk (a path, or a reference the caches hold): the cached models as drafts */
         cdx_hub_opts ho = { .cache_only = true, .skip_memory_check = true };
         cdx_load_opts lo = cdx_load_defaults();
+        cli_load_env(&lo);
         lo.paths_only = true;
         lo.hub = &ho;
         cdx_loaded *t = NULL;

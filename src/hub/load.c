@@ -385,6 +385,7 @@ int cdx_load(const char *ref, const cdx_load_opts *opts, cdx_loaded **out, cdx_l
                                                                                            : CDX_TASK_GENERATE;
         /* sentence-transformers and the rerankers' cards run in float32, whatever the stored type */
         const cdx_model_opts mo = { .weight_budget = l->weight_budget, .layer0 = o->layer0, .layer1 = o->layer1,
+                                    .weights_io = o->weights_io, .expert_pread = o->expert_pread,
                                     .dtype = l->task != CDX_TASK_GENERATE && o->dtype == CDX_DTYPE_AUTO ? CDX_DTYPE_F32
                                                                                                  : o->dtype };
         rc = cdx_model_open(l->path, &mo, &l->model, err);

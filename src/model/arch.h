@@ -250,6 +250,7 @@ struct cdx_model {
     const char *dtype_why;
     void **bf16_bufs;                   /* [n_bf16_bufs]: owned bf16 copies of F32/F16 matrices (--dtype bf16) */
     bool file_mapped;                   /* the weights are a read-only file mapping (cdx_model_open) */
+    cdx_weights_io weights_io;          /* cdx_model_opts.weights_io, for model_pack */
     bool gelu_f16;                      /* a GGUF file's GELU is llama.cpp's: ggml's f16 table (ops.h) */
     bool check_only;                    /* cdx_model_check: bound and checked, no tensor data read (vectors are zeros) */
     size_t n_bf16_bufs;

@@ -125,7 +125,7 @@ void xc_close(expert_cache *xc)
 
 bool xc_streams_mat(const expert_cache *xc, size_t i) { return xc && i < xc->n_mats && xc->streamed[i]; }
 
-int xc_open(cdx_model *m, uint64_t budget, const char *path, cdx_err *err)
+int xc_open(cdx_model *m, uint64_t budget, bool use_pread, const char *path, cdx_err *err)
 {
     const cdx_hparams *hp = &m->hp;
     if (!budget)
@@ -163,12 +163,7 @@ int xc_open(cdx_model *m, uint64_t budget, const char *path, cdx_err *err)
     xc->dense_bytes = s.dense_bytes;
     xc->n_expert = hp->n_expert;
     xc->head = xc->tail = -1;
-    const char *io = getenv("CALDRIX_EXPERT_IO");
-    xc->use_pread = io && !strcmp(io, "pread"); /* mmap by default: faster in bench/compare-moe (one copy fewer) */
-    if (io && *io && strcmp(io, "mmap") && strcmp(io, "pread")) {
-        xc_close(xc);
-        return cdx_err_set(err, CDX_EINVAL, "CALDRIX_EXPERT_IO is \"%.40s\"; expected pread or mmap", io);
-    }
+    xc->use_pread = use_pread; /* the mapping by default: faster in bench/compare-moe (one copy fewer) */
     size_t nw;
     xc->n_mats = m->n_mats;
     if (!cdx_mul_size((size_t)hp->n_layer, (size_t)hp->n_expert, &nw) ||

@@ -23,7 +23,7 @@ void xc_model_sizes(const cdx_model *m, xc_sizes *out);
 /* Called once the model is bound. A budget of 0 or one that holds every expert: everything stays
  * resident (m->xc stays NULL). Below dense + top-k experts of one layer: CDX_ERESOURCE_LIMIT with
  * both numbers. Otherwise m->xc is set, and no expert byte has been read. */
-int xc_open(cdx_model *m, uint64_t budget, const char *path, cdx_err *err);
+int xc_open(cdx_model *m, uint64_t budget, bool use_pread, const char *path, cdx_err *err);
 void xc_close(expert_cache *xc);
 
 /* Whether m->mats[i] is read through the cache (model_pack leaves it alone). */

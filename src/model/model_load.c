@@ -1980,7 +1980,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
                          "does)", path,
                          m->hp.arch_name);
     else if (!rc && opts && opts->weight_budget)
-        rc = xc_open(m, opts->weight_budget, path, err);
+        rc = xc_open(m, opts->weight_budget, opts->expert_pread, path, err);
+    m->weights_io = opts ? opts->weights_io : CDX_WEIGHTS_AUTO;
     if (!rc)
         rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !dir, path, err);
     const int64_t l0 = opts ? opts->layer0 : 0, l1 = opts ? opts->layer1 : 0;

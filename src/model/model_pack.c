@@ -287,10 +287,9 @@ int model_pack(const cdx_model *cm, const cdx_kernels *k, cdx_pool *pool, cdx_er
         return CDX_OK;
     }
     const size_t n_mats = m->n_mats;
-    /* CALDRIX_MMAP: 1 reads every such matrix in place, 0 copies every one, unset decides by
-     * the pages the file is mapped with (below) */
-    const char *env = getenv("CALDRIX_MMAP");
-    const bool in_place = env && *env && strcmp(env, "0"), always_copy = env && !strcmp(env, "0");
+    /* cdx_model_opts.weights_io: IN_PLACE reads every such matrix in place, COPY copies every one,
+     * AUTO decides by the pages the file is mapped with (below) */
+    const bool in_place = m->weights_io == CDX_WEIGHTS_IN_PLACE, always_copy = m->weights_io == CDX_WEIGHTS_COPY;
     m->packs = calloc(n_mats, sizeof *m->packs);
     m->orig_data = calloc(n_mats, sizeof *m->orig_data);
     if (!m->packs || !m->orig_data) {

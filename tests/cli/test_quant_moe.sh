@@ -53,5 +53,9 @@ PY
     if python3 tests/cli/compare_greedy.py "$GOLD" "$f" 0 "$CALDRIX" "$file" --weight-budget "$min"; then ok "$shape $type case 0 under the minimum budget: llama.cpp's greedy tokens"
     else bad "$shape $type case 0 under the minimum budget: llama.cpp's greedy tokens"; fi
 done
+msg=$(CALDRIX_EXPERT_IO=bogus "$CALDRIX" run --prompt-ids 1,2 -n 1 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q 'CALDRIX_EXPERT_IO is "bogus"; expected pread or mmap' &&
+    ok "CALDRIX_EXPERT_IO=bogus is refused by the front end, naming the variable (exit 2)" ||
+    bad "CALDRIX_EXPERT_IO=bogus is refused naming the variable (rc $rc: $msg)"
 echo "quant_moe: $pass passed, $fail failed"
 [ $fail -eq 0 ] && [ $pass -gt 0 ]

@@ -67,5 +67,15 @@ PY
 echo "$out"
 echo "$out" | grep -q '^edges=[1-9][0-9]* ' && ok "the call graph has edges (nm read the objects)" || bad "the call graph is empty"
 echo "$out" | grep -q ' loops=0$' && ok "no file of src/model is in a call or include loop" || bad "src/model has call or include loops (above)"
+# Library code does not read the environment behind the caller's back (STYLE.md): the front ends
+# (src/cli) read it and pass options. Known exceptions, each a documented interface of its own: the
+# hub's resolution of caches, tokens and offline mode as huggingface_hub does (hub/env.c, hub/ref.c's
+# ~, hub/sys.c's CALDRIX_MEM_AVAILABLE) and CALDRIX_ISA (kernel/kernels_select.c: how tests/run runs
+# whole suites on each kernel set).
+readers=$(for o in $(find "$BUILD/src" -name '*.o' -not -path '*/cli/*' | sort); do
+    nm "$o" 2>/dev/null | grep -q ' U getenv$' && echo "${o#$BUILD/src/}"; done | tr '\n' ' ')
+[ "$readers" = "hub/env.o hub/ref.o hub/sys.o kernel/kernels_select.o " ] &&
+    ok "only the hub and the kernel selection read the environment ($readers)" ||
+    bad "library objects that read the environment: $readers (expected hub/env.o hub/ref.o hub/sys.o kernel/kernels_select.o)"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
