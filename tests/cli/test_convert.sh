@@ -74,10 +74,10 @@ for m in llama llama_bf16 llama_f16 llama3_rope qwen2 qwen3; do
     else bad "convert $m --type F32 runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
 done
 # ---- mixtures of experts: experts stacked as llama.cpp's converter stacks them (ffn_*_exps) ----
-for m in qwen3_moe mixtral qwen2_moe; do
+for m in qwen3_moe mixtral qwen2_moe granitemoe; do # granitemoe: input_linear split into gate and up
     if "$CALDRIX" convert $HF/$m "$tmp/$m.gguf" --type F32 2>"$tmp/conv.$m" && golden "$tmp/$m.gguf" $HF/$m/golden.json 1e-3 &&
         [ "$(kv "$tmp/$m.gguf" "$( [ $m = mixtral ] && echo llama || echo ${m/_/}).expert_count")" != "<absent>" ] &&
-        python3 -c "import sys; d=open('$tmp/$m.gguf','rb').read(); sys.exit(0 if b'blk.0.ffn_down_exps.weight' in d and b'.experts.' not in d else 1)"; then
+        python3 -c "import sys; d=open('$tmp/$m.gguf','rb').read(); sys.exit(0 if b'blk.0.ffn_down_exps.weight' in d and b'.experts.' not in d and b'input_linear' not in d else 1)"; then
         ok "convert $m --type F32 stacks the experts and runs to PyTorch's goldens"
     else bad "convert $m --type F32 stacks the experts and runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
 done
