@@ -120,5 +120,35 @@ if os.path.exists(t + '/granitemoe-F32.gguf'):
     assert min(i) > 0 and i == sorted(i) and b'input_linear' not in d and b'output_linear' not in d and b'shexp' not in d
 PY
 
+# llama.cpp's granitemoe also reads Granite MoE Shared (expert_shared_feed_forward_length and an ungated
+# ffn_{gate,up,down}_shexp); caldrix does not run that expert, and says so by the key rather than by a tensor
+if [ -f "$tmp/granitemoe-F32.gguf" ]; then
+    python3 - "$tmp/granitemoe-F32.gguf" "$tmp/shexp.gguf" <<'PY'
+import struct, sys
+d = open(sys.argv[1], 'rb').read(); o = 24
+def skip_val(t):
+    global o
+    if t == 8: o += 8 + struct.unpack_from('<Q', d, o)[0]
+    elif t == 9:
+        et, n = struct.unpack_from('<IQ', d, o); o += 12
+        for _ in range(n): skip_val(et)
+    else: o += {0:1,1:1,2:2,3:2,4:4,5:4,6:4,7:1,10:8,11:8,12:8}[t]
+nt, nk = struct.unpack_from('<QQ', d, 8)
+for _ in range(nk):
+    o += 8 + struct.unpack_from('<Q', d, o)[0]; t = struct.unpack_from('<I', d, o)[0]; o += 4; skip_val(t)
+kv_end = o
+for _ in range(nt):
+    o += 8 + struct.unpack_from('<Q', d, o)[0]; nd = struct.unpack_from('<I', d, o)[0]; o += 4 + 8 * nd + 4 + 8
+data = (o + 31) // 32 * 32
+k = b'granitemoe.expert_shared_feed_forward_length'
+head = d[:16] + struct.pack('<Q', nk + 1) + d[24:kv_end] + struct.pack('<Q', len(k)) + k + struct.pack('<II', 4, 32) + d[kv_end:o]
+open(sys.argv[2], 'wb').write(head + bytes(-len(head) % 32) + d[data:])
+PY
+    "$CALDRIX" run "$tmp/shexp.gguf" --prompt-ids 1,2,3 -n 1 --temp 0 >/dev/null 2>"$tmp/err"; rc=$?
+    if [ $rc -ne 0 ] && grep -q "granitemoe.expert_shared_feed_forward_length is 32: a shared expert" "$tmp/err"; then
+        ok "a granitemoe file with a shared expert (Granite MoE Shared) is refused by its key (exit $rc)"
+    else bad "a granitemoe file with a shared expert is refused by its key (exit $rc: $(cat "$tmp/err"))"; fi
+fi
+
 echo "families_ln_gguf: $pass passed, $fail failed"
 [ $fail -eq 0 ]
