@@ -38,7 +38,7 @@ static const char k_convert_usage[] =
 
 static void usage(FILE *f)
 {
-    char archs[256];
+    char archs[512]; /* 242 characters of titles with Granite MoE; room for more families */
     cdx_convert_archs(archs, sizeof archs);
     fprintf(f, k_convert_usage, archs);
 }

@@ -995,7 +995,7 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         return CDX_OK;
     }
     if (!d || !convertible(d)) {
-        char list[256];
+        char list[512]; /* 242 characters of titles with Granite MoE; room for more families */
         cdx_convert_archs(list, sizeof list);
         rc = cdx_err_set(err, CDX_EUNSUPPORTED, "%s/config.json: architectures is \"%s\"; caldrix convert handles "
                          "%s checkpoints (not vision-language models)", dir, cfg->architecture, list);
