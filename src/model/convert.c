@@ -757,15 +757,17 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         cdx_gguf_writer_set_u32(w, K(VOCAB_SIZE), (uint32_t)cfg->vocab_size);
         cdx_gguf_writer_set_u32(w, K(ROPE_DIM_COUNT), (uint32_t)cfg->head_dim);
     }
-    if (d->gguf_scales) { /* GraniteModel.set_gguf_parameters: each multiplier config.json gives */
-        static const struct { cdx_hf_scale s; cdx_gguf_key k; const char *key; } sk[] = {
-            { CDX_HF_SCALE_ATTN, CDX_GK_ATTENTION_SCALE, "attention_multiplier" },
-            { CDX_HF_SCALE_EMBD, CDX_GK_EMBEDDING_SCALE, "embedding_multiplier" },
-            { CDX_HF_SCALE_RESIDUAL, CDX_GK_RESIDUAL_SCALE, "residual_multiplier" },
-            { CDX_HF_SCALE_LOGIT_DIV, CDX_GK_LOGIT_SCALE, "logits_scaling" },
+    if (d->gguf_scales) {
+        /* GraniteModel.set_gguf_parameters: `if x := self.hparams.get("attention_multiplier")`, ... over hparams
+         * from AutoConfig(...).to_dict() (ModelBase.load_hparams), which holds GraniteConfig's defaults (1.0) for
+         * the multipliers config.json leaves out: so every one not null. Without them llama.cpp would take
+         * head_dim^-½ for the softmax scale (transformers: 1.0) and refuse the file (logit_scale is required). */
+        static const struct { cdx_hf_scale s; cdx_gguf_key k; } sk[] = {
+            { CDX_HF_SCALE_ATTN, CDX_GK_ATTENTION_SCALE }, { CDX_HF_SCALE_EMBD, CDX_GK_EMBEDDING_SCALE },
+            { CDX_HF_SCALE_RESIDUAL, CDX_GK_RESIDUAL_SCALE }, { CDX_HF_SCALE_LOGIT_DIV, CDX_GK_LOGIT_SCALE },
         };
         for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
-            if (config_has(dir, sk[i].key))
+            if (cfg->scale[sk[i].s] > 0) /* the class default where absent; 0: config.json's null */
                 cdx_gguf_writer_set_f32(w, cdx_gguf_key_name(sk[i].k, a, key, sizeof key), (float)cfg->scale[sk[i].s]);
     }
     if (!d->gguf_gemma && d->gguf_swa_period > 0) { /* GptOssModel: add_sliding_window (0: no layer slides) */
