@@ -18,14 +18,13 @@ import path from "node:path";
 import {caldrix, opt, version, loadLlama, sha256 as sha, greedy, writeGolden} from "./llamacpp-lib.mjs";
 
 // --set b: the other fixtures whose GGUF llama.cpp runs as transformers does (granite, olmo2, smollm3,
-// mixtral, qwen2_moe; olmoe's GQA k_norm llama.cpp cannot load, qwen3_moe's dense mlp_only_layers neither,
-// and caldrix convert does not write granitemoe), written to
-// tests/golden/families-b-llamacpp.json; tests/cli/test_families_ln_gguf.sh checks both files.
+// mixtral, qwen2_moe, granitemoe; olmoe's GQA k_norm llama.cpp cannot load, qwen3_moe's dense mlp_only_layers
+// neither), written to tests/golden/families-b-llamacpp.json; tests/cli/test_families_ln_gguf.sh checks both files.
 const SETS = {
     ln: {out: "tests/golden/families-ln-llamacpp.json",
          families: [{name: "stablelm"}, {name: "starcoder2", config: {sliding_window: null}}, {name: "cohere"}]},
     b: {out: "tests/golden/families-b-llamacpp.json", families: [{name: "granite"}, {name: "olmo2"}, {name: "smollm3"},
-                  {name: "mixtral"}, {name: "qwen2_moe"}]},
+                  {name: "mixtral"}, {name: "qwen2_moe"}, {name: "granitemoe"}]},
 };
 const set = SETS[opt("--set", "ln")];
 if (!set) throw new Error("--set is ln or b");

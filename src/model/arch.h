@@ -63,7 +63,7 @@ typedef struct arch_desc {
     bool moe_topk_softmax;      /* the router weighs the k largest logits by a softmax over those k (Granite MoE),
                                    else by the softmax over all (renormalised as norm_topk_prob says) */
     bool hf_experts_fused;      /* HF experts stacked: a [E, 2·I, H] gate|up tensor and an [E, H, I] down tensor
-                                   (Granite MoE's input_linear / output_linear), split at load */
+                                   (Granite MoE's input_linear / output_linear), split at load and by convert */
     bool fused_qkv;             /* q, k and v are one matrix (rows q | k | v: Phi3's qkv_proj, llama.cpp's attn_qkv),
                                    bound as ROLE_WQKV and split at load */
     bool fused_gate_up;         /* gate and up are one matrix (rows gate | up: Phi3's gate_up_proj, llama.cpp's

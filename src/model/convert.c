@@ -10,7 +10,8 @@
  *   - the metadata keys of TextModel.set_gguf_parameters with gguf-py's value types;
  *   - mixtures of experts (qwen.py Qwen2MoeModel/Qwen3MoeModel, llama.py MixtralModel): each layer's
  *     experts stacked into ffn_{gate,up,down}_exps [n_expert][rows][cols] once the last of them is
- *     met, the routers (ffn_gate_inp) kept F32, the expert counts and widths as metadata. */
+ *     met, the routers (ffn_gate_inp) kept F32, the expert counts and widths as metadata; Granite
+ *     MoE's already stacked experts (granite.py GraniteMoeModel) split into gate and up. */
 #include "arch.h"
 
 #include "caldrix/convert.h"
@@ -509,6 +510,59 @@ static int convert_moe_tensor(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_t
     return rc;
 }
 
+/* Granite MoE's stacked experts (conversion/granite.py GraniteMoeModel.modify_tensors): input_linear [E, 2I, H]
+ * split along its rows into ffn_gate_exps (rows 0..I-1 of each expert) and ffn_up_exps (rows I..2I-1), [E][I][H]
+ * each and written in that order; output_linear [E, H, I] is ffn_down_exps as it stands. role: MOE_GATE for
+ * input_linear (arch_desc.hf_experts_fused binds it so), MOE_DOWN for output_linear. */
+static int convert_fused_experts(cdx_convert *c, cdx_gguf_writer *w, const cdx_st_tensor *t, const arch_desc *d,
+                                 int layer, int role, uint32_t want, const char *dir, cdx_err *err)
+{
+    const cdx_hf_config *cfg = &c->cfg;
+    const uint64_t E = (uint64_t)cfg->n_experts, H = (uint64_t)cfg->hidden_size, I = (uint64_t)cfg->intermediate_size;
+    const bool gate_up = role == MOE_GATE;
+    const uint64_t rows = gate_up ? 2 * I : H, cols = gate_up ? H : I;
+    if (layer >= cfg->n_layers)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" belongs to layer %d; config.json has %lld layers", dir,
+                           t->name, layer, (long long)cfg->n_layers);
+    if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != rows || t->shape[2] != cols)
+        return cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" does not have the shape config.json gives, [%llu, %llu, %llu] "
+                           "(num_local_experts, %s)", dir, t->name, (unsigned long long)E, (unsigned long long)rows,
+                           (unsigned long long)cols, gate_up ? "2 x intermediate_size, hidden_size"
+                                                             : "hidden_size, intermediate_size");
+    const cdx_type_traits *st = cdx_type_get(t->type);
+    if (!st || !st->to_f32)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: tensor \"%s\" has type %s; expected F32, F16 or BF16", dir,
+                           t->name, cdx_type_name(t->type));
+    const uint64_t n = E * rows * cols;
+    if (n > SIZE_MAX / sizeof(float) / 2)
+        return cdx_err_set(err, CDX_ERANGE, "%s: tensor \"%s\" is too large", dir, t->name);
+    float *f = malloc((size_t)n * sizeof *f), *o = gate_up ? malloc((size_t)(n / 2) * sizeof *o) : NULL;
+    int rc = CDX_OK;
+    if (!f || (gate_up && !o)) {
+        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory converting tensor \"%s\"", t->name);
+        goto out;
+    }
+    st->to_f32(t->data, f, (int64_t)n);
+    char name[160];
+    if (!gate_up) {
+        const uint64_t ne[3] = { I, H, E };
+        snprintf(name, sizeof name, arch_moe_name_of(d, MOE_DOWN, true), layer);
+        rc = add_tensor(c, w, name, tensor_type(want, name, 3, I), 3, ne, f, NULL, err);
+        goto out;
+    }
+    for (int part = 0; part < 2 && !rc; part++) { /* data_torch.split(ffn_dim, dim=-2): gate, then up */
+        for (uint64_t e = 0; e < E; e++)
+            memcpy(o + e * I * H, f + (e * 2 * I + (uint64_t)part * I) * H, (size_t)(I * H) * sizeof *o);
+        const uint64_t ne[3] = { H, I, E };
+        snprintf(name, sizeof name, arch_moe_name_of(d, part ? MOE_UP : MOE_GATE, true), layer);
+        rc = add_tensor(c, w, name, tensor_type(want, name, 3, H), 3, ne, o, NULL, err);
+    }
+out:
+    free(f);
+    free(o);
+    return rc;
+}
+
 /* GPT-OSS's sparse layer (conversion/gpt_oss.py GptOssModel.modify_tensors, the unquantized branch):
  * mlp.router.{weight,bias} -> ffn_gate_inp (F32, as the converter keeps every router); mlp.experts.gate_up_proj
  * [E, H, 2I] (x @ W, gate columns 2j, up 2j + 1) transposed and split -> ffn_gate_exps, ffn_up_exps [E][I][H];
@@ -703,15 +757,17 @@ static int write_metadata(cdx_convert *c, cdx_gguf_writer *w, const char *dir, c
         cdx_gguf_writer_set_u32(w, K(VOCAB_SIZE), (uint32_t)cfg->vocab_size);
         cdx_gguf_writer_set_u32(w, K(ROPE_DIM_COUNT), (uint32_t)cfg->head_dim);
     }
-    if (d->gguf_scales) { /* GraniteModel.set_gguf_parameters: each multiplier config.json gives */
-        static const struct { cdx_hf_scale s; cdx_gguf_key k; const char *key; } sk[] = {
-            { CDX_HF_SCALE_ATTN, CDX_GK_ATTENTION_SCALE, "attention_multiplier" },
-            { CDX_HF_SCALE_EMBD, CDX_GK_EMBEDDING_SCALE, "embedding_multiplier" },
-            { CDX_HF_SCALE_RESIDUAL, CDX_GK_RESIDUAL_SCALE, "residual_multiplier" },
-            { CDX_HF_SCALE_LOGIT_DIV, CDX_GK_LOGIT_SCALE, "logits_scaling" },
+    if (d->gguf_scales) {
+        /* GraniteModel.set_gguf_parameters: `if x := self.hparams.get("attention_multiplier")`, ... over hparams
+         * from AutoConfig(...).to_dict() (ModelBase.load_hparams), which holds GraniteConfig's defaults (1.0) for
+         * the multipliers config.json leaves out: so every one not null. Without them llama.cpp would take
+         * head_dim^-½ for the softmax scale (transformers: 1.0) and refuse the file (logit_scale is required). */
+        static const struct { cdx_hf_scale s; cdx_gguf_key k; } sk[] = {
+            { CDX_HF_SCALE_ATTN, CDX_GK_ATTENTION_SCALE }, { CDX_HF_SCALE_EMBD, CDX_GK_EMBEDDING_SCALE },
+            { CDX_HF_SCALE_RESIDUAL, CDX_GK_RESIDUAL_SCALE }, { CDX_HF_SCALE_LOGIT_DIV, CDX_GK_LOGIT_SCALE },
         };
         for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
-            if (config_has(dir, sk[i].key))
+            if (cfg->scale[sk[i].s] > 0) /* the class default where absent; 0: config.json's null */
                 cdx_gguf_writer_set_f32(w, cdx_gguf_key_name(sk[i].k, a, key, sizeof key), (float)cfg->scale[sk[i].s]);
     }
     if (!d->gguf_gemma && d->gguf_swa_period > 0) { /* GptOssModel: add_sliding_window (0: no layer slides) */
@@ -906,8 +962,7 @@ static bool swa_fits(const cdx_hf_config *cfg, int p)
 }
 
 /* The families llama.cpp has a GGUF form of (a vision-language model has none here). */
-/* (Granite MoE's fused HF experts are not split by the converter yet) */
-static bool convertible(const arch_desc *d) { return !d->vision && !d->hf_experts_fused && (d->gguf_name || d->gguf_experts_of); }
+static bool convertible(const arch_desc *d) { return !d->vision && (d->gguf_name || d->gguf_experts_of); }
 
 void cdx_convert_archs(char *out, size_t cap) { arch_titles(convertible, out, cap); }
 
@@ -1134,7 +1189,9 @@ int cdx_convert_hf(const char *dir, const cdx_convert_opts *opts, cdx_gguf_write
         else if (d->bitnet && refs[i].t->type == CDX_TYPE_COUNT)
             rc = convert_bitlinear(c, w, refs[i].t, d, o.type, dir, err);
         else if (d->moe && arch_moe_hf_name(d->arch, refs[i].t->name, gname, sizeof gname, &layer, &expert, &role))
-            rc = convert_moe_tensor(c, w, refs[i].t, gname, layer, expert, role, o.type, dir, err);
+            rc = d->hf_experts_fused && (role == MOE_GATE || role == MOE_DOWN)
+                     ? convert_fused_experts(c, w, refs[i].t, d, layer, role, o.type, dir, err)
+                     : convert_moe_tensor(c, w, refs[i].t, gname, layer, expert, role, o.type, dir, err);
         else
             rc = convert_tensor(c, w, refs[i].t, d, o.type, dir, err);
         if (rc)

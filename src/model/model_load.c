@@ -1482,7 +1482,11 @@ static int load_gguf(cdx_model *m, cdx_gguf *g, cdx_err *err)
                 hp->n_ff_shared = (int64_t)v;
             } else
                 hp->n_ff_shared = hp->n_ff;
-        }
+        } else if (cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_SHARED_FF_LENGTH, &v) && v > 0)
+            /* llama.cpp's granitemoe runs Granite MoE Shared's ungated shared_mlp when the key is > 0 */
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_shared_feed_forward_length is %llu: a shared "
+                               "expert (Granite MoE Shared's ffn_*_shexp) is not run for the %s architecture", path, a,
+                               (unsigned long long)v, a);
         /* llama.cpp's other routing keys: only softmax gating with unscaled weights is what these compute */
         if (cdx_gguf_get_arch_u64(g, a, CDX_GK_EXPERT_GATING_FUNC, &v) && v != 1)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: %s.expert_gating_func is %llu; caldrix routes experts by "

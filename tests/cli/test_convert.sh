@@ -74,12 +74,35 @@ for m in llama llama_bf16 llama_f16 llama3_rope qwen2 qwen3; do
     else bad "convert $m --type F32 runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
 done
 # ---- mixtures of experts: experts stacked as llama.cpp's converter stacks them (ffn_*_exps) ----
-for m in qwen3_moe mixtral qwen2_moe; do
+for m in qwen3_moe mixtral qwen2_moe granitemoe; do # granitemoe: input_linear split into gate and up
     if "$CALDRIX" convert $HF/$m "$tmp/$m.gguf" --type F32 2>"$tmp/conv.$m" && golden "$tmp/$m.gguf" $HF/$m/golden.json 1e-3 &&
         [ "$(kv "$tmp/$m.gguf" "$( [ $m = mixtral ] && echo llama || echo ${m/_/}).expert_count")" != "<absent>" ] &&
-        python3 -c "import sys; d=open('$tmp/$m.gguf','rb').read(); sys.exit(0 if b'blk.0.ffn_down_exps.weight' in d and b'.experts.' not in d else 1)"; then
+        python3 -c "import sys; d=open('$tmp/$m.gguf','rb').read(); sys.exit(0 if b'blk.0.ffn_down_exps.weight' in d and b'.experts.' not in d and b'input_linear' not in d else 1)"; then
         ok "convert $m --type F32 stacks the experts and runs to PyTorch's goldens"
     else bad "convert $m --type F32 stacks the experts and runs to PyTorch's goldens"; cat "$tmp/conv.$m"; fi
+done
+# ---- Granite's scalings left out of config.json: GraniteConfig's defaults (1.0) are written, as llama.cpp's
+# converter writes the hparams AutoConfig gives it (without logit_scale llama.cpp refuses the file, and
+# without attention.scale it would take head_dim^-1/2 where transformers takes 1.0) ----
+for m in granite granitemoe; do
+    mkdir -p "$tmp/noscale-$m"; ln -s "$(cd $HF/$m && pwd)/model.safetensors" "$tmp/noscale-$m/model.safetensors"
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); [c.pop(k) for k in ('attention_multiplier','embedding_multiplier','residual_multiplier','logits_scaling')]; json.dump(c, open(sys.argv[2],'w'))" \
+        $HF/$m/config.json "$tmp/noscale-$m/config.json"
+    ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$HF/$m/golden.json'))['cases'][1]['prompt_ids'])))")
+    if "$CALDRIX" convert "$tmp/noscale-$m" "$tmp/noscale-$m.gguf" --type F32 2>/dev/null &&
+        [ "$(kv "$tmp/noscale-$m.gguf" $m.attention.scale $m.embedding_scale $m.residual_scale $m.logit_scale | tr '\n' ' ')" = "1.0 1.0 1.0 1.0 " ] &&
+        "$CALDRIX" run "$tmp/noscale-$m" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json --top-logits 8 --threads 1 >"$tmp/ns.hf" 2>/dev/null &&
+        "$CALDRIX" run "$tmp/noscale-$m.gguf" --prompt-ids "$ids" -n 16 --temp 0 --ignore-eos --json --top-logits 8 --threads 1 >"$tmp/ns.gguf" 2>/dev/null &&
+        python3 - "$tmp/ns.hf" "$tmp/ns.gguf" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a['tokens'] == b['tokens'], (a['tokens'], b['tokens'])
+for sa, sb in zip(a['steps'], b['steps']):
+    tb = dict((t, l) for t, l in sb['top'])
+    assert all(t in tb and abs(tb[t] - l) <= 1e-3 for t, l in sa['top'][:5])
+PY
+    then ok "$m without its multipliers in config.json: the four scalings are written as 1.0 and the GGUF runs as the checkpoint"
+    else bad "$m without its multipliers in config.json: the four scalings are written as 1.0 and the GGUF runs as the checkpoint"; fi
 done
 "$CALDRIX" convert $HF/qwen3_moe "$tmp/q3m8.gguf" --type Q8_0 2>/dev/null && "$CALDRIX" run "$tmp/q3m8.gguf" --prompt-ids 1,2,3 -n 4 --temp 0 --json >/dev/null 2>&1 &&
     ok "convert qwen3_moe --type Q8_0 runs" || bad "convert qwen3_moe --type Q8_0 runs"

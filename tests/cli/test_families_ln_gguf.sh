@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LayerNorm families (StableLM, Starcoder2, Cohere), and Granite, OLMo 2, SmolLM3, Mixtral and Qwen2-MoE, as GGUF: `caldrix convert` of each fixture (../shared/fixtures/hf/NAME; Starcoder2's
+# The LayerNorm families (StableLM, Starcoder2, Cohere), and Granite, OLMo 2, SmolLM3, Mixtral, Qwen2-MoE and Granite MoE, as GGUF: `caldrix convert` of each fixture (../shared/fixtures/hf/NAME; Starcoder2's
 # with "sliding_window": null, as llama.cpp's starcoder2 has no window) and `caldrix quantize` of it to
 # Q8_0 give the files whose sha256 tests/golden/families-ln-llamacpp.json pins, and caldrix's 16 greedy
 # tokens on each equal llama.cpp's on the same file (node-llama-cpp 3.21.1,
@@ -12,7 +12,7 @@ ok() { pass=$((pass+1)); echo "ok - $1"; }
 bad() { fail=$((fail+1)); echo "not ok - $1"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 HF=../shared/fixtures/hf
-# families-b-llamacpp.json: granite, olmo2, smollm3, mixtral and qwen2_moe the same way (llamacpp-families-ln.mjs --set b)
+# families-b-llamacpp.json: granite, olmo2, smollm3, mixtral, qwen2_moe and granitemoe the same way (llamacpp-families-ln.mjs --set b)
 GS="tests/golden/families-ln-llamacpp.json tests/golden/families-b-llamacpp.json"
 
 cat >"$tmp/cmp.py" <<'PY'
@@ -72,7 +72,7 @@ done
 done
 
 # llama.cpp's keys (gguf-py's names) in the converted files
-python3 - "$tmp" <<'PY' && ok "the files carry llama.cpp's keys (layer_norm_epsilon, rope.dimension_count, norm biases, logit_scale)" || bad "the files carry llama.cpp's keys"
+python3 - "$tmp" <<'PY' && ok "the files carry llama.cpp's keys (layer_norm_epsilon, rope.dimension_count, norm biases, logit_scale; granitemoe's experts)" || bad "the files carry llama.cpp's keys"
 import os, struct, sys
 def kv(path):
     d = open(path, 'rb').read(); o = [8]
@@ -103,7 +103,52 @@ if os.path.exists(t + '/cohere-F32.gguf'):
     g, d = kv(t + '/cohere-F32.gguf')
     assert g['general.architecture'] == 'command-r' and g['command-r.logit_scale'] == 0.25
     assert abs(g['command-r.attention.layer_norm_epsilon'] - 1e-5) < 1e-9 and b'output_norm.bias' not in d
+if os.path.exists(t + '/granitemoe-F32.gguf'):
+    # GraniteMoeModel(GraniteModel(LlamaModel)).set_gguf_parameters: TextModel's keys with the experts',
+    # LlamaModel's vocab_size and rope.dimension_count, Granite's four scalings; nothing else
+    g, d = kv(t + '/granitemoe-F32.gguf')
+    a = {k[len('granitemoe.'):]: v for k, v in g.items() if k.startswith('granitemoe.')}
+    assert g['general.architecture'] == 'granitemoe' and sorted(a) == sorted([
+        'block_count', 'context_length', 'embedding_length', 'feed_forward_length', 'attention.head_count',
+        'attention.head_count_kv', 'rope.freq_base', 'attention.layer_norm_rms_epsilon', 'expert_count',
+        'expert_used_count', 'vocab_size', 'rope.dimension_count', 'attention.scale', 'embedding_scale',
+        'residual_scale', 'logit_scale']), sorted(a)
+    assert (a['expert_count'], a['expert_used_count'], a['rope.dimension_count']) == (8, 2, 16)
+    assert (a['attention.scale'], a['embedding_scale'], a['logit_scale']) == (0.0625, 12.0, 6.0)
+    # input_linear split into gate and up (in that order), output_linear the down experts, the router ffn_gate_inp
+    i = [d.find(b'blk.0.' + n + b'.weight') for n in (b'ffn_gate_exps', b'ffn_up_exps', b'ffn_down_exps', b'ffn_gate_inp')]
+    assert min(i) > 0 and i == sorted(i) and b'input_linear' not in d and b'output_linear' not in d and b'shexp' not in d
 PY
+
+# llama.cpp's granitemoe also reads Granite MoE Shared (expert_shared_feed_forward_length and an ungated
+# ffn_{gate,up,down}_shexp); caldrix does not run that expert, and says so by the key rather than by a tensor
+if [ -f "$tmp/granitemoe-F32.gguf" ]; then
+    python3 - "$tmp/granitemoe-F32.gguf" "$tmp/shexp.gguf" <<'PY'
+import struct, sys
+d = open(sys.argv[1], 'rb').read(); o = 24
+def skip_val(t):
+    global o
+    if t == 8: o += 8 + struct.unpack_from('<Q', d, o)[0]
+    elif t == 9:
+        et, n = struct.unpack_from('<IQ', d, o); o += 12
+        for _ in range(n): skip_val(et)
+    else: o += {0:1,1:1,2:2,3:2,4:4,5:4,6:4,7:1,10:8,11:8,12:8}[t]
+nt, nk = struct.unpack_from('<QQ', d, 8)
+for _ in range(nk):
+    o += 8 + struct.unpack_from('<Q', d, o)[0]; t = struct.unpack_from('<I', d, o)[0]; o += 4; skip_val(t)
+kv_end = o
+for _ in range(nt):
+    o += 8 + struct.unpack_from('<Q', d, o)[0]; nd = struct.unpack_from('<I', d, o)[0]; o += 4 + 8 * nd + 4 + 8
+data = (o + 31) // 32 * 32
+k = b'granitemoe.expert_shared_feed_forward_length'
+head = d[:16] + struct.pack('<Q', nk + 1) + d[24:kv_end] + struct.pack('<Q', len(k)) + k + struct.pack('<II', 4, 32) + d[kv_end:o]
+open(sys.argv[2], 'wb').write(head + bytes(-len(head) % 32) + d[data:])
+PY
+    "$CALDRIX" run "$tmp/shexp.gguf" --prompt-ids 1,2,3 -n 1 --temp 0 >/dev/null 2>"$tmp/err"; rc=$?
+    if [ $rc -ne 0 ] && grep -q "granitemoe.expert_shared_feed_forward_length is 32: a shared expert" "$tmp/err"; then
+        ok "a granitemoe file with a shared expert (Granite MoE Shared) is refused by its key (exit $rc)"
+    else bad "a granitemoe file with a shared expert is refused by its key (exit $rc: $(cat "$tmp/err"))"; fi
+fi
 
 echo "families_ln_gguf: $pass passed, $fail failed"
 [ $fail -eq 0 ]

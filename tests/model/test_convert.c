@@ -5,6 +5,9 @@
 #include "caldrix.h"
 #include "test.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const k_dense[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "qwen2", "qwen3" };
@@ -237,6 +240,88 @@ static void llama_q_rows_are_permuted(void)
     remove(out);
 }
 
+/* Granite MoE (conversion/granite.py GraniteMoeModel.modify_tensors): input_linear [E, 2I, H] split along its
+ * rows, gate the first I of each expert and up the last I; output_linear is ffn_down_exps and the router
+ * ffn_gate_inp, all bit for bit; a config.json whose intermediate_size does not halve input_linear is refused
+ * naming the tensor. */
+static void granitemoe_experts_are_split(void)
+{
+    cdx_err e = {0};
+    char out[256];
+    cdx_gguf *a = NULL;
+    cdx_safetensors *st = NULL;
+    REQUIRE(convert_fixture("granitemoe", CDX_TYPE_F32, out, sizeof out, &a, &e) == 0);
+    REQUIRE(cdx_st_open(SHARED "/fixtures/hf/granitemoe", &st, &e) == 0);
+    const int64_t E = 8, I = 32, H = 64;
+    for (int l = 0; l < 3; l++) {
+        char hn[128], gn[128];
+        snprintf(hn, sizeof hn, "model.layers.%d.block_sparse_moe.input_linear.weight", l);
+        const cdx_st_tensor *in = cdx_st_find(st, hn);
+        const cdx_gguf_tensor *gate = NULL, *up = NULL;
+        snprintf(gn, sizeof gn, "blk.%d.ffn_gate_exps.weight", l);
+        gate = cdx_gguf_tensor_find(a, gn);
+        snprintf(gn, sizeof gn, "blk.%d.ffn_up_exps.weight", l);
+        up = cdx_gguf_tensor_find(a, gn);
+        REQUIRE(in && gate && up && in->type == CDX_TYPE_F32 && gate->type == CDX_TYPE_F32);
+        CHECK(gate->n_dims == 3 && gate->ne[0] == (uint64_t)H && gate->ne[1] == (uint64_t)I && gate->ne[2] == (uint64_t)E);
+        bool ok = true;
+        for (int64_t x = 0; x < E; x++) {
+            const float *src = (const float *)in->data + x * 2 * I * H;
+            ok &= !memcmp((const float *)gate->data + x * I * H, src, (size_t)(I * H) * 4);
+            ok &= !memcmp((const float *)up->data + x * I * H, src + I * H, (size_t)(I * H) * 4);
+        }
+        CHECKF(ok, "layer %d: gate/up are not input_linear's halves", l);
+        static const char *const same[2][2] = { { "block_sparse_moe.output_linear", "ffn_down_exps" },
+                                                { "block_sparse_moe.router.layer", "ffn_gate_inp" } };
+        for (int k = 0; k < 2; k++) {
+            snprintf(hn, sizeof hn, "model.layers.%d.%s.weight", l, same[k][0]);
+            snprintf(gn, sizeof gn, "blk.%d.%s.weight", l, same[k][1]);
+            const cdx_st_tensor *h = cdx_st_find(st, hn);
+            const cdx_gguf_tensor *g = cdx_gguf_tensor_find(a, gn);
+            REQUIRE(h && g && g->type == CDX_TYPE_F32);
+            CHECKF(g->n_bytes == h->n_bytes && !memcmp(g->data, h->data, h->n_bytes), "%s is not %s", gn, hn);
+        }
+    }
+    cdx_st_close(st);
+    cdx_gguf_close(a);
+    remove(out);
+    /* the fixture's weights under a config.json whose intermediate_size is 16 */
+    char dir[128], path[256], link[256];
+    snprintf(dir, sizeof dir, "/tmp/cdx-test-convert-%d-gmoe", (int)getpid());
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(link, sizeof link, "%s/model.safetensors", dir);
+    REQUIRE(mkdir(dir, 0700) == 0);
+    FILE *in = fopen(SHARED "/fixtures/hf/granitemoe/config.json", "rb"), *o = fopen(path, "wb");
+    char buf[4096];
+    size_t n = in ? fread(buf, 1, sizeof buf - 1, in) : 0;
+    buf[n] = 0;
+    char *at = strstr(buf, "\"intermediate_size\": 32");
+    if (at)
+        at[21] = '1', at[22] = '6'; /* "intermediate_size": 16 */
+    if (o)
+        fputs(buf, o);
+    if (in)
+        fclose(in);
+    if (o)
+        fclose(o);
+    char real[PATH_MAX];
+    int rc = -1;
+    if (at && realpath(SHARED "/fixtures/hf/granitemoe/model.safetensors", real) && symlink(real, link) == 0) {
+        cdx_gguf_writer *w = NULL;
+        cdx_convert *c = NULL;
+        e = (cdx_err){0};
+        if (cdx_gguf_writer_new(&w, &e) == 0)
+            rc = cdx_convert_hf(dir, &(cdx_convert_opts){ .type = CDX_TYPE_F32 }, w, &c, &e);
+        cdx_convert_free(c);
+        cdx_gguf_writer_free(w);
+    }
+    CHECKF(at && rc == CDX_EFORMAT && strstr(e.msg, "input_linear.weight\" does not have the shape config.json gives, "
+                                                    "[8, 32, 64]"), "rc %d: %s", rc, e.msg);
+    remove(link);
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     char name[128];
@@ -253,5 +338,6 @@ int main(void)
     }
     RUN("llama q/k rows are permuted to adjacent RoPE pairs", llama_q_rows_are_permuted);
     RUN("unknown output types and missing directories are refused by name; MoE converts", refusals_name_the_problem);
+    RUN("granitemoe's stacked experts split into gate and up as llama.cpp's converter splits them", granitemoe_experts_are_split);
     return t_done("convert");
 }

@@ -16,7 +16,7 @@ H=../shared/fixtures/hf
 k=0
 for dir in "$H"/*/; do
     f=$(basename "$dir")
-    case "$f" in qwen3_5*|idefics3|granitemoe) continue ;; esac # Qwen3.5 is not split; convert takes neither a vision model nor Granite MoE
+    case "$f" in qwen3_5*|idefics3) continue ;; esac # Qwen3.5 is not split; convert does not take a vision model
     np=$((2 + k % 2)); k=$((k + 1))
     if ! "$CALDRIX" convert "$H/$f" "$tmp/$f.gguf" --type Q8_0 >/dev/null 2>"$tmp/err"; then
         bad "$f: caldrix convert --type Q8_0"; cat "$tmp/err"; continue

@@ -1,7 +1,9 @@
 /* Granite MoE (transformers modeling_granitemoe.py; llama.cpp's "granitemoe"): Granite's four scalings
  * outside the layers, experts on every layer weighed by a softmax over the k largest router logits
  * (GraniteMoeTopKGating), the experts stacked in the checkpoint: block_sparse_moe.input_linear [E, 2I, H]
- * (gate rows, then up rows) and output_linear [E, H, I], split into the expert layout at load. */
+ * (gate rows, then up rows) and output_linear [E, H, I], split into the expert layout at load, and by
+ * convert into llama.cpp's ffn_gate_exps / ffn_up_exps / ffn_down_exps (conversion/granite.py
+ * GraniteMoeModel, a GraniteModel(LlamaModel): q/k permuted, LlamaModel's and Granite's keys). */
 #include "model/arch.h"
 
 static const role_name k_names[] = {
@@ -25,6 +27,8 @@ const arch_desc family_granitemoe = {
                                 [CDX_HF_SCALE_LOGIT_DIV] = "logits_scaling" } } } },
     .gguf_name = "granitemoe",
     .gguf_rope = CDX_ROPE_ADJACENT,
+    .gguf_vocab_rope_keys = true,
+    .gguf_rope_freqs = true,
     .moe = true,
     .norm_topk = true,
     .moe_topk_softmax = true,
