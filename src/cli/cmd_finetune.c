@@ -55,6 +55,7 @@ static void ft_usage(FILE *f, bool distill)
             "  --log FILE            one line per step: {\"step\", \"loss\", \"tokens\", \"lr\"} (step from 0)\n"
             "  --checkpoint-every N  write DIR/checkpoint-N/ (adapter or model + optimizer state) every N steps\n"
             "  --resume DIR          continue from such a checkpoint, to the same numbers as an uninterrupted run\n"
+            "                        (a LoRA checkpoint brings its r, alpha and targets; options given must agree)\n"
             "  -t, --threads N       threads (default: every core); the numbers do not depend on it\n");
 }
 
@@ -431,6 +432,10 @@ static int run(int argc, char **argv, bool distill)
             free(save_at);
             return 2;
         }
+        /* a LoRA checkpoint to resume brings its adapter's r, alpha and targets, as an init adapter
+         * does: options given must agree with them (cdx_trainer_create), and none need repeating */
+        if (!init && resume)
+            init = resume;
         if (!init) { /* defaults; an init adapter brings its own */
             o.lora_r = r ? r : 8;
             o.lora_alpha = alpha ? alpha : 2.0 * (double)o.lora_r;

@@ -77,6 +77,16 @@ cp "$tmp/q1.jsonl" "$tmp/q2.jsonl"; head -10 "$tmp/q1.jsonl" >"$tmp/q2.jsonl"
 check "--resume checkpoint-10 writes the uninterrupted run's adapter, byte for byte" \
     '[ $rc -eq 0 ] && cmp -s "$tmp/q1/adapter_model.safetensors" "$tmp/q2/adapter_model.safetensors"'
 check "--resume logs steps 10..19 with the uninterrupted run's losses" 'cmp -s "$tmp/q1.jsonl" "$tmp/q2.jsonl"'
+# the checkpoint brings its LoRA options: --resume alone (no --init-adapter) gives the same adapter,
+# and an option that disagrees with the checkpoint's is refused naming it
+"$CALDRIX" finetune $HF/qwen3 --data $TR/lora_qwen3_all/train.jsonl --out "$tmp/q4" \
+    $common --steps 20 --resume "$tmp/q1/checkpoint-10" >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--resume without the LoRA options: the checkpoint's r, alpha and targets, the uninterrupted run's adapter byte for byte" \
+    '[ $rc -eq 0 ] && cmp -s "$tmp/q1/adapter_model.safetensors" "$tmp/q4/adapter_model.safetensors"'
+"$CALDRIX" finetune $HF/qwen3 --data $TR/lora_qwen3_all/train.jsonl --out "$tmp/q5" --lora-r 4 \
+    $common --steps 20 --resume "$tmp/q1/checkpoint-10" >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--resume with --lora-r 4 on an r 8 checkpoint: exit 2 naming both" \
+    '[ $rc -eq 2 ] && grep -q "checkpoint-10/adapter_config.json: the adapter has r 8, .*the options given differ" "$tmp/err"'
 "$CALDRIX" finetune $HF/qwen3 --data $TR/lora_qwen3_all/train.jsonl --out "$tmp/q3" --lora-r 2 --lora-targets k_proj,o_proj,down_proj \
     --seed 7 --steps 3 --batch 3 --log "$tmp/q3.jsonl" >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "another rank and targets with a drawn A (no golden): runs and writes r 2 and the sorted targets" \
