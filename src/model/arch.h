@@ -53,7 +53,12 @@ typedef struct arch_desc {
     bool hybrid;                /* Qwen3.5: Gated DeltaNet layers, gated attention, partial rotary (qwen35.c) */
     float hf_norm_offset;       /* the checkpoint's RMSNorm weights w scale by (offset + w) (Qwen3.5: 1);
                                    the loader and the converter add it */
-    bool bf16;                  /* has a bf16 forward pass (forward_bf16.c), checked against golden_bf16.json */
+    bool bf16;                  /* has a bf16 forward pass (forward_bf16.c), checked against PyTorch's bf16 goldens */
+    bool bf16_norm_once;        /* bf16 compute: the RMSNorm's weight multiplies the f32 normed value in f32, one
+                                   rounding (Olmo2RMSNorm's (w·h).to(dtype); the (1 + w) norms always do), where
+                                   LlamaRMSNorm rounds h first and then w·h */
+    bool bf16_rope_f32;         /* bf16 compute: cos and sin stay f32 and q·cos + rotate_half(q)·sin rounds once
+                                   (OlmoRotaryEmbedding / Olmo2RotaryEmbedding return f32 cos, sin) */
     /* where the layer differs from the common decoder (0: as the common decoder) */
     bool no_pre_norms;          /* no input norms: attention and MLP read the residual stream as is (OLMo 2) */
     bool post_norms;            /* each branch's output is RMS-normed before its residual add (OLMo 2, Gemma 2) */

@@ -1120,22 +1120,6 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
             }
         }
     }
-    const float off = m->desc->hf_norm_offset;
-    if (off != 0 && !b->gguf) {
-        /* the norms scale by (off + w) (Qwen3_5RMSNorm: 1 + w): the checkpoint stores w (llama.cpp's
-         * converter adds the offset) */
-        for (int64_t i = 0; i < hp->n_embd; i++)
-            m->out_norm[i] += off;
-        for (int64_t l = 0; l < hp->n_layer; l++) {
-            layer_weights *L = &m->layers[l];
-            float *const vs[] = { L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm };
-            const int64_t ns[] = { hp->n_embd, hp->n_embd, hp->n_embd, hp->n_embd, dim_value(hp, D_QN),
-                                   dim_value(hp, D_KN) };
-            for (int v = 0; v < 6; v++)
-                for (int64_t i = 0; vs[v] && i < ns[v]; i++)
-                    vs[v][i] += off;
-        }
-    }
     for (int64_t i = 0; i < b->n; i++)
         if (!b->used[i]) {
             rc = cdx_err_set(err, CDX_EFORMAT, "%s: tensor \"%s\" is not used by the %s architecture", b->path,
@@ -1966,6 +1950,28 @@ static int open_bound(const char *path, bool check_only, bool *dir, cdx_model **
     return rc;
 }
 
+/* The norms of a checkpoint whose family scales by (off + w) (Gemma's GemmaRMSNorm, Qwen3_5RMSNorm: 1 + w):
+ * the checkpoint stores w (llama.cpp's converter adds the offset, so a GGUF file holds off + w). Added once
+ * the compute type has cast the weights: bf16 compute adds 1.0 to the bf16 weight in f32, as torch does. */
+static void add_norm_offset(cdx_model *m)
+{
+    const cdx_hparams *hp = &m->hp;
+    const float off = m->desc->hf_norm_offset;
+    if (off == 0)
+        return;
+    for (int64_t i = 0; i < hp->n_embd; i++)
+        m->out_norm[i] += off;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        float *const vs[] = { L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm };
+        const int64_t ns[] = { hp->n_embd, hp->n_embd, hp->n_embd, hp->n_embd, dim_value(hp, D_QN),
+                               dim_value(hp, D_KN) };
+        for (int v = 0; v < 6; v++)
+            for (int64_t i = 0; vs[v] && i < ns[v]; i++)
+                vs[v][i] += off;
+    }
+}
+
 int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
 {
     *out = NULL;
@@ -1983,6 +1989,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
         rc = xc_open(m, opts->weight_budget, path, err);
     if (!rc)
         rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !dir, path, err);
+    if (!rc && dir)
+        add_norm_offset(m);
     const int64_t l0 = opts ? opts->layer0 : 0, l1 = opts ? opts->layer1 : 0;
     if (!rc && (l0 || l1) && !(l0 == 0 && l1 == m->hp.n_layer)) { /* a split model's stage: its slice only */
         if (l0 < 0 || l0 >= l1 || l1 > m->hp.n_layer)

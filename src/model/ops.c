@@ -93,6 +93,17 @@ void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, f
         out[i] = bf(w[i] * bf(x[i] * r));
 }
 
+void model_rmsnorm_bf16_once(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    float ss = 0; /* the statistics of model_rmsnorm_bf16, summed in the same order */
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const float var = ss / (float)n;
+    const float r = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf((x[i] * r) * w[i]);
+}
+
 /* ---- RoPE ---- */
 
 void model_rope_att(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
@@ -211,6 +222,25 @@ void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64
     }
 }
 
+void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq)
+{
+    const int64_t half = hd / 2;
+    float c[256], s[256]; /* head_dim <= 512, as model_rope_bf16_sections */
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = inv_freq[i] * (float)pos;
+        c[i] = cosf(ang);
+        s[i] = sinf(ang);
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const float x0 = p[i], x1 = p[i + half];
+            p[i] = bf(x0 * c[i] + -x1 * s[i]); /* (q·cos) + (rotate_half(q)·sin), each product and the sum in f32 */
+            p[i + half] = bf(x1 * c[i] + x0 * s[i]);
+        }
+    }
+}
+
 /* ---- the embedding ---- */
 
 void model_embed(const cdx_mat *e, const int32_t *tokens, const float *const *embd, int64_t n, int64_t E, float *x)
@@ -304,7 +334,7 @@ typedef struct {
     float *g;
     const float *u;
     int64_t n;
-    bool f16;
+    bool f16, bf16;
 } geglu_job;
 
 static void geglu_part(void *arg, int ith, int nth)
@@ -312,6 +342,12 @@ static void geglu_part(void *arg, int ith, int nth)
     geglu_job *j = arg;
     const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        if (j->bf16) { /* bf16 compute: the f32 formula below on the bf16 gate, rounded once, then a bf16 product */
+            const float x = bf(j->g[i]);
+            const float y = bf(0.5f * x * (1.0f + tanhf(beta * (x + kappa * (x * x * x)))));
+            j->g[i] = bf(y * bf(j->u[i]));
+            continue;
+        }
         const float x = j->g[i];
         if (!j->f16) {
             const float inner = beta * (x + kappa * (x * x * x));
@@ -329,7 +365,16 @@ static void geglu_part(void *arg, int ith, int nth)
 
 void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16)
 {
-    geglu_job j = { g, u, n, f16 };
+    geglu_job j = { g, u, n, f16, false };
+    if (n >= 8192)
+        cdx_pool_run(pool, geglu_part, &j);
+    else
+        geglu_part(&j, 0, 1);
+}
+
+void model_geglu_bf16(cdx_pool *pool, float *g, const float *u, int64_t n)
+{
+    geglu_job j = { g, u, n, false, true };
     if (n >= 8192)
         cdx_pool_run(pool, geglu_part, &j);
     else
