@@ -8,7 +8,8 @@
  *   per layer: h = rmsnorm(x)·w                          #3  f32 statistics, bf16(h), then bf16(w·h)
  *              q,k,v = bf16(h·Wᵀ + b)                     #4  bias added in f32 before the rounding
  *              [qwen3: per-head rmsnorm of q, k]          #5
- *              rope(q, k) with bf16 cos/sin               #6, #7  three rounded bf16 ops
+ *              rope(q, k) with bf16 cos/sin               #6, #7  three rounded bf16 ops; inv_freq, where unscaled,
+ *                                                              in torch's f32 arithmetic (rope.c's torch_freqs)
  *              attn (cdx_attn_bf16)                       #8-#11
  *              x = bf16(x + bf16(attn·Woᵀ))               #11, #12
  *              h = rmsnorm(x)·w; g = bf16(silu(bf16(h·Wgᵀ))); u = bf16(h·Wuᵀ)    #13
@@ -149,7 +150,10 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         round_rows(s->kk, n, kvd, L->bk);
         round_rows(s->vv, n, kvd, L->bv);
         const bool rot = !hp->nope_layer || !hp->nope_layer[l];              /* SmolLM3's NoPE layers */
-        const float *f = m->inv_freq_swa && cdx_hparams_window(hp, l) ? m->inv_freq_swa : m->inv_freq; /* Gemma3 */
+        /* torch's own f32 frequencies where unscaled (rope.c's torch_freqs); Gemma3's sliding layers their own */
+        const bool swa = m->inv_freq_swa && cdx_hparams_window(hp, l);
+        const float *f = swa ? (m->bf16_freq_swa ? m->bf16_freq_swa : m->inv_freq_swa)
+                             : (m->bf16_freq ? m->bf16_freq : m->inv_freq);
         for (int64_t i = 0; i < n; i++) {
             float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
             if (L->q_norm && hp->qk_norm_full) { /* OLMo 2: over the whole projection */

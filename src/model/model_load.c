@@ -1888,6 +1888,8 @@ void cdx_model_close(cdx_model *m)
     free(m->inv_freq);
     free(m->inv_freq_swa);
     free(m->inv_freq_long);
+    free(m->bf16_freq);
+    free(m->bf16_freq_swa);
     free(m->swa_layers);
     vision_free(m->vision);
     encoder_free(m->enc);
