@@ -38,6 +38,12 @@ transformers modeling code, one comment per cast point (huggingface/transformers
             (None in the fixture), q_norm / k_norm (Gemma3RMSNorm, (1 + w), per head) before RoPE,
             Gemma3TextScaledWordEmbedding: embed * embed_scale.to(weight.dtype) (bf16 sqrt(hidden)), sliding
             layers rotated with rope_local_base_freq, layer_types.
+  starcoder2 modeling_starcoder2.py @ 73faa33f3c3a8588747d42dc7ca666d97b1a2a2c: nn.LayerNorm (with bias) on
+            bf16: PyTorch 2.x's CPU layer_norm for a reduced-float input computes the moments and
+            (x * rstd + (-rstd * mean)) * gamma + beta in float and rounds once (here F.layer_norm of the f32
+            copies, whose kernel has that form, rounded); biases on q/k/v/o and the MLP (c_fc, c_proj: bias
+            added before the one rounding, #4); Starcoder2MLP c_proj(gelu_pytorch_tanh(c_fc(x))), the GELU in
+            f32 rounded once; the sliding window on every layer; cos/sin .to(x.dtype).
 
 Not taken from the installed torch 1.13: its bf16 gemm (bf16 accumulation), bf16 SiLU / GELU / tanh (they round
 intermediates) and bf16 x scalar (rounds the scalar to bf16): each is computed here in f32 and rounded once, as
@@ -58,7 +64,7 @@ import torch.nn.functional as F
 
 BF16, F32 = torch.bfloat16, torch.float32
 TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
-FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3"]
+FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2"]
 R = None  # hf_reference_bf16, imported in main once the shared folder is known
 
 
@@ -108,6 +114,11 @@ def rms_gemma(x, w, eps):
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return (h * (1.0 + w.float())).to(BF16)
+
+
+def layer_norm(x, w, b, eps):
+    # nn.LayerNorm on bf16 (PyTorch 2.x's mixed-type CPU kernel): f32 moments and affine, one rounding
+    return F.layer_norm(x.to(F32), (x.shape[-1],), w.to(F32), None if b is None else b.to(F32), eps).to(BF16)
 
 
 def silu(x):
@@ -172,6 +183,8 @@ def forward(W, cfg, ids):
     T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or H // nh
+    if mt == "starcoder2":
+        return forward_starcoder2(W, cfg, ids)
     eps = cfg["rms_norm_eps"]
     for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
         assert not cfg.get(k), (mt, k)
@@ -251,6 +264,35 @@ def forward(W, cfg, ids):
     if final_cap:
         logits = softcap(logits, final_cap)
     return logits
+
+
+@torch.no_grad()
+def forward_starcoder2(W, cfg, ids):
+    """Starcoder2ForCausalLM: LayerNorms with biases, biased linears, c_proj(gelu_tanh(c_fc(x))), a window on
+    every layer (create_sliding_window_causal_mask when sliding_window is set)."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    eps = cfg["norm_epsilon"]
+    assert cfg["hidden_act"] == "gelu_pytorch_tanh" and not cfg.get("rope_scaling")
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], hd), T)
+    allowed = allowed_mask(T, cfg.get("sliding_window"))
+
+    def ln(x, name):
+        return layer_norm(x, W[name + ".weight"], W.get(name + ".bias"), eps)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]                 # embedding_dropout: eval, none
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x, p + ".input_layernorm")
+        q, k, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                   for n in ("q_proj", "k_proj", "v_proj"))
+        q, k = rope(q, cos, sin, False), rope(k, cos, sin, False)
+        x = x + lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        h = ln(x, p + ".post_attention_layernorm")
+        x = x + lin(gelu_tanh(lin(h, W, p + ".mlp.c_fc")), W, p + ".mlp.c_proj")  # residual_dropout: eval
+    x = ln(x, "model.norm")
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
 
 
 def make(fix, fam):

@@ -38,7 +38,10 @@
  *            bf16(tanh), bf16(· c): cdx_attn_bf16), a window on the sliding layers, and the bf16 logits
  *            softcapped the same three-op way.
  *   gemma3   gemma2's layer without softcaps (where config.json has none), per-head q_norm / k_norm ((1 + w),
- *            one rounding) before RoPE, the sliding layers rotated with rope_local_base_freq (inv_freq_swa). */
+ *            one rounding) before RoPE, the sliding layers rotated with rope_local_base_freq (inv_freq_swa).
+ *   starcoder2  nn.LayerNorm on bf16: float moments, (x·rstd + (-rstd·mean))·w + b in float, one rounding
+ *            (model_layernorm_bf16); o_proj's and c_fc's / c_proj's biases added before their one rounding (#4);
+ *            c_proj(gelu_tanh(c_fc(x))) with the GELU in f32 rounded once; the window on every layer. */
 #include "ops.h"
 
 #include <math.h>
@@ -72,13 +75,16 @@ static void add_bf16(float *x, const float *d, int64_t n, float scale)
             x[i] = bf(x[i] + d[i]);
 }
 
-/* the family's RMSNorm over n rows of E values (x to out; in place is fine): Llama's two roundings, or one
- * (the (1 + w) norms, Olmo2RMSNorm: arch_desc.bf16_norm_once) */
-static void norm_rows(const cdx_model *m, float *out, const float *x, const float *w, int64_t n, int64_t E)
+/* the family's norm over n rows of E values (x to out; in place is fine): Llama's RMSNorm, two roundings, or one
+ * (the (1 + w) norms, Olmo2RMSNorm: arch_desc.bf16_norm_once); or a LayerNorm with bias b (may be NULL) */
+static void norm_rows(const cdx_model *m, float *out, const float *x, const float *w, const float *b, int64_t n,
+                      int64_t E)
 {
     const bool once = m->desc->bf16_norm_once || m->desc->hf_norm_offset != 0;
     for (int64_t i = 0; i < n; i++)
-        if (once)
+        if (m->hp.layer_norm)
+            model_layernorm_bf16(out + i * E, x + i * E, w, b, E, m->hp.rms_eps);
+        else if (once)
             model_rmsnorm_bf16_once(out + i * E, x + i * E, w, E, m->hp.rms_eps);
         else
             model_rmsnorm_bf16(out + i * E, x + i * E, w, E, m->hp.rms_eps);
@@ -105,11 +111,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     if (hp->rope_mode != CDX_ROPE_HALVES || hd > 512)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: rope pairing %d, head_dim %lld; it runs "
                            "transformers' rotate_half with head_dim <= 512", (int)hp->rope_mode, (long long)hd);
-    if (hp->layer_norm || hp->parallel_residual || hp->mlp_plain || hp->linear_bias || hp->clip_qkv ||
-        hp->bitlinear || hp->logit_scale || (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's LayerNorms, parallel block, plain MLP, "
-                           "o_proj/MLP biases, clip_qkv, BitLinears, logit_scale or activation are computed in f32 "
-                           "only; use --dtype f32", hp->arch_name);
+    if (hp->parallel_residual || hp->clip_qkv || hp->bitlinear || hp->logit_scale ||
+        (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
+        (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's parallel block, clip_qkv, BitLinears, "
+                           "logit_scale or activation are computed in f32 only; use --dtype f32", hp->arch_name);
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -143,7 +149,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         const layer_weights *L = &m->layers[l];
         const float *in = L->attn_norm ? s->xn : s->x; /* OLMo 2: no input norms */
         if (L->attn_norm)
-            norm_rows(m, s->xn, s->x, L->attn_norm, n, E);
+            norm_rows(m, s->xn, s->x, L->attn_norm, L->attn_norm_b, n, E);
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->wq, &L->wk, &L->wv }, 3, in, n,
                          (float *[]){ s->q, s->kk, s->vv }, s->ws);
         round_rows(s->q, n, qd, L->bq);
@@ -157,11 +163,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         for (int64_t i = 0; i < n; i++) {
             float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
             if (L->q_norm && hp->qk_norm_full) { /* OLMo 2: over the whole projection */
-                norm_rows(m, q, q, L->q_norm, 1, qd);
-                norm_rows(m, k, k, L->k_norm, 1, kvd);
+                norm_rows(m, q, q, L->q_norm, NULL, 1, qd);
+                norm_rows(m, k, k, L->k_norm, NULL, 1, kvd);
             } else if (L->q_norm) {
-                norm_rows(m, q, q, L->q_norm, hp->n_head, hd);
-                norm_rows(m, k, k, L->k_norm, hp->n_head_kv, hd);
+                norm_rows(m, q, q, L->q_norm, NULL, hp->n_head, hd);
+                norm_rows(m, k, k, L->k_norm, NULL, hp->n_head_kv, hd);
             }
             const bool sections =
                 hp->rope_sections[0] | hp->rope_sections[1] | hp->rope_sections[2] | hp->rope_sections[3];
@@ -186,23 +192,31 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         if (rc)
             return rc;
         cdx_matmul(K, pool, &L->wo, s->attn, n, s->xn, s->ws);
-        round_rows(s->xn, n, E, NULL);
+        round_rows(s->xn, n, E, L->bo); /* Starcoder2's o_proj bias */
         if (L->attn_post_norm) /* OLMo 2, Gemma 2/3: the branch normed before its residual add */
-            norm_rows(m, s->xn, s->xn, L->attn_post_norm, n, E);
+            norm_rows(m, s->xn, s->xn, L->attn_post_norm, NULL, n, E);
         add_bf16(s->x, s->xn, n * E, hp->residual_scale);
         in = L->ffn_norm ? s->xn : s->x;
         if (L->ffn_norm)
-            norm_rows(m, s->xn, s->x, L->ffn_norm, n, E);
-        cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
-                         (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
-        if (hp->act == CDX_HF_ACT_GELU_TANH) /* Gemma's GeGLU */
-            model_geglu_bf16(pool, s->ffn_g, s->ffn_u, n * F);
-        else
-            model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
+            norm_rows(m, s->xn, s->x, L->ffn_norm, L->ffn_norm_b, n, E);
+        if (hp->mlp_plain) { /* Starcoder2: c_proj(gelu_tanh(c_fc(x))), c_fc's bias before the one rounding */
+            cdx_matmul(K, pool, &L->up, in, n, s->ffn_g, s->ws);
+            round_rows(s->ffn_g, n, F, L->b_up);
+            model_geglu_bf16(pool, s->ffn_g, NULL, n * F);
+        } else {
+            cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->gate, &L->up }, 2, in, n,
+                             (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
+            if (L->b_up)
+                round_rows(s->ffn_u, n, F, L->b_up);
+            if (hp->act == CDX_HF_ACT_GELU_TANH) /* Gemma's GeGLU */
+                model_geglu_bf16(pool, s->ffn_g, s->ffn_u, n * F);
+            else
+                model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
+        }
         cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
-        round_rows(s->xn, n, E, NULL);
+        round_rows(s->xn, n, E, L->b_down);
         if (L->ffn_post_norm)
-            norm_rows(m, s->xn, s->xn, L->ffn_post_norm, n, E);
+            norm_rows(m, s->xn, s->xn, L->ffn_post_norm, NULL, n, E);
         add_bf16(s->x, s->xn, n * E, hp->residual_scale);
     }
 
@@ -217,7 +231,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     }
     for (int64_t i = 0; i < n; i++)
         if (b->want_logits ? b->want_logits[i] : i == n - 1)
-            norm_rows(m, s->xn + (n_out++) * E, s->x + i * E, m->out_norm, 1, E);
+            norm_rows(m, s->xn + (n_out++) * E, s->x + i * E, m->out_norm, m->out_norm_b, 1, E);
     if (n_out) {
         const int64_t nl = n_out * hp->n_vocab;
         cdx_matmul(K, pool, &m->output, s->xn, n_out, logits, s->ws);

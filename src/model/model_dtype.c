@@ -194,12 +194,18 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
         m->output = m->tok_embd;
     const int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     round_vec(m->out_norm, E);
+    round_vec(m->out_norm_b, E);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         round_vec(L->attn_norm, E);
         round_vec(L->ffn_norm, E);
         round_vec(L->attn_post_norm, E);
         round_vec(L->ffn_post_norm, E);
+        round_vec(L->attn_norm_b, E);
+        round_vec(L->ffn_norm_b, E);
+        round_vec(L->bo, E);
+        round_vec(L->b_up, hp->n_ff);
+        round_vec(L->b_down, E);
         round_vec(L->bq, qd);
         round_vec(L->bk, kvd);
         round_vec(L->bv, kvd);

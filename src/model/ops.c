@@ -93,6 +93,22 @@ void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, f
         out[i] = bf(w[i] * bf(x[i] * r));
 }
 
+void model_layernorm_bf16(float *out, const float *x, const float *w, const float *b, int64_t n, float eps)
+{
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    const double mean = s / (double)n;
+    for (int64_t i = 0; i < n; i++)
+        ss += ((double)x[i] - mean) * ((double)x[i] - mean);
+    const float mf = (float)mean, var = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(var + eps), shift = -scale * mf; /* LayerNormKernelImplInternal's scale, bias */
+    for (int64_t i = 0; i < n; i++) {
+        const float y = (x[i] * scale + shift) * w[i];
+        out[i] = bf(b ? y + b[i] : y);
+    }
+}
+
 void model_rmsnorm_bf16_once(float *out, const float *x, const float *w, int64_t n, float eps)
 {
     float ss = 0; /* the statistics of model_rmsnorm_bf16, summed in the same order */
@@ -345,7 +361,7 @@ static void geglu_part(void *arg, int ith, int nth)
         if (j->bf16) { /* bf16 compute: the f32 formula below on the bf16 gate, rounded once, then a bf16 product */
             const float x = bf(j->g[i]);
             const float y = bf(0.5f * x * (1.0f + tanhf(beta * (x + kappa * (x * x * x)))));
-            j->g[i] = bf(y * bf(j->u[i]));
+            j->g[i] = j->u ? bf(y * bf(j->u[i])) : y;
             continue;
         }
         const float x = j->g[i];

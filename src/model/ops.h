@@ -56,6 +56,10 @@ void model_norm_rows_of(cdx_pool *pool, bool layer, float *out, const float *x, 
                         int64_t n, int64_t E, float eps);
 /* LlamaRMSNorm.forward on a bf16 input (bf16 compute, forward_bf16.c's #3, #5). */
 void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps);
+/* nn.LayerNorm on a bf16 input (bf16 compute): PyTorch 2.x's CPU kernel takes the moments in float and computes
+ * (x · rstd + (-rstd · mean)) · w + b in float, rounded once; the moments here are summed in double and rounded
+ * to float (torch's RowwiseMoments gives the correctly rounded values but for an ulp now and then). b NULL: none. */
+void model_layernorm_bf16(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
 /* The same statistics with the weight applied in f32 and one rounding, bf16(w · h) (Olmo2RMSNorm's
  * (w·h).to(dtype); GemmaRMSNorm's h·(1 + w) with w here already 1 + the bf16 weight). */
 void model_rmsnorm_bf16_once(float *out, const float *x, const float *w, int64_t n, float eps);
@@ -136,7 +140,8 @@ void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u
  * gives x·u, else its f16 table, the tanh form at x rounded to f16, rounded to f16, times u. */
 void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16);
 /* GeGLU in bf16 compute: g = bf16(bf16(gelu_pytorch_tanh(g)) · u), the GELU of the bf16 gate in f32 (PyTorch
- * 2.x's GeluKernel for reduced floats: the formula of model_geglu, one rounding), on g and u holding bf16 values. */
+ * 2.x's GeluKernel for reduced floats: the formula of model_geglu, one rounding), on g and u holding bf16 values;
+ * u NULL: the GELU alone (Starcoder2's plain MLP). */
 void model_geglu_bf16(cdx_pool *pool, float *g, const float *u, int64_t n);
 /* The gated MLP's activation of hp (act(g) ⊙ u into g), f32; gelu_f16: ggml's GELU (a GGUF file). */
 static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act act, bool gelu_f16, float *g,
