@@ -44,6 +44,17 @@ transformers modeling code, one comment per cast point (huggingface/transformers
             copies, whose kernel has that form, rounded); biases on q/k/v/o and the MLP (c_fc, c_proj: bias
             added before the one rounding, #4); Starcoder2MLP c_proj(gelu_pytorch_tanh(c_fc(x))), the GELU in
             f32 rounded once; the sliding window on every layer; cos/sin .to(x.dtype).
+  stablelm  modeling_stablelm.py @ bf112caa961ac7814ed21209d449ac06b2ab65cc: nn.LayerNorm with bias (as
+            starcoder2's), q/k/v biases, partial rotary (apply_rotary_pos_emb on the first
+            int(head_dim * partial_rotary_factor) dims with bf16 cos/sin, the rest passed through, cat),
+            scores / math.sqrt(head_dim) (a bf16 tensor / a Python float: f32, one rounding), SwiGLU MLP,
+            sequential residual (use_parallel_residual false in the fixture).
+  cohere    modeling_cohere.py @ dbb5a504d1ba0043124f7951c0ee3473be1dbcfc: CohereLayerNorm: (x - mean) *
+            rsqrt(var + eps), times weight.to(f32), all in f32, one rounding; CohereRotaryEmbedding's cos/sin
+            (repeat_interleave) .to(x.dtype), then apply_rotary_pos_emb computes q.float() * cos +
+            rotate_half(q.float()) * sin in f32 (rotate_half on interleaved pairs) and rounds once; the
+            parallel block: residual + attn + mlp, left to right, two bf16 adds; logits * logit_scale (a Python
+            float: f32, one rounding).
 
 Not taken from the installed torch 1.13: its bf16 gemm (bf16 accumulation), bf16 SiLU / GELU / tanh (they round
 intermediates) and bf16 x scalar (rounds the scalar to bf16): each is computed here in f32 and rounded once, as
@@ -64,7 +75,7 @@ import torch.nn.functional as F
 
 BF16, F32 = torch.bfloat16, torch.float32
 TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
-FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2"]
+FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere"]
 R = None  # hf_reference_bf16, imported in main once the shared folder is known
 
 
@@ -185,6 +196,10 @@ def forward(W, cfg, ids):
     hd = cfg.get("head_dim") or H // nh
     if mt == "starcoder2":
         return forward_starcoder2(W, cfg, ids)
+    if mt == "stablelm":
+        return forward_stablelm(W, cfg, ids)
+    if mt == "cohere":
+        return forward_cohere(W, cfg, ids)
     eps = cfg["rms_norm_eps"]
     for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
         assert not cfg.get(k), (mt, k)
@@ -293,6 +308,88 @@ def forward_starcoder2(W, cfg, ids):
         x = x + lin(gelu_tanh(lin(h, W, p + ".mlp.c_fc")), W, p + ".mlp.c_proj")  # residual_dropout: eval
     x = ln(x, "model.norm")
     return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
+@torch.no_grad()
+def forward_stablelm(W, cfg, ids):
+    """StableLmForCausalLM, sequential residual: LayerNorms with biases, q/k/v biases, partial rotary."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    rd = int(hd * cfg["partial_rotary_factor"])
+    eps = cfg["layer_norm_eps"]
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("qk_layernorm")
+    assert not cfg.get("use_parallel_residual")
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], rd), T)                # StableLmRotaryEmbedding(dim=rd)
+    allowed = allowed_mask(T, None)
+
+    def ln(x, name):
+        return layer_norm(x, W[name + ".weight"], W.get(name + ".bias"), eps)
+
+    def prope(t):  # query_rot, query_pass = t[..., :rd], t[..., rd:]; apply_rotary_pos_emb on rot; cat
+        return torch.cat((rope(t[..., :rd], cos, sin, False), t[..., rd:]), dim=-1)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x, p + ".input_layernorm")
+        q, k, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                   for n in ("q_proj", "k_proj", "v_proj"))
+        q, k = prope(q), prope(k)
+        # attn_weights = matmul(q, k^T) / math.sqrt(head_dim): div_scalar, then the eager rest of attention()
+        nkv = k.shape[0]
+        kk = k[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)
+        vv = v[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)
+        a = div_scalar(mm(q, kk.transpose(1, 2)), hd ** 0.5)
+        a = a + torch.where(allowed, torch.tensor(0.0, dtype=BF16), torch.tensor(torch.finfo(BF16).min, dtype=BF16))[None]
+        a = F.softmax(a, dim=-1, dtype=F32).to(BF16)
+        o = mm(a, vv).transpose(0, 1).reshape(T, nh * hd)
+        x = x + lin(o, W, p + ".self_attn.o_proj")
+        h = ln(x, p + ".post_attention_layernorm")
+        x = x + lin(silu(lin(h, W, p + ".mlp.gate_proj")) * lin(h, W, p + ".mlp.up_proj"), W, p + ".mlp.down_proj")
+    x = ln(x, "model.norm")
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
+@torch.no_grad()
+def forward_cohere(W, cfg, ids):
+    """CohereForCausalLM: one LayerNorm (no bias) feeding attention and MLP in parallel, interleaved RoPE."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    eps = cfg["layer_norm_eps"]
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("use_qk_norm")
+    inv = inv_freq(cfg["rope_theta"], hd)
+    freqs = (inv[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)[0]
+    emb = torch.repeat_interleave(freqs, 2, dim=-1)
+    cos, sin = emb.cos().to(BF16), emb.sin().to(BF16)                     # CohereRotaryEmbedding: .to(x.dtype)
+    allowed = allowed_mask(T, None)
+
+    def ln(x, w):  # CohereLayerNorm
+        h = x.to(F32)
+        mean = h.mean(-1, keepdim=True)
+        var = (h - mean).pow(2).mean(-1, keepdim=True)
+        h = (h - mean) * torch.rsqrt(var + eps)
+        return (w.to(F32) * h).to(BF16)
+
+    def crope(t):  # apply_rotary_pos_emb: in float, rotate_half on (2i, 2i+1), one rounding
+        tf = t.float()
+        rh = torch.stack([-tf[..., 1::2], tf[..., ::2]], dim=-1).flatten(-2)
+        return ((tf * cos[None]) + (rh * sin[None])).to(BF16)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x, W[p + ".input_layernorm.weight"])
+        q, k, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                   for n in ("q_proj", "k_proj", "v_proj"))
+        q, k = crope(q), crope(k)
+        a = lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        m = lin(silu(lin(h, W, p + ".mlp.gate_proj")) * lin(h, W, p + ".mlp.up_proj"), W, p + ".mlp.down_proj")
+        x = x + a + m                                                     # (residual + attn) + mlp, bf16 adds
+    x = ln(x, W["model.norm.weight"])
+    logits = mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+    return mul_scalar(logits, cfg["logit_scale"])
 
 
 def make(fix, fam):

@@ -57,8 +57,13 @@ typedef struct arch_desc {
     bool bf16_norm_once;        /* bf16 compute: the RMSNorm's weight multiplies the f32 normed value in f32, one
                                    rounding (Olmo2RMSNorm's (w·h).to(dtype); the (1 + w) norms always do), where
                                    LlamaRMSNorm rounds h first and then w·h */
-    bool bf16_rope_f32;         /* bf16 compute: cos and sin stay f32 and q·cos + rotate_half(q)·sin rounds once
-                                   (OlmoRotaryEmbedding / Olmo2RotaryEmbedding return f32 cos, sin) */
+    bool bf16_rope_f32;         /* bf16 compute: q·cos + rotate_half(q)·sin is computed in f32 and rounded once, with
+                                   f32 cos and sin (OlmoRotaryEmbedding / Olmo2RotaryEmbedding return them so), or
+                                   with bf16_trig, cos and sin rounded to bf16 first (Cohere's rotary embedding casts
+                                   them to x's dtype, its apply_rotary_pos_emb computes in float) */
+    bool bf16_trig;
+    bool bf16_ln_centered;      /* bf16 compute: the LayerNorm is w·((x − mean)·rsqrt(var + eps)) in f32, one rounding
+                                   (CohereLayerNorm), where nn.LayerNorm's kernel computes (x·rstd + (−rstd·mean))·w + b */
     /* where the layer differs from the common decoder (0: as the common decoder) */
     bool no_pre_norms;          /* no input norms: attention and MLP read the residual stream as is (OLMo 2) */
     bool post_norms;            /* each branch's output is RMS-normed before its residual add (OLMo 2, Gemma 2) */

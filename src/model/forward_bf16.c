@@ -41,7 +41,14 @@
  *            one rounding) before RoPE, the sliding layers rotated with rope_local_base_freq (inv_freq_swa).
  *   starcoder2  nn.LayerNorm on bf16: float moments, (x·rstd + (-rstd·mean))·w + b in float, one rounding
  *            (model_layernorm_bf16); o_proj's and c_fc's / c_proj's biases added before their one rounding (#4);
- *            c_proj(gelu_tanh(c_fc(x))) with the GELU in f32 rounded once; the window on every layer. */
+ *            c_proj(gelu_tanh(c_fc(x))) with the GELU in f32 rounded once; the window on every layer.
+ *   stablelm  starcoder2's LayerNorm, q/k/v biases, SwiGLU; partial rotary: Llama's three bf16 ops on the first
+ *            n_rot dims, the rest passed through (its scores / math.sqrt(head_dim), a Python float, is this pass's
+ *            · head_dim^-½: the same bits where head_dim is a power of 4, as the fixture's 16).
+ *   cohere   CohereLayerNorm = bf16(w · ((x − mean)·rsqrt(var + eps))) in f32 (row bf16_ln_centered); cos/sin cast
+ *            to bf16 (CohereRotaryEmbedding) but apply_rotary_pos_emb computes in float on interleaved pairs and
+ *            rounds once (bf16_rope_f32 + bf16_trig); the parallel block x = bf16(bf16(x + attn) + mlp) (StableLM's
+ *            use_parallel_residual too); logits = bf16(bf16 logits · logit_scale). */
 #include "ops.h"
 
 #include <math.h>
@@ -82,7 +89,9 @@ static void norm_rows(const cdx_model *m, float *out, const float *x, const floa
 {
     const bool once = m->desc->bf16_norm_once || m->desc->hf_norm_offset != 0;
     for (int64_t i = 0; i < n; i++)
-        if (m->hp.layer_norm)
+        if (m->hp.layer_norm && m->desc->bf16_ln_centered) /* Cohere */
+            model_layernorm_bf16_centered(out + i * E, x + i * E, w, E, m->hp.rms_eps);
+        else if (m->hp.layer_norm)
             model_layernorm_bf16(out + i * E, x + i * E, w, b, E, m->hp.rms_eps);
         else if (once)
             model_rmsnorm_bf16_once(out + i * E, x + i * E, w, E, m->hp.rms_eps);
@@ -105,17 +114,19 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     const cdx_kernels *K = s->k;
     cdx_pool *pool = s->pool;
-    if (hp->rope_pass || hp->rope_attn_factor || hp->n_rot != hd)
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: this model's RoPE (partial rotary, or dynamic, YaRN "
-                           "or LongRoPE scaling) is computed in f32 only; use --dtype f32");
-    if (hp->rope_mode != CDX_ROPE_HALVES || hd > 512)
+    if (hp->rope_pass || hp->rope_attn_factor ||
+        (hp->n_rot != hd && (m->desc->bf16_rope_f32 || hp->rope_sections[0] || hp->rope_sections[1])))
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: this model's RoPE (dynamic, YaRN or LongRoPE "
+                           "scaling, or partial rotary with f32 cos/sin or sections) is computed in f32 only; use "
+                           "--dtype f32");
+    if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: rope pairing %d, head_dim %lld; it runs "
                            "transformers' rotate_half with head_dim <= 512", (int)hp->rope_mode, (long long)hd);
-    if (hp->parallel_residual || hp->clip_qkv || hp->bitlinear || hp->logit_scale ||
+    if ((hp->layer_norm && m->layers[0].q_norm) || hp->clip_qkv || hp->bitlinear ||
         (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
         (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's parallel block, clip_qkv, BitLinears, "
-                           "logit_scale or activation are computed in f32 only; use --dtype f32", hp->arch_name);
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's per-head LayerNorms of q/k, clip_qkv, "
+                           "BitLinears or activation are computed in f32 only; use --dtype f32", hp->arch_name);
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -179,11 +190,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                 model_rope_bf16_sections(q, hp->n_head, hd, p4, hp->rope_sections, f);
                 model_rope_bf16_sections(k, hp->n_head_kv, hd, p4, hp->rope_sections, f);
             } else if (rot && m->desc->bf16_rope_f32) {
-                model_rope_bf16_f32(q, hp->n_head, hd, s->pos[i], f);
-                model_rope_bf16_f32(k, hp->n_head_kv, hd, s->pos[i], f);
+                model_rope_bf16_f32(q, hp->n_head, hd, s->pos[i], f, hp->rope_mode, m->desc->bf16_trig);
+                model_rope_bf16_f32(k, hp->n_head_kv, hd, s->pos[i], f, hp->rope_mode, m->desc->bf16_trig);
             } else if (rot) {
-                model_rope_bf16(q, hp->n_head, hd, s->pos[i], f);
-                model_rope_bf16(k, hp->n_head_kv, hd, s->pos[i], f);
+                model_rope_bf16(q, hp->n_head, hd, hp->n_rot, s->pos[i], f); /* StableLM: partial */
+                model_rope_bf16(k, hp->n_head_kv, hd, hp->n_rot, s->pos[i], f);
             }
             model_kv_store(&seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }
@@ -191,12 +202,16 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         int rc = cdx_attn_bf16(pool, &ashape, s->arows, n, err);
         if (rc)
             return rc;
-        cdx_matmul(K, pool, &L->wo, s->attn, n, s->xn, s->ws);
-        round_rows(s->xn, n, E, L->bo); /* Starcoder2's o_proj bias */
+        /* a parallel block (Cohere, StableLM's use_parallel_residual): the MLP reads the attention's input norm,
+         * so the attention's output waits in xp; then x = bf16(bf16(x + attn) + mlp), Python's left-to-right adds */
+        float *attn_out = hp->parallel_residual ? s->xp : s->xn;
+        cdx_matmul(K, pool, &L->wo, s->attn, n, attn_out, s->ws);
+        round_rows(attn_out, n, E, L->bo); /* Starcoder2's o_proj bias */
         if (L->attn_post_norm) /* OLMo 2, Gemma 2/3: the branch normed before its residual add */
-            norm_rows(m, s->xn, s->xn, L->attn_post_norm, NULL, n, E);
-        add_bf16(s->x, s->xn, n * E, hp->residual_scale);
-        in = L->ffn_norm ? s->xn : s->x;
+            norm_rows(m, attn_out, attn_out, L->attn_post_norm, NULL, n, E);
+        if (!hp->parallel_residual)
+            add_bf16(s->x, attn_out, n * E, hp->residual_scale);
+        in = L->ffn_norm || hp->parallel_residual ? s->xn : s->x;
         if (L->ffn_norm)
             norm_rows(m, s->xn, s->x, L->ffn_norm, L->ffn_norm_b, n, E);
         if (hp->mlp_plain) { /* Starcoder2: c_proj(gelu_tanh(c_fc(x))), c_fc's bias before the one rounding */
@@ -217,6 +232,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         round_rows(s->xn, n, E, L->b_down);
         if (L->ffn_post_norm)
             norm_rows(m, s->xn, s->xn, L->ffn_post_norm, NULL, n, E);
+        if (hp->parallel_residual)
+            add_bf16(s->x, attn_out, n * E, hp->residual_scale);
         add_bf16(s->x, s->xn, n * E, hp->residual_scale);
     }
 
@@ -238,6 +255,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         round_rows(logits, n_out, hp->n_vocab, NULL);
         for (int64_t i = 0; hp->logit_div && i < nl; i++) /* Granite's logits_scaling: bf16 / a Python float */
             logits[i] = bf(logits[i] / hp->logit_div);
+        for (int64_t i = 0; hp->logit_scale && i < nl; i++) /* Cohere's logit_scale: bf16 · a Python float */
+            logits[i] = bf(logits[i] * hp->logit_scale);
         if (hp->final_softcap) /* Gemma2's final_logit_softcapping on the bf16 logits */
             softcap_bf16(logits, nl, hp->final_softcap);
     }

@@ -824,9 +824,6 @@ static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *
     if (!hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rope dimension count is %lld; expected an even count in 2..%lld "
                            "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
-    if (hp->n_rot != hp->head_dim && d->bf16 && !hp->linear_layer) /* forward_bf16.c rotates all of head_dim */
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope dimension count is %lld; caldrix's %s needs it equal to "
-                           "head_dim (%lld)", path, (long long)hp->n_rot, hp->arch_name, (long long)hp->head_dim);
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
                            (double)hp->rms_eps, hp->rope_theta);

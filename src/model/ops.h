@@ -60,6 +60,9 @@ void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, f
  * (x · rstd + (-rstd · mean)) · w + b in float, rounded once; the moments here are summed in double and rounded
  * to float (torch's RowwiseMoments gives the correctly rounded values but for an ulp now and then). b NULL: none. */
 void model_layernorm_bf16(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
+/* CohereLayerNorm on a bf16 input: d = x − mean, then bf16(w · (d · rsqrt(mean(d²) + eps))), all in f32 (the mean
+ * and the variance summed in double, rounded to float). */
+void model_layernorm_bf16_centered(float *out, const float *x, const float *w, int64_t n, float eps);
 /* The same statistics with the weight applied in f32 and one rounding, bf16(w · h) (Olmo2RMSNorm's
  * (w·h).to(dtype); GemmaRMSNorm's h·(1 + w) with w here already 1 + the bf16 weight). */
 void model_rmsnorm_bf16_once(float *out, const float *x, const float *w, int64_t n, float eps);
@@ -84,15 +87,17 @@ void model_rope_sections(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, c
  * LongRoPE's short or long factors. The caller recomputes a sequence whose factor set changed
  * (cdx_model_rope_restart). */
 void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n);
-/* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7);
- * hd <= 512. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);
+/* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7) over the first
+ * n_rot dims of each head (StableLM's partial rotary: the rest pass through); hd <= 512. */
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq);
 /* The same with the multimodal sections (model_rope_sections' positions and sections). */
 void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
                               const float *inv_freq);
 /* OLMo's rotation of a bf16 vector: cos and sin stay f32, q·cos + rotate_half(q)·sin in f32, one rounding
- * (OlmoRotaryEmbedding returns f32 cos/sin; apply_rotary_pos_emb casts q_embed back to q's dtype). */
-void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);
+ * (OlmoRotaryEmbedding returns f32 cos/sin; apply_rotary_pos_emb casts q_embed back to q's dtype); trig_bf16: cos
+ * and sin rounded to bf16 first (Cohere); pairs (i, i + hd/2), or (2i, 2i + 1) for CDX_ROPE_ADJACENT (Cohere). */
+void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
+                         cdx_rope_mode mode, bool trig_bf16);
 
 /* ---- the embedding ---- */
 

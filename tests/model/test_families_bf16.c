@@ -13,7 +13,7 @@
 
 /* the families whose rows say .bf16 besides llama, mistral, qwen2, qwen3 (test_hf_golden_bf16) and qwen2_vl
  * (test_qwen2vl) */
-static const char *const k_families[] = { "granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2" };
+static const char *const k_families[] = { "granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere" };
 enum { N_FAM = sizeof k_families / sizeof k_families[0], MAX_VOCAB = 320, N_STEPS = 16 };
 
 static const char *g_fam, *g_isa;
