@@ -49,6 +49,11 @@ transformers modeling code, one comment per cast point (huggingface/transformers
             int(head_dim * partial_rotary_factor) dims with bf16 cos/sin, the rest passed through, cat),
             scores / math.sqrt(head_dim) (a bf16 tensor / a Python float: f32, one rounding), SwiGLU MLP,
             sequential residual (use_parallel_residual false in the fixture).
+  olmo      modeling_olmo.py (OlmoLayerNorm: F.layer_norm(x.to(f32), no weight, no bias).to(orig_dtype): f32, one
+            rounding, the kernel's x * rstd + (-rstd * mean) form; OlmoRotaryEmbedding returns f32 cos/sin and
+            apply_rotary_pos_emb rounds q_embed once, as OLMo 2's; clip_qkv clamps the bf16 q, k, v after their
+            projections) on the tiny checkpoint scripts/goldens/tiny_fixtures.py writes (tests/model/
+            test_families_c's, prompts of tests/golden/families-c.json's olmo cases).
   cohere    modeling_cohere.py @ dbb5a504d1ba0043124f7951c0ee3473be1dbcfc: CohereLayerNorm: (x - mean) *
             rsqrt(var + eps), times weight.to(f32), all in f32, one rounding; CohereRotaryEmbedding's cos/sin
             (repeat_interleave) .to(x.dtype), then apply_rotary_pos_emb computes q.float() * cos +
@@ -75,7 +80,7 @@ import torch.nn.functional as F
 
 BF16, F32 = torch.bfloat16, torch.float32
 TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
-FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere"]
+FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere", "olmo"]
 R = None  # hf_reference_bf16, imported in main once the shared folder is known
 
 
@@ -200,6 +205,8 @@ def forward(W, cfg, ids):
         return forward_stablelm(W, cfg, ids)
     if mt == "cohere":
         return forward_cohere(W, cfg, ids)
+    if mt == "olmo":
+        return forward_olmo(W, cfg, ids)
     eps = cfg["rms_norm_eps"]
     for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
         assert not cfg.get(k), (mt, k)
@@ -392,11 +399,50 @@ def forward_cohere(W, cfg, ids):
     return mul_scalar(logits, cfg["logit_scale"])
 
 
+@torch.no_grad()
+def forward_olmo(W, cfg, ids):
+    """OlmoForCausalLM: weightless LayerNorms, clip_qkv, OLMo's f32 rotation."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    c = cfg.get("clip_qkv")
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("attention_bias")
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], hd), T)
+    allowed = allowed_mask(T, None)
+
+    def ln(x):  # OlmoLayerNorm: eps 1e-5 whatever the config says
+        return F.layer_norm(x.to(F32), (H,), None, None, 1e-5).to(BF16)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x)
+        q, k, v = (lin(h, W, p + ".self_attn." + n) for n in ("q_proj", "k_proj", "v_proj"))
+        if c is not None:
+            q, k, v = q.clamp(-c, c), k.clamp(-c, c), v.clamp(-c, c)
+        q, k, v = (t.view(T, -1, hd).transpose(0, 1) for t in (q, k, v))
+        q, k = rope(q, cos, sin, True), rope(k, cos, sin, True)
+        x = x + lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        h = ln(x)
+        x = x + lin(silu(lin(h, W, p + ".mlp.gate_proj")) * lin(h, W, p + ".mlp.up_proj"), W, p + ".mlp.down_proj")
+    x = ln(x)
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
 def make(fix, fam):
     from st_io import read_safetensors
-    cfg = json.load(open(os.path.join(fix, "config.json")))
-    g32 = json.load(open(os.path.join(fix, "golden.json")))
-    W = R.cast_weights(read_safetensors(os.path.join(fix, "model.safetensors")))  # Tensor.to(bfloat16)
+    if fam == "olmo":  # a tiny checkpoint written at test time, its f32 goldens in tests/golden/families-c.json
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import tiny_fixtures
+        cfg, ts = tiny_fixtures.tensors("olmo", {})
+        W = R.cast_weights({n: torch.tensor(v, dtype=F32).view(*sh) for n, sh, v in ts})
+        g32 = [x for x in json.load(open("tests/golden/families-c.json"))["variants"]
+               if x["family"] == "olmo" and not x["config"]][0]
+        fix = "scripts/goldens/tiny_fixtures.py olmo"
+    else:
+        cfg = json.load(open(os.path.join(fix, "config.json")))
+        g32 = json.load(open(os.path.join(fix, "golden.json")))
+        W = R.cast_weights(read_safetensors(os.path.join(fix, "model.safetensors")))  # Tensor.to(bfloat16)
     cases = []
     for c in g32["cases"]:
         ids, toks, steps = list(c["prompt_ids"]), [], []
@@ -410,7 +456,8 @@ def make(fix, fam):
         print("%s %s: min gap %.4f, near ties %s, f32 tokens %s" % (fam, c["name"], cases[-1]["min_gap"],
               [i for i, s in enumerate(steps) if s["near_tie"]], "equal" if toks == c["tokens"] else "differ"),
               file=sys.stderr)
-    return {"family": fam, "fixture": "../shared/fixtures/hf/" + fam, "architecture": cfg["architectures"][0],
+    return {"family": fam, "fixture": fix if fam == "olmo" else "../shared/fixtures/hf/" + fam,
+            "architecture": cfg["architectures"][0],
             "reference": "PyTorch %s CPU, bfloat16 compute as PyTorch 2.x runs it, transformers' modeling code "
                          "transcribed in scripts/goldens/torch-bf16-families.py; %d greedy steps, whole sequence "
                          "recomputed per step" % (torch.__version__, STEPS),

@@ -45,6 +45,8 @@
  *   stablelm  starcoder2's LayerNorm, q/k/v biases, SwiGLU; partial rotary: Llama's three bf16 ops on the first
  *            n_rot dims, the rest passed through (its scores / math.sqrt(head_dim), a Python float, is this pass's
  *            · head_dim^-½: the same bits where head_dim is a power of 4, as the fixture's 16).
+ *   olmo     OlmoLayerNorm: F.layer_norm of the f32 copy, no weight nor bias (the loader's weights of 1), one
+ *            rounding, as starcoder2's; clip_qkv clamps the bf16 q, k, v; OLMo 2's f32 rotation (bf16_rope_f32).
  *   cohere   CohereLayerNorm = bf16(w · ((x − mean)·rsqrt(var + eps))) in f32 (row bf16_ln_centered); cos/sin cast
  *            to bf16 (CohereRotaryEmbedding) but apply_rotary_pos_emb computes in float on interleaved pairs and
  *            rounds once (bf16_rope_f32 + bf16_trig); the parallel block x = bf16(bf16(x + attn) + mlp) (StableLM's
@@ -122,11 +124,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: rope pairing %d, head_dim %lld; it runs "
                            "transformers' rotate_half with head_dim <= 512", (int)hp->rope_mode, (long long)hd);
-    if ((hp->layer_norm && m->layers[0].q_norm) || hp->clip_qkv || hp->bitlinear ||
+    if ((hp->layer_norm && m->layers[0].q_norm) || hp->bitlinear ||
         (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
         (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's per-head LayerNorms of q/k, clip_qkv, "
-                           "BitLinears or activation are computed in f32 only; use --dtype f32", hp->arch_name);
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's per-head LayerNorms of q/k, BitLinears or "
+                           "activation are computed in f32 only; use --dtype f32", hp->arch_name);
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -179,6 +181,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
             } else if (L->q_norm) {
                 norm_rows(m, q, q, L->q_norm, NULL, hp->n_head, hd);
                 norm_rows(m, k, k, L->k_norm, NULL, hp->n_head_kv, hd);
+            }
+            if (hp->clip_qkv) { /* OLMo's clamp_ on the bf16 q, k, v (after any q/k norms): bounds as bf16 values */
+                model_clamp(q, qd, bf(hp->clip_qkv));
+                model_clamp(k, kvd, bf(hp->clip_qkv));
+                model_clamp(v, kvd, bf(hp->clip_qkv));
             }
             const bool sections =
                 hp->rope_sections[0] | hp->rope_sections[1] | hp->rope_sections[2] | hp->rope_sections[3];
