@@ -4,7 +4,8 @@
  * engine compares"), teacher-forced: at every step the argmax is the golden token (at a step marked near_tie: any id
  * tied with the golden's top logit); each of the golden's five top ids within logit_tolerance (0.25); at least
  * min_fraction_of_steps_bit_identical of the 48 steps reproduce all five top logits bit for bit. On every kernel set
- * this CPU has, with the K/V cache in f32 and in bf16 (bf16 values either way: the two must give the same bits). */
+ * this CPU has, with the K/V cache in f32 and in bf16 (bf16 values either way: the two must give the same bits);
+ * and the three prompts as one batch of three sequences give each prompt's logits bit for bit. */
 #include "caldrix.h"
 #include "caldrix/model.h"
 #include "test.h"
@@ -135,6 +136,39 @@ static void run_family(void)
         }
         free(kv.k);
         free(kv.v);
+    }
+    /* batch invariance: the three prompts as one batch of three sequences give each prompt's step-0 logits bit for
+     * bit (a row's result does not depend on the rows beside it) */
+    if (g_kv == CDX_TYPE_F32) {
+        cdx_forward_ctx *fb = NULL;
+        REQUIRE(cdx_forward_ctx_create(m, 128, 2, cdx_kernels_by_isa(g_isa), &fb, &e) == 0);
+        test_kv kvs[3] = { 0 };
+        cdx_kv_seq seqs[3];
+        int32_t ids[128], seq[128];
+        int64_t pos[128];
+        bool want[128];
+        int64_t n = 0;
+        json_array_foreach(json_object_get(gold, "cases"), ci, c) {
+            json_t *prompt = json_object_get(c, "prompt_ids");
+            REQUIRE(ci < 3 && kv_make(&kvs[ci], hp, g_kv));
+            seqs[ci] = kvs[ci].seq;
+            for (size_t i = 0; i < json_array_size(prompt) && n < 128; i++, n++) {
+                ids[n] = (int32_t)json_integer_value(json_array_get(prompt, i));
+                seq[n] = (int32_t)ci;
+                pos[n] = (int64_t)i;
+                want[n] = i + 1 == json_array_size(prompt);
+            }
+        }
+        static float rows[3][MAX_VOCAB];
+        cdx_batch b = { .n = n, .tokens = ids, .pos = pos, .seq = seq, .want_logits = want };
+        CHECKF(cdx_forward_seqs(fb, seqs, 3, &b, &rows[0][0], &e) == 0, "%s", e.msg);
+        for (int k = 0; k < 3; k++) {
+            CHECKF(!memcmp(rows[k], g_ref[g_fam_idx][k][0], sizeof(float) * (size_t)hp->n_vocab),
+                   "%s [%s]: case %d's logits in a batch of three differ from its own", g_fam, g_isa, k);
+            free(kvs[k].k);
+            free(kvs[k].v);
+        }
+        cdx_forward_ctx_free(fb);
     }
     CHECKF(exact >= min_fraction * steps_seen, "%s [%s]: %d of %d steps bit-identical; the golden asks for %.0f%%",
            g_fam, g_isa, exact, steps_seen, 100 * min_fraction);
