@@ -143,7 +143,8 @@ CDX_API int cdx_attn(const cdx_kernels *k, cdx_pool *pool, const cdx_attn_shape 
  * Every query row's q, and K and V (kv_type CDX_TYPE_F32 holding bf16 values, or CDX_TYPE_BF16),
  * are bf16. Per query head h and position p: s_p = bf16(bf16(q·k_p) · scale) (the dot's exact
  * products summed in f32 in dimension order, rounded; the product with scale, a float, rounded
- * again); the softmax of the s_p in f32 (max subtracted, exp, the sum in position order,
+ * again; with a softcap c, then s_p = bf16(bf16(tanh(bf16(s_p / c))) · c), Gemma2's three bf16
+ * ops); the softmax of the s_p in f32 (max subtracted, exp, the sum in position order,
  * multiplied by 1/sum) rounded to bf16 weights w_p; out[d] = bf16(Σ_p w_p · v_p[d]) summed in f32
  * in position order. The same result on every kernel set and for any batch (no SIMD reordering:
  * this is the reference order of ../shared/fixtures/hf/INDEX.md's bf16 goldens). Same errors as

@@ -3,6 +3,7 @@
  * semantics", cast points 8-11):
  *   attn = matmul(q, kᵀ)                 bf16 operands, exact products summed in f32, one rounding
  *   attn = attn · scaling                a bf16 tensor times a Python float: f32 product, rounded
+ *   [softcap: attn / c, tanh, · c]       Gemma2: each in f32 from the bf16 values, each rounded
  *   attn = attn + mask                   0 where allowed; masked weights come out exactly 0
  *   p    = softmax(attn, f32).to(bf16)   max subtracted, exp, Σ, times 1/Σ (torch's CPU softmax)
  *   o    = matmul(p, v)                  f32 sum in position order, one rounding
@@ -62,6 +63,9 @@ static void scores(const cdx_attn_shape *s, const cdx_attn_row *r, int g, const 
     }
     for (int j = 0; j < np; j++)
         out[j] = cdx_bf16_round(cdx_bf16_round(acc[j]) * s->scale);
+    if (s->softcap) /* Gemma2's eager_attention_forward: scores / softcap, tanh, * softcap: three bf16 tensors */
+        for (int j = 0; j < np; j++)
+            out[j] = cdx_bf16_round(cdx_bf16_round(tanhf(cdx_bf16_round(out[j] / s->softcap))) * s->softcap);
 }
 
 static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int h, float *sc)

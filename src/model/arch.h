@@ -53,7 +53,17 @@ typedef struct arch_desc {
     bool hybrid;                /* Qwen3.5: Gated DeltaNet layers, gated attention, partial rotary (qwen35.c) */
     float hf_norm_offset;       /* the checkpoint's RMSNorm weights w scale by (offset + w) (Qwen3.5: 1);
                                    the loader and the converter add it */
-    bool bf16;                  /* has a bf16 forward pass (forward_bf16.c), checked against golden_bf16.json */
+    bool bf16;                  /* has a bf16 forward pass (forward_bf16.c), checked against PyTorch's bf16 goldens */
+    bool bf16_norm_once;        /* bf16 compute: the RMSNorm's weight multiplies the f32 normed value in f32, one
+                                   rounding (Olmo2RMSNorm's (w·h).to(dtype); the (1 + w) norms always do), where
+                                   LlamaRMSNorm rounds h first and then w·h */
+    bool bf16_rope_f32;         /* bf16 compute: q·cos + rotate_half(q)·sin is computed in f32 and rounded once, with
+                                   f32 cos and sin (OlmoRotaryEmbedding / Olmo2RotaryEmbedding return them so), or
+                                   with bf16_trig, cos and sin rounded to bf16 first (Cohere's rotary embedding casts
+                                   them to x's dtype, its apply_rotary_pos_emb computes in float) */
+    bool bf16_trig;
+    bool bf16_ln_centered;      /* bf16 compute: the LayerNorm is w·((x − mean)·rsqrt(var + eps)) in f32, one rounding
+                                   (CohereLayerNorm), where nn.LayerNorm's kernel computes (x·rstd + (−rstd·mean))·w + b */
     /* where the layer differs from the common decoder (0: as the common decoder) */
     bool no_pre_norms;          /* no input norms: attention and MLP read the residual stream as is (OLMo 2) */
     bool post_norms;            /* each branch's output is RMS-normed before its residual add (OLMo 2, Gemma 2) */
@@ -228,6 +238,8 @@ struct cdx_model {
     float *inv_freq;                    /* [n_rot/2]: the RoPE frequencies, scaling applied */
     float *inv_freq_swa;                /* [n_rot/2]: the sliding layers' (hp.rope_theta_swa), or NULL */
     float *inv_freq_long;               /* [n_rot/2]: LongRoPE's long factors (inv_freq holds the short), or NULL */
+    float *bf16_freq, *bf16_freq_swa;   /* [n_rot/2]: inv_freq and inv_freq_swa unscaled, as transformers computes them in
+                                           f32 (the bf16 pass rotates with these); NULL where scaled or factored */
     uint8_t *swa_layers;                /* [n_layer] (hp.swa_layers) or NULL */
     layer_weights *layers;              /* [n_layer] */
     cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */

@@ -194,16 +194,26 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
         m->output = m->tok_embd;
     const int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     round_vec(m->out_norm, E);
+    round_vec(m->out_norm_b, E);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
         round_vec(L->attn_norm, E);
         round_vec(L->ffn_norm, E);
+        round_vec(L->attn_post_norm, E);
+        round_vec(L->ffn_post_norm, E);
+        round_vec(L->attn_norm_b, E);
+        round_vec(L->ffn_norm_b, E);
+        round_vec(L->bo, E);
+        round_vec(L->b_up, hp->n_ff);
+        round_vec(L->b_down, E);
         round_vec(L->bq, qd);
         round_vec(L->bk, kvd);
         round_vec(L->bv, kvd);
-        round_vec(L->q_norm, hp->head_dim);
-        round_vec(L->k_norm, hp->head_dim);
+        /* per head, or over the whole projection (OLMo 2) */
+        round_vec(L->q_norm, hp->qk_norm_full ? qd : hp->head_dim);
+        round_vec(L->k_norm, hp->qk_norm_full ? kvd : hp->head_dim);
     }
+    /* A (1 + w) norm's offset is added after this (cdx_model_open): torch adds 1.0 to the bf16 weight in f32. */
     return CDX_OK;
 }
 

@@ -824,9 +824,6 @@ static int check_hparams(const arch_desc *d, const cdx_hparams *hp, const char *
     if (!hp->linear_layer && (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rope dimension count is %lld; expected an even count in 2..%lld "
                            "(head_dim)", path, (long long)hp->n_rot, (long long)hp->head_dim);
-    if (hp->n_rot != hp->head_dim && d->bf16 && !hp->linear_layer) /* forward_bf16.c rotates all of head_dim */
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: rope dimension count is %lld; caldrix's %s needs it equal to "
-                           "head_dim (%lld)", path, (long long)hp->n_rot, hp->arch_name, (long long)hp->head_dim);
     if (!(hp->rms_eps > 0) || !(hp->rope_theta > 0))
         return cdx_err_set(err, CDX_EFORMAT, "%s: rms_norm_eps (%g) and rope_theta (%g) must be positive", path,
                            (double)hp->rms_eps, hp->rope_theta);
@@ -1118,22 +1115,6 @@ static int bind_all(binder *b, rope_scaling *rs, cdx_err *err)
                 for (int64_t i = 0; i < hp->n_embd; i++)
                     (*p)[i] = 1.0f;
             }
-        }
-    }
-    const float off = m->desc->hf_norm_offset;
-    if (off != 0 && !b->gguf) {
-        /* the norms scale by (off + w) (Qwen3_5RMSNorm: 1 + w): the checkpoint stores w (llama.cpp's
-         * converter adds the offset) */
-        for (int64_t i = 0; i < hp->n_embd; i++)
-            m->out_norm[i] += off;
-        for (int64_t l = 0; l < hp->n_layer; l++) {
-            layer_weights *L = &m->layers[l];
-            float *const vs[] = { L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm };
-            const int64_t ns[] = { hp->n_embd, hp->n_embd, hp->n_embd, hp->n_embd, dim_value(hp, D_QN),
-                                   dim_value(hp, D_KN) };
-            for (int v = 0; v < 6; v++)
-                for (int64_t i = 0; vs[v] && i < ns[v]; i++)
-                    vs[v][i] += off;
         }
     }
     for (int64_t i = 0; i < b->n; i++)
@@ -1908,6 +1889,8 @@ void cdx_model_close(cdx_model *m)
     free(m->inv_freq);
     free(m->inv_freq_swa);
     free(m->inv_freq_long);
+    free(m->bf16_freq);
+    free(m->bf16_freq_swa);
     free(m->swa_layers);
     vision_free(m->vision);
     encoder_free(m->enc);
@@ -1970,6 +1953,28 @@ static int open_bound(const char *path, bool check_only, bool *dir, cdx_model **
     return rc;
 }
 
+/* The norms of a checkpoint whose family scales by (off + w) (Gemma's GemmaRMSNorm, Qwen3_5RMSNorm: 1 + w):
+ * the checkpoint stores w (llama.cpp's converter adds the offset, so a GGUF file holds off + w). Added once
+ * the compute type has cast the weights: bf16 compute adds 1.0 to the bf16 weight in f32, as torch does. */
+static void add_norm_offset(cdx_model *m)
+{
+    const cdx_hparams *hp = &m->hp;
+    const float off = m->desc->hf_norm_offset;
+    if (off == 0)
+        return;
+    for (int64_t i = 0; i < hp->n_embd; i++)
+        m->out_norm[i] += off;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        float *const vs[] = { L->attn_norm, L->ffn_norm, L->attn_post_norm, L->ffn_post_norm, L->q_norm, L->k_norm };
+        const int64_t ns[] = { hp->n_embd, hp->n_embd, hp->n_embd, hp->n_embd, dim_value(hp, D_QN),
+                               dim_value(hp, D_KN) };
+        for (int v = 0; v < 6; v++)
+            for (int64_t i = 0; vs[v] && i < ns[v]; i++)
+                vs[v][i] += off;
+    }
+}
+
 int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out, cdx_err *err)
 {
     *out = NULL;
@@ -1988,6 +1993,8 @@ int cdx_model_open(const char *path, const cdx_model_opts *opts, cdx_model **out
     m->weights_io = opts ? opts->weights_io : CDX_WEIGHTS_AUTO;
     if (!rc)
         rc = model_set_dtype(m, opts ? opts->dtype : CDX_DTYPE_AUTO, !dir, path, err);
+    if (!rc && dir)
+        add_norm_offset(m);
     const int64_t l0 = opts ? opts->layer0 : 0, l1 = opts ? opts->layer1 : 0;
     if (!rc && (l0 || l1) && !(l0 == 0 && l1 == m->hp.n_layer)) { /* a split model's stage: its slice only */
         if (l0 < 0 || l0 >= l1 || l1 > m->hp.n_layer)

@@ -93,6 +93,48 @@ void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, f
         out[i] = bf(w[i] * bf(x[i] * r));
 }
 
+void model_layernorm_bf16(float *out, const float *x, const float *w, const float *b, int64_t n, float eps)
+{
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    const double mean = s / (double)n;
+    for (int64_t i = 0; i < n; i++)
+        ss += ((double)x[i] - mean) * ((double)x[i] - mean);
+    const float mf = (float)mean, var = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(var + eps), shift = -scale * mf; /* LayerNormKernelImplInternal's scale, bias */
+    for (int64_t i = 0; i < n; i++) {
+        const float y = (x[i] * scale + shift) * w[i];
+        out[i] = bf(b ? y + b[i] : y);
+    }
+}
+
+void model_layernorm_bf16_centered(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    const float mf = (float)(s / (double)n);
+    for (int64_t i = 0; i < n; i++) {
+        const float d = x[i] - mf; /* (h - mean) in f32, squared in f32 */
+        ss += (double)(d * d);
+    }
+    const float r = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf(w[i] * ((x[i] - mf) * r));
+}
+
+void model_rmsnorm_bf16_once(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    float ss = 0; /* the statistics of model_rmsnorm_bf16, summed in the same order */
+    for (int64_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    const float var = ss / (float)n;
+    const float r = 1.0f / sqrtf(var + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf((x[i] * r) * w[i]);
+}
+
 /* ---- RoPE ---- */
 
 void model_rope_att(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
@@ -182,11 +224,23 @@ void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq 
 
 /* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
  * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq)
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq)
 {
-    const int64_t p4[4] = { pos, pos, pos, pos };
-    const int32_t s4[4] = { (int32_t)(hd / 2), 0, 0, 0 };
-    model_rope_bf16_sections(v, n_heads, hd, p4, s4, inv_freq);
+    const int64_t half = n_rot / 2;
+    float c[256], s[256]; /* n_rot <= head_dim <= 512 */
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = inv_freq[i] * (float)pos;
+        c[i] = bf(cosf(ang));
+        s[i] = bf(sinf(ang));
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const float x0 = p[i], x1 = p[i + half];
+            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
+            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
+        }
+    }
 }
 
 void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
@@ -207,6 +261,27 @@ void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64
             const float x0 = p[i], x1 = p[i + half];
             p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
             p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
+        }
+    }
+}
+
+void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
+                         cdx_rope_mode mode, bool trig_bf16)
+{
+    const int64_t half = hd / 2;
+    float c[256], s[256]; /* head_dim <= 512, as model_rope_bf16_sections */
+    for (int64_t i = 0; i < half; i++) {
+        const float ang = inv_freq[i] * (float)pos;
+        c[i] = trig_bf16 ? bf(cosf(ang)) : cosf(ang);
+        s[i] = trig_bf16 ? bf(sinf(ang)) : sinf(ang);
+    }
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const int64_t a = mode == CDX_ROPE_ADJACENT ? 2 * i : i, b = mode == CDX_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+            const float x0 = p[a], x1 = p[b];
+            p[a] = bf(x0 * c[i] + -x1 * s[i]); /* (q·cos) + (rotate_half(q)·sin), each product and the sum in f32 */
+            p[b] = bf(x1 * c[i] + x0 * s[i]);
         }
     }
 }
@@ -304,7 +379,7 @@ typedef struct {
     float *g;
     const float *u;
     int64_t n;
-    bool f16;
+    bool f16, bf16;
 } geglu_job;
 
 static void geglu_part(void *arg, int ith, int nth)
@@ -312,6 +387,12 @@ static void geglu_part(void *arg, int ith, int nth)
     geglu_job *j = arg;
     const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        if (j->bf16) { /* bf16 compute: the f32 formula below on the bf16 gate, rounded once, then a bf16 product */
+            const float x = bf(j->g[i]);
+            const float y = bf(0.5f * x * (1.0f + tanhf(beta * (x + kappa * (x * x * x)))));
+            j->g[i] = j->u ? bf(y * bf(j->u[i])) : y;
+            continue;
+        }
         const float x = j->g[i];
         if (!j->f16) {
             const float inner = beta * (x + kappa * (x * x * x));
@@ -329,7 +410,16 @@ static void geglu_part(void *arg, int ith, int nth)
 
 void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16)
 {
-    geglu_job j = { g, u, n, f16 };
+    geglu_job j = { g, u, n, f16, false };
+    if (n >= 8192)
+        cdx_pool_run(pool, geglu_part, &j);
+    else
+        geglu_part(&j, 0, 1);
+}
+
+void model_geglu_bf16(cdx_pool *pool, float *g, const float *u, int64_t n)
+{
+    geglu_job j = { g, u, n, false, true };
     if (n >= 8192)
         cdx_pool_run(pool, geglu_part, &j);
     else

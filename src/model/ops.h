@@ -56,6 +56,16 @@ void model_norm_rows_of(cdx_pool *pool, bool layer, float *out, const float *x, 
                         int64_t n, int64_t E, float eps);
 /* LlamaRMSNorm.forward on a bf16 input (bf16 compute, forward_bf16.c's #3, #5). */
 void model_rmsnorm_bf16(float *out, const float *x, const float *w, int64_t n, float eps);
+/* nn.LayerNorm on a bf16 input (bf16 compute): PyTorch 2.x's CPU kernel takes the moments in float and computes
+ * (x · rstd + (-rstd · mean)) · w + b in float, rounded once; the moments here are summed in double and rounded
+ * to float (torch's RowwiseMoments gives the correctly rounded values but for an ulp now and then). b NULL: none. */
+void model_layernorm_bf16(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
+/* CohereLayerNorm on a bf16 input: d = x − mean, then bf16(w · (d · rsqrt(mean(d²) + eps))), all in f32 (the mean
+ * and the variance summed in double, rounded to float). */
+void model_layernorm_bf16_centered(float *out, const float *x, const float *w, int64_t n, float eps);
+/* The same statistics with the weight applied in f32 and one rounding, bf16(w · h) (Olmo2RMSNorm's
+ * (w·h).to(dtype); GemmaRMSNorm's h·(1 + w) with w here already 1 + the bf16 weight). */
+void model_rmsnorm_bf16_once(float *out, const float *x, const float *w, int64_t n, float eps);
 
 /* ---- RoPE ---- */
 
@@ -77,12 +87,17 @@ void model_rope_sections(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, c
  * LongRoPE's short or long factors. The caller recomputes a sequence whose factor set changed
  * (cdx_model_rope_restart). */
 void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n);
-/* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7);
- * hd <= 512. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq);
+/* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7) over the first
+ * n_rot dims of each head (StableLM's partial rotary: the rest pass through); hd <= 512. */
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq);
 /* The same with the multimodal sections (model_rope_sections' positions and sections). */
 void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
                               const float *inv_freq);
+/* OLMo's rotation of a bf16 vector: cos and sin stay f32, q·cos + rotate_half(q)·sin in f32, one rounding
+ * (OlmoRotaryEmbedding returns f32 cos/sin; apply_rotary_pos_emb casts q_embed back to q's dtype); trig_bf16: cos
+ * and sin rounded to bf16 first (Cohere); pairs (i, i + hd/2), or (2i, 2i + 1) for CDX_ROPE_ADJACENT (Cohere). */
+void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
+                         cdx_rope_mode mode, bool trig_bf16);
 
 /* ---- the embedding ---- */
 
@@ -129,6 +144,10 @@ void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u
  * f16: as ggml's CPU GeGLU computes it for a GGUF file (GGML_GELU_FP16): x ≤ -10 gives 0, x ≥ 10
  * gives x·u, else its f16 table, the tanh form at x rounded to f16, rounded to f16, times u. */
 void model_geglu(cdx_pool *pool, float *g, const float *u, int64_t n, bool f16);
+/* GeGLU in bf16 compute: g = bf16(bf16(gelu_pytorch_tanh(g)) · u), the GELU of the bf16 gate in f32 (PyTorch
+ * 2.x's GeluKernel for reduced floats: the formula of model_geglu, one rounding), on g and u holding bf16 values;
+ * u NULL: the GELU alone (Starcoder2's plain MLP). */
+void model_geglu_bf16(cdx_pool *pool, float *g, const float *u, int64_t n);
 /* The gated MLP's activation of hp (act(g) ⊙ u into g), f32; gelu_f16: ggml's GELU (a GGUF file). */
 static inline void model_glu(cdx_pool *pool, const cdx_kernels *k, cdx_hf_act act, bool gelu_f16, float *g,
                              const float *u, int64_t n)

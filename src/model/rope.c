@@ -28,6 +28,17 @@ static void default_freqs(double base, int64_t n_rot, float *out)
     }
 }
 
+/* _compute_default_rope_parameters as PyTorch computes it: 1.0 / (base ** (arange(0, dim, 2).float() / dim)),
+ * every step in f32 (the base cast to float, powf). default_freqs' double arithmetic differs from it by an ulp in
+ * about a third of the entries, which the f32 pass does not see and the bf16 pass does: positions times an ulp
+ * move cos/sin across bf16 rounding points (OLMo 2's f32 rotation most: 15 of 48 golden steps bit-identical on
+ * AVX2 with default_freqs). */
+static void torch_freqs(double base, int64_t n_rot, float *out)
+{
+    for (int64_t i = 0; i < n_rot / 2; i++)
+        out[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot);
+}
+
 /* _compute_llama3_parameters */
 static void llama3(const rope_scaling *rs, int64_t half, float *f)
 {
@@ -136,6 +147,16 @@ int rope_init(cdx_model *m, const float *freq_factors, const rope_scaling *rs, c
         default_freqs(hp->rope_theta_swa, hp->n_rot, m->inv_freq_swa);
     }
     const cdx_hf_rope_type t = rs ? rs->type : CDX_HF_ROPE_DEFAULT;
+    if (hp->rope_theta_swa > 0) {
+        if (!(m->bf16_freq_swa = malloc((size_t)half * sizeof(float))))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        torch_freqs(hp->rope_theta_swa, hp->n_rot, m->bf16_freq_swa);
+    }
+    if (t == CDX_HF_ROPE_DEFAULT && !freq_factors) {
+        if (!(m->bf16_freq = malloc((size_t)half * sizeof(float))))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        torch_freqs(hp->rope_theta, hp->n_rot, m->bf16_freq);
+    }
     if (t == CDX_HF_ROPE_DEFAULT)
         return CDX_OK;
     if (hp->linear_layer && t != CDX_HF_ROPE_LINEAR && t != CDX_HF_ROPE_LLAMA3)

@@ -19,4 +19,8 @@ const arch_desc family_cohere = {
     .hf_rope_adjacent = true,
     .layer_norm = true,
     .gguf_logit_mul = true,
+    .bf16 = true,             /* tests/golden/bf16-cohere.json */
+    .bf16_rope_f32 = true,    /* apply_rotary_pos_emb in float on interleaved pairs, */
+    .bf16_trig = true,        /* with CohereRotaryEmbedding's cos/sin cast to bf16 */
+    .bf16_ln_centered = true, /* CohereLayerNorm */
 };

@@ -18,4 +18,5 @@ const arch_desc family_gemma = {
     .hf_norm_offset = 1.0f,
     .embd_sqrt = true,
     .gguf_gemma = true,
+    .bf16 = true,                                     /* tests/golden/bf16-gemma.json */
 };

@@ -35,4 +35,5 @@ const arch_desc family_gemma2 = {
     .gguf_swa_period = 2,                             /* llama.cpp's set_swa_pattern(2) */
     .gguf_swa_default = 4096,                         /* llama.cpp's n_swa when the key is absent */
     .gguf_scale_layers = 46,                          /* the 27B: softmax scale (n_embd / n_head)^-½ */
+    .bf16 = true,                                     /* tests/golden/bf16-gemma2.json */
 };

@@ -36,4 +36,5 @@ const arch_desc family_gemma3 = {
     .gguf_gemma = true,
     .gguf_swa_period = 6,                             /* llama.cpp's set_swa_pattern(6) */
     .gguf_scale_layers = 62,                          /* the 27B: softmax scale (n_embd / n_head)^-½ */
+    .bf16 = true,                                     /* tests/golden/bf16-gemma3.json */
 };

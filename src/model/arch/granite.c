@@ -20,4 +20,5 @@ const arch_desc family_granite = {
     .gguf_vocab_rope_keys = true,
     .gguf_rope_freqs = true,
     .gguf_scales = true,
+    .bf16 = true,                   /* tests/golden/bf16-granite.json: the multipliers in f32, one rounding each */
 };

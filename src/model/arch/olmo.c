@@ -16,4 +16,6 @@ const arch_desc family_olmo = {
     .gguf_rope = CDX_ROPE_ADJACENT, /* LLAMA_ROPE_TYPE_NORM: the converter permutes q/k */
     .layer_norm = true,
     .norm_none = true,
+    .bf16 = true,           /* tests/golden/bf16-olmo.json */
+    .bf16_rope_f32 = true,  /* OlmoRotaryEmbedding: f32 cos/sin, q_embed.to(q_type) */
 };

@@ -17,4 +17,7 @@ const arch_desc family_olmo2 = {
     .qk_norm_full = true,
     .no_pre_norms = true,
     .post_norms = true,
+    .bf16 = true,                 /* tests/golden/bf16-olmo2.json */
+    .bf16_norm_once = true,       /* Olmo2RMSNorm: (w·h).to(dtype) */
+    .bf16_rope_f32 = true,        /* Olmo2RotaryEmbedding: f32 cos/sin, q_embed.to(q_type) */
 };

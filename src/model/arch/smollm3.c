@@ -17,4 +17,5 @@ const arch_desc family_smollm3 = {
     .gguf_nope_step = 4,
     .gguf_vocab_rope_keys = true,
     .gguf_rope_freqs = true,
+    .bf16 = true,                   /* tests/golden/bf16-smollm3.json */
 };

@@ -19,4 +19,5 @@ const arch_desc family_stablelm = {
     .layer_norm = true,
     .norm_bias = true,
     .gguf_optional = true,
+    .bf16 = true, /* tests/golden/bf16-stablelm.json (sequential residual; the parallel block is refused in bf16) */
 };

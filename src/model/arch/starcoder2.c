@@ -30,5 +30,6 @@ const arch_desc family_starcoder2 = {
     .mlp_plain = true,
     .gguf_window = true,
     .gguf_optional = true, /* a use_bias false file has no biases */
+    .bf16 = true,          /* tests/golden/bf16-starcoder2.json */
     .names = k_names,
 };

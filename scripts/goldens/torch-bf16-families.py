@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""Makes tests/golden/bf16-<family>.json: PyTorch bfloat16 goldens of the dense families beyond Llama / Qwen
+(granite, olmo2, smollm3, gemma, gemma2, gemma3) on their ../shared/fixtures/hf checkpoints, computed the way
+transformers computes a checkpoint loaded with from_pretrained(torch_dtype=torch.bfloat16) on CPU with eager
+attention. Per case (the prompts of the fixture's own golden.json): the 16 greedy tokens, each step's top-5
+logits (bf16 values read as float), the top-1/top-2 gap and near_tie (gap < 0.05).
+
+The cast points shared with Llama are those of ../shared/fixtures/hf/INDEX.md ("bf16 semantics") and come from
+../shared/tools/fixtures/hf/hf_reference_bf16.py: its matmul (bf16 operands, exact products summed in f32 in k
+order, bias added, one rounding: what PyTorch 2.x's CPU gemm does; torch 1.13's own bf16 gemm, which rounds after
+every term, is not used) and its generate() pick. Everything a family does on top is written out here from the
+transformers modeling code, one comment per cast point (huggingface/transformers as stored in our snapshot index):
+
+  granite   modeling_granite.py @ 00aca8155c457c087b7a14160f335fe8e40afc0c: GraniteRMSNorm is LlamaRMSNorm
+            (bf16(h) then w·h in bf16); GraniteRotaryEmbedding returns cos/sin .to(x.dtype); GraniteModel:
+            inputs_embeds * embedding_multiplier, GraniteDecoderLayer: residual + hidden_states *
+            residual_multiplier (after attention and after the MLP), GraniteAttention.scaling =
+            attention_multiplier, GraniteForCausalLM: logits / logits_scaling. Each "* multiplier" is a bf16
+            tensor times a Python float: PyTorch 2.x's CPU mul/div kernels keep the scalar in float (opmath) and
+            round once (mul_scalar / div_scalar below).
+  olmo2     modeling_olmo2.py @ 000c33fdfde12e1ffafbfcdb3c926df5727a00b6: Olmo2RMSNorm returns
+            (self.weight * hidden_states).to(input_dtype): the f32 normed value times the bf16 weight in f32, one
+            rounding (not Llama's two); q_norm / k_norm over the whole projection; Olmo2RotaryEmbedding returns
+            cos and sin in f32 (no .to(x.dtype)) and apply_rotary_pos_emb returns q_embed.to(q_type): q·cos +
+            rotate_half(q)·sin computed in f32 (bf16 q promoted), rounded once; no input norms, post-norms.
+  smollm3   modeling_smollm3.py (SmolLM3 is Llama: LlamaRMSNorm, cos/sin .to(x.dtype)) with use_rope =
+            no_rope_layers[layer_idx]: a layer with 0 rotates nothing.
+  gemma     modeling_gemma.py: GemmaRMSNorm: _norm(x.float()) * (1.0 + weight.float()), .type_as(x): f32 all
+            through, one rounding; GemmaModel: hidden * torch.tensor(hidden_size**0.5, dtype=bf16) (the
+            normalizer itself rounded to bf16, then a bf16 product); GemmaMLP: down(gelu_pytorch_tanh(gate) * up),
+            the tanh GELU on bf16 computed in f32 and rounded once (PyTorch 2.x's GeluKernel for reduced floats);
+            scaling head_dim**-0.5 (a Python float, as #8); GemmaRotaryEmbedding cos/sin .to(x.dtype).
+  gemma2    modeling_gemma2.py @ 9a80143ca26066ee3266749a57c7b3850d8843be: Gemma's norms, normalizer and MLP,
+            plus post_attention_layernorm / post_feedforward_layernorm, scaling query_pre_attn_scalar**-0.5,
+            eager_attention_forward's softcap (scores / softcap, tanh, * softcap: three bf16 ops, each in f32 and
+            rounded) before the mask, sliding window on the even layers, the final softcap on the bf16 logits.
+  gemma3    modeling_gemma3.py @ f14d0cbc824e447ef294d8cdc0f8ad4222f3dfee: Gemma2's layer without softcaps
+            (None in the fixture), q_norm / k_norm (Gemma3RMSNorm, (1 + w), per head) before RoPE,
+            Gemma3TextScaledWordEmbedding: embed * embed_scale.to(weight.dtype) (bf16 sqrt(hidden)), sliding
+            layers rotated with rope_local_base_freq, layer_types.
+  starcoder2 modeling_starcoder2.py @ 73faa33f3c3a8588747d42dc7ca666d97b1a2a2c: nn.LayerNorm (with bias) on
+            bf16: PyTorch 2.x's CPU layer_norm for a reduced-float input computes the moments and
+            (x * rstd + (-rstd * mean)) * gamma + beta in float and rounds once (here F.layer_norm of the f32
+            copies, whose kernel has that form, rounded); biases on q/k/v/o and the MLP (c_fc, c_proj: bias
+            added before the one rounding, #4); Starcoder2MLP c_proj(gelu_pytorch_tanh(c_fc(x))), the GELU in
+            f32 rounded once; the sliding window on every layer; cos/sin .to(x.dtype).
+  stablelm  modeling_stablelm.py @ bf112caa961ac7814ed21209d449ac06b2ab65cc: nn.LayerNorm with bias (as
+            starcoder2's), q/k/v biases, partial rotary (apply_rotary_pos_emb on the first
+            int(head_dim * partial_rotary_factor) dims with bf16 cos/sin, the rest passed through, cat),
+            scores / math.sqrt(head_dim) (a bf16 tensor / a Python float: f32, one rounding), SwiGLU MLP,
+            sequential residual (use_parallel_residual false in the fixture).
+  olmo      modeling_olmo.py (OlmoLayerNorm: F.layer_norm(x.to(f32), no weight, no bias).to(orig_dtype): f32, one
+            rounding, the kernel's x * rstd + (-rstd * mean) form; OlmoRotaryEmbedding returns f32 cos/sin and
+            apply_rotary_pos_emb rounds q_embed once, as OLMo 2's; clip_qkv clamps the bf16 q, k, v after their
+            projections) on the tiny checkpoint scripts/goldens/tiny_fixtures.py writes (tests/model/
+            test_families_c's, prompts of tests/golden/families-c.json's olmo cases).
+  cohere    modeling_cohere.py @ dbb5a504d1ba0043124f7951c0ee3473be1dbcfc: CohereLayerNorm: (x - mean) *
+            rsqrt(var + eps), times weight.to(f32), all in f32, one rounding; CohereRotaryEmbedding's cos/sin
+            (repeat_interleave) .to(x.dtype), then apply_rotary_pos_emb computes q.float() * cos +
+            rotate_half(q.float()) * sin in f32 (rotate_half on interleaved pairs) and rounds once; the
+            parallel block: residual + attn + mlp, left to right, two bf16 adds; logits * logit_scale (a Python
+            float: f32, one rounding).
+
+Not taken from the installed torch 1.13: its bf16 gemm (bf16 accumulation), bf16 SiLU / GELU / tanh (they round
+intermediates) and bf16 x scalar (rounds the scalar to bf16): each is computed here in f32 and rounded once, as
+PyTorch 2.x does. Batch 1, the whole sequence recomputed at every step (INDEX.md measured KV-cache decoding
+bit-identical).
+
+    /usr/bin/python3 scripts/goldens/torch-bf16-families.py [--only granite,...] [--shared ../shared] [--out tests/golden]
+
+(system python with Debian's python3-torch). Deterministic: a rerun writes the same bytes.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+BF16, F32 = torch.bfloat16, torch.float32
+TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
+FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere", "olmo"]
+R = None  # hf_reference_bf16, imported in main once the shared folder is known
+
+
+# ---- elementwise steps at transformers' cast points ----
+
+def mm(a, b, bias=None):
+    return R.matmul(a, b, "seq32", bias=bias)  # bf16 operands, f32 sum in k order, one rounding
+
+
+def lin(x, W, name):
+    return mm(x, W[name + ".weight"].t(), W.get(name + ".bias"))
+
+
+def mul_scalar(x, s):
+    return (x.to(F32) * s).to(BF16)      # bf16 tensor * Python float: opmath f32, one rounding
+
+
+def div_scalar(x, s):
+    return (x.to(F32) / s).to(BF16)      # bf16 tensor / Python float: div_true_kernel's opmath path
+
+
+def tanh_bf16(x):
+    return torch.tanh(x.to(F32)).to(BF16)
+
+
+def softcap(x, cap):
+    # Gemma2: x / cap; tanh(x); x * cap: three bf16 tensors
+    return mul_scalar(tanh_bf16(div_scalar(x, cap)), cap)
+
+
+def rms_llama(x, w, eps):
+    # LlamaRMSNorm (Granite, SmolLM3): f32 statistics, .to(bf16), then weight * h in bf16 (two roundings)
+    h = x.to(F32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(BF16)
+
+
+def rms_olmo2(x, w, eps):
+    # Olmo2RMSNorm: (weight * h).to(input_dtype): bf16 weight promoted, product in f32, one rounding
+    h = x.to(F32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (w * h).to(BF16)
+
+
+def rms_gemma(x, w, eps):
+    # GemmaRMSNorm / Gemma2RMSNorm / Gemma3RMSNorm: _norm(x.float()) * (1.0 + weight.float()), .type_as(x)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * (1.0 + w.float())).to(BF16)
+
+
+def layer_norm(x, w, b, eps):
+    # nn.LayerNorm on bf16 (PyTorch 2.x's mixed-type CPU kernel): f32 moments and affine, one rounding
+    return F.layer_norm(x.to(F32), (x.shape[-1],), w.to(F32), None if b is None else b.to(F32), eps).to(BF16)
+
+
+def silu(x):
+    return F.silu(x.to(F32)).to(BF16)
+
+
+def gelu_tanh(x):
+    return F.gelu(x.to(F32), approximate="tanh").to(BF16)
+
+
+def inv_freq(base, dim):
+    # _compute_default_rope_parameters
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def cos_sin(inv, T):
+    # *RotaryEmbedding.forward: f32 angles and cos / sin (autocast off)
+    freqs = (inv[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[0], emb.sin()[0]
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope(x, cos, sin, f32_trig):
+    if f32_trig:  # Olmo2: cos/sin stay f32; q*cos promotes to f32; q_embed.to(q_type): one rounding
+        return ((x * cos[None]) + (rotate_half(x) * sin[None])).to(BF16)
+    c, s = cos.to(BF16)[None], sin.to(BF16)[None]  # cos.to(x.dtype): three bf16 ops
+    return (x * c) + (rotate_half(x) * s)
+
+
+def allowed_mask(T, window):
+    q, kv = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    m = kv <= q
+    return m & (kv > q - window) if window else m
+
+
+def attention(q, k, v, scaling, allowed, cap=None):
+    """eager_attention_forward on bf16 q [nh,T,hd], k/v [nkv,T,hd] -> [T, nh*hd] bf16."""
+    nh, T, hd = q.shape
+    nkv = k.shape[0]
+    k = k[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)  # repeat_kv
+    v = v[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)
+    a = mul_scalar(mm(q, k.transpose(1, 2)), scaling)
+    if cap:
+        a = softcap(a, cap)
+    a = a + torch.where(allowed, torch.tensor(0.0, dtype=BF16), torch.tensor(torch.finfo(BF16).min, dtype=BF16))[None]
+    a = F.softmax(a, dim=-1, dtype=F32).to(BF16)
+    return mm(a, v).transpose(0, 1).reshape(T, nh * hd)
+
+
+# ---- the forward pass ----
+
+@torch.no_grad()
+def forward(W, cfg, ids):
+    """bf16 logits [T, vocab] for ids at positions 0..T-1."""
+    mt = cfg["model_type"]
+    gemma = mt in ("gemma", "gemma2", "gemma3_text")
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or H // nh
+    if mt == "starcoder2":
+        return forward_starcoder2(W, cfg, ids)
+    if mt == "stablelm":
+        return forward_stablelm(W, cfg, ids)
+    if mt == "cohere":
+        return forward_cohere(W, cfg, ids)
+    if mt == "olmo":
+        return forward_olmo(W, cfg, ids)
+    eps = cfg["rms_norm_eps"]
+    for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
+        assert not cfg.get(k), (mt, k)
+    norm = rms_gemma if gemma else rms_olmo2 if mt == "olmo2" else rms_llama
+    if mt == "gemma":
+        scaling = hd ** -0.5
+    elif gemma:
+        scaling = cfg["query_pre_attn_scalar"] ** -0.5
+    elif mt == "granite":
+        scaling = cfg["attention_multiplier"]
+    else:
+        scaling = hd ** -0.5
+    attn_cap = cfg.get("attn_logit_softcapping") if mt == "gemma2" else None
+    final_cap = cfg.get("final_logit_softcapping") if mt in ("gemma2", "gemma3_text") else None
+    if mt == "gemma2":
+        types = cfg.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)]
+    elif mt == "gemma3_text":
+        types = cfg["layer_types"]
+    else:
+        types = ["full_attention"] * L
+    cs_g = cos_sin(inv_freq(cfg["rope_theta"], hd), T)
+    cs_l = cos_sin(inv_freq(cfg["rope_local_base_freq"], hd), T) if mt == "gemma3_text" else cs_g
+    full, swa = allowed_mask(T, None), allowed_mask(T, cfg.get("sliding_window"))
+    if gemma:
+        act = cfg.get("hidden_activation") or "gelu_pytorch_tanh"
+        assert act == "gelu_pytorch_tanh", act
+    else:
+        assert cfg["hidden_act"] == "silu"
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]                 # nn.Embedding: rows of the bf16 table
+    if gemma:
+        x = x * torch.tensor(H ** 0.5, dtype=BF16)                        # the normalizer, rounded to bf16
+    elif mt == "granite":
+        x = mul_scalar(x, cfg["embedding_multiplier"])
+    for i in range(L):
+        p = f"model.layers.{i}"
+        sliding = types[i] == "sliding_attention"
+        residual = x
+        h = x if mt == "olmo2" else norm(x, W[p + ".input_layernorm.weight"], eps)
+        q, k, v = (lin(h, W, p + ".self_attn." + n) for n in ("q_proj", "k_proj", "v_proj"))
+        if mt == "olmo2":                                                 # over the whole projection
+            q = norm(q, W[p + ".self_attn.q_norm.weight"], eps)
+            k = norm(k, W[p + ".self_attn.k_norm.weight"], eps)
+        q, k, v = (t.view(T, -1, hd).transpose(0, 1) for t in (q, k, v))
+        if mt == "gemma3_text":                                           # per head, before RoPE
+            q = norm(q, W[p + ".self_attn.q_norm.weight"], eps)
+            k = norm(k, W[p + ".self_attn.k_norm.weight"], eps)
+        if mt != "smollm3" or cfg["no_rope_layers"][i]:
+            cos, sin = cs_l if sliding else cs_g
+            q, k = rope(q, cos, sin, mt == "olmo2"), rope(k, cos, sin, mt == "olmo2")
+        o = attention(q, k, v, scaling, swa if sliding else full, attn_cap)
+        a = lin(o, W, p + ".self_attn.o_proj")
+        if mt == "granite":
+            x = residual + mul_scalar(a, cfg["residual_multiplier"])
+        elif mt in ("olmo2", "gemma2", "gemma3_text"):
+            x = residual + norm(a, W[p + ".post_attention_layernorm.weight"], eps)
+        else:
+            x = residual + a
+        residual = x
+        if mt == "olmo2":
+            h = x
+        elif mt in ("gemma2", "gemma3_text"):
+            h = norm(x, W[p + ".pre_feedforward_layernorm.weight"], eps)
+        else:
+            h = norm(x, W[p + ".post_attention_layernorm.weight"], eps)
+        g, u = lin(h, W, p + ".mlp.gate_proj"), lin(h, W, p + ".mlp.up_proj")
+        m = lin((gelu_tanh(g) if gemma else silu(g)) * u, W, p + ".mlp.down_proj")
+        if mt == "granite":
+            m = mul_scalar(m, cfg["residual_multiplier"])
+        elif mt in ("olmo2", "gemma2", "gemma3_text"):
+            m = norm(m, W[p + ".post_feedforward_layernorm.weight"], eps)
+        x = residual + m
+    x = norm(x, W["model.norm.weight"], eps)
+    logits = mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+    if mt == "granite":
+        logits = div_scalar(logits, cfg["logits_scaling"])
+    if final_cap:
+        logits = softcap(logits, final_cap)
+    return logits
+
+
+@torch.no_grad()
+def forward_starcoder2(W, cfg, ids):
+    """Starcoder2ForCausalLM: LayerNorms with biases, biased linears, c_proj(gelu_tanh(c_fc(x))), a window on
+    every layer (create_sliding_window_causal_mask when sliding_window is set)."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    eps = cfg["norm_epsilon"]
+    assert cfg["hidden_act"] == "gelu_pytorch_tanh" and not cfg.get("rope_scaling")
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], hd), T)
+    allowed = allowed_mask(T, cfg.get("sliding_window"))
+
+    def ln(x, name):
+        return layer_norm(x, W[name + ".weight"], W.get(name + ".bias"), eps)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]                 # embedding_dropout: eval, none
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x, p + ".input_layernorm")
+        q, k, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                   for n in ("q_proj", "k_proj", "v_proj"))
+        q, k = rope(q, cos, sin, False), rope(k, cos, sin, False)
+        x = x + lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        h = ln(x, p + ".post_attention_layernorm")
+        x = x + lin(gelu_tanh(lin(h, W, p + ".mlp.c_fc")), W, p + ".mlp.c_proj")  # residual_dropout: eval
+    x = ln(x, "model.norm")
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
+@torch.no_grad()
+def forward_stablelm(W, cfg, ids):
+    """StableLmForCausalLM, sequential residual: LayerNorms with biases, q/k/v biases, partial rotary."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    rd = int(hd * cfg["partial_rotary_factor"])
+    eps = cfg["layer_norm_eps"]
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("qk_layernorm")
+    assert not cfg.get("use_parallel_residual")
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], rd), T)                # StableLmRotaryEmbedding(dim=rd)
+    allowed = allowed_mask(T, None)
+
+    def ln(x, name):
+        return layer_norm(x, W[name + ".weight"], W.get(name + ".bias"), eps)
+
+    def prope(t):  # query_rot, query_pass = t[..., :rd], t[..., rd:]; apply_rotary_pos_emb on rot; cat
+        return torch.cat((rope(t[..., :rd], cos, sin, False), t[..., rd:]), dim=-1)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x, p + ".input_layernorm")
+        q, k, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                   for n in ("q_proj", "k_proj", "v_proj"))
+        q, k = prope(q), prope(k)
+        # attn_weights = matmul(q, k^T) / math.sqrt(head_dim): div_scalar, then the eager rest of attention()
+        nkv = k.shape[0]
+        kk = k[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)
+        vv = v[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)
+        a = div_scalar(mm(q, kk.transpose(1, 2)), hd ** 0.5)
+        a = a + torch.where(allowed, torch.tensor(0.0, dtype=BF16), torch.tensor(torch.finfo(BF16).min, dtype=BF16))[None]
+        a = F.softmax(a, dim=-1, dtype=F32).to(BF16)
+        o = mm(a, vv).transpose(0, 1).reshape(T, nh * hd)
+        x = x + lin(o, W, p + ".self_attn.o_proj")
+        h = ln(x, p + ".post_attention_layernorm")
+        x = x + lin(silu(lin(h, W, p + ".mlp.gate_proj")) * lin(h, W, p + ".mlp.up_proj"), W, p + ".mlp.down_proj")
+    x = ln(x, "model.norm")
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
+@torch.no_grad()
+def forward_cohere(W, cfg, ids):
+    """CohereForCausalLM: one LayerNorm (no bias) feeding attention and MLP in parallel, interleaved RoPE."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    eps = cfg["layer_norm_eps"]
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("use_qk_norm")
+    inv = inv_freq(cfg["rope_theta"], hd)
+    freqs = (inv[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)[0]
+    emb = torch.repeat_interleave(freqs, 2, dim=-1)
+    cos, sin = emb.cos().to(BF16), emb.sin().to(BF16)                     # CohereRotaryEmbedding: .to(x.dtype)
+    allowed = allowed_mask(T, None)
+
+    def ln(x, w):  # CohereLayerNorm
+        h = x.to(F32)
+        mean = h.mean(-1, keepdim=True)
+        var = (h - mean).pow(2).mean(-1, keepdim=True)
+        h = (h - mean) * torch.rsqrt(var + eps)
+        return (w.to(F32) * h).to(BF16)
+
+    def crope(t):  # apply_rotary_pos_emb: in float, rotate_half on (2i, 2i+1), one rounding
+        tf = t.float()
+        rh = torch.stack([-tf[..., 1::2], tf[..., ::2]], dim=-1).flatten(-2)
+        return ((tf * cos[None]) + (rh * sin[None])).to(BF16)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x, W[p + ".input_layernorm.weight"])
+        q, k, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                   for n in ("q_proj", "k_proj", "v_proj"))
+        q, k = crope(q), crope(k)
+        a = lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        m = lin(silu(lin(h, W, p + ".mlp.gate_proj")) * lin(h, W, p + ".mlp.up_proj"), W, p + ".mlp.down_proj")
+        x = x + a + m                                                     # (residual + attn) + mlp, bf16 adds
+    x = ln(x, W["model.norm.weight"])
+    logits = mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+    return mul_scalar(logits, cfg["logit_scale"])
+
+
+@torch.no_grad()
+def forward_olmo(W, cfg, ids):
+    """OlmoForCausalLM: weightless LayerNorms, clip_qkv, OLMo's f32 rotation."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = H // nh
+    c = cfg.get("clip_qkv")
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("attention_bias")
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], hd), T)
+    allowed = allowed_mask(T, None)
+
+    def ln(x):  # OlmoLayerNorm: eps 1e-5 whatever the config says
+        return F.layer_norm(x.to(F32), (H,), None, None, 1e-5).to(BF16)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = ln(x)
+        q, k, v = (lin(h, W, p + ".self_attn." + n) for n in ("q_proj", "k_proj", "v_proj"))
+        if c is not None:
+            q, k, v = q.clamp(-c, c), k.clamp(-c, c), v.clamp(-c, c)
+        q, k, v = (t.view(T, -1, hd).transpose(0, 1) for t in (q, k, v))
+        q, k = rope(q, cos, sin, True), rope(k, cos, sin, True)
+        x = x + lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        h = ln(x)
+        x = x + lin(silu(lin(h, W, p + ".mlp.gate_proj")) * lin(h, W, p + ".mlp.up_proj"), W, p + ".mlp.down_proj")
+    x = ln(x)
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
+def make(fix, fam):
+    from st_io import read_safetensors
+    if fam == "olmo":  # a tiny checkpoint written at test time, its f32 goldens in tests/golden/families-c.json
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import tiny_fixtures
+        cfg, ts = tiny_fixtures.tensors("olmo", {})
+        W = R.cast_weights({n: torch.tensor(v, dtype=F32).view(*sh) for n, sh, v in ts})
+        g32 = [x for x in json.load(open("tests/golden/families-c.json"))["variants"]
+               if x["family"] == "olmo" and not x["config"]][0]
+        fix = "scripts/goldens/tiny_fixtures.py olmo"
+    else:
+        cfg = json.load(open(os.path.join(fix, "config.json")))
+        g32 = json.load(open(os.path.join(fix, "golden.json")))
+        W = R.cast_weights(read_safetensors(os.path.join(fix, "model.safetensors")))  # Tensor.to(bfloat16)
+    cases = []
+    for c in g32["cases"]:
+        ids, toks, steps = list(c["prompt_ids"]), [], []
+        for _ in range(STEPS):
+            tok, top, gap = R.pick(forward(W, cfg, ids)[-1].to(F32), TOPK)
+            steps.append({"token": tok, "top": top, "gap": gap, "near_tie": gap < NEAR_TIE})
+            toks.append(tok)
+            ids.append(tok)
+        cases.append({"name": c["name"], "prompt_ids": c["prompt_ids"], "tokens": toks, "steps": steps,
+                      "min_gap": min(s["gap"] for s in steps), "f32_tokens_equal": toks == c["tokens"]})
+        print("%s %s: min gap %.4f, near ties %s, f32 tokens %s" % (fam, c["name"], cases[-1]["min_gap"],
+              [i for i, s in enumerate(steps) if s["near_tie"]], "equal" if toks == c["tokens"] else "differ"),
+              file=sys.stderr)
+    return {"family": fam, "fixture": fix if fam == "olmo" else "../shared/fixtures/hf/" + fam,
+            "architecture": cfg["architectures"][0],
+            "reference": "PyTorch %s CPU, bfloat16 compute as PyTorch 2.x runs it, transformers' modeling code "
+                         "transcribed in scripts/goldens/torch-bf16-families.py; %d greedy steps, whole sequence "
+                         "recomputed per step" % (torch.__version__, STEPS),
+            "logit_tolerance": LOGIT_TOL, "near_tie_threshold": NEAR_TIE, "min_fraction_of_steps_bit_identical": 0.5,
+            "cases": cases}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--shared", default="../shared")
+    ap.add_argument("--out", default="tests/golden")
+    args = ap.parse_args()
+    global R
+    sys.path.insert(0, os.path.join(args.shared, "tools/fixtures/hf"))
+    import hf_reference_bf16
+    R = hf_reference_bf16
+    torch.set_num_threads(1)
+    for fam in [f for f in args.only.split(",") if f] or FAMILIES:
+        g = make(os.path.join(args.shared, "fixtures/hf", fam), fam)
+        with open(os.path.join(args.out, "bf16-%s.json" % fam), "w") as f:
+            json.dump(g, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
