@@ -363,6 +363,9 @@ void model_pack_free(cdx_model *m);
 
 struct fwd_scratch; /* ops.h */
 
+/* Why forward_bf16 cannot compute this model of a bf16-pass family (its RoPE scaling, pairing, layers),
+ * or NULL: model_set_dtype falls back to f32 (default) or refuses --dtype bf16 at load with it. */
+const char *bf16_unsupported(const cdx_model *m);
 /* cdx_forward_seqs for a bf16 model, its batch already checked (tokens, sequences, positions). */
 int forward_bf16(const cdx_model *m, const struct fwd_scratch *s, const cdx_stage *st, const cdx_kv_seq *seqs, int n_seq,
                  const cdx_batch *b, float *logits, cdx_err *err);

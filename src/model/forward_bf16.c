@@ -108,6 +108,27 @@ static void softcap_bf16(float *x, int64_t n, float cap)
         x[i] = bf(bf(tanhf(bf(x[i] / cap))) * cap);
 }
 
+const char *bf16_unsupported(const cdx_model *m)
+{
+    const cdx_hparams *hp = &m->hp;
+    const int64_t hd = hp->head_dim;
+    if (hp->rope_pass || hp->rope_attn_factor ||
+        (hp->n_rot != hd && (m->desc->bf16_rope_f32 || hp->rope_sections[0] || hp->rope_sections[1])))
+        return "this model's RoPE (dynamic, YaRN or LongRoPE scaling, or partial rotary with f32 cos/sin or "
+               "sections) is computed in f32 only";
+    if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
+        return "its rope pairing or a head_dim over 512 (the pass runs transformers' rotate_half with head_dim <= "
+               "512) is computed in f32 only";
+    if ((hp->layer_norm && m->layers[0].q_norm) || hp->bitlinear ||
+        (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
+        (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
+        return "its per-head LayerNorms of q/k, BitLinears or activation are computed in f32 only";
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].moe)
+            return "its mixture-of-experts layers are computed in f32 only";
+    return NULL;
+}
+
 int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, const cdx_kv_seq *seqs, int n_seq,
                  const cdx_batch *b, float *logits, cdx_err *err)
 {
@@ -116,19 +137,9 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     const int64_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     const cdx_kernels *K = s->k;
     cdx_pool *pool = s->pool;
-    if (hp->rope_pass || hp->rope_attn_factor ||
-        (hp->n_rot != hd && (m->desc->bf16_rope_f32 || hp->rope_sections[0] || hp->rope_sections[1])))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: this model's RoPE (dynamic, YaRN or LongRoPE "
-                           "scaling, or partial rotary with f32 cos/sin or sections) is computed in f32 only; use "
-                           "--dtype f32");
-    if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: rope pairing %d, head_dim %lld; it runs "
-                           "transformers' rotate_half with head_dim <= 512", (int)hp->rope_mode, (long long)hd);
-    if ((hp->layer_norm && m->layers[0].q_norm) || hp->bitlinear ||
-        (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
-        (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
-        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s's per-head LayerNorms of q/k, BitLinears or "
-                           "activation are computed in f32 only; use --dtype f32", hp->arch_name);
+    const char *no = bf16_unsupported(m);
+    if (no)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s; use --dtype f32", no);
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -142,9 +153,6 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
             return cdx_err_set(err, CDX_EINVAL, "sequences of one batch differ in their KV blocks (%lld and %lld "
                                "positions, types %u and %u)", (long long)ashape.block, (long long)seqs[i].block,
                                ashape.kv_type, seqs[i].type);
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].moe)
-            return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: layer %lld is a mixture of experts", (long long)l);
 
     const int64_t l0 = st->layer0, l1 = st->layer1; /* a split model's stage: its layers (cdx_stage) */
     if (b->x_in) /* a later stage: the stage before computed the embedding and its layers */

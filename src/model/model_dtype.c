@@ -44,6 +44,8 @@ static const struct dtype_rule {
     { false, ST_F32,  -1, CDX_DTYPE_F32,  "checkpoint stored in f32: f32" },
 };
 static const char k_why_f32[] = "asked for with --dtype f32";
+static const char k_why_f32_model[] = "checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's "
+                                      "RoPE scaling or layers are computed in f32 only: f32 (exact upcast)";
 static const char k_why_bf16[] = "asked for with --dtype bf16 (weights cast to bf16 at load, as torch_dtype=bfloat16 does)";
 
 int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype want, cdx_dtype *out, const char **why,
@@ -177,6 +179,13 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
     int rc = cdx_dtype_choose(gguf, stored_type(m), hp->arch, want, &m->dtype, &m->dtype_why, err);
     if (rc)
         return cdx_err_prefix(err, "%s", path);
+    const char *no = m->dtype == CDX_DTYPE_BF16 ? bf16_unsupported(m) : NULL;
+    if (no && want == CDX_DTYPE_BF16)
+        return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: --dtype bf16: %s; use --dtype f32", path, no);
+    if (no) { /* the default: an exact upcast rather than a pass that would refuse the first batch */
+        m->dtype = CDX_DTYPE_F32;
+        m->dtype_why = k_why_f32_model;
+    }
     if (m->dtype != CDX_DTYPE_BF16)
         return CDX_OK;
     m->bf16_bufs = calloc(m->n_mats + 1, sizeof *m->bf16_bufs);

@@ -99,6 +99,23 @@ expect_fail() { # name, expected substring, command...
     "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
     if [ $rc -ge 1 ] && [ $rc -lt 128 ] && grep -q -- "$want" "$tmp/e"; then ok "$name"; else bad "$name (rc $rc: $(head -c 300 "$tmp/e"))"; fi
 }
+# a bf16 checkpoint of a bf16-pass family whose RoPE the bf16 pass does not compute (YaRN here):
+# the default falls back to f32 (an exact upcast), saying why; --dtype bf16 is refused at load
+mkdir -p "$tmp/yarn"
+python3 - "$HF/llama_bf16" "$tmp/yarn" <<'PY'
+import json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+c = json.load(open(src + '/config.json'))
+c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 128}
+json.dump(c, open(dst + '/config.json', 'w'))
+os.symlink(os.path.abspath(src + '/model.safetensors'), dst + '/model.safetensors')
+PY
+"$CALDRIX" run "$tmp/yarn" --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q "f32 compute \[checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling" "$tmp/err" &&
+    ok "a bf16 checkpoint with YaRN scaling computes in f32 by default and says why" ||
+    { bad "a bf16 checkpoint with YaRN scaling falls back to f32 (rc $rc)"; head -c 400 "$tmp/err"; }
+expect_fail "--dtype bf16 on a checkpoint whose RoPE scaling the bf16 pass lacks is refused at load, saying why" \
+    "dtype bf16: this model's RoPE (dynamic, YaRN or LongRoPE scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
 expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX" run $HF/llama --dtype f64 --prompt-ids 5
 expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to safetensors checkpoints" \
     "$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --dtype bf16 --prompt-ids 5
