@@ -97,6 +97,7 @@ typedef struct cdx_hub_config {
     bool tied;              /* tie_word_embeddings */
     bool vision;            /* a vision-language architecture (processor files required) */
     bool llama3_rope;       /* rope_scaling is Llama 3's */
+    bool rope_f32_only;     /* rope_scaling is one the bf16 pass does not compute (cdx_dtype_rope_f32_only) */
     uint32_t kv_value_bytes; /* bytes per cached K or V value for the estimate (0: CDX_HUB_KV_BYTES);
                                 2 where the model computes in bf16 (its cache is bf16) */
 } cdx_hub_config;

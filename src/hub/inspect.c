@@ -83,16 +83,16 @@ static void check_required(cdx_hub_report *out, const cdx_tensor_plan *plan, has
 }
 
 /* The default compute type (cdx_dtype_choose) and why, into the report. */
-static void set_compute(cdx_hub_report *out, bool gguf, uint32_t stored, cdx_arch arch)
+static void set_compute(cdx_hub_report *out, bool gguf, uint32_t stored, cdx_arch arch, bool f32_only)
 {
     cdx_dtype d;
     const char *why = "";
     cdx_err e = { 0 };
-    if (cdx_dtype_choose(gguf, stored, arch, CDX_DTYPE_AUTO, &d, &why, &e))
+    if (cdx_dtype_choose(gguf, stored, arch, f32_only, CDX_DTYPE_AUTO, &d, &why, &e))
         return;
     snprintf(out->compute_dtype, sizeof out->compute_dtype, "%s", cdx_dtype_name(d));
     snprintf(out->compute_why, sizeof out->compute_why, "%s", why);
-    out->compute_bf16_ok = !cdx_dtype_choose(gguf, stored, arch, CDX_DTYPE_BF16, &d, &why, &e);
+    out->compute_bf16_ok = !cdx_dtype_choose(gguf, stored, arch, f32_only, CDX_DTYPE_BF16, &d, &why, &e);
 }
 
 static void loader_verdict(cdx_hub_report *out, const char *path);
@@ -264,7 +264,7 @@ static int inspect_gguf(const char *path, cdx_hub_report *out, cdx_err *err)
     snprintf(out->unused_tensors, sizeof out->unused_tensors, "n/a");
     cdx_hub_config c = { .n_layer = out->n_layer, .n_kv_head = out->n_kv_head, .head_dim = out->head_dim,
                          .ctx_max = out->ctx };
-    set_compute(out, true, CDX_TYPE_F32, arch);
+    set_compute(out, true, CDX_TYPE_F32, arch, false);
     out->kv_ctx = cdx_hub_ctx_for(&c, 0);
     out->kv_bytes = cdx_hub_kv_bytes(&c, 0);
     cdx_gguf_close(g);
@@ -382,7 +382,7 @@ static int inspect_dir(const char *dir, cdx_hub_report *out, cdx_err *err)
     const uint32_t stored = by_type[2] >= by_type[1] && by_type[2] > by_type[0] ? CDX_TYPE_BF16
                           : by_type[1] > by_type[0] ? CDX_TYPE_F16 : CDX_TYPE_F32;
     if (cfg->arch != CDX_HF_ARCH_COUNT)
-        set_compute(out, false, stored, fa);
+        set_compute(out, false, stored, fa, cdx_dtype_rope_f32_only(cfg->rope_type));
     if (!strcmp(out->compute_dtype, "bf16"))
         out->weight_bytes -= 2 * by_type[0]; /* f32 values held as bf16 */
     snprintf(out->unsupported_tensor_types, sizeof out->unsupported_tensor_types, "%s", unsup[0] ? unsup : "none");

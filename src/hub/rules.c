@@ -49,7 +49,8 @@ int hub_config_read(const char *text, size_t len, const char *name, cdx_hub_conf
                          .n_expert = cfg->n_experts, .n_expert_used = cfg->n_experts_per_tok,
                          .moe_ffn = cfg->moe_intermediate_size, .sliding_window = cfg->sliding_window,
                          .tied = cfg->tie_word_embeddings, .vision = cfg->vision.present,
-                         .llama3_rope = cfg->rope_type == CDX_HF_ROPE_LLAMA3 };
+                         .llama3_rope = cfg->rope_type == CDX_HF_ROPE_LLAMA3,
+                         .rope_f32_only = cdx_dtype_rope_f32_only(cfg->rope_type) };
     snprintf(c.arch, sizeof c.arch, "%s", cfg->architecture);
     snprintf(c.model_type, sizeof c.model_type, "%s", cfg->model_type);
     snprintf(c.dtype, sizeof c.dtype, "%s", cfg->torch_dtype);
@@ -111,7 +112,7 @@ uint32_t cdx_hub_kv_value_bytes(const cdx_hub_config *c, int dtype)
     cdx_dtype d;
     const char *why;
     cdx_err e = { 0 };
-    if (cdx_dtype_choose(false, stored, a, (cdx_dtype)dtype, &d, &why, &e))
+    if (cdx_dtype_choose(false, stored, a, c->rope_f32_only, (cdx_dtype)dtype, &d, &why, &e))
         return CDX_HUB_KV_BYTES;
     return d == CDX_DTYPE_BF16 ? 2 : CDX_HUB_KV_BYTES;
 }

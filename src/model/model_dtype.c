@@ -34,25 +34,31 @@ typedef enum { ST_ANY, ST_HALF, ST_F32 } stored_kind; /* HALF: F16 or BF16 */
 static const struct dtype_rule {
     bool gguf;
     stored_kind stored;
-    int bf16_arch;           /* -1: any; 0/1: the architecture has (1) or lacks (0) a bf16 forward pass */
+    int bf16_arch;           /* -1: any; 0/1: the architecture has (1) or lacks (0) a bf16 forward pass;
+                                2: has one, but this model has a part it does not compute (f32_only) */
     cdx_dtype dtype;
     const char *why;         /* also the --help line */
 } k_rules[] = {
     { true,  ST_ANY,  -1, CDX_DTYPE_F32,  "GGUF: f32, as llama.cpp computes (F16/BF16 tensors see activations rounded to their type)" },
     { false, ST_HALF,  1, CDX_DTYPE_BF16, "checkpoint stored in bf16 or f16: bf16, as transformers runs it (f16 weights cast to bf16 once)" },
+    { false, ST_HALF,  2, CDX_DTYPE_F32,  "checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling or layers are computed in f32 only: f32 (exact upcast)" },
     { false, ST_HALF,  0, CDX_DTYPE_F32,  "checkpoint stored in bf16 or f16, architecture without a bf16 forward pass yet: f32 (exact upcast)" },
     { false, ST_F32,  -1, CDX_DTYPE_F32,  "checkpoint stored in f32: f32" },
 };
 static const char k_why_f32[] = "asked for with --dtype f32";
-static const char k_why_f32_model[] = "checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's "
-                                      "RoPE scaling or layers are computed in f32 only: f32 (exact upcast)";
 static const char k_why_bf16[] = "asked for with --dtype bf16 (weights cast to bf16 at load, as torch_dtype=bfloat16 does)";
 
-int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype want, cdx_dtype *out, const char **why,
-                     cdx_err *err)
+bool cdx_dtype_rope_f32_only(int t)
+{
+    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN || t == CDX_HF_ROPE_LONGROPE;
+}
+
+int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_only, cdx_dtype want, cdx_dtype *out,
+                     const char **why, cdx_err *err)
 {
     const stored_kind st = stored_type == CDX_TYPE_F16 || stored_type == CDX_TYPE_BF16 ? ST_HALF : ST_F32;
     const bool has = arch_has_bf16(arch);
+    const int hv = has ? (f32_only ? 2 : 1) : 0;
     if (want == CDX_DTYPE_F32) {
         *out = CDX_DTYPE_F32;
         *why = k_why_f32;
@@ -71,6 +77,9 @@ int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype w
             return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: the %s architecture has no bf16 forward pass yet "
                                "(%s do); use --dtype f32", cdx_model_arch_family(arch), list);
         }
+        if (f32_only)
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: this model's RoPE scaling or layers are computed "
+                               "in f32 only; use --dtype f32");
         *out = CDX_DTYPE_BF16;
         *why = k_why_bf16;
         return CDX_OK;
@@ -79,7 +88,7 @@ int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, cdx_dtype w
         return cdx_err_set(err, CDX_EINVAL, "compute type %d; expected auto, f32 or bf16", (int)want);
     for (size_t i = 0; i < sizeof k_rules / sizeof k_rules[0]; i++) {
         const struct dtype_rule *r = &k_rules[i];
-        if (r->gguf != gguf || (r->stored != ST_ANY && r->stored != st) || (r->bf16_arch >= 0 && r->bf16_arch != has))
+        if (r->gguf != gguf || (r->stored != ST_ANY && r->stored != st) || (r->bf16_arch >= 0 && r->bf16_arch != hv))
             continue;
         *out = r->dtype;
         *why = r->why;
@@ -176,16 +185,13 @@ static int cast_mat(cdx_model *m, cdx_mat *w, const char *path, cdx_err *err)
 int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
-    int rc = cdx_dtype_choose(gguf, stored_type(m), hp->arch, want, &m->dtype, &m->dtype_why, err);
-    if (rc)
-        return cdx_err_prefix(err, "%s", path);
-    const char *no = m->dtype == CDX_DTYPE_BF16 ? bf16_unsupported(m) : NULL;
+    /* a model the bf16 pass would refuse at its first batch: f32 by default, --dtype bf16 refused here */
+    const char *no = !gguf && arch_has_bf16(hp->arch) ? bf16_unsupported(m) : NULL;
     if (no && want == CDX_DTYPE_BF16)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: --dtype bf16: %s; use --dtype f32", path, no);
-    if (no) { /* the default: an exact upcast rather than a pass that would refuse the first batch */
-        m->dtype = CDX_DTYPE_F32;
-        m->dtype_why = k_why_f32_model;
-    }
+    int rc = cdx_dtype_choose(gguf, stored_type(m), hp->arch, no != NULL, want, &m->dtype, &m->dtype_why, err);
+    if (rc)
+        return cdx_err_prefix(err, "%s", path);
     if (m->dtype != CDX_DTYPE_BF16)
         return CDX_OK;
     m->bf16_bufs = calloc(m->n_mats + 1, sizeof *m->bf16_bufs);

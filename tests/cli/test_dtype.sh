@@ -114,6 +114,10 @@ PY
 [ $rc -eq 0 ] && grep -q "f32 compute \[checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling" "$tmp/err" &&
     ok "a bf16 checkpoint with YaRN scaling computes in f32 by default and says why" ||
     { bad "a bf16 checkpoint with YaRN scaling falls back to f32 (rc $rc)"; head -c 400 "$tmp/err"; }
+"$CALDRIX" inspect "$tmp/yarn" >"$tmp/y.txt" 2>&1
+grep -q "^  compute_dtype=f32 (checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling" "$tmp/y.txt" &&
+    ! grep -q "picks another" "$tmp/y.txt" && ok "... and inspect names the same compute type, and offers no --dtype bf16" ||
+    { bad "inspect agrees with run on the YaRN checkpoint"; grep compute "$tmp/y.txt"; }
 expect_fail "--dtype bf16 on a checkpoint whose RoPE scaling the bf16 pass lacks is refused at load, saying why" \
     "dtype bf16: this model's RoPE (dynamic, YaRN or LongRoPE scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
 expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX" run $HF/llama --dtype f64 --prompt-ids 5

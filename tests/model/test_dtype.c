@@ -6,22 +6,25 @@
 
 static void defaults_follow_format_and_stored_type(void)
 {
-    static const struct { bool gguf; uint32_t stored; cdx_arch arch; cdx_dtype want; int rc; cdx_dtype got; } k[] = {
-        { false, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16 },
-        { false, CDX_TYPE_F16, CDX_ARCH_QWEN3, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16 },
-        { false, CDX_TYPE_F32, CDX_ARCH_QWEN2, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32 },
-        { false, CDX_TYPE_BF16, CDX_ARCH_QWEN3_MOE, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32 }, /* no bf16 forward */
-        { true, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32 },     /* ggml's semantics */
-        { false, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_F32, 0, CDX_DTYPE_F32 },
-        { false, CDX_TYPE_F32, CDX_ARCH_LLAMA, CDX_DTYPE_BF16, 0, CDX_DTYPE_BF16 },
-        { true, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0 },
-        { false, CDX_TYPE_BF16, CDX_ARCH_MIXTRAL, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0 },
+    static const struct { bool gguf; uint32_t stored; cdx_arch arch; cdx_dtype want; int rc; cdx_dtype got; bool f32_only; } k[] = {
+        { false, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16, false },
+        { false, CDX_TYPE_F16, CDX_ARCH_QWEN3, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16, false },
+        { false, CDX_TYPE_F32, CDX_ARCH_QWEN2, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false },
+        { false, CDX_TYPE_BF16, CDX_ARCH_QWEN3_MOE, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false }, /* no bf16 forward */
+        { true, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false },     /* ggml's semantics */
+        { false, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_F32, 0, CDX_DTYPE_F32, false },
+        { false, CDX_TYPE_F32, CDX_ARCH_LLAMA, CDX_DTYPE_BF16, 0, CDX_DTYPE_BF16, false },
+        { true, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0, false },
+        { false, CDX_TYPE_BF16, CDX_ARCH_MIXTRAL, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0, false },
+        /* a bf16-pass family, but this model's RoPE scaling is computed in f32 only */
+        { false, CDX_TYPE_BF16, CDX_ARCH_QWEN2, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, true },
+        { false, CDX_TYPE_BF16, CDX_ARCH_QWEN2, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0, true },
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         cdx_dtype d = CDX_DTYPE_COUNT;
         const char *why = NULL;
         cdx_err e = { 0 };
-        int rc = cdx_dtype_choose(k[i].gguf, k[i].stored, k[i].arch, k[i].want, &d, &why, &e);
+        int rc = cdx_dtype_choose(k[i].gguf, k[i].stored, k[i].arch, k[i].f32_only, k[i].want, &d, &why, &e);
         CHECKF(rc == k[i].rc, "row %zu: rc %d", i, rc);
         if (!rc)
             CHECKF(d == k[i].got && why && *why, "row %zu: %s", i, cdx_dtype_name(d));
