@@ -397,12 +397,6 @@ int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err)
 
 /* ---- the pass ---- */
 
-static inline float gelu_erf(float x)
-{
-    /* torch's gelu (approximate="none"): x · 0.5 · (1 + erf(x / √2)) */
-    return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
-}
-
 /* The token-wise steps between the matmuls, dealt over the pool in runs of tokens: every value is
  * computed by the same operations whichever thread computes it. */
 enum { EW_EMBED, EW_BIAS3, EW_RESID_LN, EW_GELU };
@@ -410,6 +404,7 @@ typedef struct {
     int op;
     int64_t n, d;
     const cdx_model *m;
+    const cdx_kernels *K;        /* EW_GELU: cdx_gelu's set (the same bits on every set) */
     const int32_t *tok;
     const int64_t *pos;          /* EW_EMBED: each token's position id */
     float *y[3];                 /* EW_EMBED: x; EW_BIAS3: q, k, v; EW_RESID_LN: out; EW_GELU: fc1's output */
@@ -442,8 +437,11 @@ static void ew_work(void *arg, int ith, int nth)
                 tmp[c] = (j->x[i * d + c] + j->b[0][c]) + j->res[i * d + c];
             model_layernorm(j->y[0] + i * d, tmp, j->w, j->b[1], d, j->eps);
         } else {
+            /* torch's gelu (approximate="none"): x · 0.5 · (1 + erf(x / √2)) */
+            float *y = j->y[0] + i * d;
             for (int64_t c = 0; c < d; c++)
-                j->y[0][i * d + c] = gelu_erf(j->y[0][i * d + c] + j->b[0][c]);
+                y[c] += j->b[0][c];
+            cdx_gelu(j->K, y, d);
         }
     }
 }
@@ -528,7 +526,7 @@ static int encode_run(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t 
         ew_run(pool, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { q }, .x = h, .res = x, .w = L->ln1_w,
                                .b = { L->bo, L->ln1_b }, .tmp = tmp, .eps = eps });
         cdx_matmul(K, pool, &L->fc1, q, N, big, ws);
-        ew_run(pool, (ew_job){ .op = EW_GELU, .n = N, .d = F, .y = { big }, .b = { L->b1 } });
+        ew_run(pool, (ew_job){ .op = EW_GELU, .n = N, .d = F, .K = K, .y = { big }, .b = { L->b1 } });
         cdx_matmul(K, pool, &L->fc2, big, N, h, ws);
         float *out_l = l + 1 == hp->n_layer ? hidden : x;
         ew_run(pool, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { out_l }, .x = h, .res = q, .w = L->ln2_w,
