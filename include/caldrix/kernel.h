@@ -82,6 +82,9 @@ CDX_API bool cdx_matmul_supports(uint32_t type);
 
 /* ---- vector ops (f32; SIMD per kernel set, scalar twins in kernels_by_isa("scalar")) ---- */
 
+/* y[i] += x[i]: each sum rounded once, so the bits of the plain loop on every set (the SIMD sets
+ * run their axpy with a = 1: 1·x[i] is exact, the fused multiply-add rounds once). */
+CDX_API void cdx_add(const cdx_kernels *k, float *y, const float *x, int64_t n);
 /* y[i] = x[i] · (1/sqrt(mean(x²) + eps)) · w[i]  (w NULL: 1). y may equal x. */
 CDX_API void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n, float eps, float *y);
 /* x[i] = exp(x[i] - max) / Σ exp(x[j] - max), in place. n >= 1. */

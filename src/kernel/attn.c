@@ -101,6 +101,11 @@ void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n
         y[i] = (w ? w[i] : 1.0f) * (x[i] * sc);
 }
 
+void cdx_add(const cdx_kernels *k, float *y, const float *x, int64_t n)
+{
+    vec(k)->axpy(y, 1.0f, x, n);
+}
+
 void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)
 {
     vec(k)->silu_mul(g, u, n);

@@ -404,7 +404,7 @@ typedef struct {
     int op;
     int64_t n, d;
     const cdx_model *m;
-    const cdx_kernels *K;        /* EW_GELU: cdx_gelu's set (the same bits on every set) */
+    const cdx_kernels *K;        /* cdx_add's and cdx_gelu's set (the same bits on every set) */
     const int32_t *tok;
     const int64_t *pos;          /* EW_EMBED: each token's position id */
     float *y[3];                 /* EW_EMBED: x; EW_BIAS3: q, k, v; EW_RESID_LN: out; EW_GELU: fc1's output */
@@ -418,35 +418,39 @@ static void ew_work(void *arg, int ith, int nth)
 {
     const ew_job *j = arg;
     const int64_t d = j->d;
+    const cdx_kernels *K = j->K;
     float *tmp = j->tmp ? j->tmp + (size_t)ith * (size_t)d : NULL;
+    /* the sums through cdx_add (SIMD, each value's one rounded add): the bits of the plain loops */
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         if (j->op == EW_EMBED) {
             const struct encoder_model *e = j->m->enc;
             const cdx_mat *w = &j->m->tok_embd;
             cdx_type_get(w->type)->to_f32((const uint8_t *)w->data + (size_t)j->tok[i] * w->row_bytes, tmp, d);
-            const float *pe = e->pos + (size_t)j->pos[i] * (size_t)d;
-            for (int64_t c = 0; c < d; c++)
-                tmp[c] = (tmp[c] + e->type0[c]) + pe[c];
+            cdx_add(K, tmp, e->type0, d); /* (word + type) + position */
+            cdx_add(K, tmp, e->pos + (size_t)j->pos[i] * (size_t)d, d);
             model_layernorm(j->y[0] + i * d, tmp, e->ln_w, e->ln_b, d, j->eps);
         } else if (j->op == EW_BIAS3) {
             for (int m = 0; m < 3; m++)
-                for (int64_t c = 0; c < d; c++)
-                    j->y[m][i * d + c] += j->b[m][c];
+                cdx_add(K, j->y[m] + i * d, j->b[m], d);
         } else if (j->op == EW_RESID_LN) {
-            for (int64_t c = 0; c < d; c++)
-                tmp[c] = (j->x[i * d + c] + j->b[0][c]) + j->res[i * d + c];
+            memcpy(tmp, j->x + i * d, (size_t)d * sizeof *tmp); /* (sublayer + bias) + residual */
+            cdx_add(K, tmp, j->b[0], d);
+            cdx_add(K, tmp, j->res + i * d, d);
             model_layernorm(j->y[0] + i * d, tmp, j->w, j->b[1], d, j->eps);
         } else {
             /* torch's gelu (approximate="none"): x · 0.5 · (1 + erf(x / √2)) */
             float *y = j->y[0] + i * d;
-            for (int64_t c = 0; c < d; c++)
-                y[c] += j->b[0][c];
-            cdx_gelu(j->K, y, d);
+            cdx_add(K, y, j->b[0], d);
+            cdx_gelu(K, y, d);
         }
     }
 }
 
-static void ew_run(cdx_pool *pool, ew_job j) { cdx_pool_run(pool, ew_work, &j); }
+static void ew_run(cdx_pool *pool, const cdx_kernels *K, ew_job j)
+{
+    j.K = K;
+    cdx_pool_run(pool, ew_work, &j);
+}
 
 bool cdx_model_is_encoder(const cdx_model *m) { return m && m->enc; }
 
@@ -519,23 +523,23 @@ static int encode_run(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t 
         }
     }
     const float eps = hp->rms_eps;
-    ew_run(pool, (ew_job){ .op = EW_EMBED, .n = N, .d = E, .m = m, .tok = tokens, .pos = pos, .y = { x }, .tmp = tmp,
+    ew_run(pool, K, (ew_job){ .op = EW_EMBED, .n = N, .d = E, .m = m, .tok = tokens, .pos = pos, .y = { x }, .tmp = tmp,
                            .eps = eps });
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const enc_layer *L = &e->layers[l];
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->q, &L->k, &L->v }, 3, x, N, (float *[]){ q, k, v }, ws);
-        ew_run(pool, (ew_job){ .op = EW_BIAS3, .n = N, .d = E, .y = { q, k, v }, .b = { L->bq, L->bk, L->bv } });
+        ew_run(pool, K, (ew_job){ .op = EW_BIAS3, .n = N, .d = E, .y = { q, k, v }, .b = { L->bq, L->bk, L->bv } });
         if ((rc = cdx_attn(K, pool, &ash, rows, N, err)))
             goto out;
         cdx_matmul(K, pool, &L->o, a, N, h, ws);
         /* a = LN((Wo·attn + bo) + x), into q (free until the next layer) */
-        ew_run(pool, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { q }, .x = h, .res = x, .w = L->ln1_w,
+        ew_run(pool, K, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { q }, .x = h, .res = x, .w = L->ln1_w,
                                .b = { L->bo, L->ln1_b }, .tmp = tmp, .eps = eps });
         cdx_matmul(K, pool, &L->fc1, q, N, big, ws);
-        ew_run(pool, (ew_job){ .op = EW_GELU, .n = N, .d = F, .K = K, .y = { big }, .b = { L->b1 } });
+        ew_run(pool, K, (ew_job){ .op = EW_GELU, .n = N, .d = F, .y = { big }, .b = { L->b1 } });
         cdx_matmul(K, pool, &L->fc2, big, N, h, ws);
         float *out_l = l + 1 == hp->n_layer ? hidden : x;
-        ew_run(pool, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { out_l }, .x = h, .res = q, .w = L->ln2_w,
+        ew_run(pool, K, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { out_l }, .x = h, .res = q, .w = L->ln2_w,
                                .b = { L->b2, L->ln2_b }, .tmp = tmp, .eps = eps });
     }
 out:
