@@ -841,6 +841,36 @@ static void erf_and_gelu_have_the_twin_bits_on_every_set(void)
     free(x), free(got);
 }
 
+/* cdx_add (the encoder's bias and residual adds) is y + x rounded once on every set: the bits of the
+ * plain loop, on values of every magnitude and every tail length. */
+static void add_is_the_plain_sum_on_every_set(void)
+{
+    enum { N = 4096 + 37 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    REQUIRE(x && y && got);
+    for (int i = 0; i < N; i++) {
+        x[i] = gauss() * ldexpf(1.0f, (int)(rnd() % 40) - 20);
+        y[i] = gauss() * ldexpf(1.0f, (int)(rnd() % 40) - 20);
+    }
+    for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        for (int n = 0; n < 40; n++) {
+            const int len = n < 39 ? n : N;
+            memcpy(got, y, sizeof(float) * (size_t)len);
+            cdx_add(k, got, x, len);
+            int bad = 0;
+            for (int i = 0; i < len; i++)
+                bad += u_of(got[i]) != u_of(y[i] + x[i]);
+            CHECKF(bad == 0, "%s add n=%d: %d of %d sums differ from y + x", k_isas[ii], len, bad, len);
+        }
+    }
+    free(x), free(y), free(got);
+}
+
 /* cdx_logsumexp (logprobs' denominator) on every set against log Σ e^(x - max) + max in long double
  * with expl, not caldrix's: rows of vocabulary length with logits spread over ±15, rows with terms
  * on expf's slow path (far below the max, -inf), and short rows (every tail); and every set gives
@@ -1035,5 +1065,6 @@ int main(void)
     RUN("exp and SiLU have expf's bits on every set", exp_and_silu_have_expf_bits);
     RUN("log-sum-exp matches long double on every set", logsumexp_matches_long_double);
     RUN("erf and GELU have the scalar twin's bits on every set", erf_and_gelu_have_the_twin_bits_on_every_set);
+    RUN("add is the plain sum on every set", add_is_the_plain_sum_on_every_set);
     return t_done("kernels");
 }
