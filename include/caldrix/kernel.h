@@ -94,9 +94,9 @@ CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
 CDX_API void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n);
 /* x[i] = silu(x[i]) = x[i] / (1 + expf(-x[i])), in place, with the same expf bits. */
 CDX_API void cdx_silu(const cdx_kernels *k, float *x, int64_t n);
-/* x[i] = erf(x[i]), in place: within 1 ulp of glibc's erff (erf correctly rounded but for values
- * within 0.001 ulp of a tie), the same bits on every kernel set (one algorithm in double, a scalar
- * twin and its SIMD copies: src/kernel/kern_erf.h). */
+/* x[i] = erf(x[i]), in place: within 1 ulp of glibc's erff (erf correctly rounded but near ties),
+ * the same bits on every kernel set (one algorithm in double, a scalar twin and its SIMD copies:
+ * src/kernel/kern_erf.h). */
 CDX_API void cdx_erf(const cdx_kernels *k, float *x, int64_t n);
 /* x[i] = gelu(x[i]) = x[i] · 0.5 · (1 + erf(x[i] / √2)), in place, in float in that order (torch's
  * gelu, approximate="none"), with cdx_erf's bits: exactly x above 5.3470345, -0 below -5.542594 (as
