@@ -82,6 +82,9 @@ CDX_API bool cdx_matmul_supports(uint32_t type);
 
 /* ---- vector ops (f32; SIMD per kernel set, scalar twins in kernels_by_isa("scalar")) ---- */
 
+/* y[i] += x[i]: each sum rounded once, so the bits of the plain loop on every set (the SIMD sets
+ * run their axpy with a = 1: 1·x[i] is exact, the fused multiply-add rounds once). */
+CDX_API void cdx_add(const cdx_kernels *k, float *y, const float *x, int64_t n);
 /* y[i] = x[i] · (1/sqrt(mean(x²) + eps)) · w[i]  (w NULL: 1). y may equal x. */
 CDX_API void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n, float eps, float *y);
 /* x[i] = exp(x[i] - max) / Σ exp(x[j] - max), in place. n >= 1. */
@@ -91,6 +94,14 @@ CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
 CDX_API void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n);
 /* x[i] = silu(x[i]) = x[i] / (1 + expf(-x[i])), in place, with the same expf bits. */
 CDX_API void cdx_silu(const cdx_kernels *k, float *x, int64_t n);
+/* x[i] = erf(x[i]), in place: within 1 ulp of glibc's erff (erf correctly rounded but near ties),
+ * the same bits on every kernel set (one algorithm in double, a scalar twin and its SIMD copies:
+ * src/kernel/kern_erf.h). */
+CDX_API void cdx_erf(const cdx_kernels *k, float *x, int64_t n);
+/* x[i] = gelu(x[i]) = x[i] · 0.5 · (1 + erf(x[i] / √2)), in place, in float in that order (torch's
+ * gelu, approximate="none"), with cdx_erf's bits: exactly x above 5.3470345, -0 below -5.542594 (as
+ * with glibc's erff). */
+CDX_API void cdx_gelu(const cdx_kernels *k, float *x, int64_t n);
 /* max + log Σ expf(x[i] - max) (expf's bits per term, the sum in double in one fixed order: 16
  * lanes by index, then a fixed tree): the same bits for the same x on every kernel set, whatever
  * else runs (a row without nan). n >= 1. For logprobs. */

@@ -2,6 +2,7 @@
  * cdx_vec_scalar is the scalar twin of every ISA's primitives (and the oracle of their tests). */
 #include "caldrix/kernel.h"
 #include "kernel_impl.h"
+#include "kern_erf.h"
 
 #include <math.h>
 #include <string.h>
@@ -60,6 +61,18 @@ static void silu_ref(float *x, int64_t n)
         x[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
+static void erf_ref(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = cdx_erf_ref(x[i]);
+}
+
+static void gelu_ref(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = cdx_gelu_ref(x[i]);
+}
+
 /* The oracle of cdx_logsumexp's order (kernel_impl.h, CDX_LSE_LANES): term by term into 16 lanes. */
 static double lse_ref(const float *x, int64_t n)
 {
@@ -73,7 +86,7 @@ static double lse_ref(const float *x, int64_t n)
 }
 
 const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref,
-                                     lse_ref, silu_ref };
+                                     lse_ref, silu_ref, erf_ref, gelu_ref };
 
 static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
 
@@ -88,6 +101,11 @@ void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n
         y[i] = (w ? w[i] : 1.0f) * (x[i] * sc);
 }
 
+void cdx_add(const cdx_kernels *k, float *y, const float *x, int64_t n)
+{
+    vec(k)->axpy(y, 1.0f, x, n);
+}
+
 void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)
 {
     vec(k)->silu_mul(g, u, n);
@@ -96,6 +114,16 @@ void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)
 void cdx_silu(const cdx_kernels *k, float *x, int64_t n)
 {
     vec(k)->silu(x, n);
+}
+
+void cdx_erf(const cdx_kernels *k, float *x, int64_t n)
+{
+    vec(k)->erf(x, n);
+}
+
+void cdx_gelu(const cdx_kernels *k, float *x, int64_t n)
+{
+    vec(k)->gelu(x, n);
 }
 
 double cdx_logsumexp(const cdx_kernels *k, const float *x, int64_t n)

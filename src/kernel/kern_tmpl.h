@@ -1020,6 +1020,28 @@ static void KT(vsilu)(float *x, int64_t n)
     cdx_vec_scalar.silu(x + i, n - i);
 }
 
+/* x = erf(x) with the scalar twin's bits (kern_erf.h: vf_erf repeats cdx_erf_ref lane by lane,
+ * special lanes included); the tail goes through the twin itself. */
+static void KT(verf)(float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N)
+        vf_store(x + i, vf_erf(vf_load_f32(x + i)));
+    cdx_vec_scalar.erf(x + i, n - i);
+}
+
+/* x = x · 0.5 · (1 + erf(x / √2)) (the exact GELU) as cdx_gelu_ref computes it, lane by lane. */
+static void KT(vgelu)(float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VF_N <= n; i += VF_N) {
+        const VF v = vf_load_f32(x + i);
+        const VF e = vf_erf(vf_mul(v, vf_set1(CDX_GELU_RSQRT2)));
+        vf_store(x + i, vf_mul(vf_mul(v, vf_set1(0.5f)), vf_add(vf_set1(1.0f), e)));
+    }
+    cdx_vec_scalar.gelu(x + i, n - i);
+}
+
 /* max + log Σ expf(x - max) in cdx_logsumexp's order (kernel_impl.h: 16 lanes, then a fixed tree),
  * so the same bits as the scalar twin: the terms with expf's bits (vf_expf, or expf itself for a
  * vector with a lane of its slow path: far below the max, nan), each chunk of 16 converted to double
@@ -1530,7 +1552,7 @@ static bool KT(attn_f16)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr,
 }
 
 static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half),
-                                         KT(vsilu_mul), KT(vlse), KT(vsilu) };
+                                         KT(vsilu_mul), KT(vlse), KT(vsilu), KT(verf), KT(vgelu) };
 
 /* ---- the table ---- */
 

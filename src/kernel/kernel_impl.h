@@ -62,6 +62,8 @@ typedef struct cdx_vec_ops {
     void (*silu_mul)(float *g, const float *u, int64_t n);        /* g = g / (1 + expf(-g)) · u */
     double (*lse)(const float *x, int64_t n); /* max + log Σ expf(x - max), the sum in double; n >= 1 */
     void (*silu)(float *x, int64_t n);                           /* x = x / (1 + expf(-x)) */
+    void (*erf)(float *x, int64_t n);                            /* x = erf(x): cdx_erf_ref's bits (kern_erf.h) */
+    void (*gelu)(float *x, int64_t n);                           /* x = x·0.5·(1 + erf(x/√2)): cdx_gelu_ref's bits */
 } cdx_vec_ops;
 
 extern const cdx_vec_ops cdx_vec_scalar;

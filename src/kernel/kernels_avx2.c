@@ -86,5 +86,41 @@ static inline bool vf_expf(__m256 x, __m256 *y)
     return true;
 }
 
+#include "kernel/kern_erf.h"
+/* erf of every lane with cdx_erf_ref's bits (kern_erf.h): the same steps in double, 4 lanes at a
+ * time; a lane's coefficient of each degree is looked up by its interval k in that degree's row
+ * (two ymm of 4 doubles: permute both by k mod 4, bit 2 of k picks one) */
+static inline __m256 vf_erf(__m256 x)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), a = _mm256_andnot_ps(sign, x);
+    /* min(nan, 7) is 7 (minps returns its second operand): a nan lane gets an interval, then x + x */
+    const __m256i k = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(a, _mm256_set1_ps(2.0f)), _mm256_set1_ps(7.0f)));
+    __m128 half[2];
+    for (int h = 0; h < 2; h++) {
+        const __m128i k4 = h ? _mm256_extracti128_si256(k, 1) : _mm256_castsi256_si128(k);
+        const __m256i ki = _mm256_cvtepi32_epi64(k4);
+        const __m256d ad = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(a, 1) : _mm256_castps256_ps128(a));
+        const __m256d k0 = _mm256_castsi256_pd(_mm256_cmpeq_epi64(ki, _mm256_setzero_si256()));
+        const __m256d hi = _mm256_castsi256_pd(_mm256_cmpgt_epi64(ki, _mm256_set1_epi64x(3)));
+        /* the 32-bit halves of double k mod 4: 2(k mod 4) and 2(k mod 4) + 1 */
+        const __m256i j = _mm256_slli_epi64(_mm256_and_si256(ki, _mm256_set1_epi64x(3)), 1);
+        const __m256i idx = _mm256_or_si256(j, _mm256_slli_epi64(_mm256_add_epi64(j, _mm256_set1_epi64x(1)), 32));
+        const __m256d mid = _mm256_fmadd_pd(_mm256_cvtepi32_pd(k4), _mm256_set1_pd(0.5), _mm256_set1_pd(0.25));
+        const __m256d w = _mm256_blendv_pd(_mm256_sub_pd(ad, mid), _mm256_mul_pd(ad, ad), k0);
+#define ERF_COEF(d)                                                                                                  \
+    _mm256_blendv_pd(_mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(_mm256_loadu_pd(cdx_erf_poly[d])), idx)), \
+                     _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(_mm256_loadu_pd(cdx_erf_poly[d] + 4)), idx)), hi)
+        __m256d p = ERF_COEF(CDX_ERF_DEG);
+        for (int d = CDX_ERF_DEG - 1; d >= 0; d--)
+            p = _mm256_fmadd_pd(p, w, ERF_COEF(d));
+#undef ERF_COEF
+        half[h] = _mm256_cvtpd_ps(_mm256_blendv_pd(p, _mm256_mul_pd(p, ad), k0));
+    }
+    const __m256 xs = _mm256_and_ps(x, sign);
+    __m256 r = _mm256_or_ps(_mm256_set_m128(half[1], half[0]), xs);
+    r = _mm256_blendv_ps(r, _mm256_or_ps(_mm256_set1_ps(1.0f), xs), _mm256_cmp_ps(a, _mm256_set1_ps(CDX_ERF_ONE), _CMP_GE_OQ));
+    return _mm256_blendv_ps(r, _mm256_add_ps(x, x), _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
 #define KT_WIDE_HEADER "kernel/kern_wide256.h"
 #include "kernel/kern_tmpl.h"

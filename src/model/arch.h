@@ -319,6 +319,11 @@ int vision_bind(cdx_model *m, const cdx_hf_config *cfg, const cdx_safetensors *s
 void vision_free(struct vision_model *v);
 void vision_tensor_names(int64_t n_layer, void (*fn)(void *ctx, const char *name, bool required), void *ctx);
 const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc);
+/* A 64-byte-aligned buffer of at least `bytes` that stays with fc between calls and is freed with it:
+ * for a pass that sizes its scratch per call (the encoder, by its batch's tokens), so that each call
+ * does not map fresh pages and fault them in again (glibc unmaps or trims freed blocks of MiBs). It
+ * grows to the largest request, keeping nothing of its contents. NULL: out of memory. */
+void *forward_ctx_scratch(cdx_forward_ctx *fc, size_t bytes);
 /* HF name of role fmt ("model.layers.%d...") for this architecture: the text prefix applied. */
 void arch_hf_name(const arch_desc *d, const char *fmt, int layer, int expert, char *out, size_t cap);
 

@@ -397,12 +397,6 @@ int encoder_bind_gguf(cdx_model *m, const cdx_gguf *g, cdx_err *err)
 
 /* ---- the pass ---- */
 
-static inline float gelu_erf(float x)
-{
-    /* torch's gelu (approximate="none"): x · 0.5 · (1 + erf(x / √2)) */
-    return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
-}
-
 /* The token-wise steps between the matmuls, dealt over the pool in runs of tokens: every value is
  * computed by the same operations whichever thread computes it. */
 enum { EW_EMBED, EW_BIAS3, EW_RESID_LN, EW_GELU };
@@ -410,6 +404,7 @@ typedef struct {
     int op;
     int64_t n, d;
     const cdx_model *m;
+    const cdx_kernels *K;        /* cdx_add's and cdx_gelu's set (the same bits on every set) */
     const int32_t *tok;
     const int64_t *pos;          /* EW_EMBED: each token's position id */
     float *y[3];                 /* EW_EMBED: x; EW_BIAS3: q, k, v; EW_RESID_LN: out; EW_GELU: fc1's output */
@@ -423,32 +418,39 @@ static void ew_work(void *arg, int ith, int nth)
 {
     const ew_job *j = arg;
     const int64_t d = j->d;
+    const cdx_kernels *K = j->K;
     float *tmp = j->tmp ? j->tmp + (size_t)ith * (size_t)d : NULL;
+    /* the sums through cdx_add (SIMD, each value's one rounded add): the bits of the plain loops */
     for (int64_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         if (j->op == EW_EMBED) {
             const struct encoder_model *e = j->m->enc;
             const cdx_mat *w = &j->m->tok_embd;
             cdx_type_get(w->type)->to_f32((const uint8_t *)w->data + (size_t)j->tok[i] * w->row_bytes, tmp, d);
-            const float *pe = e->pos + (size_t)j->pos[i] * (size_t)d;
-            for (int64_t c = 0; c < d; c++)
-                tmp[c] = (tmp[c] + e->type0[c]) + pe[c];
+            cdx_add(K, tmp, e->type0, d); /* (word + type) + position */
+            cdx_add(K, tmp, e->pos + (size_t)j->pos[i] * (size_t)d, d);
             model_layernorm(j->y[0] + i * d, tmp, e->ln_w, e->ln_b, d, j->eps);
         } else if (j->op == EW_BIAS3) {
             for (int m = 0; m < 3; m++)
-                for (int64_t c = 0; c < d; c++)
-                    j->y[m][i * d + c] += j->b[m][c];
+                cdx_add(K, j->y[m] + i * d, j->b[m], d);
         } else if (j->op == EW_RESID_LN) {
-            for (int64_t c = 0; c < d; c++)
-                tmp[c] = (j->x[i * d + c] + j->b[0][c]) + j->res[i * d + c];
+            memcpy(tmp, j->x + i * d, (size_t)d * sizeof *tmp); /* (sublayer + bias) + residual */
+            cdx_add(K, tmp, j->b[0], d);
+            cdx_add(K, tmp, j->res + i * d, d);
             model_layernorm(j->y[0] + i * d, tmp, j->w, j->b[1], d, j->eps);
         } else {
-            for (int64_t c = 0; c < d; c++)
-                j->y[0][i * d + c] = gelu_erf(j->y[0][i * d + c] + j->b[0][c]);
+            /* torch's gelu (approximate="none"): x · 0.5 · (1 + erf(x / √2)) */
+            float *y = j->y[0] + i * d;
+            cdx_add(K, y, j->b[0], d);
+            cdx_gelu(K, y, d);
         }
     }
 }
 
-static void ew_run(cdx_pool *pool, ew_job j) { cdx_pool_run(pool, ew_work, &j); }
+static void ew_run(cdx_pool *pool, const cdx_kernels *K, ew_job j)
+{
+    j.K = K;
+    cdx_pool_run(pool, ew_work, &j);
+}
 
 bool cdx_model_is_encoder(const cdx_model *m) { return m && m->enc; }
 
@@ -484,23 +486,29 @@ static int encode_run(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t 
         size_t bb = cdx_matmul_ws_bytes(m->mats[i], N, threads);
         ws_bytes = bb > ws_bytes ? bb : ws_bytes;
     }
-    float *x = malloc((size_t)(N * E) * sizeof(float));
-    float *h = malloc((size_t)(N * E) * sizeof(float));
-    float *q = malloc((size_t)(N * E) * sizeof(float));
-    float *k = malloc((size_t)(N * E) * sizeof(float));
-    float *v = malloc((size_t)(N * E) * sizeof(float));
-    float *a = malloc((size_t)(N * E) * sizeof(float));
-    float *big = malloc((size_t)(N * F) * sizeof(float));
-    float *tmp = malloc((size_t)threads * (size_t)E * sizeof(float));
-    int64_t *pos = malloc((size_t)N * sizeof *pos);
-    const void **kt = malloc((size_t)n_in * 2 * sizeof *kt);
-    cdx_attn_row *rows = malloc((size_t)N * sizeof *rows);
-    void *ws = malloc(ws_bytes ? ws_bytes : 1);
-    int rc = CDX_OK;
-    if (!x || !h || !q || !k || !v || !a || !big || !tmp || !pos || !kt || !rows || !ws) {
-        rc = cdx_err_set(err, CDX_ENOMEM, "out of memory to encode %lld tokens", (long long)N);
-        goto out;
+    /* one block for the pass, kept by fc between calls (forward_ctx_scratch): a fresh malloc of these
+     * MiBs each call cost page faults in the matmuls (~4 % of a 128-token call's profile on a VM) */
+    const size_t fe = (size_t)(N * E) * sizeof(float);
+    const size_t sz[12] = { fe, fe, fe, fe, fe, fe, (size_t)(N * F) * sizeof(float),
+                            (size_t)threads * (size_t)E * sizeof(float), (size_t)N * sizeof(int64_t),
+                            (size_t)n_in * 2 * sizeof(void *), (size_t)N * sizeof(cdx_attn_row), ws_bytes };
+    size_t off[12], total = 0;
+    for (int i = 0; i < 12; i++) {
+        off[i] = total;
+        total += (sz[i] + 63) & ~(size_t)63;
     }
+    uint8_t *buf = forward_ctx_scratch(fc, total);
+    if (!buf)
+        return cdx_err_set(err, CDX_ENOMEM, "out of memory to encode %lld tokens (%zu bytes of scratch)", (long long)N,
+                           total);
+    float *x = (float *)(buf + off[0]), *h = (float *)(buf + off[1]), *q = (float *)(buf + off[2]);
+    float *k = (float *)(buf + off[3]), *v = (float *)(buf + off[4]), *a = (float *)(buf + off[5]);
+    float *big = (float *)(buf + off[6]), *tmp = (float *)(buf + off[7]);
+    int64_t *pos = (int64_t *)(buf + off[8]);
+    const void **kt = (const void **)(buf + off[9]);
+    cdx_attn_row *rows = (cdx_attn_row *)(buf + off[10]);
+    void *ws = buf + off[11];
+    int rc = CDX_OK;
     /* every input's keys are its own rows of k and v: a block table of one block per input, as long
      * as any input can be (the block size only places the keys, it does not change the result) */
     const cdx_attn_shape ash = { .n_head = (int)H, .n_kv_head = (int)H, .head_dim = (int)hd, .kv_stride = E,
@@ -515,28 +523,26 @@ static int encode_run(cdx_forward_ctx *fc, const int32_t *tokens, const int64_t 
         }
     }
     const float eps = hp->rms_eps;
-    ew_run(pool, (ew_job){ .op = EW_EMBED, .n = N, .d = E, .m = m, .tok = tokens, .pos = pos, .y = { x }, .tmp = tmp,
+    ew_run(pool, K, (ew_job){ .op = EW_EMBED, .n = N, .d = E, .m = m, .tok = tokens, .pos = pos, .y = { x }, .tmp = tmp,
                            .eps = eps });
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const enc_layer *L = &e->layers[l];
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->q, &L->k, &L->v }, 3, x, N, (float *[]){ q, k, v }, ws);
-        ew_run(pool, (ew_job){ .op = EW_BIAS3, .n = N, .d = E, .y = { q, k, v }, .b = { L->bq, L->bk, L->bv } });
+        ew_run(pool, K, (ew_job){ .op = EW_BIAS3, .n = N, .d = E, .y = { q, k, v }, .b = { L->bq, L->bk, L->bv } });
         if ((rc = cdx_attn(K, pool, &ash, rows, N, err)))
             goto out;
         cdx_matmul(K, pool, &L->o, a, N, h, ws);
         /* a = LN((Wo·attn + bo) + x), into q (free until the next layer) */
-        ew_run(pool, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { q }, .x = h, .res = x, .w = L->ln1_w,
+        ew_run(pool, K, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { q }, .x = h, .res = x, .w = L->ln1_w,
                                .b = { L->bo, L->ln1_b }, .tmp = tmp, .eps = eps });
         cdx_matmul(K, pool, &L->fc1, q, N, big, ws);
-        ew_run(pool, (ew_job){ .op = EW_GELU, .n = N, .d = F, .y = { big }, .b = { L->b1 } });
+        ew_run(pool, K, (ew_job){ .op = EW_GELU, .n = N, .d = F, .y = { big }, .b = { L->b1 } });
         cdx_matmul(K, pool, &L->fc2, big, N, h, ws);
         float *out_l = l + 1 == hp->n_layer ? hidden : x;
-        ew_run(pool, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { out_l }, .x = h, .res = q, .w = L->ln2_w,
+        ew_run(pool, K, (ew_job){ .op = EW_RESID_LN, .n = N, .d = E, .y = { out_l }, .x = h, .res = q, .w = L->ln2_w,
                                .b = { L->b2, L->ln2_b }, .tmp = tmp, .eps = eps });
     }
 out:
-    free(x); free(h); free(q); free(k); free(v); free(a); free(big); free(tmp); free(pos); free(kt); free(rows);
-    free(ws);
     return rc;
 }
 

@@ -33,6 +33,8 @@ struct cdx_forward_ctx {
     int64_t *hd_pos;       /* the head pass over the rows that came back: their positions, */
     int32_t *hd_seq;       /* sequences */
     bool *hd_want;         /* and all true */
+    void *pass_buf;        /* forward_ctx_scratch's buffer, */
+    size_t pass_bytes;     /* its size */
 };
 
 void cdx_forward_ctx_free(cdx_forward_ctx *fc)
@@ -48,6 +50,7 @@ void cdx_forward_ctx_free(cdx_forward_ctx *fc)
     free(fc->s.xq); free(fc->s.xqs);
     free(fc->mb_last); free(fc->mb_local); free(fc->mb_seq); free(fc->mb_seqs); free(fc->hd_pos); free(fc->hd_seq);
     free(fc->hd_want);
+    free(fc->pass_buf);
     hybrid_ctx_free(fc->hy);
     if (!fc->pool_borrowed)
         cdx_pool_destroy(fc->s.pool);
@@ -65,6 +68,18 @@ int cdx_forward_ctx_set_per_token(cdx_forward_ctx *fc, bool per_token)
 }
 const cdx_kernels *cdx_forward_ctx_kernels(const cdx_forward_ctx *fc) { return fc->s.k; }
 const cdx_model *forward_ctx_model(const cdx_forward_ctx *fc) { return fc->m; }
+
+void *forward_ctx_scratch(cdx_forward_ctx *fc, size_t bytes)
+{
+    if (bytes <= fc->pass_bytes)
+        return fc->pass_buf;
+    free(fc->pass_buf);
+    fc->pass_bytes = 0;
+    fc->pass_buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (fc->pass_buf)
+        fc->pass_bytes = bytes;
+    return fc->pass_buf;
+}
 
 int cdx_forward_ctx_create(const cdx_model *m, int64_t max_tokens, int n_threads, const cdx_kernels *k,
                            cdx_forward_ctx **out, cdx_err *err)

@@ -1,6 +1,7 @@
 /* SIMD kernels against their scalar twins (the quant layer's references) and ggml's fixtures:
  * every ISA this CPU runs, every type with a fast row kernel, awkward shapes. */
 #include "caldrix.h"
+#include "kernel/kern_erf.h"
 #include "kernel/kernel_impl.h"
 #include "quant/quant_ref.h"
 #include "test.h"
@@ -748,6 +749,128 @@ static void exp_and_silu_have_expf_bits(void)
     free(x), free(got), free(u);
 }
 
+/* ulps between two floats (the distance of their places on the ordered line of floats) */
+static int64_t ulps(float a, float b)
+{
+    const int32_t ia = (int32_t)u_of(a), ib = (int32_t)u_of(b);
+    const int64_t oa = ia < 0 ? (int64_t)INT32_MIN - ia : ia, ob = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+    return oa > ob ? oa - ob : ob - oa;
+}
+
+/* erf and the exact GELU (BERT's activation) are one algorithm on every set (kern_erf.h): the
+ * scalar twin within 1 ulp of glibc's erff (and ±0, ±1, nan where erff gives them) on a sweep of
+ * every 4099th float bit pattern, every float of [-4.5, 4.5] whose low 8 bits are 0x5a, and the
+ * edges (all 2^32 floats were checked once, on Zen 5: at most 1 ulp from erff, 2.96 % of them 1 ulp
+ * off, erff's own misroundings but for 0.0003 % of them); every set gives the twin's bits for erf
+ * and GELU, special lanes among ordinary ones, every tail length; GELU is exactly x, or -0, wherever
+ * x · 0.5 · (1 + erff(x / √2)) is. */
+static void erf_and_gelu_have_the_twin_bits_on_every_set(void)
+{
+    enum { NS = (int)((1ull << 32) / 4099) + 1, ND = 2 * (0x40900000 >> 8) };
+    const int N = NS + ND;
+    float *x = malloc(sizeof(float) * (size_t)N), *got = malloc(sizeof(float) * (size_t)N);
+    REQUIRE(x && got);
+    for (int i = 0; i < NS; i++)
+        x[i] = f_of((uint32_t)((uint64_t)i * 4099u));
+    for (int i = 0; i < ND / 2; i++) { /* |x| <= 4.5: every interval of the polynomials, both signs */
+        x[NS + 2 * i] = f_of(((uint32_t)i << 8) | 0x5a);
+        x[NS + 2 * i + 1] = -x[NS + 2 * i];
+    }
+    const uint32_t special[] = { 0, 0x80000000u, 0x00000001u, 0x80000001u, 0x007FFFFFu, 0x00800000u, 0x0DA24260u,
+                                 0x3F000000u, 0x3F800000u, 0x40000000u, 0x407AE148u, 0x407FFFFFu, 0x40800000u,
+                                 0xC07FFFFFu, 0xC0800000u, 0x40B1A000u, 0xC0B1A000u, 0x7F7FFFFFu, 0xFF7FFFFFu,
+                                 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800001u };
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        x[1000 + i * 5] = f_of(special[i]);
+
+    int far = 0, edge = 0;
+    int64_t worst = 0;
+    for (int i = 0; i < N; i++) {
+        const float r = cdx_erf_ref(x[i]), l = erff(x[i]);
+        if (isnan(x[i])) {
+            far += !isnan(r);
+            continue;
+        }
+        const int64_t d = ulps(r, l);
+        worst = d > worst ? d : worst;
+        far += d > 1;
+        /* where erff is ±0 or ±1 (the GELU's limits hang on it) the twin is too, sign and all */
+        edge += (l == 0 || fabsf(l) == 1) && u_of(r) != u_of(l);
+    }
+    CHECKF(far == 0, "erf twin: %d of %d values more than 1 ulp from erff (largest %lld)", far, N, (long long)worst);
+    CHECKF(edge == 0, "erf twin: %d values differ from erff where it is +-0 or +-1", edge);
+    CHECK(u_of(cdx_erf_ref(-0.0f)) == 0x80000000u && cdx_erf_ref(INFINITY) == 1 && cdx_erf_ref(-INFINITY) == -1);
+    CHECK(isnan(cdx_erf_ref(NAN)) && cdx_erf_ref(4.0f) == 1 && cdx_erf_ref(-1e30f) == -1);
+
+    /* GELU's limits: x itself for large x, -0 for large negative x, as the libm formula gives them */
+    int lim = 0, n_lim = 0;
+    for (int i = 0; i < N; i++) {
+        const float l = x[i] * 0.5f * (1.0f + erff(x[i] * CDX_GELU_RSQRT2)), r = cdx_gelu_ref(x[i]);
+        if (!isnan(x[i]) && (l == x[i] || l == 0) && fabsf(x[i]) > 1) {
+            n_lim++;
+            lim += u_of(r) != u_of(l);
+        }
+    }
+    CHECKF(lim == 0 && n_lim > 1000, "gelu: %d of %d values differ where x*0.5*(1+erff(x/sqrt2)) is x or 0", lim, n_lim);
+    CHECK(cdx_gelu_ref(5.6f) == 5.6f && u_of(cdx_gelu_ref(-5.6f)) == 0x80000000u && cdx_gelu_ref(1e30f) == 1e30f);
+
+    for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        for (int g = 0; g < 2; g++) {
+            const char *what = g ? "gelu" : "erf";
+            memcpy(got, x, sizeof(float) * (size_t)N);
+            (g ? cdx_gelu : cdx_erf)(k, got, N);
+            int bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += u_of(got[i]) != u_of(g ? cdx_gelu_ref(x[i]) : cdx_erf_ref(x[i]));
+            CHECKF(bad == 0, "%s %s: %d of %d values differ from the scalar twin", k_isas[ii], what, bad, N);
+            for (int n = 0; n < 40; n++) { /* every tail length, special lanes inside (x[1000..]) */
+                memcpy(got, x + 990, sizeof(float) * (size_t)n);
+                (g ? cdx_gelu : cdx_erf)(k, got, n);
+                bad = 0;
+                for (int i = 0; i < n; i++)
+                    bad += u_of(got[i]) != u_of(g ? cdx_gelu_ref(x[990 + i]) : cdx_erf_ref(x[990 + i]));
+                CHECKF(bad == 0, "%s %s n=%d: %d differ", k_isas[ii], what, n, bad);
+            }
+        }
+    }
+    free(x), free(got);
+}
+
+/* cdx_add (the encoder's bias and residual adds) is y + x rounded once on every set: the bits of the
+ * plain loop, on values of every magnitude and every tail length. */
+static void add_is_the_plain_sum_on_every_set(void)
+{
+    enum { N = 4096 + 37 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    REQUIRE(x && y && got);
+    for (int i = 0; i < N; i++) {
+        x[i] = gauss() * ldexpf(1.0f, (int)(rnd() % 40) - 20);
+        y[i] = gauss() * ldexpf(1.0f, (int)(rnd() % 40) - 20);
+    }
+    for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+        const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+        if (!k) {
+            t_skip_isa(k_isas[ii]);
+            continue;
+        }
+        for (int n = 0; n < 40; n++) {
+            const int len = n < 39 ? n : N;
+            memcpy(got, y, sizeof(float) * (size_t)len);
+            cdx_add(k, got, x, len);
+            int bad = 0;
+            for (int i = 0; i < len; i++)
+                bad += u_of(got[i]) != u_of(y[i] + x[i]);
+            CHECKF(bad == 0, "%s add n=%d: %d of %d sums differ from y + x", k_isas[ii], len, bad, len);
+        }
+    }
+    free(x), free(y), free(got);
+}
+
 /* cdx_logsumexp (logprobs' denominator) on every set against log Σ e^(x - max) + max in long double
  * with expl, not caldrix's: rows of vocabulary length with logits spread over ±15, rows with terms
  * on expf's slow path (far below the max, -inf), and short rows (every tail); and every set gives
@@ -941,5 +1064,7 @@ int main(void)
     RUN("f16/bf16 activation rounding matches the scalar twin", half_rounding_matches_scalar);
     RUN("exp and SiLU have expf's bits on every set", exp_and_silu_have_expf_bits);
     RUN("log-sum-exp matches long double on every set", logsumexp_matches_long_double);
+    RUN("erf and GELU have the scalar twin's bits on every set", erf_and_gelu_have_the_twin_bits_on_every_set);
+    RUN("add is the plain sum on every set", add_is_the_plain_sum_on_every_set);
     return t_done("kernels");
 }
