@@ -850,7 +850,7 @@ static void norm_bwd(const cdx_trainer *t, int64_t T, int64_t n, const float *x,
         j.fn = norm_gw_cols;
         j.n = n;
         j.gw = gw;
-        rows_run(t, &j, (double)T * (double)n * 2.0);
+        rows_run(t, &j, (double)T * (double)n * 8.0);
     }
 }
 
