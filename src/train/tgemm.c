@@ -18,6 +18,24 @@ void tg_ukr_scalar(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int
         }
 }
 
+float tg_dot_scalar(const float *a, const float *b, int64_t n)
+{
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += a[i + l] * b[i + l];
+    for (; i < n; i++)
+        s[0] += a[i] * b[i];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+void tg_axpy_scalar(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 tg_isa tg_isa_best(void)
 {
     const char *isa = cdx_kernels_isa(cdx_kernels_best());

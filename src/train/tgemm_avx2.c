@@ -1,5 +1,6 @@
 /* The AVX2 micro-kernel of training's GEMM (tgemm.h): up to 4 rows × 16 columns at a time in 8 ymm
- * accumulators, one fused multiply-add per k and value, in k order (its scalar twin: tg_ukr_scalar). */
+ * accumulators, one fused multiply-add per k and value, in k order (its scalar twin: tg_ukr_scalar).
+ * Also the attention's dot and axpy (twins: tg_dot_scalar, tg_axpy_scalar). */
 #include "train/tgemm.h"
 
 #include <immintrin.h>
@@ -52,4 +53,28 @@ void tg_ukr_avx2(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64
             }
         }
     }
+}
+
+/* the twin's 8 partial sums are the 8 lanes; a product rounded, then added (no FMA) */
+float tg_dot_avx2(const float *a, const float *b, int64_t n)
+{
+    __m256 s = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    float l[8];
+    _mm256_storeu_ps(l, s);
+    for (; i < n; i++)
+        l[0] += a[i] * b[i];
+    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+void tg_axpy_avx2(float *y, float a, const float *x, int64_t n)
+{
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(av, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++)
+        y[i] += a * x[i];
 }

@@ -123,21 +123,11 @@ struct cdx_trainer {
     int64_t t_cap;
     cdx_pool *pool;       /* the products' threads (cdx_train_opts.n_threads) */
     tg_isa isa;           /* the GEMM's micro-kernels (the engine's kernel set) */
+    tg_dot_fn dot;        /* the attention's vector steps (tgemm.h), of the same kernel set */
+    tg_axpy_fn axpy;
 };
 
 /* ---- f32 helpers ---- */
-
-static inline float dot(const float *a, const float *b, int64_t n)
-{
-    float s[8] = { 0 };
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            s[l] += a[i + l] * b[i + l];
-    for (; i < n; i++)
-        s[0] += a[i] * b[i];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
 
 static inline void axpy(float *y, float a, const float *x, int64_t n)
 {
@@ -425,6 +415,8 @@ int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer 
     if ((rc = cdx_pool_create(o->n_threads, &t->pool, err)))
         goto fail;
     t->isa = tg_isa_best();
+    t->dot = t->isa == TG_SCALAR ? tg_dot_scalar : tg_dot_avx2;
+    t->axpy = t->isa == TG_SCALAR ? tg_axpy_scalar : tg_axpy_avx2;
     t->layers = calloc((size_t)t->L, sizeof *t->layers);
     if (!t->layers) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -716,7 +708,7 @@ static void attn_fwd_task(void *ctx, int ith, int nth)
             const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
             float mx = -INFINITY;
             for (int64_t s = 0; s < T; s++) {
-                P[s] = s >= s0 && s <= i ? dot(q, a->k + s * KD + kh * hd, hd) * t->attn_scale : -INFINITY;
+                P[s] = s >= s0 && s <= i ? t->dot(q, a->k + s * KD + kh * hd, hd) * t->attn_scale : -INFINITY;
                 if (P[s] > mx)
                     mx = P[s];
             }
@@ -728,7 +720,7 @@ static void attn_fwd_task(void *ctx, int ith, int nth)
             for (int64_t s = 0; s < T; s++) {
                 P[s] = s >= s0 && s <= i ? P[s] / sum : 0.0f;
                 if (P[s] != 0.0f)
-                    axpy(o, P[s], a->v + s * KD + kh * hd, hd);
+                    t->axpy(o, P[s], a->v + s * KD + kh * hd, hd);
             }
         }
     }
@@ -750,9 +742,9 @@ static void attn_bwd_task(void *ctx, int ith, int nth)
                 const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
                 float sum = 0;
                 for (int64_t s = s0; s <= i; s++) {
-                    dP[s] = dot(dov, a->v + s * KD + kh * hd, hd);
+                    dP[s] = t->dot(dov, a->v + s * KD + kh * hd, hd);
                     sum += P[s] * dP[s];
-                    axpy(t->dv + s * KD + kh * hd, P[s], dov, hd);
+                    t->axpy(t->dv + s * KD + kh * hd, P[s], dov, hd);
                 }
                 float *dqv = t->dq + i * QD + h * hd;
                 const float *qv = a->q + i * QD + h * hd;
@@ -760,8 +752,8 @@ static void attn_bwd_task(void *ctx, int ith, int nth)
                     const float dS = P[s] * (dP[s] - sum) * t->attn_scale;
                     if (dS == 0.0f)
                         continue;
-                    axpy(dqv, dS, a->k + s * KD + kh * hd, hd);
-                    axpy(t->dk + s * KD + kh * hd, dS, qv, hd);
+                    t->axpy(dqv, dS, a->k + s * KD + kh * hd, hd);
+                    t->axpy(t->dk + s * KD + kh * hd, dS, qv, hd);
                 }
             }
 }
