@@ -58,6 +58,10 @@ void tg_axpy_scalar(float *y, float a, const float *x, int64_t n);
 float tg_dot_avx2(const float *a, const float *b, int64_t n);
 void tg_axpy_avx2(float *y, float a, const float *x, int64_t n);
 
+/* The pack of a full panel (TG_NR columns) whose B(k,j) = b[j·b_cs + k] (y = x·Wᵀ: rows of W), by 8 × 8
+ * transposes; a copy, so the same bits as the plain loop in tgemm.c. bp: 32-byte aligned. */
+void tg_pack_t_avx2(const float *b, int64_t b_cs, int64_t kc, float *bp);
+
 /* The kernel set the engine's kernels name (cdx_kernels_best: avx512 / avx2 / scalar). */
 tg_isa tg_isa_best(void);
 

@@ -3,7 +3,8 @@
  * depths across the 256-deep panels), in the three layouts a linear layer uses (y = x·Wᵀ, dX = dY·W,
  * dW = dYᵀ·X), with alpha and accumulation; 1 and 3 threads give the same bits; and the scalar twin
  * is within f32 rounding of a double-precision sum computed here. The attention's AVX2 dot and axpy
- * equal their scalar twins bit for bit on lengths around the 8 lanes. */
+ * equal their scalar twins bit for bit on lengths around the 8 lanes. (The AVX2 transposing pack, used
+ * by both SIMD kernel sets in layout 0, is checked by the same comparisons.) */
 #include "caldrix.h"
 #include "test.h"
 #include "train/tgemm.h"
