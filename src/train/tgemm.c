@@ -18,6 +18,24 @@ void tg_ukr_scalar(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int
         }
 }
 
+float tg_dot_scalar(const float *a, const float *b, int64_t n)
+{
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += a[i + l] * b[i + l];
+    for (; i < n; i++)
+        s[0] += a[i] * b[i];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+void tg_axpy_scalar(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 tg_isa tg_isa_best(void)
 {
     const char *isa = cdx_kernels_isa(cdx_kernels_best());
@@ -29,9 +47,13 @@ tg_isa tg_isa_best(void)
 }
 
 /* B(k0..k0+kc, j0..j0+nr) into bp[kc][TG_NR], the columns past nr zero */
-static void pack(const tg_args *g, int64_t k0, int64_t kc, int64_t j0, int nr, float *bp)
+static void pack(const tg_args *g, bool simd, int64_t k0, int64_t kc, int64_t j0, int nr, float *bp)
 {
     const float *b = g->b + k0 * g->b_rs + j0 * g->b_cs;
+    if (simd && g->b_rs == 1 && nr == TG_NR) {
+        tg_pack_t_avx2(b, g->b_cs, kc, bp);
+        return;
+    }
     if (g->b_cs == 1) {
         for (int64_t k = 0; k < kc; k++) {
             memcpy(bp + k * TG_NR, b + k * g->b_rs, (size_t)nr * sizeof(float));
@@ -51,7 +73,7 @@ static void pack(const tg_args *g, int64_t k0, int64_t kc, int64_t j0, int nr, f
 }
 
 /* rows m0..m1 of C, column panels u0..u1 */
-static void block(const tg_args *g, tg_ukr ukr, int64_t m0, int64_t m1, int64_t u0, int64_t u1)
+static void block(const tg_args *g, tg_ukr ukr, bool simd, int64_t m0, int64_t m1, int64_t u0, int64_t u1)
 {
     _Alignas(64) float bp[TG_KC * TG_NR];
     for (int64_t u = u0; u < u1; u++) {
@@ -59,7 +81,7 @@ static void block(const tg_args *g, tg_ukr ukr, int64_t m0, int64_t m1, int64_t 
         const int nr = (int)(g->N - j0 < TG_NR ? g->N - j0 : TG_NR);
         for (int64_t k0 = 0; k0 < g->K; k0 += TG_KC) {
             const int64_t kc = g->K - k0 < TG_KC ? g->K - k0 : TG_KC;
-            pack(g, k0, kc, j0, nr, bp);
+            pack(g, simd, k0, kc, j0, nr, bp);
             for (int64_t i0 = m0; i0 < m1; i0 += TG_MR) {
                 const int mr = (int)(m1 - i0 < TG_MR ? m1 - i0 : TG_MR);
                 ukr(mr, nr, kc, g->a + i0 * g->a_rs + k0 * g->a_cs, g->a_rs, g->a_cs, g->alpha, bp,
@@ -72,6 +94,7 @@ static void block(const tg_args *g, tg_ukr ukr, int64_t m0, int64_t m1, int64_t 
 typedef struct {
     const tg_args *g;
     tg_ukr ukr;
+    bool simd; /* the AVX2 pack (AVX2 and AVX-512 kernel sets) */
     bool split_m;
 } tg_job;
 
@@ -84,11 +107,11 @@ static void task(void *ctx, int ith, int nth)
         const int64_t units = (g->M + TG_MR - 1) / TG_MR;
         const int64_t a = units * ith / nth * TG_MR, b = units * (ith + 1) / nth * TG_MR;
         if (a < b)
-            block(g, j->ukr, a, b < g->M ? b : g->M, 0, units_n);
+            block(g, j->ukr, j->simd, a, b < g->M ? b : g->M, 0, units_n);
     } else {
         const int64_t a = units_n * ith / nth, b = units_n * (ith + 1) / nth;
         if (a < b)
-            block(g, j->ukr, 0, g->M, a, b);
+            block(g, j->ukr, j->simd, 0, g->M, a, b);
     }
 }
 
@@ -102,11 +125,12 @@ void tg_gemm(cdx_pool *pool, tg_isa isa, const tg_args *g)
                 memset(g->c + i * g->ldc, 0, (size_t)g->N * sizeof(float));
         return;
     }
-    tg_job j = { .g = g, .ukr = isa == TG_AVX512 ? tg_ukr_avx512 : isa == TG_AVX2 ? tg_ukr_avx2 : tg_ukr_scalar };
+    tg_job j = { .g = g, .ukr = isa == TG_AVX512 ? tg_ukr_avx512 : isa == TG_AVX2 ? tg_ukr_avx2 : tg_ukr_scalar,
+                 .simd = isa != TG_SCALAR };
     const int nth = pool ? cdx_pool_size(pool) : 1;
     const double work = (double)g->M * (double)g->N * (double)g->K;
     if (nth <= 1 || work < 131072.0) {
-        block(g, j.ukr, 0, g->M, 0, (g->N + TG_NR - 1) / TG_NR);
+        block(g, j.ukr, j.simd, 0, g->M, 0, (g->N + TG_NR - 1) / TG_NR);
         return;
     }
     const int64_t units_n = (g->N + TG_NR - 1) / TG_NR, units_m = (g->M + TG_MR - 1) / TG_MR;

@@ -47,6 +47,21 @@ void tg_ukr_avx2(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64
 void tg_ukr_avx512(int mr, int nr, int64_t kc, const float *a, int64_t a_rs, int64_t a_cs, float alpha,
                    const float *bp, float *c, int64_t ldc, bool load);
 
+/* The attention's steps on one head's vectors (train.c): the dot product as 8 partial sums by index
+ * mod 8 joined in a fixed tree, and y += a·x; every product is rounded before its add (no fused
+ * multiply-add, as the plain C twin compiles), so the AVX2 versions equal the scalar ones bit for bit
+ * (tests/train/test_tgemm.c). */
+typedef float (*tg_dot_fn)(const float *a, const float *b, int64_t n);
+typedef void (*tg_axpy_fn)(float *y, float a, const float *x, int64_t n);
+float tg_dot_scalar(const float *a, const float *b, int64_t n);
+void tg_axpy_scalar(float *y, float a, const float *x, int64_t n);
+float tg_dot_avx2(const float *a, const float *b, int64_t n);
+void tg_axpy_avx2(float *y, float a, const float *x, int64_t n);
+
+/* The pack of a full panel (TG_NR columns) whose B(k,j) = b[j·b_cs + k] (y = x·Wᵀ: rows of W), by 8 × 8
+ * transposes; a copy, so the same bits as the plain loop in tgemm.c. bp: 32-byte aligned. */
+void tg_pack_t_avx2(const float *b, int64_t b_cs, int64_t kc, float *bp);
+
 /* The kernel set the engine's kernels name (cdx_kernels_best: avx512 / avx2 / scalar). */
 tg_isa tg_isa_best(void);
 

@@ -123,21 +123,11 @@ struct cdx_trainer {
     int64_t t_cap;
     cdx_pool *pool;       /* the products' threads (cdx_train_opts.n_threads) */
     tg_isa isa;           /* the GEMM's micro-kernels (the engine's kernel set) */
+    tg_dot_fn dot;        /* the attention's vector steps (tgemm.h), of the same kernel set */
+    tg_axpy_fn axpy;
 };
 
 /* ---- f32 helpers ---- */
-
-static inline float dot(const float *a, const float *b, int64_t n)
-{
-    float s[8] = { 0 };
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            s[l] += a[i + l] * b[i + l];
-    for (; i < n; i++)
-        s[0] += a[i] * b[i];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
 
 static inline void axpy(float *y, float a, const float *x, int64_t n)
 {
@@ -425,6 +415,8 @@ int cdx_trainer_create(const cdx_model *m, const cdx_train_opts *o, cdx_trainer 
     if ((rc = cdx_pool_create(o->n_threads, &t->pool, err)))
         goto fail;
     t->isa = tg_isa_best();
+    t->dot = t->isa == TG_SCALAR ? tg_dot_scalar : tg_dot_avx2;
+    t->axpy = t->isa == TG_SCALAR ? tg_axpy_scalar : tg_axpy_avx2;
     t->layers = calloc((size_t)t->L, sizeof *t->layers);
     if (!t->layers) {
         rc = cdx_err_set(err, CDX_ENOMEM, "out of memory");
@@ -716,7 +708,7 @@ static void attn_fwd_task(void *ctx, int ith, int nth)
             const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
             float mx = -INFINITY;
             for (int64_t s = 0; s < T; s++) {
-                P[s] = s >= s0 && s <= i ? dot(q, a->k + s * KD + kh * hd, hd) * t->attn_scale : -INFINITY;
+                P[s] = s >= s0 && s <= i ? t->dot(q, a->k + s * KD + kh * hd, hd) * t->attn_scale : -INFINITY;
                 if (P[s] > mx)
                     mx = P[s];
             }
@@ -728,7 +720,7 @@ static void attn_fwd_task(void *ctx, int ith, int nth)
             for (int64_t s = 0; s < T; s++) {
                 P[s] = s >= s0 && s <= i ? P[s] / sum : 0.0f;
                 if (P[s] != 0.0f)
-                    axpy(o, P[s], a->v + s * KD + kh * hd, hd);
+                    t->axpy(o, P[s], a->v + s * KD + kh * hd, hd);
             }
         }
     }
@@ -750,9 +742,9 @@ static void attn_bwd_task(void *ctx, int ith, int nth)
                 const int64_t s0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
                 float sum = 0;
                 for (int64_t s = s0; s <= i; s++) {
-                    dP[s] = dot(dov, a->v + s * KD + kh * hd, hd);
+                    dP[s] = t->dot(dov, a->v + s * KD + kh * hd, hd);
                     sum += P[s] * dP[s];
-                    axpy(t->dv + s * KD + kh * hd, P[s], dov, hd);
+                    t->axpy(t->dv + s * KD + kh * hd, P[s], dov, hd);
                 }
                 float *dqv = t->dq + i * QD + h * hd;
                 const float *qv = a->q + i * QD + h * hd;
@@ -760,10 +752,199 @@ static void attn_bwd_task(void *ctx, int ith, int nth)
                     const float dS = P[s] * (dP[s] - sum) * t->attn_scale;
                     if (dS == 0.0f)
                         continue;
-                    axpy(dqv, dS, a->k + s * KD + kh * hd, hd);
-                    axpy(t->dk + s * KD + kh * hd, dS, qv, hd);
+                    t->axpy(dqv, dS, a->k + s * KD + kh * hd, hd);
+                    t->axpy(t->dk + s * KD + kh * hd, dS, qv, hd);
                 }
             }
+}
+
+/* ---- the per-token steps over the threads ---- */
+
+/* The norms, RoPE, the activation, the residual adds and AdamW. Each row's (or value's) result
+ * depends on that row alone, so a job's n rows are cut into the pool's nth contiguous ranges and the
+ * bits do not depend on the thread count. The one sum over rows among them, a norm's weight gradient
+ * (full fine-tuning), is cut by columns instead: each column is added up over the rows in row order,
+ * as one thread adds it. */
+typedef struct rows_job rows_job;
+struct rows_job {
+    void (*fn)(const rows_job *j, int64_t i0, int64_t i1); /* rows (columns, values) i0..i1 */
+    int64_t n;
+    const cdx_trainer *t;
+    const tlayer *TL;
+    acts *a;
+    /* a norm: x [n][dim] (+= add first, forward), its weight w, out/r (forward), dy -> dx (backward) */
+    float *x, *out, *r, *dx, *gw;
+    const float *add, *w, *dy;
+    int64_t dim, T;
+    bool rope, norm; /* the per-head steps backward: which of the two this pass does */
+};
+
+static void rows_task(void *ctx, int ith, int nth)
+{
+    const rows_job *j = ctx;
+    const int64_t i0 = j->n * ith / nth, i1 = j->n * (ith + 1) / nth;
+    if (i0 < i1)
+        j->fn(j, i0, i1);
+}
+
+/* work: about the cycles the whole job takes (run_split's threshold is 65536) */
+static void rows_run(const cdx_trainer *t, rows_job *j, double work)
+{
+    run_split(t->pool, rows_task, j, work);
+}
+
+/* x += add (when given), then out, r = rms_fwd(x) */
+static void norm_fwd_rows(const rows_job *j, int64_t i0, int64_t i1)
+{
+    const int64_t n = j->dim;
+    for (int64_t i = i0; i < i1; i++) {
+        float *x = j->x + i * n;
+        if (j->add)
+            for (int64_t c = 0; c < n; c++)
+                x[c] += j->add[i * n + c];
+        rms_fwd(x, j->w, n, j->t->hp.rms_eps, j->out + i * n, &j->r[i]);
+    }
+}
+
+static void norm_fwd(const cdx_trainer *t, int64_t T, int64_t n, float *x, const float *add, const float *w,
+                     float *out, float *r)
+{
+    rows_job j = { .fn = norm_fwd_rows, .n = T, .t = t, .x = x, .add = add, .w = w, .out = out, .r = r, .dim = n };
+    rows_run(t, &j, (double)T * (double)n * 8.0);
+}
+
+static void norm_bwd_rows(const rows_job *j, int64_t i0, int64_t i1)
+{
+    const int64_t n = j->dim;
+    for (int64_t i = i0; i < i1; i++)
+        rms_bwd(j->x + i * n, j->w, j->r[i], j->dy + i * n, n, j->dx + i * n, NULL);
+}
+
+/* gw[c] += Σ_i dy[i][c] · (x[i][c] · r[i]) in i order, columns c0..c1 */
+static void norm_gw_cols(const rows_job *j, int64_t c0, int64_t c1)
+{
+    const int64_t n = j->dim;
+    for (int64_t i = 0; i < j->T; i++) {
+        const float *x = j->x + i * n, *dy = j->dy + i * n, r = j->r[i];
+        for (int64_t c = c0; c < c1; c++)
+            j->gw[c] += dy[c] * (x[c] * r);
+    }
+}
+
+/* dx += rms_bwd over T rows of n (x, w, r of the forward, upstream dy); gw (NULL: frozen) += the weight's */
+static void norm_bwd(const cdx_trainer *t, int64_t T, int64_t n, const float *x, const float *w, const float *r,
+                     const float *dy, float *dx, float *gw)
+{
+    rows_job j = { .fn = norm_bwd_rows, .n = T, .t = t, .x = (float *)x, .w = w, .r = (float *)r, .dy = dy,
+                   .dx = dx, .dim = n, .T = T };
+    rows_run(t, &j, (double)T * (double)n * 8.0);
+    if (gw) {
+        j.fn = norm_gw_cols;
+        j.n = n;
+        j.gw = gw;
+        rows_run(t, &j, (double)T * (double)n * 8.0);
+    }
+}
+
+/* q, k of tokens i0..i1: the per-head norms (qwen3) or a copy, then RoPE */
+static void qk_fwd_rows(const rows_job *j, int64_t i0, int64_t i1)
+{
+    const cdx_trainer *t = j->t;
+    const tlayer *TL = j->TL;
+    acts *a = j->a;
+    const int64_t QD = t->QD, KD = t->KD, hd = t->hd, Hq = t->Hq, Hk = t->Hk;
+    const float eps = t->hp.rms_eps;
+    for (int64_t i = i0; i < i1; i++) {
+        for (int64_t h = 0; h < Hq; h++) {
+            float *dst = a->q + i * QD + h * hd, *src = a->qp + i * QD + h * hd;
+            if (TL->q_norm.w)
+                rms_fwd(src, TL->q_norm.w, hd, eps, dst, &a->rq[i * Hq + h]);
+            else
+                memcpy(dst, src, (size_t)hd * sizeof(float));
+        }
+        for (int64_t h = 0; h < Hk; h++) {
+            float *dst = a->k + i * KD + h * hd, *src = a->kp + i * KD + h * hd;
+            if (TL->k_norm.w)
+                rms_fwd(src, TL->k_norm.w, hd, eps, dst, &a->rk[i * Hk + h]);
+            else
+                memcpy(dst, src, (size_t)hd * sizeof(float));
+        }
+        rope_apply(t, a->q + i * QD, Hq, i, false);
+        rope_apply(t, a->k + i * KD, Hk, i, false);
+    }
+}
+
+/* dx = d/dx of rms_fwd for upstream d, in place: rms_bwd into a zeroed buffer, without the buffer */
+static void rms_bwd_inplace(const float *x, const float *w, float r, float *d, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)(d[i] * w[i]) * x[i];
+    const float c = (float)(s / (double)n) * r * r * r;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = 0.0f + (r * (d[i] * w[i]) - c * x[i]);
+}
+
+/* dq, dk of tokens i0..i1: RoPE backward (j->rope), then the per-head norms' backward (j->norm), in place */
+static void qk_bwd_rows(const rows_job *j, int64_t i0, int64_t i1)
+{
+    const cdx_trainer *t = j->t;
+    const tlayer *TL = j->TL;
+    const acts *a = j->a;
+    const int64_t QD = t->QD, KD = t->KD, hd = t->hd, Hq = t->Hq, Hk = t->Hk;
+    for (int64_t i = i0; i < i1; i++) {
+        if (j->rope) {
+            rope_apply(t, t->dq + i * QD, Hq, i, true);
+            rope_apply(t, t->dk + i * KD, Hk, i, true);
+        }
+        if (j->norm && TL->q_norm.w)
+            for (int64_t h = 0; h < Hq; h++)
+                rms_bwd_inplace(a->qp + i * QD + h * hd, TL->q_norm.w, a->rq[i * Hq + h], t->dq + i * QD + h * hd, hd);
+        if (j->norm && TL->k_norm.w)
+            for (int64_t h = 0; h < Hk; h++)
+                rms_bwd_inplace(a->kp + i * KD + h * hd, TL->k_norm.w, a->rk[i * Hk + h], t->dk + i * KD + h * hd, hd);
+    }
+}
+
+/* the per-head norms' weight gradients, columns c0..c1 of head_dim: over tokens, then heads, in order */
+static void qk_gw_cols(const rows_job *j, int64_t c0, int64_t c1)
+{
+    const cdx_trainer *t = j->t;
+    const tlayer *TL = j->TL;
+    const acts *a = j->a;
+    const int64_t QD = t->QD, KD = t->KD, hd = t->hd, Hq = t->Hq, Hk = t->Hk;
+    for (int64_t i = 0; i < j->T; i++) {
+        for (int64_t h = 0; TL->q_norm.g && h < Hq; h++) {
+            const float *x = a->qp + i * QD + h * hd, *dy = t->dq + i * QD + h * hd, r = a->rq[i * Hq + h];
+            for (int64_t c = c0; c < c1; c++)
+                TL->q_norm.g[c] += dy[c] * (x[c] * r);
+        }
+        for (int64_t h = 0; TL->k_norm.g && h < Hk; h++) {
+            const float *x = a->kp + i * KD + h * hd, *dy = t->dk + i * KD + h * hd, r = a->rk[i * Hk + h];
+            for (int64_t c = c0; c < c1; c++)
+                TL->k_norm.g[c] += dy[c] * (x[c] * r);
+        }
+    }
+}
+
+/* s = silu(g) · u, values i0..i1 of T·F */
+static void silu_fwd_vals(const rows_job *j, int64_t i0, int64_t i1)
+{
+    const acts *a = j->a;
+    for (int64_t i = i0; i < i1; i++)
+        a->s[i] = a->g[i] / (1.0f + expf(-a->g[i])) * a->u[i];
+}
+
+/* du, dg from ds (j->dy), values i0..i1 of T·F */
+static void silu_bwd_vals(const rows_job *j, int64_t i0, int64_t i1)
+{
+    const acts *a = j->a;
+    const cdx_trainer *t = j->t;
+    for (int64_t i = i0; i < i1; i++) {
+        const float g = a->g[i], sg = 1.0f / (1.0f + expf(-g)), si = g * sg;
+        t->du[i] = j->dy[i] * si;
+        t->dg[i] = j->dy[i] * a->u[i] * (sg * (1.0f + g * (1.0f - sg)));
+    }
 }
 
 /* ---- the loss rows over the threads ---- */
@@ -819,17 +1000,16 @@ static void loss_task(void *ctx, int ith, int nth)
         }
         /* d(CE)/dz = (softmax − onehot)/N, times (1 − a) */
         const double wce = (1.0 - a_kd) * inv_items;
+        const double lg = log(se); /* once, not per value (the same bits: log is deterministic) */
         for (int64_t v = 0; v < V; v++)
-            zr[v] = (float)(exp((double)(zr[v] - mx) - log(se)) * wce) + (zt ? zt[j * V + v] : 0.0f);
+            zr[v] = (float)(exp((double)(zr[v] - mx) - lg) * wce) + (zt ? zt[j * V + v] : 0.0f);
         zr[y] -= (float)wce;
     }
 }
 
 static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, cdx_train_stats *st, cdx_err *err)
 {
-    const int64_t T = sq->n, E = t->E, QD = t->QD, KD = t->KD, F = t->F, V = t->V, hd = t->hd, Hq = t->Hq,
-                  Hk = t->Hk;
-    const float eps = t->hp.rms_eps;
+    const int64_t T = sq->n, E = t->E, QD = t->QD, KD = t->KD, F = t->F, V = t->V, hd = t->hd, Hq = t->Hq;
     const mm_ctx mmc = { t->pool, t->isa }, *t_pool = &mmc;
     int rc = scratch_fit(t, T, err);
     if (rc)
@@ -842,48 +1022,26 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         const tlayer *TL = &t->layers[l];
         acts *a = &t->a[l];
         const int64_t window = cdx_hparams_window(&t->hp, l);
-        for (int64_t i = 0; i < T; i++)
-            rms_fwd(a->x + i * E, TL->attn_norm.w, E, eps, a->h1 + i * E, &a->r1[i]);
+        /* the residual of the layer before (its MLP's input) is added here, before the norm */
+        norm_fwd(t, T, E, a->x, l ? t->a[l - 1].xm : NULL, TL->attn_norm.w, a->h1, a->r1);
         lin_fwd(t_pool, &TL->m[0], a->h1, T, a->qp, a->xa[0]);
         lin_fwd(t_pool, &TL->m[1], a->h1, T, a->kp, a->xa[1]);
         lin_fwd(t_pool, &TL->m[2], a->h1, T, a->v, a->xa[2]);
-        for (int64_t i = 0; i < T; i++) {
-            for (int64_t h = 0; h < Hq; h++) {
-                float *dst = a->q + i * QD + h * hd, *src = a->qp + i * QD + h * hd;
-                if (TL->q_norm.w)
-                    rms_fwd(src, TL->q_norm.w, hd, eps, dst, &a->rq[i * Hq + h]);
-                else
-                    memcpy(dst, src, (size_t)hd * sizeof(float));
-            }
-            for (int64_t h = 0; h < Hk; h++) {
-                float *dst = a->k + i * KD + h * hd, *src = a->kp + i * KD + h * hd;
-                if (TL->k_norm.w)
-                    rms_fwd(src, TL->k_norm.w, hd, eps, dst, &a->rk[i * Hk + h]);
-                else
-                    memcpy(dst, src, (size_t)hd * sizeof(float));
-            }
-            rope_apply(t, a->q + i * QD, Hq, i, false);
-            rope_apply(t, a->k + i * KD, Hk, i, false);
-        }
+        rows_job qj = { .fn = qk_fwd_rows, .n = T, .t = t, .TL = TL, .a = a };
+        rows_run(t, &qj, (double)T * (double)(QD + KD) * 8.0);
         /* attention: eager softmax over the causal (windowed) keys, f32; heads over the threads */
         attn_job aj = { .t = t, .a = a, .T = T, .window = window };
         run_split(t->pool, attn_fwd_task, &aj, (double)Hq * (double)T * (double)T * (double)hd);
         lin_fwd(t_pool, &TL->m[3], a->o, T, a->xm, a->xa[3]);
-        for (int64_t i = 0; i < T * E; i++)
-            a->xm[i] += a->x[i];
-        for (int64_t i = 0; i < T; i++)
-            rms_fwd(a->xm + i * E, TL->ffn_norm.w, E, eps, a->h2 + i * E, &a->r2[i]);
+        norm_fwd(t, T, E, a->xm, a->x, TL->ffn_norm.w, a->h2, a->r2);
         lin_fwd(t_pool, &TL->m[4], a->h2, T, a->g, a->xa[4]);
         lin_fwd(t_pool, &TL->m[5], a->h2, T, a->u, a->xa[5]);
-        for (int64_t i = 0; i < T * F; i++)
-            a->s[i] = a->g[i] / (1.0f + expf(-a->g[i])) * a->u[i];
-        float *xo = l + 1 < t->L ? t->a[l + 1].x : t->xf;
-        lin_fwd(t_pool, &TL->m[6], a->s, T, xo, a->xa[6]);
-        for (int64_t i = 0; i < T * E; i++)
-            xo[i] += a->xm[i];
+        rows_job sj = { .fn = silu_fwd_vals, .n = T * F, .t = t, .a = a };
+        rows_run(t, &sj, (double)T * (double)F * 16.0);
+        /* x of the next layer (or xf) without its residual, which the next norm adds */
+        lin_fwd(t_pool, &TL->m[6], a->s, T, l + 1 < t->L ? t->a[l + 1].x : t->xf, a->xa[6]);
     }
-    for (int64_t i = 0; i < T; i++)
-        rms_fwd(t->xf + i * E, t->out_norm, E, eps, t->hf + i * E, &t->rf[i]);
+    norm_fwd(t, T, E, t->xf, t->a[t->L - 1].xm, t->out_norm, t->hf, t->rf);
 
     /* the scored positions: t predicts labels[t+1] */
     int64_t n_sc = 0;
@@ -943,8 +1101,7 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
                 j++;
             }
         free(hs); free(z); free(zt); free(want); free(dhs);
-        for (int64_t i = 0; i < T; i++)
-            rms_bwd(t->xf + i * E, t->out_norm, t->rf[i], t->dh + i * E, E, t->dx + i * E, t->g_out_norm);
+        norm_bwd(t, T, E, t->xf, t->out_norm, t->rf, t->dh, t->dx, t->g_out_norm);
     }
     st->num_items += n_sc;
     st->tokens += T;
@@ -960,16 +1117,12 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         float *ds = t->tmp; /* [T][F] */
         memset(ds, 0, (size_t)(T * F) * sizeof(float));
         lin_bwd(t_pool, &TL->m[6], a->s, a->xa[6], t->dx, T, ds, t->dxa);
-        for (int64_t i = 0; i < T * F; i++) {
-            const float g = a->g[i], sg = 1.0f / (1.0f + expf(-g)), si = g * sg;
-            t->du[i] = ds[i] * si;
-            t->dg[i] = ds[i] * a->u[i] * (sg * (1.0f + g * (1.0f - sg)));
-        }
+        rows_job sj = { .fn = silu_bwd_vals, .n = T * F, .t = t, .a = a, .dy = ds };
+        rows_run(t, &sj, (double)T * (double)F * 16.0);
         memset(t->dh, 0, (size_t)(T * E) * sizeof(float));
         lin_bwd(t_pool, &TL->m[4], a->h2, a->xa[4], t->dg, T, t->dh, t->dxa);
         lin_bwd(t_pool, &TL->m[5], a->h2, a->xa[5], t->du, T, t->dh, t->dxa);
-        for (int64_t i = 0; i < T; i++)
-            rms_bwd(a->xm + i * E, TL->ffn_norm.w, a->r2[i], t->dh + i * E, E, t->dx + i * E, TL->ffn_norm.g);
+        norm_bwd(t, T, E, a->xm, TL->ffn_norm.w, a->r2, t->dh, t->dx, TL->ffn_norm.g);
         /* attention: xm = x + o·Woᵀ */
         memset(t->dob, 0, (size_t)(T * QD) * sizeof(float));
         lin_bwd(t_pool, &TL->m[3], a->o, a->xa[3], t->dx, T, t->dob, t->dxa);
@@ -981,25 +1134,21 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         const bool fits = cdx_pool_size(t->pool) <= (t->E > t->F ? t->E : t->F) + T;
         run_split(fits ? t->pool : NULL, attn_bwd_task, &bj, (double)Hq * (double)T * (double)T * (double)hd);
         /* RoPE and the per-head norms backward, into the projections' outputs (dq, dk in place) */
-        float *hbuf = t->tmp;
-        for (int64_t i = 0; i < T; i++) {
-            rope_apply(t, t->dq + i * QD, Hq, i, true);
-            rope_apply(t, t->dk + i * KD, Hk, i, true);
-            if (TL->q_norm.w)
-                for (int64_t h = 0; h < Hq; h++) {
-                    float *d = t->dq + i * QD + h * hd;
-                    memset(hbuf, 0, (size_t)hd * sizeof(float));
-                    rms_bwd(a->qp + i * QD + h * hd, TL->q_norm.w, a->rq[i * Hq + h], d, hd, hbuf, TL->q_norm.g);
-                    memcpy(d, hbuf, (size_t)hd * sizeof(float));
-                }
-            if (TL->k_norm.w)
-                for (int64_t h = 0; h < Hk; h++) {
-                    float *d = t->dk + i * KD + h * hd;
-                    memset(hbuf, 0, (size_t)hd * sizeof(float));
-                    rms_bwd(a->kp + i * KD + h * hd, TL->k_norm.w, a->rk[i * Hk + h], d, hd, hbuf, TL->k_norm.g);
-                    memcpy(d, hbuf, (size_t)hd * sizeof(float));
-                }
+        /* (their weight gradients, full fine-tuning, read dq and dk between the two: a pass by columns) */
+        const double qk_work = (double)T * (double)(QD + KD) * 8.0;
+        rows_job qj = { .fn = qk_bwd_rows, .n = T, .t = t, .TL = TL, .a = a, .T = T, .rope = true, .norm = true };
+        if (TL->q_norm.g || TL->k_norm.g) {
+            qj.norm = false;
+            rows_run(t, &qj, qk_work);
+            qj.fn = qk_gw_cols;
+            qj.n = hd;
+            rows_run(t, &qj, qk_work);
+            qj.fn = qk_bwd_rows;
+            qj.n = T;
+            qj.rope = false;
+            qj.norm = true;
         }
+        rows_run(t, &qj, qk_work);
         /* the first layer's input gradient feeds only the embeddings' (full fine-tuning) */
         const bool want_dx = l > 0 || t->g_embd || TL->attn_norm.g;
         float *dh = want_dx ? t->dh : NULL;
@@ -1008,8 +1157,8 @@ static int seq_pass(cdx_trainer *t, const cdx_train_seq *sq, double inv_items, c
         lin_bwd(t_pool, &TL->m[0], a->h1, a->xa[0], t->dq, T, dh, t->dxa);
         lin_bwd(t_pool, &TL->m[1], a->h1, a->xa[1], t->dk, T, dh, t->dxa);
         lin_bwd(t_pool, &TL->m[2], a->h1, a->xa[2], t->dv, T, dh, t->dxa);
-        for (int64_t i = 0; want_dx && i < T; i++)
-            rms_bwd(a->x + i * E, TL->attn_norm.w, a->r1[i], t->dh + i * E, E, t->dx + i * E, TL->attn_norm.g);
+        if (want_dx)
+            norm_bwd(t, T, E, a->x, TL->attn_norm.w, a->r1, t->dh, t->dx, TL->attn_norm.g);
     }
     if (t->g_embd)
         for (int64_t i = 0; i < T; i++)
@@ -1052,20 +1201,26 @@ int cdx_trainer_grads(cdx_trainer *t, const cdx_train_seq *seqs, int n_seq, cdx_
     return CDX_OK;
 }
 
-void cdx_trainer_apply(cdx_trainer *t)
+/* one AdamW step's constants (in f32, as torch computes the update of an f32 tensor) */
+typedef struct {
+    const cdx_trainer *t;
+    float decay, step_size, fb1, fb2, c1, c2, fbc2, feps;
+    bool wd;
+} adam_job;
+
+/* every value is updated on its own: each tensor's values are cut into the pool's nth ranges */
+static void adam_task(void *ctx, int ith, int nth)
 {
-    const int64_t k = ++t->step;
-    const double lr = t->o.lr, b1 = t->o.beta1, b2 = t->o.beta2;
-    const double bc1 = 1.0 - pow(b1, (double)k), bc2s = sqrt(1.0 - pow(b2, (double)k));
-    const float decay = (float)(1.0 - lr * t->o.weight_decay), step_size = (float)(lr / bc1);
-    const float fb1 = (float)b1, fb2 = (float)b2, c1 = (float)(1.0 - b1), c2 = (float)(1.0 - b2);
-    const float fbc2 = (float)bc2s, feps = (float)t->o.eps;
+    const adam_job *aj = ctx;
+    const cdx_trainer *t = aj->t;
+    const float decay = aj->decay, step_size = aj->step_size, fb1 = aj->fb1, fb2 = aj->fb2, c1 = aj->c1,
+                c2 = aj->c2, fbc2 = aj->fbc2, feps = aj->feps;
     for (int64_t i = 0; i < t->n_params; i++) {
         cdx_train_param *p = &t->params[i];
         const int64_t n = p->rows * p->cols;
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t j = n * ith / nth; j < n * (ith + 1) / nth; j++) {
             const float g = p->g[j];
-            if (t->o.weight_decay)
+            if (aj->wd)
                 p->w[j] *= decay;
             p->m[j] = p->m[j] * fb1 + g * c1;
             p->v[j] = p->v[j] * fb2 + g * g * c2;
@@ -1073,6 +1228,20 @@ void cdx_trainer_apply(cdx_trainer *t)
             p->w[j] += -step_size * (p->m[j] / denom);
         }
     }
+}
+
+void cdx_trainer_apply(cdx_trainer *t)
+{
+    const int64_t k = ++t->step;
+    const double lr = t->o.lr, b1 = t->o.beta1, b2 = t->o.beta2;
+    const double bc1 = 1.0 - pow(b1, (double)k), bc2s = sqrt(1.0 - pow(b2, (double)k));
+    adam_job aj = { .t = t, .decay = (float)(1.0 - lr * t->o.weight_decay), .step_size = (float)(lr / bc1),
+                    .fb1 = (float)b1, .fb2 = (float)b2, .c1 = (float)(1.0 - b1), .c2 = (float)(1.0 - b2),
+                    .fbc2 = (float)bc2s, .feps = (float)t->o.eps, .wd = t->o.weight_decay != 0 };
+    double n = 0;
+    for (int64_t i = 0; i < t->n_params; i++)
+        n += (double)(t->params[i].rows * t->params[i].cols);
+    run_split(t->pool, adam_task, &aj, n * 16.0);
 }
 
 int cdx_trainer_step(cdx_trainer *t, const cdx_train_seq *seqs, int n_seq, cdx_train_stats *st, cdx_err *err)

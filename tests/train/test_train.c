@@ -211,8 +211,11 @@ static const tcase k_cases[] = {
     { "full_ft_llama", "llama", NULL, "wd0.0", "", true },
     { "distill", "llama", "qwen2", "wd0.0", "", false },
 };
-/* 3 steps of lora_qwen3_all (all seven modules) on nth threads; the adapter's values after them */
-static float *train_threads(int nth, size_t *n_out)
+/* 3 steps of lora_qwen3_all (all seven modules) on nth threads; the adapter's values after them.
+ * long: 2 steps over sequences of 300 and 190 tokens instead (some labels -100), long enough that the
+ * norms, RoPE, SiLU, attention, the loss rows and AdamW run split over the threads (short ones run on
+ * one); full: full fine-tuning (the norms' and q/k norms' weight gradients sum over the tokens) */
+static float *train_threads(int nth, bool long_seqs, bool full, size_t *n_out)
 {
     cdx_err e = { 0 };
     cdx_model *m = NULL;
@@ -220,15 +223,31 @@ static float *train_threads(int nth, size_t *n_out)
         return NULL;
     cdx_train_opts o = cdx_train_defaults();
     o.lr = 0.01;
-    o.init_adapter = TR "lora_qwen3_all/adapter_init";
+    o.full = full;
+    o.weight_decay = full ? 0.01 : 0.0;
+    if (!full)
+        o.init_adapter = TR "lora_qwen3_all/adapter_init";
     o.n_threads = nth;
     cdx_trainer *t = NULL;
     int n_ex = 0;
     ex *data = load_data(TR "lora_qwen3_all/train.jsonl", &n_ex);
     float *out = NULL;
     size_t n = 0;
+    int32_t ids[490], labels[490];
+    uint32_t x = 12345;
+    for (int i = 0; i < 490; i++) {
+        x = x * 1664525u + 1013904223u;
+        ids[i] = 3 + (int32_t)((x >> 8) % 317);
+        labels[i] = (x >> 4) % 5 == 0 ? -100 : ids[i];
+    }
     if (data && !cdx_trainer_create(m, &o, &t, &e)) {
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; long_seqs && s < 2; s++) {
+            cdx_train_seq q[2] = { { ids, labels, 300 }, { ids + 300, labels + 300, 190 } };
+            cdx_train_stats st;
+            if (cdx_trainer_step(t, q, 2, &st, &e))
+                break;
+        }
+        for (int s = 0; !long_seqs && s < 3; s++) {
             cdx_train_seq q[4];
             for (int i = 0; i < 4; i++)
                 q[i] = (cdx_train_seq){ data[(4 * s + i) % n_ex].ids, data[(4 * s + i) % n_ex].labels,
@@ -252,15 +271,20 @@ static float *train_threads(int nth, size_t *n_out)
     return out;
 }
 
-static void threads_fn(void)
+static void threads_case(bool long_seqs, bool full)
 {
-    size_t n1 = 0, n3 = 0;
-    float *a = train_threads(1, &n1), *b = train_threads(3, &n3);
-    REQUIRE(a && b);
-    CHECK(n1 == n3 && n1 > 0 && !memcmp(a, b, n1 * sizeof *a));
+    size_t n1 = 0, n2 = 0, n3 = 0;
+    float *a = train_threads(1, long_seqs, full, &n1), *b = train_threads(2, long_seqs, full, &n2),
+          *c = train_threads(3, long_seqs, full, &n3);
+    REQUIRE(a && b && c);
+    CHECK(n1 == n2 && n1 == n3 && n1 > 0 && !memcmp(a, b, n1 * sizeof *a) && !memcmp(a, c, n1 * sizeof *a));
     free(a);
     free(b);
+    free(c);
 }
+static void threads_fn(void) { threads_case(false, false); }
+static void threads_long_fn(void) { threads_case(true, false); }
+static void threads_full_fn(void) { threads_case(true, true); }
 
 static int cur;
 static void case_fn(void) { run_case(&k_cases[cur]); }
@@ -273,7 +297,9 @@ int main(void)
                  k_cases[cur].run);
         RUN(name, case_fn);
     }
-    RUN("1 and 3 threads train the same adapter bit for bit", threads_fn);
+    RUN("1, 2 and 3 threads train the same adapter bit for bit", threads_fn);
+    RUN("1, 2 and 3 threads train the same adapter bit for bit on 300-token sequences", threads_long_fn);
+    RUN("1, 2 and 3 threads fine-tune every tensor the same bit for bit on 300-token sequences", threads_full_fn);
     printf("%d passed, %d failed\n", t_passed, t_failed);
     return t_failed != 0;
 }
