@@ -13,8 +13,10 @@
 
 #include <jansson.h>
 
+#include "bf16_golden.h"
+
 static const char *const k_models[] = { "llama", "llama_bf16", "llama_f16", "llama3_rope", "mistral", "qwen2", "qwen3" };
-enum { N_MODELS = sizeof k_models / sizeof k_models[0], MAX_VOCAB = 320, N_STEPS = 16 };
+enum { N_MODELS = sizeof k_models / sizeof k_models[0], N_STEPS = BF16G_STEPS };
 
 static const char *g_model, *g_isa;
 static uint32_t g_kv;
@@ -22,32 +24,8 @@ static uint32_t g_kv;
 static int g_exact_all, g_steps_all;
 static double g_min_fraction = 1;
 /* the logits of every step of the f32-cache run, to compare the bf16-cache run's bits with */
-static float g_ref_logits[N_MODELS][3][N_STEPS][MAX_VOCAB];
+static float g_ref_logits[N_MODELS][BF16G_CASES][N_STEPS][BF16G_MAX_VOCAB];
 static int g_model_idx;
-
-/* A cache of n_ctx positions in blocks of 16, elements of type kv. */
-typedef struct {
-    void *k, *v;
-    void *tab[64];
-    cdx_kv_seq seq;
-} test_kv;
-
-static bool kv_make(test_kv *c, const cdx_hparams *hp, uint32_t kv)
-{
-    const int64_t bs = 16, nb = 256 / bs, per_pos = hp->n_head_kv * hp->head_dim;
-    const size_t el = kv == CDX_TYPE_BF16 ? 2 : 4, n = (size_t)(nb * bs * per_pos * hp->n_layer) * el;
-    c->k = calloc(1, n);
-    c->v = calloc(1, n);
-    if (!c->k || !c->v)
-        return false;
-    for (int64_t i = 0; i < nb; i++) {
-        c->tab[i] = (uint8_t *)c->k + (size_t)(i * bs * per_pos) * el;
-        c->tab[nb + i] = (uint8_t *)c->v + (size_t)(i * bs * per_pos) * el;
-    }
-    c->seq = (cdx_kv_seq){ .k = c->tab, .v = c->tab + nb, .n_blocks = nb, .block = bs,
-                           .layer_stride = (size_t)(nb * bs * per_pos), .type = kv };
-    return true;
-}
 
 static void run_bf16_golden(void)
 {
@@ -72,66 +50,13 @@ static void run_bf16_golden(void)
     }
     CHECK(cdx_model_dtype(m) == CDX_DTYPE_BF16);
     const cdx_hparams *hp = cdx_model_hparams(m);
-    REQUIRE(hp->n_vocab <= MAX_VOCAB);
+    REQUIRE(hp->n_vocab <= BF16G_MAX_VOCAB);
     cdx_forward_ctx *fc = NULL;
     REQUIRE(cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(g_isa), &fc, &e) == 0);
-    float logits[MAX_VOCAB];
-    int exact = 0, steps_seen = 0;
-    double worst = 0;
-    json_t *cases = json_object_get(gold, "cases");
-    size_t ci;
-    json_t *c;
-    json_array_foreach(cases, ci, c) {
-        const char *cname = json_string_value(json_object_get(c, "name"));
-        json_t *prompt = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
-        test_kv kv = { 0 };
-        REQUIRE(kv_make(&kv, hp, g_kv));
-        int32_t ids[64];
-        int64_t pos[64];
-        const size_t np = json_array_size(prompt);
-        REQUIRE(np <= 64 && json_array_size(steps) == N_STEPS);
-        for (size_t i = 0; i < np; i++) {
-            ids[i] = (int32_t)json_integer_value(json_array_get(prompt, i));
-            pos[i] = (int64_t)i;
-        }
-        cdx_batch b = { .n = (int64_t)np, .tokens = ids, .pos = pos };
-        CHECKF(cdx_forward_seqs(fc, &kv.seq, 1, &b, logits, &e) == 0, "%s", e.msg);
-        for (size_t s = 0; s < N_STEPS; s++) {
-            json_t *st = json_array_get(steps, s), *top = json_object_get(st, "top");
-            const int32_t want = (int32_t)json_integer_value(json_object_get(st, "token"));
-            const bool tie = json_is_true(json_object_get(st, "near_tie"));
-            const int32_t got = cdx_argmax(logits, hp->n_vocab);
-            const double top_val = json_number_value(json_array_get(json_array_get(top, 0), 1));
-            bool tied_pick = false, all_exact = true;
-            for (size_t k = 0; k < json_array_size(top); k++) {
-                json_t *pair = json_array_get(top, k);
-                const int64_t id = json_integer_value(json_array_get(pair, 0));
-                const double g = json_number_value(json_array_get(pair, 1));
-                const double d = fabs((double)logits[id] - g);
-                worst = d > worst ? d : worst;
-                all_exact &= (double)logits[id] == g;
-                tied_pick |= id == got && g == top_val;
-                CHECKF(d <= tol, "%s [%s] case %s step %zu: logit of %lld is %.6g, golden %.6g (tolerance %g)",
-                       g_model, g_isa, cname, s, (long long)id, (double)logits[id], g, tol);
-            }
-            CHECKF(got == want || (tie && tied_pick), "%s [%s] case %s step %zu: token %d, golden %d%s", g_model, g_isa,
-                   cname, s, got, want, tie ? " (a marked near-tie, but not one of the tied ids)" : "");
-            exact += all_exact;
-            steps_seen++;
-            if (g_kv == CDX_TYPE_F32)
-                memcpy(g_ref_logits[g_model_idx][ci][s], logits, sizeof(float) * (size_t)hp->n_vocab);
-            else
-                CHECKF(!memcmp(g_ref_logits[g_model_idx][ci][s], logits, sizeof(float) * (size_t)hp->n_vocab),
-                       "%s [%s] case %s step %zu: a bf16 cache changed the logits' bits", g_model, g_isa, cname, s);
-            if (s + 1 < N_STEPS) {
-                int64_t p = (int64_t)(np + s);
-                cdx_batch nb = { .n = 1, .tokens = &want, .pos = &p };
-                CHECKF(cdx_forward_seqs(fc, &kv.seq, 1, &nb, logits, &e) == 0, "%s", e.msg);
-            }
-        }
-        free(kv.k);
-        free(kv.v);
-    }
+    bf16g_run r = { .name = g_model, .isa = g_isa, .kv = g_kv, .tol = tol, .ref = g_ref_logits[g_model_idx] };
+    bf16g_decode(fc, hp, gold, &r);
+    const int exact = r.exact, steps_seen = r.steps;
+    const double worst = r.worst;
     CHECKF(exact >= min_exact, "%s [%s]: %d of %d steps bit-identical; the golden asks for %d", g_model, g_isa, exact,
            steps_seen, min_exact);
     printf("  %s [%s, kv %s]: %d/%d steps bit-identical, max |logit - golden| = %.4g\n", g_model, g_isa,
