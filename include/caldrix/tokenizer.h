@@ -81,6 +81,9 @@ typedef struct cdx_tok_stream {
     size_t n_pend;
 } cdx_tok_stream;
 CDX_API void cdx_tok_stream_init(cdx_tok_stream *s, const cdx_tok *tok, bool skip_special);
+/* Whether the stream leaves token id's text out: a special token under skip_special, unless it is a
+ * mark the stream keeps (keep_marks). The skip_special argument of cdx_tok_piece for that token. */
+CDX_API bool cdx_tok_stream_skips(const cdx_tok_stream *s, int32_t id);
 /* Writes the text ready after token id into out (cap >= 256 is always enough for one call);
  * returns the byte count or < 0 for a bad id. */
 CDX_API int cdx_tok_stream_put(cdx_tok_stream *s, int32_t id, char *out, size_t cap);

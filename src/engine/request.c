@@ -115,9 +115,7 @@ static void seq_piece(const cdx_engine *e, seq *s, int32_t t)
     s->piece_first = s->ts.first;
     s->n_piece = 0;
     for (;;) {
-        int n = cdx_tok_piece(e->tok, t, s->ts.first,
-                              s->ts.skip_special && !(s->ts.keep_marks && cdx_tok_is_mark(e->tok, t)), s->piece,
-                              s->cap_piece);
+        int n = cdx_tok_piece(e->tok, t, s->ts.first, cdx_tok_stream_skips(&s->ts, t), s->piece, s->cap_piece);
         if (n <= 0)
             return;
         if ((size_t)n <= s->cap_piece) {

@@ -459,10 +459,15 @@ static int stream_emit(cdx_tok_stream *s, const uint8_t *p, size_t n, bool final
     return r;
 }
 
+bool cdx_tok_stream_skips(const cdx_tok_stream *s, int32_t id)
+{
+    return s->skip_special && !(s->keep_marks && cdx_tok_is_mark(s->tok, id));
+}
+
 int cdx_tok_stream_put(cdx_tok_stream *s, int32_t id, char *out, size_t cap)
 {
     char buf[512];
-    const bool skip = s->skip_special && !(s->keep_marks && cdx_tok_is_mark(s->tok, id));
+    const bool skip = cdx_tok_stream_skips(s, id);
     int n = cdx_tok_piece(s->tok, id, s->first, skip, buf, sizeof buf);
     if (n < 0)
         return n;
