@@ -222,6 +222,20 @@ void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq 
     }
 }
 
+/* apply_rotary_pos_emb's rotate_half on the first 2·half values of each head, with bf16 cos/sin c, s:
+ * q·cos, rotate_half(q)·sin and their sum each rounded to bf16 */
+static void rotate_half_bf16(float *v, int64_t n_heads, int64_t hd, int64_t half, const float *c, const float *s)
+{
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            const float x0 = p[i], x1 = p[i + half];
+            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
+            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
+        }
+    }
+}
+
 /* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
  * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
 void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq)
@@ -233,14 +247,7 @@ void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64
         c[i] = bf(cosf(ang));
         s[i] = bf(sinf(ang));
     }
-    for (int64_t h = 0; h < n_heads; h++) {
-        float *p = v + h * hd;
-        for (int64_t i = 0; i < half; i++) {
-            const float x0 = p[i], x1 = p[i + half];
-            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
-            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
-        }
-    }
+    rotate_half_bf16(v, n_heads, hd, half, c, s);
 }
 
 void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
@@ -255,14 +262,7 @@ void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64
         c[i] = bf(cosf(ang));
         s[i] = bf(sinf(ang));
     }
-    for (int64_t h = 0; h < n_heads; h++) {
-        float *p = v + h * hd;
-        for (int64_t i = 0; i < half; i++) {
-            const float x0 = p[i], x1 = p[i + half];
-            p[i] = bf(bf(x0 * c[i]) + bf(-x1 * s[i]));
-            p[i + half] = bf(bf(x1 * c[i]) + bf(x0 * s[i]));
-        }
-    }
+    rotate_half_bf16(v, n_heads, hd, half, c, s);
 }
 
 void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
