@@ -41,6 +41,7 @@ ISA_OPT := -O3
 endif
 ISA_avx2   := -mavx2 -mfma -mf16c $(ISA_OPT)
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mavx2 $(ISA_OPT)
+ISA_amx    := $(ISA_avx512) -mamx-tile -mamx-int8 -mamx-bf16
 
 LAYERS  := base format image quant kernel model engine train text hub server
 LIB_SRC := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)) $(wildcard src/model/arch/*.c)
@@ -55,6 +56,7 @@ all: $(BUILD)/libcaldrix.a $(BUILD)/libcaldrix.so $(BUILD)/caldrix
 
 $(BUILD)/%_avx2.o: EXTRA := $(ISA_avx2)
 $(BUILD)/%_avx512.o: EXTRA := $(ISA_avx512)
+$(BUILD)/%_amx.o: EXTRA := $(ISA_amx)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(EXTRA) -MMD -MP -c $< -o $@
@@ -110,7 +112,7 @@ test: deps
 test-isas: deps
 	$(MAKE) all tests
 	@best=$$($(BUILD)/caldrix doctor | sed -n 's/^  kernel set in use: \([a-z0-9]*\).*/\1/p'); \
-	for isa in avx512 avx2 scalar; do \
+	for isa in amx avx512 avx2 scalar; do \
 	  if [ "$$isa" = "$$best" ]; then echo "test-isas: $$isa is the best set here (make test runs it)"; continue; fi; \
 	  if ! CALDRIX_ISA=$$isa $(BUILD)/caldrix version >/dev/null 2>&1; then echo "test-isas: skipped $$isa: this CPU lacks it"; continue; fi; \
 	  BUILD=$(BUILD) tests/run --isa $$isa || exit 1; \

@@ -22,6 +22,10 @@ typedef struct cdx_cpu_features {
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi, avx_vnni;
     bool x86_64_v3;   /* AVX2+FMA+F16C+BMI2 with the YMM state saved */
     bool x86_64_v4;   /* + AVX-512 F/BW/VL/DQ with the ZMM state saved */
+    /* AMX: the core has the tiles (and INT8 / BF16 tile dots), the OS saves their state (XCR0
+     * bits 17-18) and granted this process their use (Linux arch_prctl ARCH_REQ_XCOMP_PERM, asked
+     * once, at detection) */
+    bool amx_tile, amx_int8, amx_bf16;
 } cdx_cpu_features;
 CDX_API const cdx_cpu_features *cdx_cpu_features_get(void);
 /* The CPU's brand string ("AMD EPYC ..."), or "" where cpuid does not give one. */
@@ -29,13 +33,16 @@ CDX_API const char *cdx_cpu_brand(void);
 /* The vendor string ("AuthenticAMD", "GenuineIntel"), or "". */
 CDX_API const char *cdx_cpu_vendor(void);
 
-/* The best kernel set this CPU runs (AVX-512, then AVX2, then scalar), or the set the environment
+/* The best kernel set this CPU runs (AMX, then AVX-512, then AVX2, then scalar), or the set the environment
  * variable CALDRIX_ISA names when this CPU has it. Never NULL. */
 CDX_API const cdx_kernels *cdx_kernels_best(void);
 /* CDX_EINVAL when CALDRIX_ISA is set to a set that is unknown or missing on this CPU. */
 CDX_API int cdx_kernels_env_check(cdx_err *err);
-/* A kernel set by name ("avx512", "avx2", "scalar"); NULL when unknown or this CPU lacks it. */
+/* A kernel set by name ("amx", "avx512", "avx2", "scalar"; "avx512-gemm"); NULL when unknown or this CPU lacks it. */
 CDX_API const cdx_kernels *cdx_kernels_by_isa(const char *isa);
+/* The i-th kernel set's name in the selection table (best first), whether or not this CPU runs it;
+ * NULL past the end. */
+CDX_API const char *cdx_kernels_name_at(size_t i);
 CDX_API const char *cdx_kernels_isa(const cdx_kernels *k);
 
 /* A weight matrix: `rows` rows of `cols` values each, row r at data + r * row_bytes. */

@@ -26,7 +26,8 @@ int cmd_doctor(int argc, char **argv)
         { "AVX", c.avx }, { "AVX2", c.avx2 }, { "FMA", c.fma }, { "F16C", c.f16c }, { "BMI2", c.bmi2 },
         { "AVX-512F", c.avx512f }, { "AVX-512BW", c.avx512bw }, { "AVX-512VL", c.avx512vl },
         { "AVX-512DQ", c.avx512dq }, { "AVX-512VNNI", c.avx512vnni }, { "AVX-512BF16", c.avx512bf16 },
-        { "AVX-512VBMI", c.avx512vbmi }, { "AVX-VNNI", c.avx_vnni },
+        { "AVX-512VBMI", c.avx512vbmi }, { "AVX-VNNI", c.avx_vnni }, { "AMX-TILE", c.amx_tile },
+        { "AMX-INT8", c.amx_int8 }, { "AMX-BF16", c.amx_bf16 },
     };
     printf("  features:");
     for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)
@@ -34,10 +35,9 @@ int cmd_doctor(int argc, char **argv)
     printf("\n  level: %s\n", c.x86_64_v4 ? "x86-64-v4" : c.x86_64_v3 ? "x86-64-v3" : "below x86-64-v3");
     /* the kernel sets this CPU runs, as the kernel layer picks them (cdx_kernels_by_isa) */
     printf("\nlanes:\n  cpu: yes (kernel sets:");
-    static const char *const sets[] = { "avx512-gemm", "avx512", "avx2", "scalar" };
-    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
-        if (cdx_kernels_by_isa(sets[i]))
-            printf(" %s", sets[i]);
+    for (size_t i = 0; cdx_kernels_name_at(i); i++)
+        if (cdx_kernels_by_isa(cdx_kernels_name_at(i)))
+            printf(" %s", cdx_kernels_name_at(i));
     printf(")\n");
     const char *forced = getenv("CALDRIX_ISA");
     printf("  kernel set in use: %s%s\n", cdx_kernels_isa(cdx_kernels_best()),

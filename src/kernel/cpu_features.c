@@ -5,6 +5,10 @@
 
 #include <pthread.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -16,6 +20,17 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 #endif
+
+/* Asks Linux for the AMX tile data state (ARCH_REQ_XCOMP_PERM 0x1023, XFEATURE_XTILEDATA 18): a
+ * one-time grant for the whole process, which threads started before or after it share. */
+static bool amx_permitted(void)
+{
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return false;
+#endif
+}
 
 static cdx_cpu_features g_feat;
 static char g_brand[49];
@@ -55,6 +70,13 @@ static void detect(void)
         __cpuid_count(7, 1, a1, b1, c1, d1);
         g_feat.avx512bf16 = g_feat.avx512f && (a1 & (1u << 5));
         g_feat.avx_vnni = g_feat.avx && (a1 & (1u << 4));
+        /* AMX: cpuid 7.0 EDX bits 22 (BF16), 24 (TILE), 25 (INT8); XCR0 bits 17-18 (XTILECFG,
+         * XTILEDATA); on Linux the tile data state is off until the process asks for it (5.16+;
+         * Documentation/arch/x86/xstate.rst) */
+        bool os_amx = (xcr0 & 0x60000) == 0x60000 && (d & (1u << 24)) && amx_permitted();
+        g_feat.amx_tile = os_amx;
+        g_feat.amx_int8 = os_amx && (d & (1u << 25));
+        g_feat.amx_bf16 = os_amx && (d & (1u << 22));
     }
     g_feat.x86_64_v3 = g_feat.avx2 && g_feat.fma && g_feat.f16c && g_feat.bmi2;
     g_feat.x86_64_v4 = g_feat.x86_64_v3 && g_feat.avx512f && g_feat.avx512bw && g_feat.avx512vl && g_feat.avx512dq;

@@ -698,4 +698,8 @@ KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
         _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
+#ifdef KT_AMX /* the "amx" set: tiles for the x16 layouts' batches (kernels_amx.c) */
+#include "kernel/kern_amx.h"
+#define X16_AMX 1
+#endif
 #include "kernel/kern_x16_run.h"

@@ -53,6 +53,12 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     for (size_t o = 0; o < (n == 1 ? X16_PF_DEC : X16_PF) && o < span; o += 64)
         _mm_prefetch((const char *)src + o, _MM_HINT_T0);
     x16_act_sums(kind, xq, xrb, n, nb, dav, sav);
+    int64_t t0 = 0; /* the tokens done: by tiles where the set has them, the rest by its micro kernels */
+#ifdef X16_AMX
+    uint8_t *amx_scratch = (uint8_t *)(((uintptr_t)(grp + 17 * (size_t)w->cols) + 63) & ~(uintptr_t)63);
+    if (n >= AMX_TOK)
+        t0 = amx_x16_rows(kind, w, own ? src : NULL, r0, r1, nb, xq, xrb, n, dav, sav, y, amx_scratch);
+#endif
     int64_t r = r0;
 #ifdef X16N_DECODE
     if (n == 1 && !own) {
@@ -64,14 +70,14 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
         for (; r + 16 * X16_DEC_G <= r1; r += 16 * X16_DEC_G)
             x16_micro(kind, (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes, gbytes, X16_DEC_G, nb, xq, xrb, dav,
                       sav, 1, y + r, w->rows, true);
-    for (; r < r1; r += 16) {
+    for (; r < r1 && t0 < n; r += 16) {
         const uint8_t *Q = grp; /* in place: this group packed into scratch, prefetching the next */
         if (own)
             Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
         else
             x16_pack_group(w, kind, r / 16, grp, true);
         const int tile = X16_TILE(kind);
-        for (int64_t t = 0; t < n; t += tile) {
+        for (int64_t t = t0; t < n; t += tile) {
             const int tt = n - t < tile ? (int)(n - t) : tile;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
             switch (tt) {

@@ -29,6 +29,13 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 #define CDX_FGEMM_MAX_RP 64
 #define CDX_FGEMM_MAX_TP 48
 #define CDX_FGEMM_MAX_KC 1024
+/* The amx set's batches (kern_amx.h): a row block of tile-ready groups (CDX_AMX_RB_BYTES, at least
+ * one group of 17 bytes a column) and the activations of the whole token tiles in tile order, with
+ * their scales and bias terms. */
+#define CDX_AMX_RB_BYTES (512u << 10)
+#define CDX_AMX_SCRATCH_BYTES(c, n)                                                                   \
+    ((size_t)CDX_AMX_RB_BYTES + 17 * (size_t)(c) + 2 * 64 + (size_t)(n) * (size_t)(c) +               \
+     (size_t)(n) * ((size_t)(c) / 32) * 8 + 3 * 64)
 static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
 {
     size_t c = (size_t)cols, g = c / 16 + 1; /* groups of at least 16 values */
@@ -38,8 +45,8 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
                 + (size_t)n * 2 * (g * sizeof(float)) + 2 * 64;  /* activation scales and sums */
     size_t b = generic > gemm ? generic : gemm;
     /* the x16 drivers: activation scales and sums, then a 16-row Q8_0 group packed as it is read
-     * (a matrix read in place, cdx_matmul_in_place) */
-    size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64;
+     * (a matrix read in place, cdx_matmul_in_place), then the amx set's unpacked 4-bit group */
+    size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64 + CDX_AMX_SCRATCH_BYTES(c, n);
     b = b > x16 ? b : x16;
     if (n >= CDX_GEMM_MIN_N) {
         size_t rowb = (CDX_FGEMM_MAX_KC + 32) * sizeof(float), panel = CDX_FGEMM_MAX_R * rowb;
@@ -123,5 +130,6 @@ float cdx_dot_lanes_ref(uint32_t type, const void *w, const float *x, int64_t n,
 extern const cdx_kernels cdx_kernels_avx2;
 extern const cdx_kernels cdx_kernels_avx512;
 extern const cdx_kernels cdx_kernels_avx512g; /* "avx512-gemm": not batch invariant, opt-in */
+extern const cdx_kernels cdx_kernels_amx;     /* AVX-512 with AMX tiles for batches: the avx512 set's bits */
 
 #endif

@@ -20,10 +20,17 @@ static bool cpu_avx512(void)
     return cpu_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni && f->avx512vbmi;
 }
 
+static bool cpu_amx(void)
+{
+    const cdx_cpu_features *f = cdx_cpu_features_get();
+    return cpu_avx512() && f->amx_tile && f->amx_int8;
+}
+
 static const struct {
     const cdx_kernels *k;
     bool (*ok)(void);
 } k_sets[] = {
+    { &cdx_kernels_amx, cpu_amx },
     { &cdx_kernels_avx512, cpu_avx512 },
     { &cdx_kernels_avx2, cpu_avx2 },
     { &cdx_kernels_avx512g, cpu_avx512 }, /* after avx2: never the best, only by name */
@@ -55,6 +62,11 @@ int cdx_kernels_env_check(cdx_err *err)
         return CDX_OK;
     return cdx_err_set(err, CDX_EINVAL, "CALDRIX_ISA=%s: expected a kernel set this CPU has (best here: %s; "
                        "scalar always)", env, best_available()->isa);
+}
+
+const char *cdx_kernels_name_at(size_t i)
+{
+    return i < sizeof k_sets / sizeof k_sets[0] ? k_sets[i].k->isa : NULL;
 }
 
 const cdx_kernels *cdx_kernels_by_isa(const char *isa)

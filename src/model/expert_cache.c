@@ -79,7 +79,7 @@ void xc_model_sizes(const cdx_model *m, xc_sizes *s)
     /* an expert's size is its slot's in the largest layout of any kernel set this CPU runs, so the
      * minimum stated at open holds whichever set the forward pass then uses */
     const cdx_kernels *sets[] = { NULL, cdx_kernels_by_isa("scalar"), cdx_kernels_by_isa("avx2"),
-                                  cdx_kernels_by_isa("avx512") };
+                                  cdx_kernels_by_isa("avx512"), cdx_kernels_by_isa("amx") };
     memset(s, 0, sizeof *s);
     const cdx_hparams *hp = &m->hp;
     /* dense: every tensor of the file but the experts' (as inspect counts them) */

@@ -39,7 +39,7 @@ void tg_axpy_scalar(float *y, float a, const float *x, int64_t n)
 tg_isa tg_isa_best(void)
 {
     const char *isa = cdx_kernels_isa(cdx_kernels_best());
-    if (!strncmp(isa, "avx512", 6))
+    if (!strncmp(isa, "avx512", 6) || !strcmp(isa, "amx")) /* amx: AVX-512 plus tiles the trainer does not use */
         return TG_AVX512;
     if (!strcmp(isa, "avx2"))
         return TG_AVX2;

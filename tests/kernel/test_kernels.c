@@ -15,7 +15,8 @@ static const uint32_t k_types_fast[] = {
     CDX_TYPE_Q4_K, CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS,
 };
 #define N_FAST (sizeof k_types_fast / sizeof k_types_fast[0])
-static const char *const k_isas[] = { "avx512", "avx2", "avx512-gemm", "scalar" };
+static const char *const k_isas[] = { "amx", "avx512", "avx2", "avx512-gemm", "scalar" };
+#define N_ISAS (sizeof k_isas / sizeof k_isas[0])
 
 /* ---- random numbers (xorshift; gaussian by Irwin-Hall) ---- */
 
@@ -86,7 +87,7 @@ static void quantizers_are_byte_identical_to_scalar(void)
     float *x = malloc(sizeof(float) * n);
     uint8_t *a = malloc(400 * 8), *b = malloc(400 * 8);
     int tested = 0;
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < N_ISAS - 1; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -184,7 +185,7 @@ static void row_kernels_match_ggml_fixture_dots(void)
         REQUIRE(q && act && dj);
         json_t *dots = json_object_get(dj, "dots"), *abs = json_object_get(dj, "abs_sum_f64");
         cdx_mat w = { .type = type, .data = q, .rows = 4, .cols = 512, .row_bytes = qlen / 4 };
-        for (size_t ii = 0; ii < 3; ii++) {
+        for (size_t ii = 0; ii < N_ISAS - 1; ii++) {
             const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
             if (!k) {
                 t_skip_isa(k_isas[ii]);
@@ -344,7 +345,7 @@ static void packed_layouts_match_scalar(void)
     /* row lengths in units of 256 values: 1, 3 and 8 super-blocks (8, 24 and 64 blocks of 32) */
     /* 544 rows: chunks of 48 rows per thread, so decode also walks two groups at once */
     const int64_t rows_v[] = { 16, 48, 160, 544 }, len_v[] = { 1, 3, 8 }, n_v[] = { 1, 2, 7, 8, 9, 19 };
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -369,7 +370,7 @@ static void packed_layouts_match_scalar(void)
                         bad += check_case_packed(k, pool, type, rows_v[a], len_v[b] * 256 / t->block, n_v[c], true);
             CHECKF(bad == 0, "%s %s packed: %d mismatches", k_isas[ii], t->name, bad);
         }
-        if (!strcmp(k_isas[ii], "avx512") || !strcmp(k_isas[ii], "avx2"))
+        if (!strcmp(k_isas[ii], "amx") || !strcmp(k_isas[ii], "avx512") || !strcmp(k_isas[ii], "avx2"))
             CHECKF(packed_types >= 5, "%s packs Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (%d types)", k_isas[ii],
                    packed_types);
     }
@@ -383,7 +384,7 @@ static void row_kernels_match_scalar_on_random_blocks(void)
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     const int64_t rows_v[] = { 1, 3, 6, 13 }, blk_v[] = { 1, 2, 3, 5 }, n_v[] = { 1, 2, 3, 5, 8, 17 };
     int cases = 0;
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -391,7 +392,7 @@ static void row_kernels_match_scalar_on_random_blocks(void)
         }
         for (size_t ti = 0; ti < N_FAST; ti++) {
             uint32_t type = k_types_fast[ti];
-            if (ii < 3)
+            if (ii < N_ISAS - 1)
                 REQUIRE(k->row[type]);
             int bad = 0;
             for (size_t a = 0; a < 4; a++)
@@ -412,7 +413,7 @@ static void prefill_tiles_span_several_panels(void)
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_F16 };
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < N_ISAS - 1; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -433,7 +434,7 @@ static void prefill_handles_long_rows(void)
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
     const uint32_t types[] = { CDX_TYPE_Q4_0, CDX_TYPE_Q8_0, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < N_ISAS - 1; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -459,7 +460,7 @@ static void matmul_multi_equals_separate_calls(void)
     const uint32_t sets[][3] = { { CDX_TYPE_Q4_K, CDX_TYPE_Q6_K, CDX_TYPE_Q4_K },
                                  { CDX_TYPE_Q8_0, CDX_TYPE_F16, CDX_TYPE_Q4_0 } };
     const int64_t rows[3] = { 512, 128, 160 }, cols = 512, n_v[] = { 1, 9 };
-    for (size_t ii = 0; ii < 4; ii++) {
+    for (size_t ii = 0; ii < N_ISAS; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -524,10 +525,10 @@ static void matmul_rows_are_batch_invariant(void)
     const uint32_t types[] = { CDX_TYPE_F32, CDX_TYPE_F16, CDX_TYPE_BF16, CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_Q4_1,
                                CDX_TYPE_Q5_0, CDX_TYPE_Q5_1, CDX_TYPE_IQ4_NL, CDX_TYPE_Q2_K, CDX_TYPE_Q3_K, CDX_TYPE_Q4_K,
                                CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
-    const char *sets[] = { "avx512", "avx2", "scalar" };
+    const char *sets[] = { "amx", "avx512", "avx2", "scalar" };
     const int64_t rows = 48, cols = 512, n_max = 33;
     int checked = 0, bad = 0;
-    for (size_t si = 0; si < 3; si++) {
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
         const cdx_kernels *k = cdx_kernels_by_isa(sets[si]);
         if (!k) {
             t_skip_isa(sets[si]);
@@ -591,8 +592,16 @@ static void isa_env_names_a_set_or_is_refused(void)
     CHECK(!strcmp(cdx_kernels_isa(cdx_kernels_best()), "scalar") && cdx_kernels_env_check(&e) == CDX_OK);
     setenv("CALDRIX_ISA", "vax", 1);
     CHECK(cdx_kernels_env_check(&e) == CDX_EINVAL && strstr(e.msg, "vax"));
-    CHECK(cdx_kernels_best() == cdx_kernels_by_isa(cdx_kernels_by_isa("avx512") ? "avx512"
-                                                  : cdx_kernels_by_isa("avx2") ? "avx2" : "scalar"));
+    unsetenv("CALDRIX_ISA");
+    CHECK(cdx_kernels_best() == cdx_kernels_by_isa(cdx_kernels_by_isa("amx")      ? "amx"
+                                                  : cdx_kernels_by_isa("avx512") ? "avx512"
+                                                  : cdx_kernels_by_isa("avx2")   ? "avx2" : "scalar"));
+    /* the set the kernel layer names first in its table, whatever this CPU runs */
+    CHECK(cdx_kernels_name_at(0) && !strcmp(cdx_kernels_name_at(0), "amx"));
+    size_t n_sets = 0;
+    while (cdx_kernels_name_at(n_sets))
+        n_sets++;
+    CHECK(n_sets == 5 && !strcmp(cdx_kernels_name_at(n_sets - 1), "scalar"));
     if (!cdx_kernels_by_isa("avx512")) {
         setenv("CALDRIX_ISA", "avx512", 1);
         CHECK(cdx_kernels_env_check(&e) == CDX_EINVAL);
@@ -938,7 +947,8 @@ static void cpu_features_match_proc_cpuinfo(void)
         { "sse4_2", f->sse42 }, { "avx", f->avx }, { "avx2", f->avx2 }, { "fma", f->fma }, { "f16c", f->f16c },
         { "bmi2", f->bmi2 }, { "avx512f", f->avx512f }, { "avx512bw", f->avx512bw }, { "avx512vl", f->avx512vl },
         { "avx512dq", f->avx512dq }, { "avx512_vnni", f->avx512vnni }, { "avx512_bf16", f->avx512bf16 },
-        { "avx512vbmi", f->avx512vbmi }, { "avx_vnni", f->avx_vnni },
+        { "avx512vbmi", f->avx512vbmi }, { "avx_vnni", f->avx_vnni }, { "amx_tile", f->amx_tile },
+        { "amx_int8", f->amx_int8 }, { "amx_bf16", f->amx_bf16 },
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char want[40];
@@ -961,8 +971,11 @@ static void isa_table_picks_what_the_cpu_runs(void)
     const char *forced = getenv("CALDRIX_ISA");
     cdx_err e = { 0 };
     CHECK(cdx_kernels_env_check(&e) == CDX_OK);
+    CHECK((cdx_kernels_by_isa("amx") != NULL) == (cdx_kernels_by_isa("avx512") && f->amx_tile && f->amx_int8));
     if (forced && *forced) /* tests/run --isa: the named set stands in for the best */
         CHECK(!strcmp(best, forced));
+    else if (cdx_kernels_by_isa("amx"))
+        CHECK(!strcmp(best, "amx"));
     else if (cdx_kernels_by_isa("avx512"))
         CHECK(!strcmp(best, "avx512"));
     else if (cdx_kernels_by_isa("avx2"))
@@ -1046,6 +1059,73 @@ static void in_place_rows_match_packed_bits(void)
     cdx_pool_destroy(pool);
 }
 
+/* The amx set's batches (tiles of 16 tokens, the rest by the AVX-512 micro kernels) have the avx512
+ * set's bits, row for row: packed and read in place, groups of 16 rows one or several per thread,
+ * odd block counts, token counts around the tile size (kern_amx.h says why they must). */
+static void amx_batches_have_the_avx512_bits(void)
+{
+    const cdx_kernels *ka = cdx_kernels_by_isa("amx"), *kv = cdx_kernels_by_isa("avx512");
+    if (!ka || !kv) {
+        t_skip_isa("amx");
+        return;
+    }
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t types[] = { CDX_TYPE_Q8_0, CDX_TYPE_Q4_0, CDX_TYPE_IQ4_NL, CDX_TYPE_Q4_K, CDX_TYPE_Q6_K };
+    const int64_t rows_v[] = { 16, 48, 544 }, cols_v[] = { 256, 768, 2048 }, ns[] = { 15, 16, 17, 31, 32, 40, 64 };
+    int checked = 0, bad = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const cdx_type_traits *t = cdx_type_get(types[ti]);
+        for (size_t ri = 0; ri < 3; ri++)
+            for (size_t ci = 0; ci < 3; ci++) {
+                const int64_t rows = rows_v[ri], cols = cols_v[ci], n_max = 64;
+                const size_t rb = (size_t)(cols / t->block) * t->bytes;
+                uint8_t *w = malloc(rb * (size_t)rows);
+                float *x = malloc(sizeof(float) * (size_t)(cols * n_max));
+                float *ya = malloc(sizeof(float) * (size_t)(rows * n_max)), *yv = malloc(sizeof(float) * (size_t)(rows * n_max));
+                REQUIRE(w && x && ya && yv);
+                make_weights(types[ti], t, w, rb, rows, cols);
+                for (int64_t i = 0; i < cols * n_max; i++)
+                    x[i] = gauss() * (i % 61 == 7 ? 8 : 1);
+                for (int pack = 0; pack < 2; pack++) {
+                    cdx_mat ma = { .type = types[ti], .data = w, .rows = rows, .cols = cols, .row_bytes = rb }, mv = ma;
+                    void *pa = NULL, *pv = NULL;
+                    if (pack) {
+                        size_t pb = cdx_matmul_pack_bytes(ka, &ma);
+                        REQUIRE(pb && pb == cdx_matmul_pack_bytes(kv, &mv));
+                        pa = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+                        pv = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+                        cdx_matmul_pack(ka, pool, &ma, pa);
+                        cdx_matmul_pack(kv, pool, &mv, pv);
+                        ma.packed = pa, ma.packed_for = ka;
+                        mv.packed = pv, mv.packed_for = kv;
+                    }
+                    void *ws = malloc(cdx_matmul_ws_bytes(&ma, n_max, cdx_pool_size(pool)));
+                    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                        const int64_t n = ns[ni];
+                        for (int64_t i = 0; i < rows * n; i++)
+                            ya[i] = NAN, yv[i] = -1;
+                        cdx_matmul(ka, pool, &ma, x, n, ya, ws);
+                        cdx_matmul(kv, pool, &mv, x, n, yv, ws);
+                        for (int64_t i = 0; i < rows * n; i++, checked++)
+                            if (memcmp(&ya[i], &yv[i], sizeof(float))) {
+                                if (bad++ < 3)
+                                    fprintf(stderr, "    amx %s rows %lld cols %lld n %lld %s: y[%lld] = %.9g, avx512 %.9g\n",
+                                            t->name, (long long)rows, (long long)cols, (long long)n,
+                                            pack ? "packed" : "in place", (long long)i, ya[i], yv[i]);
+                            }
+                    }
+                    free(ws); free(pa); free(pv);
+                }
+                free(w); free(x); free(ya); free(yv);
+            }
+    }
+    CHECKF(bad == 0, "%d of %d values differ between the amx and avx512 sets", bad, checked);
+    CHECK(checked > 0);
+    cdx_pool_destroy(pool);
+}
+
 int main(void)
 {
     RUN("cpu features match /proc/cpuinfo's flags", cpu_features_match_proc_cpuinfo);
@@ -1059,6 +1139,7 @@ int main(void)
     RUN("prefill tiles span several panels", prefill_tiles_span_several_panels);
     RUN("packed layouts match the scalar dot", packed_layouts_match_scalar);
     RUN("in-place rows match the packed bits", in_place_rows_match_packed_bits);
+    RUN("amx batches have the avx512 set's bits", amx_batches_have_the_avx512_bits);
     RUN("matmul_multi equals separate calls", matmul_multi_equals_separate_calls);
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     RUN("f16/bf16 activation rounding matches the scalar twin", half_rounding_matches_scalar);
