@@ -51,7 +51,7 @@ static void usage(FILE *f)
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
                "the cache has not seen. THREADS defaults to the number of CPUs; --isa forces a kernel set\n"
-               "(avx512, avx2, scalar; avx512-gemm: faster prefill, not batch invariant). --mem-bw adds the\n"
+               "(amx, avx512, avx2, scalar; avx512-gemm: faster prefill, not batch invariant). --mem-bw adds the\n"
                "decode ceiling: the memory bandwidth divided by the weight bytes one decoded token reads.\n"
                "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
                "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"

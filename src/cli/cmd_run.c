@@ -46,7 +46,7 @@ static const char k_run_options[] =
     "                         f32: exact f32 activations. GGUF files compute as llama.cpp does (f32)\n"
     "  --threads N            worker threads (default: all cores)\n"
     CLI_WEIGHT_BUDGET_HELP
-    "  --isa NAME             force a kernel set: avx512, avx2 or scalar (default: the best this CPU has;\n"
+    "  --isa NAME             force a kernel set: amx, avx512, avx2 or scalar (default: the best this CPU has;\n"
     "                         avx512-gemm: faster AVX-512 prefill that is not batch invariant)\n"
     "  --chat                 wrap the prompt (-p, -f, or stdin when it is not a terminal) in the model's\n"
     "                         chat template as one user message, with the generation prompt (a model\n"

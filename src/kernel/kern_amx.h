@@ -62,7 +62,8 @@ KT_INLINE void amx_block_post(const int32_t *cb, __m512 sw, const float *dt, con
     }
 }
 
-/* Blocks b and b + 1 into tiles CA and CB (their integer dots, 16 tokens × 16 rows each). */
+/* Blocks b and b + 1 (tile-ready values at Qv, activations at xt) into tiles CA and CB: their
+ * integer dots, 16 tokens × 16 rows each. */
 #define AMX_PAIR(b, CA, CB)                                                 \
     do {                                                                    \
         _tile_loadd(AMX_A0, xt + (size_t)(b) * 512, 32);                    \
@@ -74,20 +75,42 @@ KT_INLINE void amx_block_post(const int32_t *cb, __m512 sw, const float *dt, con
         _tile_dpbsud(CA, AMX_A0, AMX_B0);                                   \
         _tile_dpbsud(CB, AMX_A1, AMX_B1);                                   \
     } while (0)
-/* Tiles CA and CB (blocks b, b + 1) to memory and into the accumulators, block b first. */
-#define AMX_DRAIN(b, CA, CB)                                                                                       \
-    do {                                                                                                           \
-        _tile_stored(CA, cb[0], 64);                                                                               \
-        _tile_stored(CB, cb[1], 64);                                                                               \
-        amx_block_post(cb[0], _mm512_cvtph_ps(load32(S + 16 * (b))), dt + 16 * (b), st + 16 * (b), acc);           \
-        amx_block_post(cb[1], _mm512_cvtph_ps(load32(S + 16 * ((b) + 1))), dt + 16 * ((b) + 1), st + 16 * ((b) + 1), acc); \
+/* Tiles CA and CB (blocks b, b + 1) to memory and through POST(cb, block), block b first. */
+#define AMX_DRAIN(b, CA, CB, POST)      \
+    do {                                \
+        _tile_stored(CA, cb[0], 64);    \
+        _tile_stored(CB, cb[1], 64);    \
+        POST(cb[0], (b));               \
+        POST(cb[1], (b) + 1);           \
+    } while (0)
+/* Blocks 0..nblk−1 (nblk even) through POST in order, software-pipelined by a pair: a pair's dots
+ * are issued into one pair of C tiles while the pair before is stored from the other and summed
+ * (a tile stored right after its dot waits for it: 21 -> 16.5 ns a block in cache on this Xeon).
+ * Needs cb[2][256], 64-aligned. */
+#define AMX_PIPELINE(nblk, POST)                                  \
+    do {                                                          \
+        const int64_t pairs_ = (nblk) / 2;                        \
+        int64_t p_ = 1;                                           \
+        if (pairs_ > 0)                                           \
+            AMX_PAIR(0, AMX_C0, AMX_C1);                          \
+        for (; p_ + 2 <= pairs_; p_ += 2) {                       \
+            AMX_PAIR(2 * p_, AMX_C2, AMX_C3);                     \
+            AMX_DRAIN(2 * p_ - 2, AMX_C0, AMX_C1, POST);          \
+            AMX_PAIR(2 * p_ + 2, AMX_C0, AMX_C1);                 \
+            AMX_DRAIN(2 * p_, AMX_C2, AMX_C3, POST);              \
+        }                                                         \
+        if (p_ < pairs_) {                                        \
+            AMX_PAIR(2 * p_, AMX_C2, AMX_C3);                     \
+            AMX_DRAIN(2 * p_ - 2, AMX_C0, AMX_C1, POST);          \
+            AMX_DRAIN(2 * p_, AMX_C2, AMX_C3, POST);              \
+        } else if (pairs_ > 0) {                                  \
+            AMX_DRAIN(2 * p_ - 2, AMX_C0, AMX_C1, POST);          \
+        }                                                         \
     } while (0)
 
 /* 16 rows (tile-ready values: 512 u8 bytes a block at Qv; f16 scales S[b·16 + i]) × one token tile
  * (xt: its nb blocks of 16 × 32 s8, dt/st: 16 scales and bias terms a block) over all nb blocks:
- * y[t·ys + i]. Software-pipelined by a pair of blocks: a pair's dots are issued into one pair of C
- * tiles while the pair before is stored from the other and summed (a tile stored right after its
- * dot waits for it: 21 -> 16.5 ns a block in cache on this Xeon). */
+ * y[t·ys + i]. */
 KT_INLINE void amx_x16_tile(const uint8_t *Qv, const uint16_t *S, int64_t nb, const uint8_t *xt, const float *dt,
                             const int32_t *st, float *y, int64_t ys)
 {
@@ -96,23 +119,8 @@ KT_INLINE void amx_x16_tile(const uint8_t *Qv, const uint16_t *S, int64_t nb, co
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++)
         acc[t] = _mm512_setzero_ps();
-    const int64_t pairs = nb / 2;
-    int64_t p = 1;
-    if (pairs > 0)
-        AMX_PAIR(0, AMX_C0, AMX_C1);
-    for (; p + 2 <= pairs; p += 2) {
-        AMX_PAIR(2 * p, AMX_C2, AMX_C3);
-        AMX_DRAIN(2 * p - 2, AMX_C0, AMX_C1);
-        AMX_PAIR(2 * p + 2, AMX_C0, AMX_C1);
-        AMX_DRAIN(2 * p, AMX_C2, AMX_C3);
-    }
-    if (p < pairs) { /* one pair left to issue: pair p into C2/C3 */
-        AMX_PAIR(2 * p, AMX_C2, AMX_C3);
-        AMX_DRAIN(2 * p - 2, AMX_C0, AMX_C1);
-        AMX_DRAIN(2 * p, AMX_C2, AMX_C3);
-    } else if (pairs > 0) {
-        AMX_DRAIN(2 * p - 2, AMX_C0, AMX_C1);
-    }
+#define X16_POST(c, b) amx_block_post((c), _mm512_cvtph_ps(load32(S + 16 * (b))), dt + 16 * (b), st + 16 * (b), acc)
+    AMX_PIPELINE(nb - nb % 2, X16_POST);
     if (nb % 2) { /* the last block alone */
         const int64_t b = nb - 1;
         _tile_loadd(AMX_A0, xt + (size_t)b * 512, 32);
@@ -120,14 +128,117 @@ KT_INLINE void amx_x16_tile(const uint8_t *Qv, const uint16_t *S, int64_t nb, co
         _tile_zero(AMX_C0);
         _tile_dpbsud(AMX_C0, AMX_A0, AMX_B0);
         _tile_stored(AMX_C0, cb[0], 64);
-        amx_block_post(cb[0], _mm512_cvtph_ps(load32(S + 16 * b)), dt + 16 * b, st + 16 * b, acc);
+        X16_POST(cb[0], b);
     }
+#undef X16_POST
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++)
         _mm512_storeu_ps(y + t * ys, acc[t]);
 }
-#undef AMX_PAIR
-#undef AMX_DRAIN
+
+/* ---- Q4_K (x16k) ----
+ * A super-block's eight 32-value sub-blocks are eight tile blocks (index 8b + s): the same tiles,
+ * then x16k_micro's steps: Σ_s dot_s·sc_s and Σ_s m_s·bsum_s exactly in i32 (any order gives the
+ * same integers), then its two float steps per super-block. */
+
+/* An x16k group's values (Q, nsb super-blocks) as 512 u8 bytes a sub-block: sub-block 2j of chunk j
+ * is its low nibbles, 2j + 1 its high ones, as x16k_micro's wv[] hold them. */
+KT_INLINE void amx_unpack_q4k(const uint8_t *Q, int64_t nsb, uint8_t *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nsb; b++)
+        for (int j = 0; j < 4; j++) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *q = Q + (size_t)b * X16K_Q + 512 * (size_t)j + 64 * (size_t)k;
+                _mm_prefetch((const char *)(q + X16_PF), X16_PF_HINT);
+                const __m512i v = load64(q);
+                _mm512_store_si512(out + ((size_t)b * 8 + 2 * (size_t)j) * 512 + 64 * (size_t)k, _mm512_and_si512(v, m4));
+                _mm512_store_si512(out + ((size_t)b * 8 + 2 * (size_t)j + 1) * 512 + 64 * (size_t)k,
+                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+        }
+}
+
+/* The whole token tiles' q8_K activations in tile order: tile T, sub-block s of super-block b at
+ * xt + ((T·nsb + b)·8 + s)·512 (token j's 32 s8 at + 32j); dt[(T·nsb + b)·16 + j] = d, and
+ * mp[((T·nsb + b)·4 + p)·16 + j] = the i16 pair (bs_2p, bs_2p+1), bs_s = bsums[2s] + bsums[2s + 1]. */
+KT_INLINE void amx_act_tiles_q8k(const uint8_t *xq, size_t xrb, int64_t tiles, int64_t nsb, uint8_t *xt, float *dt,
+                                 int32_t *mp)
+{
+    for (int64_t T = 0; T < tiles; T++)
+        for (int64_t b = 0; b < nsb; b++) {
+            const size_t o = (size_t)(T * nsb + b);
+            for (int s = 0; s < 8; s++)
+#pragma GCC unroll 16
+                for (int j = 0; j < AMX_TOK; j++) {
+                    const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
+                    _mm256_store_si256((__m256i *)(xt + (o * 8 + (size_t)s) * 512 + 32 * (size_t)j), load32(xb->qs + 32 * s));
+                }
+            for (int j = 0; j < AMX_TOK; j++) {
+                const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
+                dt[o * 16 + (size_t)j] = xb->d;
+                for (int p = 0; p < 4; p++) {
+                    const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
+                    mp[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
+                }
+            }
+        }
+}
+
+/* A super-block's end (x16k_micro's): acc[t] += ai[t]·(d·da) − mi[t]·(dmin·da), mi = Σ_s m_s·bs_s
+ * (vpdpwssd over the i16 pairs: the same integer as its per-sub-block products); ai reset. */
+KT_INLINE void amx_q4k_super(const uint8_t *mb, const float *dt, const int32_t *mp, __m512i *ai, float *acc)
+{
+    __m512i mpair[4];
+    for (int p = 0; p < 4; p++) {
+        const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p)));
+        const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p + 16)));
+        mpair[p] = _mm512_or_si512(a, _mm512_slli_epi32(c, 16));
+    }
+    const __m512 d = _mm512_cvtph_ps(load32(mb + 256)), dmin = _mm512_cvtph_ps(load32(mb + 288));
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++) {
+        __m512i mi = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++)
+            mi = _mm512_dpwssd_epi32(mi, mpair[p], _mm512_set1_epi32(mp[p * 16 + t]));
+        const __m512 da = _mm512_set1_ps(dt[t]);
+        __m512 a = _mm512_load_ps(acc + 16 * t);
+        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, da), a);
+        a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, da), a);
+        _mm512_store_ps(acc + 16 * t, a);
+        ai[t] = _mm512_setzero_si512();
+    }
+}
+
+/* 16 rows of a Q4_K group (tile-ready values at Qv, x16k scales at meta) × one token tile: y[t·ys + i]. */
+KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
+                            const int32_t *mp, float *y, int64_t ys)
+{
+    _Alignas(64) float acc[AMX_TOK * 16];
+    _Alignas(64) int32_t cb[2][AMX_TOK * 16];
+    __m512i ai[AMX_TOK];
+    memset(acc, 0, sizeof acc);
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++)
+        ai[t] = _mm512_setzero_si512();
+    /* sub-block s of super-block b: ai += dot · sc; after the eighth, the super-block's float steps */
+#define Q4K_POST(c, blk)                                                                                           \
+    do {                                                                                                           \
+        const int64_t b_ = (blk) / 8, s_ = (blk) % 8;                                                              \
+        const uint8_t *mb_ = meta + (size_t)b_ * X16K_META;                                                        \
+        const __m512i sc_ = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 16 * s_)));               \
+        _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++)                                                 \
+            ai[t] = _mm512_add_epi32(ai[t], _mm512_mullo_epi32(_mm512_load_si512((c) + 16 * t), sc_));            \
+        if (s_ == 7)                                                                                               \
+            amx_q4k_super(mb_, dt + b_ * 16, mp + b_ * 64, ai, acc);                                               \
+    } while (0)
+    AMX_PIPELINE(nsb * 8, Q4K_POST);
+#undef Q4K_POST
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++)
+        _mm512_storeu_ps(y + t * ys, _mm512_load_ps(acc + 16 * t));
+}
 
 /* The values of an x16 group of a 4-bit kind (256 bytes a block at Q) as 512 u8 bytes a block, the
  * x16 Q8_0 layout's shape: row k < 4 of a block holds the low nibbles of word k (values 4k..4k+3),
@@ -223,6 +334,45 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
             for (int64_t g = 0; g < ng; g++)
                 amx_x16_tile(Qv[g], S[g], nb, xt + (size_t)(T * nb) * 512, dt + T * nb * 16, st + T * nb * 16,
                              y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows);
+    }
+    return tiles * AMX_TOK;
+}
+
+/* Rows [r0, r1) of a Q4_K matrix (src: its packed x16k copy, or NULL: read in place, each group packed
+ * into grp first) × the whole token tiles of n, as amx_x16_rows does for the 32-value kinds; returns
+ * the tokens done. */
+KT_INLINE int64_t amx_q4k_rows(const cdx_mat *w, const uint8_t *src, int64_t r0, int64_t r1, const uint8_t *xq,
+                               size_t xrb, int64_t n, float *y, uint8_t *grp, uint8_t *scratch)
+{
+    const int64_t tiles = n / AMX_TOK, nsb = w->cols / 256;
+    if (tiles == 0)
+        return 0;
+    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META), ready = (size_t)nsb * (8 * 512 + X16K_META);
+    uint8_t *blockbuf = scratch;
+    const int64_t rb_groups = AMX_RB_BYTES / ready > 0 ? (int64_t)(AMX_RB_BYTES / ready) : 1;
+    uint8_t *xt = (uint8_t *)(((uintptr_t)(blockbuf + (AMX_RB_BYTES > ready ? AMX_RB_BYTES : ready)) + 63) & ~(uintptr_t)63);
+    float *dt = (float *)(xt + (size_t)(tiles * AMX_TOK) * (size_t)w->cols);
+    int32_t *mp = (int32_t *)(((uintptr_t)(dt + (size_t)(tiles * nsb * 16)) + 63) & ~(uintptr_t)63);
+    amx_act_tiles_q8k(xq, xrb, tiles, nsb, xt, dt, mp);
+    amx_config();
+    for (int64_t rb = r0; rb < r1; rb += 16 * rb_groups) {
+        const int64_t ng = (r1 - rb) / 16 < rb_groups ? (r1 - rb) / 16 : rb_groups;
+        for (int64_t g = 0; g < ng; g++) { /* each group's values, then its scales, tile-ready */
+            uint8_t *buf = blockbuf + (size_t)g * ready;
+            const uint8_t *Q = grp;
+            if (src)
+                Q = src + (size_t)((rb - r0) / 16 + g) * gbytes;
+            else
+                pack_q4k_group(w, rb / 16 + g, grp, g + 1 < ng);
+            memcpy(buf + (size_t)nsb * 4096, Q + (size_t)nsb * X16K_Q, (size_t)nsb * X16K_META);
+            amx_unpack_q4k(Q, nsb, buf);
+        }
+        for (int64_t T = 0; T < tiles; T++)
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *buf = blockbuf + (size_t)g * ready;
+                amx_q4k_tile(buf, buf + (size_t)nsb * 4096, nsb, xt + (size_t)(T * nsb) * 4096, dt + T * nsb * 16,
+                             mp + T * nsb * 64, y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows);
+            }
     }
     return tiles * AMX_TOK;
 }

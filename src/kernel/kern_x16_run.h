@@ -135,7 +135,14 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
                 x16q6_micro_g(Q, Q + (size_t)nsb * qbytes, gbytes, X16SB_DECODE_G, nsb, xq, xrb, 1, y + r, w->rows);
         }
 #endif
-    for (; r < r1; r += 16) {
+    int64_t t0 = 0; /* the tokens done by the set's tiles (Q4_K on the amx set), the rest by its micro kernels */
+#ifdef X16_AMX
+    if (kind == W_Q4_K && n >= AMX_TOK) {
+        uint8_t *amx_scratch = (uint8_t *)(((uintptr_t)scratch + 18 * (size_t)w->cols + 2 * 64) & ~(uintptr_t)63);
+        t0 = amx_q4k_rows(w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
+    }
+#endif
+    for (; r < r1 && t0 < n; r += 16) {
         const uint8_t *Q = grp;
         if (own)
             Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
@@ -144,7 +151,7 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
         else
             pack_q6k_group(w, r / 16, grp, r + 16 < r1);
         const uint8_t *meta = Q + (size_t)nsb * qbytes;
-        for (int64_t t = 0; t < n; t += X16_TOK) {
+        for (int64_t t = t0; t < n; t += X16_TOK) {
             const int tt = n - t < X16_TOK ? (int)(n - t) : X16_TOK;
             const uint8_t *x = (const uint8_t *)xq + (size_t)t * xrb;
             switch (tt) {
