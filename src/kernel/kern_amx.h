@@ -8,10 +8,13 @@
  * x16_micro's. So a row computed here in a tile of 16 tokens has the bits it has in decode (n = 1,
  * x16_micro) and on the AVX-512 set, and batch invariance holds across the two.
  *
- * Tiles (palette 1): A0/A1 = 16 tokens × one block of activations (32 s8, the q8_0 block's qs at
- * its row stride), B0/B1 = one block of 16 weight rows as the x16 layout stores it (8 rows of 64
- * bytes: word k of row i at 64k + 4i, u8), C0-C3 = 16 tokens × 16 rows of i32, two pairs of blocks
- * in flight (amx_x16_tile). */
+ * Q4_K (x16k) takes the same tiles per 32-value sub-block, then x16k_micro's integer sums (scales,
+ * mins) and float steps.
+ *
+ * Tiles (palette 1): A0/A1 = 16 tokens × one block of activations (32 s8 each, repacked once per
+ * call in tile order: amx_act_tiles), B0/B1 = one block of 16 weight rows as the x16 layout
+ * stores Q8_0 (8 rows of 64 bytes: word k of row i at 64k + 4i, u8; the 4-bit kinds unpacked to
+ * that shape), C0-C3 = 16 tokens × 16 rows of i32, two pairs of blocks in flight (AMX_PIPELINE). */
 
 #define AMX_TOK 16 /* tokens a tile call (a tile's rows) */
 /* tile numbers: literals, as gcc's _tile_* macros paste them into the instruction text */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Matrices read in place at first: Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (the AVX2 and AVX-512 sets)
+# Matrices read in place at first: Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (the AVX2, AVX-512 and AMX sets)
 # before their packed layout is made, F16 (and BF16, F32) before their copy onto 2 MiB pages is (when the file's pages are not
 # mapped that way; this small file's are not). A background thread packs or copies them, and each
 # forward pass installs what is ready. The output must not depend on
@@ -8,7 +8,7 @@
 # logits, compared as the 17-digit numbers run --json prints (the float bits). The expected
 # values are caldrix's own packed run; what this checks is that nothing else changes them
 # (test_kernels holds the kernels to the scalar dot).
-# isa-neutral: it runs the avx2 and avx512 sets itself (run --isa), whatever CALDRIX_ISA says
+# isa-neutral: it runs the avx2, avx512 and amx sets itself (run --isa), whatever CALDRIX_ISA says
 set -u
 cd "$(dirname "$0")/../.."
 CALDRIX=${CALDRIX:-build/caldrix}
@@ -51,6 +51,12 @@ if CALDRIX_ISA=avx512 "$CALDRIX" version >/dev/null 2>&1; then
 else
     echo "  skip: the avx512 set (this CPU lacks AVX-512); the avx2 set only"
 fi
+# amx: the avx512 set with tiles for batches of 16 tokens and more; its outputs must be avx512's
+if CALDRIX_ISA=amx "$CALDRIX" version >/dev/null 2>&1; then
+    isas="$isas amx"
+else
+    echo "  skip: the amx set (this CPU lacks AMX, or the OS does not grant it)"
+fi
 # Q4_K_M: Q4_K matrices and Q6_K ones (attn_v, ffn_down, the head)
 for type in Q8_0 Q4_0 IQ4_NL Q4_K_M Q6_K F16; do
     rm -f "$tmp/m.gguf"
@@ -66,7 +72,13 @@ for type in Q8_0 Q4_0 IQ4_NL Q4_K_M Q6_K F16; do
         for case in greedy long sampled; do
             check "$isa $type $case: read in place for good = packed at load (tokens and top-5 logits)" "same $case-0 $case-1"
             check "$isa $type $case: in place, then packed in the background = packed at load" "same $case-0 $case-bg"
+            cp "$tmp/$case-0.json" "$tmp/$isa-$case.json"
         done
+        if [ "$isa" = amx ]; then # a 40-token prompt: two tiles of 16 by tdpbsud, 8 tokens by the AVX-512 kernels
+            for case in long sampled; do
+                check "amx $type $case: the avx512 set's tokens and top-5 logits" "same avx512-$case amx-$case"
+            done
+        fi
     done
 done
 
