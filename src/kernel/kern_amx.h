@@ -65,10 +65,23 @@ KT_INLINE void amx_block_post(const int32_t *cb, __m512 sw, const float *dt, con
     }
 }
 
+/* The weights two blocks ahead of where a first token tile reads them from memory (a Q8_0 group
+ * read straight from its packed copy), into L1 and, farther, into L2: x16_micro's two distances.
+ * Without it the tiles waited on DRAM, and 16 tokens ran slower than the VNNI kernel. */
+KT_INLINE void amx_prefetch_pair(const uint8_t *q)
+{
+    for (size_t o = 0; o < 1024; o += 64) {
+        _mm_prefetch((const char *)(q + X16_PF + o), X16_PF_HINT);
+        _mm_prefetch((const char *)(q + X16_PF2 + o), _MM_HINT_T1);
+    }
+}
+
 /* Blocks b and b + 1 (tile-ready values at Qv, activations at xt) into tiles CA and CB: their
- * integer dots, 16 tokens × 16 rows each. */
+ * integer dots, 16 tokens × 16 rows each; pf: prefetch the weights ahead. */
 #define AMX_PAIR(b, CA, CB)                                                 \
     do {                                                                    \
+        if (pf)                                                             \
+            amx_prefetch_pair(Qv + (size_t)(b) * 512);                      \
         _tile_loadd(AMX_A0, xt + (size_t)(b) * 512, 32);                    \
         _tile_loadd(AMX_B0, Qv + (size_t)(b) * 512, 64);                    \
         _tile_loadd(AMX_A1, xt + (size_t)(b) * 512 + 512, 32);              \
@@ -115,7 +128,7 @@ KT_INLINE void amx_block_post(const int32_t *cb, __m512 sw, const float *dt, con
  * (xt: its nb blocks of 16 × 32 s8, dt/st: 16 scales and bias terms a block) over all nb blocks:
  * y[t·ys + i]. */
 KT_INLINE void amx_x16_tile(const uint8_t *Qv, const uint16_t *S, int64_t nb, const uint8_t *xt, const float *dt,
-                            const int32_t *st, float *y, int64_t ys)
+                            const int32_t *st, float *y, int64_t ys, const bool pf)
 {
     __m512 acc[AMX_TOK];
     _Alignas(64) int32_t cb[2][AMX_TOK * 16];
@@ -218,6 +231,7 @@ KT_INLINE void amx_q4k_super(const uint8_t *mb, const float *dt, const int32_t *
 KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
                             const int32_t *mp, float *y, int64_t ys)
 {
+    const bool pf = false; /* its values were unpacked into cache just before */
     _Alignas(64) float acc[AMX_TOK * 16];
     _Alignas(64) int32_t cb[2][AMX_TOK * 16];
     __m512i ai[AMX_TOK];
@@ -299,7 +313,10 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
                                uint8_t *scratch)
 {
     const int64_t tiles = n / AMX_TOK;
-    if (tiles == 0)
+    /* the 4-bit kinds unpack each group once per call: below two tiles that costs more than the
+     * tiles save (bench-kernels -t 2, Q4_0 2048 x 2048, 16 tokens: 491 GFLOP/s with tiles, 545
+     * without; 32 tokens: 653 and 607) */
+    if (tiles == 0 || (kind != W_Q8_0 && tiles < 2))
         return 0;
     const size_t qb = x16_qbytes(kind), gbytes = (size_t)nb * (qb + 32);
     const size_t ready = ((size_t)nb * 544 + 63) & ~(size_t)63; /* 512 + 32 a block, 64-aligned */
@@ -336,7 +353,7 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
         for (int64_t T = 0; T < tiles; T++)
             for (int64_t g = 0; g < ng; g++)
                 amx_x16_tile(Qv[g], S[g], nb, xt + (size_t)(T * nb) * 512, dt + T * nb * 16, st + T * nb * 16,
-                             y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows);
+                             y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows, T == 0 && kind == W_Q8_0 && src);
     }
     return tiles * AMX_TOK;
 }
@@ -348,7 +365,9 @@ KT_INLINE int64_t amx_q4k_rows(const cdx_mat *w, const uint8_t *src, int64_t r0,
                                size_t xrb, int64_t n, float *y, uint8_t *grp, uint8_t *scratch)
 {
     const int64_t tiles = n / AMX_TOK, nsb = w->cols / 256;
-    if (tiles == 0)
+    /* below two tiles the group's unpacking costs what the tiles save (amx_x16_rows): 16 streams of
+     * Llama-1B Q4_K_M decoding, caldrix bench --parallel 16, ran 1-3 % slower with tiles */
+    if (tiles < 2)
         return 0;
     const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META), ready = (size_t)nsb * (8 * 512 + X16K_META);
     uint8_t *blockbuf = scratch;
