@@ -177,10 +177,11 @@ KT_INLINE void amx_unpack_q4k(const uint8_t *Q, int64_t nsb, uint8_t *out)
 }
 
 /* The whole token tiles' q8_K activations in tile order: tile T, sub-block s of super-block b at
- * xt + ((T·nsb + b)·8 + s)·512 (token j's 32 s8 at + 32j); dt[(T·nsb + b)·16 + j] = d, and
- * mp[((T·nsb + b)·4 + p)·16 + j] = the i16 pair (bs_2p, bs_2p+1), bs_s = bsums[2s] + bsums[2s + 1]. */
-KT_INLINE void amx_act_tiles_q8k(const uint8_t *xq, size_t xrb, int64_t tiles, int64_t nsb, uint8_t *xt, float *dt,
-                                 int32_t *mp)
+ * xt + ((T·nsb + b)·8 + s)·512 (token j's 32 s8 at + 32j), and dt[(T·nsb + b)·16 + j] = d. Q4_K:
+ * ex[((T·nsb + b)·4 + p)·16 + j] = the i16 pair (bs_2p, bs_2p+1), bs_s = bsums[2s] + bsums[2s + 1];
+ * Q6_K: ex[((T·nsb + b)·16 + h)·16 + j] = −32·bsums[h], the bias of 16 values. */
+KT_INLINE void amx_act_tiles_q8k(int kind, const uint8_t *xq, size_t xrb, int64_t tiles, int64_t nsb, uint8_t *xt,
+                                 float *dt, int32_t *ex)
 {
     for (int64_t T = 0; T < tiles; T++)
         for (int64_t b = 0; b < nsb; b++) {
@@ -194,10 +195,14 @@ KT_INLINE void amx_act_tiles_q8k(const uint8_t *xq, size_t xrb, int64_t tiles, i
             for (int j = 0; j < AMX_TOK; j++) {
                 const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
                 dt[o * 16 + (size_t)j] = xb->d;
-                for (int p = 0; p < 4; p++) {
-                    const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
-                    mp[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
-                }
+                if (kind == W_Q4_K)
+                    for (int p = 0; p < 4; p++) {
+                        const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
+                        ex[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
+                    }
+                else
+                    for (int h = 0; h < 16; h++)
+                        ex[(o * 16 + (size_t)h) * 16 + (size_t)j] = -32 * xb->bsums[h];
             }
         }
 }
@@ -358,25 +363,150 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
     return tiles * AMX_TOK;
 }
 
-/* Rows [r0, r1) of a Q4_K matrix (src: its packed x16k copy, or NULL: read in place, each group packed
- * into grp first) × the whole token tiles of n, as amx_x16_rows does for the 32-value kinds; returns
- * the tokens done. */
-KT_INLINE int64_t amx_q4k_rows(const cdx_mat *w, const uint8_t *src, int64_t r0, int64_t r1, const uint8_t *xq,
-                               size_t xrb, int64_t n, float *y, uint8_t *grp, uint8_t *scratch)
+/* ---- Q6_K (x16q6) ----
+ * Each 32-value sub-block is two dots of 16 values (their own int8 scales and −32·Σa biases), so
+ * the tiles are half as deep: A = 16 tokens × 16 s8 (the same repacked activations, read 16 bytes
+ * of every 32), B = 4 rows of 64 (one half of the unpacked sub-block), one C tile a half. Then
+ * x16q6_micro's integers (ai += (lo − 32·bs)·sca + (hi − 32·bs)·scb) and its float step. */
+
+KT_INLINE void amx_config_q6k(void)
+{
+    amx_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[AMX_A0] = c.rows[AMX_A1] = AMX_TOK;
+    c.colsb[AMX_A0] = c.colsb[AMX_A1] = 16;
+    c.rows[AMX_B0] = c.rows[AMX_B1] = 4;
+    c.colsb[AMX_B0] = c.colsb[AMX_B1] = 64;
+    c.rows[AMX_C0] = c.rows[AMX_C1] = c.rows[AMX_C2] = c.rows[AMX_C3] = AMX_TOK;
+    c.colsb[AMX_C0] = c.colsb[AMX_C1] = c.colsb[AMX_C2] = c.colsb[AMX_C3] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* An x16q6 group's values (Q, nsb super-blocks) as 512 u8 bytes a sub-block: the 6-bit values of
+ * x16q6_micro's wv[0..7] (rows 0-3: values 0-15, rows 4-7: values 16-31). */
+KT_INLINE void amx_unpack_q6k(const uint8_t *Q, int64_t nsb, uint8_t *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < nsb; b++)
+        for (int sb = 0; sb < 8; sb++) {
+            const uint8_t *lo = Q + (size_t)b * X16Q6_Q + 384 * (size_t)sb, *hi = lo + 256;
+            for (size_t o = 0; o < 384; o += 64)
+                _mm_prefetch((const char *)(lo + X16_PF + o), X16_PF_HINT);
+            __m512i wv[8];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = load64(lo + 64 * k);
+                wv[k] = _mm512_and_si512(v, m4);
+                wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m512i v = load64(hi + 64 * h);
+                wv[4 * h + 0] = _mm512_or_si512(wv[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(v, 4), m30));
+                wv[4 * h + 1] = _mm512_or_si512(wv[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(v, 2), m30));
+                wv[4 * h + 2] = _mm512_or_si512(wv[4 * h + 2], _mm512_and_si512(v, m30));
+                wv[4 * h + 3] = _mm512_or_si512(wv[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(v, 2), m30));
+            }
+            uint8_t *d = out + ((size_t)b * 8 + (size_t)sb) * 512;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                _mm512_store_si512(d + 64 * k, wv[k]);
+        }
+}
+
+/* 16 rows of a Q6_K group (tile-ready values at Qv, x16q6 scales at meta) × one token tile (xt, dt,
+ * bq: the biases −32·bsums) : y[t·ys + i]. Pipelined as AMX_PIPELINE, a stage being one sub-block's
+ * two halves. */
+KT_INLINE void amx_q6k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
+                            const int32_t *bq, float *y, int64_t ys)
+{
+    _Alignas(64) float acc[AMX_TOK * 16];
+    _Alignas(64) int32_t cb[2][AMX_TOK * 16];
+    __m512i ai[AMX_TOK];
+    memset(acc, 0, sizeof acc);
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++)
+        ai[t] = _mm512_setzero_si512();
+#define Q6_HALVES(s, CA, CB)                                              \
+    do {                                                                  \
+        _tile_loadd(AMX_A0, xt + (size_t)(s) * 512, 32);                  \
+        _tile_loadd(AMX_B0, Qv + (size_t)(s) * 512, 64);                  \
+        _tile_loadd(AMX_A1, xt + (size_t)(s) * 512 + 16, 32);             \
+        _tile_loadd(AMX_B1, Qv + (size_t)(s) * 512 + 256, 64);            \
+        _tile_zero(CA);                                                   \
+        _tile_zero(CB);                                                   \
+        _tile_dpbsud(CA, AMX_A0, AMX_B0);                                 \
+        _tile_dpbsud(CB, AMX_A1, AMX_B1);                                 \
+    } while (0)
+#define Q6_DRAIN(s, CA, CB)                                                                                        \
+    do {                                                                                                           \
+        _tile_stored(CA, cb[0], 64);                                                                               \
+        _tile_stored(CB, cb[1], 64);                                                                               \
+        const int64_t b_ = (s) / 8, j_ = (s) % 8;                                                                  \
+        const uint8_t *mb_ = meta + (size_t)b_ * X16Q6_META;                                                       \
+        const __m512i sca_ = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 32 * j_)));             \
+        const __m512i scb_ = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 32 * j_ + 16)));        \
+        const int32_t *bl_ = bq + (size_t)(s) * 32, *bh_ = bl_ + 16;                                               \
+        _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                               \
+            const __m512i lo_ = _mm512_add_epi32(_mm512_load_si512(cb[0] + 16 * t), _mm512_set1_epi32(bl_[t]));   \
+            const __m512i hi_ = _mm512_add_epi32(_mm512_load_si512(cb[1] + 16 * t), _mm512_set1_epi32(bh_[t]));   \
+            ai[t] = _mm512_add_epi32(ai[t], _mm512_add_epi32(_mm512_mullo_epi32(lo_, sca_), _mm512_mullo_epi32(hi_, scb_))); \
+        }                                                                                                          \
+        if (j_ == 7) {                                                                                             \
+            const __m512 d_ = _mm512_cvtph_ps(load32(mb_ + 256));                                                  \
+            _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                           \
+                _mm512_store_ps(acc + 16 * t, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]),                           \
+                                                               _mm512_mul_ps(d_, _mm512_set1_ps(dt[b_ * 16 + t])), \
+                                                               _mm512_load_ps(acc + 16 * t)));                     \
+                ai[t] = _mm512_setzero_si512();                                                                    \
+            }                                                                                                      \
+        }                                                                                                          \
+    } while (0)
+    const int64_t nblk = nsb * 8; /* even */
+    int64_t s = 1;
+    Q6_HALVES(0, AMX_C0, AMX_C1);
+    for (; s + 2 <= nblk; s += 2) {
+        Q6_HALVES(s, AMX_C2, AMX_C3);
+        Q6_DRAIN(s - 1, AMX_C0, AMX_C1);
+        Q6_HALVES(s + 1, AMX_C0, AMX_C1);
+        Q6_DRAIN(s, AMX_C2, AMX_C3);
+    }
+    Q6_HALVES(s, AMX_C2, AMX_C3); /* s = nblk − 1 */
+    Q6_DRAIN(s - 1, AMX_C0, AMX_C1);
+    Q6_DRAIN(s, AMX_C2, AMX_C3);
+#undef Q6_HALVES
+#undef Q6_DRAIN
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++)
+        _mm512_storeu_ps(y + t * ys, _mm512_load_ps(acc + 16 * t));
+}
+
+/* Rows [r0, r1) of a Q4_K or Q6_K matrix (src: its packed copy, or NULL: read in place, each group
+ * packed into grp first) × the whole token tiles of n, as amx_x16_rows does for the 32-value kinds;
+ * returns the tokens done. */
+KT_INLINE int64_t amx_sb_rows(int kind, const cdx_mat *w, const uint8_t *src, int64_t r0, int64_t r1,
+                              const uint8_t *xq, size_t xrb, int64_t n, float *y, uint8_t *grp, uint8_t *scratch)
 {
     const int64_t tiles = n / AMX_TOK, nsb = w->cols / 256;
     /* below two tiles the group's unpacking costs what the tiles save (amx_x16_rows): 16 streams of
      * Llama-1B Q4_K_M decoding, caldrix bench --parallel 16, ran 1-3 % slower with tiles */
     if (tiles < 2)
         return 0;
-    const size_t gbytes = (size_t)nsb * (X16K_Q + X16K_META), ready = (size_t)nsb * (8 * 512 + X16K_META);
+    const size_t qbytes = kind == W_Q4_K ? X16K_Q : X16Q6_Q, mbytes = kind == W_Q4_K ? X16K_META : X16Q6_META;
+    const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
+    const size_t ready = ((size_t)nsb * (8 * 512 + mbytes) + 63) & ~(size_t)63;
     uint8_t *blockbuf = scratch;
     const int64_t rb_groups = AMX_RB_BYTES / ready > 0 ? (int64_t)(AMX_RB_BYTES / ready) : 1;
     uint8_t *xt = (uint8_t *)(((uintptr_t)(blockbuf + (AMX_RB_BYTES > ready ? AMX_RB_BYTES : ready)) + 63) & ~(uintptr_t)63);
     float *dt = (float *)(xt + (size_t)(tiles * AMX_TOK) * (size_t)w->cols);
-    int32_t *mp = (int32_t *)(((uintptr_t)(dt + (size_t)(tiles * nsb * 16)) + 63) & ~(uintptr_t)63);
-    amx_act_tiles_q8k(xq, xrb, tiles, nsb, xt, dt, mp);
-    amx_config();
+    int32_t *ex = (int32_t *)(((uintptr_t)(dt + (size_t)(tiles * nsb * 16)) + 63) & ~(uintptr_t)63);
+    const size_t ex_tile = (size_t)nsb * (kind == W_Q4_K ? 64 : 256); /* int32s a token tile */
+    amx_act_tiles_q8k(kind, xq, xrb, tiles, nsb, xt, dt, ex);
+    if (kind == W_Q4_K)
+        amx_config();
+    else
+        amx_config_q6k();
     for (int64_t rb = r0; rb < r1; rb += 16 * rb_groups) {
         const int64_t ng = (r1 - rb) / 16 < rb_groups ? (r1 - rb) / 16 : rb_groups;
         for (int64_t g = 0; g < ng; g++) { /* each group's values, then its scales, tile-ready */
@@ -384,16 +514,27 @@ KT_INLINE int64_t amx_q4k_rows(const cdx_mat *w, const uint8_t *src, int64_t r0,
             const uint8_t *Q = grp;
             if (src)
                 Q = src + (size_t)((rb - r0) / 16 + g) * gbytes;
-            else
+            else if (kind == W_Q4_K)
                 pack_q4k_group(w, rb / 16 + g, grp, g + 1 < ng);
-            memcpy(buf + (size_t)nsb * 4096, Q + (size_t)nsb * X16K_Q, (size_t)nsb * X16K_META);
-            amx_unpack_q4k(Q, nsb, buf);
+            else
+                pack_q6k_group(w, rb / 16 + g, grp, g + 1 < ng);
+            memcpy(buf + (size_t)nsb * 4096, Q + (size_t)nsb * qbytes, (size_t)nsb * mbytes);
+            if (kind == W_Q4_K)
+                amx_unpack_q4k(Q, nsb, buf);
+            else
+                amx_unpack_q6k(Q, nsb, buf);
         }
         for (int64_t T = 0; T < tiles; T++)
             for (int64_t g = 0; g < ng; g++) {
                 const uint8_t *buf = blockbuf + (size_t)g * ready;
-                amx_q4k_tile(buf, buf + (size_t)nsb * 4096, nsb, xt + (size_t)(T * nsb) * 4096, dt + T * nsb * 16,
-                             mp + T * nsb * 64, y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows);
+                const uint8_t *xtT = xt + (size_t)(T * nsb) * 4096;
+                float *yT = y + T * AMX_TOK * w->rows + rb + 16 * g;
+                if (kind == W_Q4_K)
+                    amx_q4k_tile(buf, buf + (size_t)nsb * 4096, nsb, xtT, dt + T * nsb * 16, ex + (size_t)T * ex_tile, yT,
+                                 w->rows);
+                else
+                    amx_q6k_tile(buf, buf + (size_t)nsb * 4096, nsb, xtT, dt + T * nsb * 16, ex + (size_t)T * ex_tile, yT,
+                                 w->rows);
             }
     }
     return tiles * AMX_TOK;

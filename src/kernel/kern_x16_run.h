@@ -135,11 +135,11 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
                 x16q6_micro_g(Q, Q + (size_t)nsb * qbytes, gbytes, X16SB_DECODE_G, nsb, xq, xrb, 1, y + r, w->rows);
         }
 #endif
-    int64_t t0 = 0; /* the tokens done by the set's tiles (Q4_K on the amx set), the rest by its micro kernels */
+    int64_t t0 = 0; /* the tokens done by the set's tiles (the amx set), the rest by its micro kernels */
 #ifdef X16_AMX
-    if (kind == W_Q4_K && n >= AMX_TOK) {
+    if (n >= AMX_TOK) {
         uint8_t *amx_scratch = (uint8_t *)(((uintptr_t)scratch + 18 * (size_t)w->cols + 2 * 64) & ~(uintptr_t)63);
-        t0 = amx_q4k_rows(w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
+        t0 = amx_sb_rows(kind, w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
     }
 #endif
     for (; r < r1 && t0 < n; r += 16) {

@@ -35,7 +35,7 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 #define CDX_AMX_RB_BYTES (512u << 10)
 #define CDX_AMX_SCRATCH_BYTES(c, n)                                                                   \
     ((size_t)CDX_AMX_RB_BYTES + 18 * (size_t)(c) + 3 * 64 + (size_t)(n) * (size_t)(c) +               \
-     (size_t)(n) * ((size_t)(c) / 32) * 8 + 3 * 64)
+     (size_t)(n) * ((size_t)(c) / 32) * 9 + 3 * 64)
 static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
 {
     size_t c = (size_t)cols, g = c / 16 + 1; /* groups of at least 16 values */
