@@ -9,7 +9,7 @@
  * x16_micro) and on the AVX-512 set, and batch invariance holds across the two.
  *
  * Q4_K (x16k) takes the same tiles per 32-value sub-block, then x16k_micro's integer sums (scales,
- * mins) and float steps.
+ * mins) and float steps; Q6_K (x16q6) half-depth tiles per 16-value half, then x16q6_micro's.
  *
  * Tiles (palette 1): A0/A1 = 16 tokens × one block of activations (32 s8 each, repacked once per
  * call in tile order: amx_act_tiles), B0/B1 = one block of 16 weight rows as the x16 layout
