@@ -34,20 +34,22 @@ typedef struct {
 } amx_tilecfg;
 
 /* Tile configuration is per thread; loaded at the start of every call that uses tiles (a few
- * hundred cycles against a matrix's worth of work). */
-KT_INLINE void amx_config(void)
+ * hundred cycles against a matrix's worth of work). a_bytes: the activation tiles' width (32: one
+ * 32-value block; 16: Q6_K's halves), b_rows: the weight tiles' rows of 64 bytes (a_bytes / 4). */
+KT_INLINE void amx_config_for(int a_bytes)
 {
     amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     c.rows[AMX_A0] = c.rows[AMX_A1] = AMX_TOK;
-    c.colsb[AMX_A0] = c.colsb[AMX_A1] = 32;
-    c.rows[AMX_B0] = c.rows[AMX_B1] = 8;
+    c.colsb[AMX_A0] = c.colsb[AMX_A1] = (uint16_t)a_bytes;
+    c.rows[AMX_B0] = c.rows[AMX_B1] = (uint8_t)(a_bytes / 4);
     c.colsb[AMX_B0] = c.colsb[AMX_B1] = 64;
     c.rows[AMX_C0] = c.rows[AMX_C1] = c.rows[AMX_C2] = c.rows[AMX_C3] = AMX_TOK;
     c.colsb[AMX_C0] = c.colsb[AMX_C1] = c.colsb[AMX_C2] = c.colsb[AMX_C3] = 64;
     _tile_loadconfig(&c);
 }
+#define amx_config() amx_config_for(32)
 
 /* Row blocks: the groups whose tile-ready values (17 bytes a column) fit CDX_AMX_RB_BYTES
  * (kernel_impl.h, which sizes the scratch), so that one token tile's activations (nb·512 bytes) are
@@ -76,52 +78,42 @@ KT_INLINE void amx_prefetch_pair(const uint8_t *q)
     }
 }
 
-/* Blocks b and b + 1 (tile-ready values at Qv, activations at xt) into tiles CA and CB: their
- * integer dots, 16 tokens × 16 rows each; pf: prefetch the weights ahead. */
-#define AMX_PAIR(b, CA, CB)                                                 \
-    do {                                                                    \
-        if (pf)                                                             \
-            amx_prefetch_pair(Qv + (size_t)(b) * 512);                      \
-        _tile_loadd(AMX_A0, xt + (size_t)(b) * 512, 32);                    \
-        _tile_loadd(AMX_B0, Qv + (size_t)(b) * 512, 64);                    \
-        _tile_loadd(AMX_A1, xt + (size_t)(b) * 512 + 512, 32);              \
-        _tile_loadd(AMX_B1, Qv + (size_t)(b) * 512 + 512, 64);              \
-        _tile_zero(CA);                                                     \
-        _tile_zero(CB);                                                     \
-        _tile_dpbsud(CA, AMX_A0, AMX_B0);                                   \
-        _tile_dpbsud(CB, AMX_A1, AMX_B1);                                   \
+/* Two tile products into CA and CB: activations at xa (xb) times weights at qa (qb), 16 tokens ×
+ * 16 rows of i32 each, the tiles' shapes as amx_config_for set them. */
+#define AMX_TILES2(xa, qa, xb, qb, CA, CB)  \
+    do {                                    \
+        _tile_loadd(AMX_A0, (xa), 32);      \
+        _tile_loadd(AMX_B0, (qa), 64);      \
+        _tile_loadd(AMX_A1, (xb), 32);      \
+        _tile_loadd(AMX_B1, (qb), 64);      \
+        _tile_zero(CA);                     \
+        _tile_zero(CB);                     \
+        _tile_dpbsud(CA, AMX_A0, AMX_B0);   \
+        _tile_dpbsud(CB, AMX_A1, AMX_B1);   \
     } while (0)
-/* Tiles CA and CB (blocks b, b + 1) to memory and through POST(cb, block), block b first. */
-#define AMX_DRAIN(b, CA, CB, POST)      \
-    do {                                \
-        _tile_stored(CA, cb[0], 64);    \
-        _tile_stored(CB, cb[1], 64);    \
-        POST(cb[0], (b));               \
-        POST(cb[1], (b) + 1);           \
-    } while (0)
-/* Blocks 0..nblk−1 (nblk even) through POST in order, software-pipelined by a pair: a pair's dots
- * are issued into one pair of C tiles while the pair before is stored from the other and summed
- * (a tile stored right after its dot waits for it: 21 -> 16.5 ns a block in cache on this Xeon).
- * Needs cb[2][256], 64-aligned. */
-#define AMX_PIPELINE(nblk, POST)                                  \
-    do {                                                          \
-        const int64_t pairs_ = (nblk) / 2;                        \
-        int64_t p_ = 1;                                           \
-        if (pairs_ > 0)                                           \
-            AMX_PAIR(0, AMX_C0, AMX_C1);                          \
-        for (; p_ + 2 <= pairs_; p_ += 2) {                       \
-            AMX_PAIR(2 * p_, AMX_C2, AMX_C3);                     \
-            AMX_DRAIN(2 * p_ - 2, AMX_C0, AMX_C1, POST);          \
-            AMX_PAIR(2 * p_ + 2, AMX_C0, AMX_C1);                 \
-            AMX_DRAIN(2 * p_, AMX_C2, AMX_C3, POST);              \
-        }                                                         \
-        if (p_ < pairs_) {                                        \
-            AMX_PAIR(2 * p_, AMX_C2, AMX_C3);                     \
-            AMX_DRAIN(2 * p_ - 2, AMX_C0, AMX_C1, POST);          \
-            AMX_DRAIN(2 * p_, AMX_C2, AMX_C3, POST);              \
-        } else if (pairs_ > 0) {                                  \
-            AMX_DRAIN(2 * p_ - 2, AMX_C0, AMX_C1, POST);          \
-        }                                                         \
+/* Stages 0..n−1 (n >= 1), each ISSUE(stage, CA, CB) (two tile products) and then DRAIN(stage, CA,
+ * CB) (the two tiles to memory and summed), in stage order, software-pipelined: a stage's products
+ * are issued into one pair of C tiles while the stage before is stored from the other and summed
+ * (a tile stored right after its product waits for it: 21 -> 16.5 ns a block in cache on this
+ * Xeon). Needs cb[2][256], 64-aligned. */
+#define AMX_PIPELINE(n, ISSUE, DRAIN)                     \
+    do {                                                  \
+        const int64_t amx_n_ = (n);                       \
+        int64_t amx_s_ = 1;                               \
+        ISSUE(0, AMX_C0, AMX_C1);                         \
+        for (; amx_s_ + 2 <= amx_n_; amx_s_ += 2) {       \
+            ISSUE(amx_s_, AMX_C2, AMX_C3);                \
+            DRAIN(amx_s_ - 1, AMX_C0, AMX_C1);            \
+            ISSUE(amx_s_ + 1, AMX_C0, AMX_C1);            \
+            DRAIN(amx_s_, AMX_C2, AMX_C3);                \
+        }                                                 \
+        if (amx_s_ < amx_n_) {                            \
+            ISSUE(amx_s_, AMX_C2, AMX_C3);                \
+            DRAIN(amx_s_ - 1, AMX_C0, AMX_C1);            \
+            DRAIN(amx_s_, AMX_C2, AMX_C3);                \
+        } else {                                          \
+            DRAIN(amx_s_ - 1, AMX_C0, AMX_C1);            \
+        }                                                 \
     } while (0)
 
 /* 16 rows (tile-ready values: 512 u8 bytes a block at Qv; f16 scales S[b·16 + i]) × one token tile
@@ -136,7 +128,13 @@ KT_INLINE void amx_x16_tile(const uint8_t *Qv, const uint16_t *S, int64_t nb, co
     for (int t = 0; t < AMX_TOK; t++)
         acc[t] = _mm512_setzero_ps();
 #define X16_POST(c, b) amx_block_post((c), _mm512_cvtph_ps(load32(S + 16 * (b))), dt + 16 * (b), st + 16 * (b), acc)
-    AMX_PIPELINE(nb - nb % 2, X16_POST);
+    /* a stage: blocks 2p and 2p + 1 */
+#define X16_ISSUE(p, CA, CB)                                                                                        do {                                                                                                                if (pf)                                                                                                             amx_prefetch_pair(Qv + (size_t)(p) * 1024);                                                                 AMX_TILES2(xt + (size_t)(p) * 1024, Qv + (size_t)(p) * 1024, xt + (size_t)(p) * 1024 + 512,                                  Qv + (size_t)(p) * 1024 + 512, CA, CB);                                                          } while (0)
+#define X16_DRAIN(p, CA, CB)                 do {                                         _tile_stored(CA, cb[0], 64);             _tile_stored(CB, cb[1], 64);             X16_POST(cb[0], 2 * (p));                X16_POST(cb[1], 2 * (p) + 1);        } while (0)
+    if (nb >= 2)
+        AMX_PIPELINE(nb / 2, X16_ISSUE, X16_DRAIN);
+#undef X16_ISSUE
+#undef X16_DRAIN
     if (nb % 2) { /* the last block alone */
         const int64_t b = nb - 1;
         _tile_loadd(AMX_A0, xt + (size_t)b * 512, 32);
@@ -236,7 +234,6 @@ KT_INLINE void amx_q4k_super(const uint8_t *mb, const float *dt, const int32_t *
 KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
                             const int32_t *mp, float *y, int64_t ys)
 {
-    const bool pf = false; /* its values were unpacked into cache just before */
     _Alignas(64) float acc[AMX_TOK * 16];
     _Alignas(64) int32_t cb[2][AMX_TOK * 16];
     __m512i ai[AMX_TOK];
@@ -255,7 +252,19 @@ KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb,
         if (s_ == 7)                                                                                               \
             amx_q4k_super(mb_, dt + b_ * 16, mp + b_ * 64, ai, acc);                                               \
     } while (0)
-    AMX_PIPELINE(nsb * 8, Q4K_POST);
+#define Q4K_ISSUE(p, CA, CB)                                                                                    \
+    AMX_TILES2(xt + (size_t)(p) * 1024, Qv + (size_t)(p) * 1024, xt + (size_t)(p) * 1024 + 512,                   \
+               Qv + (size_t)(p) * 1024 + 512, CA, CB)
+#define Q4K_DRAIN(p, CA, CB)             \
+    do {                                 \
+        _tile_stored(CA, cb[0], 64);     \
+        _tile_stored(CB, cb[1], 64);     \
+        Q4K_POST(cb[0], 2 * (p));        \
+        Q4K_POST(cb[1], 2 * (p) + 1);    \
+    } while (0)
+    AMX_PIPELINE(nsb * 4, Q4K_ISSUE, Q4K_DRAIN); /* a stage: sub-blocks 2p and 2p + 1 */
+#undef Q4K_ISSUE
+#undef Q4K_DRAIN
 #undef Q4K_POST
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++)
@@ -369,45 +378,17 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
  * of every 32), B = 4 rows of 64 (one half of the unpacked sub-block), one C tile a half. Then
  * x16q6_micro's integers (ai += (lo − 32·bs)·sca + (hi − 32·bs)·scb) and its float step. */
 
-KT_INLINE void amx_config_q6k(void)
-{
-    amx_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    c.rows[AMX_A0] = c.rows[AMX_A1] = AMX_TOK;
-    c.colsb[AMX_A0] = c.colsb[AMX_A1] = 16;
-    c.rows[AMX_B0] = c.rows[AMX_B1] = 4;
-    c.colsb[AMX_B0] = c.colsb[AMX_B1] = 64;
-    c.rows[AMX_C0] = c.rows[AMX_C1] = c.rows[AMX_C2] = c.rows[AMX_C3] = AMX_TOK;
-    c.colsb[AMX_C0] = c.colsb[AMX_C1] = c.colsb[AMX_C2] = c.colsb[AMX_C3] = 64;
-    _tile_loadconfig(&c);
-}
-
 /* An x16q6 group's values (Q, nsb super-blocks) as 512 u8 bytes a sub-block: the 6-bit values of
  * x16q6_micro's wv[0..7] (rows 0-3: values 0-15, rows 4-7: values 16-31). */
 KT_INLINE void amx_unpack_q6k(const uint8_t *Q, int64_t nsb, uint8_t *out)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nsb; b++)
         for (int sb = 0; sb < 8; sb++) {
             const uint8_t *lo = Q + (size_t)b * X16Q6_Q + 384 * (size_t)sb, *hi = lo + 256;
             for (size_t o = 0; o < 384; o += 64)
                 _mm_prefetch((const char *)(lo + X16_PF + o), X16_PF_HINT);
             __m512i wv[8];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m512i v = load64(lo + 64 * k);
-                wv[k] = _mm512_and_si512(v, m4);
-                wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m512i v = load64(hi + 64 * h);
-                wv[4 * h + 0] = _mm512_or_si512(wv[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(v, 4), m30));
-                wv[4 * h + 1] = _mm512_or_si512(wv[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(v, 2), m30));
-                wv[4 * h + 2] = _mm512_or_si512(wv[4 * h + 2], _mm512_and_si512(v, m30));
-                wv[4 * h + 3] = _mm512_or_si512(wv[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(v, 2), m30));
-            }
+            x16q6_values(lo, hi, wv);
             uint8_t *d = out + ((size_t)b * 8 + (size_t)sb) * 512;
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++)
@@ -416,8 +397,7 @@ KT_INLINE void amx_unpack_q6k(const uint8_t *Q, int64_t nsb, uint8_t *out)
 }
 
 /* 16 rows of a Q6_K group (tile-ready values at Qv, x16q6 scales at meta) × one token tile (xt, dt,
- * bq: the biases −32·bsums) : y[t·ys + i]. Pipelined as AMX_PIPELINE, a stage being one sub-block's
- * two halves. */
+ * bq: the biases −32·bsums): y[t·ys + i]. A pipeline stage is one sub-block's two halves. */
 KT_INLINE void amx_q6k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
                             const int32_t *bq, float *y, int64_t ys)
 {
@@ -428,17 +408,9 @@ KT_INLINE void amx_q6k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb,
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++)
         ai[t] = _mm512_setzero_si512();
-#define Q6_HALVES(s, CA, CB)                                              \
-    do {                                                                  \
-        _tile_loadd(AMX_A0, xt + (size_t)(s) * 512, 32);                  \
-        _tile_loadd(AMX_B0, Qv + (size_t)(s) * 512, 64);                  \
-        _tile_loadd(AMX_A1, xt + (size_t)(s) * 512 + 16, 32);             \
-        _tile_loadd(AMX_B1, Qv + (size_t)(s) * 512 + 256, 64);            \
-        _tile_zero(CA);                                                   \
-        _tile_zero(CB);                                                   \
-        _tile_dpbsud(CA, AMX_A0, AMX_B0);                                 \
-        _tile_dpbsud(CB, AMX_A1, AMX_B1);                                 \
-    } while (0)
+#define Q6_HALVES(s, CA, CB) /* sub-block s's two halves */                                                      \
+    AMX_TILES2(xt + (size_t)(s) * 512, Qv + (size_t)(s) * 512, xt + (size_t)(s) * 512 + 16, Qv + (size_t)(s) * 512 + 256, \
+               CA, CB)
 #define Q6_DRAIN(s, CA, CB)                                                                                        \
     do {                                                                                                           \
         _tile_stored(CA, cb[0], 64);                                                                               \
@@ -463,18 +435,7 @@ KT_INLINE void amx_q6k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb,
             }                                                                                                      \
         }                                                                                                          \
     } while (0)
-    const int64_t nblk = nsb * 8; /* even */
-    int64_t s = 1;
-    Q6_HALVES(0, AMX_C0, AMX_C1);
-    for (; s + 2 <= nblk; s += 2) {
-        Q6_HALVES(s, AMX_C2, AMX_C3);
-        Q6_DRAIN(s - 1, AMX_C0, AMX_C1);
-        Q6_HALVES(s + 1, AMX_C0, AMX_C1);
-        Q6_DRAIN(s, AMX_C2, AMX_C3);
-    }
-    Q6_HALVES(s, AMX_C2, AMX_C3); /* s = nblk − 1 */
-    Q6_DRAIN(s - 1, AMX_C0, AMX_C1);
-    Q6_DRAIN(s, AMX_C2, AMX_C3);
+    AMX_PIPELINE(nsb * 8, Q6_HALVES, Q6_DRAIN);
 #undef Q6_HALVES
 #undef Q6_DRAIN
 #pragma GCC unroll 16
@@ -506,7 +467,7 @@ KT_INLINE int64_t amx_sb_rows(int kind, const cdx_mat *w, const uint8_t *src, in
     if (kind == W_Q4_K)
         amx_config();
     else
-        amx_config_q6k();
+        amx_config_for(16);
     for (int64_t rb = r0; rb < r1; rb += 16 * rb_groups) {
         const int64_t ng = (r1 - rb) / 16 < rb_groups ? (r1 - rb) / 16 : rb_groups;
         for (int64_t g = 0; g < ng; g++) { /* each group's values, then its scales, tile-ready */

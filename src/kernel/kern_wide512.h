@@ -626,12 +626,33 @@ KT_INLINE void x16k_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, co
         _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
+/* The 6-bit values of one x16q6 sub-block of 16 rows (lo: its 256 bytes of low bits, hi: its 128
+ * of high bits) as 8 vectors: wv[k] word k (values 4k..4k+3) of every row, k < 4; wv[4 + k] values
+ * 16 + 4k.. (the AMX set unpacks them to tiles the same way). */
+KT_INLINE void x16q6_values(const uint8_t *lo, const uint8_t *hi, __m512i wv[8])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512i v = load64(lo + 64 * k);
+        wv[k] = _mm512_and_si512(v, m4);
+        wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i v = load64(hi + 64 * h);
+        wv[4 * h + 0] = _mm512_or_si512(wv[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(v, 4), m30));
+        wv[4 * h + 1] = _mm512_or_si512(wv[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(v, 2), m30));
+        wv[4 * h + 2] = _mm512_or_si512(wv[4 * h + 2], _mm512_and_si512(v, m30));
+        wv[4 * h + 3] = _mm512_or_si512(wv[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(v, 2), m30));
+    }
+}
+
 /* 16 rows × TT tokens of a Q6_K x16q6 group: per 16 values an integer dot less 32·Σa, times its
  * int8 scale, summed in i32 over the super-block as vec_dot does; then d·da. */
 KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
                            const int TT, float *y, int64_t ys, const bool far)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[CDX_GEMM_TOK];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++)
@@ -651,20 +672,7 @@ KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
                     _mm_prefetch((const char *)(lo + X16_PF2 + o), _MM_HINT_T1);
             }
             __m512i wv[8];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m512i v = load64(lo + 64 * k);
-                wv[k] = _mm512_and_si512(v, m4);
-                wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            }
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m512i v = load64(hi + 64 * h);
-                wv[4 * h + 0] = _mm512_or_si512(wv[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(v, 4), m30));
-                wv[4 * h + 1] = _mm512_or_si512(wv[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(v, 2), m30));
-                wv[4 * h + 2] = _mm512_or_si512(wv[4 * h + 2], _mm512_and_si512(v, m30));
-                wv[4 * h + 3] = _mm512_or_si512(wv[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(v, 2), m30));
-            }
+            x16q6_values(lo, hi, wv);
             const __m512i sca = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb + 32 * sb)));
             const __m512i scb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb + 32 * sb + 16)));
 #pragma GCC unroll 8
