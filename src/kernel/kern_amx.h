@@ -369,6 +369,7 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
                 amx_x16_tile(Qv[g], S[g], nb, xt + (size_t)(T * nb) * 512, dt + T * nb * 16, st + T * nb * 16,
                              y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows, T == 0 && kind == W_Q8_0 && src);
     }
+    _tile_release(); /* back to the init state: a core whose tiles are in use stays out of its deep idle states */
     return tiles * AMX_TOK;
 }
 
@@ -498,5 +499,6 @@ KT_INLINE int64_t amx_sb_rows(int kind, const cdx_mat *w, const uint8_t *src, in
                                  w->rows);
             }
     }
+    _tile_release(); /* back to the init state: a core whose tiles are in use stays out of its deep idle states */
     return tiles * AMX_TOK;
 }

@@ -527,7 +527,7 @@ static void matmul_rows_are_batch_invariant(void)
                                CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS };
     const char *sets[] = { "amx", "avx512", "avx2", "scalar" };
     const int64_t rows = 48, cols = 512, n_max = 33;
-    int checked = 0, bad = 0;
+    int checked = 0;
     for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
         const cdx_kernels *k = cdx_kernels_by_isa(sets[si]);
         if (!k) {
@@ -537,6 +537,7 @@ static void matmul_rows_are_batch_invariant(void)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             const cdx_type_traits *t = cdx_type_get(types[ti]);
             REQUIRE(t);
+            int bad = 0, type_checked = 0; /* this set and type's: a failure is reported where it is */
             const size_t rb = (size_t)(cols / t->block) * t->bytes;
             uint8_t *w = malloc(rb * rows);
             float *x = malloc(sizeof(float) * cols * n_max), *y1 = malloc(sizeof(float) * rows),
@@ -565,14 +566,14 @@ static void matmul_rows_are_batch_invariant(void)
                     for (int64_t i = 0; i < ns[ni]; i++) {
                         cdx_matmul(k, pool, &m, x + i * cols, 1, y1, ws);
                         bad += memcmp(y1, yn + i * rows, sizeof(float) * rows) != 0;
-                        checked++;
+                        checked++, type_checked++;
                     }
                 }
                 free(ws);
                 free(packed);
             }
             CHECKF(bad == 0, "%s %s: %d of %d rows differ between batch sizes", sets[si], cdx_type_name(types[ti]),
-                   bad, checked);
+                   bad, type_checked);
             free(w); free(x); free(y1); free(yn);
         }
     }
