@@ -230,9 +230,11 @@ KT_INLINE void amx_q4k_super(const uint8_t *mb, const float *dt, const int32_t *
     }
 }
 
-/* 16 rows of a Q4_K group (tile-ready values at Qv, x16k scales at meta) × one token tile: y[t·ys + i]. */
-KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
-                            const int32_t *mp, float *y, int64_t ys)
+/* 16 rows of a Q4_K or Q6_K group (tile-ready values at Qv, the x16k / x16q6 scales at meta) × one
+ * token tile (xt, dt; ex: Q4_K's mins pairs or Q6_K's biases −32·bsums, amx_act_tiles_q8k):
+ * y[t·ys + i]. A Q4_K pipeline stage is two sub-blocks; a Q6_K stage one sub-block's two halves. */
+KT_INLINE void amx_sb_tile(int kind, const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt,
+                           const float *dt, const int32_t *ex, float *y, int64_t ys)
 {
     _Alignas(64) float acc[AMX_TOK * 16];
     _Alignas(64) int32_t cb[2][AMX_TOK * 16];
@@ -250,7 +252,7 @@ KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb,
         _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++)                                                 \
             ai[t] = _mm512_add_epi32(ai[t], _mm512_mullo_epi32(_mm512_load_si512((c) + 16 * t), sc_));            \
         if (s_ == 7)                                                                                               \
-            amx_q4k_super(mb_, dt + b_ * 16, mp + b_ * 64, ai, acc);                                               \
+            amx_q4k_super(mb_, dt + b_ * 16, ex + b_ * 64, ai, acc);                                               \
     } while (0)
 #define Q4K_ISSUE(p, CA, CB)                                                                                    \
     AMX_TILES2(xt + (size_t)(p) * 1024, Qv + (size_t)(p) * 1024, xt + (size_t)(p) * 1024 + 512,                   \
@@ -262,10 +264,42 @@ KT_INLINE void amx_q4k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb,
         Q4K_POST(cb[0], 2 * (p));        \
         Q4K_POST(cb[1], 2 * (p) + 1);    \
     } while (0)
-    AMX_PIPELINE(nsb * 4, Q4K_ISSUE, Q4K_DRAIN); /* a stage: sub-blocks 2p and 2p + 1 */
+    if (kind == W_Q4_K)
+        AMX_PIPELINE(nsb * 4, Q4K_ISSUE, Q4K_DRAIN); /* a stage: sub-blocks 2p and 2p + 1 */
 #undef Q4K_ISSUE
 #undef Q4K_DRAIN
 #undef Q4K_POST
+#define Q6_HALVES(s, CA, CB) /* sub-block s's two halves */                                                      \
+    AMX_TILES2(xt + (size_t)(s) * 512, Qv + (size_t)(s) * 512, xt + (size_t)(s) * 512 + 16, Qv + (size_t)(s) * 512 + 256, \
+               CA, CB)
+#define Q6_DRAIN(s, CA, CB)                                                                                        \
+    do {                                                                                                           \
+        _tile_stored(CA, cb[0], 64);                                                                               \
+        _tile_stored(CB, cb[1], 64);                                                                               \
+        const int64_t b_ = (s) / 8, j_ = (s) % 8;                                                                  \
+        const uint8_t *mb_ = meta + (size_t)b_ * X16Q6_META;                                                       \
+        const __m512i sca_ = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 32 * j_)));             \
+        const __m512i scb_ = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 32 * j_ + 16)));        \
+        const int32_t *bl_ = ex + (size_t)(s) * 32, *bh_ = bl_ + 16;                                               \
+        _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                               \
+            const __m512i lo_ = _mm512_add_epi32(_mm512_load_si512(cb[0] + 16 * t), _mm512_set1_epi32(bl_[t]));   \
+            const __m512i hi_ = _mm512_add_epi32(_mm512_load_si512(cb[1] + 16 * t), _mm512_set1_epi32(bh_[t]));   \
+            ai[t] = _mm512_add_epi32(ai[t], _mm512_add_epi32(_mm512_mullo_epi32(lo_, sca_), _mm512_mullo_epi32(hi_, scb_))); \
+        }                                                                                                          \
+        if (j_ == 7) {                                                                                             \
+            const __m512 d_ = _mm512_cvtph_ps(load32(mb_ + 256));                                                  \
+            _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                           \
+                _mm512_store_ps(acc + 16 * t, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]),                           \
+                                                               _mm512_mul_ps(d_, _mm512_set1_ps(dt[b_ * 16 + t])), \
+                                                               _mm512_load_ps(acc + 16 * t)));                     \
+                ai[t] = _mm512_setzero_si512();                                                                    \
+            }                                                                                                      \
+        }                                                                                                          \
+    } while (0)
+    if (kind == W_Q6_K)
+        AMX_PIPELINE(nsb * 8, Q6_HALVES, Q6_DRAIN);
+#undef Q6_HALVES
+#undef Q6_DRAIN
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++)
         _mm512_storeu_ps(y + t * ys, _mm512_load_ps(acc + 16 * t));
@@ -397,52 +431,6 @@ KT_INLINE void amx_unpack_q6k(const uint8_t *Q, int64_t nsb, uint8_t *out)
         }
 }
 
-/* 16 rows of a Q6_K group (tile-ready values at Qv, x16q6 scales at meta) × one token tile (xt, dt,
- * bq: the biases −32·bsums): y[t·ys + i]. A pipeline stage is one sub-block's two halves. */
-KT_INLINE void amx_q6k_tile(const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt, const float *dt,
-                            const int32_t *bq, float *y, int64_t ys)
-{
-    _Alignas(64) float acc[AMX_TOK * 16];
-    _Alignas(64) int32_t cb[2][AMX_TOK * 16];
-    __m512i ai[AMX_TOK];
-    memset(acc, 0, sizeof acc);
-#pragma GCC unroll 16
-    for (int t = 0; t < AMX_TOK; t++)
-        ai[t] = _mm512_setzero_si512();
-#define Q6_HALVES(s, CA, CB) /* sub-block s's two halves */                                                      \
-    AMX_TILES2(xt + (size_t)(s) * 512, Qv + (size_t)(s) * 512, xt + (size_t)(s) * 512 + 16, Qv + (size_t)(s) * 512 + 256, \
-               CA, CB)
-#define Q6_DRAIN(s, CA, CB)                                                                                        \
-    do {                                                                                                           \
-        _tile_stored(CA, cb[0], 64);                                                                               \
-        _tile_stored(CB, cb[1], 64);                                                                               \
-        const int64_t b_ = (s) / 8, j_ = (s) % 8;                                                                  \
-        const uint8_t *mb_ = meta + (size_t)b_ * X16Q6_META;                                                       \
-        const __m512i sca_ = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 32 * j_)));             \
-        const __m512i scb_ = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(mb_ + 32 * j_ + 16)));        \
-        const int32_t *bl_ = bq + (size_t)(s) * 32, *bh_ = bl_ + 16;                                               \
-        _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                               \
-            const __m512i lo_ = _mm512_add_epi32(_mm512_load_si512(cb[0] + 16 * t), _mm512_set1_epi32(bl_[t]));   \
-            const __m512i hi_ = _mm512_add_epi32(_mm512_load_si512(cb[1] + 16 * t), _mm512_set1_epi32(bh_[t]));   \
-            ai[t] = _mm512_add_epi32(ai[t], _mm512_add_epi32(_mm512_mullo_epi32(lo_, sca_), _mm512_mullo_epi32(hi_, scb_))); \
-        }                                                                                                          \
-        if (j_ == 7) {                                                                                             \
-            const __m512 d_ = _mm512_cvtph_ps(load32(mb_ + 256));                                                  \
-            _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                           \
-                _mm512_store_ps(acc + 16 * t, _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]),                           \
-                                                               _mm512_mul_ps(d_, _mm512_set1_ps(dt[b_ * 16 + t])), \
-                                                               _mm512_load_ps(acc + 16 * t)));                     \
-                ai[t] = _mm512_setzero_si512();                                                                    \
-            }                                                                                                      \
-        }                                                                                                          \
-    } while (0)
-    AMX_PIPELINE(nsb * 8, Q6_HALVES, Q6_DRAIN);
-#undef Q6_HALVES
-#undef Q6_DRAIN
-#pragma GCC unroll 16
-    for (int t = 0; t < AMX_TOK; t++)
-        _mm512_storeu_ps(y + t * ys, _mm512_load_ps(acc + 16 * t));
-}
 
 /* Rows [r0, r1) of a Q4_K or Q6_K matrix (src: its packed copy, or NULL: read in place, each group
  * packed into grp first) × the whole token tiles of n, as amx_x16_rows does for the 32-value kinds;
@@ -491,12 +479,8 @@ KT_INLINE int64_t amx_sb_rows(int kind, const cdx_mat *w, const uint8_t *src, in
                 const uint8_t *buf = blockbuf + (size_t)g * ready;
                 const uint8_t *xtT = xt + (size_t)(T * nsb) * 4096;
                 float *yT = y + T * AMX_TOK * w->rows + rb + 16 * g;
-                if (kind == W_Q4_K)
-                    amx_q4k_tile(buf, buf + (size_t)nsb * 4096, nsb, xtT, dt + T * nsb * 16, ex + (size_t)T * ex_tile, yT,
-                                 w->rows);
-                else
-                    amx_q6k_tile(buf, buf + (size_t)nsb * 4096, nsb, xtT, dt + T * nsb * 16, ex + (size_t)T * ex_tile, yT,
-                                 w->rows);
+                amx_sb_tile(kind, buf, buf + (size_t)nsb * 4096, nsb, xtT, dt + T * nsb * 16, ex + (size_t)T * ex_tile, yT,
+                            w->rows);
             }
     }
     _tile_release(); /* back to the init state: a core whose tiles are in use stays out of its deep idle states */
