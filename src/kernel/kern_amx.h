@@ -306,27 +306,17 @@ KT_INLINE void amx_sb_tile(int kind, const uint8_t *Qv, const uint8_t *meta, int
 }
 
 /* The values of an x16 group of a 4-bit kind (256 bytes a block at Q) as 512 u8 bytes a block, the
- * x16 Q8_0 layout's shape: row k < 4 of a block holds the low nibbles of word k (values 4k..4k+3),
- * row 4 + k the high ones (values 16 + 4k..), exactly the bytes x16_micro's wv[] hold (IQ4_NL
- * through its table, biased by 128). */
+ * x16 Q8_0 layout's shape: x16_values4's vectors, row k of the block wv[k]. */
 KT_INLINE void amx_unpack4(int kind, const uint8_t *Q, int64_t nb, uint8_t *out)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
-                                         _mm512_set1_epi8((char)0x80));
     for (int64_t b = 0; b < nb; b++) {
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            _mm_prefetch((const char *)(Q + (size_t)b * 256 + X16_PF + 64 * k), X16_PF_HINT);
-            const __m512i v = load64(Q + (size_t)b * 256 + 64 * k);
-            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            if (kind == W_IQ4_NL) {
-                lo = _mm512_shuffle_epi8(kvb, lo);
-                hi = _mm512_shuffle_epi8(kvb, hi);
-            }
-            _mm512_store_si512(out + (size_t)b * 512 + 64 * k, lo);
-            _mm512_store_si512(out + (size_t)b * 512 + 256 + 64 * k, hi);
-        }
+        for (size_t o = 0; o < 256; o += 64)
+            _mm_prefetch((const char *)(Q + (size_t)b * 256 + X16_PF + o), X16_PF_HINT);
+        __m512i wv[8];
+        x16_values4(kind, Q + (size_t)b * 256, wv);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            _mm512_store_si512(out + (size_t)b * 512 + 64 * (size_t)k, wv[k]);
     }
 }
 
@@ -392,9 +382,10 @@ KT_INLINE int64_t amx_x16_rows(int kind, const cdx_mat *w, const uint8_t *src, i
                 S[g] = (const uint16_t *)(Q + (size_t)nb * 512);
                 continue;
             }
-            uint16_t *Sg = (uint16_t *)(buf + (size_t)nb * 512);
-            memmove(Sg, Q + (size_t)nb * 256, (size_t)nb * 32); /* the scales first: unpacking overwrites them in place */
-            amx_unpack4(kind, Q, nb, buf);
+            uint16_t *Sg = (uint16_t *)(buf + (size_t)nb * 512); /* read in place, packing put them there */
+            if (src)
+                memcpy(Sg, Q + (size_t)nb * 256, (size_t)nb * 32);
+            amx_unpack4(kind, Q, nb, buf); /* in place it reads each block before writing over it */
             Qv[g] = buf;
             S[g] = Sg;
         }

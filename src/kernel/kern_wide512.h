@@ -487,6 +487,27 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
 #define X16_PF2 32768
 #endif
 
+/* The 32 values of one block of a 4-bit x16 group (Q4_0, IQ4_NL: 256 bytes at qp) for 16 rows as 8
+ * vectors of u8: wv[k] the low nibbles of word k (values 4k..4k+3), wv[4 + k] the high ones (values
+ * 16 + 4k..); IQ4_NL through its table, biased by 128 (the AMX set unpacks them to tiles the same way). */
+KT_INLINE void x16_values4(int kind, const uint8_t *qp, __m512i wv[8])
+{
+    const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
+                                         _mm512_set1_epi8((char)0x80));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512i v = load64(qp + 64 * k);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (kind == W_IQ4_NL) {
+            lo = _mm512_shuffle_epi8(kvb, lo);
+            hi = _mm512_shuffle_epi8(kvb, hi);
+        }
+        wv[k] = lo;
+        wv[k + 4] = hi;
+    }
+}
+
 /* G consecutive 16-row groups (gstride bytes apart; G > 1 for decode: several streams in flight per
  * thread) × TT tokens over all nb blocks: y[t*ys + 16g + i]. */
 KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G, int64_t nb, const uint8_t *x,
@@ -495,9 +516,6 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
 {
     const int bias = kind == W_Q4_0 ? 8 : 128;
     const size_t qb = x16_qbytes(kind);
-    const __m512i kvb = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)),
-                                         _mm512_set1_epi8((char)0x80));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[2][CDX_GEMM_TOK];
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++)
@@ -520,17 +538,7 @@ KT_INLINE void x16_micro(int kind, const uint8_t *Q, size_t gstride, const int G
                 for (int k = 0; k < 8; k++)
                     wv[k] = load64(qp + 64 * k);
             } else {
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    const __m512i v = load64(qp + 64 * k);
-                    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                    if (kind == W_IQ4_NL) {
-                        lo = _mm512_shuffle_epi8(kvb, lo);
-                        hi = _mm512_shuffle_epi8(kvb, hi);
-                    }
-                    wv[k] = lo;
-                    wv[k + 4] = hi;
-                }
+                x16_values4(kind, qp, wv);
             }
             const __m512 sw = _mm512_cvtph_ps(load32(S + 16 * b));
 #pragma GCC unroll 8

@@ -45,7 +45,8 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
                 + (size_t)n * 2 * (g * sizeof(float)) + 2 * 64;  /* activation scales and sums */
     size_t b = generic > gemm ? generic : gemm;
     /* the x16 drivers: activation scales and sums, then a 16-row Q8_0 group packed as it is read
-     * (a matrix read in place, cdx_matmul_in_place), then the amx set's unpacked 4-bit group */
+     * (a matrix read in place, cdx_matmul_in_place), then the amx set's (sized for every set: this
+     * function does not know which runs) */
     size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64 + CDX_AMX_SCRATCH_BYTES(c, n);
     b = b > x16 ? b : x16;
     if (n >= CDX_GEMM_MIN_N) {
