@@ -294,8 +294,8 @@ static void attn_rows(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn
 }
 
 /* Rows a work item holds: consecutive rows of one sequence's prompt walk the key blocks together
- * (kernels' attn_f32), so a block of K and V comes from memory once for the tile */
-#define ATTN_TILE 8
+ * (kernels' attn_f32 and attn_f16), so a block of K and V comes from memory once for the tile */
+#define ATTN_TILE 64
 
 static bool same_keys(const cdx_attn_row *a, const cdx_attn_row *b)
 {

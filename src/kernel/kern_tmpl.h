@@ -1306,12 +1306,14 @@ KT_INLINE void ka_block(const int nq, const cdx_attn_shape *s, const cdx_attn_ro
 }
 
 /* nr rows sharing their cache and first position (lo) walk the key blocks together, up to KA_TILE
- * rows (fewer for groups above 8 heads: KA_STATES states at most) at a time: a block of K and V
+ * rows (fewer for groups above 2 heads: KA_STATES states at most) at a time: a block of K and V
  * is read from memory once for all of them and from cache for the rest, where one row at a time
  * streamed the whole history again for every row. Each row still takes its blocks in order
- * through ka_block, its state its own: its bits are those of the row alone. */
-#define KA_TILE 8    /* rows a pass at most (cdx_attn deals tiles of ATTN_TILE = 8 rows) */
-#define KA_STATES 64 /* (row, head) states a pass holds: 8 rows of up to 8 heads, 2 rows of 32 */
+ * through ka_block, its state its own: its bits are those of the row alone. 64 rows, not 8: at
+ * 4,096 positions the f16 rows of 8 spent a third of their time waiting for K and V (Qwen3-0.6B
+ * Q8_0 prefill 170 -> 205 tok/s, bench/README.md "Long contexts"). */
+#define KA_TILE 64    /* rows a pass at most (cdx_attn deals tiles of ATTN_TILE = 64 rows) */
+#define KA_STATES 128 /* (row, head) states a pass holds: 64 rows of 2 heads, 32 of 4, 4 rows of 32 */
 KT_INLINE void ka_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group)
 {
     const int hd = s->head_dim;
@@ -1373,7 +1375,9 @@ static bool KT(attn_f32)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr,
  * then Σ w·v in position order. What changes: a block of 64 keys (then of values) is converted to
  * f32 once for the whole tile (F16C: vf_load_f16, exact) and stays in L1 while every row and head
  * of the tile uses it; each score is computed once (kept in a buffer of the row's length) where
- * the primitives' loop computes it in each of its three passes. Taken where the fused f32 rows
+ * the primitives' loop computes it in each of its three passes; the max is taken a block at a time
+ * as the scores are made, and each weight rounded as the V pass takes it (two passes over the
+ * buffer fewer; the same values). Taken where the fused f32 rows
  * are (head_dim a multiple of VF_N, up to KA_MAXV vectors), without a softcap; false otherwise, or
  * when the score buffer cannot be had (attn.c then runs attn_head_f16). */
 KT_INLINE void kh_rows_of(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int64_t p0, int n, const uint16_t **kr,
@@ -1463,6 +1467,7 @@ KT_INLINE bool kh_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row
     float qh[KA_STATES][KA_MAXV * VF_N] __attribute__((aligned(64)));
     float acc[KA_STATES][KA_MAXV * VF_N] __attribute__((aligned(64)));
     float wsc[32][KA_BLOCK];
+    float mxs[KA_STATES], inv[KA_STATES];
     const uint16_t *kr[KA_BLOCK], *vr[KA_BLOCK];
     const float *fr[KA_BLOCK];
     for (int j = 0; j < KA_BLOCK; j++)
@@ -1475,6 +1480,7 @@ KT_INLINE bool kh_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row
             hi = rt[i].hi > hi ? rt[i].hi : hi;
             for (int h = 0; h < group; h++) {
                 KT(vround_half)(rt[i].q + (size_t)(h0 + h) * hd, qh[i * group + h], hd, 1);
+                mxs[i * group + h] = -INFINITY;
                 for (int d = 0; d < hd; d++)
                     acc[i * group + h][d] = 0;
             }
@@ -1488,27 +1494,26 @@ KT_INLINE bool kh_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row
                 if (p0 > rt[i].hi)
                     continue;
                 const int nb = rt[i].hi - p0 + 1 < KA_BLOCK ? (int)(rt[i].hi - p0 + 1) : KA_BLOCK;
-                for (int h = 0; h < group; h++)
-                    ka_scores(qh[i * group + h], nq, s, fr, nb, S + ((size_t)(i * group + h)) * len + (size_t)(p0 - lo));
+                for (int h = 0; h < group; h++) {
+                    float *x = S + ((size_t)(i * group + h)) * len + (size_t)(p0 - lo);
+                    ka_scores(qh[i * group + h], nq, s, fr, nb, x);
+                    const float bm = KT(vmax)(x, nb); /* the row's max, a block at a time (the same value) */
+                    mxs[i * group + h] = bm > mxs[i * group + h] ? bm : mxs[i * group + h];
+                }
             }
         }
-        /* softmax: the weights, rounded to f16, in place of the scores */
+        /* softmax: exp(score - max) in place of the scores and 1/sum; the V pass rounds each weight
+         * exp·(1/sum) to f16 as it takes it (one pass over the scores fewer) */
         for (int i = 0; i < m; i++)
             for (int h = 0; h < group; h++) {
                 float *x = S + ((size_t)(i * group + h)) * len;
                 const int64_t n = rt[i].hi - lo + 1;
-                float mx = KT(vmax)(x, n);
+                float mx = mxs[i * group + h];
                 const float *sk = s->sinks ? &s->sinks[h0 + h] : NULL;
                 if (sk && *sk > mx)
                     mx = *sk;
                 const double sum = KT(kh_exp_sum8)(x, mx, n) + (sk ? (double)expf(*sk - mx) : 0);
-                const float inv = (float)(1.0 / sum);
-                const VF iv = vf_set1(inv);
-                int64_t t = 0;
-                for (; t + VF_N <= n; t += VF_N)
-                    vf_store(x + t, vf_round_f16(vf_mul(vf_load_f32(x + t), iv)));
-                for (; t < n; t++)
-                    x[t] = cdx_f16_to_f32(cdx_f32_to_f16(x[t] * inv));
+                inv[i * group + h] = (float)(1.0 / sum);
             }
         /* Σ w·v, a block of values at a time */
         const int hp = KA_HP(nq);
@@ -1520,8 +1525,16 @@ KT_INLINE bool kh_rows(const int nq, const cdx_attn_shape *s, const cdx_attn_row
                 if (p0 > rt[i].hi)
                     continue;
                 const int nb = rt[i].hi - p0 + 1 < KA_BLOCK ? (int)(rt[i].hi - p0 + 1) : KA_BLOCK;
-                for (int h = 0; h < group; h++)
-                    memcpy(wsc[h], S + ((size_t)(i * group + h)) * len + (size_t)(p0 - lo), (size_t)nb * sizeof(float));
+                for (int h = 0; h < group; h++) {
+                    const float *x = S + ((size_t)(i * group + h)) * len + (size_t)(p0 - lo);
+                    const float iw = inv[i * group + h];
+                    const VF iv = vf_set1(iw);
+                    int t = 0;
+                    for (; t + VF_N <= nb; t += VF_N)
+                        vf_store(wsc[h] + t, vf_round_f16(vf_mul(vf_load_f32(x + t), iv)));
+                    for (; t < nb; t++)
+                        wsc[h][t] = cdx_f16_to_f32(cdx_f32_to_f16(x[t] * iw));
+                }
                 int h = 0;
                 for (; h + hp <= group; h += hp)
                     ka_values_heads(acc + i * group + h, nq, hp, fr, nb, wsc + h);

@@ -3,7 +3,9 @@
 #include "kernel/kernel_impl.h"
 #include "test.h"
 
-static const char *const k_isas[] = { "avx512", "avx2", "scalar" };
+/* every kernel set; the first K_FUSED have fused attention rows (scalar runs the primitives) */
+static const char *const k_isas[] = { "amx", "avx512", "avx2", "scalar" };
+enum { K_ALL = 4, K_FUSED = 3 };
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static float frand(void)
@@ -17,7 +19,7 @@ static void rmsnorm_and_softmax_match_double(void)
     const int64_t lens[] = { 1, 7, 16, 33, 100, 4096 };
     float *x = malloc(sizeof(float) * 4096), *w = malloc(sizeof(float) * 4096), *y = malloc(sizeof(float) * 4096);
     int tested = 0;
-    for (int ii = 0; ii < 3; ii++) {
+    for (int ii = 0; ii < K_ALL; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -126,7 +128,7 @@ static void attention_matches_naive_softmax(void)
         cdx_attn_row prow[NR];
         for (int i = 0; i < NR; i++)
             prow[i] = (cdx_attn_row){ rows[i].q, ktab, vtab, lo[i], hi[i], out_paged + (size_t)i * s.n_head * s.head_dim, 0 };
-        for (int ii = 0; ii < 3; ii++) {
+        for (int ii = 0; ii < K_ALL; ii++) {
             const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
             if (!k) {
                 t_skip_isa(k_isas[ii]);
@@ -180,8 +182,8 @@ static void attention_refuses_bad_shapes_and_rows(void)
  * attn_heads gives with that set's primitives (the same set with attn_f32 removed): head sizes
  * the kernel takes (one to eight vectors; AVX2 also ten, twelve and sixteen) and does not, GQA groups, windows, lengths across the
  * 64-key blocks, and a paged cache of 16-position blocks lying in reverse order. Without windows
- * (cache blocks of 256) consecutive rows share their keys and go through the kernel in tiles of 8
- * rows (of 5 rows a pass for 12 heads); with them every third row starts its own tile. */
+ * (cache blocks of 256) consecutive rows share their keys and go through the kernel in tiles of 64
+ * rows (of 10 rows a pass for 12 heads); with them every third row starts its own tile. */
 static void fused_attention_rows_match_primitives_bit_for_bit(void)
 {
     cdx_err e = {0};
@@ -190,7 +192,7 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
     const int hds[] = { 8, 16, 24, 48, 64, 80, 96, 128, 40, 72 }, groups[] = { 1, 2, 3, 12 }; /* 3: whole and partial head chunks; 12: tiles of fewer rows */
     const int64_t lens[] = { 1, 7, 63, 64, 65, 200 };
     int checked = 0, fused = 0;
-    for (int ii = 0; ii < 2; ii++) {
+    for (int ii = 0; ii < K_FUSED; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -199,6 +201,7 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
         REQUIRE(k->attn_f32);
         cdx_kernels plain = *k;
         plain.attn_f32 = NULL;
+        const bool wide = strcmp(k_isas[ii], "avx2") != 0; /* 16-lane vectors: amx, avx512 */
         int bad = 0;
         for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
             for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
@@ -237,8 +240,8 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
                         checked++;
                         /* the shapes the fused rows take: every head size of 1..8 vectors, and on AVX2 the
                          * 10-, 12- and 16-vector ones (80, 96, 128) as well */
-                        const bool takes = hd % (ii == 0 ? 16 : 8) == 0 &&
-                                           (ii == 0 ? hd <= 128 : hd <= 64 || hd == 80 || hd == 96 || hd == 128);
+                        const bool takes = hd % (wide ? 16 : 8) == 0 &&
+                                           (wide ? hd <= 128 : hd <= 64 || hd == 80 || hd == 96 || hd == 128);
                         const bool took = k->attn_f32(&s, &rows[n - 1], 1, 0, 0, groups[gi]);
                         bad += took != takes;
                         fused += took;
@@ -264,7 +267,7 @@ static void fused_f16_attention_rows_match_primitives_bit_for_bit(void)
     const int hds[] = { 16, 64, 80, 40 }, groups[] = { 1, 4, 12 };
     const int64_t lens[] = { 1, 7, 65, 200 };
     int checked = 0, fused = 0, bad_ref = 0;
-    for (int ii = 0; ii < 2; ii++) {
+    for (int ii = 0; ii < K_FUSED; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -273,6 +276,7 @@ static void fused_f16_attention_rows_match_primitives_bit_for_bit(void)
         REQUIRE(k->attn_f16);
         cdx_kernels plain = *k;
         plain.attn_f16 = NULL;
+        const bool wide = strcmp(k_isas[ii], "avx2") != 0; /* 16-lane vectors: amx, avx512 */
         int bad = 0;
         for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
             for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
@@ -340,8 +344,8 @@ static void fused_f16_attention_rows_match_primitives_bit_for_bit(void)
                                 }
                                 free(p);
                             }
-                            const bool takes = hd % (ii == 0 ? 16 : 8) == 0 &&
-                                               (ii == 0 ? hd <= 128 : hd <= 64 || hd == 80 || hd == 96 || hd == 128);
+                            const bool takes = hd % (wide ? 16 : 8) == 0 &&
+                                               (wide ? hd <= 128 : hd <= 64 || hd == 80 || hd == 96 || hd == 128);
                             const bool took = k->attn_f16(&s, &rows[n - 1], 1, 0, 0, groups[gi]);
                             bad += took != takes;
                             fused += took;
@@ -370,14 +374,14 @@ static void attention_bits_do_not_depend_on_threads_or_batch(void)
         kh[i] = cdx_f32_to_f16(kf[i]);
         vh[i] = cdx_f32_to_f16(vf[i]);
     }
-    enum { NR = 21 };
+    enum { NR = 81 }; /* 80 rows of A: a whole tile of attn.c's 64 (passes of 32 states inside), and more */
     float *q = malloc(sizeof(float) * NR * nh * hd), *out = malloc(sizeof(float) * NR * nh * hd),
           *one = malloc(sizeof(float) * NR * nh * hd);
     for (int i = 0; i < NR * nh * hd; i++)
         q[i] = frand();
     const int nthr[] = { 1, 2, 3, 5 };
     int bad = 0, runs = 0;
-    for (int ii = 0; ii < 3; ii++) {
+    for (int ii = 0; ii < K_ALL; ii++) {
         const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
         if (!k) {
             t_skip_isa(k_isas[ii]);
@@ -388,11 +392,12 @@ static void attention_bits_do_not_depend_on_threads_or_batch(void)
             const void *kt2[1] = { f16 ? (const void *)vh : vf }, *vt2[1] = { f16 ? (const void *)kh : kf }; /* another sequence */
             cdx_attn_shape s = { .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .kv_stride = stride, .block = n,
                                  .scale = 0.125f, .kv_type = f16 ? CDX_TYPE_F16 : CDX_TYPE_F32 };
-            /* rows 0..19: a prompt's positions 1980..1999 of sequence A; row 20: sequence B's 1999 */
+            /* rows 0..NR-2: a prompt's positions 519..598 of sequence A; row NR-1: sequence B's 599 */
             cdx_attn_row rows[NR];
             for (int i = 0; i < NR; i++)
-                rows[i] = (cdx_attn_row){ .q = q + i * nh * hd, .k = i < 20 ? kt : kt2, .v = i < 20 ? vt : vt2,
-                                          .lo = 0, .hi = i < 20 ? 580 + i : n - 1, .out = one + i * nh * hd };
+                rows[i] = (cdx_attn_row){ .q = q + i * nh * hd, .k = i < NR - 1 ? kt : kt2,
+                                          .v = i < NR - 1 ? vt : vt2, .lo = 0, .hi = i < NR - 1 ? 519 + i : n - 1,
+                                          .out = one + i * nh * hd };
             /* each row alone, one thread */
             cdx_pool *p1;
             REQUIRE(cdx_pool_create(1, &p1, &e) == CDX_OK);
@@ -404,11 +409,11 @@ static void attention_bits_do_not_depend_on_threads_or_batch(void)
                 REQUIRE(cdx_pool_create(nthr[ti], &pool, &e) == CDX_OK);
                 cdx_attn_row r2[NR];
                 /* B's row first, then A's prompt cut at 3 rows (tiles not aligned with the prompt) */
-                r2[0] = rows[20];
-                for (int i = 0; i < 20; i++)
+                r2[0] = rows[NR - 1];
+                for (int i = 0; i < NR - 1; i++)
                     r2[1 + i] = rows[i];
                 for (int i = 0; i < NR; i++)
-                    r2[i].out = out + (i == 0 ? 20 : i - 1) * nh * hd;
+                    r2[i].out = out + (i == 0 ? NR - 1 : i - 1) * nh * hd;
                 for (int i = 0; i < NR * nh * hd; i++)
                     out[i] = NAN;
                 REQUIRE(cdx_attn(k, pool, &s, r2, 4, &e) == CDX_OK);
