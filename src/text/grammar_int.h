@@ -59,6 +59,10 @@ void gr_cache_free(cdx_grammar *g);
  * its masks with the plain trie walk's. On by default. */
 void gr_vocab_set_pure(cdx_grammar_vocab *v, bool on);
 
+/* How many states of g have their token sets for v from a class run (grammar_match.c, "Class runs"):
+ * tests check that the grammars meant for them take them. */
+int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v);
+
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
 #define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */
 #define GR_MAX_RULES    (1 << 16)

@@ -1,0 +1,225 @@
+/* Class runs (grammar_match.c, "Class runs") on real vocabularies (Qwen3's and Llama 3's tokenizers,
+ * ../shared/fixtures/tokenizers): GBNF grammars whose states read a character class in a loop or a
+ * bounded repetition (ASCII classes, negated ones, classes of multi-byte characters, classes with a
+ * few characters left out, a character dead at one count and alive at the next, a rule that ends
+ * inside tokens, runs longer than the levels followed), three seeded random generations each; at
+ * every step the mask with the shortcuts (class runs, pure text) must equal the plain trie walk's,
+ * bit for bit, and the class runs must have been taken in every grammar. Token choice: seeded,
+ * among the allowed ids, those holding the grammar's closing byte preferred half of the time, and
+ * now and then a token that ends inside a character (so the states after partial UTF-8 are met). */
+#include "caldrix.h"
+#include "test.h"
+#include "text/grammar_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 24
+#define SHARED "../shared"
+
+/* per grammar: its closing byte, whether its states must include a class run (classes of
+ * non-ASCII characters only, and a class whose bytes die at one count and live at the next, are
+ * walked), and a text whose every prefix is checked too */
+static const struct {
+    const char *name, *gbnf, *closer;
+    bool run;
+    const char *text;
+} k_grammars[] = {
+    { "[a-z]+", "root ::= \"\\\"\" [a-z]+ \"\\\"\"", "\"", true, "\"hello\"" },
+    { "\\w+@\\w+", "root ::= \"\\\"\" [a-zA-Z0-9_]+ \"@\" [a-zA-Z0-9_]+ \"\\\"\"", "\"", true, "\"joe_1@example\"" },
+    { "negated, bounded", "root ::= \"\\\"\" [^0-9 \\t\\n\"\\\\]{1,8} \"\\\"\"", "\"", true, "\"abc\u00e9\u4e2d!\"" },
+    { "negated with exceptions", "root ::= \"'\" [^'\\u00a0\\u2028\\u2029\\ufeff]* \"'\"", "'", true, "'caf\u00e9 \u4e2d\u6587 x'" },
+    { "non-ASCII only", "root ::= \"<\" [^\\x00-\\x7F]+ \">\"", ">", false, "<\u00e9\u4e2d\u6587>" },
+    { "Latin-1 letters", "root ::= \"\\\"\" [a-z\\u00e0-\\u00ff]+ \"\\\"\"", "\"", true, "\"caf\u00e9s\"" },
+    { "CJK", "root ::= \"[\" [\\u4e00-\\u9fa5]{1,6} \"]\"", "]", false, "[\u4e2d\u6587]" },
+    { "dead at one count, alive at the next (ASCII)", "root ::= \"\\\"\" [^a\"] [^b\"]* \"\\\"\"", "\"", false, "\"bxa\"" },
+    { "dead at one count, alive at the next (UTF-8)",
+      "root ::= \"\\\"\" [^\\u00e9\"] [^\\u00fc\"]* \"\\\"\"", "\"", true, "\"\u00fccaf\u00e9\"" },
+    { "unanchored", "root ::= \"\\\"\" [^\"\\\\]* \"a\" [^\"\\\\]* \"\\\"\"", "\"", true, "\"xyz a b\"" },
+    { "rule ends inside tokens", "root ::= w (\",\" w)* \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.,cd.;" },
+    { "two classes", "root ::= [a-z]{2,5} [0-9]{1,3} \"!\"", "!", true, "abc12!" },
+    { "longer than the levels", "root ::= \"'\" [^']{0,40} \"'\"", "'", true, "'this text is longer than 32 chars'" },
+    { "hex", "root ::= \"#\" [0-9a-fA-F]{6} \"#\"", "#", false, "#a0b1c2#" },
+    { "email-like", "root ::= \"\\\"\" [a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+ \"@\" [a-zA-Z0-9-]+ (\".\" [a-zA-Z0-9-]+)+ \"\\\"\"",
+      "\"", true, "\"john.doe@mail.example.com\"" },
+};
+#define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
+
+static uint64_t rng;
+static uint64_t xr(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+typedef struct {
+    const char *name;
+    cdx_tok *tok;
+    cdx_grammar_vocab *on, *off;
+    int64_t nv;
+    char **piece;
+    int *len;
+    bool *partial; /* ends inside a character */
+} vocab;
+
+static bool load(vocab *w, const char *name)
+{
+    char path[512];
+    cdx_err err = { 0 };
+    w->name = name;
+    snprintf(path, sizeof path, SHARED "/fixtures/tokenizers/%s/tokenizer.json", name);
+    if (cdx_tok_open(path, &w->tok, &err)) {
+        printf("# %s: %s\n", path, err.msg);
+        return false;
+    }
+    w->nv = cdx_tok_n_vocab(w->tok);
+    if (cdx_grammar_vocab_from_tok(w->tok, w->nv, &w->on, &err) || cdx_grammar_vocab_from_tok(w->tok, w->nv, &w->off, &err)) {
+        printf("# %s: %s\n", name, err.msg);
+        return false;
+    }
+    gr_vocab_set_pure(w->off, false);
+    w->piece = calloc((size_t)w->nv, sizeof *w->piece);
+    w->len = calloc((size_t)w->nv, sizeof *w->len);
+    w->partial = calloc((size_t)w->nv, sizeof *w->partial);
+    for (int64_t i = 0; i < w->nv; i++) {
+        char b[1024];
+        if (cdx_tok_attr(w->tok, (int32_t)i) & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN | CDX_TOK_UNUSED))
+            continue;
+        int l = cdx_tok_piece(w->tok, (int32_t)i, false, false, b, sizeof b);
+        if (l <= 0)
+            continue;
+        w->piece[i] = malloc((size_t)l);
+        memcpy(w->piece[i], b, (size_t)l);
+        w->len[i] = l;
+        int k = l - 1;
+        while (k > 0 && ((unsigned char)b[k] & 0xC0) == 0x80)
+            k--;
+        const unsigned char lead = (unsigned char)b[k];
+        const int need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+        w->partial[i] = need != l - k;
+    }
+    return true;
+}
+
+static void unload(vocab *w)
+{
+    for (int64_t i = 0; i < w->nv; i++)
+        free(w->piece[i]);
+    free(w->piece);
+    free(w->len);
+    free(w->partial);
+    cdx_grammar_vocab_free(w->on);
+    cdx_grammar_vocab_free(w->off);
+    cdx_tok_close(w->tok);
+}
+
+static bool has(const uint32_t *b, int64_t i) { return b[i / 32] >> (i % 32) & 1; }
+
+static vocab g_v[2];
+static int g_steps;
+
+static void run_vocab(const vocab *w)
+{
+    const size_t nw = (size_t)(w->nv + 31) / 32;
+    uint32_t *a = malloc(nw * 4), *b = malloc(nw * 4);
+    int32_t *cand = malloc((size_t)w->nv * sizeof *cand), *pref = malloc((size_t)w->nv * sizeof *pref);
+    int diffs = 0;
+    for (int gi = 0; gi < N_GRAMMARS; gi++) {
+        cdx_err err = { 0 };
+        cdx_grammar *g = NULL;
+        CHECKF(cdx_grammar_from_gbnf(k_grammars[gi].gbnf, strlen(k_grammars[gi].gbnf), k_grammars[gi].name, &g, &err) == 0, "%s: %s",
+               k_grammars[gi].name, err.msg);
+        if (!g)
+            continue;
+        if (getenv("CRDBG"))
+            fprintf(stderr, "== %s\n", k_grammars[gi].name);
+        /* every prefix of the text */
+        {
+            cdx_matcher *mon = NULL, *moff = NULL;
+            CHECK(cdx_matcher_create(g, w->on, &mon, &err) == 0 && cdx_matcher_create(g, w->off, &moff, &err) == 0);
+            const char *tx = k_grammars[gi].text;
+            for (size_t i = 0; mon && moff && i <= strlen(tx); i++) {
+                const int64_t ka = cdx_matcher_mask(mon, a, &err), kb = cdx_matcher_mask(moff, b, &err);
+                g_steps++;
+                if ((ka != kb || memcmp(a, b, nw * 4)) && diffs++ < 5)
+                    printf("# %s, %s, after %zu bytes of its text: %lld allowed with the shortcuts, %lld by the trie "
+                           "walk\n", w->name, k_grammars[gi].name, i, (long long)ka, (long long)kb);
+                if (i < strlen(tx) && (cdx_matcher_accept_bytes(mon, tx + i, 1, &err) ||
+                                       cdx_matcher_accept_bytes(moff, tx + i, 1, &err))) {
+                    CHECKF(false, "%s: its text is refused at byte %zu: %s", k_grammars[gi].name, i, err.msg);
+                    break;
+                }
+            }
+            cdx_matcher_free(mon);
+            cdx_matcher_free(moff);
+        }
+        for (int gen = 0; gen < 3; gen++) {
+            cdx_matcher *mon = NULL, *moff = NULL;
+            CHECK(cdx_matcher_create(g, w->on, &mon, &err) == 0 && cdx_matcher_create(g, w->off, &moff, &err) == 0);
+            rng = 0x9E3779B97F4A7C15ull * (uint64_t)(gi + 1) + (uint64_t)gen * 7919 + (uint64_t)w->nv;
+            for (int step = 0; step < STEPS && mon && moff; step++) {
+                const int64_t ka = cdx_matcher_mask(mon, a, &err), kb = cdx_matcher_mask(moff, b, &err);
+                g_steps++;
+                if (ka != kb || memcmp(a, b, nw * 4)) {
+                    int64_t first = -1;
+                    for (int64_t i = 0; i < w->nv && first < 0; i++)
+                        if (has(a, i) != has(b, i))
+                            first = i;
+                    if (diffs++ < 5)
+                        printf("# %s, %s, gen %d, step %d: %lld allowed with the shortcuts, %lld by the trie walk; "
+                               "first difference: id %lld (%.*s), %s\n", w->name, k_grammars[gi].name, gen, step,
+                               (long long)ka, (long long)kb, (long long)first, first >= 0 ? w->len[first] : 0,
+                               first >= 0 ? w->piece[first] : "", first >= 0 && has(a, first) ? "allowed" : "refused");
+                }
+                /* the next token: now and then one ending inside a character, else one holding the
+                 * closer half of the time */
+                int nc = 0, np = 0;
+                const int mode = (int)(xr() % 4);
+                for (int64_t i = 0; i < w->nv; i++)
+                    if (has(a, i) && w->piece[i]) {
+                        cand[nc++] = (int32_t)i;
+                        if ((mode == 0 && w->partial[i]) ||
+                            (mode >= 2 && memchr(w->piece[i], k_grammars[gi].closer[0], (size_t)w->len[i])))
+                            pref[np++] = (int32_t)i;
+                    }
+                if (!nc)
+                    break;
+                const int32_t t = np ? pref[xr() % (uint64_t)np] : cand[xr() % (uint64_t)nc];
+                if (cdx_matcher_accept(mon, t, &err) || cdx_matcher_accept(moff, t, &err)) {
+                    CHECKF(false, "%s, %s: an allowed token %d was refused: %s", w->name, k_grammars[gi].name, t, err.msg);
+                    break;
+                }
+            }
+            cdx_matcher_free(mon);
+            cdx_matcher_free(moff);
+        }
+        if (k_grammars[gi].run)
+            CHECKF(gr_class_run_states(g, w->on) > 0, "%s, %s: no state was a class run", w->name, k_grammars[gi].name);
+        cdx_grammar_free(g);
+    }
+    CHECKF(diffs == 0, "%s: %d masks differ with and without the shortcuts", w->name, diffs);
+    free(a);
+    free(b);
+    free(cand);
+    free(pref);
+}
+
+static void t_qwen3(void) { run_vocab(&g_v[0]); }
+static void t_llama3(void) { run_vocab(&g_v[1]); }
+
+int main(void)
+{
+    if (!load(&g_v[0], "qwen3") || !load(&g_v[1], "llama3")) {
+        printf("not ok - both tokenizers load\n");
+        printf("grammar_class: 0 passed, 1 failed\n");
+        return 1;
+    }
+    RUN("Qwen3's vocabulary: class runs give the trie walk's masks", t_qwen3);
+    RUN("Llama 3's vocabulary: the same", t_llama3);
+    printf("# %d masks compared over %d grammars\n", g_steps, N_GRAMMARS);
+    unload(&g_v[0]);
+    unload(&g_v[1]);
+    return t_done("grammar_class");
+}
