@@ -143,6 +143,8 @@ struct cdx_grammar_vocab {
      * first byte; stream s's entries with first byte b are [fbe[s][b], fbe[s][b+1]), their bytes
      * from spb + fbb[s][b] */
     sp_entry *sp;        /* [entries] */
+    uint32_t *spid;      /* [entries] their ids | ST_ONLY again, in a row (the bit sets' passes read these) */
+    uint32_t *pure_ascii; /* [n_words] the pure tokens without a non-ASCII byte */
     uint8_t *spb;        /* their bytes in a row */
     uint32_t (*fbe)[257];
     size_t (*fbb)[257];
@@ -460,10 +462,12 @@ static int class_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_e
         }
     }
     v->sp = malloc((ne ? ne : 1) * sizeof *v->sp);
+    v->spid = malloc((ne ? ne : 1) * sizeof *v->spid);
+    v->pure_ascii = malloc(v->n_words * sizeof *v->pure_ascii);
     v->spb = malloc(nb ? nb : 1);
     uint32_t (*pe)[257] = malloc(N_STREAM * sizeof *pe);
     size_t (*pb)[257] = malloc(N_STREAM * sizeof *pb);
-    if (!v->sp || !v->spb || !pe || !pb) {
+    if (!v->sp || !v->spid || !v->pure_ascii || !v->spb || !pe || !pb) {
         free(gm);
         free(pe);
         free(pb);
@@ -486,11 +490,14 @@ static int class_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_e
                 se->at = (uint16_t)k;
                 se->pre = part_groups(dfa, e[i].b, k, &se->pre_chars);
                 se->post = k < e[i].len ? part_groups(dfa, e[i].b + k + 1, e[i].len - k - 1, &se->post_chars) : 0x80;
+                v->spid[at] = se->id;
                 memcpy(v->spb + pb[st][b0], e[i].b, e[i].len);
                 pb[st][b0] += e[i].len;
             }
     free(pe);
     free(pb);
+    for (size_t w = 0; w < v->n_words; w++)
+        v->pure_ascii[w] = v->pure_all[w] & ~v->grp[(size_t)G_HIGH * v->n_words + w];
     free(gm);
     cp_pair *p = malloc((n_pairs ? n_pairs : 1) * sizeof *p);
     if (!p)
@@ -678,6 +685,8 @@ void cdx_grammar_vocab_free(cdx_grammar_vocab *v)
     free(v->long_e);
     free(v->grp);
     free(v->sp);
+    free(v->spid);
+    free(v->pure_ascii);
     free(v->spb);
     free(v->fbe);
     free(v->fbb);
@@ -2000,9 +2009,13 @@ static bool cr_levels(crun *x, int32_t c0, int32_t *n, bool *capped)
             return false;
         x->hi_in = alive_ok && (!dead_ok || alive_span <= cr_exc_span(x));
     }
-    /* a class of a few punctuation bytes, digits or blanks holds few tokens: the trie walk is
-     * cheaper than the run's bit sets over the whole vocabulary */
-    if (!x->hi_in && !x->in[G_LAF] && !x->in[G_LGZ] && !x->in[G_UAF] && !x->in[G_UGZ])
+    /* A class of a few punctuation bytes, digits or blanks holds few tokens, and the trie walk
+     * was short: no run. But letters, non-ASCII characters, or a class of punctuation that no
+     * dense byte may begin (the tokens of its streams are all there is to walk) */
+    bool dense0 = false;
+    for (unsigned b = 0; b < 128; b++)
+        dense0 |= grp_of(b) < G_HIGH && m->c_tr[(size_t)c0 * 256 + b] != DFA_DEAD;
+    if (!x->hi_in && !x->in[G_LAF] && !x->in[G_LGZ] && !x->in[G_UAF] && !x->in[G_UGZ] && dense0)
         return false;
     for (int round = 0; round <= GRP_N; round++) {
         const int r = cr_pass(x, c0, n, capped);
@@ -2120,14 +2133,16 @@ static bool cr_walk_token(cdx_matcher *m, int32_t c, int i0, int32_t id, const u
     return true;
 }
 
-/* From a configuration z that a sparse byte leads to, its run over C's byte groups (ASCII): one
- * configuration a level, every group of C to the next, until all die (n) or a level repeats (cyc).
- * ok false: not so (then the tokens are walked). */
+/* From a configuration z that a sparse byte leads to, a run of its own over dense ASCII groups (cz,
+ * as sp_entry's post): the groups whose bytes all lead z to one plain configuration, the one most
+ * lead to; then one configuration a level, every group of cz to the next, until all die (n) or a
+ * level repeats (cyc). ok false: not so (then the tokens are walked). */
 #define CR_ZRUNS 8
 typedef struct {
     int32_t z, n;
     int32_t lv[CR_LEVELS];
     int n_lv, cyc;
+    uint8_t cz;
     bool ok;
 } cr_zrun;
 
@@ -2136,6 +2151,31 @@ static void cr_zrun_make(crun *x, int32_t z, cr_zrun *zr)
     cdx_matcher *m = x->m;
     zr->z = z;
     zr->ok = false;
+    zr->cz = 0;
+    if (!cfg_moves(m, z, 128))
+        return;
+    int32_t tg[G_HIGH]; /* per dense ASCII group: its bytes' one plain target, or -1 */
+    for (int g = 0; g < G_HIGH; g++)
+        tg[g] = DFA_UNSET;
+    for (unsigned b = 0; b < 128; b++) {
+        const int g = grp_of(b);
+        const int32_t r = m->c_tr[(size_t)z * 256 + b];
+        if (g < G_HIGH)
+            tg[g] = !cr_plain(r) || (tg[g] != DFA_UNSET && tg[g] != r) ? -1 : r;
+    }
+    int best = -1, votes = 0;
+    for (int g = 0; g < G_HIGH; g++) {
+        int n_same = 0;
+        for (int h = 0; h < G_HIGH && tg[g] >= 0; h++)
+            n_same += tg[h] == tg[g];
+        if (n_same > votes)
+            votes = n_same, best = g;
+    }
+    for (int g = 0; best >= 0 && g < G_HIGH; g++)
+        if (tg[g] == tg[best])
+            zr->cz |= (uint8_t)(1u << g);
+    if (!zr->cz)
+        return;
     int32_t cur = z;
     for (int k = 0; k < CR_LEVELS; k++) {
         zr->lv[k] = cur;
@@ -2145,7 +2185,8 @@ static void cr_zrun_make(crun *x, int32_t z, cr_zrun *zr)
         int32_t to = -1;
         bool dead = false;
         for (unsigned b = 0; b < 128; b++) {
-            if (!x->in[grp_of(b)])
+            const int g = grp_of(b);
+            if (g >= G_HIGH || !(zr->cz >> g & 1))
                 continue;
             const int32_t r = m->c_tr[(size_t)cur * 256 + b];
             if (r == DFA_DEAD)
@@ -2173,9 +2214,9 @@ static void cr_zrun_make(crun *x, int32_t z, cr_zrun *zr)
     }
 }
 
-/* The configuration after j characters of C from z (made on first use among zr[0..*n_zr)):
- * DFA_DEAD, or DFA_UNSET when not known. */
-static int32_t cr_zrun_cfg(crun *x, cr_zrun *zr, int *n_zr, int32_t z, int32_t j)
+/* The configuration after the characters of part mask post, count j, from z (its run made on first
+ * use among zr[0..*n_zr)): DFA_DEAD, or DFA_UNSET when not known. */
+static int32_t cr_zrun_cfg(crun *x, cr_zrun *zr, int *n_zr, int32_t z, uint8_t post, int32_t j)
 {
     int i = 0;
     while (i < *n_zr && zr[i].z != z)
@@ -2187,7 +2228,7 @@ static int32_t cr_zrun_cfg(crun *x, cr_zrun *zr, int *n_zr, int32_t z, int32_t j
         (*n_zr)++;
     }
     const cr_zrun *r = &zr[i];
-    if (!r->ok)
+    if (!r->ok || (post & ~r->cz))
         return DFA_UNSET;
     if (r->n >= 0)
         return j > r->n ? DFA_DEAD : r->lv[j];
@@ -2218,16 +2259,29 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
     }
     /* f: the pure tokens made of C, of at most n characters; k: the tokens to walk (dense groups;
      * the sparse groups' tokens are walked from their streams) */
-    uint32_t *f = malloc(nw * sizeof *f), *k = calloc(nw, sizeof *k);
-    if (!f || !k || (!m->mark && !(m->mark = calloc((size_t)(v->tr.n_nodes + 31) / 32, sizeof *m->mark)))) {
+    uint8_t has0[32]; /* the first bytes that do not die at once */
+    cfg_edges(m, c0, has0);
+    /* A class of sparse groups only (a '.' before a domain's label, say), whose first byte is no
+     * dense one: a token with a live dense byte either begins with a byte of C, so is in C's
+     * streams (walked whole below), or dies at its first byte. Its dense groups need no bit set */
+    bool dense_first = x->hi_in;
+    for (unsigned b = 0; b < 128; b++)
+        dense_first |= grp_of(b) < G_HIGH && (x->in[grp_of(b)] || has0[b / 8] >> (b % 8) & 1);
+    /* k only where dense groups live, an exception lives, or the levels stopped short (else the
+     * streams are all: a token in two of them is walked twice) */
+    bool need_k = capped;
+    for (int g = 0; g < G_SPARSE; g++)
+        need_k |= x->live[g] && dense_first && g != G_HIGH && g != G_MALF && g != G_OTHER;
+    for (int i = 0; i < x->n_exc; i++)
+        need_k |= x->exc[i].live || x->hi_in;
+    uint32_t *f = malloc(nw * sizeof *f), *k = need_k ? calloc(nw, sizeof *k) : NULL;
+    if (!f || (need_k && !k) || (!m->mark && !(m->mark = calloc((size_t)(v->tr.n_nodes + 31) / 32, sizeof *m->mark)))) {
         free(f);
         free(k);
         free(x);
         m->oom = true;
         return false;
     }
-    uint8_t has0[32]; /* the first bytes that do not die at once */
-    cfg_edges(m, c0, has0);
     /* With the non-ASCII characters in C, an exception may have been C's at an earlier level (alive
      * there) and die at a later one, or the other way: each is walked. (Without them, an exception is
      * one alive somewhere, and a character dead at every level never becomes one.) */
@@ -2252,34 +2306,35 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
             cost_b += n_e + 4 * (int64_t)v->fbm[st][256];
     }
     const bool sub = cost_a <= cost_b;
-    const uint32_t *other = v->grp + (size_t)G_OTHER * nw;
+    const uint32_t *other = v->grp + (size_t)G_OTHER * nw, *base = x->hi_in ? v->pure_all : v->pure_ascii;
     for (size_t w = 0; w < nw; w++)
-        f[w] = sub ? v->pure_all[w] : v->pure_all[w] & ~other[w];
+        f[w] = sub ? base[w] : base[w] & ~other[w];
     for (int g = G_SPARSE; g < GRP_N; g++) {
         const int st = stream_of(g);
         if (grp_pure(g) && x->in[g] != sub)
             for (uint32_t i = v->fbe[st][0]; i < v->fbe[st][256]; i++) {
-                const uint32_t id = v->sp[i].id & ~ST_ONLY;
+                const uint32_t id = v->spid[i] & ~ST_ONLY;
                 if (sub)
                     f[id / 32] &= ~(1u << (id % 32));
-                else if (v->sp[i].id & ST_ONLY && v->pure_all[id / 32] >> (id % 32) & 1)
+                else if (v->spid[i] & ST_ONLY && base[id / 32] >> (id % 32) & 1)
                     f[id / 32] |= 1u << (id % 32);
             }
         /* walked: groups off C that live, groups of C that pure text lacks; a token of C's group
          * left out of f for a dense group, a character or its length is the walk of that one's, or
          * refused */
-        walk_s[st] = x->live[g] || (x->in[g] && !grp_pure(g)) ? 2 : x->in[g] && !sub;
+        walk_s[st] = x->live[g] || (x->in[g] && (!grp_pure(g) || !dense_first)) ? 2 : x->in[g] && !sub;
     }
     for (int g = 0; g < G_SPARSE; g++) {
         const uint32_t *t = v->grp + (size_t)g * nw;
         if (g == G_OTHER)
             continue;
+        /* (without the non-ASCII characters, base has no such token) */
         if ((g != G_HIGH && !x->in[g]) || (g == G_HIGH && !x->hi_in) || g == G_MALF)
-            for (size_t w = 0; w < nw; w++)
+            for (size_t w = 0; w < nw && (x->hi_in || (g != G_HIGH && g != G_MALF)); w++)
                 f[w] &= ~t[w];
         if (g == G_MALF) /* a token ending inside a character that may go on */
             walk_s[stream_of(g)] = x->hi_in || x->live[G_HIGH] || exc_live ? 2 : 0;
-        else if (x->live[g] && g != G_HIGH) /* (G_HIGH lives by its tokens ending inside characters) */
+        else if (x->live[g] && dense_first && g != G_HIGH) /* (G_HIGH lives by its tokens ending inside characters) */
             for (size_t w = 0; w < nw; w++)
                 k[w] |= t[w];
     }
@@ -2297,7 +2352,7 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
         }
     }
     int64_t n_k = 0; /* tokens to walk, about: a stream's whose first byte lives */
-    for (size_t w = 0; w < nw; w++) {
+    for (size_t w = 0; k && w < nw; w++) {
         k[w] &= ~f[w];
         n_k += popcount32(k[w]);
     }
@@ -2334,7 +2389,7 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
     sh->n_ok = 0;
     sh->none = false;
     m->n_tl = 0;
-    for (size_t w = 0; w < nw; w++)
+    for (size_t w = 0; k && w < nw; w++)
         for (uint32_t bb = k[w]; bb; bb &= bb - 1) {
             const int32_t id = (int32_t)(w * 32 + (size_t)__builtin_ctz(bb));
             const uint8_t *tb = v->tb + v->tb0[id];
@@ -2350,9 +2405,10 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
             for (uint32_t i = v->fbe[st][b]; i < v->fbe[st][b + 1]; tb += v->sp[i++].len) {
                 const sp_entry *se = &v->sp[i];
                 const uint32_t id = se->id & ~ST_ONLY;
-                if ((walk_s[st] == 1 && se->id & ST_ONLY) || k[id / 32] >> (id % 32) & 1 || f[id / 32] >> (id % 32) & 1)
+                if ((walk_s[st] == 1 && se->id & ST_ONLY) || (k && k[id / 32] >> (id % 32) & 1) || f[id / 32] >> (id % 32) & 1)
                     continue;
-                k[id / 32] |= 1u << (id % 32);
+                if (k)
+                    k[id / 32] |= 1u << (id % 32);
                 /* a beginning made of C's characters leads to a level's configuration: the walk
                  * starts at the first sparse byte; one holding a dense group off C that lives is
                  * walked whole, one whose groups off C all die is refused. When the rest is made of
@@ -2368,7 +2424,7 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
                     c = c0;
                 else {
                     i0 = se->at;
-                    if (!(se->post & ~(cdm & 0x3F))) {
+                    if (!(se->post & 0xC0)) {
                         int32_t r = m->c_tr[(size_t)c * 256 + tb[i0]];
                         if (r == DFA_UNSET)
                             r = dfa_move(m, c, tb[i0]);
@@ -2376,7 +2432,7 @@ static bool class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk,
                             goto oom;
                         if (r == DFA_DEAD)
                             continue;
-                        const int32_t z = cr_plain(r) ? cr_zrun_cfg(x, zr, &n_zr, r, se->post_chars) : DFA_UNSET;
+                        const int32_t z = cr_plain(r) ? cr_zrun_cfg(x, zr, &n_zr, r, se->post, se->post_chars) : DFA_UNSET;
                         if (m->oom)
                             goto oom;
                         if (z == DFA_DEAD)
