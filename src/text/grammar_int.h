@@ -1,7 +1,9 @@
-/* The grammar engine's model, shared by its three files (text layer, internal):
+/* The grammar engine's model, shared by its files (text layer, internal):
  *   grammar_gbnf.c    GBNF text -> rules -> a byte-level pushdown automaton (this model)
  *   grammar_schema.c  JSON Schema -> GBNF text
  *   grammar_match.c   the token trie of a vocabulary and the incremental matcher over the model
+ *   grammar_class.c   class runs: the first visit of a state that reads a character class
+ *                     (the matcher's internals it shares: grammar_match_int.h)
  *
  * The automaton. Every rule of the grammar is a small automaton over BYTES (character classes are
  * expanded into their UTF-8 byte sequences at compile time, so a token that ends in the middle of
@@ -59,8 +61,8 @@ void gr_cache_free(cdx_grammar *g);
  * its masks with the plain trie walk's. On by default. */
 void gr_vocab_set_pure(cdx_grammar_vocab *v, bool on);
 
-/* How many states of g have their token sets for v from a class run (grammar_match.c, "Class runs"):
- * tests check that the grammars meant for them take them. */
+/* How many states of g have their token sets for v from a class run (grammar_class.c; counted in the
+ * caches of grammar_match.c): tests check that the grammars meant for them take them. */
 int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v);
 
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
