@@ -973,6 +973,36 @@ static int32_t cr_zrun_cfg(crun *x, cr_zrun *zr, int *n_zr, int32_t z, uint8_t p
     return r->lv[j];
 }
 
+/* ASCII letters that do not die from configuration c (its moves made here); -1 out of memory. */
+static int cr_letters(cdx_matcher *m, int32_t c)
+{
+    if (!cfg_moves(m, c, 128))
+        return -1;
+    int n = 0;
+    for (unsigned b = 'A'; b <= 'z'; b++)
+        n += ((b | 32) >= 'a' && (b | 32) <= 'z') && m->c_tr[(size_t)c * 256 + b] != DFA_DEAD;
+    return n;
+}
+
+/* (grammar_match_int.h) */
+bool gr_class_likely(cdx_matcher *m, int32_t c0)
+{
+    const int n = cr_letters(m, c0);
+    if (n < 0 || n >= 26)
+        return n >= 26;
+    int32_t alive[3];
+    int n_alive = 0;
+    for (unsigned b = 0; b < 128 && n_alive < 3; b++) {
+        const int32_t r = m->c_tr[(size_t)c0 * 256 + b];
+        if (r != DFA_DEAD)
+            alive[n_alive++] = r;
+    }
+    for (int i = 0; i < n_alive && n_alive < 3; i++)
+        if (cr_plain(alive[i]) && cr_letters(m, alive[i]) >= 26)
+            return true;
+    return false;
+}
+
 /* (grammar_match_int.h) */
 bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, size_t *n_chk, size_t *cap_chk)
 {

@@ -1129,23 +1129,28 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
             }
         }
     } else {
-        /* A state whose walk is short is walked (most are); the rest try a class run first, then
-         * the walk goes on where it stopped (its configurations stay in m->cs) */
+        /* A state that reads a class of letters (gr_class_likely) tries a class run first, and is
+         * walked whole where it is none. Of the others, a state whose walk is short is walked (most
+         * are); the rest try a class run where the walk passed CR_WALK_FIRST nodes, and the walk goes
+         * on from there where it is none (its configurations stay in m->cs) */
         const int32_t c0 = gr_dfa_single(m, q);
-        m->budget = v->pure_on ? CR_WALK_FIRST : 0;
-        m->stop = -1;
-        if (c0 >= 0)
+        const bool likely = c0 >= 0 && v->pure_on && gr_class_likely(m, c0);
+        ps->run = likely && gr_class_run(m, q, &bits, &chk, &n_chk, &cap_chk);
+        if (c0 >= 0 && !ps->run && !m->oom) {
+            m->budget = v->pure_on && !likely ? CR_WALK_FIRST : 0;
+            m->stop = -1;
             walk(m, &v->tr, 1, v->tr.n_nodes, 0, c0, &chk, &n_chk, &cap_chk);
-        m->budget = 0;
-        if (c0 >= 0 && m->stop >= 0 && !m->oom) {
-            const size_t n_tl = m->n_tl, n_chk0 = n_chk;
-            n_chk = 0;
-            if ((ps->run = gr_class_run(m, q, &bits, &chk, &n_chk, &cap_chk)))
-                ;
-            else if (!m->oom) {
-                m->n_tl = n_tl;
-                n_chk = n_chk0;
-                walk(m, &v->tr, m->stop, v->tr.n_nodes, 0, c0, &chk, &n_chk, &cap_chk);
+            m->budget = 0;
+            if (m->stop >= 0 && !m->oom) {
+                const size_t n_tl = m->n_tl, n_chk0 = n_chk;
+                n_chk = 0;
+                if ((ps->run = gr_class_run(m, q, &bits, &chk, &n_chk, &cap_chk)))
+                    ;
+                else if (!m->oom) {
+                    m->n_tl = n_tl;
+                    n_chk = n_chk0;
+                    walk(m, &v->tr, m->stop, v->tr.n_nodes, 0, c0, &chk, &n_chk, &cap_chk);
+                }
             }
         }
     }

@@ -233,6 +233,11 @@ int32_t gr_dfa_single(cdx_matcher *m, int32_t q);          /* the configuration 
 /* Sorts the usable tokens e[0..n) by byte group (v's class-run tables); gr_class_free frees them. */
 int gr_class_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_err *err);
 void gr_class_free(cdx_grammar_vocab *v);
+/* Whether configuration c0 (a state's lone item) reads a class of letters: 26 or more ASCII letters
+ * do not die there, or after the one or two bytes that do (an email domain's '.'). On the schema
+ * corpus every such state walked more than CR_WALK_FIRST trie nodes, and most of them were class
+ * runs: the run is tried first. */
+bool gr_class_likely(cdx_matcher *m, int32_t c0);
 /* State q as a class run: *bits (taken by the caller) = the tokens of the class it accepts, m->tl =
  * the others it accepts, chk = the nodes where its rule may end inside a token, as a walk of the
  * whole trie gives them. False (nothing set) where q is no class run or its walks would be many. */

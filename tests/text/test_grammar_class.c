@@ -42,6 +42,13 @@ static const struct {
     { "hex", "root ::= \"#\" [0-9a-fA-F]{6} \"#\"", "#", false, "#a0b1c2#" },
     { "email-like", "root ::= \"\\\"\" [a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+ \"@\" [a-zA-Z0-9-]+ (\".\" [a-zA-Z0-9-]+)+ \"\\\"\"",
       "\"", true, "\"john.doe@mail.example.com\"" },
+    /* states that read letters try a class run before any walk (gr_class_likely): one whose run
+     * fails (the class changes at each count) is walked whole; one letter before a literal; a class
+     * of letters after the one byte that lives first (a domain's '.') */
+    { "changes at each count", "root ::= \"\\\"\" ([A-Z] [a-z]{1,3} \" \"?){1,3} \"\\\"\"", "\"", false, "\"Ab Cde Fghi\"" },
+    { "x..y", "root ::= \"\\\"\" [^\"\\\\]* \"x\" [^\"\\\\] [^\"\\\\] \"y\" [^\"\\\\]* \"\\\"\"", "\"", false, "\"a x12y b\"" },
+    { "one letter, then a literal", "root ::= [a-zA-Z] \"=\" [0-9]+ \";\"", ";", false, "k=12;" },
+    { "letters after a dot", "root ::= \"x\" (\".\" [a-z]+)+ \";\"", ";", true, "x.ab.cd;" },
 };
 #define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
 
