@@ -1071,8 +1071,11 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
     }
     const bool sub = cost_a <= cost_b;
     const uint32_t *other = v->grp + (size_t)G_OTHER * nw, *base = x->hi_in ? v->pure_all : v->pure_ascii;
-    for (size_t w = 0; w < nw; w++)
-        f[w] = sub ? base[w] : base[w] & ~other[w];
+    if (sub) /* (each a loop of its own: a test inside keeps the compiler from vectorizing it) */
+        memcpy(f, base, nw * sizeof *f);
+    else
+        for (size_t w = 0; w < nw; w++)
+            f[w] = base[w] & ~other[w];
     for (int g = G_SPARSE; g < GRP_N; g++) {
         const int st = stream_of(g);
         if (grp_pure(g) && x->in[g] != sub)
@@ -1093,8 +1096,9 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
         if (g == G_OTHER)
             continue;
         /* (without the non-ASCII characters, base has no such token) */
-        if ((g != G_HIGH && !x->in[g]) || (g == G_HIGH && !x->hi_in) || g == G_MALF)
-            for (size_t w = 0; w < nw && (x->hi_in || (g != G_HIGH && g != G_MALF)); w++)
+        if (((g != G_HIGH && !x->in[g]) || (g == G_HIGH && !x->hi_in) || g == G_MALF) &&
+            (x->hi_in || (g != G_HIGH && g != G_MALF)))
+            for (size_t w = 0; w < nw; w++)
                 f[w] &= ~t[w];
         if (g == G_MALF) /* a token ending inside a character that may go on */
             walk_s[stream_of(g)] = x->hi_in || x->live[G_HIGH] || exc_live ? 2 : 0;
