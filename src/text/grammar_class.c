@@ -88,6 +88,26 @@ static uint8_t part_groups(const int8_t dfa[PURE_N][256], const uint8_t *b, uint
     return (uint8_t)(dm | (d == PURE_A ? 0 : 0x80));
 }
 
+/* The byte of a group of one printable byte (G_PUNCT ...). */
+static unsigned punct_byte(int g)
+{
+    const int i = g - G_PUNCT;
+    return (unsigned)(i < 15 ? 0x21 + i : i < 22 ? 0x3A + i - 15 : i < 28 ? 0x5B + i - 22 : 0x7B + i - 28);
+}
+
+/* A word of group g's stream: g's byte, then dense ASCII bytes only (at least one), g in pure text. */
+static bool sp_word(const tok_entry *e, int g)
+{
+    if (g < G_PUNCT || !grp_pure(g) || e->len < 2 || e->b[0] != punct_byte(g))
+        return false;
+    for (uint32_t k = 1; k < e->len; k++)
+        if (grp_of(e->b[k]) >= G_HIGH)
+            return false;
+    return true;
+}
+
+#define CR_WORDS 1024 /* words that give a stream a bit set of them (n_vocab / 8 bytes: 4 streams of Qwen3's) */
+
 /* The stream of group g (sparse), or G_MALF's. */
 static int stream_of(int g) { return g == G_MALF ? N_STREAM - 1 : g - G_SPARSE; }
 
@@ -130,6 +150,10 @@ int gr_class_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_err *
                     v->fbe[st][b1]++;
                     v->fbb[st][b1] += e[i].len;
                     v->fbm[st][b1] += __builtin_popcountll(gm[i] >> G_SPARSE) != 1;
+                    if (sp_word(&e[i], g)) {
+                        v->fbw[st]++;
+                        v->fbwb[st] += e[i].len;
+                    }
                 }
             }
     }
@@ -160,11 +184,23 @@ int gr_class_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_err *
     }
     memcpy(pe, v->fbe, N_STREAM * sizeof *pe);
     memcpy(pb, v->fbb, N_STREAM * sizeof *pb);
+    uint32_t pw[N_STREAM]; /* the words first */
+    size_t pwb[N_STREAM];
+    for (int g = G_PUNCT; g < GRP_N; g++) {
+        const int st = stream_of(g);
+        const unsigned b = punct_byte(g);
+        pw[st] = pe[st][b];
+        pwb[st] = pb[st][b];
+        pe[st][b] += v->fbw[st];
+        pb[st][b] += v->fbwb[st];
+    }
     for (size_t i = 0; i < n; i++)
         for (int g = 0; g < GRP_N; g++)
             if (gm[i] >> g & 1 && (g >= G_SPARSE || g == G_MALF)) {
                 const int st = stream_of(g), b0 = e[i].b[0];
-                const uint32_t at = pe[st][b0]++;
+                const bool wd = sp_word(&e[i], g);
+                const uint32_t at = wd ? pw[st]++ : pe[st][b0]++;
+                size_t *bo = wd ? &pwb[st] : &pb[st][b0];
                 sp_entry *se = &v->sp[at];
                 se->id = (uint32_t)e[i].id | (__builtin_popcountll(gm[i] >> G_SPARSE) == 1 ? ST_ONLY : 0);
                 se->len = (uint16_t)e[i].len;
@@ -176,11 +212,24 @@ int gr_class_build(cdx_grammar_vocab *v, const tok_entry *e, size_t n, cdx_err *
                 se->pre = part_groups(dfa, e[i].b, k, &se->pre_chars);
                 se->post = k < e[i].len ? part_groups(dfa, e[i].b + k + 1, e[i].len - k - 1, &se->post_chars) : 0x80;
                 v->spid[at] = se->id;
-                memcpy(v->spb + pb[st][b0], e[i].b, e[i].len);
-                pb[st][b0] += e[i].len;
+                memcpy(v->spb + *bo, e[i].b, e[i].len);
+                *bo += e[i].len;
             }
     free(pe);
     free(pb);
+    for (int g = G_PUNCT; g < GRP_N; g++) {
+        const int st = stream_of(g);
+        if (v->fbw[st] < CR_WORDS)
+            continue;
+        if (!(v->wbit[st] = calloc(v->n_words, sizeof *v->wbit[st]))) {
+            free(gm);
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        }
+        for (uint32_t i = v->fbe[st][punct_byte(g)], j = 0; j < v->fbw[st]; i++, j++) {
+            const uint32_t id = v->spid[i] & ~ST_ONLY;
+            v->wbit[st][id / 32] |= 1u << (id % 32);
+        }
+    }
     for (size_t w = 0; w < v->n_words; w++)
         v->pure_ascii[w] = v->pure_all[w] & ~v->grp[(size_t)G_HIGH * v->n_words + w];
     free(gm);
@@ -232,6 +281,8 @@ void gr_class_free(cdx_grammar_vocab *v)
     free(v->cp);
     free(v->cp_tok0);
     free(v->cp_ids);
+    for (int st = 0; st < N_STREAM; st++)
+        free(v->wbit[st]);
 }
 
 /* ---- class runs ---- */
@@ -1165,12 +1216,64 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
                 !cr_walk_token(m, c0, 0, id, tb, (int)(v->tb0[id + 1] - v->tb0[id]), chk, n_chk, cap_chk, NULL))
                 goto oom;
         }
+    /* The words of a stream of one byte b (wbit) from c0, where b leads to a configuration z that
+     * has a run over dense groups (cr_zrun), as the entries below would find them one by one: the
+     * words made of the run's groups, of at most its count of characters, are accepted by bit-set
+     * passes; those holding another dense group are walked; the rest are refused. Their entries are
+     * skipped below (a word is in no other stream; a run's groups never end its rule, so no check
+     * node is missed). Else (b dies, ends the rule, or z has no run) the entries tell. */
+    bool wdone[N_STREAM] = { false };
+    for (int g = G_PUNCT; g < GRP_N; g++) {
+        const int st = stream_of(g);
+        const unsigned b = punct_byte(g);
+        if (!v->wbit[st] || walk_s[st] != 2 || !(has0[b / 8] >> (b % 8) & 1))
+            continue;
+        int32_t r = m->c_tr[(size_t)c0 * 256 + b];
+        if (r == DFA_UNSET)
+            r = gr_dfa_move(m, c0, (uint8_t)b);
+        if (m->oom)
+            goto oom;
+        if (!cr_plain(r) || cr_zrun_cfg(x, zr, &n_zr, r, 0, 0) == DFA_UNSET)
+            continue;
+        if (m->oom)
+            goto oom;
+        int iz = 0;
+        while (zr[iz].z != r)
+            iz++;
+        const uint32_t *off[G_HIGH], *row = zr[iz].n >= 0 ? v->pure_upto + (size_t)(zr[iz].n + 1) * nw : NULL;
+        int n_off = 0;
+        for (int h = 0; h < G_HIGH; h++)
+            if (!(zr[iz].cz >> h & 1))
+                off[n_off++] = v->grp + (size_t)h * nw;
+        const uint32_t *wb = v->wbit[st];
+        for (size_t w = 0; w < nw; w++) {
+            const uint32_t t = wb[w] & ~f[w] & (k ? ~k[w] : ~0u);
+            if (!t)
+                continue;
+            uint32_t o = 0;
+            for (int i = 0; i < n_off; i++)
+                o |= off[i][w];
+            f[w] |= t & ~o & (row ? row[w] : ~0u);
+            for (uint32_t bb = t & o; bb; bb &= bb - 1) {
+                const int32_t id = (int32_t)(w * 32 + (size_t)__builtin_ctz(bb));
+                if (!cr_walk_token(m, c0, 0, id, v->tb + v->tb0[id], (int)(v->tb0[id + 1] - v->tb0[id]), chk, n_chk,
+                                   cap_chk, NULL))
+                    goto oom;
+            }
+        }
+        wdone[st] = true;
+    }
     for (int st = 0; st < N_STREAM; st++)
         for (int b = 0; walk_s[st] && b < 256; b++) {
             if (!(has0[b / 8] >> (b % 8) & 1))
                 continue;
             const uint8_t *tb = v->spb + v->fbb[st][b];
-            for (uint32_t i = v->fbe[st][b]; i < v->fbe[st][b + 1]; tb += v->sp[i++].len) {
+            uint32_t i = v->fbe[st][b];
+            if (wdone[st] && b == (int)punct_byte(st + G_SPARSE)) { /* the words, done above */
+                tb += v->fbwb[st];
+                i += v->fbw[st];
+            }
+            for (; i < v->fbe[st][b + 1]; tb += v->sp[i++].len) {
                 const sp_entry *se = &v->sp[i];
                 const uint32_t id = se->id & ~ST_ONLY;
                 if ((walk_s[st] == 1 && se->id & ST_ONLY) || (k && k[id / 32] >> (id % 32) & 1) || f[id / 32] >> (id % 32) & 1)

@@ -118,6 +118,13 @@ struct cdx_grammar_vocab {
     uint32_t (*fbe)[257];
     size_t (*fbb)[257];
     uint32_t (*fbm)[257]; /* counts of the entries without ST_ONLY before first byte b */
+    /* A stream of one printable byte b: its words (b, then only dense ASCII bytes: ".com", "_id")
+     * come first among its entries of first byte b, fbw[s] of them, fbwb[s] bytes; where they are
+     * many (CR_WORDS), also as a bit set wbit[s] (else NULL): a class run takes them by bit-set
+     * passes. */
+    uint32_t fbw[N_STREAM];
+    size_t fbwb[N_STREAM];
+    uint32_t *wbit[N_STREAM];
     int32_t n_cp;        /* distinct non-ASCII characters in the well-formed tokens */
     uint32_t *cp;        /* [n_cp] ascending */
     int32_t *cp_tok0;    /* [n_cp + 1] the tokens holding cp[i]: cp_ids[cp_tok0[i] .. cp_tok0[i+1]) */

@@ -49,6 +49,20 @@ static const struct {
     { "x..y", "root ::= \"\\\"\" [^\"\\\\]* \"x\" [^\"\\\\] [^\"\\\\] \"y\" [^\"\\\\]* \"\\\"\"", "\"", false, "\"a x12y b\"" },
     { "one letter, then a literal", "root ::= [a-zA-Z] \"=\" [0-9]+ \";\"", ";", false, "k=12;" },
     { "letters after a dot", "root ::= \"x\" (\".\" [a-z]+)+ \";\"", ";", true, "x.ab.cd;" },
+    /* the words of a stream ('.', '_', '(': the byte, then dense ASCII bytes) by bit sets: a run of
+     * at most 3 characters after the byte, words holding a group off that run (walked: ".ab12"), a
+     * run whose levels alternate, what follows the byte is no run (the words are walked), '_' and '('
+     * words, a class wider than the run after the byte (".writeValue": walked), a rule that ends
+     * after it, a byte dead at first and alive later */
+    { "words of at most 3 letters", "root ::= \"x\" (\".\" [a-z]{1,3})+ \";\"", ";", true, "x.ab.cde;" },
+    { "a run after the dot that is none", "root ::= \"x\" (\".\" [a-z] [a-f]*)+ \";\"", ";", true, "x.ab.cfe;" },
+    { "words of pairs", "root ::= \"x\" (\".\" ([a-z] [a-z])+)+ \";\"", ";", true, "x.abcd.ef;" },
+    { "snake case", "root ::= \"\\\"\" [a-z]+ (\"_\" [a-z]+)* \"\\\"\"", "\"", true, "\"max_new_tokens\"" },
+    { "calls", "root ::= [a-z]+ (\"(\" [a-z]+ \")\")+ \";\"", ";", true, "f(x)(yz);" },
+    { "a class wider than the run after its dot", "root ::= \"x\" [a-zA-Z]* (\".\" [a-z]+ [a-zA-Z]*)+ \";\"", ";", true,
+      "xaB.bcDe.d;" },
+    { "a rule that ends after the dot", "root ::= w+ \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.cd.;" },
+    { "a dot dead first, alive later", "root ::= \"\\\"\" [a-z] [a-z.]* \"\\\"\"", "\"", true, "\"a.b.c\"" },
 };
 #define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
 
