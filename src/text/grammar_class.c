@@ -1120,23 +1120,50 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
         else /* and a walk (~4 reads) of each token that holds another sparse byte */
             cost_b += n_e + 4 * (int64_t)v->fbm[st][256];
     }
-    const bool sub = cost_a <= cost_b;
+    /* A class of sparse groups alone (a '.' before a domain's label): f is its streams' tokens made
+     * of their own byte only ("." "...": nothing before it, nothing but sparse bytes after), the way
+     * (b) finds them */
+    bool sparse_only = !x->hi_in;
+    for (int g = 0; g < G_HIGH; g++)
+        sparse_only &= !x->in[g];
+    const bool sub = !sparse_only && cost_a <= cost_b;
     const uint32_t *other = v->grp + (size_t)G_OTHER * nw, *base = x->hi_in ? v->pure_all : v->pure_ascii;
-    if (sub) /* (each a loop of its own: a test inside keeps the compiler from vectorizing it) */
+    if (sparse_only)
+        memset(f, 0, nw * sizeof *f);
+    else if (sub) /* (each a loop of its own: a test inside keeps the compiler from vectorizing it) */
         memcpy(f, base, nw * sizeof *f);
     else
         for (size_t w = 0; w < nw; w++)
             f[w] = base[w] & ~other[w];
     for (int g = G_SPARSE; g < GRP_N; g++) {
         const int st = stream_of(g);
-        if (grp_pure(g) && x->in[g] != sub)
+        if (grp_pure(g) && x->in[g] != sub) {
+            /* a stream's words (wbit) in one pass (they hold one sparse byte, and are pure ASCII);
+             * its other entries one by one */
+            uint32_t w0 = v->fbe[st][256], w1 = w0;
+            if (v->wbit[st]) {
+                w0 = v->fbe[st][punct_byte(g)];
+                w1 = w0 + v->fbw[st];
+                if (sub)
+                    for (size_t w = 0; w < nw; w++)
+                        f[w] &= ~v->wbit[st][w];
+                else if (!sparse_only) /* (a word holds a dense byte: never one of its own byte only) */
+                    for (size_t w = 0; w < nw; w++)
+                        f[w] |= v->wbit[st][w] & base[w];
+            }
             for (uint32_t i = v->fbe[st][0]; i < v->fbe[st][256]; i++) {
+                if (i == w0) {
+                    i = w1 - 1;
+                    continue;
+                }
                 const uint32_t id = v->spid[i] & ~ST_ONLY;
                 if (sub)
                     f[id / 32] &= ~(1u << (id % 32));
-                else if (v->spid[i] & ST_ONLY && base[id / 32] >> (id % 32) & 1)
+                else if (v->spid[i] & ST_ONLY && base[id / 32] >> (id % 32) & 1 &&
+                         (!sparse_only || (!v->sp[i].pre && !(v->sp[i].post & 0x7F))))
                     f[id / 32] |= 1u << (id % 32);
             }
+        }
         /* walked: groups off C that live, groups of C that pure text lacks; a token of C's group
          * left out of f for a dense group, a character or its length is the walk of that one's, or
          * refused */
@@ -1148,7 +1175,7 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
             continue;
         /* (without the non-ASCII characters, base has no such token) */
         if (((g != G_HIGH && !x->in[g]) || (g == G_HIGH && !x->hi_in) || g == G_MALF) &&
-            (x->hi_in || (g != G_HIGH && g != G_MALF)))
+            (x->hi_in || (g != G_HIGH && g != G_MALF)) && !sparse_only)
             for (size_t w = 0; w < nw; w++)
                 f[w] &= ~t[w];
         if (g == G_MALF) /* a token ending inside a character that may go on */

@@ -53,7 +53,8 @@ static const struct {
      * at most 3 characters after the byte, words holding a group off that run (walked: ".ab12"), a
      * run whose levels alternate, what follows the byte is no run (the words are walked), '_' and '('
      * words, a class wider than the run after the byte (".writeValue": walked), a rule that ends
-     * after it, a byte dead at first and alive later */
+     * after it, a byte dead at first and alive later; a class of that byte alone, of up to two; a
+     * class that holds the byte (its words taken whole from the bit set) */
     { "words of at most 3 letters", "root ::= \"x\" (\".\" [a-z]{1,3})+ \";\"", ";", true, "x.ab.cde;" },
     { "a run after the dot that is none", "root ::= \"x\" (\".\" [a-z] [a-f]*)+ \";\"", ";", true, "x.ab.cfe;" },
     { "words of pairs", "root ::= \"x\" (\".\" ([a-z] [a-z])+)+ \";\"", ";", true, "x.abcd.ef;" },
@@ -62,6 +63,8 @@ static const struct {
     { "a class wider than the run after its dot", "root ::= \"x\" [a-zA-Z]* (\".\" [a-z]+ [a-zA-Z]*)+ \";\"", ";", true,
       "xaB.bcDe.d;" },
     { "a rule that ends after the dot", "root ::= w+ \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.cd.;" },
+    { "one or two dots", "root ::= \"x\" (\".\" \".\"? [a-z]+)+ \";\"", ";", true, "x..ab.c;" },
+    { "identifiers", "root ::= \"\\\"\" [a-z_]+ \"\\\"\"", "\"", true, "\"max_new_tokens\"" },
     { "a dot dead first, alive later", "root ::= \"\\\"\" [a-z] [a-z.]* \"\\\"\"", "\"", true, "\"a.b.c\"" },
 };
 #define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
