@@ -111,9 +111,14 @@ int main(int argc, char **argv)
         int32_t *cand = malloc((size_t)nv * 4), *closer = malloc((size_t)nv * 4);
         bool *is_closer = calloc((size_t)nv, 1);
         for (int64_t i = 0; i < nv; i++) {
-            char p[64];
-            int l = cdx_tok_piece(tok, (int32_t)i, false, false, p, sizeof p);
-            is_closer[i] = l > 0 && (memchr(p, '"', (size_t)l) || memchr(p, '}', (size_t)l) || memchr(p, ']', (size_t)l));
+            char buf[256], *p = buf;
+            int l = cdx_tok_piece(tok, (int32_t)i, false, false, p, sizeof buf);
+            if (l > (int)sizeof buf && (p = malloc((size_t)l))) /* a long token: its whole text */
+                l = cdx_tok_piece(tok, (int32_t)i, false, false, p, (size_t)l);
+            is_closer[i] = p && l > 0 &&
+                           (memchr(p, '"', (size_t)l) || memchr(p, '}', (size_t)l) || memchr(p, ']', (size_t)l));
+            if (p != buf)
+                free(p);
         }
         double wall = 0;
         dv cold = { 0 }, warm = { 0 }, comp = { 0 };
