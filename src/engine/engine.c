@@ -277,11 +277,11 @@ void cdx_engine_free(cdx_engine *e)
         if (e->blocks[i].keyed && !e->blocks[i].stored)
             kv_store_write(e->store, &e->shape, e->blocks[i].key, e->blocks[i].k, e->blocks[i].v, e->blocks[i].snap);
     free(e->store);
-    for (int64_t i = 0; e->blocks && i < e->o.n_blocks; i++) {
-        free(e->blocks[i].k);
-        free(e->blocks[i].v);
+    for (int64_t i = 0; e->blocks && i < e->o.n_blocks; i++)
         free(e->blocks[i].snap);
-    }
+    for (int64_t i = 0; i < e->n_slabs; i++) /* the blocks' K and V */
+        free(e->slabs[i]);
+    free(e->slabs);
     free(e->blocks);
     free(e->free_stack);
     free(e->buckets);

@@ -136,6 +136,10 @@ struct cdx_engine {
     kv_store_shape shape;
     /* the pool */
     kv_block *blocks;
+    char **slabs;              /* the blocks' K and V storage, carved from huge-page slabs (block_pool.c) */
+    int64_t n_slabs, n_carved; /* slabs allocated, blocks given storage */
+    char *slab_next;           /* the next block's storage in the newest slab */
+    int64_t slab_left;         /* blocks the newest slab still holds */
     int32_t *free_stack;       /* unkeyed blocks no sequence holds */
     int64_t n_free;
     int32_t lru_head, lru_tail;
