@@ -10,12 +10,12 @@
 #include "caldrix.h"
 #include "test.h"
 #include "text/grammar_int.h"
+#include "grammar_vocab.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define STEPS 24
-#define SHARED "../shared"
 
 /* per grammar: its closing byte, whether its states must include a class run (classes of
  * non-ASCII characters only, and a class whose bytes die at one count and live at the next, are
@@ -76,67 +76,6 @@ static uint64_t xr(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return rng;
-}
-
-typedef struct {
-    const char *name;
-    cdx_tok *tok;
-    cdx_grammar_vocab *on, *off;
-    int64_t nv;
-    char **piece;
-    int *len;
-    bool *partial; /* ends inside a character */
-} vocab;
-
-static bool load(vocab *w, const char *name)
-{
-    char path[512];
-    cdx_err err = { 0 };
-    w->name = name;
-    snprintf(path, sizeof path, SHARED "/fixtures/tokenizers/%s/tokenizer.json", name);
-    if (cdx_tok_open(path, &w->tok, &err)) {
-        printf("# %s: %s\n", path, err.msg);
-        return false;
-    }
-    w->nv = cdx_tok_n_vocab(w->tok);
-    if (cdx_grammar_vocab_from_tok(w->tok, w->nv, &w->on, &err) || cdx_grammar_vocab_from_tok(w->tok, w->nv, &w->off, &err)) {
-        printf("# %s: %s\n", name, err.msg);
-        return false;
-    }
-    gr_vocab_set_pure(w->off, false);
-    w->piece = calloc((size_t)w->nv, sizeof *w->piece);
-    w->len = calloc((size_t)w->nv, sizeof *w->len);
-    w->partial = calloc((size_t)w->nv, sizeof *w->partial);
-    for (int64_t i = 0; i < w->nv; i++) {
-        char b[1024];
-        if (cdx_tok_attr(w->tok, (int32_t)i) & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN | CDX_TOK_UNUSED))
-            continue;
-        int l = cdx_tok_piece(w->tok, (int32_t)i, false, false, b, sizeof b);
-        if (l <= 0)
-            continue;
-        w->piece[i] = malloc((size_t)l);
-        memcpy(w->piece[i], b, (size_t)l);
-        w->len[i] = l;
-        int k = l - 1;
-        while (k > 0 && ((unsigned char)b[k] & 0xC0) == 0x80)
-            k--;
-        const unsigned char lead = (unsigned char)b[k];
-        const int need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-        w->partial[i] = need != l - k;
-    }
-    return true;
-}
-
-static void unload(vocab *w)
-{
-    for (int64_t i = 0; i < w->nv; i++)
-        free(w->piece[i]);
-    free(w->piece);
-    free(w->len);
-    free(w->partial);
-    cdx_grammar_vocab_free(w->on);
-    cdx_grammar_vocab_free(w->off);
-    cdx_tok_close(w->tok);
 }
 
 static bool has(const uint32_t *b, int64_t i) { return b[i / 32] >> (i % 32) & 1; }
@@ -235,7 +174,7 @@ static void t_llama3(void) { run_vocab(&g_v[1]); }
 
 int main(void)
 {
-    if (!load(&g_v[0], "qwen3") || !load(&g_v[1], "llama3")) {
+    if (!vocab_load(&g_v[0], "qwen3") || !vocab_load(&g_v[1], "llama3")) {
         printf("not ok - both tokenizers load\n");
         printf("grammar_class: 0 passed, 1 failed\n");
         return 1;
@@ -243,7 +182,7 @@ int main(void)
     RUN("Qwen3's vocabulary: class runs give the trie walk's masks", t_qwen3);
     RUN("Llama 3's vocabulary: the same", t_llama3);
     printf("# %d masks compared over %d grammars\n", g_steps, N_GRAMMARS);
-    unload(&g_v[0]);
-    unload(&g_v[1]);
+    vocab_unload(&g_v[0]);
+    vocab_unload(&g_v[1]);
     return t_done("grammar_class");
 }

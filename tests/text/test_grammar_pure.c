@@ -12,6 +12,7 @@
 #include "caldrix.h"
 #include "test.h"
 #include "text/grammar_int.h"
+#include "grammar_vocab.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -29,71 +30,6 @@ static uint64_t xr(void)
     return rng;
 }
 
-typedef struct {
-    const char *name;
-    cdx_tok *tok;
-    cdx_grammar_vocab *on, *off;
-    int64_t nv;
-    char **piece;
-    int *len;
-    bool *closer, *edge; /* edge: holds '"' or '\\', or its last byte is not a whole character */
-} vocab;
-
-static bool load(vocab *w, const char *name)
-{
-    char path[512];
-    cdx_err err = { 0 };
-    w->name = name;
-    snprintf(path, sizeof path, SHARED "/fixtures/tokenizers/%s/tokenizer.json", name);
-    if (cdx_tok_open(path, &w->tok, &err)) {
-        printf("# %s: %s\n", path, err.msg);
-        return false;
-    }
-    w->nv = cdx_tok_n_vocab(w->tok);
-    if (cdx_grammar_vocab_from_tok(w->tok, w->nv, &w->on, &err) || cdx_grammar_vocab_from_tok(w->tok, w->nv, &w->off, &err)) {
-        printf("# %s: %s\n", name, err.msg);
-        return false;
-    }
-    gr_vocab_set_pure(w->off, false);
-    w->piece = calloc((size_t)w->nv, sizeof *w->piece);
-    w->len = calloc((size_t)w->nv, sizeof *w->len);
-    w->closer = calloc((size_t)w->nv, sizeof *w->closer);
-    w->edge = calloc((size_t)w->nv, sizeof *w->edge);
-    for (int64_t i = 0; i < w->nv; i++) {
-        char b[1024];
-        if (cdx_tok_attr(w->tok, (int32_t)i) & (CDX_TOK_CONTROL | CDX_TOK_UNKNOWN | CDX_TOK_UNUSED))
-            continue; /* never matched by a grammar (the library's rule too) */
-        int l = cdx_tok_piece(w->tok, (int32_t)i, false, false, b, sizeof b);
-        if (l <= 0)
-            continue;
-        w->piece[i] = malloc((size_t)l);
-        memcpy(w->piece[i], b, (size_t)l);
-        w->len[i] = l;
-        w->closer[i] = memchr(b, '"', (size_t)l) || memchr(b, '}', (size_t)l) || memchr(b, ']', (size_t)l);
-        unsigned char last = (unsigned char)b[l - 1];
-        int k = l - 1;
-        while (k > 0 && ((unsigned char)b[k] & 0xC0) == 0x80)
-            k--;
-        unsigned char lead = (unsigned char)b[k];
-        int need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-        w->edge[i] = memchr(b, '"', (size_t)l) || memchr(b, '\\', (size_t)l) || need != l - k || (last & 0x80 && need == 0);
-    }
-    return true;
-}
-
-static void unload(vocab *w)
-{
-    for (int64_t i = 0; i < w->nv; i++)
-        free(w->piece[i]);
-    free(w->piece);
-    free(w->len);
-    free(w->closer);
-    free(w->edge);
-    cdx_grammar_vocab_free(w->on);
-    cdx_grammar_vocab_free(w->off);
-    cdx_tok_close(w->tok);
-}
-
 static bool has(const uint32_t *b, int64_t i) { return b[i / 32] >> (i % 32) & 1; }
 
 /* Whether the grammar allows token id after text[0..n): a fresh matcher, byte by byte. */
@@ -107,6 +43,12 @@ static bool oracle(const cdx_grammar *g, const vocab *w, const char *text, size_
               cdx_matcher_accept_bytes(m, w->piece[id], (size_t)w->len[id], &err) == 0;
     cdx_matcher_free(m);
     return ok;
+}
+
+/* a token the sample must hold: a '"' or '\\', or a character cut short */
+static bool edge(const vocab *w, int64_t i)
+{
+    return w->partial[i] || memchr(w->piece[i], '"', (size_t)w->len[i]) || memchr(w->piece[i], '\\', (size_t)w->len[i]);
 }
 
 static vocab g_v[2];
@@ -150,7 +92,7 @@ static void run_vocab(const vocab *w)
                 }
                 if (step == 1 || step == 4 || step == 12) {
                     for (int64_t i = (step * 7 + (int64_t)si) % SAMPLE_STRIDE; i < w->nv; i++) {
-                        if (!w->piece[i] || (i % SAMPLE_STRIDE && !(w->edge[i] && i % 89 == 0)))
+                        if (!w->piece[i] || (i % SAMPLE_STRIDE && !(edge(w, i) && i % 89 == 0)))
                             continue;
                         if (cdx_grammar_vocab_is_eog(w->on, (int32_t)i))
                             continue;
@@ -200,7 +142,7 @@ int main(void)
     json_error_t je;
     json_t *root = json_load_file("tests/text/data/grammar_schemas.json", 0, &je);
     g_schemas = root ? json_object_get(root, "schemas") : NULL;
-    if (!g_schemas || !load(&g_v[0], "qwen3") || !load(&g_v[1], "llama3")) {
+    if (!g_schemas || !vocab_load(&g_v[0], "qwen3") || !vocab_load(&g_v[1], "llama3")) {
         printf("not ok - the schema corpus and both tokenizers load\n");
         printf("grammar_pure: 0 passed, 1 failed\n");
         return 1;
@@ -208,8 +150,8 @@ int main(void)
     RUN("Qwen3's vocabulary: masks equal with and without the pure-text shortcut, and the oracle's", t_qwen3);
     RUN("Llama 3's vocabulary: the same", t_llama3);
     printf("# %d masks compared, %d tokens checked one by one\n", g_steps, g_oracle_checks);
-    unload(&g_v[0]);
-    unload(&g_v[1]);
+    vocab_unload(&g_v[0]);
+    vocab_unload(&g_v[1]);
     json_decref(root);
     return t_done("grammar_pure");
 }
