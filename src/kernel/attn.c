@@ -293,9 +293,12 @@ static void attn_rows(const cdx_kernels *k, const cdx_vec_ops *v, const cdx_attn
     }
 }
 
-/* Rows a work item holds: consecutive rows of one sequence's prompt walk the key blocks together
- * (kernels' attn_f32 and attn_f16), so a block of K and V comes from memory once for the tile */
+/* Rows a work item holds at most: consecutive rows of one sequence's prompt walk the key blocks
+ * together (kernels' attn_f32 and attn_f16), so a block of K and V comes from memory once for the
+ * tile; fewer (down to ATTN_TILE_MIN) where that would leave threads without items (few KV heads,
+ * short prompts, many threads). A row's bits do not depend on its tile. */
 #define ATTN_TILE 64
+#define ATTN_TILE_MIN 8
 
 static bool same_keys(const cdx_attn_row *a, const cdx_attn_row *b)
 {
@@ -305,12 +308,16 @@ static bool same_keys(const cdx_attn_row *a, const cdx_attn_row *b)
 static void attn_work(void *arg, int ith, int nth)
 {
     attn_job *j = arg;
-    const int64_t nk = j->s->n_kv_head, tiles = (j->n_rows + ATTN_TILE - 1) / ATTN_TILE, total = tiles * nk;
+    const int64_t nk = j->s->n_kv_head;
+    int64_t tile = ATTN_TILE;
+    while (tile > ATTN_TILE_MIN && (j->n_rows + tile - 1) / tile * nk < 4 * (int64_t)nth)
+        tile /= 2; /* about four items a thread, when the rows allow */
+    const int64_t tiles = (j->n_rows + tile - 1) / tile, total = tiles * nk;
     /* (tile, KV head) items dealt round-robin: causal rows grow with their position, so contiguous
      * ranges would give the last thread the longest rows. A tile is cut where the rows stop sharing
      * their keys (another sequence, a window). */
     for (int64_t it = ith; it < total; it += nth) {
-        const int64_t t0 = it / nk * ATTN_TILE, t1 = t0 + ATTN_TILE < j->n_rows ? t0 + ATTN_TILE : j->n_rows;
+        const int64_t t0 = it / nk * tile, t1 = t0 + tile < j->n_rows ? t0 + tile : j->n_rows;
         for (int64_t i = t0; i < t1;) {
             int64_t e = i + 1;
             while (e < t1 && same_keys(&j->rows[i], &j->rows[e]))
