@@ -26,6 +26,28 @@ typedef struct {
     bool *closer;  /* holds '"', '}' or ']' */
 } vocab;
 
+/* the seeded choices of the tests' generations (xorshift64) */
+static uint64_t rng;
+static uint64_t xr(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* bit i of a mask */
+static bool has(const uint32_t *b, int64_t i) { return b[i / 32] >> (i % 32) & 1; }
+
+/* the first id two masks of nv ids disagree on, or -1 */
+static int64_t first_difference(const uint32_t *a, const uint32_t *b, int64_t nv)
+{
+    for (int64_t i = 0; i < nv; i++)
+        if (has(a, i) != has(b, i))
+            return i;
+    return -1;
+}
+
 static bool vocab_load(vocab *w, const char *name)
 {
     char path[512];

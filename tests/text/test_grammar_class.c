@@ -69,17 +69,6 @@ static const struct {
 };
 #define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
 
-static uint64_t rng;
-static uint64_t xr(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static bool has(const uint32_t *b, int64_t i) { return b[i / 32] >> (i % 32) & 1; }
-
 static vocab g_v[2];
 static int g_steps;
 
@@ -96,8 +85,6 @@ static void run_vocab(const vocab *w)
                k_grammars[gi].name, err.msg);
         if (!g)
             continue;
-        if (getenv("CRDBG"))
-            fprintf(stderr, "== %s\n", k_grammars[gi].name);
         /* every prefix of the text */
         {
             cdx_matcher *mon = NULL, *moff = NULL;
@@ -126,10 +113,7 @@ static void run_vocab(const vocab *w)
                 const int64_t ka = cdx_matcher_mask(mon, a, &err), kb = cdx_matcher_mask(moff, b, &err);
                 g_steps++;
                 if (ka != kb || memcmp(a, b, nw * 4)) {
-                    int64_t first = -1;
-                    for (int64_t i = 0; i < w->nv && first < 0; i++)
-                        if (has(a, i) != has(b, i))
-                            first = i;
+                    const int64_t first = first_difference(a, b, w->nv);
                     if (diffs++ < 5)
                         printf("# %s, %s, gen %d, step %d: %lld allowed with the shortcuts, %lld by the trie walk; "
                                "first difference: id %lld (%.*s), %s\n", w->name, k_grammars[gi].name, gen, step,

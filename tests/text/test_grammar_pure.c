@@ -21,17 +21,6 @@
 #define STEPS 32
 #define SAMPLE_STRIDE 397
 
-static uint64_t rng;
-static uint64_t xr(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static bool has(const uint32_t *b, int64_t i) { return b[i / 32] >> (i % 32) & 1; }
-
 /* Whether the grammar allows token id after text[0..n): a fresh matcher, byte by byte. */
 static bool oracle(const cdx_grammar *g, const vocab *w, const char *text, size_t n, int64_t id)
 {
@@ -81,10 +70,7 @@ static void run_vocab(const vocab *w)
                 const int64_t ka = cdx_matcher_mask(mon, a, &err), kb = cdx_matcher_mask(moff, b, &err);
                 g_steps++;
                 if (ka != kb || memcmp(a, b, nw * 4)) {
-                    int64_t first = -1;
-                    for (int64_t i = 0; i < w->nv && first < 0; i++)
-                        if (has(a, i) != has(b, i))
-                            first = i;
+                    const int64_t first = first_difference(a, b, w->nv);
                     if (diffs++ < 5)
                         printf("# %s, %s, gen %d, step %d: %lld allowed with the shortcut, %lld without; first "
                                "difference: id %lld\n", w->name, sname, gen, step, (long long)ka, (long long)kb,
