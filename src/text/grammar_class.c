@@ -390,9 +390,7 @@ static bool cfg_moves(cdx_matcher *m, int32_t c, int hi)
     int32_t r = DFA_DEAD;
     for (int b = 0; b < hi; b++) {
         if (cut[b / 8] >> (b % 8) & 1) {
-            r = m->c_tr[(size_t)c * 256 + b];
-            if (r == DFA_UNSET)
-                r = gr_dfa_move(m, c, (uint8_t)b);
+            r = gr_dfa_step(m, c, (uint8_t)b);
             if (m->oom)
                 return false;
         }
@@ -884,9 +882,7 @@ static bool cr_walk_token(cdx_matcher *m, int32_t c, int i0, int32_t id, const u
         sh->n_ok = d;
     }
     for (; i < d; i++) {
-        int32_t r = m->c_tr[(size_t)c * 256 + tb[i]];
-        if (r == DFA_UNSET)
-            r = gr_dfa_move(m, c, tb[i]);
+        int32_t r = gr_dfa_step(m, c, tb[i]);
         if (m->oom)
             return false;
         if (r == DFA_DEAD) {
@@ -1255,9 +1251,7 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
         const unsigned b = punct_byte(g);
         if (!v->wbit[st] || walk_s[st] != 2 || !(has0[b / 8] >> (b % 8) & 1))
             continue;
-        int32_t r = m->c_tr[(size_t)c0 * 256 + b];
-        if (r == DFA_UNSET)
-            r = gr_dfa_move(m, c0, (uint8_t)b);
+        int32_t r = gr_dfa_step(m, c0, (uint8_t)b);
         if (m->oom)
             goto oom;
         if (!cr_plain(r) || cr_zrun_cfg(x, zr, &n_zr, r, 0, 0) == DFA_UNSET)
@@ -1323,9 +1317,7 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
                 else {
                     i0 = se->at;
                     if (!(se->post & 0xC0)) {
-                        int32_t r = m->c_tr[(size_t)c * 256 + tb[i0]];
-                        if (r == DFA_UNSET)
-                            r = gr_dfa_move(m, c, tb[i0]);
+                        int32_t r = gr_dfa_step(m, c, tb[i0]);
                         if (m->oom)
                             goto oom;
                         if (r == DFA_DEAD)

@@ -786,9 +786,7 @@ static void walk(cdx_matcher *m, const gr_trie *v, int32_t lo, int32_t hi, int d
             break;
         }
         const int d = v->depth[i];
-        int32_t r = m->c_tr[(size_t)m->cs[d - 1] * 256 + v->byte[i]];
-        if (r == DFA_UNSET)
-            r = gr_dfa_move(m, m->cs[d - 1], v->byte[i]);
+        int32_t r = gr_dfa_step(m, m->cs[d - 1], v->byte[i]);
         if (r == DFA_DEAD) {
             i = v->end[i];
             continue;

@@ -234,6 +234,12 @@ static inline bool chain_state_ok(const gr_state *s) { return !s->final && !s->n
 int32_t gr_dfa_intern(cdx_matcher *m, item *it, size_t n); /* the id of it[0..n) (sorted here); -1 out of memory */
 int32_t gr_dfa_move(cdx_matcher *m, int32_t c, uint8_t b); /* c's move over byte b (cached in c_tr) */
 int32_t gr_dfa_single(cdx_matcher *m, int32_t q);          /* the configuration of the lone item (q, -1) */
+/* c's move over byte b: the cached one, else gr_dfa_move (the walks' step; m->oom says if it failed) */
+static inline int32_t gr_dfa_step(cdx_matcher *m, int32_t c, uint8_t b)
+{
+    const int32_t r = m->c_tr[(size_t)c * 256 + b];
+    return r == DFA_UNSET ? gr_dfa_move(m, c, b) : r;
+}
 
 /* grammar_class.c */
 #define CR_WALK_FIRST 2000 /* trie nodes a state's walk may visit before a class run is tried */
