@@ -94,6 +94,9 @@ CDX_API bool cdx_matmul_supports(uint32_t type);
 CDX_API void cdx_add(const cdx_kernels *k, float *y, const float *x, int64_t n);
 /* y[i] = x[i] · (1/sqrt(mean(x²) + eps)) · w[i]  (w NULL: 1). y may equal x. */
 CDX_API void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n, float eps, float *y);
+/* y[i] = x[i] as f16 (f16) or bf16, each rounded to nearest, ties to even (cdx_f32_to_f16 /
+ * cdx_f32_to_bf16's bits on every set: a nan stays a quiet nan, overflow goes to inf). */
+CDX_API void cdx_to_half(const cdx_kernels *k, const float *x, uint16_t *y, int64_t n, bool f16);
 /* x[i] = exp(x[i] - max) / Σ exp(x[j] - max), in place. n >= 1. */
 CDX_API void cdx_softmax(const cdx_kernels *k, float *x, int64_t n);
 /* g[i] = silu(g[i]) · u[i] = g[i] / (1 + expf(-g[i])) · u[i], in place: the C library's expf bits on

@@ -49,6 +49,12 @@ static void round_half_ref(const float *x, float *y, int64_t n, int f16)
         y[i] = f16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_round(x[i]);
 }
 
+static void to_half_ref(const float *x, uint16_t *y, int64_t n, int f16)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = f16 ? cdx_f32_to_f16(x[i]) : cdx_f32_to_bf16(x[i]);
+}
+
 static void silu_mul_ref(float *g, const float *u, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -86,7 +92,7 @@ static double lse_ref(const float *x, int64_t n)
 }
 
 const cdx_vec_ops cdx_vec_scalar = { dot_ref, axpy_ref, scale_ref, max_ref, exp_sum_ref, round_half_ref, silu_mul_ref,
-                                     lse_ref, silu_ref, erf_ref, gelu_ref };
+                                     lse_ref, silu_ref, erf_ref, gelu_ref, to_half_ref };
 
 static const cdx_vec_ops *vec(const cdx_kernels *k) { return k && k->vec ? k->vec : &cdx_vec_scalar; }
 
@@ -104,6 +110,11 @@ void cdx_rmsnorm(const cdx_kernels *k, const float *x, const float *w, int64_t n
 void cdx_add(const cdx_kernels *k, float *y, const float *x, int64_t n)
 {
     vec(k)->axpy(y, 1.0f, x, n);
+}
+
+void cdx_to_half(const cdx_kernels *k, const float *x, uint16_t *y, int64_t n, bool f16)
+{
+    vec(k)->to_half(x, y, n, f16);
 }
 
 void cdx_swiglu(const cdx_kernels *k, float *g, const float *u, int64_t n)

@@ -1089,6 +1089,21 @@ static void KT(vround_half)(const float *x, float *y, int64_t n, int f16)
         y[i] = f16 ? cdx_f16_to_f32(cdx_f32_to_f16(x[i])) : cdx_bf16_round(x[i]);
 }
 
+/* y = x as f16 (f16 != 0) or bf16 values, each rounded on its own (a K/V row into an F16 / BF16 cache);
+ * the scalar twin is to_half_ref: cdx_f32_to_f16 / cdx_f32_to_bf16. */
+static void KT(vto_half)(const float *x, uint16_t *y, int64_t n, int f16)
+{
+    int64_t i = 0;
+    if (f16)
+        for (; i + VF_N <= n; i += VF_N)
+            vh_store_f16(y + i, vf_load_f32(x + i));
+    else
+        for (; i + VF_N <= n; i += VF_N)
+            vh_store_bf16(y + i, vf_round_bf16(vf_load_f32(x + i)));
+    for (; i < n; i++)
+        y[i] = f16 ? cdx_f32_to_f16(x[i]) : cdx_f32_to_bf16(x[i]);
+}
+
 /* ---- f32 attention rows (attn.c's attn_heads, fused) ----
  *
  * Query rows × one KV head's `group` query heads over an F32 cache, each row with exactly the
@@ -1565,7 +1580,8 @@ static bool KT(attn_f16)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr,
 }
 
 static const cdx_vec_ops KT(vec_ops) = { KT(vdot), KT(vaxpy), KT(vscale), KT(vmax), KT(vexp_sum), KT(vround_half),
-                                         KT(vsilu_mul), KT(vlse), KT(vsilu), KT(verf), KT(vgelu) };
+                                         KT(vsilu_mul), KT(vlse), KT(vsilu), KT(verf), KT(vgelu),
+                                         KT(vto_half) };
 
 /* ---- the table ---- */
 

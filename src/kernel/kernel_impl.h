@@ -72,6 +72,7 @@ typedef struct cdx_vec_ops {
     void (*silu)(float *x, int64_t n);                           /* x = x / (1 + expf(-x)) */
     void (*erf)(float *x, int64_t n);                            /* x = erf(x): cdx_erf_ref's bits (kern_erf.h) */
     void (*gelu)(float *x, int64_t n);                           /* x = x·0.5·(1 + erf(x/√2)): cdx_gelu_ref's bits */
+    void (*to_half)(const float *x, uint16_t *y, int64_t n, int f16); /* y = cdx_f32_to_f16 (or _bf16) of x */
 } cdx_vec_ops;
 
 extern const cdx_vec_ops cdx_vec_scalar;

@@ -34,6 +34,11 @@ typedef __m256 VF;
 #define vf_store(p, v) _mm256_storeu_ps((p), (v))
 /* v rounded to the nearest f16 / bf16 (ties to even) and back; bf16 keeps a nan a quiet nan */
 #define vf_round_f16(v) _mm256_cvtph_ps(_mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+/* the 8 values of v as f16 (rounded, ties to even) / of a vf_round_bf16 result as bf16, stored at p */
+#define vh_store_f16(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#define vh_store_bf16(p, v)                                                                                  \
+    _mm_storeu_si128((__m128i *)(p), _mm_packus_epi32(_mm256_castsi256_si128(_mm256_srli_epi32(_mm256_castps_si256(v), 16)), \
+                                                      _mm256_extracti128_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 16), 1)))
 static inline __m256 vf_round_bf16(__m256 v)
 {
     const __m256i u = _mm256_castps_si256(v), hi = _mm256_set1_epi32((int)0xFFFF0000u);

@@ -40,6 +40,9 @@ typedef __m512 VF;
 #define vf_store(p, v) _mm512_storeu_ps((p), (v))
 /* v rounded to the nearest f16 / bf16 (ties to even) and back; bf16 keeps a nan a quiet nan */
 #define vf_round_f16(v) _mm512_cvtph_ps(_mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+/* the 16 values of v as f16 (rounded, ties to even) / of a vf_round_bf16 result as bf16, stored at p */
+#define vh_store_f16(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#define vh_store_bf16(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)))
 static inline __m512 vf_round_bf16(__m512 v)
 {
     const __m512i u = _mm512_castps_si512(v), hi = _mm512_set1_epi32((int)0xFFFF0000u);

@@ -265,7 +265,7 @@ static void qkv_part(void *arg, int ith, int nth)
                 model_rope_att(k, hp->n_head_kv, hd, hp->n_rot, fc->s.pos[i], f, hp->rope_mode, att);
             }
         }
-        model_kv_store(&j->seqs[fc->s.seq[i]], j->slot, fc->s.pos[i], kvd, k, v);
+        model_kv_store(fc->s.k, &j->seqs[fc->s.seq[i]], j->slot, fc->s.pos[i], kvd, k, v);
     }
 }
 

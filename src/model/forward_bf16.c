@@ -211,7 +211,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                 model_rope_bf16(q, hp->n_head, hd, hp->n_rot, s->pos[i], f); /* StableLM: partial */
                 model_rope_bf16(k, hp->n_head_kv, hd, hp->n_rot, s->pos[i], f);
             }
-            model_kv_store(&seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
+            model_kv_store(K, &seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }
         model_attn_rows(s, seqs, n, s->q, s->attn, qd, l - l0, cdx_hparams_window(hp, l));
         int rc = cdx_attn_bf16(pool, &ashape, s->arows, n, err);

@@ -301,16 +301,14 @@ void model_embed(const cdx_mat *e, const int32_t *tokens, const float *const *em
 
 /* ---- attention over the paged KV cache ---- */
 
-void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v)
+void model_kv_store(const cdx_kernels *K, const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k,
+                    const float *v)
 {
     const size_t off = (size_t)slot * c->layer_stride + (size_t)(p % c->block) * (size_t)kvd;
     if (c->type == CDX_TYPE_F16 || c->type == CDX_TYPE_BF16) {
-        uint16_t *kh = (uint16_t *)c->k[p / c->block] + off, *vh = (uint16_t *)c->v[p / c->block] + off;
         const bool f16 = c->type == CDX_TYPE_F16;
-        for (int64_t d = 0; d < kvd; d++) {
-            kh[d] = f16 ? cdx_f32_to_f16(k[d]) : cdx_f32_to_bf16(k[d]);
-            vh[d] = f16 ? cdx_f32_to_f16(v[d]) : cdx_f32_to_bf16(v[d]);
-        }
+        cdx_to_half(K, k, (uint16_t *)c->k[p / c->block] + off, kvd, f16);
+        cdx_to_half(K, v, (uint16_t *)c->v[p / c->block] + off, kvd, f16);
     } else {
         memcpy((float *)c->k[p / c->block] + off, k, (size_t)kvd * sizeof(float));
         memcpy((float *)c->v[p / c->block] + off, v, (size_t)kvd * sizeof(float));

@@ -4,7 +4,7 @@
  *
  *   model_norm_rows(pool, xn, x, L->attn_norm, n, E, eps);     // x → xn, row by row
  *   model_rope(q, n_head, hd, n_rot, pos, m->inv_freq, mode);   // in place, one token
- *   model_kv_store(&seqs[s], slot, pos, kvd, k, v);             // into the token's own KV slot
+ *   model_kv_store(K, &seqs[s], slot, pos, kvd, k, v);          // into the token's own KV slot
  *
  * Every op computes a row's values by the same code whatever thread or batch it falls in (batch
  * invariance), and none allocates. */
@@ -108,7 +108,8 @@ void model_embed(const cdx_mat *e, const int32_t *tokens, const float *const *em
 
 /* Writes one position's K and V (kvd values each) into layer slot `slot` of c's block table, in its
  * storage type: f32 as is, f16 and bf16 rounded to nearest even (ggml's copy into an F16 cache). */
-void model_kv_store(const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k, const float *v);
+void model_kv_store(const cdx_kernels *K, const cdx_kv_seq *c, int64_t slot, int64_t p, int64_t kvd, const float *k,
+                    const float *v);
 /* The attention rows of n tokens: token i's query at q + i·qd, its output at out + i·qd, its keys
  * the positions of its sequence up to its own in KV slot `slot` (window > 0: the last window). */
 void model_attn_rows(const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n, const float *q, float *out, int64_t qd,

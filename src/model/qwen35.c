@@ -311,7 +311,7 @@ static void step_attn_qk(const hy_step *st, int64_t i0, int64_t i1)
             model_rmsnorm(k + hh * hd, k + hh * hd, L->k_norm, hd, hp->rms_eps);
         model_rope(q, hp->n_head, hd, hp->n_rot, st->pos[i], m->inv_freq, CDX_ROPE_HALVES);
         model_rope(k, hp->n_head_kv, hd, hp->n_rot, st->pos[i], m->inv_freq, CDX_ROPE_HALVES);
-        model_kv_store(&st->seqs[st->seq[i]], st->slot, st->pos[i], kvd, k, v);
+        model_kv_store(st->K, &st->seqs[st->seq[i]], st->slot, st->pos[i], kvd, k, v);
     }
 }
 

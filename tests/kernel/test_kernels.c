@@ -653,6 +653,32 @@ static void half_rounding_matches_scalar(void)
                                  0x477FEFFFu, 0x00000001u, 0x33000000u, 0x33000001u, 0x7F7FFFFFu };
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
         x[i * 8 + 5] = f_of(special[i]);
+    /* to_half (a K/V row into an F16 / BF16 cache) stores the same roundings as 16-bit values:
+       cdx_f32_to_f16 / cdx_f32_to_bf16's bits on every set and tail length */
+    uint16_t *hw = malloc(sizeof(uint16_t) * N), *hg = malloc(sizeof(uint16_t) * N);
+    REQUIRE(hw && hg);
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (int i = 0; i < N; i++)
+            hw[i] = f16 ? cdx_f32_to_f16(x[i]) : cdx_f32_to_bf16(x[i]);
+        for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
+            const cdx_kernels *k = cdx_kernels_by_isa(k_isas[ii]);
+            if (!k)
+                continue; /* t_skip_isa says so below */
+            for (int n = 0; n < 40; n++) {
+                memset(hg, 0x55, sizeof(uint16_t) * N);
+                cdx_to_half(k, x + n % 3, hg, n, f16);
+                CHECKF(!memcmp(hg, hw + n % 3, sizeof(uint16_t) * (size_t)n) && hg[n] == 0x5555,
+                       "to_half %s f16=%d n=%d", k_isas[ii], f16, n);
+            }
+            cdx_to_half(k, x, hg, N, f16);
+            int bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += hg[i] != hw[i];
+            CHECKF(bad == 0, "to_half %s f16=%d: %d of %d values differ from cdx_f32_to_%s", k_isas[ii], f16, bad, N,
+                   f16 ? "f16" : "bf16");
+        }
+    }
+    free(hw), free(hg);
     for (int f16 = 0; f16 < 2; f16++) {
         cdx_vec_scalar.round_half(x, want, N, f16);
         for (size_t ii = 0; ii < sizeof k_isas / sizeof k_isas[0]; ii++) {
