@@ -3,8 +3,8 @@
  *   caldrix bench model.gguf -t 2 -p 128 -n 64 --json
  *
  * Through the engine, as run and serve use it: prefill runs the prompt (synthetic ids) as one batch;
- * decode then computes -n tokens one at a time, each the argmax of the previous logits. After a short
- * warm-up (which also pages the weights in), each of -r runs uses prompts the prefix cache has not
+ * decode then computes -n tokens one at a time, each the argmax of the previous logits. After a warm-up
+ * of one whole prompt (as llama-bench's; it also pages the weights in), each of -r runs uses prompts the prefix cache has not
  * seen; the figures are the median over the runs (the best run is reported too). Weight bytes per token are those a decode
  * step reads (every matrix once, one embedding row aside), so bytes x decode tok/s is the
  * bandwidth the decode loop drew from memory.
@@ -49,10 +49,11 @@ static void usage(FILE *f)
                "                     [--allow-split [--nodes N] [--split-layers SPEC] [--split-micro N] ...]\n\n"
                "Times loading MODEL, a prefill of PROMPT_TOKENS synthetic ids in one batch (default 128)\n"
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
-               "serve use it; prints the median of RUNS runs (default 3) after a warm-up, each on prompts\n"
-               "the cache has not seen. THREADS defaults to the number of CPUs; --isa forces a kernel set\n"
-               "(amx, avx512, avx2, scalar; avx512-gemm: faster prefill, not batch invariant). --mem-bw adds the\n"
-               "decode ceiling: the memory bandwidth divided by the weight bytes one decoded token reads.\n"
+               "serve use it; prints the median of RUNS runs (default 3) after a warm-up of one whole prompt\n"
+               "(as llama-bench's), each on prompts the cache has not seen. THREADS defaults to the number\n"
+               "of CPUs; --isa forces a kernel set (amx, avx512, avx2, scalar; avx512-gemm: faster prefill,\n"
+               "not batch invariant). --mem-bw adds the decode ceiling: the memory bandwidth divided by the\n"
+               "weight bytes one decoded token reads.\n"
                "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
                "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"
                "16 tokens are in the prefix cache, against one that is not. --weight-budget: as run's (a\n"
@@ -361,9 +362,11 @@ int cmd_bench(int argc, char **argv)
             prompts[i_][0] = (int32_t)(3 + (salt++ * 7919u) % (uint64_t)(hp->n_vocab > 4 ? hp->n_vocab - 3 : 1)); \
     } while (0)
 
-    /* warm-up: pages every weight in and wakes the pool; not timed */
+    /* warm-up: one whole prompt and 2 tokens, as llama-bench warms up (so the timed runs do not pay the
+       first touch of the forward buffers a prompt this long needs), pages every weight in, wakes the pool;
+       not timed */
     FRESH_PROMPTS();
-    if (bench_batch(eng, prompts, 1, n_prompt < 16 ? n_prompt : 16, 2, rs, &err) < 0) {
+    if (bench_batch(eng, prompts, 1, n_prompt, 2, rs, &err) < 0) {
         fprintf(stderr, "caldrix bench: %s: %s\n", path, err.msg);
         goto done;
     }
