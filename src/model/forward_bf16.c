@@ -50,7 +50,17 @@
  *   cohere   CohereLayerNorm = bf16(w · ((x − mean)·rsqrt(var + eps))) in f32 (row bf16_ln_centered); cos/sin cast
  *            to bf16 (CohereRotaryEmbedding) but apply_rotary_pos_emb computes in float on interleaved pairs and
  *            rounds once (bf16_rope_f32 + bf16_trig); the parallel block x = bf16(bf16(x + attn) + mlp) (StableLM's
- *            use_parallel_residual too); logits = bf16(bf16 logits · logit_scale). */
+ *            use_parallel_residual too); logits = bf16(bf16 logits · logit_scale).
+ *   the mixtures of experts (mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe): their dense family's layer (Llama's;
+ *            Qwen2's biases; Qwen3's per-head q/k norms and its mlp_only_layers dense; OLMoE's whole-projection q/k norms,
+ *            LlamaRMSNorm's two roundings; Granite's scalings) with the sparse block for the MLP, in ops.c's model_moe:
+ *            router logits bf16 (#4); softmax of their f32 upcast (torch's kernel: exp, summed in order, · 1/sum); the
+ *            k chosen as torch.topk chooses (libstdc++'s nth_element / partial_sort: which of equal values win);
+ *            renormalised in f32 where the family does; the weights rounded to bf16 (.to(hidden_states.dtype);
+ *            GraniteMoe: the softmax over the k largest logits, .type_as); each expert's gate/up/SwiGLU/down as #4, #13;
+ *            term = bf16(bf16(expert) · weight); the token's sum = bf16(sum + term) in ascending expert id (index_add_
+ *            into bf16 zeros); Qwen2-MoE then adds bf16(bf16(sigmoid(bf16 gate logit)) · shared expert) as one more
+ *            bf16 add. GPT-OSS's experts (biases, clamped SwiGLU) are refused here: f32 only. */
 #include "ops.h"
 
 #include <math.h>
@@ -123,9 +133,8 @@ const char *bf16_unsupported(const cdx_model *m)
         (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
         (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
         return "its per-head LayerNorms of q/k, BitLinears or activation are computed in f32 only";
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].moe)
-            return "its mixture-of-experts layers are computed in f32 only";
+    if (m->desc->moe_oai)
+        return "its biased experts and clamped SwiGLU (GPT-OSS's mixture of experts) are computed in f32 only";
     return NULL;
 }
 
@@ -229,7 +238,12 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         in = L->ffn_norm || hp->parallel_residual ? s->xn : s->x;
         if (L->ffn_norm)
             norm_rows(m, s->xn, s->x, L->ffn_norm, L->ffn_norm_b, n, E);
-        if (hp->mlp_plain) { /* Starcoder2: c_proj(gelu_tanh(c_fc(x))), c_fc's bias before the one rounding */
+        float *ffn_out = s->xn;
+        if (L->moe) { /* the sparse block at transformers' bf16 cast points (ops.c's model_moe) */
+            if ((rc = model_moe(m, s, l, L, in, n, s->moe, err)))
+                return rc;
+            ffn_out = s->moe;
+        } else if (hp->mlp_plain) { /* Starcoder2: c_proj(gelu_tanh(c_fc(x))), c_fc's bias before the one rounding */
             cdx_matmul(K, pool, &L->up, in, n, s->ffn_g, s->ws);
             round_rows(s->ffn_g, n, F, L->b_up);
             model_geglu_bf16(pool, s->ffn_g, NULL, n * F);
@@ -243,13 +257,15 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
             else
                 model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
         }
-        cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
-        round_rows(s->xn, n, E, L->b_down);
+        if (!L->moe) {
+            cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
+            round_rows(s->xn, n, E, L->b_down);
+        }
         if (L->ffn_post_norm)
-            norm_rows(m, s->xn, s->xn, L->ffn_post_norm, NULL, n, E);
+            norm_rows(m, ffn_out, ffn_out, L->ffn_post_norm, NULL, n, E);
         if (hp->parallel_residual)
             add_bf16(s->x, attn_out, n * E, hp->residual_scale);
-        add_bf16(s->x, s->xn, n * E, hp->residual_scale);
+        add_bf16(s->x, ffn_out, n * E, hp->residual_scale);
     }
 
     if (l1 < hp->n_layer) /* the later stages compute the rest */

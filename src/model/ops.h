@@ -199,7 +199,11 @@ static inline void model_softcap(float *x, int64_t n, float cap)
 /* out[n][n_embd] = the sparse block of layer l over the normalised rows xn (s's MoE scratch):
  * softmax routing in f32, the top n_expert_used (renormalised when hp->norm_topk_prob), each expert
  * run once over the rows that chose it, summed per token in ascending expert order; plus the shared
- * expert scaled by sigmoid(its gate) where L has one (Qwen2-MoE). */
+ * expert scaled by sigmoid(its gate) where L has one (Qwen2-MoE). A bf16 model (m->dtype) computes it as
+ * transformers' bf16 MoE blocks do (forward_bf16.c's MoE lines): bf16 router logits, the routing in f32 and
+ * its weights rounded to bf16, every expert's projections and SwiGLU at the dense MLP's cast points, each
+ * term bf16(output · weight) added to the token's bf16 sum in ascending expert order (index_add_), the shared
+ * expert's bf16(bf16(sigmoid(gate)) · shared) added last. */
 int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_weights *L, const float *xn, int64_t n,
               float *out, cdx_err *err);
 

@@ -59,6 +59,11 @@ run_case $HF/qwen2 $HF/qwen2/golden_bf16.json 0 --dtype bf16 && check_case $HF/q
     ok "qwen2 --dtype bf16 (f32 weights cast to bf16) matches the bf16 goldens" || { bad "qwen2 --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
 run_case $HF/qwen3 $HF/qwen3/golden_bf16.json 1 --dtype bf16 --kv-type f32 && check_case $HF/qwen3/golden_bf16.json "$tmp/o.json" 1 &&
     ok "qwen3 --dtype bf16 --kv-type f32 matches the bf16 goldens" || { bad "qwen3 --dtype bf16 --kv-type f32"; cat "$tmp/err"; }
+# a mixture of experts (the bf16 pass with ops.c's model_moe): PyTorch's bf16 goldens of the qwen3_moe fixture
+run_case $HF/qwen3_moe tests/golden/bf16-qwen3_moe.json 2 --dtype bf16 && check_case tests/golden/bf16-qwen3_moe.json "$tmp/o.json" 2 &&
+    ok "qwen3_moe --dtype bf16 matches PyTorch's bf16 goldens" || { bad "qwen3_moe --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
+# GPT-OSS has no bf16 pass (tiny checkpoint of scripts/goldens/tiny_fixtures.py)
+python3 scripts/goldens/tiny_fixtures.py gpt_oss "$tmp/gpt_oss" '{}' >/dev/null
 
 # the summary line names the compute type and why; --help lists the defaults
 "$CALDRIX" run $HF/llama_f16 --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"
@@ -88,7 +93,7 @@ PY
 grep -q "compute_dtype=f32 (GGUF" "$tmp/g.txt" && ok "inspect of a BF16 GGUF says f32 compute, as llama.cpp" || bad "inspect of a BF16 GGUF"
 # "--dtype f32|bf16 picks another" only where --dtype bf16 would be taken
 "$CALDRIX" inspect $HF/llama_bf16 >"$tmp/b.txt" 2>/dev/null
-"$CALDRIX" inspect $HF/qwen3_moe >"$tmp/m.txt" 2>/dev/null
+"$CALDRIX" inspect "$tmp/gpt_oss" >"$tmp/m.txt" 2>/dev/null
 grep -q "^  compute_dtype=bf16 .*picks another" "$tmp/b.txt" && grep -q "^  compute_dtype=f32 " "$tmp/m.txt" &&
     ! grep -q "picks another" "$tmp/m.txt" && ! grep -q "picks another" "$tmp/g.txt" &&
     ok "inspect offers --dtype bf16 only for a checkpoint of a family with a bf16 pass" ||
@@ -124,8 +129,8 @@ expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX
 expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to safetensors checkpoints" \
     "$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --dtype bf16 --prompt-ids 5
 expect_fail "--dtype bf16 on the bundled GGUF is refused" "applies to safetensors checkpoints" "$CALDRIX" run --dtype bf16 --prompt-ids 5
-expect_fail "--dtype bf16 on a mixture of experts is refused" "no bf16 forward pass" \
-    "$CALDRIX" run $HF/qwen3_moe --dtype bf16 --prompt-ids 5
+expect_fail "--dtype bf16 on a family without a bf16 pass (GPT-OSS) is refused" "no bf16 forward pass" \
+    "$CALDRIX" run "$tmp/gpt_oss" --dtype bf16 --prompt-ids 5
 expect_fail "an f16 cache with bf16 compute is refused" "expected f32 or bf16" \
     "$CALDRIX" run $HF/llama_bf16 --kv-type f16 --prompt-ids 5
 expect_fail "a bf16 cache with f32 compute is refused" "expected f32 or f16" \
