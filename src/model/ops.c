@@ -567,9 +567,7 @@ static void tk_nth_element(tk_pair *f, int64_t nth, int64_t n)
     tk_insertion_sort(f + lo, hi - lo);
 }
 
-/* sel[0..k) = the indices torch.topk(v, k) returns for the n values v (k <= n <= CDX_MAX_EXPERTS), largest
- * first; w[r] = v[sel[r]]. */
-static void torch_topk(const float *v, int64_t n, int64_t k, int32_t *sel, float *w)
+void model_topk_torch(const float *v, int64_t n, int64_t k, int32_t *sel, float *w)
 {
     tk_pair q[CDX_MAX_EXPERTS];
     for (int64_t j = 0; j < n; j++)
@@ -600,7 +598,7 @@ static void torch_topk(const float *v, int64_t n, int64_t k, int32_t *sel, float
  * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked; or, for
  * topk_softmax (GraniteMoeTopKGating), the k largest logits and a softmax over those k. bf16 (the bf16
  * pass): the logits are bf16 values, the softmax is torch's (times the reciprocal), the k chosen as
- * torch.topk chooses among equal values (torch_topk), and each weight is
+ * torch.topk chooses among equal values (model_topk_torch), and each weight is
  * rounded to bf16 at the end (transformers' routing_weights.to(hidden_states.dtype), GraniteMoe's
  * top_k_gates.type_as(hidden_states)). */
 static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softmax, bool bf16, int32_t *sel, float *w)
@@ -611,7 +609,7 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softma
     if (!topk_softmax)
         softmax_from(p, ne, mx, bf16);
     if (bf16) /* transformers' torch.topk: its choice among equal values */
-        torch_topk(p, ne, k, sel, w);
+        model_topk_torch(p, ne, k, sel, w);
     for (int64_t r = 0; !bf16 && r < k; r++) {
         int32_t best = -1;
         for (int64_t e = 0; e < ne; e++) {

@@ -196,6 +196,11 @@ static inline void model_softcap(float *x, int64_t n, float cap)
     for (int64_t i = 0; cap && i < n; i++)
         x[i] = tanhf(x[i] / cap) * cap;
 }
+/* sel[0..k) = the indices torch.topk(v, k) returns on CPU for the n values v (1 <= k <= n <= CDX_MAX_EXPERTS),
+ * largest first, w[r] = v[sel[r]]: which of equal values it takes is libstdc++'s std::nth_element (or
+ * std::partial_sort when k·64 <= n), as PyTorch's topk_impl_loop calls them (ops.c writes them out). The bf16
+ * pass's routing (bf16 router logits tie); tests/golden/torch-topk.json holds torch's own picks. */
+void model_topk_torch(const float *v, int64_t n, int64_t k, int32_t *sel, float *w);
 /* out[n][n_embd] = the sparse block of layer l over the normalised rows xn (s's MoE scratch):
  * softmax routing in f32, the top n_expert_used (renormalised when hp->norm_topk_prob), each expert
  * run once over the rows that chose it, summed per token in ascending expert order; plus the shared
