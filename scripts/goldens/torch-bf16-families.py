@@ -92,10 +92,20 @@ projection) with the sparse block in place of the MLP:
   index_add_ adds one term at a time in bf16 (PyTorch's CPU index_add_ on dim 0 is self_slice.add_(source_slice)):
   written out here as out[tok] = (out[tok].float() + term.float()).to(bf16), the tokens of one expert distinct.
 
+  phi3       modeling_phi3.py @ 00d4b3d2142cb4ced2f51b90614b5d26bc045015: Llama's cast points with qkv_proj split
+             (q, k, v rows of one bf16 projection), Phi3MLP's gate_up_proj chunked: up * silu(gate) (a bf16 product,
+             the same bits as silu(gate) * up), and LongRoPE: _compute_longrope_parameters' 1.0 / (ext_factors *
+             base ** (arange(0, dim, 2).float() / dim)) in f32 (short factors while the sequence has at most
+             original_max_position_embeddings positions, then the long ones for every position: the golden recomputes
+             the whole sequence per step, as transformers' longrope_frequency_update does), Phi3RotaryEmbedding's
+             cos = emb.cos() * attention_scaling in f32, then .to(bf16); apply_rotary_pos_emb on the first
+             rotary_dim = head_dim * partial_rotary_factor dims (three bf16 ops), the rest passed through.
+
 Router code that assigns the f32 softmax back to router_logits before `router_top_value.to(router_logits.dtype)`
 (seen in v5-style TopKRouter classes) keeps the weights in f32, and the expert term is then rounded once from an f32
 product: --variant f32_routing computes that, to show the goldens tell the two rules apart (it is not what these
-goldens are; --variant writes to --out, never over tests/golden unless asked).
+goldens are; --variant writes to --out, never over tests/golden unless asked). --variant att_after_cast does the
+same for Phi-3: LongRoPE's attention factor applied to the bf16 cos / sin (a bf16 product) instead of before the cast.
 
 Not taken from the installed torch 1.13: its bf16 gemm (bf16 accumulation), bf16 SiLU / GELU / tanh (they round
 intermediates) and bf16 x scalar (rounds the scalar to bf16): each is computed here in f32 and rounded once, as
@@ -107,6 +117,7 @@ bit-identical).
 (system python with Debian's python3-torch). Deterministic: a rerun writes the same bytes.
 """
 import argparse
+import math
 import json
 import os
 import sys
@@ -117,7 +128,7 @@ import torch.nn.functional as F
 BF16, F32 = torch.bfloat16, torch.float32
 TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
 FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere", "olmo",
-            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"]
+            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phi3"]
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe")
 VARIANT = ""  # --variant: one cast rule swapped on purpose (to show the golden tells it apart); "" for the golden
 R = None  # hf_reference_bf16, imported in main once the shared folder is known
@@ -248,6 +259,8 @@ def forward(W, cfg, ids):
         return forward_olmo(W, cfg, ids)
     if mt in MOE:
         return forward_moe(W, cfg, ids)
+    if mt == "phi3":
+        return forward_phi3(W, cfg, ids)
     eps = cfg["rms_norm_eps"]
     for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
         assert not cfg.get(k), (mt, k)
@@ -583,6 +596,52 @@ def forward_moe(W, cfg, ids):
     return logits
 
 
+@torch.no_grad()
+def forward_phi3(W, cfg, ids):
+    """Phi3ForCausalLM: fused qkv / gate_up, partial rotary, LongRoPE (short / long factors by the length T)."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or H // nh
+    rd = int(hd * cfg.get("partial_rotary_factor", 1.0))
+    eps = cfg["rms_norm_eps"]
+    rs = cfg["rope_scaling"]
+    assert cfg["hidden_act"] == "silu" and rs and rs.get("rope_type", rs.get("type")) in ("longrope", "su")
+    assert cfg.get("sliding_window") is None
+    orig = cfg["original_max_position_embeddings"]                        # Phi3Config has it: factor from it
+    factor = cfg["max_position_embeddings"] / orig
+    att = rs.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    ext = torch.tensor(rs[("long" if T > orig else "short") + "_factor"], dtype=F32)
+    inv = 1.0 / (ext * cfg["rope_theta"] ** (torch.arange(0, rd, 2, dtype=torch.int64).float() / rd))
+    cos, sin = cos_sin(inv, T)
+    if VARIANT == "att_after_cast":                                       # cos.to(bf16) first, then * att
+        cos, sin = mul_scalar(cos.to(BF16), att).to(F32), mul_scalar(sin.to(BF16), att).to(F32)
+    else:
+        cos, sin = cos * att, sin * att                                   # f32, rounded by rope()
+    allowed = allowed_mask(T, None)
+
+    def prope(t):
+        return torch.cat((rope(t[..., :rd], cos, sin, False), t[..., rd:]), dim=-1)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    qp, kvp = nh * hd, nkv * hd
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = rms_llama(x, W[p + ".input_layernorm.weight"], eps)
+        qkv = lin(h, W, p + ".self_attn.qkv_proj")
+        q = qkv[..., :qp].reshape(T, nh, hd).transpose(0, 1)
+        k = qkv[..., qp:qp + kvp].reshape(T, nkv, hd).transpose(0, 1)
+        v = qkv[..., qp + kvp:].reshape(T, nkv, hd).transpose(0, 1)
+        q, k = prope(q), prope(k)
+        x = x + lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        h = rms_llama(x, W[p + ".post_attention_layernorm.weight"], eps)
+        gate, up = lin(h, W, p + ".mlp.gate_up_proj").chunk(2, dim=-1)
+        x = x + lin(up * silu(gate), W, p + ".mlp.down_proj")
+    x = rms_llama(x, W["model.norm.weight"], eps)
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
 def make(fix, fam):
     from st_io import read_safetensors
     if fam == "olmo":  # a tiny checkpoint written at test time, its f32 goldens in tests/golden/families-c.json
@@ -624,7 +683,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--shared", default="../shared")
     ap.add_argument("--out", default="tests/golden")
-    ap.add_argument("--variant", default="", choices=["", "f32_routing"])
+    ap.add_argument("--variant", default="", choices=["", "f32_routing", "att_after_cast"])
     args = ap.parse_args()
     global R, VARIANT
     VARIANT = args.variant

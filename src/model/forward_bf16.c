@@ -60,7 +60,11 @@
  *            GraniteMoe: the softmax over the k largest logits, .type_as); each expert's gate/up/SwiGLU/down as #4, #13;
  *            term = bf16(bf16(expert) · weight); the token's sum = bf16(sum + term) in ascending expert id (index_add_
  *            into bf16 zeros); Qwen2-MoE then adds bf16(bf16(sigmoid(bf16 gate logit)) · shared expert) as one more
- *            bf16 add. GPT-OSS's experts (biases, clamped SwiGLU) are refused here: f32 only. */
+ *            bf16 add. GPT-OSS's experts (biases, clamped SwiGLU) are refused here: f32 only.
+ *   phi3     Llama's cast points on the split qkv_proj / gate_up_proj rows (up · silu(gate): the same bf16 product);
+ *            partial rotary as StableLM's; LongRoPE: the short or long factors by the sequence's length
+ *            (model_rope_pass, as the f32 pass picks them) in torch's f32 frequencies (rope.c's longrope_torch), and
+ *            cos = bf16(cos_f32 · attention_factor), sin alike (Phi3RotaryEmbedding: the factor before .to(bf16)). */
 #include "ops.h"
 
 #include <math.h>
@@ -122,10 +126,11 @@ const char *bf16_unsupported(const cdx_model *m)
 {
     const cdx_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim;
-    if (hp->rope_pass || hp->rope_attn_factor ||
-        (hp->n_rot != hd && (m->desc->bf16_rope_f32 || hp->rope_sections[0] || hp->rope_sections[1])))
-        return "this model's RoPE (dynamic, YaRN or LongRoPE scaling, or partial rotary with f32 cos/sin or "
-               "sections) is computed in f32 only";
+    const bool sections = hp->rope_sections[0] || hp->rope_sections[1];
+    if (hp->rope_pass == CDX_ROPE_PASS_DYNAMIC || (hp->rope_attn_factor && hp->rope_pass != CDX_ROPE_PASS_LONGROPE) ||
+        (hp->rope_pass && sections) || (hp->n_rot != hd && (m->desc->bf16_rope_f32 || sections)))
+        return "this model's RoPE (dynamic or YaRN scaling, LongRoPE with sections, or partial rotary with f32 cos/sin "
+               "or sections) is computed in f32 only";
     if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
         return "its rope pairing or a head_dim over 512 (the pass runs transformers' rotate_half with head_dim <= "
                "512) is computed in f32 only";
@@ -149,6 +154,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     const char *no = bf16_unsupported(m);
     if (no)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s; use --dtype f32", no);
+    const float att = hp->rope_attn_factor; /* LongRoPE's attention factor on cos and sin (0: none) */
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -163,6 +169,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                                "positions, types %u and %u)", (long long)ashape.block, (long long)seqs[i].block,
                                ashape.kv_type, seqs[i].type);
 
+    if (hp->rope_pass) /* LongRoPE: each token's factor set by its sequence's length (s->rope_f) */
+        model_rope_pass(m, s, seqs, n);
     const int64_t l0 = st->layer0, l1 = st->layer1; /* a split model's stage: its layers (cdx_stage) */
     if (b->x_in) /* a later stage: the stage before computed the embedding and its layers */
         memcpy(s->x, b->x_in, (size_t)(n * E) * sizeof(float));
@@ -192,6 +200,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                              : (m->bf16_freq ? m->bf16_freq : m->inv_freq);
         for (int64_t i = 0; i < n; i++) {
             float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
+            /* LongRoPE: the short or the long factors by the sequence's length (model_rope_pass), in torch's f32 */
+            const float *ft = !hp->rope_pass ? f : s->rope_f[i] == m->inv_freq_long ? m->bf16_freq_long : m->bf16_freq;
             if (L->q_norm && hp->qk_norm_full) { /* OLMo 2: over the whole projection */
                 norm_rows(m, q, q, L->q_norm, NULL, 1, qd);
                 norm_rows(m, k, k, L->k_norm, NULL, 1, kvd);
@@ -214,11 +224,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                 model_rope_bf16_sections(q, hp->n_head, hd, p4, hp->rope_sections, f);
                 model_rope_bf16_sections(k, hp->n_head_kv, hd, p4, hp->rope_sections, f);
             } else if (rot && m->desc->bf16_rope_f32) {
-                model_rope_bf16_f32(q, hp->n_head, hd, s->pos[i], f, hp->rope_mode, m->desc->bf16_trig);
-                model_rope_bf16_f32(k, hp->n_head_kv, hd, s->pos[i], f, hp->rope_mode, m->desc->bf16_trig);
+                model_rope_bf16_f32(q, hp->n_head, hd, s->pos[i], ft, hp->rope_mode, m->desc->bf16_trig, att);
+                model_rope_bf16_f32(k, hp->n_head_kv, hd, s->pos[i], ft, hp->rope_mode, m->desc->bf16_trig, att);
             } else if (rot) {
-                model_rope_bf16(q, hp->n_head, hd, hp->n_rot, s->pos[i], f); /* StableLM: partial */
-                model_rope_bf16(k, hp->n_head_kv, hd, hp->n_rot, s->pos[i], f);
+                model_rope_bf16(q, hp->n_head, hd, hp->n_rot, s->pos[i], ft, att); /* StableLM, Phi-3: partial */
+                model_rope_bf16(k, hp->n_head_kv, hd, hp->n_rot, s->pos[i], ft, att);
             }
             model_kv_store(&seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }

@@ -50,7 +50,7 @@ static const char k_why_bf16[] = "asked for with --dtype bf16 (weights cast to b
 
 bool cdx_dtype_rope_f32_only(int t)
 {
-    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN || t == CDX_HF_ROPE_LONGROPE;
+    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN; /* LongRoPE: the bf16 pass rotates it (Phi-3) */
 }
 
 int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_only, cdx_dtype want, cdx_dtype *out,

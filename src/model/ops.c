@@ -238,14 +238,15 @@ static void rotate_half_bf16(float *v, int64_t n_heads, int64_t hd, int64_t half
 
 /* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
  * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq)
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                     float att)
 {
     const int64_t half = n_rot / 2;
     float c[256], s[256]; /* n_rot <= head_dim <= 512 */
     for (int64_t i = 0; i < half; i++) {
         const float ang = inv_freq[i] * (float)pos;
-        c[i] = bf(cosf(ang));
-        s[i] = bf(sinf(ang));
+        c[i] = bf(att ? cosf(ang) * att : cosf(ang)); /* cos = emb.cos() * attention_scaling in f32, then .to(bf16) */
+        s[i] = bf(att ? sinf(ang) * att : sinf(ang));
     }
     rotate_half_bf16(v, n_heads, hd, half, c, s);
 }
@@ -266,14 +267,15 @@ void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64
 }
 
 void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
-                         cdx_rope_mode mode, bool trig_bf16)
+                         cdx_rope_mode mode, bool trig_bf16, float att)
 {
     const int64_t half = hd / 2;
     float c[256], s[256]; /* head_dim <= 512, as model_rope_bf16_sections */
     for (int64_t i = 0; i < half; i++) {
         const float ang = inv_freq[i] * (float)pos;
-        c[i] = trig_bf16 ? bf(cosf(ang)) : cosf(ang);
-        s[i] = trig_bf16 ? bf(sinf(ang)) : sinf(ang);
+        const float cf = att ? cosf(ang) * att : cosf(ang), sf = att ? sinf(ang) * att : sinf(ang);
+        c[i] = trig_bf16 ? bf(cf) : cf;
+        s[i] = trig_bf16 ? bf(sf) : sf;
     }
     for (int64_t h = 0; h < n_heads; h++) {
         float *p = v + h * hd;

@@ -88,16 +88,18 @@ void model_rope_sections(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, c
  * (cdx_model_rope_restart). */
 void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n);
 /* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7) over the first
- * n_rot dims of each head (StableLM's partial rotary: the rest pass through); hd <= 512. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq);
+ * n_rot dims of each head (StableLM's, Phi-3's partial rotary: the rest pass through); hd <= 512; att: cos and sin
+ * times this in f32 before their rounding (LongRoPE's attention factor), 0: none. */
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                     float att);
 /* The same with the multimodal sections (model_rope_sections' positions and sections). */
 void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
                               const float *inv_freq);
 /* OLMo's rotation of a bf16 vector: cos and sin stay f32, q·cos + rotate_half(q)·sin in f32, one rounding
  * (OlmoRotaryEmbedding returns f32 cos/sin; apply_rotary_pos_emb casts q_embed back to q's dtype); trig_bf16: cos
- * and sin rounded to bf16 first (Cohere); pairs (i, i + hd/2), or (2i, 2i + 1) for CDX_ROPE_ADJACENT (Cohere). */
+ * and sin rounded to bf16 first (Cohere); att as model_rope_bf16's; pairs (i, i + hd/2), or (2i, 2i + 1) for CDX_ROPE_ADJACENT (Cohere). */
 void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
-                         cdx_rope_mode mode, bool trig_bf16);
+                         cdx_rope_mode mode, bool trig_bf16, float att);
 
 /* ---- the embedding ---- */
 

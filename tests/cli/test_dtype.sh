@@ -62,6 +62,10 @@ run_case $HF/qwen3 $HF/qwen3/golden_bf16.json 1 --dtype bf16 --kv-type f32 && ch
 # a mixture of experts (the bf16 pass with ops.c's model_moe): PyTorch's bf16 goldens of the qwen3_moe fixture
 run_case $HF/qwen3_moe tests/golden/bf16-qwen3_moe.json 2 --dtype bf16 && check_case tests/golden/bf16-qwen3_moe.json "$tmp/o.json" 2 &&
     ok "qwen3_moe --dtype bf16 matches PyTorch's bf16 goldens" || { bad "qwen3_moe --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
+# Phi-3 with LongRoPE (case medium passes original_max_position_embeddings while decoding: the engine recomputes)
+run_case $HF/phi3 tests/golden/bf16-phi3.json 1 --dtype bf16 && check_case tests/golden/bf16-phi3.json "$tmp/o.json" 1 &&
+    ok "phi3 (LongRoPE) --dtype bf16 matches PyTorch's bf16 goldens past the original context" ||
+    { bad "phi3 --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
 # ... stored in bf16, it computes in bf16 by default, and under a weight budget (experts streamed from the file as
 # stored) gives the same bits as resident; an f32 checkpoint's experts would be copied by the cast: --dtype bf16 with
 # a budget is refused there, saying why
@@ -153,7 +157,7 @@ grep -q "^  compute_dtype=f32 (checkpoint stored in bf16 or f16 of a family with
     ! grep -q "picks another" "$tmp/y.txt" && ok "... and inspect names the same compute type, and offers no --dtype bf16" ||
     { bad "inspect agrees with run on the YaRN checkpoint"; grep compute "$tmp/y.txt"; }
 expect_fail "--dtype bf16 on a checkpoint whose RoPE scaling the bf16 pass lacks is refused at load, saying why" \
-    "dtype bf16: this model's RoPE (dynamic, YaRN or LongRoPE scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
+    "dtype bf16: this model's RoPE (dynamic or YaRN scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
 expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX" run $HF/llama --dtype f64 --prompt-ids 5
 expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to safetensors checkpoints" \
     "$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --dtype bf16 --prompt-ids 5

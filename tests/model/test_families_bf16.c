@@ -20,7 +20,7 @@
  * test_families_c writes it), the others are ../shared/fixtures/hf's */
 static const char *const k_families[] = { "granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2",
                                           "stablelm", "cohere", "olmo", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-                                          "granitemoe" };
+                                          "granitemoe", "phi3" };
 enum { N_FAM = sizeof k_families / sizeof k_families[0], MAX_VOCAB = BF16G_MAX_VOCAB, N_STEPS = BF16G_STEPS };
 
 static const char *g_fam, *g_isa;
@@ -61,7 +61,7 @@ static void run_family(void)
     REQUIRE(hp->n_vocab <= MAX_VOCAB);
     cdx_forward_ctx *fc = NULL;
     REQUIRE(cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(g_isa), &fc, &e) == 0);
-    bf16g_run r = { .name = g_fam, .isa = g_isa, .kv = g_kv, .tol = tol, .ref = g_ref[g_fam_idx] };
+    bf16g_run r = { .name = g_fam, .isa = g_isa, .m = m, .kv = g_kv, .tol = tol, .ref = g_ref[g_fam_idx] };
     bf16g_decode(fc, hp, gold, &r);
     const int exact = r.exact, steps_seen = r.steps;
     const double worst = r.worst;
