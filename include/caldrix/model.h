@@ -237,14 +237,14 @@ CDX_API int cdx_dtype_from_name(const char *s, cdx_dtype *out); /* CDX_EINVAL fo
 /* The one table of compute types: what a model of this format (gguf), stored weight type (the
  * type most of its matrices have) and architecture computes in when `want` is asked (AUTO: its
  * default). f32_only: this model of a bf16-pass family has a part the bf16 pass does not compute
- * (dynamic, YaRN or LongRoPE scaling: cdx_dtype_rope_f32_only; the loader also checks its layers).
+ * (dynamic or YaRN scaling: cdx_dtype_rope_f32_only; the loader also checks its layers).
  * *why: a phrase saying why (static storage), for inspect and the run summary. CDX_EUNSUPPORTED,
  * with err saying why, when want cannot be honoured (bf16 for a GGUF file, an architecture without
  * a bf16 forward pass, or f32_only). */
 CDX_API int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_only, cdx_dtype want,
                              cdx_dtype *out, const char **why, cdx_err *err);
-/* Whether a config's rope_scaling kind is computed in f32 only (the bf16 pass has no dynamic, YaRN or
- * LongRoPE): inspect's twin of the loader's check, so the two name the same compute type. */
+/* Whether a config's rope_scaling kind is computed in f32 only (the bf16 pass has no dynamic or YaRN; it
+ * rotates LongRoPE): inspect's twin of the loader's check, so the two name the same compute type. */
 CDX_API bool cdx_dtype_rope_f32_only(int hf_rope_type);
 /* The help text of --dtype, from the same table (static storage; lines end in '\n'). */
 CDX_API const char *cdx_dtype_help(void);

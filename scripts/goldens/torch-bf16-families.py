@@ -61,6 +61,52 @@ transformers modeling code, one comment per cast point (huggingface/transformers
             parallel block: residual + attn + mlp, left to right, two bf16 adds; logits * logit_scale (a Python
             float: f32, one rounding).
 
+The mixtures of experts (forward_moe below) are their dense families' layers (mixtral, olmoe, granitemoe: Llama's
+cast points, granitemoe with Granite's four scalings; qwen2_moe: Qwen2's q/k/v biases; qwen3_moe: Qwen3's per-head
+q/k norms, its mlp_only_layers dense; olmoe: OlmoeRMSNorm is LlamaRMSNorm, two roundings, on the whole q / k
+projection) with the sparse block in place of the MLP:
+
+  mixtral    modeling_mixtral.py @ 00d4b3d2142cb4ced2f51b90614b5d26bc045015, MixtralSparseMoeBlock.forward:
+             router_logits = self.gate(hidden_states) (bf16, #4); F.softmax(router_logits, dim=1, dtype=torch.float)
+             (the bf16 logits upcast, softmax in f32); torch.topk; routing_weights /= routing_weights.sum(...) in f32;
+             routing_weights.to(hidden_states.dtype) (bf16); per expert, in ascending expert id (expert_hit):
+             MixtralBlockSparseTop2MLP = w2(silu(w1(x)) * w3(x)) at #4 / #13, times routing_weights[top_x, idx, None]
+             (a bf16 product, one rounding), final_hidden_states.index_add_(0, top_x, ...) into a bf16 zeros
+             tensor (each add a bf16 add, one rounding).
+  qwen3_moe  modeling_qwen3_moe.py @ 00d4b3d2142cb4ced2f51b90614b5d26bc045015, Qwen3MoeSparseMoeBlock: mixtral's
+             block, the renormalisation only if norm_topk_prob; Qwen3MoeMLP down(silu(gate(x)) * up(x)).
+  qwen2_moe  modeling_qwen2_moe.py @ 00a3f9386614dde0dc41cf4e9b8d0abd3af0671d, Qwen2MoeSparseMoeBlock: qwen3_moe's
+             routed experts, then shared_expert(x) (a Qwen2MoeMLP), F.sigmoid(shared_expert_gate(x)) (the bf16
+             [T, 1] gate logit, PyTorch 2.x's sigmoid kernel in f32 rounded once) * shared (a bf16 product), and
+             final_hidden_states + shared_expert_output (a bf16 add); attention / math.sqrt(head_dim).
+  olmoe      modular_olmoe.py @ 052b1dcdbe751ed16e8da95261021318f170a130 (the f32 reference's), OlmoeSparseMoeBlock.
+             route_tokens_to_experts: softmax(router_logits.float()), topk, renormalised if norm_topk_prob,
+             top_k_weights.to(hidden_states.dtype); MixtralExperts' loop (expert(x) * weight, index_add_);
+             OlmoeMLP = GemmaMLP with hidden_act silu.
+  granitemoe modeling_granitemoe.py @ c7a438e9d42b8c427670de4a674d06b7a728aa1b: GraniteMoeTopKGating: logits =
+             self.layer(x).float() (bf16 logits upcast), logits.topk(k), torch.softmax(top_k_logits, dim=1)
+             .type_as(hidden_states) (f32, rounded to bf16); GraniteMoeParallelExperts: F.linear per expert of
+             input_linear.weight[e] ([2I, H]: gate rows, then up rows, chunk(2)), act(gate) * up, output_linear;
+             expert_outputs * batch_gates[:, None] (bf16 product); zeros(bf16).index_add(0, batch_index, ...) with
+             batch_index sorted by expert (each token's terms in ascending expert id, bf16 adds).
+  index_add_ adds one term at a time in bf16 (PyTorch's CPU index_add_ on dim 0 is self_slice.add_(source_slice)):
+  written out here as out[tok] = (out[tok].float() + term.float()).to(bf16), the tokens of one expert distinct.
+
+  phi3       modeling_phi3.py @ 00d4b3d2142cb4ced2f51b90614b5d26bc045015: Llama's cast points with qkv_proj split
+             (q, k, v rows of one bf16 projection), Phi3MLP's gate_up_proj chunked: up * silu(gate) (a bf16 product,
+             the same bits as silu(gate) * up), and LongRoPE: _compute_longrope_parameters' 1.0 / (ext_factors *
+             base ** (arange(0, dim, 2).float() / dim)) in f32 (short factors while the sequence has at most
+             original_max_position_embeddings positions, then the long ones for every position: the golden recomputes
+             the whole sequence per step, as transformers' longrope_frequency_update does), Phi3RotaryEmbedding's
+             cos = emb.cos() * attention_scaling in f32, then .to(bf16); apply_rotary_pos_emb on the first
+             rotary_dim = head_dim * partial_rotary_factor dims (three bf16 ops), the rest passed through.
+
+Router code that assigns the f32 softmax back to router_logits before `router_top_value.to(router_logits.dtype)`
+(seen in v5-style TopKRouter classes) keeps the weights in f32, and the expert term is then rounded once from an f32
+product: --variant f32_routing computes that, to show the goldens tell the two rules apart (it is not what these
+goldens are; --variant writes to --out, never over tests/golden unless asked). --variant att_after_cast does the
+same for Phi-3: LongRoPE's attention factor applied to the bf16 cos / sin (a bf16 product) instead of before the cast.
+
 Not taken from the installed torch 1.13: its bf16 gemm (bf16 accumulation), bf16 SiLU / GELU / tanh (they round
 intermediates) and bf16 x scalar (rounds the scalar to bf16): each is computed here in f32 and rounded once, as
 PyTorch 2.x does. Batch 1, the whole sequence recomputed at every step (INDEX.md measured KV-cache decoding
@@ -71,6 +117,7 @@ bit-identical).
 (system python with Debian's python3-torch). Deterministic: a rerun writes the same bytes.
 """
 import argparse
+import math
 import json
 import os
 import sys
@@ -80,7 +127,10 @@ import torch.nn.functional as F
 
 BF16, F32 = torch.bfloat16, torch.float32
 TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
-FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere", "olmo"]
+FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere", "olmo",
+            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phi3"]
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe")
+VARIANT = ""  # --variant: one cast rule swapped on purpose (to show the golden tells it apart); "" for the golden
 R = None  # hf_reference_bf16, imported in main once the shared folder is known
 
 
@@ -207,6 +257,10 @@ def forward(W, cfg, ids):
         return forward_cohere(W, cfg, ids)
     if mt == "olmo":
         return forward_olmo(W, cfg, ids)
+    if mt in MOE:
+        return forward_moe(W, cfg, ids)
+    if mt == "phi3":
+        return forward_phi3(W, cfg, ids)
     eps = cfg["rms_norm_eps"]
     for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
         assert not cfg.get(k), (mt, k)
@@ -429,6 +483,165 @@ def forward_olmo(W, cfg, ids):
     return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
 
 
+# ---- the mixtures of experts ----
+
+def index_add(out, tok, y):
+    # index_add_(0, tok, y) on bf16: one bf16 add a term (tok distinct within one call)
+    out[tok] = (out[tok].to(F32) + y.to(F32)).to(BF16)
+
+
+def swiglu_mlp(x, W, g, u, d):
+    return lin(silu(lin(x, W, g)) * lin(x, W, u), W, d)
+
+
+def moe_block(x, W, p, cfg):
+    """The sparse block of layer p on the normed bf16 rows x [T, H] (the families' cast points: see the top)."""
+    mt, T, H = cfg["model_type"], x.shape[0], x.shape[1]
+    k = cfg["num_experts_per_tok"]
+    out = torch.zeros(T, H, dtype=BF16)
+    if mt == "granitemoe":
+        E = cfg["num_local_experts"]
+        logits = lin(x, W, p + ".block_sparse_moe.router.layer").to(F32)
+        top_l, sel = logits.topk(k, dim=1)
+        w32 = F.softmax(top_l, dim=1)
+        Win, Wout = W[p + ".block_sparse_moe.input_linear.weight"], W[p + ".block_sparse_moe.output_linear.weight"]
+    else:
+        gate = p + (".block_sparse_moe.gate" if mt == "mixtral" else ".mlp.gate")
+        E = cfg["num_local_experts"] if mt == "mixtral" else cfg["num_experts"]
+        probs = F.softmax(lin(x, W, gate).to(F32), dim=-1)
+        w32, sel = torch.topk(probs, k, dim=-1)
+        if mt == "mixtral" or cfg["norm_topk_prob"]:
+            w32 = w32 / w32.sum(dim=-1, keepdim=True)
+    wb = w32.to(BF16)                                                     # .to(hidden_states.dtype) / type_as
+    for e in range(E):                                                    # ascending expert id
+        tok, slot = torch.where(sel == e)
+        if tok.numel() == 0:
+            continue
+        xe = x[tok]
+        if mt == "granitemoe":
+            h = mm(xe, Win[e].t())
+            gp, up = h.chunk(2, dim=-1)
+            y = mm(silu(gp) * up, Wout[e].t())
+        elif mt == "mixtral":
+            q = f"{p}.block_sparse_moe.experts.{e}"
+            y = swiglu_mlp(xe, W, q + ".w1", q + ".w3", q + ".w2")
+        else:
+            q = f"{p}.mlp.experts.{e}"
+            y = swiglu_mlp(xe, W, q + ".gate_proj", q + ".up_proj", q + ".down_proj")
+        if VARIANT == "f32_routing":                                      # weights kept f32: one rounding
+            term = (y.to(F32) * w32[tok, slot, None]).to(BF16)
+        else:
+            term = y * wb[tok, slot, None]                                # bf16 x bf16
+        index_add(out, tok, term)
+    if mt == "qwen2_moe":
+        q = p + ".mlp.shared_expert"
+        sh = swiglu_mlp(x, W, q + ".gate_proj", q + ".up_proj", q + ".down_proj")
+        g = torch.sigmoid(lin(x, W, p + ".mlp.shared_expert_gate").to(F32)).to(BF16)
+        out = out + g * sh                                                # bf16 product, bf16 add
+    return out
+
+
+def sparse_layer(cfg, i):
+    mt = cfg["model_type"]
+    if mt in ("qwen2_moe", "qwen3_moe"):                                  # Qwen*MoeDecoderLayer
+        return i not in cfg.get("mlp_only_layers", []) and cfg["num_experts"] > 0 and \
+            (i + 1) % cfg["decoder_sparse_step"] == 0
+    return True
+
+
+@torch.no_grad()
+def forward_moe(W, cfg, ids):
+    mt = cfg["model_type"]
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or H // nh
+    eps = cfg["rms_norm_eps"]
+    assert cfg["hidden_act"] == "silu" and not cfg.get("rope_scaling") and not cfg.get("use_sliding_window")
+    assert mt != "mixtral" or cfg.get("sliding_window") is None
+    assert not cfg.get("clip_qkv")
+    scaling = cfg["attention_multiplier"] if mt == "granitemoe" else hd ** -0.5
+    cos, sin = cos_sin(inv_freq(cfg["rope_theta"], hd), T)
+    allowed = allowed_mask(T, None)
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    if mt == "granitemoe":
+        x = mul_scalar(x, cfg["embedding_multiplier"])
+    rm = cfg.get("residual_multiplier") if mt == "granitemoe" else None
+
+    def branch(a):  # Granite: residual + hidden_states * residual_multiplier
+        return mul_scalar(a, rm) if rm is not None else a
+
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = rms_llama(x, W[p + ".input_layernorm.weight"], eps)
+        q, k, v = (lin(h, W, p + ".self_attn." + n) for n in ("q_proj", "k_proj", "v_proj"))  # qwen2_moe: biases
+        if mt == "olmoe":                                                 # over the whole projection
+            q = rms_llama(q, W[p + ".self_attn.q_norm.weight"], eps)
+            k = rms_llama(k, W[p + ".self_attn.k_norm.weight"], eps)
+        q, k, v = (t.view(T, -1, hd).transpose(0, 1) for t in (q, k, v))
+        if mt == "qwen3_moe":                                             # per head, before RoPE
+            q = rms_llama(q, W[p + ".self_attn.q_norm.weight"], eps)
+            k = rms_llama(k, W[p + ".self_attn.k_norm.weight"], eps)
+        q, k = rope(q, cos, sin, False), rope(k, cos, sin, False)
+        x = x + branch(lin(attention(q, k, v, scaling, allowed), W, p + ".self_attn.o_proj"))
+        h = rms_llama(x, W[p + ".post_attention_layernorm.weight"], eps)
+        if sparse_layer(cfg, i):
+            m = moe_block(h, W, p, cfg)
+        else:
+            m = swiglu_mlp(h, W, p + ".mlp.gate_proj", p + ".mlp.up_proj", p + ".mlp.down_proj")
+        x = x + branch(m)
+    x = rms_llama(x, W["model.norm.weight"], eps)
+    logits = mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+    if mt == "granitemoe":
+        logits = div_scalar(logits, cfg["logits_scaling"])
+    return logits
+
+
+@torch.no_grad()
+def forward_phi3(W, cfg, ids):
+    """Phi3ForCausalLM: fused qkv / gate_up, partial rotary, LongRoPE (short / long factors by the length T)."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or H // nh
+    rd = int(hd * cfg.get("partial_rotary_factor", 1.0))
+    eps = cfg["rms_norm_eps"]
+    rs = cfg["rope_scaling"]
+    assert cfg["hidden_act"] == "silu" and rs and rs.get("rope_type", rs.get("type")) in ("longrope", "su")
+    assert cfg.get("sliding_window") is None
+    orig = cfg["original_max_position_embeddings"]                        # Phi3Config has it: factor from it
+    factor = cfg["max_position_embeddings"] / orig
+    att = rs.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    ext = torch.tensor(rs[("long" if T > orig else "short") + "_factor"], dtype=F32)
+    inv = 1.0 / (ext * cfg["rope_theta"] ** (torch.arange(0, rd, 2, dtype=torch.int64).float() / rd))
+    cos, sin = cos_sin(inv, T)
+    if VARIANT == "att_after_cast":                                       # cos.to(bf16) first, then * att
+        cos, sin = mul_scalar(cos.to(BF16), att).to(F32), mul_scalar(sin.to(BF16), att).to(F32)
+    else:
+        cos, sin = cos * att, sin * att                                   # f32, rounded by rope()
+    allowed = allowed_mask(T, None)
+
+    def prope(t):
+        return torch.cat((rope(t[..., :rd], cos, sin, False), t[..., rd:]), dim=-1)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    qp, kvp = nh * hd, nkv * hd
+    for i in range(L):
+        p = f"model.layers.{i}"
+        h = rms_llama(x, W[p + ".input_layernorm.weight"], eps)
+        qkv = lin(h, W, p + ".self_attn.qkv_proj")
+        q = qkv[..., :qp].reshape(T, nh, hd).transpose(0, 1)
+        k = qkv[..., qp:qp + kvp].reshape(T, nkv, hd).transpose(0, 1)
+        v = qkv[..., qp + kvp:].reshape(T, nkv, hd).transpose(0, 1)
+        q, k = prope(q), prope(k)
+        x = x + lin(attention(q, k, v, hd ** -0.5, allowed), W, p + ".self_attn.o_proj")
+        h = rms_llama(x, W[p + ".post_attention_layernorm.weight"], eps)
+        gate, up = lin(h, W, p + ".mlp.gate_up_proj").chunk(2, dim=-1)
+        x = x + lin(up * silu(gate), W, p + ".mlp.down_proj")
+    x = rms_llama(x, W["model.norm.weight"], eps)
+    return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
+
+
 def make(fix, fam):
     from st_io import read_safetensors
     if fam == "olmo":  # a tiny checkpoint written at test time, its f32 goldens in tests/golden/families-c.json
@@ -462,7 +675,7 @@ def make(fix, fam):
                          "transcribed in scripts/goldens/torch-bf16-families.py; %d greedy steps, whole sequence "
                          "recomputed per step" % (torch.__version__, STEPS),
             "logit_tolerance": LOGIT_TOL, "near_tie_threshold": NEAR_TIE, "min_fraction_of_steps_bit_identical": 0.5,
-            "cases": cases}
+            "cases": cases, **({"variant": VARIANT} if VARIANT else {})}
 
 
 def main():
@@ -470,8 +683,10 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--shared", default="../shared")
     ap.add_argument("--out", default="tests/golden")
+    ap.add_argument("--variant", default="", choices=["", "f32_routing", "att_after_cast"])
     args = ap.parse_args()
-    global R
+    global R, VARIANT
+    VARIANT = args.variant
     sys.path.insert(0, os.path.join(args.shared, "tools/fixtures/hf"))
     import hf_reference_bf16
     R = hf_reference_bf16

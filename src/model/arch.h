@@ -239,7 +239,9 @@ struct cdx_model {
     float *inv_freq_swa;                /* [n_rot/2]: the sliding layers' (hp.rope_theta_swa), or NULL */
     float *inv_freq_long;               /* [n_rot/2]: LongRoPE's long factors (inv_freq holds the short), or NULL */
     float *bf16_freq, *bf16_freq_swa;   /* [n_rot/2]: inv_freq and inv_freq_swa unscaled, as transformers computes them in
-                                           f32 (the bf16 pass rotates with these); NULL where scaled or factored */
+                                           f32 (the bf16 pass rotates with these); NULL where scaled or factored, but
+                                           for LongRoPE: its short factors' (inv_freq's) */
+    float *bf16_freq_long;              /* [n_rot/2]: LongRoPE's long factors' as transformers computes them, or NULL */
     uint8_t *swa_layers;                /* [n_layer] (hp.swa_layers) or NULL */
     layer_weights *layers;              /* [n_layer] */
     cdx_mat **mats;                     /* [n_mats]: every weight matrix (output last), for packing and sizing */

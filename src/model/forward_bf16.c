@@ -50,7 +50,21 @@
  *   cohere   CohereLayerNorm = bf16(w · ((x − mean)·rsqrt(var + eps))) in f32 (row bf16_ln_centered); cos/sin cast
  *            to bf16 (CohereRotaryEmbedding) but apply_rotary_pos_emb computes in float on interleaved pairs and
  *            rounds once (bf16_rope_f32 + bf16_trig); the parallel block x = bf16(bf16(x + attn) + mlp) (StableLM's
- *            use_parallel_residual too); logits = bf16(bf16 logits · logit_scale). */
+ *            use_parallel_residual too); logits = bf16(bf16 logits · logit_scale).
+ *   the mixtures of experts (mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe): their dense family's layer (Llama's;
+ *            Qwen2's biases; Qwen3's per-head q/k norms and its mlp_only_layers dense; OLMoE's whole-projection q/k norms,
+ *            LlamaRMSNorm's two roundings; Granite's scalings) with the sparse block for the MLP, in ops.c's model_moe:
+ *            router logits bf16 (#4); softmax of their f32 upcast (torch's kernel: exp, summed in order, · 1/sum); the
+ *            k chosen as torch.topk chooses (libstdc++'s nth_element / partial_sort: which of equal values win);
+ *            renormalised in f32 where the family does; the weights rounded to bf16 (.to(hidden_states.dtype);
+ *            GraniteMoe: the softmax over the k largest logits, .type_as); each expert's gate/up/SwiGLU/down as #4, #13;
+ *            term = bf16(bf16(expert) · weight); the token's sum = bf16(sum + term) in ascending expert id (index_add_
+ *            into bf16 zeros); Qwen2-MoE then adds bf16(bf16(sigmoid(bf16 gate logit)) · shared expert) as one more
+ *            bf16 add. GPT-OSS's experts (biases, clamped SwiGLU) are refused here: f32 only.
+ *   phi3     Llama's cast points on the split qkv_proj / gate_up_proj rows (up · silu(gate): the same bf16 product);
+ *            partial rotary as StableLM's; LongRoPE: the short or long factors by the sequence's length
+ *            (model_rope_pass, as the f32 pass picks them) in torch's f32 frequencies (rope.c's longrope_torch), and
+ *            cos = bf16(cos_f32 · attention_factor), sin alike (Phi3RotaryEmbedding: the factor before .to(bf16)). */
 #include "ops.h"
 
 #include <math.h>
@@ -112,10 +126,11 @@ const char *bf16_unsupported(const cdx_model *m)
 {
     const cdx_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim;
-    if (hp->rope_pass || hp->rope_attn_factor ||
-        (hp->n_rot != hd && (m->desc->bf16_rope_f32 || hp->rope_sections[0] || hp->rope_sections[1])))
-        return "this model's RoPE (dynamic, YaRN or LongRoPE scaling, or partial rotary with f32 cos/sin or "
-               "sections) is computed in f32 only";
+    const bool sections = hp->rope_sections[0] || hp->rope_sections[1];
+    if (hp->rope_pass == CDX_ROPE_PASS_DYNAMIC || (hp->rope_attn_factor && hp->rope_pass != CDX_ROPE_PASS_LONGROPE) ||
+        (hp->rope_pass && sections) || (hp->n_rot != hd && (m->desc->bf16_rope_f32 || sections)))
+        return "this model's RoPE (dynamic or YaRN scaling, LongRoPE with sections, or partial rotary with f32 cos/sin "
+               "or sections) is computed in f32 only";
     if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
         return "its rope pairing or a head_dim over 512 (the pass runs transformers' rotate_half with head_dim <= "
                "512) is computed in f32 only";
@@ -123,9 +138,8 @@ const char *bf16_unsupported(const cdx_model *m)
         (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
         (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
         return "its per-head LayerNorms of q/k, BitLinears or activation are computed in f32 only";
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].moe)
-            return "its mixture-of-experts layers are computed in f32 only";
+    if (m->desc->moe_oai)
+        return "its biased experts and clamped SwiGLU (GPT-OSS's mixture of experts) are computed in f32 only";
     return NULL;
 }
 
@@ -140,6 +154,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     const char *no = bf16_unsupported(m);
     if (no)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s; use --dtype f32", no);
+    const float att = hp->rope_attn_factor; /* LongRoPE's attention factor on cos and sin (0: none) */
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -154,6 +169,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                                "positions, types %u and %u)", (long long)ashape.block, (long long)seqs[i].block,
                                ashape.kv_type, seqs[i].type);
 
+    if (hp->rope_pass) /* LongRoPE: each token's factor set by its sequence's length (s->rope_f) */
+        model_rope_pass(m, s, seqs, n);
     const int64_t l0 = st->layer0, l1 = st->layer1; /* a split model's stage: its layers (cdx_stage) */
     if (b->x_in) /* a later stage: the stage before computed the embedding and its layers */
         memcpy(s->x, b->x_in, (size_t)(n * E) * sizeof(float));
@@ -183,6 +200,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                              : (m->bf16_freq ? m->bf16_freq : m->inv_freq);
         for (int64_t i = 0; i < n; i++) {
             float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
+            /* LongRoPE: the short or the long factors by the sequence's length (model_rope_pass), in torch's f32 */
+            const float *ft = !hp->rope_pass ? f : s->rope_f[i] == m->inv_freq_long ? m->bf16_freq_long : m->bf16_freq;
             if (L->q_norm && hp->qk_norm_full) { /* OLMo 2: over the whole projection */
                 norm_rows(m, q, q, L->q_norm, NULL, 1, qd);
                 norm_rows(m, k, k, L->k_norm, NULL, 1, kvd);
@@ -205,11 +224,11 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
                 model_rope_bf16_sections(q, hp->n_head, hd, p4, hp->rope_sections, f);
                 model_rope_bf16_sections(k, hp->n_head_kv, hd, p4, hp->rope_sections, f);
             } else if (rot && m->desc->bf16_rope_f32) {
-                model_rope_bf16_f32(q, hp->n_head, hd, s->pos[i], f, hp->rope_mode, m->desc->bf16_trig);
-                model_rope_bf16_f32(k, hp->n_head_kv, hd, s->pos[i], f, hp->rope_mode, m->desc->bf16_trig);
+                model_rope_bf16_f32(q, hp->n_head, hd, s->pos[i], ft, hp->rope_mode, m->desc->bf16_trig, att);
+                model_rope_bf16_f32(k, hp->n_head_kv, hd, s->pos[i], ft, hp->rope_mode, m->desc->bf16_trig, att);
             } else if (rot) {
-                model_rope_bf16(q, hp->n_head, hd, hp->n_rot, s->pos[i], f); /* StableLM: partial */
-                model_rope_bf16(k, hp->n_head_kv, hd, hp->n_rot, s->pos[i], f);
+                model_rope_bf16(q, hp->n_head, hd, hp->n_rot, s->pos[i], ft, att); /* StableLM, Phi-3: partial */
+                model_rope_bf16(k, hp->n_head_kv, hd, hp->n_rot, s->pos[i], ft, att);
             }
             model_kv_store(K, &seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }
@@ -229,7 +248,12 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         in = L->ffn_norm || hp->parallel_residual ? s->xn : s->x;
         if (L->ffn_norm)
             norm_rows(m, s->xn, s->x, L->ffn_norm, L->ffn_norm_b, n, E);
-        if (hp->mlp_plain) { /* Starcoder2: c_proj(gelu_tanh(c_fc(x))), c_fc's bias before the one rounding */
+        float *ffn_out = s->xn;
+        if (L->moe) { /* the sparse block at transformers' bf16 cast points (ops.c's model_moe) */
+            if ((rc = model_moe(m, s, l, L, in, n, s->moe, err)))
+                return rc;
+            ffn_out = s->moe;
+        } else if (hp->mlp_plain) { /* Starcoder2: c_proj(gelu_tanh(c_fc(x))), c_fc's bias before the one rounding */
             cdx_matmul(K, pool, &L->up, in, n, s->ffn_g, s->ws);
             round_rows(s->ffn_g, n, F, L->b_up);
             model_geglu_bf16(pool, s->ffn_g, NULL, n * F);
@@ -243,13 +267,15 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
             else
                 model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true); /* #13 */
         }
-        cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
-        round_rows(s->xn, n, E, L->b_down);
+        if (!L->moe) {
+            cdx_matmul(K, pool, &L->down, s->ffn_g, n, s->xn, s->ws);
+            round_rows(s->xn, n, E, L->b_down);
+        }
         if (L->ffn_post_norm)
-            norm_rows(m, s->xn, s->xn, L->ffn_post_norm, NULL, n, E);
+            norm_rows(m, ffn_out, ffn_out, L->ffn_post_norm, NULL, n, E);
         if (hp->parallel_residual)
             add_bf16(s->x, attn_out, n * E, hp->residual_scale);
-        add_bf16(s->x, s->xn, n * E, hp->residual_scale);
+        add_bf16(s->x, ffn_out, n * E, hp->residual_scale);
     }
 
     if (l1 < hp->n_layer) /* the later stages compute the rest */

@@ -41,7 +41,7 @@ static const struct dtype_rule {
 } k_rules[] = {
     { true,  ST_ANY,  -1, CDX_DTYPE_F32,  "GGUF: f32, as llama.cpp computes (F16/BF16 tensors see activations rounded to their type)" },
     { false, ST_HALF,  1, CDX_DTYPE_BF16, "checkpoint stored in bf16 or f16: bf16, as transformers runs it (f16 weights cast to bf16 once)" },
-    { false, ST_HALF,  2, CDX_DTYPE_F32,  "checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling or layers are computed in f32 only: f32 (exact upcast)" },
+    { false, ST_HALF,  2, CDX_DTYPE_F32,  "checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling or layers are computed in f32 only, or its f16 experts stream under a weight budget: f32 (exact upcast)" },
     { false, ST_HALF,  0, CDX_DTYPE_F32,  "checkpoint stored in bf16 or f16, architecture without a bf16 forward pass yet: f32 (exact upcast)" },
     { false, ST_F32,  -1, CDX_DTYPE_F32,  "checkpoint stored in f32: f32" },
 };
@@ -50,7 +50,7 @@ static const char k_why_bf16[] = "asked for with --dtype bf16 (weights cast to b
 
 bool cdx_dtype_rope_f32_only(int t)
 {
-    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN || t == CDX_HF_ROPE_LONGROPE;
+    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN; /* LongRoPE: the bf16 pass rotates it (Phi-3) */
 }
 
 int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_only, cdx_dtype want, cdx_dtype *out,
@@ -182,11 +182,27 @@ static int cast_mat(cdx_model *m, cdx_mat *w, const char *path, cdx_err *err)
     return CDX_OK;
 }
 
+/* Whether the bf16 cast would copy an expert matrix (one not stored in BF16). */
+static bool experts_copied(const cdx_model *m)
+{
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        for (int64_t e = 0; m->layers[l].moe && e < m->hp.n_expert; e++) {
+            const layer_weights *L = &m->layers[l];
+            if (L->exp_gate[e].type != CDX_TYPE_BF16 || L->exp_up[e].type != CDX_TYPE_BF16 ||
+                L->exp_down[e].type != CDX_TYPE_BF16)
+                return true;
+        }
+    return false;
+}
+
 int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, cdx_err *err)
 {
     cdx_hparams *hp = &m->hp;
     /* a model the bf16 pass would refuse at its first batch: f32 by default, --dtype bf16 refused here */
     const char *no = !gguf && arch_has_bf16(hp->arch) ? bf16_unsupported(m) : NULL;
+    if (!no && !gguf && m->xc && experts_copied(m))
+        no = "a weight budget (--weight-budget) streams the experts from the file as they are stored, and a bf16 copy of "
+             "F32 or F16 experts would hold them all in memory (a checkpoint stored in bf16 streams them as they are)";
     if (no && want == CDX_DTYPE_BF16)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "%s: --dtype bf16: %s; use --dtype f32", path, no);
     int rc = cdx_dtype_choose(gguf, stored_type(m), hp->arch, no != NULL, want, &m->dtype, &m->dtype_why, err);

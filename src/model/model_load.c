@@ -1890,6 +1890,7 @@ void cdx_model_close(cdx_model *m)
     free(m->inv_freq_swa);
     free(m->inv_freq_long);
     free(m->bf16_freq);
+    free(m->bf16_freq_long);
     free(m->bf16_freq_swa);
     free(m->swa_layers);
     vision_free(m->vision);

@@ -238,14 +238,15 @@ static void rotate_half_bf16(float *v, int64_t n_heads, int64_t hd, int64_t half
 
 /* LlamaRotaryEmbedding + apply_rotary_pos_emb (rotate_half): angles inv_freq · position in f32,
  * cos/sin in f32 rounded to bf16; q·cos, rotate_half(q)·sin and their sum each rounded. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq)
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                     float att)
 {
     const int64_t half = n_rot / 2;
     float c[256], s[256]; /* n_rot <= head_dim <= 512 */
     for (int64_t i = 0; i < half; i++) {
         const float ang = inv_freq[i] * (float)pos;
-        c[i] = bf(cosf(ang));
-        s[i] = bf(sinf(ang));
+        c[i] = bf(att ? cosf(ang) * att : cosf(ang)); /* cos = emb.cos() * attention_scaling in f32, then .to(bf16) */
+        s[i] = bf(att ? sinf(ang) * att : sinf(ang));
     }
     rotate_half_bf16(v, n_heads, hd, half, c, s);
 }
@@ -266,14 +267,15 @@ void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64
 }
 
 void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
-                         cdx_rope_mode mode, bool trig_bf16)
+                         cdx_rope_mode mode, bool trig_bf16, float att)
 {
     const int64_t half = hd / 2;
     float c[256], s[256]; /* head_dim <= 512, as model_rope_bf16_sections */
     for (int64_t i = 0; i < half; i++) {
         const float ang = inv_freq[i] * (float)pos;
-        c[i] = trig_bf16 ? bf(cosf(ang)) : cosf(ang);
-        s[i] = trig_bf16 ? bf(sinf(ang)) : sinf(ang);
+        const float cf = att ? cosf(ang) * att : cosf(ang), sf = att ? sinf(ang) * att : sinf(ang);
+        c[i] = trig_bf16 ? bf(cf) : cf;
+        s[i] = trig_bf16 ? bf(sf) : sf;
     }
     for (int64_t h = 0; h < n_heads; h++) {
         float *p = v + h * hd;
@@ -361,16 +363,19 @@ void model_swiglu(cdx_pool *pool, const cdx_kernels *k, float *g, const float *u
         swiglu_part(&j, 0, 1);
 }
 
-/* v[i] = exp(v[i] - mx) / Σ exp(v[j] - mx), in f32 in order (torch's softmax with the max subtracted). */
-static void softmax_from(float *v, int64_t n, float mx)
+/* v[i] = exp(v[i] - mx) / Σ exp(v[j] - mx), in f32 in order (torch's softmax with the max subtracted); recip: each
+ * exp times the f32 reciprocal of the sum, as torch's CPU kernel for the last dim does (_vec_softmax_lastdim: the
+ * bf16 pass's routing, as cdx_attn_bf16's softmax). */
+static void softmax_from(float *v, int64_t n, float mx, bool recip)
 {
     float sum = 0;
     for (int64_t i = 0; i < n; i++) {
         v[i] = expf(v[i] - mx);
         sum += v[i];
     }
+    const float r = 1.0f / sum;
     for (int64_t i = 0; i < n; i++)
-        v[i] /= sum;
+        v[i] = recip ? v[i] * r : v[i] / sum;
 }
 
 typedef struct {
@@ -434,17 +439,178 @@ void model_act(cdx_pool *pool, cdx_hf_act act, bool gelu_f16, float *g, int64_t 
         g[i] = model_silu(g[i]);
 }
 
+/* torch.topk's choice on CPU, which the bf16 pass follows where router values tie (bf16 logits tie often):
+ * PyTorch's topk_impl_loop puts (value, index) pairs in a queue and, for the largest k, calls std::partial_sort
+ * when k·64 <= n, else std::nth_element at k - 1 (then sorts the first k - 1), both ordering by value alone
+ * (x.first > y.first). Which of equal values land in the first k is therefore libstdc++'s: its introselect
+ * (median-of-three pivot, unguarded partition, insertion sort below 4) and heap select, written out below from
+ * GCC's stl_algo.h / stl_heap.h semantics. Only the set chosen matters here (the values come out descending). */
+typedef struct {
+    float v;
+    int32_t i;
+} tk_pair;
+
+static inline bool tk_gt(tk_pair a, tk_pair b) { return a.v > b.v; } /* the comparator (NaN never reaches it) */
+static inline void tk_swap(tk_pair *a, tk_pair *b)
+{
+    const tk_pair t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void tk_adjust_heap(tk_pair *f, int64_t hole, int64_t len, tk_pair val)
+{
+    const int64_t top = hole;
+    int64_t child = hole;
+    while (child < (len - 1) / 2) {
+        child = 2 * (child + 1);
+        if (tk_gt(f[child], f[child - 1]))
+            child--;
+        f[hole] = f[child];
+        hole = child;
+    }
+    if ((len & 1) == 0 && child == (len - 2) / 2) {
+        child = 2 * (child + 1);
+        f[hole] = f[child - 1];
+        hole = child - 1;
+    }
+    int64_t parent = (hole - 1) / 2; /* __push_heap */
+    while (hole > top && tk_gt(f[parent], val)) {
+        f[hole] = f[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    f[hole] = val;
+}
+
+/* __heap_select(first, middle, last): a heap of the first m, then each later element better than its top
+ * replaces the top (__pop_heap into the element's place) */
+static void tk_heap_select(tk_pair *f, int64_t m, int64_t n)
+{
+    for (int64_t parent = (m - 2) / 2; m >= 2; parent--) { /* __make_heap */
+        tk_adjust_heap(f, parent, m, f[parent]);
+        if (parent == 0)
+            break;
+    }
+    for (int64_t i = m; i < n; i++)
+        if (tk_gt(f[i], f[0])) {
+            const tk_pair val = f[i];
+            f[i] = f[0];
+            tk_adjust_heap(f, 0, m, val);
+        }
+}
+
+static void tk_insertion_sort(tk_pair *f, int64_t n)
+{
+    for (int64_t i = 1; i < n; i++) {
+        const tk_pair val = f[i];
+        if (tk_gt(val, f[0])) {
+            memmove(f + 1, f, (size_t)i * sizeof *f);
+            f[0] = val;
+        } else { /* __unguarded_linear_insert */
+            int64_t j = i;
+            while (tk_gt(val, f[j - 1])) {
+                f[j] = f[j - 1];
+                j--;
+            }
+            f[j] = val;
+        }
+    }
+}
+
+/* std::nth_element(f, f + nth, f + n): __introselect with depth limit 2·floor(log2 n) */
+static void tk_nth_element(tk_pair *f, int64_t nth, int64_t n)
+{
+    int depth = 0;
+    for (int64_t x = n; x > 1; x >>= 1)
+        depth += 2;
+    int64_t lo = 0, hi = n;
+    while (hi - lo > 3) {
+        if (depth == 0) {
+            tk_heap_select(f + lo, nth + 1 - lo, hi - lo);
+            tk_swap(&f[lo], &f[nth]);
+            return;
+        }
+        depth--;
+        /* __unguarded_partition_pivot: the median of f[lo + 1], f[mid], f[hi - 1] moved to f[lo] */
+        tk_pair *r = f + lo, *a = f + lo + 1, *b = f + lo + (hi - lo) / 2, *c = f + hi - 1;
+        if (tk_gt(*a, *b)) {
+            if (tk_gt(*b, *c))
+                tk_swap(r, b);
+            else if (tk_gt(*a, *c))
+                tk_swap(r, c);
+            else
+                tk_swap(r, a);
+        } else if (tk_gt(*a, *c))
+            tk_swap(r, a);
+        else if (tk_gt(*b, *c))
+            tk_swap(r, c);
+        else
+            tk_swap(r, b);
+        int64_t i = lo + 1, j = hi;
+        for (;;) { /* __unguarded_partition around f[lo] */
+            while (tk_gt(f[i], f[lo]))
+                i++;
+            j--;
+            while (tk_gt(f[lo], f[j]))
+                j--;
+            if (!(i < j))
+                break;
+            tk_swap(&f[i], &f[j]);
+            i++;
+        }
+        if (i <= nth)
+            lo = i;
+        else
+            hi = i;
+    }
+    tk_insertion_sort(f + lo, hi - lo);
+}
+
+void model_topk_torch(const float *v, int64_t n, int64_t k, int32_t *sel, float *w)
+{
+    tk_pair q[CDX_MAX_EXPERTS];
+    for (int64_t j = 0; j < n; j++)
+        q[j] = (tk_pair){ v[j], (int32_t)j };
+    if (k * 64 <= n) { /* std::partial_sort: heap select, then the heap sorted */
+        tk_heap_select(q, k, n);
+        for (int64_t last = k; last > 1;) { /* __sort_heap */
+            last--;
+            const tk_pair val = q[last];
+            q[last] = q[0];
+            tk_adjust_heap(q, 0, last, val);
+        }
+    } else
+        tk_nth_element(q, k - 1, n);
+    /* the first k (std::sort of the first k - 1 only orders them; descending by value here, equal values in
+     * either order giving the same weights) */
+    for (int64_t r = 0; r < k; r++)
+        for (int64_t j = r + 1; j < k; j++)
+            if (q[j].v > q[r].v)
+                tk_swap(&q[r], &q[j]);
+    for (int64_t r = 0; r < k; r++) {
+        sel[r] = q[r].i;
+        w[r] = q[r].v;
+    }
+}
+
 /* One token's routing: softmax over the router logits in f32 (max subtracted, as torch does), the
  * k largest (the lower expert id first on a tie), renormalised to sum 1 when asked; or, for
- * topk_softmax (GraniteMoeTopKGating), the k largest logits and a softmax over those k. */
-static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softmax, int32_t *sel, float *w)
+ * topk_softmax (GraniteMoeTopKGating), the k largest logits and a softmax over those k. bf16 (the bf16
+ * pass): the logits are bf16 values, the softmax is torch's (times the reciprocal), the k chosen as
+ * torch.topk chooses among equal values (model_topk_torch), and each weight is
+ * rounded to bf16 at the end (transformers' routing_weights.to(hidden_states.dtype), GraniteMoe's
+ * top_k_gates.type_as(hidden_states)). */
+static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softmax, bool bf16, int32_t *sel, float *w)
 {
     float mx = p[0];
     for (int64_t e = 1; e < ne; e++)
         mx = p[e] > mx ? p[e] : mx;
     if (!topk_softmax)
-        softmax_from(p, ne, mx);
-    for (int64_t r = 0; r < k; r++) {
+        softmax_from(p, ne, mx, bf16);
+    if (bf16) /* transformers' torch.topk: its choice among equal values */
+        model_topk_torch(p, ne, k, sel, w);
+    for (int64_t r = 0; !bf16 && r < k; r++) {
         int32_t best = -1;
         for (int64_t e = 0; e < ne; e++) {
             bool taken = false;
@@ -457,14 +623,17 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softma
         w[r] = p[best];
     }
     if (topk_softmax) /* w[0] is the largest logit, mx */
-        softmax_from(w, k, mx);
-    else if (renorm) {
+        softmax_from(w, k, mx, bf16);
+    else if (renorm) { /* the sum in order: torch.sum over 2, 4 or 8 weights gives these bits (measured on torch 1.13,
+                          3000 rows each); over 6 or 16 its order differs now and then */
         float s = 0;
         for (int64_t r = 0; r < k; r++)
             s += w[r];
         for (int64_t r = 0; r < k; r++)
             w[r] /= s;
     }
+    for (int64_t r = 0; bf16 && r < k; r++)
+        w[r] = bf(w[r]);
 }
 
 /* Tokens are grouped by expert (ascending within a group); each expert runs once over its gathered
@@ -477,10 +646,15 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
     const cdx_kernels *K = s->k;
     cdx_pool *pool = s->pool;
     const int64_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
+    const bool b16 = m->dtype == CDX_DTYPE_BF16; /* the bf16 pass (forward_bf16.c's MoE lines) */
     cdx_matmul(K, pool, &L->router, xn, n, s->router, s->ws);
     model_add_bias(s->router, L->router_b, n, ne); /* GPT-OSS's router bias */
-    for (int64_t i = 0; i < n; i++)
-        route(s->router + i * ne, ne, k, hp->norm_topk_prob, hp->moe_topk_softmax, s->sel_e + i * k, s->sel_w + i * k);
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t e = 0; b16 && e < ne; e++) /* the gate's nn.Linear: bf16 router logits */
+            s->router[i * ne + e] = bf(s->router[i * ne + e]);
+        route(s->router + i * ne, ne, k, hp->norm_topk_prob, hp->moe_topk_softmax, b16, s->sel_e + i * k,
+              s->sel_w + i * k);
+    }
     memset(out, 0, (size_t)(n * E) * sizeof(float));
     for (int64_t e = 0; e < ne; e++) {
         /* gather the tokens that chose e, ascending */
@@ -512,6 +686,8 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
         }
         if (hp->swiglu_limit)
             model_swiglu_oai(s->ffn_g, s->ffn_u, c * F, hp->swiglu_limit, hp->swiglu_alpha);
+        else if (b16) /* bf16(bf16(silu(g)) · u) on the bf16 projections */
+            model_swiglu(pool, K, s->ffn_g, s->ffn_u, c * F, true);
         else
             cdx_swiglu(K, s->ffn_g, s->ffn_u, c * F);
         cdx_matmul(K, pool, &xw[2], s->ffn_g, c, s->yg, s->ws);
@@ -522,8 +698,12 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
         for (int64_t j = 0; j < c; j++) {
             float *o = out + s->grp_tok[j] * E;
             const float *y = s->yg + j * E, w = s->grp_w[j];
-            for (int64_t d = 0; d < E; d++)
-                o[d] += y[d] * w;
+            if (b16) /* expert(x) · weight, a bf16 product of the bf16 output; index_add_ in bf16: one rounding a term */
+                for (int64_t d = 0; d < E; d++)
+                    o[d] = bf(o[d] + bf(bf(y[d]) * w));
+            else
+                for (int64_t d = 0; d < E; d++)
+                    o[d] += y[d] * w;
         }
     }
     if (!L->sh_gate.data)
@@ -533,12 +713,21 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
     cdx_matmul(K, pool, &L->sh_router, xn, n, s->router, s->ws);
     cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &L->sh_gate, &L->sh_up }, 2, xn, n,
                      (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
-    cdx_swiglu(K, s->ffn_g, s->ffn_u, n * F);
+    if (b16)
+        model_swiglu(pool, K, s->ffn_g, s->ffn_u, n * F, true);
+    else
+        cdx_swiglu(K, s->ffn_g, s->ffn_u, n * F);
     cdx_matmul(K, pool, &L->sh_down, s->ffn_g, n, s->yg, s->ws);
     for (int64_t i = 0; i < n; i++) {
-        const float g = 1.0f / (1.0f + expf(-s->router[i])); /* router reused: [n][1] */
         float *o = out + i * E;
         const float *y = s->yg + i * E;
+        if (b16) { /* F.sigmoid of the bf16 gate logit, f32 rounded once; a bf16 product; then a bf16 add */
+            const float g = bf(model_sigmoid(bf(s->router[i])));
+            for (int64_t d = 0; d < E; d++)
+                o[d] = bf(o[d] + bf(g * bf(y[d])));
+            continue;
+        }
+        const float g = 1.0f / (1.0f + expf(-s->router[i])); /* router reused: [n][1] */
         for (int64_t d = 0; d < E; d++)
             o[d] += g * y[d];
     }

@@ -88,16 +88,18 @@ void model_rope_sections(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, c
  * (cdx_model_rope_restart). */
 void model_rope_pass(const cdx_model *m, const fwd_scratch *s, const cdx_kv_seq *seqs, int64_t n);
 /* transformers' rotate_half with bf16 cos/sin and bf16-rounded products (forward_bf16.c's #6, #7) over the first
- * n_rot dims of each head (StableLM's partial rotary: the rest pass through); hd <= 512. */
-void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq);
+ * n_rot dims of each head (StableLM's, Phi-3's partial rotary: the rest pass through); hd <= 512; att: cos and sin
+ * times this in f32 before their rounding (LongRoPE's attention factor), 0: none. */
+void model_rope_bf16(float *v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, const float *inv_freq,
+                     float att);
 /* The same with the multimodal sections (model_rope_sections' positions and sections). */
 void model_rope_bf16_sections(float *v, int64_t n_heads, int64_t hd, const int64_t pos[4], const int32_t sec[4],
                               const float *inv_freq);
 /* OLMo's rotation of a bf16 vector: cos and sin stay f32, q·cos + rotate_half(q)·sin in f32, one rounding
  * (OlmoRotaryEmbedding returns f32 cos/sin; apply_rotary_pos_emb casts q_embed back to q's dtype); trig_bf16: cos
- * and sin rounded to bf16 first (Cohere); pairs (i, i + hd/2), or (2i, 2i + 1) for CDX_ROPE_ADJACENT (Cohere). */
+ * and sin rounded to bf16 first (Cohere); att as model_rope_bf16's; pairs (i, i + hd/2), or (2i, 2i + 1) for CDX_ROPE_ADJACENT (Cohere). */
 void model_rope_bf16_f32(float *v, int64_t n_heads, int64_t hd, int64_t pos, const float *inv_freq,
-                         cdx_rope_mode mode, bool trig_bf16);
+                         cdx_rope_mode mode, bool trig_bf16, float att);
 
 /* ---- the embedding ---- */
 
@@ -197,10 +199,19 @@ static inline void model_softcap(float *x, int64_t n, float cap)
     for (int64_t i = 0; cap && i < n; i++)
         x[i] = tanhf(x[i] / cap) * cap;
 }
+/* sel[0..k) = the indices torch.topk(v, k) returns on CPU for the n values v (1 <= k <= n <= CDX_MAX_EXPERTS),
+ * largest first, w[r] = v[sel[r]]: which of equal values it takes is libstdc++'s std::nth_element (or
+ * std::partial_sort when k·64 <= n), as PyTorch's topk_impl_loop calls them (ops.c writes them out). The bf16
+ * pass's routing (bf16 router logits tie); tests/golden/torch-topk.json holds torch's own picks. */
+void model_topk_torch(const float *v, int64_t n, int64_t k, int32_t *sel, float *w);
 /* out[n][n_embd] = the sparse block of layer l over the normalised rows xn (s's MoE scratch):
  * softmax routing in f32, the top n_expert_used (renormalised when hp->norm_topk_prob), each expert
  * run once over the rows that chose it, summed per token in ascending expert order; plus the shared
- * expert scaled by sigmoid(its gate) where L has one (Qwen2-MoE). */
+ * expert scaled by sigmoid(its gate) where L has one (Qwen2-MoE). A bf16 model (m->dtype) computes it as
+ * transformers' bf16 MoE blocks do (forward_bf16.c's MoE lines): bf16 router logits, the routing in f32 and
+ * its weights rounded to bf16, every expert's projections and SwiGLU at the dense MLP's cast points, each
+ * term bf16(output · weight) added to the token's bf16 sum in ascending expert order (index_add_), the shared
+ * expert's bf16(bf16(sigmoid(gate)) · shared) added last. */
 int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_weights *L, const float *xn, int64_t n,
               float *out, cdx_err *err);
 

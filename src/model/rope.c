@@ -120,6 +120,17 @@ static double longrope(const rope_scaling *rs, double base, int64_t n_rot, float
     return att;
 }
 
+/* The same frequencies as PyTorch computes them (the bf16 pass's): 1.0 / (ext_factors * base ** (arange(0, dim,
+ * 2).float() / dim)), every step in f32 (the factors as float32, powf, as torch_freqs). */
+static void longrope_torch(const rope_scaling *rs, double base, int64_t n_rot, float *shrt, float *lng)
+{
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        const float p = powf((float)base, (float)(2 * i) / (float)n_rot);
+        shrt[i] = 1.0f / ((float)rs->short_f[i] * p);
+        lng[i] = 1.0f / ((float)rs->long_f[i] * p);
+    }
+}
+
 static const char *kind_name(cdx_hf_rope_type t)
 {
     switch (t) {
@@ -204,6 +215,10 @@ int rope_init(cdx_model *m, const float *freq_factors, const rope_scaling *rs, c
         if (!(m->inv_freq_long = malloc((size_t)half * sizeof(float))))
             return cdx_err_set(err, CDX_ENOMEM, "out of memory");
         hp->rope_attn_factor = (float)longrope(rs, hp->rope_theta, hp->n_rot, m->inv_freq, m->inv_freq_long);
+        if (!(m->bf16_freq = malloc((size_t)half * sizeof(float))) ||
+            !(m->bf16_freq_long = malloc((size_t)half * sizeof(float))))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        longrope_torch(rs, hp->rope_theta, hp->n_rot, m->bf16_freq, m->bf16_freq_long);
         hp->rope_pass = CDX_ROPE_PASS_LONGROPE;
         hp->rope_pass_ctx = rs->orig_ctx;
         note(m, "longrope scaling applied (long factors past %lld positions, attention factor %g)\n",

@@ -59,6 +59,44 @@ run_case $HF/qwen2 $HF/qwen2/golden_bf16.json 0 --dtype bf16 && check_case $HF/q
     ok "qwen2 --dtype bf16 (f32 weights cast to bf16) matches the bf16 goldens" || { bad "qwen2 --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
 run_case $HF/qwen3 $HF/qwen3/golden_bf16.json 1 --dtype bf16 --kv-type f32 && check_case $HF/qwen3/golden_bf16.json "$tmp/o.json" 1 &&
     ok "qwen3 --dtype bf16 --kv-type f32 matches the bf16 goldens" || { bad "qwen3 --dtype bf16 --kv-type f32"; cat "$tmp/err"; }
+# a mixture of experts (the bf16 pass with ops.c's model_moe): PyTorch's bf16 goldens of the qwen3_moe fixture
+run_case $HF/qwen3_moe tests/golden/bf16-qwen3_moe.json 2 --dtype bf16 && check_case tests/golden/bf16-qwen3_moe.json "$tmp/o.json" 2 &&
+    ok "qwen3_moe --dtype bf16 matches PyTorch's bf16 goldens" || { bad "qwen3_moe --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
+# Phi-3 with LongRoPE (case medium passes original_max_position_embeddings while decoding: the engine recomputes)
+run_case $HF/phi3 tests/golden/bf16-phi3.json 1 --dtype bf16 && check_case tests/golden/bf16-phi3.json "$tmp/o.json" 1 &&
+    ok "phi3 (LongRoPE) --dtype bf16 matches PyTorch's bf16 goldens past the original context" ||
+    { bad "phi3 --dtype bf16 matches the bf16 goldens"; cat "$tmp/err"; }
+# ... stored in bf16, it computes in bf16 by default, and under a weight budget (experts streamed from the file as
+# stored) gives the same bits as resident; an f32 checkpoint's experts would be copied by the cast: --dtype bf16 with
+# a budget is refused there, saying why
+mkdir -p "$tmp/q3b"
+python3 - $HF/qwen3_moe "$tmp/q3b" <<'PY'
+import json, shutil, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+for f in ('config.json', 'generation_config.json'):
+    shutil.copy(src + '/' + f, dst + '/' + f)
+raw = open(src + '/model.safetensors', 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+hdr, body = json.loads(raw[8:8 + n]), raw[8 + n:]
+out, parts, off = {}, [], 0
+for name, t in sorted((k, v) for k, v in hdr.items() if k != '__metadata__'):
+    a, b = t['data_offsets']
+    w = struct.unpack('<%dI' % ((b - a) // 4), body[a:b])
+    h = [((x + 0x7FFF + ((x >> 16) & 1)) >> 16) & 0xFFFF for x in w]  # round to nearest even (no NaN here)
+    parts.append(struct.pack('<%dH' % len(h), *h))
+    out[name] = {'dtype': 'BF16', 'shape': t['shape'], 'data_offsets': [off, off + 2 * len(h)]}
+    off += 2 * len(h)
+j = json.dumps(out).encode()
+j += b' ' * (-len(j) % 8)
+open(dst + '/model.safetensors', 'wb').write(struct.pack('<Q', len(j)) + j + b''.join(parts))
+PY
+run_case "$tmp/q3b" tests/golden/bf16-qwen3_moe.json 2 && cp "$tmp/o.json" "$tmp/resident.json" &&
+    run_case "$tmp/q3b" tests/golden/bf16-qwen3_moe.json 2 --weight-budget 400K &&
+    python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); sys.exit(0 if a['dtype']=='bf16' and a['tokens']==b['tokens'] and a['steps']==b['steps'] else 1)" "$tmp/resident.json" "$tmp/o.json" &&
+    ok "a bf16 qwen3_moe checkpoint computes in bf16, and under a weight budget gives the resident bits" ||
+    { bad "a bf16 qwen3_moe under a weight budget"; cat "$tmp/err"; }
+# GPT-OSS has no bf16 pass (tiny checkpoint of scripts/goldens/tiny_fixtures.py)
+python3 scripts/goldens/tiny_fixtures.py gpt_oss "$tmp/gpt_oss" '{}' >/dev/null
 
 # the summary line names the compute type and why; --help lists the defaults
 "$CALDRIX" run $HF/llama_f16 --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"
@@ -88,7 +126,7 @@ PY
 grep -q "compute_dtype=f32 (GGUF" "$tmp/g.txt" && ok "inspect of a BF16 GGUF says f32 compute, as llama.cpp" || bad "inspect of a BF16 GGUF"
 # "--dtype f32|bf16 picks another" only where --dtype bf16 would be taken
 "$CALDRIX" inspect $HF/llama_bf16 >"$tmp/b.txt" 2>/dev/null
-"$CALDRIX" inspect $HF/qwen3_moe >"$tmp/m.txt" 2>/dev/null
+"$CALDRIX" inspect "$tmp/gpt_oss" >"$tmp/m.txt" 2>/dev/null
 grep -q "^  compute_dtype=bf16 .*picks another" "$tmp/b.txt" && grep -q "^  compute_dtype=f32 " "$tmp/m.txt" &&
     ! grep -q "picks another" "$tmp/m.txt" && ! grep -q "picks another" "$tmp/g.txt" &&
     ok "inspect offers --dtype bf16 only for a checkpoint of a family with a bf16 pass" ||
@@ -119,13 +157,16 @@ grep -q "^  compute_dtype=f32 (checkpoint stored in bf16 or f16 of a family with
     ! grep -q "picks another" "$tmp/y.txt" && ok "... and inspect names the same compute type, and offers no --dtype bf16" ||
     { bad "inspect agrees with run on the YaRN checkpoint"; grep compute "$tmp/y.txt"; }
 expect_fail "--dtype bf16 on a checkpoint whose RoPE scaling the bf16 pass lacks is refused at load, saying why" \
-    "dtype bf16: this model's RoPE (dynamic, YaRN or LongRoPE scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
+    "dtype bf16: this model's RoPE (dynamic or YaRN scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
 expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX" run $HF/llama --dtype f64 --prompt-ids 5
 expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to safetensors checkpoints" \
     "$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --dtype bf16 --prompt-ids 5
 expect_fail "--dtype bf16 on the bundled GGUF is refused" "applies to safetensors checkpoints" "$CALDRIX" run --dtype bf16 --prompt-ids 5
-expect_fail "--dtype bf16 on a mixture of experts is refused" "no bf16 forward pass" \
-    "$CALDRIX" run $HF/qwen3_moe --dtype bf16 --prompt-ids 5
+expect_fail "--dtype bf16 on a family without a bf16 pass (GPT-OSS) is refused" "no bf16 forward pass" \
+    "$CALDRIX" run "$tmp/gpt_oss" --dtype bf16 --prompt-ids 5
+expect_fail "--dtype bf16 with a weight budget on an f32 mixture of experts is refused, saying why" \
+    "a bf16 copy of F32 or F16 experts would hold them all in memory" \
+    "$CALDRIX" run $HF/qwen3_moe --dtype bf16 --weight-budget 700K --prompt-ids 5
 expect_fail "an f16 cache with bf16 compute is refused" "expected f32 or bf16" \
     "$CALDRIX" run $HF/llama_bf16 --kv-type f16 --prompt-ids 5
 expect_fail "a bf16 cache with f32 compute is refused" "expected f32 or f16" \

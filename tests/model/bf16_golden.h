@@ -46,6 +46,8 @@ static void kv_free(test_kv *c)
  * scored, the largest |logit - golden|. */
 typedef struct {
     const char *name, *isa;
+    const cdx_model *m;        /* LongRoPE: the sequence's length set (rope_len) and the cache recomputed where
+                                  cdx_model_rope_restart says (the goldens recompute every step); NULL: neither */
     uint32_t kv;
     double tol;
     float (*ref)[BF16G_STEPS][BF16G_MAX_VOCAB];
@@ -64,16 +66,17 @@ static void bf16g_decode(cdx_forward_ctx *fc, const cdx_hparams *hp, json_t *gol
         const char *cname = json_string_value(json_object_get(c, "name"));
         json_t *prompt = json_object_get(c, "prompt_ids"), *steps = json_object_get(c, "steps");
         const size_t np = json_array_size(prompt);
-        REQUIRE(ci < BF16G_CASES && np <= 64 && json_array_size(steps) == BF16G_STEPS);
+        REQUIRE(ci < BF16G_CASES && np + BF16G_STEPS <= 96 && json_array_size(steps) == BF16G_STEPS);
         test_kv kv = { 0 };
         REQUIRE(kv_make(&kv, hp, r->kv));
-        int32_t ids[64];
-        int64_t pos[64];
+        int32_t ids[96];
+        int64_t pos[96];
         for (size_t i = 0; i < np; i++) {
             ids[i] = (int32_t)json_integer_value(json_array_get(prompt, i));
             pos[i] = (int64_t)i;
         }
         cdx_batch b = { .n = (int64_t)np, .tokens = ids, .pos = pos };
+        kv.seq.rope_len = r->m ? (int64_t)np : 0;
         CHECKF(cdx_forward_seqs(fc, &kv.seq, 1, &b, logits, &e) == 0, "%s", e.msg);
         for (size_t s = 0; s < BF16G_STEPS; s++) {
             json_t *st = json_array_get(steps, s), *top = json_object_get(st, "top");
@@ -104,6 +107,12 @@ static void bf16g_decode(cdx_forward_ctx *fc, const cdx_hparams *hp, json_t *gol
             if (s + 1 < BF16G_STEPS) {
                 int64_t p = (int64_t)(np + s);
                 cdx_batch nb = { .n = 1, .tokens = &want, .pos = &p };
+                ids[p] = want;
+                pos[p] = p;
+                if (r->m)
+                    kv.seq.rope_len = p + 1;
+                if (r->m && cdx_model_rope_restart(r->m, p, p + 1)) /* LongRoPE past its original length */
+                    nb = (cdx_batch){ .n = p + 1, .tokens = ids, .pos = pos };
                 CHECKF(cdx_forward_seqs(fc, &kv.seq, 1, &nb, logits, &e) == 0, "%s", e.msg);
             }
         }

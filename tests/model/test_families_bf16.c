@@ -4,7 +4,7 @@
  * engine compares"), teacher-forced: at every step the argmax is the golden token (at a step marked near_tie: any id
  * tied with the golden's top logit); each of the golden's five top ids within logit_tolerance (0.25); at least
  * min_fraction_of_steps_bit_identical of the 48 steps reproduce all five top logits bit for bit. On every kernel set
- * this CPU has, with the K/V cache in f32 and in bf16 (bf16 values either way: the two must give the same bits);
+ * this CPU has (scalar, avx2, avx512, amx), with the K/V cache in f32 and in bf16 (bf16 values either way: the two must give the same bits);
  * and the three prompts as one batch of three sequences give each prompt's logits bit for bit. */
 #include "caldrix.h"
 #include "caldrix/model.h"
@@ -16,10 +16,11 @@
 #include "bf16_golden.h"
 
 /* the families whose rows say .bf16 besides llama, mistral, qwen2, qwen3 (test_hf_golden_bf16) and qwen2_vl
- * (test_qwen2vl); olmo's checkpoint is written at test time by scripts/goldens/tiny_fixtures.py (as
+ * (test_qwen2vl), the mixtures of experts among them (forward_bf16.c with ops.c's model_moe); olmo's checkpoint is written at test time by scripts/goldens/tiny_fixtures.py (as
  * test_families_c writes it), the others are ../shared/fixtures/hf's */
 static const char *const k_families[] = { "granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2",
-                                          "stablelm", "cohere", "olmo" };
+                                          "stablelm", "cohere", "olmo", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+                                          "granitemoe", "phi3" };
 enum { N_FAM = sizeof k_families / sizeof k_families[0], MAX_VOCAB = BF16G_MAX_VOCAB, N_STEPS = BF16G_STEPS };
 
 static const char *g_fam, *g_isa;
@@ -60,7 +61,7 @@ static void run_family(void)
     REQUIRE(hp->n_vocab <= MAX_VOCAB);
     cdx_forward_ctx *fc = NULL;
     REQUIRE(cdx_forward_ctx_create(m, 64, 2, cdx_kernels_by_isa(g_isa), &fc, &e) == 0);
-    bf16g_run r = { .name = g_fam, .isa = g_isa, .kv = g_kv, .tol = tol, .ref = g_ref[g_fam_idx] };
+    bf16g_run r = { .name = g_fam, .isa = g_isa, .m = m, .kv = g_kv, .tol = tol, .ref = g_ref[g_fam_idx] };
     bf16g_decode(fc, hp, gold, &r);
     const int exact = r.exact, steps_seen = r.steps;
     const double worst = r.worst;
@@ -115,10 +116,10 @@ static void run_family(void)
 
 int main(void)
 {
-    static char names[N_FAM * 6][200];
+    static char names[N_FAM * 8][200];
     int k = 0;
-    const char *isas[] = { "scalar", "avx2", "avx512" };
-    for (int s = 0; s < 3; s++) {
+    const char *isas[] = { "scalar", "avx2", "avx512", "amx" };
+    for (int s = 0; s < 4; s++) {
         if (!cdx_kernels_by_isa(isas[s])) {
             t_skip_isa(isas[s]);
             continue;

@@ -30,6 +30,7 @@ const arch_desc family_granitemoe = {
     .gguf_vocab_rope_keys = true,
     .gguf_rope_freqs = true,
     .moe = true,
+    .bf16 = true,                 /* its bf16 goldens pass through forward_bf16.c and ops.c's model_moe */
     .norm_topk = true,
     .moe_topk_softmax = true,
     .experts_ff_wide = true,

@@ -21,6 +21,7 @@ const arch_desc family_mixtral = {
     .gguf_experts_of = "llama",
     .gguf_rope = CDX_ROPE_ADJACENT,
     .moe = true,
+    .bf16 = true,                 /* its bf16 goldens pass through forward_bf16.c and ops.c's model_moe */
     .norm_topk = true,
     .experts_ff_wide = true,
     .gguf_vocab_rope_keys = true,

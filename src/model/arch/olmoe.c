@@ -18,5 +18,6 @@ const arch_desc family_olmoe = {
     .qk_norm = true,
     .qk_norm_full = true,
     .moe = true,
+    .bf16 = true,                 /* its bf16 goldens pass through forward_bf16.c and ops.c's model_moe */
     .experts_ff_wide = true,
 };

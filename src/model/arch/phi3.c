@@ -17,4 +17,5 @@ const arch_desc family_phi3 = {
     .fused_qkv = true,            /* qkv_proj / blk.N.attn_qkv */
     .fused_gate_up = true,        /* gate_up_proj / blk.N.ffn_up (2·n_ff rows) */
     .gguf_swa_all = true,         /* attention.sliding_window over every layer (llama.cpp ignores it) */
+    .bf16 = true,                 /* its bf16 goldens (LongRoPE included) pass through forward_bf16.c */
 };

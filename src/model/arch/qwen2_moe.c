@@ -14,5 +14,6 @@ const arch_desc family_qwen2_moe = {
     .gguf_rope = CDX_ROPE_HALVES,
     .qkv_bias = true,
     .moe = true,
+    .bf16 = true,                 /* its bf16 goldens pass through forward_bf16.c and ops.c's model_moe */
     .shared_expert = true,
 };

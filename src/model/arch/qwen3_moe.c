@@ -13,5 +13,6 @@ const arch_desc family_qwen3_moe = {
     .gguf_rope = CDX_ROPE_HALVES,
     .qk_norm = true,
     .moe = true,
+    .bf16 = true,                 /* its bf16 goldens pass through forward_bf16.c and ops.c's model_moe */
     .norm_topk = true,
 };
