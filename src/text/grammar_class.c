@@ -1020,6 +1020,13 @@ static int32_t cr_zrun_cfg(crun *x, cr_zrun *zr, int *n_zr, int32_t z, uint8_t p
     return r->lv[j];
 }
 
+/* (grammar_match_int.h) */
+bool gr_walk_token(cdx_matcher *m, int32_t c, int i0, int32_t id, const uint8_t *tb, int d, int32_t **chk,
+                   size_t *n_chk, size_t *cap_chk)
+{
+    return cr_walk_token(m, c, i0, id, tb, d, chk, n_chk, cap_chk, NULL);
+}
+
 /* ASCII letters that do not die from configuration c (its moves made here); -1 out of memory. */
 static int cr_letters(cdx_matcher *m, int32_t c)
 {

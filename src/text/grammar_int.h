@@ -64,6 +64,9 @@ void gr_vocab_set_pure(cdx_grammar_vocab *v, bool on);
 /* How many states of g have their token sets for v from a class run (grammar_class.c; counted in the
  * caches of grammar_match.c): tests check that the grammars meant for them take them. */
 int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v);
+/* The same for a kind of shortcut: 0 class runs, 1 first bytes into chains (grammar_match.c,
+ * chain_bytes: a string's escape) */
+int32_t gr_shortcut_states(const cdx_grammar *g, const cdx_grammar_vocab *v, int kind);
 
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
 #define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */

@@ -1,5 +1,6 @@
-/* The matcher's internals, shared by its two files (text layer, internal; grammar_int.h is the model):
+/* The matcher's internals, shared by its three files (text layer, internal; grammar_int.h is the model):
  *   grammar_match.c  the vocabulary's trie and tables, stacks, walks, chains of pure text, the matcher
+ *   grammar_chain.c  chains of pure text, the automaton's side: which states are chains or their heads
  *   grammar_class.c  class runs: the vocabulary's byte-group tables and the first visit of a state
  *                    that reads a character class (docs/grammar.md, "Class runs")
  * Not a public header. */
@@ -241,6 +242,14 @@ static inline int32_t gr_dfa_step(cdx_matcher *m, int32_t c, uint8_t b)
     return r == DFA_UNSET ? gr_dfa_move(m, c, b) : r;
 }
 
+/* grammar_chain.c */
+int32_t gr_chain_step(const cdx_grammar *g, int32_t s);   /* the state after any one pure character, or -1 */
+bool gr_chain_end_ok(const cdx_grammar *g, int32_t s);    /* a chain may end at s */
+int32_t gr_byte_target(const cdx_grammar *g, const gr_state *st, unsigned b); /* st's one target on b: -1 none, -2 several */
+/* A chain head with at most 16 one-byte exceptions (set in excl): the state most pure characters
+ * lead q to, or -1 */
+int32_t gr_chain_head_step(const cdx_grammar *g, int32_t q, uint8_t excl[32]);
+
 /* grammar_class.c */
 #define CR_WALK_FIRST 2000 /* trie nodes a state's walk may visit before a class run is tried */
 /* Sorts the usable tokens e[0..n) by byte group (v's class-run tables); gr_class_free frees them. */
@@ -255,5 +264,10 @@ bool gr_class_likely(cdx_matcher *m, int32_t c0);
  * the others it accepts, chk = the nodes where its rule may end inside a token, as a walk of the
  * whole trie gives them. False (nothing set) where q is no class run or its walks would be many. */
 bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, size_t *n_chk, size_t *cap_chk);
+/* Walks token id (bytes tb[0..d)) from configuration c at byte i0 as a walk of the trie would its
+ * path: accepted, it goes to m->tl; the trie nodes where the rule may end inside it go to chk once
+ * each (m->mark, which the caller allocates and clears). False out of memory. */
+bool gr_walk_token(cdx_matcher *m, int32_t c, int i0, int32_t id, const uint8_t *tb, int d, int32_t **chk,
+                   size_t *n_chk, size_t *cap_chk);
 
 #endif
