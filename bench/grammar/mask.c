@@ -19,6 +19,9 @@
  *   --slow US   lists the cold masks whose time (the least of the N) is over US µs: schema, step,
  *               the text before it and what the grammar expects there (cdx_matcher_expected)
  *   --only NAME the schema of that name alone (to profile one)
+ *   --fresh-vocab  a vocabulary of its own for each schema (its build not timed): no state of one
+ *               schema finds its sets in the vocabulary's memo from another (docs/grammar.md, "Shared
+ *               states"), as for a server's first request of each kind
  *   --check     every mask of every generation is compared with the plain trie walk's (a second
  *               vocabulary without the shortcuts: gr_vocab_set_pure); prints how many differ */
 #include "caldrix.h"
@@ -135,6 +138,7 @@ int main(int argc, char **argv)
     double slow = -1;
     bool check = false;
     const char *only = NULL;
+    bool fresh = false;
     for (;;) {
         if (argc > 2 && !strcmp(argv[1], "--trace"))
             trace = argv[2];
@@ -144,8 +148,8 @@ int main(int argc, char **argv)
             only = argv[2];
         else if (argc > 2 && !strcmp(argv[1], "--slow"))
             slow = atof(argv[2]);
-        else if (argc > 1 && !strcmp(argv[1], "--check")) {
-            check = true;
+        else if (argc > 1 && (!strcmp(argv[1], "--check") || !strcmp(argv[1], "--fresh-vocab"))) {
+            *(!strcmp(argv[1], "--check") ? &check : &fresh) = true;
             argv++;
             argc--;
             continue;
@@ -183,7 +187,7 @@ int main(int argc, char **argv)
         static char text[400 * 256];
         slow_list sl = { 0 };
         size_t sl0 = 0;
-        int64_t n_checked = 0, n_differ = 0;
+        int64_t n_checked = 0, n_differ = 0, me = 0, mb = 0, mh = 0, mm = 0, sum_e = 0, sum_b = 0, sum_h = 0, sum_m = 0;
         int32_t *cand = malloc((size_t)nv * 4), *closer = malloc((size_t)nv * 4);
         bool *is_closer = calloc((size_t)nv, 1);
         for (int64_t i = 0; i < nv; i++) {
@@ -202,6 +206,15 @@ int main(int argc, char **argv)
             json_t *it = json_array_get(schemas, si);
             if (only && strcmp(only, json_string_value(json_object_get(it, "name"))))
                 continue;
+            if (fresh) {
+                gr_memo_stats(v, &me, &mb, &mh, &mm);
+                sum_e += me, sum_b += mb, sum_h += mh, sum_m += mm;
+                cdx_grammar_vocab_free(v);
+                if (cdx_grammar_vocab_from_tok(tok, 0, &v, &err)) {
+                    fprintf(stderr, "%s\n", err.msg);
+                    return 1;
+                }
+            }
             char *s = json_dumps(json_object_get(it, "schema"), JSON_COMPACT | JSON_ENCODE_ANY);
             cdx_grammar *g = NULL;
             t0 = cpu_ms();
@@ -233,6 +246,8 @@ int main(int argc, char **argv)
              * tokens), then the two warm ones on g */
             double tmin[400];
             int n_steps = 0;
+            int64_t memo_n0 = 0; /* the memo's entries before this schema: its cold reruns see only those */
+            gr_memo_stats(v, &memo_n0, &mb, &mh, &mm);
             for (int gen = 0; gen < 2 + repeat; gen++) {
                 const bool cold_rep = gen >= 1 && gen < repeat; /* a repeat of the cold generation */
                 cdx_grammar *gg = g;
@@ -246,6 +261,7 @@ int main(int argc, char **argv)
                     free(s2);
                 }
                 const int wgen = gen < repeat ? 0 : gen - repeat + 1; /* 0 cold, 1 and 2 warm */
+                gr_memo_limit(v, cold_rep ? memo_n0 : -1);
                 if (getenv("GDBG"))
                     fprintf(stderr, "schema %s gen %d\n", json_string_value(json_object_get(it, "name")), gen);
                 cdx_matcher *m = NULL, *mc = NULL;
@@ -334,6 +350,10 @@ int main(int argc, char **argv)
         if (repeat > 1)
             printf("| %s, cold, least of %d runs a mask | | | %zu | %.1f | %.1f | %.2f | | | | | |\n", argv[a], repeat,
                    cmin.n, pct(&cmin, 0.5), pct(&cmin, 0.99), pct(&cmin, 1.0) / 1000);
+        gr_memo_stats(v, &me, &mb, &mh, &mm);
+        printf("# %s: the vocabulary's memo%s: %lld states kept, %.1f MiB; first visits %lld found there, %lld not\n",
+               argv[a], fresh ? " (summed over the schemas' own)" : "", (long long)(me + sum_e),
+               (double)(mb + sum_b) / (1 << 20), (long long)(mh + sum_h), (long long)(mm + sum_m));
         if (check)
             printf("# %s: %lld masks compared with the plain trie walk's, %lld differ\n", argv[a], (long long)n_checked,
                    (long long)n_differ);

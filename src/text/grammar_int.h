@@ -68,6 +68,14 @@ int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v);
  * chain_bytes: a string's escape) */
 int32_t gr_shortcut_states(const cdx_grammar *g, const cdx_grammar_vocab *v, int kind);
 
+/* The vocabulary's memo of states' token sets (grammar_memo.c): its entries and bytes, and how many
+ * first visits found their sets there (hits) or not (misses) */
+void gr_memo_stats(const cdx_grammar_vocab *v, int64_t *entries, int64_t *bytes, int64_t *hits, int64_t *misses);
+/* n >= 0: the memo shows only its first n entries (in the order they were kept) and keeps no more;
+ * -1: all, and it keeps new ones again. The bench's reruns of a cold generation see the memo as the
+ * first run did. */
+void gr_memo_limit(cdx_grammar_vocab *v, int64_t n);
+
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
 #define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */
 #define GR_MAX_RULES    (1 << 16)

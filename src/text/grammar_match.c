@@ -213,6 +213,7 @@ static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *e
     cdx_grammar_vocab *v = calloc(1, sizeof *v);
     if (!v)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    pthread_mutex_init(&v->memo_mu, NULL);
     v->n_vocab = n_vocab;
     v->n_words = (size_t)(n_vocab + 31) / 32;
     v->usable = calloc(v->n_words, sizeof *v->usable);
@@ -357,6 +358,8 @@ void cdx_grammar_vocab_free(cdx_grammar_vocab *v)
     free(v->long_ids);
     free(v->long_e);
     gr_class_free(v);
+    gr_memo_free(v);
+    pthread_mutex_destroy(&v->memo_mu);
     free(v->tb0);
     free(v->tb);
     free(v);
@@ -925,6 +928,14 @@ static bool chain_bytes(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **ch
     const cdx_grammar *g = m->g;
     const cdx_grammar_vocab *v = m->v;
     const gr_trie *t = &v->tr;
+    const gr_state *st = &g->st[q];
+    bool any = false; /* an edge into a chain at all (most states have none: a quick no) */
+    for (int32_t e = 0; e < st->ne && !any; e++) {
+        const gr_edge *ed = &g->edges[st->e0 + e];
+        any = ed->lo <= 0x7E && ed->hi >= 0x20 && chain_state_ok(&g->st[ed->to]) && chain_levels(m, ed->to) >= CB_LEVELS;
+    }
+    if (!any)
+        return false;
     int32_t ny[256]; /* per first byte of the trie: its chain's levels, or -1 (walked) */
     int64_t n_tok = 0;
     for (int32_t u = 1; u < t->n_nodes; u = t->end[u]) {
@@ -932,7 +943,7 @@ static bool chain_bytes(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **ch
         ny[b] = -1;
         if (b < 0x20 || b > 0x7E || b == '"' || b == '\\') /* (the one-byte pure characters, k_pure) */
             continue;
-        const int32_t y = gr_byte_target(g, &g->st[q], b);
+        const int32_t y = gr_byte_target(g, st, b);
         if (y < 0 || !chain_state_ok(&g->st[y]) || (ny[b] = chain_levels(m, y)) < CB_LEVELS) {
             ny[b] = -1;
             continue;
@@ -994,11 +1005,42 @@ static bool chain_bytes(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **ch
     return true;
 }
 
+static pstate *first_visit(cdx_matcher *m, int32_t q);
+
+/* State q's sets (under g->mu): the grammar's cache, else the vocabulary's memo (a state of the same
+ * automaton met before, by any grammar), else a first visit, which the memo then keeps. */
 static pstate *precompute_locked(cdx_matcher *m, int32_t q)
 {
     pstate *ps = &m->pc[q];
     if (ps->ready)
         return ps;
+    const uint32_t *key = NULL;
+    size_t n_key = 0;
+    gr_state_sets s;
+    if (m->v->pure_on && gr_memo_key(m, q, &key, &n_key) && gr_memo_get((cdx_grammar_vocab *)m->v, key, n_key, &s)) {
+        free(ps->excl); /* a try that ran out of memory before */
+        ps->ids = s.ids;
+        ps->bits = s.bits;
+        ps->chk = s.chk;
+        ps->excl = s.excl;
+        ps->n_ids = s.n_ids;
+        ps->n_chk = s.n_chk;
+        ps->run = s.run;
+        ps->cb = s.cb;
+        __atomic_store_n(&ps->ready, true, __ATOMIC_RELEASE);
+        return ps;
+    }
+    ps = first_visit(m, q);
+    if (ps && key) {
+        s = (gr_state_sets){ ps->n_ids, ps->n_chk, ps->ids, ps->bits, ps->chk, ps->excl, ps->run, ps->cb };
+        gr_memo_put((cdx_grammar_vocab *)m->v, key, n_key, &s);
+    }
+    return ps;
+}
+
+static pstate *first_visit(cdx_matcher *m, int32_t q)
+{
+    pstate *ps = &m->pc[q];
     const cdx_grammar_vocab *v = m->v;
     const size_t nw = v->n_words;
     m->n_tl = 0;
@@ -1231,6 +1273,7 @@ void cdx_matcher_free(cdx_matcher *m)
             free(m->cc[i].ids);
     free(m->cc);
     free(m->stamp);
+    free(m->mx);
     free(m->nodes);
     free(m->heads);
     free(m->cur);

@@ -1,6 +1,7 @@
 /* The matcher's internals, shared by its three files (text layer, internal; grammar_int.h is the model):
  *   grammar_match.c  the vocabulary's trie and tables, stacks, walks, chains of pure text, the matcher
  *   grammar_chain.c  chains of pure text, the automaton's side: which states are chains or their heads
+ *   grammar_memo.c   the vocabulary's memo of states' token sets, shared by grammars
  *   grammar_class.c  class runs: the vocabulary's byte-group tables and the first visit of a state
  *                    that reads a character class (docs/grammar.md, "Class runs")
  * Not a public header. */
@@ -9,6 +10,7 @@
 
 #include "text/grammar_int.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +134,9 @@ struct cdx_grammar_vocab {
     int32_t *cp_ids;
     uint32_t *tb0;       /* [n_vocab + 1] token i's bytes are tb[tb0[i] .. tb0[i+1]) (none: not usable) */
     uint8_t *tb;
+    /* states' token sets by the automaton they reach (grammar_memo.c), made on first use under memo_mu */
+    struct gr_memo *memo;
+    pthread_mutex_t memo_mu;
 };
 
 typedef struct {
@@ -187,6 +192,9 @@ struct cdx_matcher {
     int32_t *tl2;
     size_t n_tl2, cap_tl2;
     uint32_t *stamp;     /* [n_st] */
+    int32_t *mx;         /* [n_st] gr_memo_key's scratch (-1 between keys), one block with mq and mk */
+    int32_t *mq;
+    uint32_t *mk;
     uint32_t stamp_now;
     bool oom;
 };
@@ -241,6 +249,26 @@ static inline int32_t gr_dfa_step(cdx_matcher *m, int32_t c, uint8_t b)
     const int32_t r = m->c_tr[(size_t)c * 256 + b];
     return r == DFA_UNSET ? gr_dfa_move(m, c, b) : r;
 }
+
+/* A state's token sets from its first visit (grammar_match.c's per-state cache holds them; the
+ * vocabulary's memo keeps copies): the accepted ids (or, when many, bits), the trie nodes where the
+ * rule may end inside a token (negated: the tail trie's), a chain head's exceptions. */
+typedef struct {
+    int32_t n_ids, n_chk;
+    int32_t *ids;        /* when bits is NULL */
+    uint32_t *bits;      /* [n_words] */
+    int32_t *chk;
+    uint8_t *excl;       /* [32] or NULL */
+    bool run, cb;        /* made by a class run, by chain_bytes (tests count them) */
+} gr_state_sets;
+
+/* grammar_memo.c */
+/* The key of state q: the automaton it reaches, written out (into the matcher's scratch, valid until
+ * the next key); false where it reaches too much (or out of memory) */
+bool gr_memo_key(cdx_matcher *m, int32_t q, const uint32_t **key, size_t *n_key);
+bool gr_memo_get(cdx_grammar_vocab *v, const uint32_t *key, size_t n_key, gr_state_sets *out); /* a copy, or false */
+void gr_memo_put(cdx_grammar_vocab *v, const uint32_t *key, size_t n_key, const gr_state_sets *s); /* copies s */
+void gr_memo_free(cdx_grammar_vocab *v);
 
 /* grammar_chain.c */
 int32_t gr_chain_step(const cdx_grammar *g, int32_t s);   /* the state after any one pure character, or -1 */

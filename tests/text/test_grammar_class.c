@@ -90,6 +90,12 @@ static const struct {
     { "first bytes into a chain, a class, a short chain",
       "root ::= \"<\" ( \"a\" [^\"\\\\]* \"\\\"\" | \"b\" [0-9]+ \";\" | \"c\" [^\"\\\\]{0,2} \"\\\"\" ) \">\"", ">", false,
       "<ahello\">", true },
+    /* two states of one automaton but a final flag (the vocabulary's memo keeps the first one's
+     * sets; the second must not take them): w may end after its '.', then must not */
+    { "memo: a rule that may end after its dot", "root ::= w \";\" w \";\"\nw ::= [a-z]+ \".\" \"!\"? z\nz ::= \"\"", ";",
+      false, "ab.;cd.!;", false },
+    { "memo: the same rule that may not", "root ::= w \";\" w \";\"\nw ::= [a-z]+ \".\" \"!\" z\nz ::= \"\"", ";", false,
+      "ab.!;cd.!;", false },
 };
 #define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
 
