@@ -1057,39 +1057,6 @@ bool gr_class_likely(cdx_matcher *m, int32_t c0)
     return false;
 }
 
-/* k &= ~f, and the count of k's tokens: with the popcnt instruction where the CPU has it (as a
- * mask's last pass, grammar_match.c), else in plain C. */
-static int64_t k_minus_c(uint32_t *k, const uint32_t *f, size_t nw)
-{
-    int64_t n = 0;
-    for (size_t w = 0; w < nw; w++) {
-        k[w] &= ~f[w];
-        n += popcount32(k[w]);
-    }
-    return n;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("popcnt"))) static int64_t k_minus_popcnt(uint32_t *k, const uint32_t *f, size_t nw)
-{
-    int64_t n = 0;
-    for (size_t w = 0; w < nw; w++) {
-        k[w] &= ~f[w];
-        n += __builtin_popcount(k[w]);
-    }
-    return n;
-}
-#endif
-
-static int64_t k_minus(uint32_t *k, const uint32_t *f, size_t nw)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("popcnt"))
-        return k_minus_popcnt(k, f, nw);
-#endif
-    return k_minus_c(k, f, nw);
-}
-
 /* (grammar_match_int.h) */
 bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, size_t *n_chk, size_t *cap_chk)
 {
@@ -1233,7 +1200,7 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
             f[w] &= row[w];
         }
     }
-    int64_t n_k = k ? k_minus(k, f, nw) : 0; /* tokens to walk, about: a stream's whose first byte lives */
+    int64_t n_k = k ? gr_and_not_count(k, f, nw) : 0; /* tokens to walk, about: a stream's whose first byte lives */
     for (int st = 0; st < N_STREAM; st++)
         for (int b = 0; walk_s[st] && b < 256; b++)
             if (has0[b / 8] >> (b % 8) & 1)

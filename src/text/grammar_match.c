@@ -1377,46 +1377,6 @@ size_t cdx_matcher_expected(const cdx_matcher *m, char *buf, size_t cap)
     return w;
 }
 
-/* The mask's last pass: only usable ids, the end of generation where the grammar is complete
- * (eog not NULL); the count of allowed ids. Every mask pays it (n_vocab / 32 words): with the popcnt
- * instruction where the CPU has it (found at run time: the build targets the x86-64 baseline, where
- * popcount32 is a dozen instructions a word), else in plain C. */
-static int64_t finish_c(uint32_t *bits, const uint32_t *usable, const uint32_t *eog, size_t nw)
-{
-    int64_t count = 0;
-    for (size_t w = 0; w < nw; w++) {
-        bits[w] &= usable[w];
-        if (eog)
-            bits[w] |= eog[w];
-        count += popcount32(bits[w]);
-    }
-    return count;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("popcnt"))) static int64_t finish_popcnt(uint32_t *bits, const uint32_t *usable,
-                                                               const uint32_t *eog, size_t nw)
-{
-    int64_t count = 0;
-    for (size_t w = 0; w < nw; w++) {
-        bits[w] &= usable[w];
-        if (eog)
-            bits[w] |= eog[w];
-        count += __builtin_popcount(bits[w]);
-    }
-    return count;
-}
-#endif
-
-static int64_t mask_finish(uint32_t *bits, const uint32_t *usable, const uint32_t *eog, size_t nw)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("popcnt"))
-        return finish_popcnt(bits, usable, eog, nw);
-#endif
-    return finish_c(bits, usable, eog, nw);
-}
-
 int64_t cdx_matcher_mask(cdx_matcher *m, uint32_t *bits, cdx_err *err)
 {
     const cdx_grammar_vocab *v = m->v;
@@ -1452,7 +1412,7 @@ int64_t cdx_matcher_mask(cdx_matcher *m, uint32_t *bits, cdx_err *err)
                 bits[ce->ids[k] / 32] |= 1u << (ce->ids[k] % 32);
         }
     }
-    return mask_finish(bits, v->usable, m->done ? v->eog : NULL, nw);
+    return gr_mask_finish(bits, v->usable, m->done ? v->eog : NULL, nw);
 }
 
 int cdx_matcher_accept_bytes(cdx_matcher *m, const void *bytes, size_t len, cdx_err *err)

@@ -1,7 +1,8 @@
-/* The matcher's internals, shared by its three files (text layer, internal; grammar_int.h is the model):
+/* The matcher's internals, shared by its files (text layer, internal; grammar_int.h is the model):
  *   grammar_match.c  the vocabulary's trie and tables, stacks, walks, chains of pure text, the matcher
  *   grammar_chain.c  chains of pure text, the automaton's side: which states are chains or their heads
  *   grammar_memo.c   the vocabulary's memo of states' token sets, shared by grammars
+ *   grammar_bits.c   the bit-set passes that count (popcnt where the CPU has it)
  *   grammar_class.c  class runs: the vocabulary's byte-group tables and the first visit of a state
  *                    that reads a character class (docs/grammar.md, "Class runs")
  * Not a public header. */
@@ -269,6 +270,11 @@ bool gr_memo_key(cdx_matcher *m, int32_t q, const uint32_t **key, size_t *n_key)
 bool gr_memo_get(cdx_grammar_vocab *v, const uint32_t *key, size_t n_key, gr_state_sets *out); /* a copy, or false */
 void gr_memo_put(cdx_grammar_vocab *v, const uint32_t *key, size_t n_key, const gr_state_sets *s); /* copies s */
 void gr_memo_free(cdx_grammar_vocab *v);
+
+/* grammar_bits.c */
+/* bits: only usable ids, and eog's where eog is not NULL; the count of bits left */
+int64_t gr_mask_finish(uint32_t *bits, const uint32_t *usable, const uint32_t *eog, size_t nw);
+int64_t gr_and_not_count(uint32_t *k, const uint32_t *f, size_t nw); /* k &= ~f; the count of k's bits */
 
 /* grammar_chain.c */
 int32_t gr_chain_step(const cdx_grammar *g, int32_t s);   /* the state after any one pure character, or -1 */
