@@ -1020,6 +1020,13 @@ static int32_t cr_zrun_cfg(crun *x, cr_zrun *zr, int *n_zr, int32_t z, uint8_t p
     return r->lv[j];
 }
 
+/* (grammar_match_int.h) */
+bool gr_walk_token(cdx_matcher *m, int32_t c, int i0, int32_t id, const uint8_t *tb, int d, int32_t **chk,
+                   size_t *n_chk, size_t *cap_chk)
+{
+    return cr_walk_token(m, c, i0, id, tb, d, chk, n_chk, cap_chk, NULL);
+}
+
 /* ASCII letters that do not die from configuration c (its moves made here); -1 out of memory. */
 static int cr_letters(cdx_matcher *m, int32_t c)
 {
@@ -1193,11 +1200,7 @@ bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, siz
             f[w] &= row[w];
         }
     }
-    int64_t n_k = 0; /* tokens to walk, about: a stream's whose first byte lives */
-    for (size_t w = 0; k && w < nw; w++) {
-        k[w] &= ~f[w];
-        n_k += popcount32(k[w]);
-    }
+    int64_t n_k = k ? gr_and_not_count(k, f, nw) : 0; /* tokens to walk, about: a stream's whose first byte lives */
     for (int st = 0; st < N_STREAM; st++)
         for (int b = 0; walk_s[st] && b < 256; b++)
             if (has0[b / 8] >> (b % 8) & 1)

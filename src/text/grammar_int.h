@@ -64,6 +64,17 @@ void gr_vocab_set_pure(cdx_grammar_vocab *v, bool on);
 /* How many states of g have their token sets for v from a class run (grammar_class.c; counted in the
  * caches of grammar_match.c): tests check that the grammars meant for them take them. */
 int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v);
+/* The same for a kind of shortcut: 0 class runs, 1 first bytes into chains (grammar_match.c,
+ * chain_bytes: a string's escape) */
+int32_t gr_shortcut_states(const cdx_grammar *g, const cdx_grammar_vocab *v, int kind);
+
+/* The vocabulary's memo of states' token sets (grammar_memo.c): its entries and bytes, and how many
+ * first visits found their sets there (hits) or not (misses) */
+void gr_memo_stats(const cdx_grammar_vocab *v, int64_t *entries, int64_t *bytes, int64_t *hits, int64_t *misses);
+/* n >= 0: the memo shows only its first n entries (in the order they were kept) and keeps no more;
+ * -1: all, and it keeps new ones again. The bench's reruns of a cold generation see the memo as the
+ * first run did. */
+void gr_memo_limit(cdx_grammar_vocab *v, int64_t n);
 
 /* Limits of compilation (one table of them, quoted in messages and docs/grammar.md). */
 #define GR_MAX_STATES   (1 << 20)  /* automaton states before epsilon removal */

@@ -213,6 +213,7 @@ static int vocab_build(tok_entry *e, size_t n, int64_t n_vocab, const int32_t *e
     cdx_grammar_vocab *v = calloc(1, sizeof *v);
     if (!v)
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+    pthread_mutex_init(&v->memo_mu, NULL);
     v->n_vocab = n_vocab;
     v->n_words = (size_t)(n_vocab + 31) / 32;
     v->usable = calloc(v->n_words, sizeof *v->usable);
@@ -357,6 +358,8 @@ void cdx_grammar_vocab_free(cdx_grammar_vocab *v)
     free(v->long_ids);
     free(v->long_e);
     gr_class_free(v);
+    gr_memo_free(v);
+    pthread_mutex_destroy(&v->memo_mu);
     free(v->tb0);
     free(v->tb);
     free(v);
@@ -382,9 +385,10 @@ typedef struct pstate {
     uint32_t *bits;      /* [n_words] the accepted ids, when they are many */
     int32_t *chk;        /* trie nodes where the rule may end: their subtrees are checked at the caller
                           * (negated: nodes of the vocabulary's tail trie) */
-    uint8_t *excl;       /* [32] a chain head's exceptions (chain_head_step): tokens that start with one
+    uint8_t *excl;       /* [32] a chain head's exceptions (gr_chain_head_step): tokens that start with one
                           * of these bytes are not the tail trie's to give; NULL: none */
     bool run;            /* made by a class run (tests count them) */
+    bool cb;             /* made by chain_bytes (tests count them) */
 } pstate;
 
 /* Chains (per state of the grammar, in gr_cache): ch_n is how many pure characters (k_pure) the
@@ -830,171 +834,6 @@ static pstate *precompute(cdx_matcher *m, int32_t q)
 
 /* ---- chains of pure text ---- */
 
-/* The one target of st's byte edges over every byte lo..hi, or -1 (a byte without an edge, or two
- * targets). */
-static int32_t range_target(const cdx_grammar *g, const gr_state *st, unsigned lo, unsigned hi)
-{
-    const gr_edge *e = g->edges + st->e0;
-    int32_t to = -1;
-    for (int32_t k = 0; k < st->ne; k++)
-        if (e[k].lo <= hi && e[k].hi >= lo) {
-            if (to >= 0 && e[k].to != to)
-                return -1;
-            to = e[k].to;
-        }
-    for (unsigned b = lo; b <= hi;) { /* every byte covered */
-        unsigned reach = 0;
-        bool found = false;
-        for (int32_t k = 0; k < st->ne; k++)
-            if (e[k].lo <= b && b <= e[k].hi && (!found || e[k].hi > reach)) {
-                reach = e[k].hi;
-                found = true;
-            }
-        if (!found)
-            return -1;
-        b = reach + 1;
-    }
-    return to;
-}
-
-/* The multi-byte characters' paths: from each (DFA state, grammar state) of todo[0..n_todo), every
- * byte of k_pure's ranges must go to one state that only reads bytes, until the character ends,
- * and every character must end on one state, *y (set here when -1). False where any does not. */
-typedef struct {
-    int32_t d, x;
-} pure_pair;
-static bool paths_land(const cdx_grammar *g, pure_pair *todo, int n_todo, int32_t *y)
-{
-    pure_pair seen[32];
-    int n_seen = 0;
-    while (n_todo) {
-        const pure_pair p = todo[--n_todo];
-        bool dup = false;
-        for (int i = 0; i < n_seen && !dup; i++)
-            dup = seen[i].d == p.d && seen[i].x == p.x;
-        if (dup)
-            continue;
-        if (n_seen == 32)
-            return false;
-        seen[n_seen++] = p;
-        for (int k = 0; k < N_PURE_TR; k++) {
-            if (k_pure[k].from != p.d)
-                continue;
-            const int32_t to = range_target(g, &g->st[p.x], k_pure[k].lo, k_pure[k].hi);
-            if (to < 0)
-                return false;
-            if (k_pure[k].to == PURE_A) {
-                if (*y >= 0 && to != *y)
-                    return false;
-                *y = to;
-                continue;
-            }
-            if (!chain_state_ok(&g->st[to]) || n_todo == 32)
-                return false;
-            todo[n_todo++] = (pure_pair){ k_pure[k].to, to };
-        }
-    }
-    return true;
-}
-
-/* The state s reaches after any one pure character, when every pure character (k_pure) leads there
- * byte by byte through states that only read bytes; else -1. */
-static int32_t chain_step(const cdx_grammar *g, int32_t s)
-{
-    pure_pair todo[32] = { { PURE_A, s } };
-    int32_t next = -1;
-    return paths_land(g, todo, 1, &next) ? next : -1;
-}
-
-/* A chain may end at s when s reads bytes only and no pure character at all. */
-static bool chain_end_ok(const cdx_grammar *g, int32_t s)
-{
-    const gr_state *st = &g->st[s];
-    if (!chain_state_ok(st))
-        return false;
-    for (int32_t k = 0; k < st->ne; k++) {
-        const gr_edge *e = &g->edges[st->e0 + k];
-        for (int t = 0; t < N_PURE_TR; t++)
-            if (k_pure[t].from == PURE_A && e->lo <= k_pure[t].hi && e->hi >= k_pure[t].lo)
-                return false;
-    }
-    return true;
-}
-
-/* The one target of st's byte edges on byte b: -1 none, -2 several. */
-static int32_t byte_target(const cdx_grammar *g, const gr_state *st, unsigned b)
-{
-    int32_t to = -1;
-    for (int32_t k = 0; k < st->ne; k++) {
-        const gr_edge *e = &g->edges[st->e0 + k];
-        if (e->lo <= b && b <= e->hi) {
-            if (to >= 0 && e->to != to)
-                return -2;
-            to = e->to;
-        }
-    }
-    return to;
-}
-
-/* A chain head with exceptions: the state most one-byte pure characters lead q to, when every other
- * pure character (the multi-byte ones too) leads there as chain_step asks, and the one-byte ones
- * that do not (an object key that must not begin a known key's name, say) are at most 16: those
- * bytes are set in excl (they are walked as any state is). -1: no such state. */
-static int32_t chain_head_step(const cdx_grammar *g, int32_t q, uint8_t excl[32])
-{
-    const gr_state *st = &g->st[q];
-    if (!chain_state_ok(st))
-        return -1;
-    int32_t cand[8], votes[8];
-    int n_cand = 0;
-    for (int k = 0; k < N_PURE_TR; k++) /* the most common target of the one-byte characters */
-        if (k_pure[k].from == PURE_A && k_pure[k].to == PURE_A)
-            for (unsigned b = k_pure[k].lo; b <= k_pure[k].hi; b++) {
-                const int32_t t = byte_target(g, st, b);
-                if (t < 0)
-                    continue;
-                int i = 0;
-                while (i < n_cand && cand[i] != t)
-                    i++;
-                if (i == n_cand) {
-                    if (n_cand == 8)
-                        return -1;
-                    cand[n_cand] = t;
-                    votes[n_cand++] = 0;
-                }
-                votes[i]++;
-            }
-    if (!n_cand)
-        return -1;
-    int best = 0;
-    for (int i = 1; i < n_cand; i++)
-        if (votes[i] > votes[best])
-            best = i;
-    const int32_t y = cand[best];
-    memset(excl, 0, 32);
-    int n_excl = 0;
-    for (int k = 0; k < N_PURE_TR; k++)
-        if (k_pure[k].from == PURE_A && k_pure[k].to == PURE_A)
-            for (unsigned b = k_pure[k].lo; b <= k_pure[k].hi; b++)
-                if (byte_target(g, st, b) != y) {
-                    if (++n_excl > 16)
-                        return -1;
-                    excl[b / 8] |= (uint8_t)(1u << (b % 8));
-                }
-    /* the multi-byte characters: each lead byte's path, byte by byte, to y (as chain_step) */
-    pure_pair todo[32];
-    int n_todo = 0;
-    for (int k = 0; k < N_PURE_TR; k++) {
-        if (k_pure[k].from != PURE_A || k_pure[k].to == PURE_A)
-            continue;
-        const int32_t to = range_target(g, st, k_pure[k].lo, k_pure[k].hi);
-        if (to < 0 || !chain_state_ok(&g->st[to]) || n_todo == 32)
-            return -1;
-        todo[n_todo++] = (pure_pair){ k_pure[k].to, to };
-    }
-    int32_t land = y;
-    return paths_land(g, todo, n_todo, &land) ? y : -1;
-}
 
 /* ch_n of q (see gr_cache), made on first use along the whole chain; under g->mu. */
 static int32_t chain_levels(cdx_matcher *m, int32_t q)
@@ -1014,9 +853,9 @@ static int32_t chain_levels(cdx_matcher *m, int32_t q)
             val = cn[x];
             break;
         }
-        const int32_t y = chain_state_ok(&g->st[x]) ? chain_step(g, x) : -1;
+        const int32_t y = chain_state_ok(&g->st[x]) ? gr_chain_step(g, x) : -1;
         if (y < 0) {
-            val = cn[x] = chain_end_ok(g, x) ? 0 : CH_NO;
+            val = cn[x] = gr_chain_end_ok(g, x) ? 0 : CH_NO;
             break;
         }
         if (!tl_push(&m->tl2, &m->n_tl2, &m->cap_tl2, x)) {
@@ -1054,7 +893,7 @@ static void pure_fill(const cdx_grammar_vocab *v, int32_t n, uint32_t *bits)
 
 /* For state q at the head of a chain of n levels: the tails' walks, each from the state its
  * count of pure characters leads to (the pure tokens themselves are pure_fill's). first: the
- * state after one character when q is a head with exceptions (chain_head_step), else -1. */
+ * state after one character when q is a head with exceptions (gr_chain_head_step), else -1. */
 static void walk_tails(cdx_matcher *m, int32_t q, int32_t first, int32_t n, int32_t **chk, size_t *n_chk,
                        size_t *cap_chk)
 {
@@ -1075,11 +914,133 @@ static void walk_tails(cdx_matcher *m, int32_t q, int32_t first, int32_t n, int3
         }
 }
 
+/* A state whose pure one-byte characters, those that live, each lead to a chain, as a string's
+ * escape does (after '\\', "n" leads back to the string's characters; most bytes die): per first
+ * byte of the trie, the tokens that begin with such a byte b, read into a chain state of n levels,
+ * are the pure ones of at most n + 1 characters (bit tests against the pure sets, no walk) and the
+ * others walked one by one; the other first bytes' subtrees, and those of a chain shorter than
+ * CB_LEVELS (a walk stops early there), are walked as usual. Taken where the chains' subtrees hold
+ * CB_MIN tokens or more; false (nothing set) where not. */
+#define CB_MIN 512
+#define CB_LEVELS 3
+static bool chain_bytes(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, size_t *n_chk, size_t *cap_chk)
+{
+    const cdx_grammar *g = m->g;
+    const cdx_grammar_vocab *v = m->v;
+    const gr_trie *t = &v->tr;
+    const gr_state *st = &g->st[q];
+    bool any = false; /* an edge into a chain at all (most states have none: a quick no) */
+    for (int32_t e = 0; e < st->ne && !any; e++) {
+        const gr_edge *ed = &g->edges[st->e0 + e];
+        any = ed->lo <= 0x7E && ed->hi >= 0x20 && chain_state_ok(&g->st[ed->to]) && chain_levels(m, ed->to) >= CB_LEVELS;
+    }
+    if (!any)
+        return false;
+    int32_t ny[256]; /* per first byte of the trie: its chain's levels, or -1 (walked) */
+    int64_t n_tok = 0;
+    for (int32_t u = 1; u < t->n_nodes; u = t->end[u]) {
+        const unsigned b = t->byte[u];
+        ny[b] = -1;
+        if (b < 0x20 || b > 0x7E || b == '"' || b == '\\') /* (the one-byte pure characters, k_pure) */
+            continue;
+        const int32_t y = gr_byte_target(g, st, b);
+        if (y < 0 || !chain_state_ok(&g->st[y]) || (ny[b] = chain_levels(m, y)) < CB_LEVELS) {
+            ny[b] = -1;
+            continue;
+        }
+        n_tok += t->tok0[t->end[u]] - t->tok0[u];
+    }
+    const int32_t c0 = gr_dfa_single(m, q);
+    if (m->oom || c0 < 0 || n_tok < CB_MIN)
+        return false;
+    const size_t nw = v->n_words, chk0 = *n_chk;
+    uint32_t *f = calloc(nw, sizeof *f), *tmp = NULL;
+    if (!f || (!m->mark && !(m->mark = calloc((size_t)(t->n_nodes + 31) / 32, sizeof *m->mark)))) {
+        free(f);
+        m->oom = true;
+        return false;
+    }
+    m->n_tl = 0;
+    int32_t row_n = -1;
+    const uint32_t *row = NULL;
+    for (int32_t u = 1; u < t->n_nodes && !m->oom; u = t->end[u]) {
+        const unsigned b = t->byte[u];
+        if (ny[b] < 0) {
+            walk(m, t, u, t->end[u], 0, c0, chk, n_chk, cap_chk);
+            continue;
+        }
+        if (ny[b] != row_n) { /* the pure tokens of at most n + 1 characters (pure_fill's) */
+            row_n = ny[b];
+            if (row_n >= v->max_e)
+                row = v->pure_all;
+            else if (row_n + 1 <= PURE_ECAP)
+                row = v->pure_upto + (size_t)(row_n + 1) * nw;
+            else if (tmp || (tmp = malloc(nw * sizeof *tmp))) {
+                pure_fill(v, row_n + 1, tmp);
+                row = tmp;
+            } else {
+                m->oom = true;
+                break;
+            }
+        }
+        for (int32_t k = t->tok0[u]; k < t->tok0[t->end[u]]; k++) {
+            const int32_t id = t->ids[k];
+            if (bit(v->pure_all, id)) {
+                f[id / 32] |= (uint32_t)bit(row, id) << (id % 32);
+            } else if (!gr_walk_token(m, c0, 0, id, v->tb + v->tb0[id], (int)(v->tb0[id + 1] - v->tb0[id]), chk, n_chk,
+                                      cap_chk)) {
+                m->oom = true;
+                break;
+            }
+        }
+    }
+    for (size_t i = chk0; i < *n_chk; i++) /* the marks gr_walk_token set, cleared */
+        m->mark[(*chk)[i] / 32] = 0;
+    free(tmp);
+    if (m->oom) {
+        free(f);
+        return false;
+    }
+    *bits = f;
+    return true;
+}
+
+static pstate *first_visit(cdx_matcher *m, int32_t q);
+
+/* State q's sets (under g->mu): the grammar's cache, else the vocabulary's memo (a state of the same
+ * automaton met before, by any grammar), else a first visit, which the memo then keeps. */
 static pstate *precompute_locked(cdx_matcher *m, int32_t q)
 {
     pstate *ps = &m->pc[q];
     if (ps->ready)
         return ps;
+    const uint32_t *key = NULL;
+    size_t n_key = 0;
+    gr_state_sets s;
+    if (m->v->pure_on && gr_memo_key(m, q, &key, &n_key) && gr_memo_get((cdx_grammar_vocab *)m->v, key, n_key, &s)) {
+        free(ps->excl); /* a try that ran out of memory before */
+        ps->ids = s.ids;
+        ps->bits = s.bits;
+        ps->chk = s.chk;
+        ps->excl = s.excl;
+        ps->n_ids = s.n_ids;
+        ps->n_chk = s.n_chk;
+        ps->run = s.run;
+        ps->cb = s.cb;
+        __atomic_store_n(&ps->ready, true, __ATOMIC_RELEASE);
+        return ps;
+    }
+    ps = first_visit(m, q);
+    if (ps && key) {
+        s = (gr_state_sets){ ps->n_ids, ps->n_chk, ps->ids, ps->bits, ps->chk, ps->excl, ps->run, ps->cb };
+        gr_memo_put((cdx_grammar_vocab *)m->v, key, n_key, &s);
+    }
+    return ps;
+}
+
+static pstate *first_visit(cdx_matcher *m, int32_t q)
+{
+    pstate *ps = &m->pc[q];
     const cdx_grammar_vocab *v = m->v;
     const size_t nw = v->n_words;
     m->n_tl = 0;
@@ -1088,7 +1049,7 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
     uint32_t *bits = NULL;
     int32_t n = v->pure_on ? chain_levels(m, q) : CH_NO, first = -1;
     uint8_t excl[32];
-    if (n == CH_NO && v->pure_on && (first = chain_head_step(m->g, q, excl)) >= 0) {
+    if (n == CH_NO && v->pure_on && (first = gr_chain_head_step(m->g, q, excl)) >= 0) {
         const int32_t ny = chain_levels(m, first);
         n = ny == CH_NO ? CH_NO : ny == CH_INF ? CH_INF : ny + 1;
     }
@@ -1132,9 +1093,10 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
          * are); the rest try a class run where the walk passed CR_WALK_FIRST nodes, and the walk goes
          * on from there where it is none (its configurations stay in m->cs) */
         const int32_t c0 = gr_dfa_single(m, q);
-        const bool likely = c0 >= 0 && v->pure_on && gr_class_likely(m, c0);
+        const bool cb = ps->cb = c0 >= 0 && v->pure_on && chain_bytes(m, q, &bits, &chk, &n_chk, &cap_chk);
+        const bool likely = !cb && c0 >= 0 && v->pure_on && gr_class_likely(m, c0);
         ps->run = likely && gr_class_run(m, q, &bits, &chk, &n_chk, &cap_chk);
-        if (c0 >= 0 && !ps->run && !m->oom) {
+        if (c0 >= 0 && !cb && !ps->run && !m->oom) {
             m->budget = v->pure_on && !likely ? CR_WALK_FIRST : 0;
             m->stop = -1;
             walk(m, &v->tr, 1, v->tr.n_nodes, 0, c0, &chk, &n_chk, &cap_chk);
@@ -1180,7 +1142,9 @@ static pstate *precompute_locked(cdx_matcher *m, int32_t q)
     return ps;
 }
 
-int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v)
+int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v) { return gr_shortcut_states(g, v, 0); }
+
+int32_t gr_shortcut_states(const cdx_grammar *g, const cdx_grammar_vocab *v, int kind)
 {
     int32_t n = 0;
     cdx_grammar *gm = (cdx_grammar *)g; /* the caches, under g->mu */
@@ -1188,7 +1152,7 @@ int32_t gr_class_run_states(const cdx_grammar *g, const cdx_grammar_vocab *v)
     for (const struct gr_cache *c = g->caches; c; c = c->next)
         if (c->fingerprint == v->fingerprint && c->n_vocab == v->n_vocab && c->pure == v->pure_on)
             for (int32_t i = 0; i < g->n_st; i++)
-                n += c->pc[i].ready && c->pc[i].run;
+                n += c->pc[i].ready && (kind ? c->pc[i].cb : c->pc[i].run);
     pthread_mutex_unlock(&gm->mu);
     return n;
 }
@@ -1309,6 +1273,7 @@ void cdx_matcher_free(cdx_matcher *m)
             free(m->cc[i].ids);
     free(m->cc);
     free(m->stamp);
+    free(m->mx);
     free(m->nodes);
     free(m->heads);
     free(m->cur);
@@ -1447,14 +1412,7 @@ int64_t cdx_matcher_mask(cdx_matcher *m, uint32_t *bits, cdx_err *err)
                 bits[ce->ids[k] / 32] |= 1u << (ce->ids[k] % 32);
         }
     }
-    int64_t count = 0;
-    for (size_t w = 0; w < nw; w++) {
-        bits[w] &= v->usable[w];
-        if (m->done)
-            bits[w] |= v->eog[w];
-        count += popcount32(bits[w]);
-    }
-    return count;
+    return gr_mask_finish(bits, v->usable, m->done ? v->eog : NULL, nw);
 }
 
 int cdx_matcher_accept_bytes(cdx_matcher *m, const void *bytes, size_t len, cdx_err *err)

@@ -1,5 +1,8 @@
-/* The matcher's internals, shared by its two files (text layer, internal; grammar_int.h is the model):
+/* The matcher's internals, shared by its files (text layer, internal; grammar_int.h is the model):
  *   grammar_match.c  the vocabulary's trie and tables, stacks, walks, chains of pure text, the matcher
+ *   grammar_chain.c  chains of pure text, the automaton's side: which states are chains or their heads
+ *   grammar_memo.c   the vocabulary's memo of states' token sets, shared by grammars
+ *   grammar_bits.c   the bit-set passes that count (popcnt where the CPU has it)
  *   grammar_class.c  class runs: the vocabulary's byte-group tables and the first visit of a state
  *                    that reads a character class (docs/grammar.md, "Class runs")
  * Not a public header. */
@@ -8,6 +11,7 @@
 
 #include "text/grammar_int.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +135,9 @@ struct cdx_grammar_vocab {
     int32_t *cp_ids;
     uint32_t *tb0;       /* [n_vocab + 1] token i's bytes are tb[tb0[i] .. tb0[i+1]) (none: not usable) */
     uint8_t *tb;
+    /* states' token sets by the automaton they reach (grammar_memo.c), made on first use under memo_mu */
+    struct gr_memo *memo;
+    pthread_mutex_t memo_mu;
 };
 
 typedef struct {
@@ -186,6 +193,9 @@ struct cdx_matcher {
     int32_t *tl2;
     size_t n_tl2, cap_tl2;
     uint32_t *stamp;     /* [n_st] */
+    int32_t *mx;         /* [n_st] gr_memo_key's scratch (-1 between keys), one block with mq and mk */
+    int32_t *mq;
+    uint32_t *mk;
     uint32_t stamp_now;
     bool oom;
 };
@@ -241,6 +251,39 @@ static inline int32_t gr_dfa_step(cdx_matcher *m, int32_t c, uint8_t b)
     return r == DFA_UNSET ? gr_dfa_move(m, c, b) : r;
 }
 
+/* A state's token sets from its first visit (grammar_match.c's per-state cache holds them; the
+ * vocabulary's memo keeps copies): the accepted ids (or, when many, bits), the trie nodes where the
+ * rule may end inside a token (negated: the tail trie's), a chain head's exceptions. */
+typedef struct {
+    int32_t n_ids, n_chk;
+    int32_t *ids;        /* when bits is NULL */
+    uint32_t *bits;      /* [n_words] */
+    int32_t *chk;
+    uint8_t *excl;       /* [32] or NULL */
+    bool run, cb;        /* made by a class run, by chain_bytes (tests count them) */
+} gr_state_sets;
+
+/* grammar_memo.c */
+/* The key of state q: the automaton it reaches, written out (into the matcher's scratch, valid until
+ * the next key); false where it reaches too much (or out of memory) */
+bool gr_memo_key(cdx_matcher *m, int32_t q, const uint32_t **key, size_t *n_key);
+bool gr_memo_get(cdx_grammar_vocab *v, const uint32_t *key, size_t n_key, gr_state_sets *out); /* a copy, or false */
+void gr_memo_put(cdx_grammar_vocab *v, const uint32_t *key, size_t n_key, const gr_state_sets *s); /* copies s */
+void gr_memo_free(cdx_grammar_vocab *v);
+
+/* grammar_bits.c */
+/* bits: only usable ids, and eog's where eog is not NULL; the count of bits left */
+int64_t gr_mask_finish(uint32_t *bits, const uint32_t *usable, const uint32_t *eog, size_t nw);
+int64_t gr_and_not_count(uint32_t *k, const uint32_t *f, size_t nw); /* k &= ~f; the count of k's bits */
+
+/* grammar_chain.c */
+int32_t gr_chain_step(const cdx_grammar *g, int32_t s);   /* the state after any one pure character, or -1 */
+bool gr_chain_end_ok(const cdx_grammar *g, int32_t s);    /* a chain may end at s */
+int32_t gr_byte_target(const cdx_grammar *g, const gr_state *st, unsigned b); /* st's one target on b: -1 none, -2 several */
+/* A chain head with at most 16 one-byte exceptions (set in excl): the state most pure characters
+ * lead q to, or -1 */
+int32_t gr_chain_head_step(const cdx_grammar *g, int32_t q, uint8_t excl[32]);
+
 /* grammar_class.c */
 #define CR_WALK_FIRST 2000 /* trie nodes a state's walk may visit before a class run is tried */
 /* Sorts the usable tokens e[0..n) by byte group (v's class-run tables); gr_class_free frees them. */
@@ -255,5 +298,10 @@ bool gr_class_likely(cdx_matcher *m, int32_t c0);
  * the others it accepts, chk = the nodes where its rule may end inside a token, as a walk of the
  * whole trie gives them. False (nothing set) where q is no class run or its walks would be many. */
 bool gr_class_run(cdx_matcher *m, int32_t q, uint32_t **bits, int32_t **chk, size_t *n_chk, size_t *cap_chk);
+/* Walks token id (bytes tb[0..d)) from configuration c at byte i0 as a walk of the trie would its
+ * path: accepted, it goes to m->tl; the trie nodes where the rule may end inside it go to chk once
+ * each (m->mark, which the caller allocates and clears). False out of memory. */
+bool gr_walk_token(cdx_matcher *m, int32_t c, int i0, int32_t id, const uint8_t *tb, int d, int32_t **chk,
+                   size_t *n_chk, size_t *cap_chk);
 
 #endif

@@ -255,7 +255,7 @@ static void fused_attention_rows_match_primitives_bit_for_bit(void)
 
 /* The fused f16 attention rows of a kernel set (cdx_kernels.attn_f16) give the bits attn.c's
  * attn_head_f16 gives with that set's primitives (the same set with attn_f16 removed), over an F16
- * cache: head sizes taken and not, GQA groups (12: fewer rows a pass), lengths across the 64-key
+ * cache: head sizes taken and not, GQA groups (12: fewer rows a pass; 3: an odd group), lengths across the 64-key
  * blocks and the 8-lane sum's tail (1, 7, 65, 200), windows, sinks, a paged cache
  * in reverse order; and the result against double precision on the f16 values (the weights' f16
  * rounding bounds it: 2e-3 relative to the largest |v|). */
@@ -264,7 +264,7 @@ static void fused_f16_attention_rows_match_primitives_bit_for_bit(void)
     cdx_err e = {0};
     cdx_pool *pool;
     REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
-    const int hds[] = { 16, 64, 80, 40 }, groups[] = { 1, 4, 12 };
+    const int hds[] = { 16, 64, 80, 40, 128 }, groups[] = { 1, 3, 4, 12 };
     const int64_t lens[] = { 1, 7, 65, 200 };
     int checked = 0, fused = 0, bad_ref = 0;
     for (int ii = 0; ii < K_FUSED; ii++) {

@@ -24,48 +24,78 @@ static const struct {
     const char *name, *gbnf, *closer;
     bool run;
     const char *text;
+    bool cb; /* a state whose first bytes lead into chains must be met (grammar_match.c, chain_bytes) */
 } k_grammars[] = {
-    { "[a-z]+", "root ::= \"\\\"\" [a-z]+ \"\\\"\"", "\"", true, "\"hello\"" },
-    { "\\w+@\\w+", "root ::= \"\\\"\" [a-zA-Z0-9_]+ \"@\" [a-zA-Z0-9_]+ \"\\\"\"", "\"", true, "\"joe_1@example\"" },
-    { "negated, bounded", "root ::= \"\\\"\" [^0-9 \\t\\n\"\\\\]{1,8} \"\\\"\"", "\"", true, "\"abc\u00e9\u4e2d!\"" },
-    { "negated with exceptions", "root ::= \"'\" [^'\\u00a0\\u2028\\u2029\\ufeff]* \"'\"", "'", true, "'caf\u00e9 \u4e2d\u6587 x'" },
-    { "non-ASCII only", "root ::= \"<\" [^\\x00-\\x7F]+ \">\"", ">", false, "<\u00e9\u4e2d\u6587>" },
-    { "Latin-1 letters", "root ::= \"\\\"\" [a-z\\u00e0-\\u00ff]+ \"\\\"\"", "\"", true, "\"caf\u00e9s\"" },
-    { "CJK", "root ::= \"[\" [\\u4e00-\\u9fa5]{1,6} \"]\"", "]", false, "[\u4e2d\u6587]" },
-    { "dead at one count, alive at the next (ASCII)", "root ::= \"\\\"\" [^a\"] [^b\"]* \"\\\"\"", "\"", false, "\"bxa\"" },
+    { "[a-z]+", "root ::= \"\\\"\" [a-z]+ \"\\\"\"", "\"", true, "\"hello\"", false },
+    { "\\w+@\\w+", "root ::= \"\\\"\" [a-zA-Z0-9_]+ \"@\" [a-zA-Z0-9_]+ \"\\\"\"",
+      "\"", true, "\"joe_1@example\"", false },
+    { "negated, bounded", "root ::= \"\\\"\" [^0-9 \\t\\n\"\\\\]{1,8} \"\\\"\"",
+      "\"", true, "\"abc\u00e9\u4e2d!\"", false },
+    { "negated with exceptions", "root ::= \"'\" [^'\\u00a0\\u2028\\u2029\\ufeff]* \"'\"",
+      "'", true, "'caf\u00e9 \u4e2d\u6587 x'", false },
+    { "non-ASCII only", "root ::= \"<\" [^\\x00-\\x7F]+ \">\"", ">", false, "<\u00e9\u4e2d\u6587>", false },
+    { "Latin-1 letters", "root ::= \"\\\"\" [a-z\\u00e0-\\u00ff]+ \"\\\"\"", "\"", true, "\"caf\u00e9s\"", false },
+    { "CJK", "root ::= \"[\" [\\u4e00-\\u9fa5]{1,6} \"]\"", "]", false, "[\u4e2d\u6587]", false },
+    { "dead at one count, alive at the next (ASCII)", "root ::= \"\\\"\" [^a\"] [^b\"]* \"\\\"\"",
+      "\"", false, "\"bxa\"", false },
     { "dead at one count, alive at the next (UTF-8)",
-      "root ::= \"\\\"\" [^\\u00e9\"] [^\\u00fc\"]* \"\\\"\"", "\"", true, "\"\u00fccaf\u00e9\"" },
-    { "unanchored", "root ::= \"\\\"\" [^\"\\\\]* \"a\" [^\"\\\\]* \"\\\"\"", "\"", true, "\"xyz a b\"" },
-    { "rule ends inside tokens", "root ::= w (\",\" w)* \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.,cd.;" },
-    { "two classes", "root ::= [a-z]{2,5} [0-9]{1,3} \"!\"", "!", true, "abc12!" },
-    { "longer than the levels", "root ::= \"'\" [^']{0,40} \"'\"", "'", true, "'this text is longer than 32 chars'" },
-    { "hex", "root ::= \"#\" [0-9a-fA-F]{6} \"#\"", "#", false, "#a0b1c2#" },
+      "root ::= \"\\\"\" [^\\u00e9\"] [^\\u00fc\"]* \"\\\"\"", "\"", true, "\"\u00fccaf\u00e9\"", false },
+    { "unanchored", "root ::= \"\\\"\" [^\"\\\\]* \"a\" [^\"\\\\]* \"\\\"\"", "\"", true, "\"xyz a b\"", false },
+    { "rule ends inside tokens", "root ::= w (\",\" w)* \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.,cd.;", false },
+    { "two classes", "root ::= [a-z]{2,5} [0-9]{1,3} \"!\"", "!", true, "abc12!", false },
+    { "longer than the levels", "root ::= \"'\" [^']{0,40} \"'\"",
+      "'", true, "'this text is longer than 32 chars'", false },
+    { "hex", "root ::= \"#\" [0-9a-fA-F]{6} \"#\"", "#", false, "#a0b1c2#", false },
     { "email-like", "root ::= \"\\\"\" [a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+ \"@\" [a-zA-Z0-9-]+ (\".\" [a-zA-Z0-9-]+)+ \"\\\"\"",
-      "\"", true, "\"john.doe@mail.example.com\"" },
+      "\"", true, "\"john.doe@mail.example.com\"", false },
     /* states that read letters try a class run before any walk (gr_class_likely): one whose run
      * fails (the class changes at each count) is walked whole; one letter before a literal; a class
      * of letters after the one byte that lives first (a domain's '.') */
-    { "changes at each count", "root ::= \"\\\"\" ([A-Z] [a-z]{1,3} \" \"?){1,3} \"\\\"\"", "\"", false, "\"Ab Cde Fghi\"" },
-    { "x..y", "root ::= \"\\\"\" [^\"\\\\]* \"x\" [^\"\\\\] [^\"\\\\] \"y\" [^\"\\\\]* \"\\\"\"", "\"", false, "\"a x12y b\"" },
-    { "one letter, then a literal", "root ::= [a-zA-Z] \"=\" [0-9]+ \";\"", ";", false, "k=12;" },
-    { "letters after a dot", "root ::= \"x\" (\".\" [a-z]+)+ \";\"", ";", true, "x.ab.cd;" },
+    { "changes at each count", "root ::= \"\\\"\" ([A-Z] [a-z]{1,3} \" \"?){1,3} \"\\\"\"",
+      "\"", false, "\"Ab Cde Fghi\"", false },
+    { "x..y", "root ::= \"\\\"\" [^\"\\\\]* \"x\" [^\"\\\\] [^\"\\\\] \"y\" [^\"\\\\]* \"\\\"\"",
+      "\"", false, "\"a x12y b\"", false },
+    { "one letter, then a literal", "root ::= [a-zA-Z] \"=\" [0-9]+ \";\"", ";", false, "k=12;", false },
+    { "letters after a dot", "root ::= \"x\" (\".\" [a-z]+)+ \";\"", ";", true, "x.ab.cd;", false },
     /* the words of a stream ('.', '_', '(': the byte, then dense ASCII bytes) by bit sets: a run of
      * at most 3 characters after the byte, words holding a group off that run (walked: ".ab12"), a
      * run whose levels alternate, what follows the byte is no run (the words are walked), '_' and '('
      * words, a class wider than the run after the byte (".writeValue": walked), a rule that ends
      * after it, a byte dead at first and alive later; a class of that byte alone, of up to two; a
      * class that holds the byte (its words taken whole from the bit set) */
-    { "words of at most 3 letters", "root ::= \"x\" (\".\" [a-z]{1,3})+ \";\"", ";", true, "x.ab.cde;" },
-    { "a run after the dot that is none", "root ::= \"x\" (\".\" [a-z] [a-f]*)+ \";\"", ";", true, "x.ab.cfe;" },
-    { "words of pairs", "root ::= \"x\" (\".\" ([a-z] [a-z])+)+ \";\"", ";", true, "x.abcd.ef;" },
-    { "snake case", "root ::= \"\\\"\" [a-z]+ (\"_\" [a-z]+)* \"\\\"\"", "\"", true, "\"max_new_tokens\"" },
-    { "calls", "root ::= [a-z]+ (\"(\" [a-z]+ \")\")+ \";\"", ";", true, "f(x)(yz);" },
+    { "words of at most 3 letters", "root ::= \"x\" (\".\" [a-z]{1,3})+ \";\"", ";", true, "x.ab.cde;", false },
+    { "a run after the dot that is none", "root ::= \"x\" (\".\" [a-z] [a-f]*)+ \";\"", ";", true, "x.ab.cfe;", false },
+    { "words of pairs", "root ::= \"x\" (\".\" ([a-z] [a-z])+)+ \";\"", ";", true, "x.abcd.ef;", false },
+    { "snake case", "root ::= \"\\\"\" [a-z]+ (\"_\" [a-z]+)* \"\\\"\"", "\"", true, "\"max_new_tokens\"", false },
+    { "calls", "root ::= [a-z]+ (\"(\" [a-z]+ \")\")+ \";\"", ";", true, "f(x)(yz);", false },
     { "a class wider than the run after its dot", "root ::= \"x\" [a-zA-Z]* (\".\" [a-z]+ [a-zA-Z]*)+ \";\"", ";", true,
-      "xaB.bcDe.d;" },
-    { "a rule that ends after the dot", "root ::= w+ \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.cd.;" },
-    { "one or two dots", "root ::= \"x\" (\".\" \".\"? [a-z]+)+ \";\"", ";", true, "x..ab.c;" },
-    { "identifiers", "root ::= \"\\\"\" [a-z_]+ \"\\\"\"", "\"", true, "\"max_new_tokens\"" },
-    { "a dot dead first, alive later", "root ::= \"\\\"\" [a-z] [a-z.]* \"\\\"\"", "\"", true, "\"a.b.c\"" },
+      "xaB.bcDe.d;", false },
+    { "a rule that ends after the dot", "root ::= w+ \";\"\nw ::= [a-z]+ \".\"", ";", true, "ab.cd.;", false },
+    { "one or two dots", "root ::= \"x\" (\".\" \".\"? [a-z]+)+ \";\"", ";", true, "x..ab.c;", false },
+    { "identifiers", "root ::= \"\\\"\" [a-z_]+ \"\\\"\"", "\"", true, "\"max_new_tokens\"", false },
+    { "a dot dead first, alive later", "root ::= \"\\\"\" [a-z] [a-z.]* \"\\\"\"", "\"", true, "\"a.b.c\"", false },
+    /* first bytes into chains (chain_bytes): a string's escape (its letters lead back to the string's
+     * characters, most bytes die), the string a rule called from another (not built inline: it
+     * calls one) that ends inside tokens (`/",`); escapes inside a bounded string (chains of 6
+     * levels down to none: the short ones walked); a chain longer than the pure sets' rows (PURE_ECAP; both vocabularies have a token of 91 spaces); a state whose
+     * first bytes lead into a chain, into a class, or into a chain too short to take */
+    { "a string's escape",
+      "root ::= s (\",\" s)* \";\"\ns ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1F] | \"\\\\\" e )* \"\\\"\"\n"
+      "e ::= [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}",
+      ";", false, "\"a\\nb\\u00e9\\\"c\",\"x\\t\";", true },
+    { "escapes in a bounded string", "root ::= \"\\\"\" c{0,6} \"\\\"\"\nc ::= [^\"\\\\] | \"\\\\\" [\"\\\\nt]", "\"", false,
+      "\"\\nab\\tc\"", true },
+    { "an escape into 90 characters", "root ::= \"\\\"\" ( \"\\\\\" [ /=*-] )? [^\"\\\\]{0,90} \"\\\"\"", "\"", false,
+      "\"\\ ab c\"", true },
+    { "first bytes into a chain, a class, a short chain",
+      "root ::= \"<\" ( \"a\" [^\"\\\\]* \"\\\"\" | \"b\" [0-9]+ \";\" | \"c\" [^\"\\\\]{0,2} \"\\\"\" ) \">\"", ">", false,
+      "<ahello\">", true },
+    /* two states of one automaton but a final flag (the vocabulary's memo keeps the first one's
+     * sets; the second must not take them): w may end after its '.', then must not */
+    { "memo: a rule that may end after its dot", "root ::= w \";\" w \";\"\nw ::= [a-z]+ \".\" \"!\"? z\nz ::= \"\"", ";",
+      false, "ab.;cd.!;", false },
+    { "memo: the same rule that may not", "root ::= w \";\" w \";\"\nw ::= [a-z]+ \".\" \"!\" z\nz ::= \"\"", ";", false,
+      "ab.!;cd.!;", false },
 };
 #define N_GRAMMARS ((int)(sizeof k_grammars / sizeof *k_grammars))
 
@@ -144,6 +174,9 @@ static void run_vocab(const vocab *w)
         }
         if (k_grammars[gi].run)
             CHECKF(gr_class_run_states(g, w->on) > 0, "%s, %s: no state was a class run", w->name, k_grammars[gi].name);
+        if (k_grammars[gi].cb)
+            CHECKF(gr_shortcut_states(g, w->on, 1) > 0, "%s, %s: no state took its first bytes into chains", w->name,
+                   k_grammars[gi].name);
         cdx_grammar_free(g);
     }
     CHECKF(diffs == 0, "%s: %d masks differ with and without the shortcuts", w->name, diffs);
