@@ -19,7 +19,8 @@ static bool KT(in_place)(const cdx_mat *w)
 {
 #ifdef X16N_DECODE
     if (w->type == CDX_TYPE_Q4_K || w->type == CDX_TYPE_Q6_K || w->type == CDX_TYPE_Q5_K || w->type == CDX_TYPE_IQ4_XS)
-        return KT(pack_bytes)(w) > 0; /* Q5_K, IQ4_XS: where the set packs them (X16_K5XS) */ /* packed a group at a time into scratch, decode too (x16sb_rows) */
+        return KT(pack_bytes)(w) > 0; /* packed a group at a time into scratch, decode too (x16sb_rows);
+                                        * Q5_K, IQ4_XS only where the set packs them (X16_K5XS) */
     return (w->type == CDX_TYPE_Q8_0 || w->type == CDX_TYPE_Q4_0 || w->type == CDX_TYPE_IQ4_NL) && KT(pack_bytes)(w) > 0 &&
            w->row_bytes < (size_t)INT32_MAX / 8; /* gather offsets */
 #else
