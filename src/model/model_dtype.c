@@ -50,7 +50,7 @@ static const char k_why_bf16[] = "asked for with --dtype bf16 (weights cast to b
 
 bool cdx_dtype_rope_f32_only(int t)
 {
-    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN; /* LongRoPE: the bf16 pass rotates it (Phi-3) */
+    return t == CDX_HF_ROPE_DYNAMIC; /* YaRN (GPT-OSS), LongRoPE (Phi-3): the bf16 pass rotates them */
 }
 
 int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_only, cdx_dtype want, cdx_dtype *out,
@@ -224,12 +224,13 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
     if (hp->tied_embeddings)
         m->output = m->tok_embd;
     const int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
-    round_vec(m->out_norm, E);
+    const bool norm16 = !m->desc->bf16_norm_f32; /* GPT-OSS keeps its norms' weights in f32 */
+    round_vec(norm16 ? m->out_norm : NULL, E);
     round_vec(m->out_norm_b, E);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
-        round_vec(L->attn_norm, E);
-        round_vec(L->ffn_norm, E);
+        round_vec(norm16 ? L->attn_norm : NULL, E);
+        round_vec(norm16 ? L->ffn_norm : NULL, E);
         round_vec(L->attn_post_norm, E);
         round_vec(L->ffn_post_norm, E);
         round_vec(L->attn_norm_b, E);
@@ -243,6 +244,12 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
         /* per head, or over the whole projection (OLMo 2) */
         round_vec(L->q_norm, hp->qk_norm_full ? qd : hp->head_dim);
         round_vec(L->k_norm, hp->qk_norm_full ? kvd : hp->head_dim);
+        /* GPT-OSS: the sinks (nn.Parameter), the router's and the experts' biases */
+        round_vec(L->sinks, hp->n_head);
+        round_vec(L->router_b, hp->n_expert);
+        round_vec(L->exp_b_gate, hp->n_expert * hp->n_ff_expert);
+        round_vec(L->exp_b_up, hp->n_expert * hp->n_ff_expert);
+        round_vec(L->exp_b_down, hp->n_expert * E);
     }
     /* A (1 + w) norm's offset is added after this (cdx_model_open): torch adds 1.0 to the bf16 weight in f32. */
     return CDX_OK;
