@@ -62,6 +62,7 @@ typedef struct arch_desc {
                                    with bf16_trig, cos and sin rounded to bf16 first (Cohere's rotary embedding casts
                                    them to x's dtype, its apply_rotary_pos_emb computes in float) */
     bool bf16_trig;
+    const char *bf16_none;      /* no bf16 pass: why (--dtype bf16's refusal says it), or NULL */
     bool bf16_norm_f32;         /* bf16 compute: the RMSNorms' weights stay f32 (GPT-OSS's _keep_in_fp32_modules: the
                                    input, post-attention and final norms are not cast by torch_dtype=bfloat16) */
     bool bf16_ln_centered;      /* bf16 compute: the LayerNorm is w·((x − mean)·rsqrt(var + eps)) in f32, one rounding

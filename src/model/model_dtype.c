@@ -74,8 +74,10 @@ int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_on
             arch_titles(has_bf16, list, sizeof list);
             for (char *c = list; *c; c++)
                 *c = (char)tolower((unsigned char)*c);
-            return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: the %s architecture has no bf16 forward pass yet "
-                               "(%s do); use --dtype f32", cdx_model_arch_family(arch), list);
+            const arch_desc *d = arch_get(arch);
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: the %s architecture has no bf16 forward pass yet"
+                               "%s%s (%s do); use --dtype f32", cdx_model_arch_family(arch),
+                               d && d->bf16_none ? ": " : "", d && d->bf16_none ? d->bf16_none : "", list);
         }
         if (f32_only)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: this model's RoPE scaling or layers are computed "

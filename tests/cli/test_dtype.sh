@@ -172,6 +172,8 @@ expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to saf
 expect_fail "--dtype bf16 on the bundled GGUF is refused" "applies to safetensors checkpoints" "$CALDRIX" run --dtype bf16 --prompt-ids 5
 expect_fail "--dtype bf16 on a family without a bf16 pass (BitNet) is refused" "no bf16 forward pass" \
     "$CALDRIX" run "$tmp/bitnet" --dtype bf16 --prompt-ids 5
+expect_fail "... naming why (BitLinear's bf16 rounding is torch.compile's)" "under @torch.compile" \
+    "$CALDRIX" run "$tmp/bitnet" --dtype bf16 --prompt-ids 5
 expect_fail "--dtype bf16 with a weight budget on an f32 mixture of experts is refused, saying why" \
     "a bf16 copy of F32 or F16 experts would hold them all in memory" \
     "$CALDRIX" run $HF/qwen3_moe --dtype bf16 --weight-budget 700K --prompt-ids 5
