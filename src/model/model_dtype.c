@@ -184,6 +184,13 @@ static int cast_mat(cdx_model *m, cdx_mat *w, const char *path, cdx_err *err)
     return CDX_OK;
 }
 
+/* Whether p points into layer L's transposed expert copies (exp_own) */
+static bool model_owns_data_in(const layer_weights *L, const void *p)
+{
+    const uint8_t *o = L->exp_own;
+    return o && (const uint8_t *)p >= o && (const uint8_t *)p < o + L->exp_own_bytes;
+}
+
 /* Whether the bf16 cast would copy an expert matrix (one not stored in BF16). */
 static bool experts_copied(const cdx_model *m)
 {
@@ -225,6 +232,18 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
     }
     if (hp->tied_embeddings)
         m->output = m->tok_embd;
+    for (int64_t l = 0; l < hp->n_layer; l++) { /* GPT-OSS: its transposed f32 experts, now cast, are not read again */
+        layer_weights *L = &m->layers[l];
+        bool cast = L->exp_own != NULL;
+        for (int64_t e = 0; cast && e < hp->n_expert; e++)
+            cast = !model_owns_data_in(L, L->exp_gate[e].data) && !model_owns_data_in(L, L->exp_up[e].data) &&
+                   !model_owns_data_in(L, L->exp_down[e].data);
+        if (cast) {
+            free(L->exp_own);
+            L->exp_own = NULL;
+            L->exp_own_bytes = 0;
+        }
+    }
     const int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
     const bool norm16 = !m->desc->bf16_norm_f32; /* GPT-OSS keeps its norms' weights in f32 */
     round_vec(norm16 ? m->out_norm : NULL, E);
