@@ -101,6 +101,30 @@ projection) with the sparse block in place of the MLP:
              cos = emb.cos() * attention_scaling in f32, then .to(bf16); apply_rotary_pos_emb on the first
              rotary_dim = head_dim * partial_rotary_factor dims (three bf16 ops), the rest passed through.
 
+  gpt_oss    modeling_gpt_oss.py @ 00d4b3d2142cb4ced2f51b90614b5d26bc045015 on the tiny checkpoint
+             scripts/goldens/tiny_fixtures.py writes (tests/model/test_families_c's; prompts of tests/golden/families-c.json's
+             gpt_oss fixture cases). GptOssPreTrainedModel._keep_in_fp32_modules keeps input_layernorm,
+             post_attention_layernorm and norm in f32 under torch_dtype=bfloat16 (every other tensor .to(bf16));
+             GptOssRMSNorm: (weight * h).to(input_dtype), the f32 weight times the f32 normed value, one rounding.
+             q/k/v/o nn.Linear with biases (#4). GptOssRotaryEmbedding (YaRN): inv_freq from _compute_yarn_parameters
+             in torch's f32 arithmetic, cos = freqs.cos() * attention_scaling in f32, then .to(bf16) (sin alike);
+             _apply_rotary_emb on the halves: first*cos - second*sin, second*cos + first*sin, three bf16 ops each.
+             eager_attention_forward: matmul(q, kᵀ) (bf16), * scaling (a Python float: f32, one rounding), + the
+             bf16 mask (0 or finfo(bf16).min; sliding_attention layers: the window), cat with the bf16 sinks as a
+             last column, combined - combined.max(-1) (a bf16 subtraction: rounded), F.softmax(dtype=bf16) (PyTorch
+             2.x's kernel for a reduced float: exp in f32, Σ in f32, x / Σ, rounded once), the sink column dropped,
+             matmul(p, v) (bf16). GptOssTopKRouter: F.linear with bias (bf16 logits, #4), torch.topk on the bf16
+             logits (its choice among ties), softmax(top values, dtype=bf16) as above, scattered into bf16 zeros.
+             GptOssExperts (the inference branch: every expert over every token, weight 0 where not chosen):
+             bmm(h, gate_up_proj) (bf16) + gate_up_proj_bias (a second bf16 rounding: bmm and the add are two
+             ops); gate, up = [::2], [1::2]; gate.clamp(max=limit), up.clamp(±limit) (exact); gate * alpha (a
+             Python float: one rounding), sigmoid (f32, rounded), gate * that (bf16); up + 1 (rounded); their bf16
+             product; bmm(., down_proj) (bf16) + down_proj_bias (rounded); * routing weight (bf16 product);
+             .sum(dim=0) over the experts: PyTorch's sum of a bf16 tensor accumulates in f32 and rounds once.
+             --variant sink_f32 computes the sink softmax Llama's way instead (the f32 upcast of the combined
+             logits, no bf16 rounding of the max subtraction, times 1/Σ): not what these goldens are, to show the
+             test tells the two apart.
+
 Router code that assigns the f32 softmax back to router_logits before `router_top_value.to(router_logits.dtype)`
 (seen in v5-style TopKRouter classes) keeps the weights in f32, and the expert term is then rounded once from an f32
 product: --variant f32_routing computes that, to show the goldens tell the two rules apart (it is not what these
@@ -128,8 +152,9 @@ import torch.nn.functional as F
 BF16, F32 = torch.bfloat16, torch.float32
 TOPK, STEPS, NEAR_TIE, LOGIT_TOL = 5, 16, 0.05, 0.25  # as ../shared/tools/fixtures/hf/make_hf_bf16.py states them
 FAMILIES = ["granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2", "stablelm", "cohere", "olmo",
-            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phi3"]
+            "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phi3", "gpt_oss"]
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe")
+TINY = ("olmo", "gpt_oss")  # checkpoints written at test time by scripts/goldens/tiny_fixtures.py
 VARIANT = ""  # --variant: one cast rule swapped on purpose (to show the golden tells it apart); "" for the golden
 R = None  # hf_reference_bf16, imported in main once the shared folder is known
 
@@ -261,6 +286,8 @@ def forward(W, cfg, ids):
         return forward_moe(W, cfg, ids)
     if mt == "phi3":
         return forward_phi3(W, cfg, ids)
+    if mt == "gpt_oss":
+        return forward_gpt_oss(W, cfg, ids)
     eps = cfg["rms_norm_eps"]
     for k in ("rope_scaling", "attention_bias", "mlp_bias", "use_sliding_window"):
         assert not cfg.get(k), (mt, k)
@@ -642,16 +669,128 @@ def forward_phi3(W, cfg, ids):
     return mm(x, (W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]).t())
 
 
+
+# ---- GPT-OSS ----
+
+def yarn_inv_freq(cfg):
+    """modeling_rope_utils._compute_yarn_parameters in torch's f32 arithmetic (base ** (arange.float() / dim) a
+    torch pow in f32; the ramp (i - low) / (high - low) in f32): (inv_freq, attention_factor)."""
+    rs = cfg["rope_scaling"]
+    base, dim = cfg["rope_theta"], cfg["head_dim"]
+    factor, orig = rs["factor"], rs.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+    att = rs.get("attention_factor")
+    if att is None:
+        att = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def corr(rot):
+        return (dim * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = corr(beta_fast), corr(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=F32) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=F32) / dim)
+    extra, inter = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    ef = 1 - ramp
+    return inter * (1 - ef) + extra * ef, att
+
+
+def softmax_reduced(x):
+    """F.softmax(x, dim=-1, dtype=bf16) on a bf16 x, as PyTorch 2.x's CPU kernel for a reduced float computes it
+    (_vec_softmax_lastdim): the max, exp(x - max), their sum, x / sum, all in f32, rounded once."""
+    xf = x.to(F32)
+    e = torch.exp(xf - xf.max(dim=-1, keepdim=True).values)
+    return (e / e.sum(dim=-1, keepdim=True)).to(BF16)
+
+
+@torch.no_grad()
+def forward_gpt_oss(W, cfg, ids):
+    """GptOssForCausalLM at its bf16 cast points (see the top)."""
+    T, H, L = len(ids), cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    nx, k, eps = cfg["num_local_experts"], cfg["num_experts_per_tok"], cfg["rms_norm_eps"]
+    limit, alpha = cfg.get("swiglu_limit", 7.0), cfg.get("swiglu_alpha", 1.702)
+    inv, att = yarn_inv_freq(cfg)
+    freqs = (inv[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)[0]
+    cos, sin = (freqs.cos() * att).to(BF16), (freqs.sin() * att).to(BF16)   # [T, hd/2]
+
+    def rot(x):  # _apply_rotary_emb: bf16 products, a bf16 difference / sum
+        a, b = torch.chunk(x, 2, dim=-1)
+        return torch.cat((a * cos[None] - b * sin[None], b * cos[None] + a * sin[None]), dim=-1)
+
+    def norm(x, w):  # GptOssRMSNorm, its weight kept f32 (_keep_in_fp32_modules)
+        h = x.to(F32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return (w * h).to(BF16)
+
+    def bf_add(a, b):  # a bf16 tensor plus a bf16 tensor: f32 sum, one rounding
+        return (a.to(F32) + b.to(F32)).to(BF16)
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(L):
+        p = f"model.layers.{i}"
+        window = cfg["sliding_window"] if cfg["layer_types"][i] == "sliding_attention" else None
+        h = norm(x, W[p + ".input_layernorm.weight"])
+        q, kk, v = (lin(h, W, p + ".self_attn." + n).view(T, -1, hd).transpose(0, 1)
+                    for n in ("q_proj", "k_proj", "v_proj"))
+        q, kk = rot(q), rot(kk)
+        kk = kk[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)    # repeat_kv
+        v = v[:, None].expand(nkv, nh // nkv, T, hd).reshape(nh, T, hd)
+        a = mul_scalar(mm(q, kk.transpose(1, 2)), hd ** -0.5)
+        allowed = allowed_mask(T, window)
+        a = bf_add(a, torch.where(allowed, torch.tensor(0.0, dtype=BF16),
+                                  torch.tensor(torch.finfo(BF16).min, dtype=BF16))[None])
+        sinks = W[p + ".self_attn.sinks"].reshape(-1, 1, 1).expand(-1, T, -1)
+        comb = torch.cat([a, sinks], dim=-1)
+        if VARIANT == "sink_f32":                                          # Llama's softmax(dtype=f32).to(bf16)
+            cf = comb.to(F32)
+            e = torch.exp(cf - cf.max(dim=-1, keepdim=True).values)
+            probs = (e * (1.0 / e.sum(dim=-1, keepdim=True))).to(BF16)
+        else:
+            comb = (comb.to(F32) - comb.max(dim=-1, keepdim=True).values.to(F32)).to(BF16)
+            probs = softmax_reduced(comb)
+        o = mm(probs[..., :-1], v).transpose(0, 1).reshape(T, nh * hd)
+        x = bf_add(x, lin(o, W, p + ".self_attn.o_proj"))
+        h = norm(x, W[p + ".post_attention_layernorm.weight"])
+        # GptOssTopKRouter
+        logits = lin(h, W, p + ".mlp.router")
+        top_v, top_i = torch.topk(logits, k, dim=-1)
+        scores = torch.zeros_like(logits).scatter_(1, top_i, softmax_reduced(top_v))
+        # GptOssExperts, the inference branch
+        hs = h.repeat(nx, 1).view(nx, T, H)
+        gu = (mm(hs, W[p + ".mlp.experts.gate_up_proj"]).to(F32) +
+              W[p + ".mlp.experts.gate_up_proj_bias"][:, None, :].to(F32)).to(BF16)
+        gate, up = gu[..., ::2], gu[..., 1::2]
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        glu = gate * torch.sigmoid(mul_scalar(gate, alpha).to(F32)).to(BF16)
+        up1 = (up.to(F32) + 1).to(BF16)
+        ns = mm(up1 * glu, W[p + ".mlp.experts.down_proj"])
+        ns = (ns.to(F32) + W[p + ".mlp.experts.down_proj_bias"][:, None, :].to(F32)).to(BF16)
+        ns = ns * scores.transpose(0, 1)[..., None]                       # bf16 product
+        m = ns.to(F32).sum(dim=0).to(BF16)                                 # sum of bf16: f32 accumulation
+        x = bf_add(x, m)
+    x = norm(x, W["model.norm.weight"])
+    return mm(x, W["lm_head.weight"].t())
+
+
 def make(fix, fam):
     from st_io import read_safetensors
-    if fam == "olmo":  # a tiny checkpoint written at test time, its f32 goldens in tests/golden/families-c.json
+    if fam in TINY:  # a tiny checkpoint written at test time, its f32 goldens in tests/golden/families-c.json
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import tiny_fixtures
-        cfg, ts = tiny_fixtures.tensors("olmo", {})
-        W = R.cast_weights({n: torch.tensor(v, dtype=F32).view(*sh) for n, sh, v in ts})
+        cfg, ts = tiny_fixtures.tensors(fam, {})
+        stored = {n: torch.tensor(v, dtype=F32).view(*sh) for n, sh, v in ts}
+        W = R.cast_weights(stored)
+        if fam == "gpt_oss":  # _keep_in_fp32_modules: the norms' weights stay f32
+            W.update({n: t for n, t in stored.items() if n.endswith("layernorm.weight") or n == "model.norm.weight"})
         g32 = [x for x in json.load(open("tests/golden/families-c.json"))["variants"]
-               if x["family"] == "olmo" and not x["config"]][0]
-        fix = "scripts/goldens/tiny_fixtures.py olmo"
+               if x["family"] == fam and not x["config"]][0]
+        fix = "scripts/goldens/tiny_fixtures.py " + fam
     else:
         cfg = json.load(open(os.path.join(fix, "config.json")))
         g32 = json.load(open(os.path.join(fix, "golden.json")))
@@ -669,7 +808,7 @@ def make(fix, fam):
         print("%s %s: min gap %.4f, near ties %s, f32 tokens %s" % (fam, c["name"], cases[-1]["min_gap"],
               [i for i, s in enumerate(steps) if s["near_tie"]], "equal" if toks == c["tokens"] else "differ"),
               file=sys.stderr)
-    return {"family": fam, "fixture": fix if fam == "olmo" else "../shared/fixtures/hf/" + fam,
+    return {"family": fam, "fixture": fix if fam in TINY else "../shared/fixtures/hf/" + fam,
             "architecture": cfg["architectures"][0],
             "reference": "PyTorch %s CPU, bfloat16 compute as PyTorch 2.x runs it, transformers' modeling code "
                          "transcribed in scripts/goldens/torch-bf16-families.py; %d greedy steps, whole sequence "
@@ -683,7 +822,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--shared", default="../shared")
     ap.add_argument("--out", default="tests/golden")
-    ap.add_argument("--variant", default="", choices=["", "f32_routing", "att_after_cast"])
+    ap.add_argument("--variant", default="", choices=["", "f32_routing", "att_after_cast", "sink_f32"])
     args = ap.parse_args()
     global R, VARIANT
     VARIANT = args.variant

@@ -7,6 +7,10 @@
  *   attn = attn + mask                   0 where allowed; masked weights come out exactly 0
  *   p    = softmax(attn, f32).to(bf16)   max subtracted, exp, Σ, times 1/Σ (torch's CPU softmax)
  *   o    = matmul(p, v)                  f32 sum in position order, one rounding
+ * With sinks (GPT-OSS's eager_attention_forward), the softmax is its own: the bf16 sink logit joins the
+ * scores as a last column, combined - max(combined) is a bf16 subtraction (rounded), and
+ * F.softmax(dtype=bf16) is PyTorch 2.x's kernel for a reduced float: exp in f32, Σ in f32 (the sink's
+ * term last), each x / Σ rounded once; the sink's own probability is dropped.
  * Plain C on purpose: the sums run in the reference's own order, so every kernel set gives the same
  * bits, and a row's result never depends on the batch. Per (row, KV head) the scores of a span of
  * up to SPAN_CAP positions are kept on the stack; a longer span recomputes them (same values), SB
@@ -75,7 +79,8 @@ static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int
     const bool kept = span <= SPAN_CAP;
     const float *q = r->q + (size_t)h * hd;
     float acc[ATTN_MAX_DIM], blk[SB];
-    float mx = -INFINITY;
+    const float *sink = s->sinks ? &s->sinks[h] : NULL;
+    float mx = sink ? *sink : -INFINITY;
     for (int64_t p = r->lo; p <= r->hi; p += SB) {
         const int np = r->hi - p + 1 < SB ? (int)(r->hi - p + 1) : SB;
         float *x = kept ? sc + (p - r->lo) : blk;
@@ -90,12 +95,14 @@ static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int
         if (!kept)
             scores(s, r, g, q, p, np, x);
         for (int j = 0; j < np; j++) {
-            const float e = expf(x[j] - mx);
+            const float e = expf(sink ? cdx_bf16_round(x[j] - mx) : x[j] - mx);
             if (kept)
                 x[j] = e;
             sum += e;
         }
     }
+    if (sink)
+        sum += expf(cdx_bf16_round(*sink - mx));
     const float inv = 1.0f / sum;
     memset(acc, 0, (size_t)hd * sizeof(float));
     for (int64_t p = r->lo; p <= r->hi; p += SB) {
@@ -104,10 +111,10 @@ static void attn_head(const cdx_attn_shape *s, const cdx_attn_row *r, int g, int
         if (!kept) {
             scores(s, r, g, q, p, np, x);
             for (int j = 0; j < np; j++)
-                x[j] = expf(x[j] - mx);
+                x[j] = expf(sink ? cdx_bf16_round(x[j] - mx) : x[j] - mx);
         }
         for (int j = 0; j < np; j++) {
-            const float w = cdx_bf16_round(x[j] * inv);
+            const float w = cdx_bf16_round(sink ? x[j] / sum : x[j] * inv);
             const void *v = kv_at(s, r->v, r->off, p + j, g);
             if (s->kv_type == CDX_TYPE_BF16)
                 for (int d = 0; d < hd; d++)

@@ -62,6 +62,9 @@ typedef struct arch_desc {
                                    with bf16_trig, cos and sin rounded to bf16 first (Cohere's rotary embedding casts
                                    them to x's dtype, its apply_rotary_pos_emb computes in float) */
     bool bf16_trig;
+    const char *bf16_none;      /* no bf16 pass: why (--dtype bf16's refusal says it), or NULL */
+    bool bf16_norm_f32;         /* bf16 compute: the RMSNorms' weights stay f32 (GPT-OSS's _keep_in_fp32_modules: the
+                                   input, post-attention and final norms are not cast by torch_dtype=bfloat16) */
     bool bf16_ln_centered;      /* bf16 compute: the LayerNorm is w·((x − mean)·rsqrt(var + eps)) in f32, one rounding
                                    (CohereLayerNorm), where nn.LayerNorm's kernel computes (x·rstd + (−rstd·mean))·w + b */
     /* where the layer differs from the common decoder (0: as the common decoder) */
@@ -240,7 +243,7 @@ struct cdx_model {
     float *inv_freq_long;               /* [n_rot/2]: LongRoPE's long factors (inv_freq holds the short), or NULL */
     float *bf16_freq, *bf16_freq_swa;   /* [n_rot/2]: inv_freq and inv_freq_swa unscaled, as transformers computes them in
                                            f32 (the bf16 pass rotates with these); NULL where scaled or factored, but
-                                           for LongRoPE: its short factors' (inv_freq's) */
+                                           for LongRoPE: its short factors' (inv_freq's), and YaRN's scaled ones */
     float *bf16_freq_long;              /* [n_rot/2]: LongRoPE's long factors' as transformers computes them, or NULL */
     uint8_t *swa_layers;                /* [n_layer] (hp.swa_layers) or NULL */
     layer_weights *layers;              /* [n_layer] */

@@ -60,7 +60,15 @@
  *            GraniteMoe: the softmax over the k largest logits, .type_as); each expert's gate/up/SwiGLU/down as #4, #13;
  *            term = bf16(bf16(expert) · weight); the token's sum = bf16(sum + term) in ascending expert id (index_add_
  *            into bf16 zeros); Qwen2-MoE then adds bf16(bf16(sigmoid(bf16 gate logit)) · shared expert) as one more
- *            bf16 add. GPT-OSS's experts (biases, clamped SwiGLU) are refused here: f32 only.
+ *            bf16 add.
+ *   gpt_oss  the norms' weights f32 (_keep_in_fp32_modules: row bf16_norm_f32), GptOssRMSNorm = bf16(w · h), one
+ *            rounding; q/k/v/o biases (#4); YaRN: torch's f32 frequencies (rope.c), cos/sin × the attention factor
+ *            in f32 before .to(bf16), then _apply_rotary_emb's three bf16 ops (model_rope_bf16's); attention with
+ *            sinks (cdx_attn_bf16): the bf16 sink as a last column, combined − max a bf16 subtraction, softmax(dtype=
+ *            bf16) = exp and Σ in f32, x / Σ rounded; the sparse block in model_moe: bf16 router logits with their
+ *            bias, torch.topk on them, the k softmaxed as the attention's, bf16; each expert's bmm rounded, + bias
+ *            rounded, the clamped SwiGLU one bf16 op at a time, down likewise, term = bf16(y · weight), the terms
+ *            summed in f32 (ascending expert id) and rounded once (.sum(dim=0) of a bf16 tensor).
  *   phi3     Llama's cast points on the split qkv_proj / gate_up_proj rows (up · silu(gate): the same bf16 product);
  *            partial rotary as StableLM's; LongRoPE: the short or long factors by the sequence's length
  *            (model_rope_pass, as the f32 pass picks them) in torch's f32 frequencies (rope.c's longrope_torch), and
@@ -127,9 +135,9 @@ const char *bf16_unsupported(const cdx_model *m)
     const cdx_hparams *hp = &m->hp;
     const int64_t hd = hp->head_dim;
     const bool sections = hp->rope_sections[0] || hp->rope_sections[1];
-    if (hp->rope_pass == CDX_ROPE_PASS_DYNAMIC || (hp->rope_attn_factor && hp->rope_pass != CDX_ROPE_PASS_LONGROPE) ||
-        (hp->rope_pass && sections) || (hp->n_rot != hd && (m->desc->bf16_rope_f32 || sections)))
-        return "this model's RoPE (dynamic or YaRN scaling, LongRoPE with sections, or partial rotary with f32 cos/sin "
+    if (hp->rope_pass == CDX_ROPE_PASS_DYNAMIC || ((hp->rope_attn_factor || hp->rope_pass) && sections) ||
+        (hp->rope_attn_factor && !m->bf16_freq) || (hp->n_rot != hd && (m->desc->bf16_rope_f32 || sections)))
+        return "this model's RoPE (dynamic scaling, YaRN or LongRoPE with sections, or partial rotary with f32 cos/sin "
                "or sections) is computed in f32 only";
     if ((hp->rope_mode != CDX_ROPE_HALVES && !m->desc->bf16_rope_f32) || hd > 512)
         return "its rope pairing or a head_dim over 512 (the pass runs transformers' rotate_half with head_dim <= "
@@ -138,8 +146,6 @@ const char *bf16_unsupported(const cdx_model *m)
         (hp->act != CDX_HF_ACT_SILU && hp->act != CDX_HF_ACT_GELU_TANH) ||
         (hp->mlp_plain && hp->act != CDX_HF_ACT_GELU_TANH))
         return "its per-head LayerNorms of q/k, BitLinears or activation are computed in f32 only";
-    if (m->desc->moe_oai)
-        return "its biased experts and clamped SwiGLU (GPT-OSS's mixture of experts) are computed in f32 only";
     return NULL;
 }
 
@@ -154,7 +160,8 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
     const char *no = bf16_unsupported(m);
     if (no)
         return cdx_err_set(err, CDX_EUNSUPPORTED, "bf16 forward: %s; use --dtype f32", no);
-    const float att = hp->rope_attn_factor; /* LongRoPE's attention factor on cos and sin (0: none) */
+    /* YaRN's and LongRoPE's attention factor on cos and sin (0: none); Gemma3's sliding layers: none, as forward.c */
+    const float att_full = hp->rope_attn_factor;
     /* #8: a bf16 tensor times a Python float (head_dim**-0.5, or the family's own scale), kept in float */
     cdx_attn_shape ashape = { .n_head = (int)hp->n_head, .n_kv_head = (int)hp->n_head_kv, .head_dim = (int)hd,
                               .kv_stride = kvd, .block = seqs[0].block,
@@ -198,6 +205,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
         const bool swa = m->inv_freq_swa && cdx_hparams_window(hp, l);
         const float *f = swa ? (m->bf16_freq_swa ? m->bf16_freq_swa : m->inv_freq_swa)
                              : (m->bf16_freq ? m->bf16_freq : m->inv_freq);
+        const float att = swa ? 0 : att_full;
         for (int64_t i = 0; i < n; i++) {
             float *q = s->q + i * qd, *k = s->kk + i * kvd, *v = s->vv + i * kvd;
             /* LongRoPE: the short or the long factors by the sequence's length (model_rope_pass), in torch's f32 */
@@ -233,6 +241,7 @@ int forward_bf16(const cdx_model *m, const fwd_scratch *s, const cdx_stage *st, 
             model_kv_store(K, &seqs[s->seq[i]], l - l0, s->pos[i], kvd, k, v);
         }
         model_attn_rows(s, seqs, n, s->q, s->attn, qd, l - l0, cdx_hparams_window(hp, l));
+        ashape.sinks = L->sinks; /* GPT-OSS */
         int rc = cdx_attn_bf16(pool, &ashape, s->arows, n, err);
         if (rc)
             return rc;

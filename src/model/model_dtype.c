@@ -50,7 +50,7 @@ static const char k_why_bf16[] = "asked for with --dtype bf16 (weights cast to b
 
 bool cdx_dtype_rope_f32_only(int t)
 {
-    return t == CDX_HF_ROPE_DYNAMIC || t == CDX_HF_ROPE_YARN; /* LongRoPE: the bf16 pass rotates it (Phi-3) */
+    return t == CDX_HF_ROPE_DYNAMIC; /* YaRN (GPT-OSS), LongRoPE (Phi-3): the bf16 pass rotates them */
 }
 
 int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_only, cdx_dtype want, cdx_dtype *out,
@@ -74,8 +74,10 @@ int cdx_dtype_choose(bool gguf, uint32_t stored_type, cdx_arch arch, bool f32_on
             arch_titles(has_bf16, list, sizeof list);
             for (char *c = list; *c; c++)
                 *c = (char)tolower((unsigned char)*c);
-            return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: the %s architecture has no bf16 forward pass yet "
-                               "(%s do); use --dtype f32", cdx_model_arch_family(arch), list);
+            const arch_desc *d = arch_get(arch);
+            return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: the %s architecture has no bf16 forward pass yet"
+                               "%s%s (%s do); use --dtype f32", cdx_model_arch_family(arch),
+                               d && d->bf16_none ? ": " : "", d && d->bf16_none ? d->bf16_none : "", list);
         }
         if (f32_only)
             return cdx_err_set(err, CDX_EUNSUPPORTED, "--dtype bf16: this model's RoPE scaling or layers are computed "
@@ -182,6 +184,13 @@ static int cast_mat(cdx_model *m, cdx_mat *w, const char *path, cdx_err *err)
     return CDX_OK;
 }
 
+/* Whether p points into layer L's transposed expert copies (exp_own) */
+static bool model_owns_data_in(const layer_weights *L, const void *p)
+{
+    const uint8_t *o = L->exp_own;
+    return o && (const uint8_t *)p >= o && (const uint8_t *)p < o + L->exp_own_bytes;
+}
+
 /* Whether the bf16 cast would copy an expert matrix (one not stored in BF16). */
 static bool experts_copied(const cdx_model *m)
 {
@@ -223,13 +232,26 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
     }
     if (hp->tied_embeddings)
         m->output = m->tok_embd;
+    for (int64_t l = 0; l < hp->n_layer; l++) { /* GPT-OSS: its transposed f32 experts, now cast, are not read again */
+        layer_weights *L = &m->layers[l];
+        bool cast = L->exp_own != NULL;
+        for (int64_t e = 0; cast && e < hp->n_expert; e++)
+            cast = !model_owns_data_in(L, L->exp_gate[e].data) && !model_owns_data_in(L, L->exp_up[e].data) &&
+                   !model_owns_data_in(L, L->exp_down[e].data);
+        if (cast) {
+            free(L->exp_own);
+            L->exp_own = NULL;
+            L->exp_own_bytes = 0;
+        }
+    }
     const int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
-    round_vec(m->out_norm, E);
+    const bool norm16 = !m->desc->bf16_norm_f32; /* GPT-OSS keeps its norms' weights in f32 */
+    round_vec(norm16 ? m->out_norm : NULL, E);
     round_vec(m->out_norm_b, E);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
-        round_vec(L->attn_norm, E);
-        round_vec(L->ffn_norm, E);
+        round_vec(norm16 ? L->attn_norm : NULL, E);
+        round_vec(norm16 ? L->ffn_norm : NULL, E);
         round_vec(L->attn_post_norm, E);
         round_vec(L->ffn_post_norm, E);
         round_vec(L->attn_norm_b, E);
@@ -243,6 +265,12 @@ int model_set_dtype(cdx_model *m, cdx_dtype want, bool gguf, const char *path, c
         /* per head, or over the whole projection (OLMo 2) */
         round_vec(L->q_norm, hp->qk_norm_full ? qd : hp->head_dim);
         round_vec(L->k_norm, hp->qk_norm_full ? kvd : hp->head_dim);
+        /* GPT-OSS: the sinks (nn.Parameter), the router's and the experts' biases */
+        round_vec(L->sinks, hp->n_head);
+        round_vec(L->router_b, hp->n_expert);
+        round_vec(L->exp_b_gate, hp->n_expert * hp->n_ff_expert);
+        round_vec(L->exp_b_up, hp->n_expert * hp->n_ff_expert);
+        round_vec(L->exp_b_down, hp->n_expert * E);
     }
     /* A (1 + w) norm's offset is added after this (cdx_model_open): torch adds 1.0 to the bf16 weight in f32. */
     return CDX_OK;

@@ -600,8 +600,10 @@ void model_topk_torch(const float *v, int64_t n, int64_t k, int32_t *sel, float 
  * pass): the logits are bf16 values, the softmax is torch's (times the reciprocal), the k chosen as
  * torch.topk chooses among equal values (model_topk_torch), and each weight is
  * rounded to bf16 at the end (transformers' routing_weights.to(hidden_states.dtype), GraniteMoe's
- * top_k_gates.type_as(hidden_states)). */
-static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softmax, bool bf16, int32_t *sel, float *w)
+ * top_k_gates.type_as(hidden_states)); GPT-OSS's softmax over the k bf16 logits is F.softmax(dtype=bf16),
+ * PyTorch 2.x's kernel for a reduced float (each exp divided by the sum: oai). */
+static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softmax, bool bf16, bool oai, int32_t *sel,
+                  float *w)
 {
     float mx = p[0];
     for (int64_t e = 1; e < ne; e++)
@@ -623,7 +625,7 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softma
         w[r] = p[best];
     }
     if (topk_softmax) /* w[0] is the largest logit, mx */
-        softmax_from(w, k, mx, bf16);
+        softmax_from(w, k, mx, bf16 && !oai);
     else if (renorm) { /* the sum in order: torch.sum over 2, 4 or 8 weights gives these bits (measured on torch 1.13,
                           3000 rows each); over 6 or 16 its order differs now and then */
         float s = 0;
@@ -634,6 +636,29 @@ static void route(float *p, int64_t ne, int64_t k, bool renorm, bool topk_softma
     }
     for (int64_t r = 0; bf16 && r < k; r++)
         w[r] = bf(w[r]);
+}
+
+/* GPT-OSS's experts in bf16 (GptOssExperts' inference branch): x[i][j] = bf16(bf16(x[i][j]) + b[j]), the bmm's
+ * bf16 result and then the bias added (two ops, two roundings), over n rows of d values */
+static void bias_bf16(float *x, const float *b, int64_t n, int64_t d)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < d; j++)
+            x[i * d + j] = bf(bf(x[i * d + j]) + b[j]);
+}
+
+/* GPT-OSS's clamped SwiGLU on bf16 tensors, each op rounded as PyTorch 2.x rounds it: gate.clamp(max=limit),
+ * up.clamp(±limit) (the limit a bf16 value: clamp casts its scalar to the tensor's type), bf16(gate · alpha) (a
+ * Python float: f32), sigmoid in f32 rounded, bf16(gate · that), bf16(up + 1), their bf16 product, over n values */
+static void swiglu_oai_bf16(float *g, const float *u, int64_t n, float limit, float alpha)
+{
+    const float lim = bf(limit);
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] > lim ? lim : g[i];
+        const float y = u[i] > lim ? lim : u[i] < -lim ? -lim : u[i];
+        const float glu = bf(x * bf(model_sigmoid(bf(x * alpha))));
+        g[i] = bf(bf(y + 1.0f) * glu);
+    }
 }
 
 /* Tokens are grouped by expert (ascending within a group); each expert runs once over its gathered
@@ -647,12 +672,13 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
     cdx_pool *pool = s->pool;
     const int64_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
     const bool b16 = m->dtype == CDX_DTYPE_BF16; /* the bf16 pass (forward_bf16.c's MoE lines) */
+    const bool oai = m->desc->moe_oai;            /* GPT-OSS's router and experts (GptOssTopKRouter, GptOssExperts) */
     cdx_matmul(K, pool, &L->router, xn, n, s->router, s->ws);
     model_add_bias(s->router, L->router_b, n, ne); /* GPT-OSS's router bias */
     for (int64_t i = 0; i < n; i++) {
         for (int64_t e = 0; b16 && e < ne; e++) /* the gate's nn.Linear: bf16 router logits */
             s->router[i * ne + e] = bf(s->router[i * ne + e]);
-        route(s->router + i * ne, ne, k, hp->norm_topk_prob, hp->moe_topk_softmax, b16, s->sel_e + i * k,
+        route(s->router + i * ne, ne, k, hp->norm_topk_prob, hp->moe_topk_softmax, b16, oai, s->sel_e + i * k,
               s->sel_w + i * k);
     }
     memset(out, 0, (size_t)(n * E) * sizeof(float));
@@ -680,25 +706,35 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
         const int64_t F = xw[0].rows;
         cdx_matmul_multi(K, pool, (const cdx_mat *[]){ &xw[0], &xw[1] }, 2, s->xg, c,
                          (float *[]){ s->ffn_g, s->ffn_u }, s->ws);
-        if (L->exp_b_gate) { /* GPT-OSS: biased experts */
+        if (L->exp_b_gate && b16) { /* bf16: bmm(h, gate_up_proj) rounded, then + its bias rounded again */
+            bias_bf16(s->ffn_g, L->exp_b_gate + e * F, c, F);
+            bias_bf16(s->ffn_u, L->exp_b_up + e * F, c, F);
+        } else if (L->exp_b_gate) { /* GPT-OSS: biased experts */
             model_add_bias(s->ffn_g, L->exp_b_gate + e * F, c, F);
             model_add_bias(s->ffn_u, L->exp_b_up + e * F, c, F);
         }
-        if (hp->swiglu_limit)
+        if (hp->swiglu_limit && b16)
+            swiglu_oai_bf16(s->ffn_g, s->ffn_u, c * F, hp->swiglu_limit, hp->swiglu_alpha);
+        else if (hp->swiglu_limit)
             model_swiglu_oai(s->ffn_g, s->ffn_u, c * F, hp->swiglu_limit, hp->swiglu_alpha);
         else if (b16) /* bf16(bf16(silu(g)) · u) on the bf16 projections */
             model_swiglu(pool, K, s->ffn_g, s->ffn_u, c * F, true);
         else
             cdx_swiglu(K, s->ffn_g, s->ffn_u, c * F);
         cdx_matmul(K, pool, &xw[2], s->ffn_g, c, s->yg, s->ws);
-        if (L->exp_b_down)
+        if (L->exp_b_down && b16)
+            bias_bf16(s->yg, L->exp_b_down + e * E, c, E);
+        else if (L->exp_b_down)
             model_add_bias(s->yg, L->exp_b_down + e * E, c, E);
         if (slot >= 0)
             xc_release(m, slot);
         for (int64_t j = 0; j < c; j++) {
             float *o = out + s->grp_tok[j] * E;
             const float *y = s->yg + j * E, w = s->grp_w[j];
-            if (b16) /* expert(x) · weight, a bf16 product of the bf16 output; index_add_ in bf16: one rounding a term */
+            if (b16 && oai) /* GPT-OSS: next_states * routing_weights (bf16), .sum(dim=0) accumulated in f32 */
+                for (int64_t d = 0; d < E; d++)
+                    o[d] += bf(y[d] * w);
+            else if (b16) /* expert(x) · weight, a bf16 product of the bf16 output; index_add_ in bf16: one rounding a term */
                 for (int64_t d = 0; d < E; d++)
                     o[d] = bf(o[d] + bf(bf(y[d]) * w));
             else
@@ -706,6 +742,9 @@ int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_w
                     o[d] += y[d] * w;
         }
     }
+    if (b16 && oai) /* the sum over the experts (ascending id, f32) rounded once */
+        for (int64_t i = 0; i < n * E; i++)
+            out[i] = bf(out[i]);
     if (!L->sh_gate.data)
         return CDX_OK;
     /* Qwen2-MoE: out += sigmoid(xn·w_sg) · shared(xn) */

@@ -211,7 +211,8 @@ void model_topk_torch(const float *v, int64_t n, int64_t k, int32_t *sel, float 
  * transformers' bf16 MoE blocks do (forward_bf16.c's MoE lines): bf16 router logits, the routing in f32 and
  * its weights rounded to bf16, every expert's projections and SwiGLU at the dense MLP's cast points, each
  * term bf16(output · weight) added to the token's bf16 sum in ascending expert order (index_add_), the shared
- * expert's bf16(bf16(sigmoid(gate)) · shared) added last. */
+ * expert's bf16(bf16(sigmoid(gate)) · shared) added last; GPT-OSS (moe_oai) at GptOssTopKRouter's and
+ * GptOssExperts' cast points (forward_bf16.c's gpt_oss lines): its terms summed in f32 and rounded once. */
 int model_moe(const cdx_model *m, const fwd_scratch *s, int64_t l, const layer_weights *L, const float *xn, int64_t n,
               float *out, cdx_err *err);
 

@@ -72,8 +72,10 @@ static double yarn_corr_dim(double rot, double dim, double base, double orig)
 }
 
 /* _compute_yarn_parameters: the extrapolated and interpolated frequencies mixed by a linear ramp over
- * the pairs between the correction dims of beta_fast and beta_slow rotations; the attention factor */
-static double yarn(const rope_scaling *rs, double base, int64_t n_rot, float *f)
+ * the pairs between the correction dims of beta_fast and beta_slow rotations; the attention factor.
+ * torch: pos_freqs as PyTorch computes base ** (arange(0, dim, 2).float() / dim), a powf in f32 (the bf16
+ * pass's frequencies, as torch_freqs); else the base's power in double, rounded (the f32 pass's). */
+static double yarn(const rope_scaling *rs, double base, int64_t n_rot, float *f, bool torch)
 {
     const double factor = rs->factor, dim = (double)n_rot;
     double att = rs->attn_factor;
@@ -95,7 +97,7 @@ static double yarn(const rope_scaling *rs, double base, int64_t n_rot, float *f)
     const float flo = (float)low, span = (float)(high - low), ff = (float)factor;
     for (int64_t i = 0; i < n_rot / 2; i++) {
         const float e = (float)(2 * i) / (float)n_rot;
-        const float pos = (float)pow(base, (double)e);   /* pos_freqs */
+        const float pos = torch ? powf((float)base, e) : (float)pow(base, (double)e); /* pos_freqs */
         const float extra = 1.0f / pos, inter = 1.0f / (ff * pos);
         float ramp = ((float)i - flo) / span;
         ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
@@ -194,7 +196,10 @@ int rope_init(cdx_model *m, const float *freq_factors, const rope_scaling *rs, c
         note(m, "llama3 rope scaling applied (factor %g)\n", rs->factor);
         return CDX_OK;
     case CDX_HF_ROPE_YARN:
-        hp->rope_attn_factor = (float)yarn(rs, hp->rope_theta, hp->n_rot, m->inv_freq);
+        hp->rope_attn_factor = (float)yarn(rs, hp->rope_theta, hp->n_rot, m->inv_freq, false);
+        if (!(m->bf16_freq = malloc((size_t)half * sizeof(float))))
+            return cdx_err_set(err, CDX_ENOMEM, "out of memory");
+        yarn(rs, hp->rope_theta, hp->n_rot, m->bf16_freq, true);
         note(m, "yarn rope scaling applied (factor %g, original context %lld, attention factor %g)\n", rs->factor,
              (long long)rs->orig_ctx, (double)hp->rope_attn_factor);
         return CDX_OK;

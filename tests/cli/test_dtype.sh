@@ -95,8 +95,8 @@ run_case "$tmp/q3b" tests/golden/bf16-qwen3_moe.json 2 && cp "$tmp/o.json" "$tmp
     python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); sys.exit(0 if a['dtype']=='bf16' and a['tokens']==b['tokens'] and a['steps']==b['steps'] else 1)" "$tmp/resident.json" "$tmp/o.json" &&
     ok "a bf16 qwen3_moe checkpoint computes in bf16, and under a weight budget gives the resident bits" ||
     { bad "a bf16 qwen3_moe under a weight budget"; cat "$tmp/err"; }
-# GPT-OSS has no bf16 pass (tiny checkpoint of scripts/goldens/tiny_fixtures.py)
-python3 scripts/goldens/tiny_fixtures.py gpt_oss "$tmp/gpt_oss" '{}' >/dev/null
+# BitNet has no bf16 pass (tiny checkpoint of scripts/goldens/tiny_fixtures.py)
+python3 scripts/goldens/tiny_fixtures.py bitnet "$tmp/bitnet" '{}' >/dev/null
 
 # the summary line names the compute type and why; --help lists the defaults
 "$CALDRIX" run $HF/llama_f16 --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"
@@ -126,7 +126,7 @@ PY
 grep -q "compute_dtype=f32 (GGUF" "$tmp/g.txt" && ok "inspect of a BF16 GGUF says f32 compute, as llama.cpp" || bad "inspect of a BF16 GGUF"
 # "--dtype f32|bf16 picks another" only where --dtype bf16 would be taken
 "$CALDRIX" inspect $HF/llama_bf16 >"$tmp/b.txt" 2>/dev/null
-"$CALDRIX" inspect "$tmp/gpt_oss" >"$tmp/m.txt" 2>/dev/null
+"$CALDRIX" inspect "$tmp/bitnet" >"$tmp/m.txt" 2>/dev/null
 grep -q "^  compute_dtype=bf16 .*picks another" "$tmp/b.txt" && grep -q "^  compute_dtype=f32 " "$tmp/m.txt" &&
     ! grep -q "picks another" "$tmp/m.txt" && ! grep -q "picks another" "$tmp/g.txt" &&
     ok "inspect offers --dtype bf16 only for a checkpoint of a family with a bf16 pass" ||
@@ -137,33 +137,43 @@ expect_fail() { # name, expected substring, command...
     "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
     if [ $rc -ge 1 ] && [ $rc -lt 128 ] && grep -q -- "$want" "$tmp/e"; then ok "$name"; else bad "$name (rc $rc: $(head -c 300 "$tmp/e"))"; fi
 }
-# a bf16 checkpoint of a bf16-pass family whose RoPE the bf16 pass does not compute (YaRN here):
+# a bf16 checkpoint of a bf16-pass family whose RoPE the bf16 pass does not compute (dynamic NTK here):
 # the default falls back to f32 (an exact upcast), saying why; --dtype bf16 is refused at load
-mkdir -p "$tmp/yarn"
-python3 - "$HF/llama_bf16" "$tmp/yarn" <<'PY'
+mkdir -p "$tmp/yarn" "$tmp/yarn_ok"
+python3 - "$HF/llama_bf16" "$tmp/yarn" "$tmp/yarn_ok" <<'PY'
 import json, os, sys
-src, dst = sys.argv[1], sys.argv[2]
+src, dst, ok = sys.argv[1], sys.argv[2], sys.argv[3]
 c = json.load(open(src + '/config.json'))
-c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 128}
+c['rope_scaling'] = {'rope_type': 'dynamic', 'factor': 2.0}
 json.dump(c, open(dst + '/config.json', 'w'))
 os.symlink(os.path.abspath(src + '/model.safetensors'), dst + '/model.safetensors')
+c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 128}
+json.dump(c, open(ok + '/config.json', 'w'))
+os.symlink(os.path.abspath(src + '/model.safetensors'), ok + '/model.safetensors')
 PY
 "$CALDRIX" run "$tmp/yarn" --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 0 ] && grep -q "f32 compute \[checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling" "$tmp/err" &&
-    ok "a bf16 checkpoint with YaRN scaling computes in f32 by default and says why" ||
-    { bad "a bf16 checkpoint with YaRN scaling falls back to f32 (rc $rc)"; head -c 400 "$tmp/err"; }
+    ok "a bf16 checkpoint with dynamic RoPE scaling computes in f32 by default and says why" ||
+    { bad "a bf16 checkpoint with dynamic RoPE scaling falls back to f32 (rc $rc)"; head -c 400 "$tmp/err"; }
 "$CALDRIX" inspect "$tmp/yarn" >"$tmp/y.txt" 2>&1
 grep -q "^  compute_dtype=f32 (checkpoint stored in bf16 or f16 of a family with a bf16 pass, but this model's RoPE scaling" "$tmp/y.txt" &&
     ! grep -q "picks another" "$tmp/y.txt" && ok "... and inspect names the same compute type, and offers no --dtype bf16" ||
-    { bad "inspect agrees with run on the YaRN checkpoint"; grep compute "$tmp/y.txt"; }
+    { bad "inspect agrees with run on the dynamic-RoPE checkpoint"; grep compute "$tmp/y.txt"; }
+# YaRN is rotated by the bf16 pass (GPT-OSS's golden checks it): a bf16 checkpoint with YaRN computes in bf16
+"$CALDRIX" run "$tmp/yarn_ok" --prompt-ids 5,6,7 -n 2 --temp 0 >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 0 ] && grep -q "bf16 compute \[checkpoint stored in bf16 or f16" "$tmp/err" &&
+    ok "a bf16 checkpoint with YaRN scaling computes in bf16" ||
+    { bad "a bf16 checkpoint with YaRN scaling computes in bf16 (rc $rc)"; head -c 400 "$tmp/err"; }
 expect_fail "--dtype bf16 on a checkpoint whose RoPE scaling the bf16 pass lacks is refused at load, saying why" \
-    "dtype bf16: this model's RoPE (dynamic or YaRN scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
+    "dtype bf16: this model's RoPE (dynamic scaling" "$CALDRIX" run "$tmp/yarn" --dtype bf16 --prompt-ids 5
 expect_fail "an unknown --dtype is named" 'expected auto, f32 or bf16' "$CALDRIX" run $HF/llama --dtype f64 --prompt-ids 5
 expect_fail "--dtype bf16 on a GGUF file is refused, saying why" "applies to safetensors checkpoints" \
     "$CALDRIX" run ../shared/fixtures/hf-gguf/llama_bf16.gguf --dtype bf16 --prompt-ids 5
 expect_fail "--dtype bf16 on the bundled GGUF is refused" "applies to safetensors checkpoints" "$CALDRIX" run --dtype bf16 --prompt-ids 5
-expect_fail "--dtype bf16 on a family without a bf16 pass (GPT-OSS) is refused" "no bf16 forward pass" \
-    "$CALDRIX" run "$tmp/gpt_oss" --dtype bf16 --prompt-ids 5
+expect_fail "--dtype bf16 on a family without a bf16 pass (BitNet) is refused" "no bf16 forward pass" \
+    "$CALDRIX" run "$tmp/bitnet" --dtype bf16 --prompt-ids 5
+expect_fail "... naming why (BitLinear's bf16 rounding is torch.compile's)" "under @torch.compile" \
+    "$CALDRIX" run "$tmp/bitnet" --dtype bf16 --prompt-ids 5
 expect_fail "--dtype bf16 with a weight budget on an f32 mixture of experts is refused, saying why" \
     "a bf16 copy of F32 or F16 experts would hold them all in memory" \
     "$CALDRIX" run $HF/qwen3_moe --dtype bf16 --weight-budget 700K --prompt-ids 5

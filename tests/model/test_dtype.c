@@ -10,13 +10,14 @@ static void defaults_follow_format_and_stored_type(void)
         { false, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16, false },
         { false, CDX_TYPE_F16, CDX_ARCH_QWEN3, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16, false },
         { false, CDX_TYPE_F32, CDX_ARCH_QWEN2, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false },
-        { false, CDX_TYPE_BF16, CDX_ARCH_GPT_OSS, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false },   /* no bf16 forward */
+        { false, CDX_TYPE_BF16, CDX_ARCH_BITNET, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false },    /* no bf16 forward */
+        { false, CDX_TYPE_BF16, CDX_ARCH_GPT_OSS, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16, false },  /* its bf16 pass */
         { false, CDX_TYPE_BF16, CDX_ARCH_QWEN3_MOE, CDX_DTYPE_AUTO, 0, CDX_DTYPE_BF16, false }, /* MoE: model_moe */
         { true, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, false },     /* ggml's semantics */
         { false, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_F32, 0, CDX_DTYPE_F32, false },
         { false, CDX_TYPE_F32, CDX_ARCH_LLAMA, CDX_DTYPE_BF16, 0, CDX_DTYPE_BF16, false },
         { true, CDX_TYPE_BF16, CDX_ARCH_LLAMA, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0, false },
-        { false, CDX_TYPE_BF16, CDX_ARCH_GPT_OSS, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0, false },
+        { false, CDX_TYPE_BF16, CDX_ARCH_BITNET, CDX_DTYPE_BF16, CDX_EUNSUPPORTED, 0, false },
         { false, CDX_TYPE_F32, CDX_ARCH_MIXTRAL, CDX_DTYPE_BF16, 0, CDX_DTYPE_BF16, false },
         /* a bf16-pass family, but this model's RoPE scaling is computed in f32 only */
         { false, CDX_TYPE_BF16, CDX_ARCH_QWEN2, CDX_DTYPE_AUTO, 0, CDX_DTYPE_F32, true },
@@ -55,8 +56,8 @@ static void admission_counts_a_bf16_cache_at_two_bytes(void)
     snprintf(c.dtype, sizeof c.dtype, "bfloat16");
     c.n_expert = 8;
     CHECK(cdx_hub_kv_value_bytes(&c, CDX_DTYPE_AUTO) == 2);
-    snprintf(c.arch, sizeof c.arch, "GptOssForCausalLM"); /* one without */
-    c.n_expert = 32;
+    snprintf(c.arch, sizeof c.arch, "BitNetForCausalLM"); /* a family without */
+    c.n_expert = 0;
     CHECK(cdx_hub_kv_value_bytes(&c, CDX_DTYPE_AUTO) == 4);
 }
 

@@ -16,11 +16,12 @@
 #include "bf16_golden.h"
 
 /* the families whose rows say .bf16 besides llama, mistral, qwen2, qwen3 (test_hf_golden_bf16) and qwen2_vl
- * (test_qwen2vl), the mixtures of experts among them (forward_bf16.c with ops.c's model_moe); olmo's checkpoint is written at test time by scripts/goldens/tiny_fixtures.py (as
- * test_families_c writes it), the others are ../shared/fixtures/hf's */
+ * (test_qwen2vl), the mixtures of experts among them (forward_bf16.c with ops.c's model_moe); olmo's and gpt_oss's
+ * checkpoints are written at test time by scripts/goldens/tiny_fixtures.py (as test_families_c writes them), the
+ * others are ../shared/fixtures/hf's */
 static const char *const k_families[] = { "granite", "olmo2", "smollm3", "gemma", "gemma2", "gemma3", "starcoder2",
                                           "stablelm", "cohere", "olmo", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-                                          "granitemoe", "phi3" };
+                                          "granitemoe", "phi3", "gpt_oss" };
 enum { N_FAM = sizeof k_families / sizeof k_families[0], MAX_VOCAB = BF16G_MAX_VOCAB, N_STEPS = BF16G_STEPS };
 
 static const char *g_fam, *g_isa;
@@ -32,7 +33,7 @@ static float g_ref[N_FAM][3][N_STEPS][MAX_VOCAB];
 static void run_family(void)
 {
     char path[256], golden[256], cmd[512];
-    const bool tiny = !strcmp(g_fam, "olmo");
+    const bool tiny = !strcmp(g_fam, "olmo") || !strcmp(g_fam, "gpt_oss");
     if (tiny) {
         snprintf(path, sizeof path, "/tmp/cdx_bf16_%s_%d", g_fam, (int)getpid());
         snprintf(cmd, sizeof cmd, "python3 scripts/goldens/tiny_fixtures.py %s %s '{}'", g_fam, path);

@@ -24,4 +24,7 @@ const arch_desc family_bitnet = {
     .gguf_name = "bitnet",
     .gguf_rope = CDX_ROPE_HALVES, /* llama.cpp's bitnet is LLAMA_ROPE_TYPE_NEOX: q/k not permuted */
     .bitnet = true,
+    .bf16_none = "transformers' BitLinear runs activation_quant and post_quant_process under @torch.compile, whose "
+                 "fused kernels (not the modeling code) decide where a bf16 model rounds the int8 scale, x·scale and "
+                 "y / (weight_scale·scale); no PyTorch 2.x here to make goldens of that",
 };

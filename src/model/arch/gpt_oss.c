@@ -21,7 +21,7 @@ const arch_desc family_gpt_oss = {
     .family = "gpt_oss",
     /* GptOssConfig's defaults: 8 kv heads, head_dim 64, window 128 on the even layers, 128 experts top-4,
      * attention_bias true, untied */
-    .hf = { { CDX_HF_GPT_OSS, "GPT-OSS", "mixture of experts; f32 only (no bf16 pass)",
+    .hf = { { CDX_HF_GPT_OSS, "GPT-OSS", "mixture of experts",
               { .arch = "GptOssForCausalLM", .model_type = "gpt_oss", .kv_heads = 8, .head_dim = 64, .rms_eps = 1e-5,
                 .rope_theta = 150000.0, .max_pos = 131072, .sliding = 128, .sw = CDX_HF_SW_EVEN, .bos = -1, .eos = -1,
                 .moe = 2, .experts = 128, .per_tok = 4, .bias = CDX_HF_B_ATTN, .attn_bias_on = true,
@@ -37,5 +37,8 @@ const arch_desc family_gpt_oss = {
     .moe_topk_softmax = true,
     .attn_sinks = true,
     .moe_oai = true,
+    .bf16 = true,           /* its bf16 golden (tests/golden/bf16-gpt_oss.json) passes through forward_bf16.c */
+    .bf16_norm_once = true, /* GptOssRMSNorm: (weight * h).to(input_dtype) */
+    .bf16_norm_f32 = true,  /* _keep_in_fp32_modules: the norms' weights stay f32 */
     .names = k_names,
 };
