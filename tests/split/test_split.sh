@@ -65,6 +65,10 @@ for pl in on off; do
     check "bench --parallel 8 over 2 ranks, --split-pipeline $pl: the greedy tokens of whole; rounds overlapped $([ $pl = on ] && echo "(2 groups)" || echo "none")" \
         '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); x=s[\"split\"]; on=sys.argv[3]==\"on\"; sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and x[\"groups\"] == (2 if on else 0) and ((x[\"rounds_overlapped\"] >= 20) if on else (x[\"rounds_overlapped\"] == 0))))" "$tmp/bw.json" "$tmp/out" $pl'
 done
+timeout 60 $MPIRUN -np 3 "$CALDRIX" bench "$M" -t 1 --allow-split --nodes 3 -p 8 -n 24 -r 1 --parallel 8 --json >"$tmp/out" \
+    2>"$tmp/err"; rc=$?
+check "bench --parallel 8 over 3 ranks: 3 groups in flight, the greedy tokens of whole" \
+    '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); x=s[\"split\"]; sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and x[\"groups\"] == 3 and x[\"rounds_overlapped\"] >= 20))" "$tmp/bw.json" "$tmp/out"'
 "$CALDRIX" run "$M" --allow-split --split-pipeline maybe -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "--split-pipeline maybe: exit 2 naming the values" '[ $rc -eq 2 ] && grep -q "expected on or off" "$tmp/err"'
 "$CALDRIX" run "$M" --split-pipeline off -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
