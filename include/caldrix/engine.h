@@ -145,8 +145,8 @@ typedef struct cdx_engine_opts {
     /* With a first stage (stage, layer1 < n_layer): rounds where two or more sequences decode and
      * nothing else runs are pipelined across rounds: the decoding sequences go in up to this many
      * groups, and rank 0 computes one group's layers while the later ranks compute another's
-     * (0: as many groups as stage->n_micro, at least 2; 1: none, each round whole as before). Off
-     * with speculative decoding, images and RoPE scaling by length. */
+     * (0: as many groups as stage->n_micro, 2..4; 1: none, each round whole as before; at most 4,
+     * refused above). Off with speculative decoding, images and RoPE scaling by length. */
     int split_groups;
 } cdx_engine_opts;
 
