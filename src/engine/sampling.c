@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SELECT_MAX 256 /* top-k up to this selects in one pass; above it (or none) sorts all */
+
 struct cdx_sampler {
     cdx_sampler_params p;
     int64_t n_vocab;
@@ -14,6 +16,7 @@ struct cdx_sampler {
     int32_t *ids;       /* [n_vocab] candidate ids */
     float *probs;       /* [n_vocab] */
     cdx_logit_bias *bias; /* [p.n_bias], owned (p.bias points here) */
+    uint64_t *radix;    /* [2 n_vocab] a whole-vocabulary sort's keys (top-k none or over SELECT_MAX) */
 };
 
 cdx_sampler_params cdx_sampler_defaults(void)
@@ -51,7 +54,10 @@ int cdx_sampler_create(const cdx_sampler_params *p, int64_t n_vocab, cdx_sampler
             memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
     }
     s->p.bias = s->bias;
-    if (!s->work || !s->ids || !s->probs || (p->n_bias && !s->bias)) {
+    const bool sorts_all = p->temp > 0 && !(p->top_k > 0 && p->top_k < n_vocab && p->top_k <= SELECT_MAX);
+    if (sorts_all)
+        s->radix = malloc(2 * (size_t)n_vocab * sizeof *s->radix);
+    if (!s->work || !s->ids || !s->probs || (p->n_bias && !s->bias) || (sorts_all && !s->radix)) {
         cdx_sampler_free(s);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory");
     }
@@ -67,6 +73,7 @@ void cdx_sampler_free(cdx_sampler *s)
     free(s->ids);
     free(s->probs);
     free(s->bias);
+    free(s->radix);
     free(s);
 }
 
@@ -88,35 +95,48 @@ int32_t cdx_argmax(const float *logits, int64_t n)
     return (int32_t)best;
 }
 
-static int by_logit_desc(const void *a, const void *b, void *ctx)
+/* A logit as an unsigned key that orders highest first: -0 is taken as +0, as the comparison
+ * `a > b` sees them (NaN logits are not expected). */
+static inline uint32_t desc_key(float v)
 {
-    const float *vals = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    float vx = vals[x], vy = vals[y];
-    if (vx != vy)
-        return vx > vy ? -1 : 1;
-    return x < y ? -1 : x > y;
+    if (v == 0)
+        v = 0;
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u; /* ascending with v */
+    return ~u;
 }
 
-/* Sorts ids by value, highest first: a partial selection when only the first k are needed. */
-static void sort_desc(const float *vals, int32_t *ids, int64_t n, int64_t k)
+/* ids = 0..n-1 ordered by value, highest first, equal values by id: a stable radix sort of
+ * (key << 32 | id) on the key's four bytes, ids ascending to start with, so ties stay in id order.
+ * Linear in n (a comparison sort of 150k logits cost ~10 ms a token). */
+static void radix_desc(const float *vals, int32_t *ids, uint64_t *a, uint64_t *b, int64_t n)
 {
-    if (k > 0 && k < n) {
-        /* selection of the k best into ids[0..k), O(n·k) for small k, else full sort */
-        if (k <= 64) {
-            for (int64_t i = 0; i < k; i++) {
-                int64_t best = i;
-                for (int64_t j = i + 1; j < n; j++) {
-                    float a = vals[ids[j]], b = vals[ids[best]];
-                    if (a > b || (a == b && ids[j] < ids[best]))
-                        best = j;
-                }
-                int32_t t = ids[i]; ids[i] = ids[best]; ids[best] = t;
-            }
-            return;
-        }
+    for (int64_t i = 0; i < n; i++)
+        a[i] = (uint64_t)desc_key(vals[i]) << 32 | (uint32_t)i;
+    for (int shift = 32; shift < 64; shift += 8) {
+        int64_t count[257] = { 0 };
+        for (int64_t i = 0; i < n; i++)
+            count[(a[i] >> shift & 0xFF) + 1]++;
+        if (count[(a[0] >> shift & 0xFF) + 1] == n)
+            continue; /* every key has this digit */
+        for (int d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (int64_t i = 0; i < n; i++)
+            b[count[a[i] >> shift & 0xFF]++] = a[i];
+        uint64_t *t = a; a = b; b = t;
     }
-    qsort_r(ids, (size_t)n, sizeof *ids, by_logit_desc, (void *)vals);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(uint32_t)a[i];
+}
+
+/* ids[0..k) (k 0: all n) = the ids by value, highest first, equal values by id. */
+static void sort_desc(cdx_sampler *s, const float *vals, int64_t n, int64_t k)
+{
+    if (k > 0 && k <= SELECT_MAX) /* one pass keeping the best k sorted: most fall below the k-th */
+        cdx_top_logits(vals, n, (int)k, s->ids, s->probs);
+    else
+        radix_desc(vals, s->ids, s->radix, s->radix + n, n);
 }
 
 void cdx_top_logits(const float *logits, int64_t n, int k, int32_t *ids, float *vals)
@@ -176,10 +196,8 @@ int32_t cdx_sampler_sample(cdx_sampler *s, const float *logits, const int32_t *h
         return cdx_argmax(w, n);
 
     int64_t m = n;
-    for (int64_t i = 0; i < n; i++)
-        s->ids[i] = (int32_t)i;
     int64_t k = p->top_k > 0 && p->top_k < n ? p->top_k : 0;
-    sort_desc(w, s->ids, n, k);
+    sort_desc(s, w, n, k);
     if (k)
         m = k;
     /* probabilities of the survivors (before temperature, as llama.cpp's top-p/min-p see them) */

@@ -476,6 +476,7 @@ KT_INLINE bool g_gemm(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const 
 #define X16_DEC_G 2 /* decode: two 16-row groups a step (acc[2] below) */
 #endif
 #define X16_Q8_FLIP 0x80 /* Q8_0 biased to u8 for vpdpbusd */
+#define X16_K5XS 1       /* Q5_K and IQ4_XS packed too (x16k5, x16xs: x16k5_micro, x16xs_micro below) */
 #include "kernel/kern_x16.h"
 #include "kernel/kern_x16n.h"
 
@@ -712,6 +713,180 @@ KT_INLINE void x16q6_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++)
         _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+/* ---- Q5_K (x16k5) and IQ4_XS (x16xs): the eight lanes of k_block_acc ----
+ * These two types' row sums are llama.cpp's x86 order (kern_tmpl.h, k_block_acc; the scalar twin
+ * and every set give them): lane L of a super-block is Σ_s sc_s·Σ of values 4L..4L+3 of
+ * sub-block s, an exact i32, and each lane keeps its own float sum over the super-blocks
+ * (fma(float(lane), d·da, sum)); the row's value is then the eight sums added as hsum8 adds them
+ * (+ Q5_K's mins sum). In the 16-row layouts word k of a sub-block is lane k of all 16 rows, so
+ * a lane is a run of vpmaddubsw + vpdpwssd (the sub-block's scale in both i16 halves of a row's
+ * word) over the 8 sub-blocks, and only the float sums differ from x16k_micro's: 8 a token. */
+
+/* hsum8's order over one token's eight lane sums of 16 rows (f[0..7]): k_row_total without the
+ * mins term. */
+KT_INLINE __m512 x16_lanes_hsum(const __m512 *f)
+{
+    const __m512 a = _mm512_add_ps(_mm512_add_ps(f[0], f[4]), _mm512_add_ps(f[2], f[6]));
+    const __m512 b = _mm512_add_ps(_mm512_add_ps(f[1], f[5]), _mm512_add_ps(f[3], f[7]));
+    return _mm512_add_ps(a, b);
+}
+
+/* A row's i16 scale in both halves of its word (vpdpwssd against a word's two vpmaddubsw pairs),
+ * from 16 bytes: u8 (Q5_K) or s8 (IQ4_XS). */
+KT_INLINE __m512i x16_sc_pairs(const uint8_t *p, bool sgn)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    const __m512i s = sgn ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+    return _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16));
+}
+
+/* 16 rows × TT tokens of a Q5_K x16k5 group: y[t·ys + i] with tile_kw's bits. */
+KT_INLINE void x16k5_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                           const int TT, float *y, int64_t ys, const bool far)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    __m512 f[CDX_GEMM_TOK][8], fs[CDX_GEMM_TOK];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        fs[t] = _mm512_setzero_ps();
+        for (int k = 0; k < 8; k++)
+            f[t][k] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16K5_Q, *mb = meta + (size_t)b * X16K5_META;
+        for (size_t o = 0; o < X16K5_META; o += 64) /* the scales' own stream, 8 super-blocks ahead */
+            _mm_prefetch((const char *)(mb + 8 * X16K5_META + o), X16_PF_HINT);
+        __m512i sc[8];
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            sc[s] = x16_sc_pairs(mb + 16 * s, false);
+        const __m512 d = _mm512_cvtph_ps(load32(mb + 256)), dmin = _mm512_cvtph_ps(load32(mb + 288));
+#pragma GCC unroll 1
+        for (int k = 0; k < 8; k++) {
+            for (int j = 0; j < 5; j++) { /* lane k's lines (j = 4: its fifth bits), this far ahead */
+                _mm_prefetch((const char *)(qp + X16_PF + 512 * j + 64 * k), X16_PF_HINT);
+                if (far)
+                    _mm_prefetch((const char *)(qp + X16_PF2 + 512 * j + 64 * k), _MM_HINT_T1);
+            }
+            const __m512i h = load64(qp + 2048 + 64 * k);
+            /* decode (TT <= 2): even and odd sub-blocks into two accumulators (ao), half the
+             * dependency chain (the same integer) */
+            __m512i ai[CDX_GEMM_TOK], ao[2];
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++)
+                ai[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int t = 0; t < 2; t++)
+                ao[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) {
+                const __m512i v = load64(qp + 512 * (s / 2) + 64 * k);
+                const __m512i lo = s % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+                /* the fifth bit: bit s of each byte to bit 4 (16-bit shifts: the bits crossing a byte
+                 * boundary never reach bit 4) */
+                const __m512i hb = s <= 4 ? _mm512_slli_epi16(h, 4 - s) : _mm512_srli_epi16(h, s - 4);
+                const __m512i wv = _mm512_ternarylogic_epi32(lo, hb, m10, 0xF8); /* lo | (hb & 0x10) */
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    int32_t a4;
+                    memcpy(&a4, ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].qs + 32 * s + 4 * k, 4);
+                    __m512i *acc = TT <= 2 && s % 2 ? &ao[t] : &ai[t];
+                    *acc = _mm512_dpwssd_epi32(*acc, _mm512_maddubs_epi16(wv, _mm512_set1_epi32(a4)), sc[s]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                if (TT <= 2)
+                    ai[t] = _mm512_add_epi32(ai[t], ao[t]);
+                const float da = ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].d;
+                f[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, _mm512_set1_ps(da)), f[t][k]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(x + (size_t)t * xrb) + b;
+            __m512i mi = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++)
+                mi = _mm512_add_epi32(mi, _mm512_mullo_epi32(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 16 * s))),
+                    _mm512_set1_epi32(xb->bsums[2 * s] + xb->bsums[2 * s + 1])));
+            fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, _mm512_set1_ps(xb->d)), fs[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + t * ys, _mm512_add_ps(x16_lanes_hsum(f[t]), fs[t]));
+}
+
+/* 16 rows × TT tokens of an IQ4_XS x16xs group: y[t·ys + i] with tile_kw's bits. The table's
+ * values are signed: |w| (a second table) times a with w's sign (negated where the nibble is below
+ * 8, the table's negative half), so that vpmaddubsw's pairs stay below 2^15 (127·127·2). */
+KT_INLINE void x16xs_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
+                           const int TT, float *y, int64_t ys, const bool far)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m8 = _mm512_set1_epi8(0x08), zero = _mm512_setzero_si512();
+    const __m512i kabs = _mm512_abs_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl)));
+    __m512 f[CDX_GEMM_TOK][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        for (int k = 0; k < 8; k++)
+            f[t][k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * X16XS_Q, *mb = meta + (size_t)b * X16XS_META;
+        for (size_t o = 0; o < X16XS_META; o += 64)
+            _mm_prefetch((const char *)(mb + 8 * X16XS_META + o), X16_PF_HINT);
+        __m512i sc[8];
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            sc[s] = x16_sc_pairs(mb + 16 * s, true);
+        const __m512 d = _mm512_cvtph_ps(load32(mb + 128));
+#pragma GCC unroll 1
+        for (int k = 0; k < 8; k++) { /* lane k: values 4k.. of each sub-block: low nibbles of word k, or high of k − 4 */
+            for (int j = 0; j < 4; j++) { /* the super-block's 32 lines over the 8 lanes, this far ahead */
+                const size_t o = 64 * (size_t)(16 * (k % 2) + 4 * j + k / 2);
+                _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
+                if (far)
+                    _mm_prefetch((const char *)(qp + X16_PF2 + o), _MM_HINT_T1);
+            }
+            /* decode (TT <= 2): even and odd sub-blocks into two accumulators (ao), half the
+             * dependency chain (the same integer) */
+            __m512i ai[CDX_GEMM_TOK], ao[2];
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++)
+                ai[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int t = 0; t < 2; t++)
+                ao[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) {
+                const __m512i v = load64(qp + 256 * s + 64 * (k % 4));
+                const __m512i nib = k < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                const __m512i wabs = _mm512_shuffle_epi8(kabs, nib);
+                const __mmask64 neg = _mm512_testn_epi8_mask(nib, m8);
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    int32_t a4;
+                    memcpy(&a4, ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].qs + 32 * s + 4 * k, 4);
+                    const __m512i a = _mm512_set1_epi32(a4);
+                    __m512i *acc = TT <= 2 && s % 2 ? &ao[t] : &ai[t];
+                    *acc = _mm512_dpwssd_epi32(*acc, _mm512_maddubs_epi16(wabs, _mm512_mask_sub_epi8(a, neg, zero, a)), sc[s]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                if (TT <= 2)
+                    ai[t] = _mm512_add_epi32(ai[t], ao[t]);
+                const float da = ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].d;
+                f[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, _mm512_set1_ps(da)), f[t][k]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + t * ys, x16_lanes_hsum(f[t]));
 }
 
 #ifdef KT_AMX /* the "amx" set: tiles for the x16 layouts' batches (kernels_amx.c) */

@@ -44,6 +44,19 @@ KT_INLINE size_t x16_qbytes(int kind) { return kind == W_Q8_0 ? 512 : 256; }
 #define X16K_META 320
 #define X16Q6_Q 3072
 #define X16Q6_META 288
+/* Q5_K (x16k5): x16k's 2048 bytes of low 4 bits, then the 512 bytes of fifth bits (word k of row i
+ * at 2048 + 64k + 4i: the native qh[4k .. 4k+3], bit s of byte c the fifth bit of value 4k+c of
+ * sub-block s), then x16k's 320 bytes of scales, mins, d and dmin.
+ * IQ4_XS (x16xs): per 32-value sub-block s, 256 bytes as x16 stores IQ4_NL (word k of row i at 256s
+ * + 64k + 4i: the native qs[16s+4k .. +3], low nibbles values 4k.., high ones 16+4k..), then the
+ * 6-bit scales less 32 (s8, [s][row]) and d (f16 × 16).
+ * Only sets whose includer defines X16_K5XS (the AVX-512 ones) pack them: their micro kernels keep
+ * these two types' lane order (kern_tmpl.h's k_block_acc: eight lanes of 4 values a sub-block, a
+ * float sum each), which the 16-row layout holds as its 8 words. */
+#define X16K5_Q 2560
+#define X16K5_META 320
+#define X16XS_Q 2048
+#define X16XS_META 160
 
 static size_t KT(pack_bytes)(const cdx_mat *w)
 {
@@ -53,6 +66,12 @@ static size_t KT(pack_bytes)(const cdx_mat *w)
         return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16K_Q + X16K_META);
     if (w->type == CDX_TYPE_Q6_K)
         return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16Q6_Q + X16Q6_META);
+#ifdef X16_K5XS
+    if (w->type == CDX_TYPE_Q5_K)
+        return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16K5_Q + X16K5_META);
+    if (w->type == CDX_TYPE_IQ4_XS)
+        return w->cols % 256 ? 0 : (size_t)(w->rows / 16) * (size_t)(w->cols / 256) * (X16XS_Q + X16XS_META);
+#endif
     const int kind = x16_kind(w->type);
     if (kind < 0 || w->cols % 32)
         return 0;
@@ -125,6 +144,69 @@ KT_INLINE void pack_q4k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_n
         }
     }
 }
+
+#ifdef X16_K5XS
+/* Group g of a Q5_K matrix into Q (its x16k5 bytes); pf_next: x16sb_prefetch_next. */
+KT_INLINE void pack_q5k_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_next)
+{
+    const int64_t nsb = w->cols / 256;
+    const __m256i zero = _mm256_setzero_si256();
+    uint8_t *meta = Q + (size_t)nsb * X16K5_Q;
+    const uint8_t *rows[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+    for (int64_t b = 0; b < nsb; b++) {
+        uint8_t *q = Q + (size_t)b * X16K5_Q, *mb = meta + (size_t)b * X16K5_META;
+        const size_t blk = (size_t)b * sizeof(cdx_block_q5_K);
+        const size_t off = blk + offsetof(cdx_block_q5_K, qs), offh = blk + offsetof(cdx_block_q5_K, qh);
+        if (pf_next)
+            x16sb_prefetch_next(w, g, (size_t)b * 16 * sizeof(cdx_block_q5_K), 16 * sizeof(cdx_block_q5_K));
+        for (int j = 0; j < 4; j++) {
+            x16_pack4w(rows, off + 32 * (size_t)j, q + 512 * j, zero);
+            x16_pack4w(rows, off + 32 * (size_t)j + 16, q + 512 * j + 256, zero);
+        }
+        x16_pack4w(rows, offh, q + 2048, zero);
+        x16_pack4w(rows, offh + 16, q + 2048 + 256, zero);
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_q5_K *bk = (const cdx_block_q5_K *)rows[i] + b;
+            uint8_t sc[8], m[8];
+            k4_scales(bk->scales, sc, m);
+            for (int sb = 0; sb < 8; sb++) {
+                mb[16 * sb + i] = sc[sb];
+                mb[128 + 16 * sb + i] = m[sb];
+            }
+            memcpy(mb + 256 + 2 * i, &bk->d, 2);
+            memcpy(mb + 288 + 2 * i, &bk->dmin, 2);
+        }
+    }
+}
+
+/* Group g of an IQ4_XS matrix into Q (its x16xs bytes); pf_next: x16sb_prefetch_next. */
+KT_INLINE void pack_iq4xs_group(const cdx_mat *w, int64_t g, uint8_t *Q, bool pf_next)
+{
+    const int64_t nsb = w->cols / 256;
+    const __m256i zero = _mm256_setzero_si256();
+    uint8_t *meta = Q + (size_t)nsb * X16XS_Q;
+    const uint8_t *rows[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = (const uint8_t *)w->data + (size_t)(16 * g + i) * w->row_bytes;
+    for (int64_t b = 0; b < nsb; b++) {
+        uint8_t *q = Q + (size_t)b * X16XS_Q, *mb = meta + (size_t)b * X16XS_META;
+        const size_t off = (size_t)b * sizeof(cdx_block_iq4_xs) + offsetof(cdx_block_iq4_xs, qs);
+        if (pf_next)
+            x16sb_prefetch_next(w, g, (size_t)b * 16 * sizeof(cdx_block_iq4_xs), 16 * sizeof(cdx_block_iq4_xs));
+        for (int s = 0; s < 8; s++)
+            x16_pack4w(rows, off + 16 * (size_t)s, q + 256 * s, zero);
+        for (int i = 0; i < 16; i++) {
+            const cdx_block_iq4_xs *bk = (const cdx_block_iq4_xs *)rows[i] + b;
+            for (int s = 0; s < 8; s++)
+                mb[16 * s + i] = (uint8_t)(int8_t)((((bk->scales_l[s / 2] >> (4 * (s % 2))) & 0xF) |
+                                                    (((bk->scales_h >> (2 * s)) & 3) << 4)) - 32);
+            memcpy(mb + 128 + 2 * i, &bk->d, 2);
+        }
+    }
+}
+#endif
 
 /* Q6_K (x16q6): one group of 16 rows, nsb super-blocks:
  *   [nsb × 3072 bytes]  per super-block, per 32-value sub-block s: 256 bytes of low 4 bits (word k of
@@ -227,6 +309,12 @@ static void KT(pack)(const cdx_mat *w, void *out, int64_t g0, int64_t g1)
             pack_q4k_group(w, g, Q, false);
         else if (w->type == CDX_TYPE_Q6_K)
             pack_q6k_group(w, g, Q, false);
+#ifdef X16_K5XS
+        else if (w->type == CDX_TYPE_Q5_K)
+            pack_q5k_group(w, g, Q, false);
+        else if (w->type == CDX_TYPE_IQ4_XS)
+            pack_iq4xs_group(w, g, Q, false);
+#endif
         else
             x16_pack_group(w, x16_kind(w->type), g, Q, false);
     }

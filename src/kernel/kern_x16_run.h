@@ -18,8 +18,9 @@
 static bool KT(in_place)(const cdx_mat *w)
 {
 #ifdef X16N_DECODE
-    if (w->type == CDX_TYPE_Q4_K || w->type == CDX_TYPE_Q6_K)
-        return KT(pack_bytes)(w) > 0; /* packed a group at a time into scratch, decode too (x16sb_rows) */
+    if (w->type == CDX_TYPE_Q4_K || w->type == CDX_TYPE_Q6_K || w->type == CDX_TYPE_Q5_K || w->type == CDX_TYPE_IQ4_XS)
+        return KT(pack_bytes)(w) > 0; /* packed a group at a time into scratch, decode too (x16sb_rows);
+                                        * Q5_K, IQ4_XS only where the set packs them (X16_K5XS) */
     return (w->type == CDX_TYPE_Q8_0 || w->type == CDX_TYPE_Q4_0 || w->type == CDX_TYPE_IQ4_NL) && KT(pack_bytes)(w) > 0 &&
            w->row_bytes < (size_t)INT32_MAX / 8; /* gather offsets */
 #else
@@ -91,14 +92,31 @@ KT_INLINE bool x16_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, cons
     return true;
 }
 
-/* One micro kernel call of the super-block layouts (x16k, x16q6). */
+/* One micro kernel call of the super-block layouts (x16k, x16q6; x16k5, x16xs where X16_K5XS). */
+#ifdef X16_K5XS
+#define X16SB_MICRO_K5XS(n_)                                                                          \
+        else if (kind == W_Q5_K)                                                                      \
+            x16k5_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);              \
+        else if (kind == W_IQ4_XS)                                                                    \
+            x16xs_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);
+#else
+#define X16SB_MICRO_K5XS(n_)
+#endif
 #define X16SB_MICRO_CASE(n_)                                                                          \
     case n_:                                                                                          \
         if (kind == W_Q4_K)                                                                           \
             x16k_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);               \
+        X16SB_MICRO_K5XS(n_)                                                                          \
         else                                                                                          \
             x16q6_micro(Q, meta, nsb, x, xrb, n_, y + t * w->rows + r, w->rows, t == 0);              \
         break;
+
+/* A super-block layout's bytes a super-block: values (*q) and scales (*m). */
+KT_INLINE void x16sb_sizes(int kind, size_t *q, size_t *m)
+{
+    *q = kind == W_Q4_K ? X16K_Q : kind == W_Q6_K ? X16Q6_Q : kind == W_Q5_K ? X16K5_Q : X16XS_Q;
+    *m = kind == W_Q4_K ? X16K_META : kind == W_Q6_K ? X16Q6_META : kind == W_Q5_K ? X16K5_META : X16XS_META;
+}
 
 /* Rows [r0, r1) (multiples of 16) × n tokens of a Q4_K or Q6_K matrix from its packed layout or,
  * read in place (KT(in_place)), from its native rows packed a group at a time into scratch as they
@@ -112,7 +130,8 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
     const bool own = w->packed && w->packed_for == &KT(cdx_kernels);
     if (!own && !(scratch && KT(in_place)(w)))
         return false;
-    const size_t qbytes = kind == W_Q4_K ? X16K_Q : X16Q6_Q, mbytes = kind == W_Q4_K ? X16K_META : X16Q6_META;
+    size_t qbytes, mbytes;
+    x16sb_sizes(kind, &qbytes, &mbytes);
     const int64_t nsb = w->cols / 256;
     const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
     const uint8_t *src = own ? (const uint8_t *)w->packed + (size_t)(r0 / 16) * gbytes
@@ -126,7 +145,7 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
 #ifdef X16SB_DECODE_G
     /* decode: X16SB_DECODE_G groups at a time (the includer's x16k_micro_g / x16q6_micro_g), as many
      * streams in flight */
-    if (n == 1 && own)
+    if (n == 1 && own && (kind == W_Q4_K || kind == W_Q6_K))
         for (; r + 16 * X16SB_DECODE_G <= r1; r += 16 * X16SB_DECODE_G) {
             const uint8_t *Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
             if (kind == W_Q4_K)
@@ -137,7 +156,7 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
 #endif
     int64_t t0 = 0; /* the tokens done by the set's tiles (the amx set), the rest by its micro kernels */
 #ifdef X16_AMX
-    if (n >= AMX_TOK) {
+    if (n >= AMX_TOK && (kind == W_Q4_K || kind == W_Q6_K)) { /* Q5_K, IQ4_XS: no tiles (kern_amx.h) */
         uint8_t *amx_scratch = (uint8_t *)(((uintptr_t)scratch + 18 * (size_t)w->cols + 2 * 64) & ~(uintptr_t)63);
         t0 = amx_sb_rows(kind, w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
     }
@@ -148,6 +167,12 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
             Q = (const uint8_t *)w->packed + (size_t)(r / 16) * gbytes;
         else if (kind == W_Q4_K)
             pack_q4k_group(w, r / 16, grp, r + 16 < r1);
+#ifdef X16_K5XS
+        else if (kind == W_Q5_K)
+            pack_q5k_group(w, r / 16, grp, r + 16 < r1);
+        else if (kind == W_IQ4_XS)
+            pack_iq4xs_group(w, r / 16, grp, r + 16 < r1);
+#endif
         else
             pack_q6k_group(w, r / 16, grp, r + 16 < r1);
         const uint8_t *meta = Q + (size_t)nsb * qbytes;
@@ -168,4 +193,10 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
 #define KT_HAS_PACK 1
 #define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch)                         \
     ((kind) <= W_IQ4_NL ? x16_rows(kind, w, r0, r1, xq, xrb, n, y, scratch)         \
-     : (kind) == W_Q4_K || (kind) == W_Q6_K ? x16sb_rows(kind, w, r0, r1, xq, xrb, n, y, scratch) : false)
+     : (kind) == W_Q4_K || (kind) == W_Q6_K || (X16_SB_K5XS && ((kind) == W_Q5_K || (kind) == W_IQ4_XS))  \
+         ? x16sb_rows(kind, w, r0, r1, xq, xrb, n, y, scratch) : false)
+#ifdef X16_K5XS
+#define X16_SB_K5XS 1
+#else
+#define X16_SB_K5XS 0
+#endif

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Matrices read in place at first: Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (the AVX2, AVX-512 and AMX sets)
+# Matrices read in place at first: Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K (the AVX2, AVX-512 and AMX sets),
+# Q5_K and IQ4_XS (the AVX-512 and AMX sets)
 # before their packed layout is made, F16 (and BF16, F32) before their copy onto 2 MiB pages is (when the file's pages are not
 # mapped that way; this small file's are not). A background thread packs or copies them, and each
 # forward pass installs what is ready. The output must not depend on
@@ -57,8 +58,8 @@ if CALDRIX_ISA=amx "$CALDRIX" version >/dev/null 2>&1; then
 else
     echo "  skip: the amx set (this CPU lacks AMX, or the OS does not grant it)"
 fi
-# Q4_K_M: Q4_K matrices and Q6_K ones (attn_v, ffn_down, the head)
-for type in Q8_0 Q4_0 IQ4_NL Q4_K_M Q6_K F16; do
+# Q4_K_M: Q4_K matrices and Q6_K ones (attn_v, ffn_down, the head); Q5_K_M: Q5_K and Q6_K ones
+for type in Q8_0 Q4_0 IQ4_NL Q4_K_M Q6_K F16 Q5_K_M IQ4_XS; do
     rm -f "$tmp/m.gguf"
     "$CALDRIX" synth "$tmp/m.gguf" --shape tiny --type $type --seed 11 -t 2 2>/dev/null
     check "synth writes a tiny $type model" '[ -s "$tmp/m.gguf" ]'

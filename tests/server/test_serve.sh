@@ -200,7 +200,7 @@ check "/metrics needs the key too" [ "$(curl -s -o /dev/null -w '%{http_code}' -
 # six at once on one slot and a queue of one: two run, the others are refused
 BUSY=()
 for i in 1 2 3 4 5 6; do
-    curl -s -m 60 -D "$tmp/hdr$i" -o "$tmp/busy$i.json" -w '%{http_code}' -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
+    curl -s -m 180 -D "$tmp/hdr$i" -o "$tmp/busy$i.json" -w '%{http_code}' -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
         -d '{"prompt":"Once","max_tokens":1900,"ignore_eos":true}' "$URL/v1/completions" >"$tmp/busy$i.code" &
     BUSY+=($!)
 done
