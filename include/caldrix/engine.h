@@ -142,6 +142,12 @@ typedef struct cdx_engine_opts {
      * same blocks in a pool of its own (n_blocks of them). Copied at create; NULL: the whole model.
      * Not with kv_store (refused: the store would hold a slice of the layers). */
     const struct cdx_stage *stage;
+    /* With a first stage (stage, layer1 < n_layer): rounds where two or more sequences decode and
+     * nothing else runs are pipelined across rounds: the decoding sequences go in up to this many
+     * groups, and rank 0 computes one group's layers while the later ranks compute another's
+     * (0: as many groups as stage->n_micro, 2..4; 1: none, each round whole as before; at most 4,
+     * refused above). Off with speculative decoding, images and RoPE scaling by length. */
+    int split_groups;
 } cdx_engine_opts;
 
 /* The proposers: prompt lookup continues the latest earlier occurrence of the text's last n-gram
@@ -326,6 +332,9 @@ typedef struct cdx_engine_stats {
     double round_fixed_ms, round_token_ms;   /* the fitted cost of a round, fixed + per token (0: not
                                                 measured yet) */
     const char *spec_proposer;               /* "lookup", "draft" (static), or NULL: no speculation */
+    int split_groups;                        /* a split model's decoding groups in flight at most (0: none) */
+    uint64_t split_overlapped;               /* rounds begun while another was still in flight (its
+                                                later ranks computing): the split's pipeline at work */
 } cdx_engine_stats;
 /* A snapshot taken at the end of the last round (consistent; any thread). */
 CDX_API void cdx_engine_get_stats(cdx_engine *e, cdx_engine_stats *st);

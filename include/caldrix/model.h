@@ -464,6 +464,21 @@ typedef struct cdx_stage {
     void *user;
 } cdx_stage;
 
+/* A split model's first stage, a batch in two halves, so that several batches are in flight across
+ * calls (the engine's pipeline over decoding groups): cdx_forward_begin runs the stage's layers over
+ * b and sends the rows on, and returns without waiting (nothing is sent when it fails); cdx_forward_end
+ * takes back the answer of the oldest batch begun and not ended, with the same seqs and b (borrowed
+ * until then, unchanged), and writes its logits as cdx_forward_seqs would (the same bits: the batch
+ * is not cut into micro-batches; logits NULL: the answer is only taken off the line). Every batch
+ * begun (cdx_forward_begin returned 0) is ended once, in order, whatever cdx_forward_end returns; at most CDX_FORWARD_MAX_FLIGHT in flight,
+ * and none during cdx_forward_seqs (refused). CDX_EINVAL on any context but such a first stage. */
+enum { CDX_FORWARD_MAX_FLIGHT = 8 };
+CDX_API int cdx_forward_begin(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, cdx_err *err);
+CDX_API int cdx_forward_end(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
+                            cdx_err *err);
+/* Batches begun and not yet ended. */
+CDX_API int cdx_forward_in_flight(const cdx_forward_ctx *fc);
+
 /* Makes fc compute the layers of st (copied; NULL: the whole model again). CDX_EINVAL for a range
  * outside the model, layer1 < n_layer without send, or such a first stage without recv;
  * CDX_EUNSUPPORTED (naming why) for a recurrent state or an encoder. */

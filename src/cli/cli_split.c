@@ -17,7 +17,16 @@ enum { PLAN_WHOLE = 3 }; /* a plan's status: rank 0 runs the model whole, the ot
 bool cli_split_is_opt(const char *a)
 {
     return !strcmp(a, "--allow-split") || !strcmp(a, "--nodes") || !strcmp(a, "--split-layers") ||
-           !strcmp(a, "--split-timeout") || !strcmp(a, "--split-micro") || !strcmp(a, "--memory");
+           !strcmp(a, "--split-timeout") || !strcmp(a, "--split-micro") || !strcmp(a, "--memory") ||
+           !strcmp(a, "--split-pipeline");
+}
+
+int cli_split_groups(const cdx_split *sp, const cli_split_opts *so)
+{
+    if (!sp)
+        return 0;
+    const int n = cdx_split_size(sp);
+    return so->pipeline < 0 ? 1 : n < 2 ? 2 : n > 4 ? 4 : n;
 }
 
 int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_opts *so)
@@ -42,6 +51,14 @@ int cli_split_parse(const char *cmd, int argc, char **argv, int *i, cli_split_op
         return cli_parse_bytes(a, v, &so->memory) ? 2 : 0;
     if (!strcmp(a, "--split-micro"))
         return cli_parse_int(a, v, 1, 64, &so->micro) ? 2 : 0;
+    if (!strcmp(a, "--split-pipeline")) {
+        if (strcmp(v, "on") && strcmp(v, "off")) {
+            fprintf(stderr, "%s: --split-pipeline is \"%s\"; expected on or off\n", cmd, v);
+            return 2;
+        }
+        so->pipeline = strcmp(v, "on") ? -1 : 1;
+        return 0;
+    }
     so->layers = v;
     return 0;
 }
@@ -107,9 +124,10 @@ int cli_split_begin(const char *cmd, const cli_split_opts *so, const char *model
                             "when you allow it)\n", cmd, so->nodes);
             return 2;
         }
-        if (so->layers || so->timeout_s || so->memory || so->micro) {
+        if (so->layers || so->timeout_s || so->memory || so->micro || so->pipeline) {
             fprintf(stderr, "%s: %s shapes a split: add --allow-split\n", cmd,
-                    so->layers ? "--split-layers" : so->timeout_s ? "--split-timeout" : so->micro ? "--split-micro" : "--memory");
+                    so->layers ? "--split-layers" : so->timeout_s ? "--split-timeout" : so->micro ? "--split-micro" :
+                    so->pipeline ? "--split-pipeline" : "--memory");
             return 2;
         }
         if (world > 1) {

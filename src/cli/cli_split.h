@@ -15,6 +15,7 @@ typedef struct cli_split_opts {
     double timeout_s;       /* --split-timeout S (0: the default) */
     uint64_t memory;        /* --memory BYTES: what this rank gives (0: what the machine has available) */
     long micro;             /* --split-micro N: micro-batches in flight (0: as many as ranks) */
+    int pipeline;           /* --split-pipeline: 0 not given (on), 1 on, -1 off */
 } cli_split_opts;
 
 #define CLI_SPLIT_HELP \
@@ -31,7 +32,16 @@ typedef struct cli_split_opts {
     "                         rank on this host that is gone is named at once)\n" \
     "  --split-micro N        rank 0 cuts a batch of several sequences into up to N micro-batches of 16\n" \
     "                         tokens or more, each sent on as soon as its layers are done (default: as\n" \
-    "                         many as ranks; 1: none)\n"
+    "                         many as ranks; 1: none)\n" \
+    "  --split-pipeline on|off\n" \
+    "                         with two or more sequences decoding (and no prompt), keep as many groups\n" \
+    "                         of them in flight as ranks (at least 2): rank 0 computes one group's\n" \
+    "                         layers while the later ranks compute another's (default on; off: each\n" \
+    "                         round whole, its ranks in turn)\n"
+
+/* cdx_engine_opts.split_groups for a split sp (NULL: 0): 1 with --split-pipeline off, else as many
+ * groups as ranks, 2..4. */
+int cli_split_groups(const cdx_split *sp, const cli_split_opts *so);
 
 /* Whether a is one of the options (cli_split_parse takes it). */
 bool cli_split_is_opt(const char *a);

@@ -307,6 +307,7 @@ int cmd_bench(int argc, char **argv)
     eo.draft_min = (int)draft_min;
     eo.spec_keep_on = spec_keep_on;
     eo.stage = split ? &stage : NULL;
+    eo.split_groups = cli_split_groups(split, &so);
     cdx_load_opts lo = cdx_load_defaults();
     cli_load_env(&lo);
     lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
@@ -371,8 +372,14 @@ int cmd_bench(int argc, char **argv)
         goto done;
     }
     double best_p = 0, best_d = 0;
-    if (split)
+    uint64_t overlap0 = 0, overlap = 0, rounds0 = 0, rounds = 0; /* the split's pipelined rounds, all rounds */
+    if (split) {
         cdx_split_stats(split, &split_sent0, &split_recv0, &split_wait0);
+        cdx_engine_stats st0;
+        cdx_engine_get_stats(eng, &st0);
+        overlap0 = st0.split_overlapped;
+        rounds0 = st0.rounds;
+    }
     for (long r = 0; r < runs; r++) {
         FRESH_PROMPTS();
         if (r == runs - 1) /* greedy_tokens come from this run: its first prompt is exactly the ids */
@@ -415,6 +422,10 @@ int cmd_bench(int argc, char **argv)
         split_sent -= split_sent0;
         split_recv -= split_recv0;
         split_wait -= split_wait0;
+        cdx_engine_stats st1;
+        cdx_engine_get_stats(eng, &st1);
+        overlap = st1.split_overlapped - overlap0;
+        rounds = st1.rounds - rounds0;
     }
     json_t *runs_p = json_array(), *runs_d = json_array();
     for (long r = 0; r < runs; r++) {
@@ -481,12 +492,15 @@ int cmd_bench(int argc, char **argv)
         json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak));
         json_object_set_new(o, "decode_gb_s", json_real(bw));
         if (split)
-            json_object_set_new(o, "split", json_pack("{s:i,s:I,s:i,s:I,s:I,s:I,s:f}", "ranks", cdx_split_size(split),
-                                                      "layers_rank0", (json_int_t)(split_l1 - split_l0), "micro",
-                                                      stage.n_micro, "bytes_sent", (json_int_t)split_sent,
-                                                      "bytes_received", (json_int_t)split_recv, "tokens",
+            json_object_set_new(o, "split", json_pack("{s:i,s:I,s:i,s:I,s:I,s:I,s:f,s:i,s:I,s:I}", "ranks",
+                                                      cdx_split_size(split), "layers_rank0",
+                                                      (json_int_t)(split_l1 - split_l0), "micro", stage.n_micro,
+                                                      "bytes_sent", (json_int_t)split_sent, "bytes_received",
+                                                      (json_int_t)split_recv, "tokens",
                                                       (json_int_t)(runs * parallel * (n_prompt + n_gen)),
-                                                      "mpi_wait_ms", split_wait));
+                                                      "mpi_wait_ms", split_wait, "groups", es.split_groups,
+                                                      "rounds", (json_int_t)rounds, "rounds_overlapped",
+                                                      (json_int_t)overlap));
         if (mem_bw > 0) {
             json_object_set_new(o, "mem_bw_gb_s", json_real(mem_bw));
             json_object_set_new(o, "decode_ceiling_tok_s", json_real(mem_bw * 1e9 / (double)wbytes));
@@ -535,9 +549,11 @@ int cmd_bench(int argc, char **argv)
                    es.spec_proposed ? 100.0 * (double)es.spec_accepted / (double)es.spec_proposed : 0.0);
         if (split)
             printf("split    %d ranks, layers 0-%lld here: %.0f bytes sent and %.0f received a token, rank 0 waited "
-                   "%.0f ms in MPI (the timed runs)\n", cdx_split_size(split), (long long)split_l1 - 1,
+                   "%.0f ms in MPI; %llu of %llu rounds begun while another was in flight (the timed runs)\n",
+                   cdx_split_size(split), (long long)split_l1 - 1,
                    (double)split_sent / (double)(runs * parallel * (n_prompt + n_gen)),
-                   (double)split_recv / (double)(runs * parallel * (n_prompt + n_gen)), split_wait);
+                   (double)split_recv / (double)(runs * parallel * (n_prompt + n_gen)), split_wait,
+                   (unsigned long long)overlap, (unsigned long long)rounds);
         if (prefix_hit)
             printf("prefix   first token after %.1f ms cold, %.1f ms with %lld of %ld prompt tokens cached\n",
                    median(tcold, (int)runs), median(thot, (int)runs), (long long)hit_cached, n_prompt);

@@ -934,6 +934,7 @@ int cmd_run(int argc, char **argv)
     eo.draft_min = (int)o.draft_min;
     eo.spec_keep_on = o.spec_keep_on;
     eo.stage = split ? &stage : NULL;
+    eo.split_groups = cli_split_groups(split, &o.split);
     cdx_load_opts lo = cli_load_opts(&ho, o.dtype, o.weight_budget);
     lo.layer0 = split_l0; /* a split: only this rank's slice is packed or copied */
     lo.layer1 = split_l1;

@@ -794,6 +794,7 @@ int cmd_serve(int argc, char **argv)
     if (split && split_o.micro)
         stage.n_micro = (int)split_o.micro;
     eo.stage = split ? &stage : NULL;
+    eo.split_groups = cli_split_groups(split, &split_o);
 
     /* everything that can fail is done before the server listens: a script that waits for
      * "listening on" never sees the server die after it */

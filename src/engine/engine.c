@@ -247,6 +247,38 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
         cdx_engine_free(e);
         return cdx_err_set(err, CDX_ENOMEM, "out of memory for an engine of %lld KV blocks", (long long)nb);
     }
+    /* a first stage's pipeline: its groups' buffers, about max_batch / groups sequences each */
+    const int64_t l1 = eo.stage ? eo.stage->layer1 : hp->n_layer;
+    if (eo.split_groups < 0 || eo.split_groups > ENG_MAX_GROUPS) {
+        cdx_engine_free(e);
+        return cdx_err_set(err, CDX_EINVAL, "split_groups is %d; it must be in 0..%d", eo.split_groups, ENG_MAX_GROUPS);
+    }
+    int g = eo.split_groups ? eo.split_groups : eo.stage && eo.stage->n_micro > 2 ? eo.stage->n_micro : 2;
+    g = g > ENG_MAX_GROUPS ? ENG_MAX_GROUPS : g;
+    if (l1 < hp->n_layer && g >= 2 && !e->proposer && eo.max_batch >= 2) {
+        e->n_groups = g;
+        e->fl_cap = (eo.max_batch + g - 1) / g;
+        for (int i = 0; i < g; i++) {
+            eng_flight *f = &e->fl[i];
+            const size_t c = (size_t)e->fl_cap;
+            f->tok = malloc(c * sizeof *f->tok);
+            f->seq = malloc(c * sizeof *f->seq);
+            f->pos = malloc(c * sizeof *f->pos);
+            f->want = malloc(c * sizeof *f->want);
+            f->lora = malloc(c * sizeof *f->lora);
+            f->seqs = malloc(c * sizeof *f->seqs);
+            f->kv = malloc(c * sizeof *f->kv);
+            f->logits = malloc(c * (size_t)hp->n_vocab * sizeof *f->logits);
+            f->lse = malloc(c * sizeof *f->lse);
+            f->lse_rows = malloc(c * sizeof *f->lse_rows);
+            if (!f->tok || !f->seq || !f->pos || !f->want || !f->lora || !f->seqs || !f->kv || !f->logits || !f->lse ||
+                !f->lse_rows) {
+                cdx_engine_free(e);
+                return cdx_err_set(err, CDX_ENOMEM, "out of memory for %d decoding groups of %lld sequences", g,
+                                   (long long)e->fl_cap);
+            }
+        }
+    }
     for (uint64_t i = 0; i < e->n_buckets; i++)
         e->buckets[i] = NONE;
     for (int64_t i = 0; i < nb; i++) {
@@ -258,7 +290,8 @@ int cdx_engine_create(const cdx_model *m, const cdx_tok *tok, const cdx_engine_o
     e->stats = (cdx_engine_stats){ .n_ctx = eo.n_ctx, .n_blocks = nb, .blocks_free = nb, .max_batch = eo.max_batch,
                                    .max_queue = eo.max_queue, .kv_pool_bytes = (uint64_t)nb * block_bytes,
                                    .token_budget = eo.token_budget, .max_round_ms = eo.max_round_ms,
-                                   .spec_proposer = e->proposer ? e->proposer->name : NULL };
+                                   .spec_proposer = e->proposer ? e->proposer->name : NULL,
+                                   .split_groups = e->n_groups };
     *out = e;
     return CDX_OK;
 }
@@ -267,6 +300,7 @@ void cdx_engine_free(cdx_engine *e)
 {
     if (!e)
         return;
+    eng_pipe_drain(e); /* answers still on the line are taken off it */
     seq *lists[] = { e->inbox, e->waiting, e->running };
     for (int i = 0; i < 3; i++)
         for (seq *s = lists[i], *n; s; s = n) {
@@ -301,6 +335,11 @@ void cdx_engine_free(cdx_engine *e)
     free(e->b_lse_rows);
     free(e->logits);
     free(e->cancels);
+    for (int i = 0; i < ENG_MAX_GROUPS; i++) {
+        eng_flight *f = &e->fl[i];
+        free(f->tok); free(f->seq); free(f->pos); free(f->want); free(f->lora); free(f->seqs); free(f->kv);
+        free(f->logits); free(f->lse); free(f->lse_rows);
+    }
     eng_grammar_free(&e->eg);
     cdx_forward_ctx_free(e->draft_fc);
     free(e->draft_logits);

@@ -78,6 +78,8 @@ typedef struct seq {
     int64_t n_registered;      /* blocks offered to the prefix table so far */
     int64_t max_tokens, n_gen, n_cached;
     bool ignore_eos, skip_special, cancelled, admitted_once;
+    bool in_flight;            /* its token is in a decoding group in flight (a split model's pipeline,
+                                * scheduler.c): nothing else touches it until the group ends */
     bool logprobs;             /* the request wants logprobs (asked, or top_logprobs > 0) */
     int n_top;
     int32_t *top_ids;
@@ -118,6 +120,25 @@ typedef struct seq_image {
     uint8_t key[KEY_LEN];      /* SHA-256 of the pixel floats */
     float *feat;               /* [n_tiles · tokens_per_tile][n_embd] once encoded, else NULL */
 } seq_image;
+
+/* A split model's pipeline across rounds (scheduler.c, docs/models.md "Micro-batches"): rank 0 runs its
+ * layers over one group of decoding sequences and sends the rows on (cdx_forward_begin), then takes
+ * back and samples the oldest group in flight (cdx_forward_end) while the later ranks compute the
+ * others. A group is one decoded token per sequence, in buffers of its own ([cap] each). */
+enum { ENG_MAX_GROUPS = 4 };
+typedef struct eng_flight {
+    int n;                     /* sequences, and tokens: one each */
+    bool any_lora;
+    int32_t *tok, *seq;
+    int64_t *pos;
+    bool *want;
+    const cdx_lora_set **lora;
+    struct seq **seqs;
+    cdx_kv_seq *kv;
+    float *logits;             /* [cap][n_vocab] */
+    double *lse;
+    int *lse_rows;
+} eng_flight;
 
 struct cdx_engine {
     eng_grammar eg;            /* the vocabulary trie for grammars (engine thread) */
@@ -194,6 +215,12 @@ struct cdx_engine {
     double acc_e, prop_e;      /* decayed counts of kept and proposed draft tokens over every request: a new
                                 * request's prior */
     uint64_t t_spec_prop, t_spec_acc, t_spec_verify, t_spec_req, t_spec_off;
+    /* a split model's pipeline (n_groups 0: none) */
+    int n_groups;              /* groups in flight at most */
+    eng_flight fl[ENG_MAX_GROUPS]; /* a ring: fl_head the oldest of n_fl in flight */
+    int fl_head, n_fl;
+    int64_t fl_cap;            /* sequences a group holds at most */
+    uint64_t t_overlap;        /* groups begun while another was in flight */
 };
 
 /* ---- spec.c: speculative decoding ---- */
@@ -228,6 +255,10 @@ double eng_round_ms(const cdx_engine *e, int64_t n);
  * lasts at most T = max(target_ms, 2·(a + b·n_dec)) (prompts get at least the decoding tokens'
  * own time): floor((T - a) / b) - n_dec, within lo..hi (hi where b <= 0). */
 int64_t eng_prefill_budget(double a, double b, double target_ms, int64_t n_dec, int64_t lo, int64_t hi);
+
+/* The groups of a split model's pipeline still in flight, their answers taken off the line and dropped
+ * (the engine's end; their sequences are not touched). */
+void eng_pipe_drain(cdx_engine *e);
 
 /* ---- block_pool.c: keys, the pool, block tables, prefix registration, state snapshots ---- */
 

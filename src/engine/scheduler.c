@@ -70,7 +70,7 @@ static void end_cancelled(cdx_engine *e, seq **head, int64_t *count)
 {
     for (seq **p = head; *p;) {
         seq *s = *p;
-        if (s->cancelled) {
+        if (s->cancelled && !s->in_flight) { /* one in flight ends when its group does */
             *p = s->next;
             (*count)--;
             eng_seq_finish(e, s, CDX_FINISH_CANCELLED, NULL);
@@ -285,7 +285,185 @@ static void snapshot(cdx_engine *e)
     eng_cost_fit(e, &e->stats.round_fixed_ms, &e->stats.round_token_ms);
     e->stats.spec_requests = e->t_spec_req;
     e->stats.spec_turned_off = e->t_spec_off;
+    e->stats.split_overlapped = e->t_overlap;
     pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- a split model's pipeline across rounds ----
+ * When two or more sequences decode and nothing else runs (no prompt chunk, no draft), rank 0 keeps up
+ * to n_groups groups of them in flight: a round takes back and samples the oldest group (its logits
+ * computed by the later ranks meanwhile), then begins that group's next token: rank 0's layers, sent
+ * on without waiting, so rank 0 computes one group while the later ranks compute another. Each row is
+ * the same ops in the same order as in one batch (batch invariance), so every request's tokens and
+ * logprobs are those of a round over all of them; only the order of the events between requests
+ * differs. Anything else (a prompt, a preemption, one sequence left) first ends every group in flight
+ * and runs the round whole. */
+
+/* Whether this round may run pipelined: every running sequence not in flight decodes, at least two
+ * decode, and the pool holds each free one's next block. */
+static bool pipe_ok(cdx_engine *e)
+{
+    if (e->n_groups < 2 || e->has_vision || e->hp->rope_pass)
+        return false;
+    int64_t n_dec = 0, need = 0;
+    for (seq *s = e->running; s; s = s->next) {
+        if (s->in_flight) {
+            n_dec++;
+            continue;
+        }
+        if (s->n_toks - s->n_done != 1 || s->cancelled || s->sp.on)
+            return false;
+        n_dec++;
+        need += s->n_blk * CDX_KV_BLOCK < s->n_toks;
+    }
+    return n_dec >= 2 && need <= eng_pool_available(e);
+}
+
+/* Ends s (removed from the running list) with f. */
+static void finish_running(cdx_engine *e, seq *s, cdx_finish f, const char *msg)
+{
+    list_remove(&e->running, s);
+    e->n_running--;
+    eng_seq_finish(e, s, f, msg);
+}
+
+/* Begins the next group: up to an even share of the decoding sequences, from the free ones (oldest
+ * admitted first). Returns how many it took (0: none free), or the pass's error, after which they
+ * have ended with it. */
+static int pipe_begin(cdx_engine *e, int *n_taken, cdx_err *err)
+{
+    *n_taken = 0;
+    int64_t share = (e->n_running + e->n_groups - 1) / e->n_groups; /* every running sequence decodes (pipe_ok) */
+    share = share > e->fl_cap ? e->fl_cap : share;
+    eng_flight *f = &e->fl[(e->fl_head + e->n_fl) % e->n_groups];
+    int n = 0;
+    f->any_lora = false;
+    for (seq *s = e->running; s && n < share; s = s->next) {
+        if (s->in_flight || s->n_toks - s->n_done != 1 || s->cancelled)
+            continue;
+        if (s->n_blk * CDX_KV_BLOCK < s->n_toks) { /* its next block; never a preemption here */
+            const int32_t b = eng_pool_take(e);
+            if (b == NONE)
+                continue; /* it waits: the next round runs whole and preempts */
+            if (eng_seq_push_block(s, e, b)) {
+                eng_pool_release(e, b);
+                continue;
+            }
+        }
+        const int64_t p = s->n_toks - 1;
+        s->sp.n_draft = 0;
+        s->rope_len = s->n_toks;
+        f->seqs[n] = s;
+        f->kv[n] = (cdx_kv_seq){ .k = s->ktab, .v = s->vtab, .n_blocks = s->n_blk, .block = CDX_KV_BLOCK,
+                                 .layer_stride = (size_t)CDX_KV_BLOCK * (size_t)e->kv_dim, .type = e->o.kv_type,
+                                 .state = s->state, .rope_len = s->n_toks, .ids = s->blk };
+        f->tok[n] = s->toks[p];
+        f->seq[n] = n;
+        f->pos[n] = p;
+        f->want[n] = true;
+        f->lora[n] = s->lora.n ? &s->lora : NULL;
+        f->any_lora |= s->lora.n > 0;
+        n++;
+    }
+    f->n = n;
+    if (n == 0)
+        return CDX_OK;
+    const cdx_batch b = { .n = n, .tokens = f->tok, .seq = f->seq, .pos = f->pos, .want_logits = f->want,
+                          .lora = f->any_lora ? f->lora : NULL };
+    const int rc = cdx_forward_begin(e->fc, f->kv, n, &b, err);
+    e->t_rounds++;
+    if (rc) {
+        for (int i = 0; i < n; i++)
+            finish_running(e, f->seqs[i], CDX_FINISH_ERROR, err ? err->msg : "the forward pass failed");
+        return rc;
+    }
+    for (int i = 0; i < n; i++)
+        f->seqs[i]->in_flight = true;
+    e->t_overlap += e->n_fl > 0;
+    e->n_fl++;
+    *n_taken = n;
+    return CDX_OK;
+}
+
+/* Ends the oldest group in flight: its logits taken back, each sequence's token sampled and streamed
+ * (a cancelled one ends here). An error ends its requests with it. */
+static int pipe_end(cdx_engine *e, cdx_err *err)
+{
+    eng_flight *f = &e->fl[e->fl_head];
+    e->fl_head = (e->fl_head + 1) % e->n_groups;
+    e->n_fl--;
+    const cdx_batch b = { .n = f->n, .tokens = f->tok, .seq = f->seq, .pos = f->pos, .want_logits = f->want,
+                          .lora = f->any_lora ? f->lora : NULL };
+    const int rc = cdx_forward_end(e->fc, f->kv, f->n, &b, f->logits, err);
+    for (int i = 0; i < f->n; i++)
+        f->seqs[i]->in_flight = false;
+    if (rc) {
+        for (int i = 0; i < f->n; i++)
+            finish_running(e, f->seqs[i], CDX_FINISH_ERROR, err ? err->msg : "the forward pass failed");
+        return rc;
+    }
+    int n_lse = 0;
+    for (int i = 0; i < f->n; i++) {
+        seq *s = f->seqs[i];
+        s->n_done = s->n_toks;
+        eng_seq_register_blocks(e, s);
+        f->lse[i] = NAN;
+        if (s->logprobs)
+            f->lse_rows[n_lse++] = i;
+    }
+    lse_job lj = { cdx_forward_ctx_kernels(e->fc), f->logits, e->hp->n_vocab, f->lse_rows, n_lse, f->lse };
+    if (n_lse > 1)
+        cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
+    else
+        lse_part(&lj, 0, 1);
+    for (int i = 0; i < f->n; i++) {
+        seq *s = f->seqs[i];
+        const char *msg = NULL;
+        if (s->cancelled) { /* cancelled while in flight: it ends now, its token not drawn */
+            finish_running(e, s, CDX_FINISH_CANCELLED, NULL);
+            continue;
+        }
+        const cdx_finish fin = eng_seq_on_logits(e, s, f->logits + (size_t)i * (size_t)e->hp->n_vocab, f->lse[i], &msg);
+        if (fin != CDX_FINISH_NONE)
+            finish_running(e, s, fin, msg);
+    }
+    return CDX_OK;
+}
+
+void eng_pipe_drain(cdx_engine *e)
+{
+    while (e->n_fl > 0) {
+        eng_flight *f = &e->fl[e->fl_head];
+        e->fl_head = (e->fl_head + 1) % e->n_groups;
+        e->n_fl--;
+        cdx_err ignored = { 0 };
+        const cdx_batch b = { .n = f->n, .tokens = f->tok, .seq = f->seq, .pos = f->pos, .want_logits = f->want };
+        cdx_forward_end(e->fc, f->kv, f->n, &b, NULL, &ignored);
+        for (int i = 0; i < f->n; i++)
+            f->seqs[i]->in_flight = false;
+    }
+}
+
+/* A pipelined round: the oldest group ends when every group is in flight (or no sequence is free),
+ * then groups begin while there is room and a free sequence. */
+static int pipe_round(cdx_engine *e, cdx_err *err)
+{
+    int rc = CDX_OK;
+    bool any_free = false;
+    for (seq *s = e->running; s && !any_free; s = s->next)
+        any_free = !s->in_flight;
+    if (e->n_fl == e->n_groups || (e->n_fl > 0 && !any_free))
+        rc = pipe_end(e, err);
+    while (e->n_fl < e->n_groups) {
+        int taken = 0;
+        cdx_err e2 = { 0 };
+        const int r = pipe_begin(e, &taken, rc ? &e2 : err);
+        if (!rc)
+            rc = r;
+        if (r || taken == 0)
+            break;
+    }
+    return rc;
 }
 
 int cdx_engine_step(cdx_engine *e, cdx_err *err)
@@ -293,6 +471,26 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
     take_inbox(e);
     while (admit_one(e))
         ;
+    if (pipe_ok(e)) {
+        const int prc = pipe_round(e, err);
+        snapshot(e);
+        return prc;
+    }
+    if (e->n_fl > 0) { /* the round runs whole: every group in flight ends first */
+        int prc = CDX_OK;
+        while (e->n_fl > 0) {
+            cdx_err e2 = { 0 };
+            const int r = pipe_end(e, prc ? &e2 : err);
+            prc = prc ? prc : r;
+        }
+        if (prc) {
+            snapshot(e);
+            return prc;
+        }
+        take_inbox(e); /* the sequences that ended make room */
+        while (admit_one(e))
+            ;
+    }
     /* the batch: decoding sequences first (oldest first), then prompt chunks */
     int64_t n = 0, budget = e->o.token_budget, dec_left = 0;
     int n_seq = 0, n_logits = 0;

@@ -590,7 +590,8 @@ int cdx_split_recv_plan(cdx_split *sp, int *status, int64_t *bounds, char *why, 
 
 /* ---- batches ---- */
 
-/* A batch message: int64 header[8] = { kind (1 batch, 0 stop), n, n_out, n_seq, n_ids, has_want },
+/* A batch message: int64 header[8] = { kind (1 batch, 0 stop, 2 a batch failed at an earlier rank: its
+ * message follows the header), n, n_out, n_seq, n_ids, has_want },
  * int64 pos[n], int64 per sequence { n_blocks, rope_len }, int32 seq[n], int32 ids[n_ids] (padded
  * to 8 bytes), uint8 want[n] (padded), float x[n][n_embd]. */
 typedef struct {
@@ -658,7 +659,8 @@ static int send_rank0(void *user, const cdx_stage_batch *sb, cdx_err *err)
 }
 
 /* Rank 0's recv: the answer to the oldest batch sent: its wanted rows after the last layer, from the
- * last rank (or an error from any rank: each batch gets one answer). */
+ * last rank, or the error of the rank where it failed, handed down the line (batch_failed): each batch
+ * gets one answer, in the order they were sent. */
 static int recv_rank0(void *user, int64_t n_out, float *x_out, cdx_err *err)
 {
     cdx_split *sp = user;
@@ -671,7 +673,7 @@ static int recv_rank0(void *user, int64_t n_out, float *x_out, cdx_err *err)
         (rc = recv_probed(sp, &st, &n, err)))
         return rc;
     if (st.MPI_TAG == TAG_ERR)
-        return cdx_err_set(err, CDX_EIO, "rank %d of the split: %s", st.MPI_SOURCE, (const char *)sp->buf);
+        return cdx_err_set(err, CDX_EIO, "%s", (const char *)sp->buf); /* "rank R of the split: ..." from rank R */
     const size_t want = (size_t)n_out * (size_t)sp->n_embd * sizeof(float);
     if (st.MPI_TAG != TAG_OUT || st.MPI_SOURCE != sp->size - 1 || n != want)
         return cdx_err_set(err, CDX_EIO, "rank %d of the split answered a batch with %zu bytes (tag %d); %zu bytes of "
@@ -879,6 +881,29 @@ static void tell_rank0(cdx_split *sp, int tag, const char *msg)
     send_msg(sp, msg, strlen(msg) + 1, 0, tag, "telling rank 0", &e2);
 }
 
+/* A batch failed here (msg says why): its one answer goes to rank 0 in the order of the batches. The last
+ * rank tells rank 0; a middle rank hands it on down the line (kind 2), so that it cannot overtake the
+ * answers of the batches before it, which rank 0 takes back in order (several batches are in flight). */
+static void batch_failed(cdx_split *sp, const char *msg)
+{
+    if (sp->rank == sp->size - 1) {
+        tell_rank0(sp, TAG_ERR, msg);
+        return;
+    }
+    const size_t len = strlen(msg) + 1;
+    outbox *o = NULL;
+    cdx_err e2 = { 0 };
+    if (outbox_take(sp, 64 + len, &o, &e2)) {
+        tell_rank0(sp, TAG_ERR, msg); /* the line is broken: rank 0 hears it at least */
+        return;
+    }
+    const int64_t hdr[8] = { 2 };
+    memcpy(o->buf, hdr, sizeof hdr);
+    memcpy(o->buf + 64, msg, len);
+    if (outbox_post(sp, o, 64 + len, sp->rank + 1, TAG_BATCH, "handing a failure on", &e2))
+        tell_rank0(sp, TAG_ERR, msg);
+}
+
 int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const cdx_kernels *k, cdx_err *err)
 {
     if (sp->rank == 0)
@@ -953,15 +978,22 @@ int cdx_split_stage_run(cdx_split *sp, const cdx_model *m, int n_threads, const 
             break;
         }
         if (st.MPI_SOURCE != sp->rank - 1) {
-            char e[160];
-            snprintf(e, sizeof e, "a batch from rank %d; batches come from rank %d", st.MPI_SOURCE, sp->rank - 1);
-            tell_rank0(sp, TAG_ERR, e);
+            char e[200];
+            snprintf(e, sizeof e, "rank %d of the split: a batch from rank %d; batches come from rank %d", sp->rank,
+                     st.MPI_SOURCE, sp->rank - 1);
+            batch_failed(sp, e);
+            continue;
+        }
+        if (kind == 2) { /* a batch that failed at an earlier rank: its answer goes on in its place */
+            char e[600];
+            snprintf(e, sizeof e, "%.590s", n > 64 ? (const char *)sp->buf + 64 : "a batch failed at an earlier rank");
+            batch_failed(sp, e);
             continue;
         }
         if ((rc = stage_batch(&rt, n, fc, msg.max_tokens, err))) {
             char e[600];
-            snprintf(e, sizeof e, "%.590s", err->msg);
-            tell_rank0(sp, TAG_ERR, e);
+            snprintf(e, sizeof e, "rank %d of the split: %.560s", sp->rank, err->msg);
+            batch_failed(sp, e);
             rc = CDX_OK; /* rank 0 fails that batch's requests; the stage goes on */
         }
     }

@@ -33,6 +33,7 @@ struct cdx_forward_ctx {
     int64_t *hd_pos;       /* the head pass over the rows that came back: their positions, */
     int32_t *hd_seq;       /* sequences */
     bool *hd_want;         /* and all true */
+    int n_flight;          /* batches begun (cdx_forward_begin) and not yet ended */
     void *pass_buf;        /* forward_ctx_scratch's buffer, */
     size_t pass_bytes;     /* its size */
 };
@@ -506,6 +507,29 @@ static int micro_cuts(cdx_forward_ctx *fc, int n_seq, const cdx_batch *b, int m_
     return m;
 }
 
+/* The answer to the oldest batch (or micro-batch: tokens a..c-1 of b) the first stage sent: its n_out
+ * wanted rows after the last layer, taken back with recv and, when head, through the output norm and
+ * head into logits (a pass over no layers), as a whole model's pass ends. */
+static int first_stage_take(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, int64_t a,
+                            int64_t c, int64_t n_out, bool head, float *logits, cdx_err *err)
+{
+    const cdx_hparams *hp = &fc->m->hp;
+    const cdx_stage *st = &fc->st;
+    int r = st->recv(st->user, n_out, fc->s.xn, err);
+    if (r || !head || n_out <= 0)
+        return r;
+    int64_t j = 0;
+    for (int64_t i = a; i < c; i++)
+        if (b->want_logits ? b->want_logits[i] : i == b->n - 1) {
+            fc->hd_pos[j] = b->pos[i];
+            fc->hd_seq[j++] = b->seq ? b->seq[i] : 0;
+        }
+    const cdx_stage hs = { .layer0 = hp->n_layer, .layer1 = hp->n_layer };
+    const cdx_batch hb = { .n = n_out, .seq = fc->hd_seq, .pos = fc->hd_pos, .want_logits = fc->hd_want,
+                           .x_in = fc->s.xn };
+    return forward_seqs_run(fc, &hs, seqs, n_seq, &hb, logits, err);
+}
+
 /* The first stage of a split model: its layers over each micro-batch in turn, each sent on as it is
  * done (the next stage computes one while this one computes the next); then each micro-batch's
  * wanted rows taken back in order, through the head as they come (a pass over no layers). A failure
@@ -553,20 +577,9 @@ static int forward_first_stage(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int 
     for (int k = 0; k < sent; k++) {
         cdx_err drained = { 0 };
         cdx_err *ek = rc ? &drained : err; /* after a failure the answers are only taken off the line */
-        int r = st->recv(st->user, n_out[k], fc->s.xn, ek);
-        if (!r && !rc && n_out[k] > 0) {
-            int64_t j = 0;
-            for (int64_t i = cut[k]; i < cut[k + 1]; i++)
-                if (b->want_logits ? b->want_logits[i] : i == b->n - 1) {
-                    fc->hd_pos[j] = b->pos[i];
-                    fc->hd_seq[j++] = b->seq ? b->seq[i] : 0;
-                }
-            const cdx_stage head = { .layer0 = hp->n_layer, .layer1 = hp->n_layer };
-            const cdx_batch hb = { .n = n_out[k], .seq = fc->hd_seq, .pos = fc->hd_pos, .want_logits = fc->hd_want,
-                                   .x_in = fc->s.xn };
-            r = forward_seqs_run(fc, &head, seqs, n_seq, &hb, logits + row * hp->n_vocab, ek);
-            row += n_out[k];
-        }
+        const int r = first_stage_take(fc, seqs, n_seq, b, cut[k], cut[k + 1], n_out[k], !rc,
+                                       logits + row * hp->n_vocab, ek);
+        row += n_out[k];
         if (!rc)
             rc = r;
     }
@@ -579,13 +592,60 @@ int cdx_forward_seqs(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, con
     if (fc->m->enc)
         return cdx_err_set(err, CDX_EINVAL, "%s is an encoder (embeddings): it has no decoder pass and no KV cache; "
                            "cdx_encode runs it", fc->m->hp.arch_name);
-    model_use_begin(fc->m); /* installs background packs between passes (model_load.c) */
     const bool first = fc->st.layer0 == 0 && fc->st.layer1 < fc->m->hp.n_layer;
+    if (first && fc->n_flight > 0) /* their answers come first: they must be taken back before */
+        return cdx_err_set(err, CDX_EINVAL, "%d batches begun (cdx_forward_begin) are not ended yet", fc->n_flight);
+    model_use_begin(fc->m); /* installs background packs between passes (model_load.c) */
     const int rc = first ? forward_first_stage(fc, seqs, n_seq, b, logits, err)
                          : forward_seqs_run(fc, &fc->st, seqs, n_seq, b, logits, err);
     model_use_end(fc->m);
     return rc;
 }
+
+/* ---- a split model's first stage: batches in flight across calls ---- */
+
+static int first_stage_check(const cdx_forward_ctx *fc, const char *what, cdx_err *err)
+{
+    if (fc->m->enc || fc->st.layer0 != 0 || fc->st.layer1 >= fc->m->hp.n_layer || !fc->st.recv)
+        return cdx_err_set(err, CDX_EINVAL, "%s: only the first stage of a split model (layers 0..k of more, with a "
+                           "next stage) runs a batch in two halves", what);
+    return CDX_OK;
+}
+
+int cdx_forward_begin(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, cdx_err *err)
+{
+    int rc = first_stage_check(fc, "cdx_forward_begin", err);
+    if (rc)
+        return rc;
+    if (fc->n_flight >= CDX_FORWARD_MAX_FLIGHT)
+        return cdx_err_set(err, CDX_EINVAL, "%d batches are in flight already; end one first (cdx_forward_end)",
+                           fc->n_flight);
+    model_use_begin(fc->m);
+    rc = forward_seqs_run(fc, &fc->st, seqs, n_seq, b, NULL, err); /* its last act is the send: nothing sent on failure */
+    model_use_end(fc->m);
+    fc->n_flight += !rc;
+    return rc;
+}
+
+int cdx_forward_end(cdx_forward_ctx *fc, const cdx_kv_seq *seqs, int n_seq, const cdx_batch *b, float *logits,
+                    cdx_err *err)
+{
+    int rc = first_stage_check(fc, "cdx_forward_end", err);
+    if (rc)
+        return rc;
+    if (fc->n_flight <= 0)
+        return cdx_err_set(err, CDX_EINVAL, "cdx_forward_end with no batch in flight");
+    fc->n_flight--; /* its answer is taken off the line whatever follows */
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < b->n; i++)
+        n_out += b->want_logits ? b->want_logits[i] : i == b->n - 1;
+    model_use_begin(fc->m);
+    rc = first_stage_take(fc, seqs, n_seq, b, 0, b->n, n_out, logits != NULL, logits, err);
+    model_use_end(fc->m);
+    return rc;
+}
+
+int cdx_forward_in_flight(const cdx_forward_ctx *fc) { return fc->n_flight; }
 
 int cdx_forward(cdx_forward_ctx *fc, cdx_kv *const *kv, int n_seq, const cdx_batch *b, float *logits, cdx_err *err)
 {

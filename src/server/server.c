@@ -1397,6 +1397,7 @@ static char *metrics_text(cdx_server *s, size_t *n)
         sum.generated_tokens += st.generated_tokens;
         sum.preemptions += st.preemptions;
         sum.rounds += st.rounds;
+        sum.split_overlapped += st.split_overlapped;
     }
     pthread_mutex_unlock(&s->reg.mu);
     char *t = sv_metrics_text(&s->met, &sum, true, n);

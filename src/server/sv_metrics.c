@@ -166,6 +166,9 @@ char *sv_metrics_text(sv_metrics *m, const cdx_engine_stats *st, bool ready, siz
         put_gauge(&b, "caldrix_preemptions_total", "Running requests preempted when the KV pool ran dry.", "counter",
                   (long long)st->preemptions);
         put_gauge(&b, "caldrix_engine_rounds_total", "Engine scheduling rounds.", "counter", (long long)st->rounds);
+        put_gauge(&b, "caldrix_split_rounds_overlapped_total", "Rounds of a split model begun while another was in "
+                  "flight on the later ranks (--allow-split, --split-pipeline).", "counter",
+                  (long long)st->split_overlapped);
         put_gauge(&b, "caldrix_spec_draft_tokens_total", "Draft tokens proposed by speculative decoding (--spec).",
                   "counter", (long long)st->spec_proposed);
         put_gauge(&b, "caldrix_spec_accepted_tokens_total", "Draft tokens kept (the target drew the same token).",

@@ -1,6 +1,8 @@
 /* A split's placement without MPI (src/engine/split.c): --split-layers parsed into slices and its
- * refusals naming the range, slices in proportion to each rank's memory, and the forward context's
- * stage range checks. The split itself runs in tests/split/ (it needs mpirun). */
+ * refusals naming the range, slices in proportion to each rank's memory, the forward context's
+ * stage range checks, and two batches in flight through a first stage (cdx_forward_begin/end) over an
+ * in-process line, the same logits bits as whole. The split itself runs in tests/split/ (it needs
+ * mpirun). */
 #include "caldrix/split.h"
 #include "test.h"
 
@@ -108,6 +110,116 @@ static void stage_range(void)
     cdx_model_close(m);
 }
 
+/* ---- an in-process line: the first stage's send runs the later stage at once and queues its rows ---- */
+
+enum { LINE_Q = 4, LINE_ROWS = 8 };
+typedef struct {
+    cdx_forward_ctx *later;     /* layers 2..L, the last stage */
+    cdx_kv_seq *cur;            /* the later stage's cache of the sequence being sent */
+    float *out[LINE_Q];         /* [LINE_ROWS][n_embd] each: answers not yet taken */
+    int64_t n_out[LINE_Q];
+    int head, tail;
+    int64_t E;                  /* n_embd */
+} line;
+
+static int line_send(void *user, const cdx_stage_batch *sb, cdx_err *e)
+{
+    line *ln = user;
+    const cdx_batch b = { .n = sb->n, .seq = sb->seq, .pos = sb->pos, .want_logits = sb->want_logits, .x_in = sb->x,
+                          .x_out = ln->out[ln->tail % LINE_Q] };
+    int rc = cdx_forward_seqs(ln->later, ln->cur, 1, &b, NULL, e);
+    if (!rc)
+        ln->n_out[ln->tail++ % LINE_Q] = sb->n_out;
+    return rc;
+}
+
+static int line_recv(void *user, int64_t n_out, float *x_out, cdx_err *e)
+{
+    line *ln = user;
+    if (ln->head == ln->tail || ln->n_out[ln->head % LINE_Q] != n_out)
+        return cdx_err_set(e, CDX_EINVAL, "the line has no answer of %lld rows", (long long)n_out);
+    memcpy(x_out, ln->out[ln->head++ % LINE_Q], (size_t)n_out * (size_t)ln->E * sizeof(float));
+    return CDX_OK;
+}
+
+/* Two sequences, each a prompt then 3 decoded tokens, with both batches in flight at once through a
+ * first stage (layers 0..1) and an in-process later stage: every logits row the same bits as whole. */
+static void two_in_flight(void)
+{
+    cdx_model *m = NULL;
+    cdx_forward_ctx *whole = NULL, *first = NULL;
+    line ln = { 0 };
+    REQUIRE(cdx_model_open("models/stories260K.gguf", NULL, &m, &err) == CDX_OK);
+    const cdx_hparams *hp = cdx_model_hparams(m);
+    const int64_t L = hp->n_layer, V = hp->n_vocab;
+    ln.E = hp->n_embd;
+    REQUIRE(cdx_forward_ctx_create(m, LINE_ROWS, 1, NULL, &whole, &err) == CDX_OK);
+    REQUIRE(cdx_forward_ctx_create(m, LINE_ROWS, 1, NULL, &first, &err) == CDX_OK);
+    REQUIRE(cdx_forward_ctx_create(m, LINE_ROWS, 1, NULL, &ln.later, &err) == CDX_OK);
+    REQUIRE(cdx_forward_ctx_set_stage(ln.later, &(cdx_stage){ .layer0 = 2, .layer1 = L }, &err) == CDX_OK);
+    REQUIRE(cdx_forward_ctx_set_stage(first, &(cdx_stage){ .layer0 = 0, .layer1 = 2, .send = line_send,
+                                                          .recv = line_recv, .n_micro = 1, .user = &ln }, &err) == CDX_OK);
+    for (int i = 0; i < LINE_Q; i++)
+        REQUIRE((ln.out[i] = malloc((size_t)LINE_ROWS * (size_t)ln.E * sizeof(float))) != NULL);
+    cdx_kv kw[2], k0[2], k1[2]; /* whole; the first stage's and the later stage's caches */
+    for (int s = 0; s < 2; s++)
+        REQUIRE(cdx_kv_init(&kw[s], hp, 32, &err) == CDX_OK && cdx_kv_init(&k0[s], hp, 32, &err) == CDX_OK &&
+                cdx_kv_init(&k1[s], hp, 32, &err) == CDX_OK);
+    float *lw = malloc((size_t)V * sizeof(float)), *lp[2] = { malloc((size_t)V * sizeof(float)),
+                                                            malloc((size_t)V * sizeof(float)) };
+    REQUIRE(lw && lp[0] && lp[1]);
+    /* refusals: a whole context runs no halves; none in flight to end */
+    const int32_t t1[1] = { 1 };
+    const int64_t p0[1] = { 0 };
+    CHECK(cdx_forward_begin(whole, &kw[0].seq, 1, &(cdx_batch){ .n = 1, .tokens = t1, .pos = p0 }, &err) == CDX_EINVAL);
+    CHECK(strstr(err.msg, "only the first stage of a split model") != NULL);
+    CHECK(cdx_forward_end(first, &k0[0].seq, 1, &(cdx_batch){ .n = 1, .tokens = t1, .pos = p0 }, lp[0], &err) ==
+          CDX_EINVAL);
+    int32_t toks[2][8] = { { 1, 5, 9, 13 }, { 2, 7, 11 } };
+    int64_t n_tok[2] = { 4, 3 }, pos[2][8];
+    int same = 0, rows = 0;
+    for (int step = 0; step < 4; step++) {
+        cdx_batch b[2];
+        for (int s = 0; s < 2; s++) { /* step 0: the prompt; then the last token drawn */
+            const int64_t a = step ? n_tok[s] - 1 : 0, n = step ? 1 : n_tok[s];
+            for (int64_t i = 0; i < n; i++)
+                pos[s][i] = a + i;
+            b[s] = (cdx_batch){ .n = n, .tokens = toks[s] + a, .pos = pos[s] };
+            ln.cur = &k1[s].seq;
+            CHECK(cdx_forward_begin(first, &k0[s].seq, 1, &b[s], &err) == CDX_OK);
+        }
+        CHECK(cdx_forward_in_flight(first) == 2);
+        CHECK(cdx_forward_seqs(first, &k0[0].seq, 1, &b[0], lp[0], &err) == CDX_EINVAL); /* answers on the line */
+        for (int s = 0; s < 2; s++) {
+            CHECK(cdx_forward_end(first, &k0[s].seq, 1, &b[s], lp[s], &err) == CDX_OK);
+            cdx_kv *kv[1] = { &kw[s] };
+            CHECK(cdx_forward(whole, kv, 1, &(cdx_batch){ .n = b[s].n, .tokens = b[s].tokens }, lw, &err) == CDX_OK);
+            same += !memcmp(lw, lp[s], (size_t)V * sizeof(float));
+            rows++;
+            int64_t best = 0; /* greedy */
+            for (int64_t v = 1; v < V; v++)
+                best = lw[v] > lw[best] ? v : best;
+            toks[s][n_tok[s]++] = (int32_t)best;
+        }
+    }
+    CHECKF(same == rows && rows == 8, "%d of %d logits rows the same bits as whole", same, rows);
+    CHECK(cdx_forward_in_flight(first) == 0);
+    for (int s = 0; s < 2; s++) {
+        cdx_kv_free(&kw[s]);
+        cdx_kv_free(&k0[s]);
+        cdx_kv_free(&k1[s]);
+    }
+    free(lw);
+    free(lp[0]);
+    free(lp[1]);
+    for (int i = 0; i < LINE_Q; i++)
+        free(ln.out[i]);
+    cdx_forward_ctx_free(ln.later);
+    cdx_forward_ctx_free(first);
+    cdx_forward_ctx_free(whole);
+    cdx_model_close(m);
+}
+
 static void model_slice(void)
 {
     cdx_model *whole = NULL, *a = NULL, *b = NULL, *bad = NULL;
@@ -144,5 +256,6 @@ int main(void)
     RUN("slices within each rank's memory; whole when rank 0 holds it; refusals with both numbers", fit);
     RUN("a forward context's stage: range checks, hidden rows in, whole again", stage_range);
     RUN("a model opened as a slice sizes its own layers (and the head with the first), same fingerprint", model_slice);
+    RUN("two batches in flight through a first stage (cdx_forward_begin/end): the logits bits of whole", two_in_flight);
     return t_done("split_plan");
 }

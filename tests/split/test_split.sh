@@ -57,6 +57,23 @@ timeout 60 $MPIRUN -np 2 "$CALDRIX" bench "$L" --dtype bf16 -t 1 --allow-split -
 check "bench --dtype bf16 --parallel 4 over 2 ranks (fixtures/hf/llama, the 64-token prefill in 2 micro-batches): the greedy tokens of whole" \
     '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and s[\"dtype\"] == \"bf16\" and s[\"split\"][\"micro\"] == 2))" "$tmp/bw.json" "$tmp/out"'
 
+# ---- the pipeline across rounds: 8 decoding streams in 2 groups, rank 0 on one while rank 1 computes the other ----
+"$CALDRIX" bench "$M" -t 1 -p 8 -n 24 -r 1 --parallel 8 --json >"$tmp/bw.json" 2>"$tmp/err"
+for pl in on off; do
+    timeout 60 $MPIRUN -np 2 "$CALDRIX" bench "$M" -t 1 --allow-split --nodes 2 --split-pipeline $pl -p 8 -n 24 -r 1 \
+        --parallel 8 --json >"$tmp/out" 2>"$tmp/err"; rc=$?
+    check "bench --parallel 8 over 2 ranks, --split-pipeline $pl: the greedy tokens of whole; rounds overlapped $([ $pl = on ] && echo "(2 groups)" || echo "none")" \
+        '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); x=s[\"split\"]; on=sys.argv[3]==\"on\"; sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and x[\"groups\"] == (2 if on else 0) and ((x[\"rounds_overlapped\"] >= 20) if on else (x[\"rounds_overlapped\"] == 0))))" "$tmp/bw.json" "$tmp/out" $pl'
+done
+timeout 60 $MPIRUN -np 3 "$CALDRIX" bench "$M" -t 1 --allow-split --nodes 3 -p 8 -n 24 -r 1 --parallel 8 --json >"$tmp/out" \
+    2>"$tmp/err"; rc=$?
+check "bench --parallel 8 over 3 ranks: 3 groups in flight, the greedy tokens of whole" \
+    '[ $rc -eq 0 ] && python3 -c "import json,sys; w,s=(json.load(open(p)) for p in sys.argv[1:3]); x=s[\"split\"]; sys.exit(not (w[\"greedy_tokens\"] == s[\"greedy_tokens\"] and len(w[\"greedy_tokens\"]) > 0 and x[\"groups\"] == 3 and x[\"rounds_overlapped\"] >= 20))" "$tmp/bw.json" "$tmp/out"'
+"$CALDRIX" run "$M" --allow-split --split-pipeline maybe -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--split-pipeline maybe: exit 2 naming the values" '[ $rc -eq 2 ] && grep -q "expected on or off" "$tmp/err"'
+"$CALDRIX" run "$M" --split-pipeline off -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "--split-pipeline without --allow-split: exit 2 naming the flag" '[ $rc -eq 2 ] && grep -q "split-pipeline shapes a split: add --allow-split" "$tmp/err"'
+
 # ---- placement by memory: whole when rank 0 holds the model, else slices within each rank's --memory ----
 timeout 60 $MPIRUN -np 2 "$CALDRIX" run "$M" --allow-split --threads 1 -p "Once upon a time" -n 24 --temp 0 --json \
     --top-logits 5 >"$tmp/out" 2>"$tmp/err"; rc=$?
@@ -135,6 +152,20 @@ check "mpirun --enable-recovery, rank 1 killed: rank 0 fails the next turn with 
 kill_rank1 ""
 check "plain mpirun, rank 1 killed: the job ends non-zero naming rank 1 (mpirun aborts it), in ${elapsed} s" \
     '[ $elapsed -lt 30 ] && [ "$(cat "$tmp/rc")" -ne 0 ] && grep -q "process rank 1 .*signal 9" "$tmp/err"'
+
+# ---- a rank killed while two groups of 8 decoding streams are in flight: the requests fail naming it, nothing hangs ----
+( timeout 90 $MPIRUN --enable-recovery -np 2 "$CALDRIX" bench "$M" -t 1 --allow-split --nodes 2 --split-timeout 20 -p 8 -n 400 \
+    -r 100 --parallel 8 >"$tmp/out" 2>"$tmp/err"; echo $? >"$tmp/rc" ) &
+bg=$!
+pid=""
+for i in $(seq 100); do pid=$(rank_pid $bg 1); [ -n "$pid" ] && break; sleep 0.1; done
+sleep 3 # loaded, warmed up, decoding in 2 groups
+t0=$SECONDS
+[ -n "$pid" ] && kill -9 "$pid"
+wait $bg
+elapsed=$((SECONDS - t0))
+check "rank 1 killed (pid ${pid:-?}) with 2 groups in flight: bench fails with split_rank_lost naming rank 1, in ${elapsed} s" \
+    '[ -n "$pid" ] && [ $elapsed -lt 30 ] && grep -q "split_rank_lost: rank 1 (pid $pid) of the split is gone" "$tmp/err"'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -59,7 +59,9 @@ for i in "${!PROMPTS[@]}"; do
     a=$(result "$tmp/whole$i.json")
     [ -n "$a" ] && [ "$a" = "$(result "$tmp/split$i.json")" ] && same=$((same+1))
 done
-check "8 concurrent requests over 2 ranks: tokens and top-5 logprobs as the single process gives them ($same of 8)" '[ $same -eq 8 ]'
+overlapped=$(curl -s "$URL/metrics" | sed -n 's/^caldrix_split_rounds_overlapped_total \([0-9]*\)/\1/p')
+check "8 concurrent requests over 2 ranks: tokens and top-5 logprobs as the single process gives them ($same of 8), decoded in 2 groups in flight (${overlapped:-0} rounds overlapped)" \
+    '[ $same -eq 8 ] && [ "${overlapped:-0}" -gt 0 ]'
 LONG='{"prompt":"Lily and Ben went to the park to play with a big red ball. Tom had a little dog named Spot who liked to run. The sun was hot","max_tokens":16,"temperature":0,"logprobs":5,"return_tokens":true}'
 post /v1/completions "$LONG" "$tmp/long1.json" >/dev/null
 post /v1/completions "$LONG" "$tmp/long2.json" >/dev/null
