@@ -742,6 +742,20 @@ KT_INLINE __m512i x16_sc_pairs(const uint8_t *p, bool sgn)
     return _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16));
 }
 
+/* A lane's integer sums of one super-block into its float sums: f[t][k] += float(ai + ao) · d · the
+ * token's d (decode's two chains added first). */
+KT_INLINE void x16_lane_close(__m512i *ai, const __m512i *ao, const int TT, const uint8_t *x, size_t xrb, int64_t b,
+                              __m512 d, __m512 (*f)[8], int k)
+{
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        if (TT <= 2)
+            ai[t] = _mm512_add_epi32(ai[t], ao[t]);
+        const float da = ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].d;
+        f[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, _mm512_set1_ps(da)), f[t][k]);
+    }
+}
+
 /* 16 rows × TT tokens of a Q5_K x16k5 group: y[t·ys + i] with tile_kw's bits. */
 KT_INLINE void x16k5_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, const uint8_t *x, size_t xrb,
                            const int TT, float *y, int64_t ys, const bool far)
@@ -796,13 +810,7 @@ KT_INLINE void x16k5_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
                     *acc = _mm512_dpwssd_epi32(*acc, _mm512_maddubs_epi16(wv, _mm512_set1_epi32(a4)), sc[s]);
                 }
             }
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                if (TT <= 2)
-                    ai[t] = _mm512_add_epi32(ai[t], ao[t]);
-                const float da = ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].d;
-                f[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, _mm512_set1_ps(da)), f[t][k]);
-            }
+            x16_lane_close(ai, ao, TT, x, xrb, b, d, f, k);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
@@ -875,13 +883,7 @@ KT_INLINE void x16xs_micro(const uint8_t *Q, const uint8_t *meta, int64_t nsb, c
                     *acc = _mm512_dpwssd_epi32(*acc, _mm512_maddubs_epi16(wabs, _mm512_mask_sub_epi8(a, neg, zero, a)), sc[s]);
                 }
             }
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                if (TT <= 2)
-                    ai[t] = _mm512_add_epi32(ai[t], ao[t]);
-                const float da = ((const cdx_block_q8_K *)(x + (size_t)t * xrb))[b].d;
-                f[t][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, _mm512_set1_ps(da)), f[t][k]);
-            }
+            x16_lane_close(ai, ao, TT, x, xrb, b, d, f, k);
         }
     }
 #pragma GCC unroll 8
