@@ -27,6 +27,17 @@ static void lse_part(void *arg, int ith, int nth)
         j->lse[j->rows[k]] = cdx_logsumexp(j->k, j->logits + (size_t)j->rows[k] * (size_t)j->nv, j->nv);
 }
 
+/* lse[rows[k]] = the log-sum-exp of logits row rows[k], k < n: on the pass's threads when there are
+ * several rows */
+static void lse_rows(cdx_engine *e, const float *logits, const int *rows, int n, double *lse)
+{
+    lse_job lj = { cdx_forward_ctx_kernels(e->fc), logits, e->hp->n_vocab, rows, n, lse };
+    if (n > 1)
+        cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
+    else
+        lse_part(&lj, 0, 1);
+}
+
 
 /* ---- the round target ---- */
 
@@ -411,11 +422,7 @@ static int pipe_end(cdx_engine *e, cdx_err *err)
         if (s->logprobs)
             f->lse_rows[n_lse++] = i;
     }
-    lse_job lj = { cdx_forward_ctx_kernels(e->fc), f->logits, e->hp->n_vocab, f->lse_rows, n_lse, f->lse };
-    if (n_lse > 1)
-        cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
-    else
-        lse_part(&lj, 0, 1);
+    lse_rows(e, f->logits, f->lse_rows, n_lse, f->lse);
     for (int i = 0; i < f->n; i++) {
         seq *s = f->seqs[i];
         const char *msg = NULL;
@@ -626,11 +633,7 @@ int cdx_engine_step(cdx_engine *e, cdx_err *err)
                 if (e->b_logit_seq[i]->logprobs)
                     e->b_lse_rows[n_lse++] = i;
             }
-            lse_job lj = { cdx_forward_ctx_kernels(e->fc), e->logits, e->hp->n_vocab, e->b_lse_rows, n_lse, e->b_lse };
-            if (n_lse > 1)
-                cdx_pool_run(cdx_forward_ctx_pool(e->fc), lse_part, &lj);
-            else
-                lse_part(&lj, 0, 1);
+            lse_rows(e, e->logits, e->b_lse_rows, n_lse, e->b_lse);
             /* each sequence samples its rows in order: its last token's, then one after each guess
              * as long as the guess is the token its sampler drew (the same draw plain decoding
              * makes there), so it stops at the first guess it did not draw, with the token it drew */
