@@ -9,7 +9,8 @@
  * x16_micro) and on the AVX-512 set, and batch invariance holds across the two.
  *
  * Q4_K (x16k) takes the same tiles per 32-value sub-block, then x16k_micro's integer sums (scales,
- * mins) and float steps; Q6_K (x16q6) half-depth tiles per 16-value half, then x16q6_micro's.
+ * mins) and float steps; Q6_K (x16q6) half-depth tiles per 16-value half, then x16q6_micro's;
+ * Q5_K (x16k5) and IQ4_XS (x16xs) a tile a lane, the scales in the weights (at the end).
  *
  * Tiles (palette 1): A0/A1 = 16 tokens × one block of activations (32 s8 each, repacked once per
  * call in tile order: amx_act_tiles), B0/B1 = one block of 16 weight rows as the x16 layout
@@ -472,6 +473,220 @@ KT_INLINE int64_t amx_sb_rows(int kind, const cdx_mat *w, const uint8_t *src, in
                 float *yT = y + T * AMX_TOK * w->rows + rb + 16 * g;
                 amx_sb_tile(kind, buf, buf + (size_t)nsb * 4096, nsb, xtT, dt + T * nsb * 16, ex + (size_t)T * ex_tile, yT,
                             w->rows);
+            }
+    }
+    _tile_release(); /* back to the init state: a core whose tiles are in use stays out of its deep idle states */
+    return tiles * AMX_TOK;
+}
+
+/* ---- Q5_K (x16k5) and IQ4_XS (x16xs): a lane a tile ----
+ * These rows keep llama.cpp's eight lanes (kern_wide512.h, x16k5_micro): lane L of a super-block is
+ * Σ_s sc_s·(values 4L..4L+3 of sub-block s · the same activations), an exact i32 with its own float
+ * sum. A tile adds every 4-byte group of its depth together, so the sub-block scales go into the
+ * weights: v = w·sc (Q5_K 0..1953, IQ4_XS −4064..4064) as two byte planes, lo = v mod 256 (u8) and
+ * hi = v >> 8 (s8), and the lane is C_lo + 256·C_hi, the same integer. A tile is one lane of one
+ * super-block: A = 16 tokens × the lane's 8 groups (32 s8: amx_act_lanes), B = 8 rows of 64 (group
+ * s: the 16 rows' 4 products), lo by tdpbsud and hi by tdpbssd. Then x16_lane_close's float step
+ * and, after the last super-block, x16_lanes_hsum (+ Q5_K's mins, x16k5_micro's own float sum). */
+
+/* Bytes a group's tile-ready super-block: 8 lanes × (lo, hi) × 512. */
+#define AMX_LANE_SB 8192
+
+/* The token tiles' q8_K activations lane by lane: tile T, lane L of super-block b at xt + ((T·nsb +
+ * b)·8 + L)·512, token j's bytes at + 32j: the 4 values 4L.. of each sub-block s in s order. dt and
+ * ex (Q5_K's mins pairs) as amx_act_tiles_q8k writes them for Q4_K. */
+KT_INLINE void amx_act_lanes(int kind, const uint8_t *xq, size_t xrb, int64_t tiles, int64_t nsb, uint8_t *xt, float *dt,
+                             int32_t *ex)
+{
+    for (int64_t T = 0; T < tiles; T++)
+        for (int64_t b = 0; b < nsb; b++) {
+            const size_t o = (size_t)(T * nsb + b);
+            for (int j = 0; j < AMX_TOK; j++) {
+                const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
+                uint32_t q[64];
+                memcpy(q, xb->qs, sizeof q); /* q[8s + L]: lane L of sub-block s */
+                for (int L = 0; L < 8; L++) {
+                    uint32_t *dst = (uint32_t *)(xt + (o * 8 + (size_t)L) * 512 + 32 * (size_t)j);
+#pragma GCC unroll 8
+                    for (int s = 0; s < 8; s++)
+                        dst[s] = q[8 * s + L];
+                }
+                dt[o * 16 + (size_t)j] = xb->d;
+                if (kind == W_Q5_K)
+                    for (int p = 0; p < 4; p++) {
+                        const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
+                        ex[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
+                    }
+            }
+        }
+}
+
+/* One group-s word of 16 rows' 4 values (wv: u8 Q5_K, s8 IQ4_XS) times the rows' scale pairs (sc:
+ * x16_sc_pairs) as the lo and hi byte planes of the exact i16 products. */
+KT_INLINE void amx_lane_planes(__m512i wv, __m512i sc, bool sgn, uint8_t *lo, uint8_t *hi)
+{
+    const __m512i even = sgn ? _mm512_srai_epi16(_mm512_slli_epi16(wv, 8), 8) : _mm512_and_si512(wv, _mm512_set1_epi16(0xFF));
+    const __m512i odd = sgn ? _mm512_srai_epi16(wv, 8) : _mm512_srli_epi16(wv, 8);
+    const __m512i pe = _mm512_mullo_epi16(even, sc), po = _mm512_mullo_epi16(odd, sc);
+    const __m512i lo8 = _mm512_set1_epi16(0xFF);
+    _mm512_store_si512(lo, _mm512_or_si512(_mm512_and_si512(pe, lo8), _mm512_slli_epi16(po, 8)));
+    _mm512_store_si512(hi, _mm512_or_si512(_mm512_srli_epi16(pe, 8), _mm512_andnot_si512(lo8, po)));
+}
+
+/* Q5_K's mins of one super-block into its own float sums, as x16k5_micro takes them: fs[t] −=
+ * float(Σ_s m_s·bs_s)·(dmin·da) (vpdpwssd over the i16 pairs: the same integer). */
+KT_INLINE void amx_q5k_mins(const uint8_t *mb, const float *dt, const int32_t *mp, __m512 *fs)
+{
+    __m512i mpair[4];
+    for (int p = 0; p < 4; p++) {
+        const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p)));
+        const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p + 16)));
+        mpair[p] = _mm512_or_si512(a, _mm512_slli_epi32(c, 16));
+    }
+    const __m512 dmin = _mm512_cvtph_ps(load32(mb + 288));
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++) {
+        __m512i mi = _mm512_setzero_si512();
+        for (int p = 0; p < 4; p++)
+            mi = _mm512_dpwssd_epi32(mi, mpair[p], _mm512_set1_epi32(mp[p * 16 + t]));
+        fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, _mm512_set1_ps(dt[t])), fs[t]);
+    }
+}
+
+/* An x16k5 or x16xs group's values (Q, scales at meta; nsb super-blocks) as the lane planes: lane L
+ * of super-block b at out + b·AMX_LANE_SB + L·1024, lo then hi, group s's 64 bytes at 64s. */
+KT_INLINE void amx_unpack_lanes(int kind, const uint8_t *Q, const uint8_t *meta, int64_t nsb, uint8_t *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    const __m512i kv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cdx_kvalues_iq4nl));
+    const bool q5 = kind == W_Q5_K;
+    const size_t qbytes = q5 ? X16K5_Q : X16XS_Q, mbytes = q5 ? X16K5_META : X16XS_META;
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *qp = Q + (size_t)b * qbytes, *mb = meta + (size_t)b * mbytes;
+        for (size_t o = 0; o < qbytes; o += 64)
+            _mm_prefetch((const char *)(qp + X16_PF + o), X16_PF_HINT);
+        __m512i sc[8];
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            sc[s] = x16_sc_pairs(mb + 16 * s, !q5);
+        for (int L = 0; L < 8; L++) {
+            uint8_t *lo = out + (size_t)b * AMX_LANE_SB + 1024 * (size_t)L, *hi = lo + 512;
+            const __m512i h = q5 ? load64(qp + 2048 + 64 * L) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) {
+                __m512i wv;
+                if (q5) { /* x16k5_micro's wv */
+                    const __m512i v = load64(qp + 512 * (s / 2) + 64 * L);
+                    const __m512i l4 = s % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+                    const __m512i hb = s <= 4 ? _mm512_slli_epi16(h, 4 - s) : _mm512_srli_epi16(h, s - 4);
+                    wv = _mm512_ternarylogic_epi32(l4, hb, m10, 0xF8);
+                } else { /* x16xs_micro's nibbles through the table, signed */
+                    const __m512i v = load64(qp + 256 * s + 64 * (L % 4));
+                    wv = _mm512_shuffle_epi8(kv, L < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                }
+                amx_lane_planes(wv, sc[s], !q5, lo + 64 * s, hi + 64 * s);
+            }
+        }
+    }
+}
+
+/* 16 rows of a Q5_K or IQ4_XS group (lane planes at Qv, the x16k5 / x16xs scales at meta) × one token
+ * tile (xt, dt, ex: amx_act_lanes): y[t·ys + i]. A pipeline stage is one lane of one super-block. */
+KT_INLINE void amx_lane_tile(int kind, const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt,
+                             const float *dt, const int32_t *ex, float *y, int64_t ys)
+{
+    const bool q5 = kind == W_Q5_K;
+    const size_t mbytes = q5 ? X16K5_META : X16XS_META;
+    _Alignas(64) float f[AMX_TOK][8][16];
+    _Alignas(64) int32_t cb[2][AMX_TOK * 16];
+    __m512 dd[AMX_TOK], fs[AMX_TOK];
+    memset(f, 0, sizeof f);
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++)
+        dd[t] = fs[t] = _mm512_setzero_ps();
+#define LANE_ISSUE(p, CA, CB)                                        \
+    do {                                                             \
+        _tile_loadd(AMX_A0, xt + (size_t)(p) * 512, 32);             \
+        _tile_loadd(AMX_B0, Qv + (size_t)(p) * 1024, 64);            \
+        _tile_loadd(AMX_B1, Qv + (size_t)(p) * 1024 + 512, 64);      \
+        _tile_zero(CA);                                              \
+        _tile_zero(CB);                                              \
+        _tile_dpbsud(CA, AMX_A0, AMX_B0);                            \
+        _tile_dpbssd(CB, AMX_A0, AMX_B1);                            \
+    } while (0)
+    /* at a super-block's first lane: d·da a token (x16_lane_close's product) and Q5_K's mins */
+#define LANE_DRAIN(p, CA, CB)                                                                                    \
+    do {                                                                                                         \
+        _tile_stored(CA, cb[0], 64);                                                                             \
+        _tile_stored(CB, cb[1], 64);                                                                             \
+        const int64_t b_ = (p) / 8, L_ = (p) % 8;                                                                \
+        if (L_ == 0) {                                                                                           \
+            const uint8_t *mb_ = meta + (size_t)b_ * mbytes;                                                     \
+            const __m512 d_ = _mm512_cvtph_ps(load32(mb_ + (q5 ? 256 : 128)));                                 \
+            _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++)                                           \
+                dd[t] = _mm512_mul_ps(d_, _mm512_set1_ps(dt[b_ * 16 + t]));                                       \
+            if (q5)                                                                                              \
+                amx_q5k_mins(mb_, dt + b_ * 16, ex + b_ * 64, fs);                                               \
+        }                                                                                                        \
+        _Pragma("GCC unroll 16") for (int t = 0; t < AMX_TOK; t++) {                                             \
+            const __m512i v_ = _mm512_add_epi32(_mm512_load_si512(cb[0] + 16 * t),                              \
+                                                _mm512_slli_epi32(_mm512_load_si512(cb[1] + 16 * t), 8));        \
+            _mm512_store_ps(f[t][L_], _mm512_fmadd_ps(_mm512_cvtepi32_ps(v_), dd[t], _mm512_load_ps(f[t][L_]))); \
+        }                                                                                                        \
+    } while (0)
+    AMX_PIPELINE(nsb * 8, LANE_ISSUE, LANE_DRAIN);
+#undef LANE_ISSUE
+#undef LANE_DRAIN
+#pragma GCC unroll 16
+    for (int t = 0; t < AMX_TOK; t++) {
+        __m512 l[8];
+        for (int L = 0; L < 8; L++)
+            l[L] = _mm512_load_ps(f[t][L]);
+        const __m512 r = x16_lanes_hsum(l);
+        _mm512_storeu_ps(y + t * ys, q5 ? _mm512_add_ps(r, fs[t]) : r);
+    }
+}
+
+/* Rows [r0, r1) of a Q5_K or IQ4_XS matrix (src: its packed copy, or NULL: read in place, each group
+ * packed into grp first) × the whole token tiles of n, as amx_sb_rows; returns the tokens done (0
+ * where a group's planes do not fit a row block: the micro kernels then take them all). */
+KT_INLINE int64_t amx_lane_rows(int kind, const cdx_mat *w, const uint8_t *src, int64_t r0, int64_t r1,
+                                const uint8_t *xq, size_t xrb, int64_t n, float *y, uint8_t *grp, uint8_t *scratch)
+{
+    const int64_t tiles = n / AMX_TOK, nsb = w->cols / 256;
+    const bool q5 = kind == W_Q5_K;
+    const size_t qbytes = q5 ? X16K5_Q : X16XS_Q, mbytes = q5 ? X16K5_META : X16XS_META;
+    const size_t gbytes = (size_t)nsb * (qbytes + mbytes);
+    const size_t ready = ((size_t)nsb * (AMX_LANE_SB + mbytes) + 63) & ~(size_t)63;
+    if (tiles < 2 || ready > AMX_RB_BYTES) /* below two tiles: amx_sb_rows' reason */
+        return 0;
+    uint8_t *blockbuf = scratch;
+    const int64_t rb_groups = (int64_t)(AMX_RB_BYTES / ready);
+    uint8_t *xt = (uint8_t *)(((uintptr_t)(blockbuf + AMX_RB_BYTES) + 63) & ~(uintptr_t)63);
+    float *dt = (float *)(xt + (size_t)(tiles * AMX_TOK) * (size_t)w->cols);
+    int32_t *ex = (int32_t *)(((uintptr_t)(dt + (size_t)(tiles * nsb * 16)) + 63) & ~(uintptr_t)63);
+    const size_t ex_tile = (size_t)nsb * 64; /* int32s a token tile */
+    amx_act_lanes(kind, xq, xrb, tiles, nsb, xt, dt, ex);
+    amx_config();
+    for (int64_t rb = r0; rb < r1; rb += 16 * rb_groups) {
+        const int64_t ng = (r1 - rb) / 16 < rb_groups ? (r1 - rb) / 16 : rb_groups;
+        for (int64_t g = 0; g < ng; g++) { /* each group's lane planes, then its scales */
+            uint8_t *buf = blockbuf + (size_t)g * ready;
+            const uint8_t *Q = grp;
+            if (src)
+                Q = src + (size_t)((rb - r0) / 16 + g) * gbytes;
+            else if (q5)
+                pack_q5k_group(w, rb / 16 + g, grp, g + 1 < ng);
+            else
+                pack_iq4xs_group(w, rb / 16 + g, grp, g + 1 < ng);
+            memcpy(buf + (size_t)nsb * AMX_LANE_SB, Q + (size_t)nsb * qbytes, (size_t)nsb * mbytes);
+            amx_unpack_lanes(kind, Q, Q + (size_t)nsb * qbytes, nsb, buf);
+        }
+        for (int64_t T = 0; T < tiles; T++)
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *buf = blockbuf + (size_t)g * ready;
+                amx_lane_tile(kind, buf, buf + (size_t)nsb * AMX_LANE_SB, nsb, xt + (size_t)(T * nsb) * 4096,
+                              dt + T * nsb * 16, ex + (size_t)T * ex_tile, y + T * AMX_TOK * w->rows + rb + 16 * g, w->rows);
             }
     }
     _tile_release(); /* back to the init state: a core whose tiles are in use stays out of its deep idle states */

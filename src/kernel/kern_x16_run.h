@@ -156,9 +156,12 @@ KT_INLINE bool x16sb_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, co
 #endif
     int64_t t0 = 0; /* the tokens done by the set's tiles (the amx set), the rest by its micro kernels */
 #ifdef X16_AMX
-    if (n >= AMX_TOK && (kind == W_Q4_K || kind == W_Q6_K)) { /* Q5_K, IQ4_XS: no tiles (kern_amx.h) */
+    if (n >= AMX_TOK) {
         uint8_t *amx_scratch = (uint8_t *)(((uintptr_t)scratch + 18 * (size_t)w->cols + 2 * 64) & ~(uintptr_t)63);
-        t0 = amx_sb_rows(kind, w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
+        if (kind == W_Q4_K || kind == W_Q6_K)
+            t0 = amx_sb_rows(kind, w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
+        else /* Q5_K, IQ4_XS: a lane a tile (kern_amx.h) */
+            t0 = amx_lane_rows(kind, w, own ? src : NULL, r0, r1, xq, xrb, n, y, grp, amx_scratch);
     }
 #endif
     for (; r < r1 && t0 < n; r += 16) {
