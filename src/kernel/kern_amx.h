@@ -175,6 +175,16 @@ KT_INLINE void amx_unpack_q4k(const uint8_t *Q, int64_t nsb, uint8_t *out)
         }
 }
 
+/* Token j's i16 pairs (bs_2p, bs_2p+1) of super-block o (bs_s = bsums[2s] + bsums[2s + 1]) into ex
+ * (amx_act_tiles_q8k's Q4_K layout; amx_mins_dot's other operand). */
+KT_INLINE void amx_bsum_pairs(const cdx_block_q8_K *xb, int32_t *ex, size_t o, int j)
+{
+    for (int p = 0; p < 4; p++) {
+        const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
+        ex[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
+    }
+}
+
 /* The whole token tiles' q8_K activations in tile order: tile T, sub-block s of super-block b at
  * xt + ((T·nsb + b)·8 + s)·512 (token j's 32 s8 at + 32j), and dt[(T·nsb + b)·16 + j] = d. Q4_K:
  * ex[((T·nsb + b)·4 + p)·16 + j] = the i16 pair (bs_2p, bs_2p+1), bs_s = bsums[2s] + bsums[2s + 1];
@@ -195,10 +205,7 @@ KT_INLINE void amx_act_tiles_q8k(int kind, const uint8_t *xq, size_t xrb, int64_
                 const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
                 dt[o * 16 + (size_t)j] = xb->d;
                 if (kind == W_Q4_K)
-                    for (int p = 0; p < 4; p++) {
-                        const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
-                        ex[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
-                    }
+                    amx_bsum_pairs(xb, ex, o, j);
                 else
                     for (int h = 0; h < 16; h++)
                         ex[(o * 16 + (size_t)h) * 16 + (size_t)j] = -32 * xb->bsums[h];
@@ -206,22 +213,37 @@ KT_INLINE void amx_act_tiles_q8k(int kind, const uint8_t *xq, size_t xrb, int64_
         }
 }
 
-/* A super-block's end (x16k_micro's): acc[t] += ai[t]·(d·da) − mi[t]·(dmin·da), mi = Σ_s m_s·bs_s
- * (vpdpwssd over the i16 pairs: the same integer as its per-sub-block products); ai reset. */
-KT_INLINE void amx_q4k_super(const uint8_t *mb, const float *dt, const int32_t *mp, __m512i *ai, float *acc)
+/* The mins of a Q4_K / Q5_K super-block's 16 rows (x16k meta at mb) as i16 pairs (m_2p, m_2p+1), for
+ * amx_mins_dot against the activations' pairs (amx_bsum_pairs). */
+KT_INLINE void amx_mins_pairs(const uint8_t *mb, __m512i *mpair)
 {
-    __m512i mpair[4];
     for (int p = 0; p < 4; p++) {
         const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p)));
         const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p + 16)));
         mpair[p] = _mm512_or_si512(a, _mm512_slli_epi32(c, 16));
     }
+}
+
+/* Σ_s m_s·bs_s of token t for the 16 rows (vpdpwssd over the i16 pairs: the same integer as the
+ * micro kernels' per-sub-block products) */
+KT_INLINE __m512i amx_mins_dot(const __m512i *mpair, const int32_t *mp, int t)
+{
+    __m512i mi = _mm512_setzero_si512();
+    for (int p = 0; p < 4; p++)
+        mi = _mm512_dpwssd_epi32(mi, mpair[p], _mm512_set1_epi32(mp[p * 16 + t]));
+    return mi;
+}
+
+/* A super-block's end (x16k_micro's): acc[t] += ai[t]·(d·da) − mi[t]·(dmin·da), mi = Σ_s m_s·bs_s;
+ * ai reset. */
+KT_INLINE void amx_q4k_super(const uint8_t *mb, const float *dt, const int32_t *mp, __m512i *ai, float *acc)
+{
+    __m512i mpair[4];
+    amx_mins_pairs(mb, mpair);
     const __m512 d = _mm512_cvtph_ps(load32(mb + 256)), dmin = _mm512_cvtph_ps(load32(mb + 288));
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++) {
-        __m512i mi = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++)
-            mi = _mm512_dpwssd_epi32(mi, mpair[p], _mm512_set1_epi32(mp[p * 16 + t]));
+        const __m512i mi = amx_mins_dot(mpair, mp, t);
         const __m512 da = _mm512_set1_ps(dt[t]);
         __m512 a = _mm512_load_ps(acc + 16 * t);
         a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(d, da), a);
@@ -513,10 +535,7 @@ KT_INLINE void amx_act_lanes(int kind, const uint8_t *xq, size_t xrb, int64_t ti
                 }
                 dt[o * 16 + (size_t)j] = xb->d;
                 if (kind == W_Q5_K)
-                    for (int p = 0; p < 4; p++) {
-                        const int lo = xb->bsums[4 * p] + xb->bsums[4 * p + 1], hi = xb->bsums[4 * p + 2] + xb->bsums[4 * p + 3];
-                        ex[(o * 4 + (size_t)p) * 16 + (size_t)j] = (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo);
-                    }
+                    amx_bsum_pairs(xb, ex, o, j);
             }
         }
 }
@@ -534,21 +553,15 @@ KT_INLINE void amx_lane_planes(__m512i wv, __m512i sc, bool sgn, uint8_t *lo, ui
 }
 
 /* Q5_K's mins of one super-block into its own float sums, as x16k5_micro takes them: fs[t] −=
- * float(Σ_s m_s·bs_s)·(dmin·da) (vpdpwssd over the i16 pairs: the same integer). */
+ * float(Σ_s m_s·bs_s)·(dmin·da). */
 KT_INLINE void amx_q5k_mins(const uint8_t *mb, const float *dt, const int32_t *mp, __m512 *fs)
 {
     __m512i mpair[4];
-    for (int p = 0; p < 4; p++) {
-        const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p)));
-        const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mb + 128 + 32 * p + 16)));
-        mpair[p] = _mm512_or_si512(a, _mm512_slli_epi32(c, 16));
-    }
+    amx_mins_pairs(mb, mpair);
     const __m512 dmin = _mm512_cvtph_ps(load32(mb + 288));
 #pragma GCC unroll 16
     for (int t = 0; t < AMX_TOK; t++) {
-        __m512i mi = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++)
-            mi = _mm512_dpwssd_epi32(mi, mpair[p], _mm512_set1_epi32(mp[p * 16 + t]));
+        const __m512i mi = amx_mins_dot(mpair, mp, t);
         fs[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, _mm512_set1_ps(dt[t])), fs[t]);
     }
 }
