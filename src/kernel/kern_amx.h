@@ -176,7 +176,7 @@ KT_INLINE void amx_unpack_q4k(const uint8_t *Q, int64_t nsb, uint8_t *out)
 }
 
 /* Token j's i16 pairs (bs_2p, bs_2p+1) of super-block o (bs_s = bsums[2s] + bsums[2s + 1]) into ex
- * (amx_act_tiles_q8k's Q4_K layout; amx_mins_dot's other operand). */
+ * (amx_act_tiles_q8k's Q4_K and Q5_K layout; amx_mins_dot's other operand). */
 KT_INLINE void amx_bsum_pairs(const cdx_block_q8_K *xb, int32_t *ex, size_t o, int j)
 {
     for (int p = 0; p < 4; p++) {
@@ -188,25 +188,36 @@ KT_INLINE void amx_bsum_pairs(const cdx_block_q8_K *xb, int32_t *ex, size_t o, i
 /* The whole token tiles' q8_K activations in tile order: tile T, sub-block s of super-block b at
  * xt + ((T·nsb + b)·8 + s)·512 (token j's 32 s8 at + 32j), and dt[(T·nsb + b)·16 + j] = d. Q4_K:
  * ex[((T·nsb + b)·4 + p)·16 + j] = the i16 pair (bs_2p, bs_2p+1), bs_s = bsums[2s] + bsums[2s + 1];
- * Q6_K: ex[((T·nsb + b)·16 + h)·16 + j] = −32·bsums[h], the bias of 16 values. */
+ * Q6_K: ex[((T·nsb + b)·16 + h)·16 + j] = −32·bsums[h], the bias of 16 values. Q5_K and IQ4_XS
+ * (amx_lane_tile) lane by lane instead: lane L of super-block b at xt + ((T·nsb + b)·8 + L)·512, token
+ * j's 32 bytes the 4 values 4L.. of each sub-block in sub-block order; Q5_K's ex as Q4_K's. */
 KT_INLINE void amx_act_tiles_q8k(int kind, const uint8_t *xq, size_t xrb, int64_t tiles, int64_t nsb, uint8_t *xt,
                                  float *dt, int32_t *ex)
 {
+    const bool lanes = kind == W_Q5_K || kind == W_IQ4_XS;
     for (int64_t T = 0; T < tiles; T++)
         for (int64_t b = 0; b < nsb; b++) {
             const size_t o = (size_t)(T * nsb + b);
-            for (int s = 0; s < 8; s++)
-#pragma GCC unroll 16
-                for (int j = 0; j < AMX_TOK; j++) {
-                    const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
-                    _mm256_store_si256((__m256i *)(xt + (o * 8 + (size_t)s) * 512 + 32 * (size_t)j), load32(xb->qs + 32 * s));
-                }
             for (int j = 0; j < AMX_TOK; j++) {
                 const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
+                if (lanes) {
+                    uint32_t q[64];
+                    memcpy(q, xb->qs, sizeof q); /* q[8s + L]: lane L of sub-block s */
+                    for (int L = 0; L < 8; L++) {
+                        uint32_t *dst = (uint32_t *)(xt + (o * 8 + (size_t)L) * 512 + 32 * (size_t)j);
+#pragma GCC unroll 8
+                        for (int s = 0; s < 8; s++)
+                            dst[s] = q[8 * s + L];
+                    }
+                } else {
+#pragma GCC unroll 8
+                    for (int s = 0; s < 8; s++)
+                        _mm256_store_si256((__m256i *)(xt + (o * 8 + (size_t)s) * 512 + 32 * (size_t)j), load32(xb->qs + 32 * s));
+                }
                 dt[o * 16 + (size_t)j] = xb->d;
-                if (kind == W_Q4_K)
+                if (kind == W_Q4_K || kind == W_Q5_K)
                     amx_bsum_pairs(xb, ex, o, j);
-                else
+                else if (kind == W_Q6_K)
                     for (int h = 0; h < 16; h++)
                         ex[(o * 16 + (size_t)h) * 16 + (size_t)j] = -32 * xb->bsums[h];
             }
@@ -507,38 +518,12 @@ KT_INLINE int64_t amx_sb_rows(int kind, const cdx_mat *w, const uint8_t *src, in
  * sum. A tile adds every 4-byte group of its depth together, so the sub-block scales go into the
  * weights: v = w·sc (Q5_K 0..1953, IQ4_XS −4064..4064) as two byte planes, lo = v mod 256 (u8) and
  * hi = v >> 8 (s8), and the lane is C_lo + 256·C_hi, the same integer. A tile is one lane of one
- * super-block: A = 16 tokens × the lane's 8 groups (32 s8: amx_act_lanes), B = 8 rows of 64 (group
+ * super-block: A = 16 tokens × the lane's 8 groups (32 s8: amx_act_tiles_q8k), B = 8 rows of 64 (group
  * s: the 16 rows' 4 products), lo by tdpbsud and hi by tdpbssd. Then x16_lane_close's float step
  * and, after the last super-block, x16_lanes_hsum (+ Q5_K's mins, x16k5_micro's own float sum). */
 
 /* Bytes a group's tile-ready super-block: 8 lanes × (lo, hi) × 512. */
 #define AMX_LANE_SB 8192
-
-/* The token tiles' q8_K activations lane by lane: tile T, lane L of super-block b at xt + ((T·nsb +
- * b)·8 + L)·512, token j's bytes at + 32j: the 4 values 4L.. of each sub-block s in s order. dt and
- * ex (Q5_K's mins pairs) as amx_act_tiles_q8k writes them for Q4_K. */
-KT_INLINE void amx_act_lanes(int kind, const uint8_t *xq, size_t xrb, int64_t tiles, int64_t nsb, uint8_t *xt, float *dt,
-                             int32_t *ex)
-{
-    for (int64_t T = 0; T < tiles; T++)
-        for (int64_t b = 0; b < nsb; b++) {
-            const size_t o = (size_t)(T * nsb + b);
-            for (int j = 0; j < AMX_TOK; j++) {
-                const cdx_block_q8_K *xb = (const cdx_block_q8_K *)(xq + (size_t)(T * AMX_TOK + j) * xrb) + b;
-                uint32_t q[64];
-                memcpy(q, xb->qs, sizeof q); /* q[8s + L]: lane L of sub-block s */
-                for (int L = 0; L < 8; L++) {
-                    uint32_t *dst = (uint32_t *)(xt + (o * 8 + (size_t)L) * 512 + 32 * (size_t)j);
-#pragma GCC unroll 8
-                    for (int s = 0; s < 8; s++)
-                        dst[s] = q[8 * s + L];
-                }
-                dt[o * 16 + (size_t)j] = xb->d;
-                if (kind == W_Q5_K)
-                    amx_bsum_pairs(xb, ex, o, j);
-            }
-        }
-}
 
 /* One group-s word of 16 rows' 4 values (wv: u8 Q5_K, s8 IQ4_XS) times the rows' scale pairs (sc:
  * x16_sc_pairs) as the lo and hi byte planes of the exact i16 products. */
@@ -604,7 +589,7 @@ KT_INLINE void amx_unpack_lanes(int kind, const uint8_t *Q, const uint8_t *meta,
 }
 
 /* 16 rows of a Q5_K or IQ4_XS group (lane planes at Qv, the x16k5 / x16xs scales at meta) × one token
- * tile (xt, dt, ex: amx_act_lanes): y[t·ys + i]. A pipeline stage is one lane of one super-block. */
+ * tile (xt, dt, ex: amx_act_tiles_q8k): y[t·ys + i]. A pipeline stage is one lane of one super-block. */
 KT_INLINE void amx_lane_tile(int kind, const uint8_t *Qv, const uint8_t *meta, int64_t nsb, const uint8_t *xt,
                              const float *dt, const int32_t *ex, float *y, int64_t ys)
 {
@@ -679,7 +664,7 @@ KT_INLINE int64_t amx_lane_rows(int kind, const cdx_mat *w, const uint8_t *src, 
     float *dt = (float *)(xt + (size_t)(tiles * AMX_TOK) * (size_t)w->cols);
     int32_t *ex = (int32_t *)(((uintptr_t)(dt + (size_t)(tiles * nsb * 16)) + 63) & ~(uintptr_t)63);
     const size_t ex_tile = (size_t)nsb * 64; /* int32s a token tile */
-    amx_act_lanes(kind, xq, xrb, tiles, nsb, xt, dt, ex);
+    amx_act_tiles_q8k(kind, xq, xrb, tiles, nsb, xt, dt, ex);
     amx_config();
     for (int64_t rb = r0; rb < r1; rb += 16 * rb_groups) {
         const int64_t ng = (r1 - rb) / 16 < rb_groups ? (r1 - rb) / 16 : rb_groups;
