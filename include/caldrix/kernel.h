@@ -38,7 +38,7 @@ CDX_API const char *cdx_cpu_vendor(void);
 CDX_API const cdx_kernels *cdx_kernels_best(void);
 /* CDX_EINVAL when CALDRIX_ISA is set to a set that is unknown or missing on this CPU. */
 CDX_API int cdx_kernels_env_check(cdx_err *err);
-/* A kernel set by name ("amx", "avx512", "avx2", "scalar"; "avx512-gemm"); NULL when unknown or this CPU lacks it. */
+/* A kernel set by name ("amx", "avx512", "avx2", "scalar"; "avx512-gemm", "amx-gemm"); NULL when unknown or this CPU lacks it. */
 CDX_API const cdx_kernels *cdx_kernels_by_isa(const char *isa);
 /* The i-th kernel set's name in the selection table (best first), whether or not this CPU runs it;
  * NULL past the end. */

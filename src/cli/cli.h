@@ -83,6 +83,8 @@ void cli_print_engine_ranges(FILE *f, const cdx_engine_opt_id *ids, int n);
 /* --dtype auto|f32|bf16 and --kv-type f32|f16|bf16 (the engine checks that the pair goes together);
  * on failure print why (cmd: "caldrix run") and return -1. */
 int cli_parse_dtype(const char *cmd, const char *s, cdx_dtype *out);
+/* The kernel sets this CPU runs, as "amx, avx512, ..., scalar" (the kernel layer's table) into buf */
+const char *cli_isa_list(char *buf, size_t n);
 int cli_parse_kv_type(const char *cmd, const char *s, uint32_t *out);
 /* The --help lines of --dtype and --kv-type (the defaults come from the model layer's one table). */
 void cli_print_dtype_help(FILE *f);

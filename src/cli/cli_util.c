@@ -250,3 +250,19 @@ void cli_print_dtype_help(FILE *f)
                "--kv-type defaults to bf16 for bf16 compute (exact: its K and V are bf16 values), else f32.\n",
             cdx_dtype_help());
 }
+
+const char *cli_isa_list(char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (size_t i = 0; cdx_kernels_name_at(i); i++) {
+        const char *isa = cdx_kernels_name_at(i);
+        if (!cdx_kernels_by_isa(isa))
+            continue;
+        int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", isa);
+        if (w < 0 || (size_t)w >= n - used)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}

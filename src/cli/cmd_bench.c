@@ -51,8 +51,8 @@ static void usage(FILE *f)
                "and a decode of GEN_TOKENS tokens one at a time (default 64), through the engine as run and\n"
                "serve use it; prints the median of RUNS runs (default 3) after a warm-up of one whole prompt\n"
                "(as llama-bench's), each on prompts the cache has not seen. THREADS defaults to the number\n"
-               "of CPUs; --isa forces a kernel set (amx, avx512, avx2, scalar; avx512-gemm: faster prefill,\n"
-               "not batch invariant). --mem-bw adds the decode ceiling: the memory bandwidth divided by the\n"
+               "of CPUs; --isa forces a kernel set (amx, avx512, avx2, scalar; avx512-gemm, amx-gemm: faster\n"
+               "prefill, not batch invariant). --mem-bw adds the decode ceiling: the memory bandwidth divided by the\n"
                "weight bytes one decoded token reads.\n"
                "--parallel N: N requests of the same lengths at once (continuous batching): aggregate and\n"
                "per-stream decode tok/s. --prefix-hit: time to first token of a prompt whose all but last\n"
@@ -249,7 +249,9 @@ int cmd_bench(int argc, char **argv)
     }
     const cdx_kernels *kern = cdx_kernels_best();
     if (isa && !(kern = cdx_kernels_by_isa(isa))) {
-        fprintf(stderr, "caldrix bench: --isa: \"%s\" is not a kernel set this CPU runs (avx512, avx512-gemm, avx2, scalar)\n", isa);
+        char sets[160];
+        fprintf(stderr, "caldrix bench: --isa: \"%s\" is not a kernel set this CPU runs (%s)\n", isa,
+                cli_isa_list(sets, sizeof sets));
         return 2;
     }
     if (threads == 0)

@@ -47,7 +47,8 @@ static const char k_run_options[] =
     "  --threads N            worker threads (default: all cores)\n"
     CLI_WEIGHT_BUDGET_HELP
     "  --isa NAME             force a kernel set: amx, avx512, avx2 or scalar (default: the best this CPU has;\n"
-    "                         avx512-gemm: faster AVX-512 prefill that is not batch invariant)\n"
+    "                         avx512-gemm, amx-gemm: faster prefill that is not batch invariant;\n"
+    "                         amx-gemm takes F16/BF16 weights in BF16 tiles)\n"
     "  --chat                 wrap the prompt (-p, -f, or stdin when it is not a terminal) in the model's\n"
     "                         chat template as one user message, with the generation prompt (a model\n"
     "                         without a template gets ChatML, as serve gives it, and stderr says so);\n"
@@ -859,8 +860,9 @@ int cmd_run(int argc, char **argv)
 
     const cdx_kernels *k = o.isa ? cdx_kernels_by_isa(o.isa) : cdx_kernels_best();
     if (!k) {
-        fprintf(stderr, "caldrix run: --isa \"%s\" is unknown or this CPU lacks it (avx512, avx512-gemm, avx2, scalar)\n",
-                o.isa);
+        char sets[160];
+        fprintf(stderr, "caldrix run: --isa \"%s\" is unknown or this CPU lacks it (this CPU runs: %s)\n", o.isa,
+                cli_isa_list(sets, sizeof sets));
         free(o.ids);
         json_decref(st.steps);
         return 2;

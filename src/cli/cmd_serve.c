@@ -73,7 +73,8 @@ static const char k_serve_usage[] =
     "                       model was trained for is allowed with a warning)\n"
     "  --kv-blocks N        KV cache pool in blocks of 16 positions (default max-batch sequences of --ctx)\n"
     "  --threads N          worker threads (default: all cores)\n"
-    "  --isa NAME           force a kernel set: amx, avx512, avx2 or scalar\n"
+    "  --isa NAME           force a kernel set: amx, avx512, avx2 or scalar (avx512-gemm, amx-gemm:\n"
+    "                       faster prefill that is not batch invariant)\n"
     CLI_SPLIT_HELP
     "  --dtype auto|f32|bf16  compute type (default auto: bf16 for bf16/f16 checkpoints; caldrix run --help)\n"
     "  --weight-budget BYTES memory the weights may hold (8G, 512M): a mixture of experts larger than\n"
@@ -701,7 +702,9 @@ int cmd_serve(int argc, char **argv)
         so.api_key = NULL;
     eo.kernels = isa ? cdx_kernels_by_isa(isa) : cdx_kernels_best();
     if (!eo.kernels) {
-        fprintf(stderr, "caldrix serve: --isa \"%s\" is unknown or this CPU lacks it (amx, avx512, avx2, scalar)\n", isa);
+        char sets[160];
+        fprintf(stderr, "caldrix serve: --isa \"%s\" is unknown or this CPU lacks it (this CPU runs: %s)\n", isa,
+                cli_isa_list(sets, sizeof sets));
         return 2;
     }
 

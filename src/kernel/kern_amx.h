@@ -690,3 +690,195 @@ KT_INLINE int64_t amx_lane_rows(int kind, const cdx_mat *w, const uint8_t *src, 
     _tile_release(); /* back to the init state: a core whose tiles are in use stays out of its deep idle states */
     return tiles * AMX_TOK;
 }
+
+#ifdef KT_AMX_BF16
+/* ---- F16 / BF16 weights in BF16 tiles (the opt-in "amx-gemm" set) ----
+ * Where the activations are rounded to the weights' half type (cdx_mat.act_half, as ggml rounds
+ * them), every value v of both sides is the sum of two bf16 values: hi = v with its low 16 bits
+ * cleared, lo = v − hi (an f16's 11 significant bits: 8 in hi, at most 3 in lo; a bf16 value: lo =
+ * 0). So w·a = hi·hi + hi·lo + lo·hi + lo·lo, four products that tdpbf16ps makes exactly, summed in
+ * f32: the f32 dot of the same values, in the tiles' order instead of the decode rows' (not batch
+ * invariant, hence opt-in; tests/kernel/test_kernels.c holds it to the double dot within f32's
+ * summation bound, and to exact sums where no order can round).
+ * Tiles: A = 16 tokens × a chunk of 32 columns of the activations' planes (made once per matmul by
+ * amxf_act, 1 KiB a tile), B = the chunk's 16 column pairs × 16 weight rows (a group's planes, made per block of
+ * AMXF_KC chunks into scratch), C = 16 tokens × 16 rows of f32, kept in y between column blocks. */
+#define AMXF_KC 16 /* chunks of 32 columns a block: a group's planes (32 KiB) stay in L1 */
+#define AMXF_A0 0  /* token tile 0: hi, lo planes; token tile 1: 2, 3 */
+#define AMXF_BH 4  /* the group's hi and lo planes */
+#define AMXF_BL 5
+#define AMXF_C0 6
+#define AMXF_C1 7
+
+KT_INLINE void amxf_config(void)
+{
+    amx_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c.rows[i] = 16;
+        c.colsb[i] = 64;
+    }
+    _tile_loadconfig(&c);
+}
+
+/* The 16 × 16 dwords r[i][j] -> r[j][i] */
+KT_INLINE void amxf_transpose16(__m512i *r)
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+    }
+}
+
+/* 32 f32 values (v0: the first 16) as their bf16 hi and lo planes, 32 bf16 each (exact: see above) */
+KT_INLINE void amxf_split(__m512 v0, __m512 v1, __m512i *hi, __m512i *lo)
+{
+    const __m512 m = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xFFFF0000u));
+    const __m512 h0 = _mm512_and_ps(v0, m), h1 = _mm512_and_ps(v1, m);
+    *hi = (__m512i)_mm512_cvtne2ps_pbh(h1, h0);
+    *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0));
+}
+
+/* ftile_act: the tokens of tiles [t0, t1) of x (cols values a token) as A tiles: tile T, chunk c (32
+ * columns) at out + ((T·nck + c)·2 + plane)·1024 bytes, token t's 32 bf16 at + 64t. */
+static void KT(amxf_act)(const float *x, int64_t cols, int64_t t0, int64_t t1, void *out)
+{
+    const int64_t nck = cols / 32;
+    for (int64_t T = t0; T < t1; T++)
+        for (int64_t c = 0; c < nck; c++) {
+            uint8_t *o = (uint8_t *)out + (size_t)((T * nck + c) * 2) * 1024;
+            for (int t = 0; t < 16; t++) {
+                const float *p = x + (T * 16 + t) * cols + 32 * c;
+                __m512i hv, lv;
+                amxf_split(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16), &hv, &lv);
+                _mm512_store_si512(o + 64 * t, hv);
+                _mm512_store_si512(o + 1024 + 64 * t, lv);
+            }
+        }
+}
+#define KT_FTILE_ACT KT(amxf_act)
+
+/* The B planes of rows [r, r + 16) of w, chunks [c0, c1): chunk c's hi plane at wb + (c − c0)·2048
+ * bytes, its lo plane 1024 bytes after (2 KiB a chunk); dword [k][i] = row i's pair (2k, 2k + 1). */
+KT_INLINE void amxf_weights(int kind, const cdx_mat *w, int64_t r, int64_t c0, int64_t c1, uint8_t *wb)
+{
+    for (int64_t c = c0; c < c1; c++) {
+        __m512i h[16], l[16];
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *p = (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes + 64 * (size_t)c;
+            __m512 v0, v1;
+            if (kind == W_F16) {
+                v0 = _mm512_cvtph_ps(load32(p));
+                v1 = _mm512_cvtph_ps(load32(p + 32));
+            } else {
+                v0 = vf_load_bf16(p);
+                v1 = vf_load_bf16(p + 32);
+            }
+            amxf_split(v0, v1, &h[i], &l[i]);
+        }
+        amxf_transpose16(h);
+        amxf_transpose16(l);
+        uint8_t *o = wb + (size_t)(c - c0) * 2048;
+        for (int k = 0; k < 16; k++) {
+            _mm512_store_si512(o + 64 * k, h[k]);
+            _mm512_store_si512(o + 1024 + 64 * k, l[k]);
+        }
+    }
+}
+
+/* Rows [r0, r1) (whole groups of 16) × the whole token tiles of n (xa: amxf_act's planes) into
+ * y[t·w->rows + r]; returns the tokens done (0: not for this matrix). BF16 weights with bf16
+ * activations have no lo planes: one product a chunk and token tile. */
+KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xa, int64_t n, float *y,
+                            void *scratch)
+{
+    const int64_t cols = w->cols, nck = cols / 32, tiles = n / 16, ys = w->rows;
+    if ((kind != W_F16 && kind != W_BF16) || cols % 32 || (r1 - r0) % 16 || tiles < CDX_FTILE_MIN_N / 16)
+        return 0;
+    const bool lo = kind == W_F16; /* bf16 values: every lo plane is zero */
+    uint8_t *wb = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    const uint8_t *xb = xa;
+    amxf_config();
+    for (int64_t c0 = 0; c0 < nck; c0 += AMXF_KC) {
+        const int64_t c1 = c0 + AMXF_KC < nck ? c0 + AMXF_KC : nck;
+        for (int64_t r = r0; r < r1; r += 16) {
+            amxf_weights(kind, w, r, c0, c1, wb);
+            int64_t T = 0;
+            for (; T + 2 <= tiles; T += 2) {
+                float *y0 = y + (T * 16) * ys + r, *y1 = y0 + 16 * ys;
+                if (c0 == 0) {
+                    _tile_zero(AMXF_C0);
+                    _tile_zero(AMXF_C1);
+                } else {
+                    _tile_loadd(AMXF_C0, y0, ys * 4);
+                    _tile_loadd(AMXF_C1, y1, ys * 4);
+                }
+                const uint8_t *a0 = xb + (size_t)(T * nck) * 2048, *a1 = a0 + (size_t)nck * 2048;
+                for (int64_t c = c0; c < c1; c++) {
+                    const uint8_t *b = wb + (size_t)(c - c0) * 2048;
+                    _tile_loadd(AMXF_BH, b, 64);
+                    _tile_loadd(0, a0 + (size_t)c * 2048, 64);
+                    _tile_loadd(2, a1 + (size_t)c * 2048, 64);
+                    _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
+                    _tile_dpbf16ps(AMXF_C1, 2, AMXF_BH);
+                    _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
+                    _tile_loadd(3, a1 + (size_t)c * 2048 + 1024, 64);
+                    _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
+                    _tile_dpbf16ps(AMXF_C1, 3, AMXF_BH);
+                    if (lo) {
+                        _tile_loadd(AMXF_BL, b + 1024, 64);
+                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
+                        _tile_dpbf16ps(AMXF_C1, 2, AMXF_BL);
+                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
+                        _tile_dpbf16ps(AMXF_C1, 3, AMXF_BL);
+                    }
+                }
+                _tile_stored(AMXF_C0, y0, ys * 4);
+                _tile_stored(AMXF_C1, y1, ys * 4);
+            }
+            if (T < tiles) { /* the last tile alone */
+                float *y0 = y + (T * 16) * ys + r;
+                if (c0 == 0)
+                    _tile_zero(AMXF_C0);
+                else
+                    _tile_loadd(AMXF_C0, y0, ys * 4);
+                const uint8_t *a0 = xb + (size_t)(T * nck) * 2048;
+                for (int64_t c = c0; c < c1; c++) {
+                    const uint8_t *b = wb + (size_t)(c - c0) * 2048;
+                    _tile_loadd(AMXF_BH, b, 64);
+                    _tile_loadd(0, a0 + (size_t)c * 2048, 64);
+                    _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
+                    _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
+                    _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
+                    if (lo) {
+                        _tile_loadd(AMXF_BL, b + 1024, 64);
+                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
+                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
+                    }
+                }
+                _tile_stored(AMXF_C0, y0, ys * 4);
+            }
+        }
+    }
+    _tile_release();
+    return tiles * 16;
+}
+#define KT_FTILES(kind, w, r0, r1, xq, n, y, scratch) amxf_rows(kind, w, r0, r1, xq, n, y, scratch)
+#endif

@@ -769,6 +769,9 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
 #ifndef KT_GEMM
 #define KT_GEMM(kind, w, r0, r1, xq, xrb, n, y, scratch) false
 #endif
+#ifndef KT_FTILES /* float tiles over prepared planes (ftile_act): the tokens done */
+#define KT_FTILES(kind, w, r0, r1, xq, n, y, scratch) ((void)(xq), (int64_t)0)
+#endif
 #ifndef KT_PACKED
 #define KT_PACKED(kind, w, r0, r1, xq, xrb, n, y, scratch) false
 #endif
@@ -787,7 +790,14 @@ static void KT(drive)(const tile_fn tab[RMAX][TMAX], const cdx_mat *w, int64_t r
     static void KT(rows_##kind)(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, \
                                 size_t xrb, int64_t n, float *y, void *scratch)                          \
     {                                                                                                    \
-        (void)xq; (void)xrb;                                                                             \
+        if (xq && !xrb && scratch) { /* the bf16 planes of whole token tiles (ftile_act) */           \
+            const int64_t done_ = KT_FTILES(kind, w, r0, r1, xq, n, y, scratch);                         \
+            x += done_ * w->cols;                                                                        \
+            y += done_ * w->rows;                                                                        \
+            n -= done_;                                                                                  \
+            if (n == 0)                                                                                  \
+                return;                                                                                  \
+        }                                                                                                \
         if (n == 1) {                                                                                    \
             fv_rows(kind, w, r0, r1, x, y);                                                              \
             return;                                                                                      \
@@ -1594,6 +1604,9 @@ const cdx_kernels KT(cdx_kernels) = {
 #endif
 #ifdef KT_ROW_BF16DP
     .row_bf16dp = KT_ROW_BF16DP,
+#endif
+#ifdef KT_FTILE_ACT
+    .ftile_act = KT_FTILE_ACT,
 #endif
     .vec = &KT(vec_ops),
     .attn_f32 = KT(attn_f32),

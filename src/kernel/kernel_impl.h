@@ -32,6 +32,10 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 /* The amx set's batches (kern_amx.h): a row block of tile-ready groups (CDX_AMX_RB_BYTES, at least
  * one group of 17 bytes a column) and the activations of the whole token tiles in tile order, with
  * their scales and bias terms. */
+/* The bf16 tile planes of n tokens' activations (whole tiles of 16: two planes of 2 bytes a value) */
+#define CDX_FTILE_TOK 16
+#define CDX_FTILE_MIN_N 32
+#define CDX_FTILE_ACT_BYTES(n, cols) ((size_t)((n) / CDX_FTILE_TOK * CDX_FTILE_TOK) * (size_t)(cols) * 4)
 #define CDX_AMX_RB_BYTES (512u << 10)
 #define CDX_AMX_SCRATCH_BYTES(c, n)                                                                   \
     ((size_t)CDX_AMX_RB_BYTES + 18 * (size_t)(c) + 3 * 64 + (size_t)(n) * (size_t)(c) +               \
@@ -49,6 +53,10 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
      * function does not know which runs) */
     size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64 + CDX_AMX_SCRATCH_BYTES(c, n);
     b = b > x16 ? b : x16;
+    if (n >= CDX_FTILE_MIN_N) { /* kern_amx.h's float tiles: a 16-row group's bf16 planes and a C tile */
+        size_t ft = 16u * 2048 + 64; /* AMXF_KC chunks of a group's two planes */
+        b = b > ft ? b : ft;
+    }
     if (n >= CDX_GEMM_MIN_N) {
         size_t rowb = (CDX_FGEMM_MAX_KC + 32) * sizeof(float), panel = CDX_FGEMM_MAX_R * rowb;
         size_t fg = (panel > CDX_FGEMM_PANEL_BYTES ? panel : CDX_FGEMM_PANEL_BYTES) + 64
@@ -116,7 +124,13 @@ struct cdx_kernels {
      * set's primitives (all `group` heads of KV head g, h0 = g·group); false, before any work: not for
      * this shape. NULL: none. */
     bool (*attn_f16)(const cdx_attn_shape *s, const cdx_attn_row *r, int nr, int g, int h0, int group);
+    /* F16/BF16 weights × activations rounded to their half type (cdx_mat.act_half) in BF16 tiles (the
+     * opt-in amx-gemm set): token tiles [t0, t1) of x (n rows of cols, cols % 32 == 0) split into
+     * their bf16 planes at out (CDX_FTILE_ACT_BYTES), once per matmul; the row kernel then gets them
+     * as xq with xq_row_bytes 0. NULL: none. */
+    void (*ftile_act)(const float *x, int64_t cols, int64_t t0, int64_t t1, void *out);
 };
+
 
 /* vdpbf16ps (matmul_bf16dp_avx512.c) and its scalar twin (matmul_bf16dp.c), which tests hold it to */
 void cdx_rows_bf16dp_avx512(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, size_t xrb,
@@ -133,5 +147,6 @@ extern const cdx_kernels cdx_kernels_avx2;
 extern const cdx_kernels cdx_kernels_avx512;
 extern const cdx_kernels cdx_kernels_avx512g; /* "avx512-gemm": not batch invariant, opt-in */
 extern const cdx_kernels cdx_kernels_amx;     /* AVX-512 with AMX tiles for batches: the avx512 set's bits */
+extern const cdx_kernels cdx_kernels_amxg;    /* "amx-gemm": amx + BF16 tiles for F16/BF16, not batch invariant, opt-in */
 
 #endif

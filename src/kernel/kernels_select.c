@@ -26,6 +26,12 @@ static bool cpu_amx(void)
     return cpu_avx512() && f->amx_tile && f->amx_int8;
 }
 
+static bool cpu_amx_bf16(void)
+{
+    const cdx_cpu_features *f = cdx_cpu_features_get();
+    return cpu_amx() && f->amx_bf16 && f->avx512bf16;
+}
+
 static const struct {
     const cdx_kernels *k;
     bool (*ok)(void);
@@ -34,6 +40,7 @@ static const struct {
     { &cdx_kernels_avx512, cpu_avx512 },
     { &cdx_kernels_avx2, cpu_avx2 },
     { &cdx_kernels_avx512g, cpu_avx512 }, /* after avx2: never the best, only by name */
+    { &cdx_kernels_amxg, cpu_amx_bf16 },  /* the same */
     { &k_scalar, cpu_any }, /* always last, always usable */
 };
 

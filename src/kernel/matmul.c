@@ -38,6 +38,8 @@ size_t cdx_matmul_ws_bytes(const cdx_mat *w, int64_t n, int n_threads)
     }
     if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16))
         bytes += (size_t)n * (size_t)w->cols * sizeof(float) + 64;
+    if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16) && n >= CDX_FTILE_MIN_N)
+        bytes += CDX_FTILE_ACT_BYTES(n, w->cols) + 64; /* a set's bf16 tile planes (ftile_act) */
     if (w->act_bf16) /* bf16 copies of the activations for a bf16 dot kernel (rows padded to even) */
         bytes += (size_t)n * (((size_t)w->cols + 1) & ~(size_t)1) * 2 + 64;
     /* per-thread scratch: a dequantized row (generic path) or a GEMM panel (fast paths) */
@@ -209,6 +211,20 @@ static void round_part(void *arg, int ith, int nth)
     j->v->round_half(j->x + a, j->xr + a, (int64_t)(e - a), j->f16);
 }
 
+/* ftile_act's token tiles, a slice per thread */
+typedef struct {
+    void (*f)(const float *x, int64_t cols, int64_t t0, int64_t t1, void *out);
+    const float *x;
+    int64_t cols, tiles;
+    void *out;
+} ftile_job;
+
+static void ftile_part(void *arg, int ith, int nth)
+{
+    const ftile_job *j = arg;
+    j->f(j->x, j->cols, j->tiles * ith / nth, j->tiles * (ith + 1) / nth, j->out);
+}
+
 /* Whether b can share a's prepared activations (one quantization, or one f16/bf16 rounding). */
 static bool same_activations(const cdx_mat *a, const cdx_mat *b)
 {
@@ -269,7 +285,8 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
         p += (size_t)n * j.xq_row_bytes;
         p = (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     }
-    if (w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16)) {
+    const bool rounded = w->act_half && (w->type == CDX_TYPE_F16 || w->type == CDX_TYPE_BF16);
+    if (rounded) {
         float *xr = (float *)p;
         size_t nx = (size_t)n * (size_t)w->cols;
         round_job rj = { .v = k && k->vec ? k->vec : &cdx_vec_scalar, .x = x, .xr = xr, .nx = nx,
@@ -280,6 +297,14 @@ void cdx_matmul_multi(const cdx_kernels *k, cdx_pool *pool, const cdx_mat *const
             round_part(&rj, 0, 1);
         j.x = xr;
         p = (uint8_t *)(((uintptr_t)(xr + nx) + 63) & ~(uintptr_t)63);
+    }
+    if (rounded && k && k->ftile_act && n >= CDX_FTILE_MIN_N && w->cols % 32 == 0) {
+        /* the rounded activations as bf16 tile planes, once for all rows and threads */
+        ftile_job fj = { .f = k->ftile_act, .x = j.x, .cols = w->cols, .tiles = n / CDX_FTILE_TOK, .out = p };
+        cdx_pool_run(pool, ftile_part, &fj);
+        j.xq = p;
+        j.xq_row_bytes = 0;
+        p = (uint8_t *)(((uintptr_t)(p + CDX_FTILE_ACT_BYTES(n, w->cols)) + 63) & ~(uintptr_t)63);
     }
     if (w->act_bf16 && w->type == CDX_TYPE_BF16 && k->row_bf16dp && cdx_cpu_features_get()->avx512bf16) {
         /* the activations are bf16 values: their bf16 bits, exactly, for vdpbf16ps */

@@ -15,7 +15,9 @@ static const uint32_t k_types_fast[] = {
     CDX_TYPE_Q4_K, CDX_TYPE_Q5_K, CDX_TYPE_Q6_K, CDX_TYPE_IQ4_XS,
 };
 #define N_FAST (sizeof k_types_fast / sizeof k_types_fast[0])
-static const char *const k_isas[] = { "amx", "avx512", "avx2", "avx512-gemm", "scalar" };
+static const char *const k_isas[] = { "amx", "avx512", "avx2", "avx512-gemm", "amx-gemm", "scalar" };
+/* the opt-in sets whose prefill sums in another order (not batch invariant) */
+static bool gemm_set(const cdx_kernels *k) { return !strcmp(cdx_kernels_isa(k), "avx512-gemm") || !strcmp(cdx_kernels_isa(k), "amx-gemm"); }
 #define N_ISAS (sizeof k_isas / sizeof k_isas[0])
 
 /* ---- random numbers (xorshift; gaussian by Irwin-Hall) ---- */
@@ -316,9 +318,8 @@ static int check_case_packed(const cdx_kernels *k, cdx_pool *pool, uint32_t type
             }
             double got = y[i * rows + r];
             /* the q8_K dots have the scalar twin's bits on every set (quant_ref.h, quant_k.c); only
-             * the opt-in avx512-gemm prefill sums in another order */
-            const bool bits = vt && t->vec_dot_type == CDX_TYPE_Q8_K &&
-                              (strcmp(cdx_kernels_isa(k), "avx512-gemm") || n < CDX_GEMM_MIN_N);
+             * the opt-in avx512-gemm and amx-gemm prefills sum in another order */
+            const bool bits = vt && t->vec_dot_type == CDX_TYPE_Q8_K && (!gemm_set(k) || n < CDX_GEMM_MIN_N);
             if (bits ? got != ref : !(fabs(got - ref) <= 1e-5 * fabs(ref) + 2e-6 * as + 1e-30)) {
                 if (bad++ < 3)
                     fprintf(stderr, "    %s %s rows %lld blocks %lld n %lld: y[%lld][%lld] = %.9g, scalar %.9g\n",
@@ -520,7 +521,7 @@ static void matmul_multi_equals_separate_calls(void)
 
 /* Batch invariance: a row's result has the same bits whether its activation row is computed alone
  * or among n others (packed layouts and native, every type, every batch-invariant set). The
- * opt-in avx512-gemm set is the one that is not, and is left out. */
+ * opt-in avx512-gemm and amx-gemm sets are the ones that are not, and are left out. */
 static void matmul_rows_are_batch_invariant(void)
 {
     cdx_err e = {0};
@@ -606,7 +607,7 @@ static void isa_env_names_a_set_or_is_refused(void)
     size_t n_sets = 0;
     while (cdx_kernels_name_at(n_sets))
         n_sets++;
-    CHECK(n_sets == 5 && !strcmp(cdx_kernels_name_at(n_sets - 1), "scalar"));
+    CHECK(n_sets == 6 && !strcmp(cdx_kernels_name_at(n_sets - 1), "scalar"));
     if (!cdx_kernels_by_isa("avx512")) {
         setenv("CALDRIX_ISA", "avx512", 1);
         CHECK(cdx_kernels_env_check(&e) == CDX_EINVAL);
@@ -1175,6 +1176,98 @@ static void amx_batches_have_the_avx512_bits(void)
     cdx_pool_destroy(pool);
 }
 
+/* The amx-gemm set's BF16 tiles (F16/BF16 weights, activations rounded to the weights' type as
+ * ggml rounds them, cdx_mat.act_half): each product is exact (two bf16 halves a side), so a row is
+ * the f32 sum of the exact products in some order: within f32's summation bound of the double dot
+ * (Higham: |error| <= (K·u)·Σ|w·a|, u = 2^-24, here with K = cols + 32), and equal to it where every
+ * partial sum is exact. A lost half-product (2^-9 of a term) fails both. Whole token tiles go to the
+ * tiles, the tokens past them to the float GEMM: n = 32, 33, 47, 64, 80. */
+static void amx_gemm_float_tiles_are_exact_products(void)
+{
+    const cdx_kernels *k = cdx_kernels_by_isa("amx-gemm");
+    if (!k) {
+        t_skip_isa("amx-gemm");
+        return;
+    }
+    cdx_err e = {0};
+    cdx_pool *pool;
+    REQUIRE(cdx_pool_create(2, &pool, &e) == CDX_OK);
+    const uint32_t types[] = { CDX_TYPE_F16, CDX_TYPE_BF16 };
+    const int64_t rows_v[] = { 16, 48 }, cols_v[] = { 64, 512, 1056 }, ns[] = { 32, 33, 47, 64, 80 };
+    int checked = 0, bad = 0;
+    for (size_t ti = 0; ti < 2; ti++) {
+        const bool f16 = types[ti] == CDX_TYPE_F16;
+        for (size_t ri = 0; ri < 2; ri++)
+            for (size_t ci = 0; ci < 3; ci++) {
+                const int64_t rows = rows_v[ri], cols = cols_v[ci], n_max = 80;
+                uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+                float *wf = malloc(sizeof(float) * (size_t)(rows * cols)), *x = malloc(sizeof(float) * (size_t)(cols * n_max));
+                float *y = malloc(sizeof(float) * (size_t)(rows * n_max));
+                REQUIRE(w && wf && x && y);
+                for (int64_t i = 0; i < rows * cols; i++) {
+                    w[i] = f16 ? cdx_f32_to_f16(gauss() * 0.1f) : cdx_f32_to_bf16(gauss() * 0.1f);
+                    wf[i] = f16 ? cdx_f16_to_f32(w[i]) : cdx_bf16_to_f32(w[i]);
+                }
+                for (int64_t i = 0; i < cols * n_max; i++) { /* the values matmul rounds them to */
+                    const float v = gauss() * (i % 61 == 7 ? 8 : 1);
+                    x[i] = f16 ? cdx_f16_to_f32(cdx_f32_to_f16(v)) : cdx_bf16_to_f32(cdx_f32_to_bf16(v));
+                }
+                cdx_mat m = { .type = types[ti], .data = w, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2,
+                              .act_half = true };
+                void *ws = malloc(cdx_matmul_ws_bytes(&m, n_max, cdx_pool_size(pool)));
+                REQUIRE(ws);
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int64_t n = ns[ni];
+                    for (int64_t i = 0; i < rows * n; i++)
+                        y[i] = NAN;
+                    cdx_matmul(k, pool, &m, x, n, y, ws);
+                    for (int64_t t = 0; t < n; t++)
+                        for (int64_t r = 0; r < rows; r++, checked++) {
+                            double ref = 0, as = 0;
+                            for (int64_t c = 0; c < cols; c++) {
+                                ref += (double)wf[r * cols + c] * x[t * cols + c];
+                                as += fabs((double)wf[r * cols + c] * x[t * cols + c]);
+                            }
+                            const double got = y[t * rows + r], tol = (double)(cols + 32) * 0x1p-24 * as;
+                            if (!(fabs(got - ref) <= tol) && bad++ < 3)
+                                fprintf(stderr, "    amx-gemm %s rows %lld cols %lld n %lld: y[%lld][%lld] = %.9g, "
+                                        "double %.9g (tolerance %.3g)\n", f16 ? "f16" : "bf16", (long long)rows,
+                                        (long long)cols, (long long)n, (long long)t, (long long)r, got, ref, tol);
+                        }
+                }
+                free(ws); free(w); free(wf); free(x); free(y);
+            }
+        /* exact sums: 8 equal terms a row (the other columns 0), each term (1 + h)(1 + h) with h = 2^-10
+         * (f16: hi 1, lo 2^-10, so the lo·lo product 2^-20 counts) or 2^-7 (bf16); every partial sum
+         * of m <= 8 terms fits f32's 24 bits, so any order gives 8·(1 + 2h + h²) exactly */
+        const int64_t rows = 32, cols = 64, n = 40;
+        const float h = f16 ? 0x1p-10f : 0x1p-7f;
+        uint16_t *w = calloc((size_t)(rows * cols), sizeof(uint16_t));
+        float *x = calloc((size_t)(cols * n), sizeof(float)), *y = malloc(sizeof(float) * (size_t)(rows * n));
+        REQUIRE(w && x && y);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 3; c < cols; c += 8)
+                w[r * cols + c] = f16 ? cdx_f32_to_f16(1 + h) : cdx_f32_to_bf16(1 + h);
+        for (int64_t i = 0; i < cols * n; i++)
+            x[i] = 1 + h;
+        cdx_mat m = { .type = types[ti], .data = w, .rows = rows, .cols = cols, .row_bytes = (size_t)cols * 2,
+                      .act_half = true };
+        void *ws = malloc(cdx_matmul_ws_bytes(&m, n, cdx_pool_size(pool)));
+        REQUIRE(ws);
+        cdx_matmul(k, pool, &m, x, n, y, ws);
+        const float want = 8 * (1 + 2 * h + h * h);
+        int off = 0;
+        for (int64_t i = 0; i < rows * n; i++, checked++)
+            off += y[i] != want;
+        CHECKF(off == 0, "%s exact sums: %d of %lld differ (y[0] = %.9g, want %.9g)", f16 ? "f16" : "bf16", off,
+               (long long)(rows * n), y[0], want);
+        free(ws); free(w); free(x); free(y);
+    }
+    CHECKF(bad == 0, "%d of %d outputs outside f32's summation bound", bad, checked);
+    CHECK(checked > 0);
+    cdx_pool_destroy(pool);
+}
+
 int main(void)
 {
     RUN("cpu features match /proc/cpuinfo's flags", cpu_features_match_proc_cpuinfo);
@@ -1189,6 +1282,7 @@ int main(void)
     RUN("packed layouts match the scalar dot", packed_layouts_match_scalar);
     RUN("in-place rows match the packed bits", in_place_rows_match_packed_bits);
     RUN("amx batches have the avx512 set's bits", amx_batches_have_the_avx512_bits);
+    RUN("amx-gemm's bf16 tiles sum exact products (f16, bf16)", amx_gemm_float_tiles_are_exact_products);
     RUN("matmul_multi equals separate calls", matmul_multi_equals_separate_calls);
     RUN("prefill handles rows longer than one unpack chunk", prefill_handles_long_rows);
     RUN("f16/bf16 activation rounding matches the scalar twin", half_rounding_matches_scalar);
