@@ -3,7 +3,7 @@
  *
  *   build/bench-kernels [-t THREADS] [--isa amx|avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
  *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]
- *                       [--no-pack] [--act-bf16]
+ *                       [--no-pack] [--act-bf16] [--act-half]
  *
  * The weights of each type are copied until the set is larger than any cache (--ws MiB, default
  * 1024), and the matvec walks the copies in turn, so every byte comes from DRAM, as in decode.
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     double secs = 1.0;
     size_t ws_mib = 1024;
     const char *only = NULL;
-    bool no_pack = false, act_bf16 = false;
+    bool no_pack = false, act_bf16 = false, act_half = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = argv[++i];
@@ -123,9 +123,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--no-pack")) no_pack = true;
         else if (!strcmp(argv[i], "--act-bf16")) act_bf16 = true;
+        else if (!strcmp(argv[i], "--act-half")) act_half = true;
         else {
             fprintf(stderr, "usage: %s [-t THREADS] [--isa amx|avx512|avx2|scalar] [--rows R] [--cols C] [--secs S] "
-                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...] [--no-pack] [--act-bf16]\n", argv[0]);
+                            "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...] [--no-pack] [--act-bf16] [--act-half]\n", argv[0]);
             return 2;
         }
     }
@@ -191,8 +192,11 @@ int main(int argc, char **argv)
             memcpy(w + c * mat, w, mat);
         madvise(w, (mat * copies + 63) / 64 * 64, MADV_HUGEPAGE); /* as the model's weights */
         /* --act-bf16: bf16 activations, as --dtype bf16 models have them (vdpbf16ps where the CPU has it) */
+        /* --act-half: F16/BF16 weights get activations rounded to their type, as a GGUF model's do
+         * (what amx-gemm's BF16 tiles take) */
         cdx_mat m = { .type = type, .data = w, .rows = rows, .cols = cols, .row_bytes = rb,
-                      .act_bf16 = act_bf16 && type == CDX_TYPE_BF16 };
+                      .act_bf16 = act_bf16 && type == CDX_TYPE_BF16,
+                      .act_half = act_half && !act_bf16 && (type == CDX_TYPE_F16 || type == CDX_TYPE_BF16) };
         /* the kernel set's load-time layout, where it has one, for every copy */
         const size_t pb = no_pack ? 0 : cdx_matmul_pack_bytes(k, &m);
         uint8_t *pk = pb ? aligned_alloc(64, (pb * copies + 63) / 64 * 64) : NULL;

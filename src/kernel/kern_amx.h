@@ -703,7 +703,7 @@ KT_INLINE int64_t amx_lane_rows(int kind, const cdx_mat *w, const uint8_t *src, 
  * Tiles: A = 16 tokens × a chunk of 32 columns of the activations' planes (made once per matmul by
  * amxf_act, 1 KiB a tile), B = the chunk's 16 column pairs × 16 weight rows (a group's planes, made per block of
  * AMXF_KC chunks into scratch), C = 16 tokens × 16 rows of f32, kept in y between column blocks. */
-#define AMXF_KC 16 /* chunks of 32 columns a block: a group's planes (32 KiB) stay in L1 */
+#define AMXF_KC CDX_FTILE_KC /* chunks of 32 columns a block: a group's planes (32 KiB) stay in L1 */
 #define AMXF_A0 0  /* token tile 0: hi, lo planes; token tile 1: 2, 3 */
 #define AMXF_BH 4  /* the group's hi and lo planes */
 #define AMXF_BL 5
