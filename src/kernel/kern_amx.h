@@ -702,7 +702,9 @@ KT_INLINE int64_t amx_lane_rows(int kind, const cdx_mat *w, const uint8_t *src, 
  * summation bound, and to exact sums where no order can round).
  * Tiles: A = 16 tokens × a chunk of 32 columns of the activations' planes (made once per matmul by
  * amxf_act, 1 KiB a tile), B = the chunk's 16 column pairs × 16 weight rows (a group's planes, made per block of
- * AMXF_KC chunks into scratch), C = 16 tokens × 16 rows of f32, kept in y between column blocks. */
+ * AMXF_KC chunks into scratch), C = 16 tokens × 16 rows of f32, kept in scratch between column blocks
+ * (row blocks of CDX_FTILE_RB groups, so that the column block's activations are read from L2 by all of
+ * them) and stored in y after the last. */
 #define AMXF_KC CDX_FTILE_KC /* chunks of 32 columns a block: a group's planes (32 KiB) stay in L1 */
 #define AMXF_A0 0  /* token tile 0: hi, lo planes; token tile 1: 2, 3 */
 #define AMXF_BH 4  /* the group's hi and lo planes */
@@ -814,66 +816,83 @@ KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, 
         return 0;
     const bool lo = kind == W_F16; /* bf16 values: every lo plane is zero */
     uint8_t *wb = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    /* the C tiles of a row block between column blocks, 1 KiB each, in the order they are used */
+    uint8_t *cbuf = (uint8_t *)(((uintptr_t)(wb + (size_t)AMXF_KC * 2048) + 63) & ~(uintptr_t)63);
     const uint8_t *xb = xa;
     amxf_config();
-    for (int64_t c0 = 0; c0 < nck; c0 += AMXF_KC) {
-        const int64_t c1 = c0 + AMXF_KC < nck ? c0 + AMXF_KC : nck;
-        for (int64_t r = r0; r < r1; r += 16) {
-            amxf_weights(kind, w, r, c0, c1, wb);
-            int64_t T = 0;
-            for (; T + 2 <= tiles; T += 2) {
-                float *y0 = y + (T * 16) * ys + r, *y1 = y0 + 16 * ys;
-                if (c0 == 0) {
-                    _tile_zero(AMXF_C0);
-                    _tile_zero(AMXF_C1);
-                } else {
-                    _tile_loadd(AMXF_C0, y0, ys * 4);
-                    _tile_loadd(AMXF_C1, y1, ys * 4);
-                }
-                const uint8_t *a0 = xb + (size_t)(T * nck) * 2048, *a1 = a0 + (size_t)nck * 2048;
-                for (int64_t c = c0; c < c1; c++) {
-                    const uint8_t *b = wb + (size_t)(c - c0) * 2048;
-                    _tile_loadd(AMXF_BH, b, 64);
-                    _tile_loadd(0, a0 + (size_t)c * 2048, 64);
-                    _tile_loadd(2, a1 + (size_t)c * 2048, 64);
-                    _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
-                    _tile_dpbf16ps(AMXF_C1, 2, AMXF_BH);
-                    _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
-                    _tile_loadd(3, a1 + (size_t)c * 2048 + 1024, 64);
-                    _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
-                    _tile_dpbf16ps(AMXF_C1, 3, AMXF_BH);
-                    if (lo) {
-                        _tile_loadd(AMXF_BL, b + 1024, 64);
-                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
-                        _tile_dpbf16ps(AMXF_C1, 2, AMXF_BL);
-                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
-                        _tile_dpbf16ps(AMXF_C1, 3, AMXF_BL);
+    for (int64_t rb = r0; rb < r1; rb += 16 * CDX_FTILE_RB) {
+        const int64_t re = rb + 16 * CDX_FTILE_RB < r1 ? rb + 16 * CDX_FTILE_RB : r1;
+        for (int64_t c0 = 0; c0 < nck; c0 += AMXF_KC) {
+            const int64_t c1 = c0 + AMXF_KC < nck ? c0 + AMXF_KC : nck;
+            const bool first = c0 == 0, last = c1 == nck;
+            for (int64_t r = rb; r < re; r += 16) {
+                amxf_weights(kind, w, r, c0, c1, wb);
+                uint8_t *cg = cbuf + (size_t)((r - rb) / 16 * tiles) * 1024;
+                int64_t T = 0;
+                for (; T + 2 <= tiles; T += 2) {
+                    float *y0 = y + (T * 16) * ys + r, *y1 = y0 + 16 * ys;
+                    uint8_t *k0 = cg + (size_t)T * 1024, *k1 = k0 + 1024;
+                    if (first) {
+                        _tile_zero(AMXF_C0);
+                        _tile_zero(AMXF_C1);
+                    } else {
+                        _tile_loadd(AMXF_C0, k0, 64);
+                        _tile_loadd(AMXF_C1, k1, 64);
+                    }
+                    const uint8_t *a0 = xb + (size_t)(T * nck) * 2048, *a1 = a0 + (size_t)nck * 2048;
+                    for (int64_t c = c0; c < c1; c++) {
+                        const uint8_t *b = wb + (size_t)(c - c0) * 2048;
+                        _tile_loadd(AMXF_BH, b, 64);
+                        _tile_loadd(0, a0 + (size_t)c * 2048, 64);
+                        _tile_loadd(2, a1 + (size_t)c * 2048, 64);
+                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
+                        _tile_dpbf16ps(AMXF_C1, 2, AMXF_BH);
+                        _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
+                        _tile_loadd(3, a1 + (size_t)c * 2048 + 1024, 64);
+                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
+                        _tile_dpbf16ps(AMXF_C1, 3, AMXF_BH);
+                        if (lo) {
+                            _tile_loadd(AMXF_BL, b + 1024, 64);
+                            _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
+                            _tile_dpbf16ps(AMXF_C1, 2, AMXF_BL);
+                            _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
+                            _tile_dpbf16ps(AMXF_C1, 3, AMXF_BL);
+                        }
+                    }
+                    if (last) {
+                        _tile_stored(AMXF_C0, y0, ys * 4);
+                        _tile_stored(AMXF_C1, y1, ys * 4);
+                    } else {
+                        _tile_stored(AMXF_C0, k0, 64);
+                        _tile_stored(AMXF_C1, k1, 64);
                     }
                 }
-                _tile_stored(AMXF_C0, y0, ys * 4);
-                _tile_stored(AMXF_C1, y1, ys * 4);
-            }
-            if (T < tiles) { /* the last tile alone */
-                float *y0 = y + (T * 16) * ys + r;
-                if (c0 == 0)
-                    _tile_zero(AMXF_C0);
-                else
-                    _tile_loadd(AMXF_C0, y0, ys * 4);
-                const uint8_t *a0 = xb + (size_t)(T * nck) * 2048;
-                for (int64_t c = c0; c < c1; c++) {
-                    const uint8_t *b = wb + (size_t)(c - c0) * 2048;
-                    _tile_loadd(AMXF_BH, b, 64);
-                    _tile_loadd(0, a0 + (size_t)c * 2048, 64);
-                    _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
-                    _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
-                    _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
-                    if (lo) {
-                        _tile_loadd(AMXF_BL, b + 1024, 64);
-                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
-                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
+                if (T < tiles) { /* the last tile alone */
+                    float *y0 = y + (T * 16) * ys + r;
+                    uint8_t *k0 = cg + (size_t)T * 1024;
+                    if (first)
+                        _tile_zero(AMXF_C0);
+                    else
+                        _tile_loadd(AMXF_C0, k0, 64);
+                    const uint8_t *a0 = xb + (size_t)(T * nck) * 2048;
+                    for (int64_t c = c0; c < c1; c++) {
+                        const uint8_t *b = wb + (size_t)(c - c0) * 2048;
+                        _tile_loadd(AMXF_BH, b, 64);
+                        _tile_loadd(0, a0 + (size_t)c * 2048, 64);
+                        _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
+                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
+                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
+                        if (lo) {
+                            _tile_loadd(AMXF_BL, b + 1024, 64);
+                            _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
+                            _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
+                        }
                     }
+                    if (last)
+                        _tile_stored(AMXF_C0, y0, ys * 4);
+                    else
+                        _tile_stored(AMXF_C0, k0, 64);
                 }
-                _tile_stored(AMXF_C0, y0, ys * 4);
             }
         }
     }

@@ -36,6 +36,7 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 #define CDX_FTILE_TOK 16
 #define CDX_FTILE_MIN_N 32
 #define CDX_FTILE_KC 16 /* chunks of 32 columns a block of a group's planes (2 KiB a chunk, in scratch) */
+#define CDX_FTILE_RB 8  /* groups of 16 rows whose C tiles (1 KiB a token tile) scratch keeps between blocks */
 #define CDX_FTILE_ACT_BYTES(n, cols) ((size_t)((n) / CDX_FTILE_TOK * CDX_FTILE_TOK) * (size_t)(cols) * 4)
 #define CDX_AMX_RB_BYTES (512u << 10)
 #define CDX_AMX_SCRATCH_BYTES(c, n)                                                                   \
@@ -55,7 +56,7 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
     size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64 + CDX_AMX_SCRATCH_BYTES(c, n);
     b = b > x16 ? b : x16;
     if (n >= CDX_FTILE_MIN_N) { /* kern_amx.h's float tiles: a 16-row group's bf16 planes and a C tile */
-        size_t ft = CDX_FTILE_KC * 2048u + 64; /* a block of a group's two planes */
+        size_t ft = CDX_FTILE_KC * 2048u + 64 + (size_t)CDX_FTILE_RB * (size_t)(n / 16) * 1024 + 64; /* planes, C tiles */
         b = b > ft ? b : ft;
     }
     if (n >= CDX_GEMM_MIN_N) {
