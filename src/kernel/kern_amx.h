@@ -828,10 +828,11 @@ KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, 
             for (int64_t r = rb; r < re; r += 16) {
                 amxf_weights(kind, w, r, c0, c1, wb);
                 uint8_t *cg = cbuf + (size_t)((r - rb) / 16 * tiles) * 1024;
-                int64_t T = 0;
-                for (; T + 2 <= tiles; T += 2) {
+                /* token tiles two at a time; an odd last one is computed in both C tiles, stored once */
+                for (int64_t T = 0; T < tiles; T += 2) {
+                    const bool two = T + 1 < tiles;
                     float *y0 = y + (T * 16) * ys + r, *y1 = y0 + 16 * ys;
-                    uint8_t *k0 = cg + (size_t)T * 1024, *k1 = k0 + 1024;
+                    uint8_t *k0 = cg + (size_t)T * 1024, *k1 = two ? k0 + 1024 : k0;
                     if (first) {
                         _tile_zero(AMXF_C0);
                         _tile_zero(AMXF_C1);
@@ -839,7 +840,7 @@ KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, 
                         _tile_loadd(AMXF_C0, k0, 64);
                         _tile_loadd(AMXF_C1, k1, 64);
                     }
-                    const uint8_t *a0 = xb + (size_t)(T * nck) * 2048, *a1 = a0 + (size_t)nck * 2048;
+                    const uint8_t *a0 = xb + (size_t)(T * nck) * 2048, *a1 = two ? a0 + (size_t)nck * 2048 : a0;
                     for (int64_t c = c0; c < c1; c++) {
                         const uint8_t *b = wb + (size_t)(c - c0) * 2048;
                         _tile_loadd(AMXF_BH, b, 64);
@@ -861,37 +862,13 @@ KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, 
                     }
                     if (last) {
                         _tile_stored(AMXF_C0, y0, ys * 4);
-                        _tile_stored(AMXF_C1, y1, ys * 4);
+                        if (two)
+                            _tile_stored(AMXF_C1, y1, ys * 4);
                     } else {
                         _tile_stored(AMXF_C0, k0, 64);
-                        _tile_stored(AMXF_C1, k1, 64);
+                        if (two)
+                            _tile_stored(AMXF_C1, k1, 64);
                     }
-                }
-                if (T < tiles) { /* the last tile alone */
-                    float *y0 = y + (T * 16) * ys + r;
-                    uint8_t *k0 = cg + (size_t)T * 1024;
-                    if (first)
-                        _tile_zero(AMXF_C0);
-                    else
-                        _tile_loadd(AMXF_C0, k0, 64);
-                    const uint8_t *a0 = xb + (size_t)(T * nck) * 2048;
-                    for (int64_t c = c0; c < c1; c++) {
-                        const uint8_t *b = wb + (size_t)(c - c0) * 2048;
-                        _tile_loadd(AMXF_BH, b, 64);
-                        _tile_loadd(0, a0 + (size_t)c * 2048, 64);
-                        _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
-                        _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
-                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
-                        if (lo) {
-                            _tile_loadd(AMXF_BL, b + 1024, 64);
-                            _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
-                            _tile_dpbf16ps(AMXF_C0, 1, AMXF_BL);
-                        }
-                    }
-                    if (last)
-                        _tile_stored(AMXF_C0, y0, ys * 4);
-                    else
-                        _tile_stored(AMXF_C0, k0, 64);
                 }
             }
         }
