@@ -1,7 +1,7 @@
 /* Kernel micro-benchmark (not a test): decode matvec GB/s per weight type against the machine's
  * measured read bandwidth, and prefill (n = 128) GFLOP/s. Run with bench/run-kernels.sh.
  *
- *   build/bench-kernels [-t THREADS] [--isa amx|avx512|avx2|scalar] [--rows R] [--cols C] [--secs S]
+ *   build/bench-kernels [-t THREADS] [--isa amx|avx512|avx2|scalar|avx512-gemm|amx-gemm] [--rows R] [--cols C] [--secs S]
  *                       [--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...]
  *                       [--no-pack] [--act-bf16] [--act-half]
  *
@@ -125,7 +125,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--act-bf16")) act_bf16 = true;
         else if (!strcmp(argv[i], "--act-half")) act_half = true;
         else {
-            fprintf(stderr, "usage: %s [-t THREADS] [--isa amx|avx512|avx2|scalar] [--rows R] [--cols C] [--secs S] "
+            fprintf(stderr, "usage: %s [-t THREADS] [--isa amx|avx512|avx2|scalar|avx512-gemm|amx-gemm] [--rows R] [--cols C] [--secs S] "
                             "[--ws MiB] [-p PREFILL_TOKENS] [--cpu-time] [--types f32,bf16,...] [--no-pack] [--act-bf16] [--act-half]\n", argv[0]);
             return 2;
         }

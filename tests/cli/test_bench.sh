@@ -71,6 +71,20 @@ for t in F16 BF16 Q8_0 Q4_0 Q4_K_M; do
     "$CALDRIX" bench "$tmp/tiny-$t.gguf" -t 2 -p 12 -n 5 -r 2 --json >"$tmp/t.json" 2>"$tmp/err"
     check "synth tiny $t writes a model that caldrix bench runs" '[ $rc -eq 0 ] && positive_json "$tmp/t.json"'
 done
+# the opt-in amx-gemm set: F16 and BF16 prompts of whole 16-token tiles through its BF16 tiles
+# (tests/kernel/test_kernels.c holds their sums); where the CPU lacks it, a usage error naming the
+# sets it has
+if "$CALDRIX" doctor | grep -q ' amx-gemm'; then
+    for t in F16 BF16; do
+        "$CALDRIX" bench "$tmp/tiny-$t.gguf" -t 2 -p 48 -n 4 -r 1 --isa amx-gemm --json >"$tmp/ag.json" 2>/dev/null
+        check "bench --isa amx-gemm runs a $t prompt of 48 tokens" \
+            'python3 -c "import json,sys; o=json.load(open(sys.argv[1])); assert o[\"isa\"] == \"amx-gemm\" and o[\"prefill_tok_s\"] > 0 and len(o[\"greedy_tokens\"]) >= 4, o" "$tmp/ag.json"'
+    done
+else
+    echo "# skipped the amx-gemm set: this CPU lacks it (AMX-BF16)"
+    "$CALDRIX" bench "$M" --isa amx-gemm >/dev/null 2>"$tmp/err"; rc=$?
+    check "bench --isa amx-gemm without AMX-BF16 is a usage error naming the sets" '[ $rc -eq 2 ] && grep -q scalar "$tmp/err"'
+fi
 "$CALDRIX" synth "$tmp/q3.gguf" --shape tiny-qwen3 --type Q8_0 2>/dev/null
 "$CALDRIX" bench "$tmp/q3.gguf" -t 2 -p 12 -n 5 -r 2 --json >"$tmp/t.json" 2>/dev/null
 check "synth tiny-qwen3 writes a qwen3 model that caldrix bench runs" \
