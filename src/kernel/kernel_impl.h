@@ -29,15 +29,15 @@ typedef void (*cdx_row_kernel)(const cdx_mat *w, int64_t r0, int64_t r1, const f
 #define CDX_FGEMM_MAX_RP 64
 #define CDX_FGEMM_MAX_TP 48
 #define CDX_FGEMM_MAX_KC 1024
-/* The amx set's batches (kern_amx.h): a row block of tile-ready groups (CDX_AMX_RB_BYTES, at least
- * one group of 17 bytes a column) and the activations of the whole token tiles in tile order, with
- * their scales and bias terms. */
 /* The bf16 tile planes of n tokens' activations (whole tiles of 16: two planes of 2 bytes a value) */
 #define CDX_FTILE_TOK 16
 #define CDX_FTILE_MIN_N 32
 #define CDX_FTILE_KC 16 /* chunks of 32 columns a block of a group's planes (2 KiB a chunk, in scratch) */
 #define CDX_FTILE_RB 8  /* groups of 16 rows whose C tiles (1 KiB a token tile) scratch keeps between blocks */
 #define CDX_FTILE_ACT_BYTES(n, cols) ((size_t)((n) / CDX_FTILE_TOK * CDX_FTILE_TOK) * (size_t)(cols) * 4)
+/* The amx set's batches (kern_amx.h): a row block of tile-ready groups (CDX_AMX_RB_BYTES, at least
+ * one group of 17 bytes a column) and the activations of the whole token tiles in tile order, with
+ * their scales and bias terms. */
 #define CDX_AMX_RB_BYTES (512u << 10)
 #define CDX_AMX_SCRATCH_BYTES(c, n)                                                                   \
     ((size_t)CDX_AMX_RB_BYTES + 18 * (size_t)(c) + 3 * 64 + (size_t)(n) * (size_t)(c) +               \
@@ -55,8 +55,8 @@ static inline size_t cdx_kernel_scratch_bytes(int64_t cols, int64_t n)
      * function does not know which runs) */
     size_t x16 = (size_t)n * (c / 32) * 8 + 64 + 17 * c + 64 + CDX_AMX_SCRATCH_BYTES(c, n);
     b = b > x16 ? b : x16;
-    if (n >= CDX_FTILE_MIN_N) { /* kern_amx.h's float tiles: a 16-row group's bf16 planes and a C tile */
-        size_t ft = CDX_FTILE_KC * 2048u + 64 + (size_t)CDX_FTILE_RB * (size_t)(n / 16) * 1024 + 64; /* planes, C tiles */
+    if (n >= CDX_FTILE_MIN_N) { /* kern_amx.h's float tiles: a block of a group's planes, a row block's C tiles */
+        size_t ft = CDX_FTILE_KC * 2048u + 64 + (size_t)CDX_FTILE_RB * (size_t)(n / 16) * 1024 + 64;
         b = b > ft ? b : ft;
     }
     if (n >= CDX_GEMM_MIN_N) {
@@ -132,7 +132,6 @@ struct cdx_kernels {
      * as xq with xq_row_bytes 0. NULL: none. */
     void (*ftile_act)(const float *x, int64_t cols, int64_t t0, int64_t t1, void *out);
 };
-
 
 /* vdpbf16ps (matmul_bf16dp_avx512.c) and its scalar twin (matmul_bf16dp.c), which tests hold it to */
 void cdx_rows_bf16dp_avx512(const cdx_mat *w, int64_t r0, int64_t r1, const float *x, const void *xq, size_t xrb,
