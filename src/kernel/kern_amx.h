@@ -79,6 +79,16 @@ KT_INLINE void amx_prefetch_pair(const uint8_t *q)
     }
 }
 
+/* The weights and activations of the stage two ahead (2 KiB on), from L2 into L1: a token tile after
+ * the first reads its group's weights from L2 (bench-kernels -t 1 Q8_0 2048 x 8192 x 512: +6-10 %) */
+KT_INLINE void amx_prefetch_l1(const uint8_t *q, const uint8_t *x)
+{
+    for (size_t o = 0; o < 1024; o += 64) {
+        _mm_prefetch((const char *)(q + 2048 + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + 2048 + o), _MM_HINT_T0);
+    }
+}
+
 /* Two tile products into CA and CB: activations at xa (xb) times weights at qa (qb), 16 tokens ×
  * 16 rows of i32 each, the tiles' shapes as amx_config_for set them. */
 #define AMX_TILES2(xa, qa, xb, qb, CA, CB)  \
@@ -130,7 +140,7 @@ KT_INLINE void amx_x16_tile(const uint8_t *Qv, const uint16_t *S, int64_t nb, co
         acc[t] = _mm512_setzero_ps();
 #define X16_POST(c, b) amx_block_post((c), _mm512_cvtph_ps(load32(S + 16 * (b))), dt + 16 * (b), st + 16 * (b), acc)
     /* a stage: blocks 2p and 2p + 1 */
-#define X16_ISSUE(p, CA, CB)                                                                                        do {                                                                                                                if (pf)                                                                                                             amx_prefetch_pair(Qv + (size_t)(p) * 1024);                                                                 AMX_TILES2(xt + (size_t)(p) * 1024, Qv + (size_t)(p) * 1024, xt + (size_t)(p) * 1024 + 512,                                  Qv + (size_t)(p) * 1024 + 512, CA, CB);                                                          } while (0)
+#define X16_ISSUE(p, CA, CB)                                                                                        do {                                                                                                                if (pf)                                                                                                             amx_prefetch_pair(Qv + (size_t)(p) * 1024); else amx_prefetch_l1(Qv + (size_t)(p) * 1024, xt + (size_t)(p) * 1024);                                                                 AMX_TILES2(xt + (size_t)(p) * 1024, Qv + (size_t)(p) * 1024, xt + (size_t)(p) * 1024 + 512,                                  Qv + (size_t)(p) * 1024 + 512, CA, CB);                                                          } while (0)
 #define X16_DRAIN(p, CA, CB)                 do {                                         _tile_stored(CA, cb[0], 64);             _tile_stored(CB, cb[1], 64);             X16_POST(cb[0], 2 * (p));                X16_POST(cb[1], 2 * (p) + 1);        } while (0)
     if (nb >= 2)
         AMX_PIPELINE(nb / 2, X16_ISSUE, X16_DRAIN);
