@@ -791,6 +791,7 @@ static void KT(amxf_act)(const float *x, int64_t cols, int64_t t0, int64_t t1, v
  * bytes, its lo plane 1024 bytes after (2 KiB a chunk); dword [k][i] = row i's pair (2k, 2k + 1). */
 KT_INLINE void amxf_weights(int kind, const cdx_mat *w, int64_t r, int64_t c0, int64_t c1, uint8_t *wb)
 {
+    const bool lo = kind == W_F16; /* bf16 values have no lo plane */
     for (int64_t c = c0; c < c1; c++) {
         __m512i h[16], l[16];
         for (int i = 0; i < 16; i++) {
@@ -806,18 +807,20 @@ KT_INLINE void amxf_weights(int kind, const cdx_mat *w, int64_t r, int64_t c0, i
             amxf_split(v0, v1, &h[i], &l[i]);
         }
         amxf_transpose16(h);
-        amxf_transpose16(l);
         uint8_t *o = wb + (size_t)(c - c0) * 2048;
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < 16; k++)
             _mm512_store_si512(o + 64 * k, h[k]);
-            _mm512_store_si512(o + 1024 + 64 * k, l[k]);
+        if (lo) {
+            amxf_transpose16(l);
+            for (int k = 0; k < 16; k++)
+                _mm512_store_si512(o + 1024 + 64 * k, l[k]);
         }
     }
 }
 
 /* Rows [r0, r1) (whole groups of 16) × the whole token tiles of n (xa: amxf_act's planes) into
  * y[t·w->rows + r]; returns the tokens done (0: not for this matrix). BF16 weights with bf16
- * activations have no lo planes: one product a chunk and token tile. */
+ * activations have no lo planes (zero): one product a chunk and token tile, hi·hi. */
 KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, const void *xa, int64_t n, float *y,
                             void *scratch)
 {
@@ -858,11 +861,11 @@ KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, 
                         _tile_loadd(2, a1 + (size_t)c * 2048, 64);
                         _tile_dpbf16ps(AMXF_C0, 0, AMXF_BH);
                         _tile_dpbf16ps(AMXF_C1, 2, AMXF_BH);
-                        _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
-                        _tile_loadd(3, a1 + (size_t)c * 2048 + 1024, 64);
-                        _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
-                        _tile_dpbf16ps(AMXF_C1, 3, AMXF_BH);
-                        if (lo) {
+                        if (lo) { /* the three products with a lo plane (bf16: all zero, skipped) */
+                            _tile_loadd(1, a0 + (size_t)c * 2048 + 1024, 64);
+                            _tile_loadd(3, a1 + (size_t)c * 2048 + 1024, 64);
+                            _tile_dpbf16ps(AMXF_C0, 1, AMXF_BH);
+                            _tile_dpbf16ps(AMXF_C1, 3, AMXF_BH);
                             _tile_loadd(AMXF_BL, b + 1024, 64);
                             _tile_dpbf16ps(AMXF_C0, 0, AMXF_BL);
                             _tile_dpbf16ps(AMXF_C1, 2, AMXF_BL);
