@@ -36,7 +36,8 @@ typedef struct {
 
 /* Tile configuration is per thread; loaded at the start of every call that uses tiles (a few
  * hundred cycles against a matrix's worth of work). a_bytes: the activation tiles' width (32: one
- * 32-value block; 16: Q6_K's halves), b_rows: the weight tiles' rows of 64 bytes (a_bytes / 4). */
+ * 32-value block; 16: Q6_K's halves; 64: amx-gemm's bf16 tiles, every tile 16 × 64), b_rows: the weight
+ * tiles' rows of 64 bytes (a_bytes / 4). */
 KT_INLINE void amx_config_for(int a_bytes)
 {
     amx_tilecfg c;
@@ -722,18 +723,6 @@ KT_INLINE int64_t amx_lane_rows(int kind, const cdx_mat *w, const uint8_t *src, 
 #define AMXF_C0 6
 #define AMXF_C1 7
 
-KT_INLINE void amxf_config(void)
-{
-    amx_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        c.rows[i] = 16;
-        c.colsb[i] = 64;
-    }
-    _tile_loadconfig(&c);
-}
-
 /* The 16 × 16 dwords r[i][j] -> r[j][i] */
 KT_INLINE void amxf_transpose16(__m512i *r)
 {
@@ -832,7 +821,7 @@ KT_INLINE int64_t amxf_rows(int kind, const cdx_mat *w, int64_t r0, int64_t r1, 
     /* the C tiles of a row block between column blocks, 1 KiB each, in the order they are used */
     uint8_t *cbuf = (uint8_t *)(((uintptr_t)(wb + (size_t)AMXF_KC * 2048) + 63) & ~(uintptr_t)63);
     const uint8_t *xb = xa;
-    amxf_config();
+    amx_config_for(64); /* every tile 16 rows of 64 bytes */
     for (int64_t rb = r0; rb < r1; rb += 16 * CDX_FTILE_RB) {
         const int64_t re = rb + 16 * CDX_FTILE_RB < r1 ? rb + 16 * CDX_FTILE_RB : r1;
         for (int64_t c0 = 0; c0 < nck; c0 += AMXF_KC) {
